@@ -1,0 +1,194 @@
+//! Sampled items: one contiguous, aligned array per field plus the logical indices.
+//! A batch is reusable: `sample_into` refills it without allocating when the size fits.
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+
+/// One field of a batch: `rows` items of the field's shape, row after row.
+#[derive(Clone, Debug)]
+pub struct FieldArray {
+    name: String,
+    dtype: DType,
+    item_shape: Vec<usize>,
+    item_bytes: usize,
+    rows: usize,
+    // u64 words so that every dtype's view of the bytes is aligned.
+    words: Vec<u64>,
+}
+
+impl FieldArray {
+    /// The field's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The full shape: `[rows, item shape...]`.
+    pub fn shape(&self) -> Vec<usize> {
+        let mut s = vec![self.rows];
+        s.extend_from_slice(&self.item_shape);
+        s
+    }
+
+    /// The bytes, `rows * item size` long.
+    pub fn bytes(&self) -> &[u8] {
+        let all: &[u8] = bytemuck::cast_slice(&self.words);
+        all.get(..self.rows * self.item_bytes).unwrap_or(all)
+    }
+
+    /// The bytes, writable (a gather's destination).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.rows * self.item_bytes;
+        let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.words);
+        let len = all.len();
+        all.get_mut(..n.min(len)).unwrap_or_default()
+    }
+
+    /// The bytes of row `i`.
+    pub fn row(&self, i: usize) -> Option<&[u8]> {
+        self.bytes().get(i * self.item_bytes..(i + 1) * self.item_bytes)
+    }
+
+    /// The elements as `T`, which must be the field's dtype.
+    pub fn as_slice<T: Element + bytemuck::checked::CheckedBitPattern>(&self) -> Result<&[T]> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch {
+                field: self.name.clone(),
+                expected: self.dtype,
+                got: T::DTYPE,
+            });
+        }
+        bytemuck::checked::try_cast_slice(self.bytes()).map_err(|e| Error::Corrupt {
+            file: Default::default(),
+            offset: 0,
+            field: self.name.clone(),
+            expected: format!("valid {} elements", self.dtype),
+            got: e.to_string(),
+        })
+    }
+
+    fn resize(&mut self, rows: usize) {
+        self.rows = rows;
+        let words = (rows * self.item_bytes).div_ceil(8);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
+    }
+}
+
+/// A batch of items: per-field arrays and the logical index of each row.
+///
+/// ```
+/// use replaystore::{Batch, DType, Schema};
+/// let schema = Schema::builder().field("r", DType::F32, &[]).build()?;
+/// let batch = Batch::new(&schema, 3);
+/// assert_eq!(batch.len(), 3);
+/// assert_eq!(batch.field("r").map(|f| f.shape()), Some(vec![3]));
+/// # Ok::<(), replaystore::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Batch {
+    fields: Vec<FieldArray>,
+    indices: Vec<u64>,
+}
+
+impl Batch {
+    /// A zeroed batch of `rows` items of a schema.
+    pub fn new(schema: &Schema, rows: usize) -> Batch {
+        let mut b = Batch {
+            fields: schema
+                .fields()
+                .iter()
+                .map(|f| FieldArray {
+                    name: f.name().to_owned(),
+                    dtype: f.dtype(),
+                    item_shape: f.shape().to_vec(),
+                    item_bytes: f.bytes(),
+                    rows: 0,
+                    words: Vec::new(),
+                })
+                .collect(),
+            indices: Vec::new(),
+        };
+        b.resize(rows);
+        b
+    }
+
+    /// Rows in the batch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+
+    /// The logical index of each row.
+    pub fn indices(&self) -> &[u64] {
+        &self.indices
+    }
+
+    /// The field arrays, in schema order.
+    pub fn fields(&self) -> &[FieldArray] {
+        &self.fields
+    }
+
+    /// The array of a field.
+    pub fn field(&self, name: &str) -> Option<&FieldArray> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// A field's elements as `T`.
+    ///
+    /// ```
+    /// # use replaystore::{Batch, DType, Schema};
+    /// # let schema = Schema::builder().field("r", DType::F32, &[]).build()?;
+    /// let batch = Batch::new(&schema, 2);
+    /// let r: &[f32] = batch.get("r")?;
+    /// assert_eq!(r, &[0.0, 0.0]);
+    /// assert!(batch.get::<f64>("r").is_err());
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn get<T: Element + bytemuck::checked::CheckedBitPattern>(&self, name: &str) -> Result<&[T]> {
+        let f = self.field(name).ok_or_else(|| Error::UnknownField {
+            field: name.to_owned(),
+            known: self.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+        })?;
+        f.as_slice()
+    }
+
+    /// All bytes of item `i` across fields, in schema order (for comparisons).
+    pub fn item_bytes(&self, i: usize) -> Vec<u8> {
+        self.fields.iter().flat_map(|f| f.row(i).unwrap_or(&[]).iter().copied()).collect()
+    }
+
+    /// Sets the number of rows, growing storage if needed (never shrinking it).
+    pub fn resize(&mut self, rows: usize) {
+        self.indices.resize(rows, 0);
+        for f in &mut self.fields {
+            f.resize(rows);
+        }
+    }
+
+    /// Whether this batch was made for `schema`.
+    pub(crate) fn fits(&self, schema: &Schema) -> bool {
+        self.fields.len() == schema.len()
+            && self
+                .fields
+                .iter()
+                .zip(schema.fields())
+                .all(|(a, f)| a.name == f.name() && a.dtype == f.dtype() && a.item_shape == f.shape())
+    }
+
+    /// The index list and one writable byte slice per field, for a gather.
+    pub(crate) fn parts_mut(&mut self) -> (&mut Vec<u64>, Vec<&mut [u8]>) {
+        let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();
+        (&mut self.indices, outs)
+    }
+}

@@ -1,0 +1,674 @@
+//! [`ReplayBuffer`]: the writer's handle on a buffer directory.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use rand::{Rng, RngExt};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+use crate::batch::Batch;
+use crate::column::{Column, match_columns};
+use crate::error::{Error, Result};
+use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
+use crate::format::row::{MAX_CAPACITY, RowLayout};
+use crate::format::schema_doc;
+use crate::recovery::{self, Recovered, SlotProbe};
+use crate::ring::Ring;
+use crate::sample::{SampleSpec, draw_uniform};
+use crate::schema::Schema;
+use crate::storage::io::{self, IoRef};
+use crate::storage::map::StampMismatch;
+use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
+
+/// Default size of one segment file: small enough that copying the one being written is
+/// cheap (checkpoints), large enough that a million-item buffer has few files.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
+
+/// How to create a buffer.
+///
+/// ```
+/// use replaystore::{Config, DType, Schema};
+/// let schema = Schema::builder().field("x", DType::F32, &[4]).build()?;
+/// let config = Config::new(schema, 1000).seed(7).segment_slots(256);
+/// assert_eq!(config.capacity(), 1000);
+/// # Ok::<(), replaystore::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    schema: Schema,
+    capacity: u64,
+    segment_bytes: u64,
+    segment_slots: Option<u64>,
+    seed: Option<u64>,
+    io: Option<IoRef>,
+}
+
+impl Config {
+    /// A buffer of `capacity` items of `schema`.
+    pub fn new(schema: Schema, capacity: u64) -> Config {
+        Config {
+            schema,
+            capacity,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            segment_slots: None,
+            seed: None,
+            io: None,
+        }
+    }
+
+    /// The capacity.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Target bytes per segment file (rounded down to a power-of-two number of slots).
+    pub fn segment_bytes(mut self, bytes: u64) -> Config {
+        self.segment_bytes = bytes;
+        self
+    }
+
+    /// Exact slots per segment file (a power of two); overrides `segment_bytes`.
+    pub fn segment_slots(mut self, slots: u64) -> Config {
+        self.segment_slots = Some(slots);
+        self
+    }
+
+    /// Seed of the sampling RNG (otherwise random, and stored so it resumes).
+    pub fn seed(mut self, seed: u64) -> Config {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The file-operation seam (fault-injection tests); the real file system by default.
+    pub fn io(mut self, io: IoRef) -> Config {
+        self.io = Some(io);
+        self
+    }
+
+    fn slots_per_segment(&self, stride: u64) -> Result<u64> {
+        if let Some(s) = self.segment_slots {
+            if !s.is_power_of_two() {
+                return Err(Error::InvalidConfig {
+                    field: "segment_slots",
+                    problem: format!("{s} is not a power of two"),
+                });
+            }
+            return Ok(s.min(self.capacity.next_power_of_two()));
+        }
+        let fit = (self.segment_bytes / stride).max(1);
+        let pow = 1u64 << (63 - fit.leading_zeros());
+        Ok(pow.min(self.capacity.next_power_of_two()))
+    }
+}
+
+/// Counters and sizes of a buffer (RLlib's `stats()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// Items live now.
+    pub len: u64,
+    /// Items the ring holds.
+    pub capacity: u64,
+    /// Oldest live logical index.
+    pub head: u64,
+    /// The next logical index to be given.
+    pub tail: u64,
+    /// Items ever added (logical indices given out).
+    pub added: u64,
+    /// Items pushed out of the ring by newer ones.
+    pub evicted: u64,
+    /// Items dropped by `clear`.
+    pub cleared: u64,
+    /// Items returned by samples.
+    pub sampled: u64,
+    /// Bytes the buffer's files occupy on disk.
+    pub bytes_on_disk: u64,
+    /// Commits so far.
+    pub generation: u64,
+}
+
+/// A replay buffer open for writing: the one writer of its directory.
+///
+/// ```
+/// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder()
+///     .field("obs", DType::F32, &[3])
+///     .field("reward", DType::F32, &[])
+///     .build()?;
+/// let mut buf = ReplayBuffer::create(dir.path().join("buf"), Config::new(schema, 100).seed(1))?;
+/// for t in 0..10 {
+///     let obs = [t as f32; 3];
+///     let reward = 1.0f32;
+///     buf.add(&[Column::new("obs", &obs), Column::scalar("reward", &reward)])?;
+/// }
+/// let batch = buf.sample(4)?;
+/// assert_eq!(batch.get::<f32>("obs")?.len(), 12);
+/// buf.close()?;
+/// let buf = ReplayBuffer::open(dir.path().join("buf"))?;
+/// assert_eq!(buf.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct ReplayBuffer {
+    dir: PathBuf,
+    io: IoRef,
+    manifest_path: PathBuf,
+    manifest: File,
+    _lock: File,
+    superblock: Superblock,
+    schema: Schema,
+    ring: Ring,
+    head: u64,
+    tail: u64,
+    head_slot: u64,
+    tail_slot: u64,
+    cleared: u64,
+    sampled: u64,
+    rng: ChaCha8Rng,
+    rng_seed: u64,
+    generation: u64,
+    flushed_tail: u64,
+    poisoned: Option<String>,
+    closed: bool,
+    recovered: Option<Recovered>,
+    order: Vec<usize>,
+}
+
+impl SlotProbe for Ring {
+    fn stamp(&self, slot: u64) -> u64 {
+        Ring::stamp(self, slot)
+    }
+    fn crc_ok(&self, slot: u64) -> bool {
+        self.check(slot).is_some_and(|c| c.crc_ok)
+    }
+}
+
+const INLINE_FIELDS: usize = 16;
+
+impl ReplayBuffer {
+    /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
+    /// space now, so a full disk is an error here and never a crash later.
+    pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<ReplayBuffer> {
+        if cfg!(target_endian = "big") {
+            return Err(Error::Unsupported("the file format is little-endian"));
+        }
+        let dir = dir.as_ref().to_path_buf();
+        let io = config.io.clone().unwrap_or_else(io::os);
+        if config.capacity == 0 || config.capacity > MAX_CAPACITY {
+            return Err(Error::InvalidConfig {
+                field: "capacity",
+                problem: format!("{} is not in 1..={MAX_CAPACITY}", config.capacity),
+            });
+        }
+        io.create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+        if let Some(entry) = std::fs::read_dir(&dir)
+            .map_err(|e| Error::io("read directory", &dir, e))?
+            .flatten()
+            .next()
+        {
+            return Err(Error::AlreadyExists {
+                what: format!("the directory is not empty (it has {:?})", entry.file_name()),
+                dir,
+            });
+        }
+        let lock = storage::lock(&*io, &dir)?;
+        let layout = RowLayout::of(&config.schema);
+        let stride = layout.stride as u64;
+        let segment_slots = config.slots_per_segment(stride)?;
+        let archive = schema_doc::encode(&config.schema);
+        let uuid: [u8; 16] = rand::rng().random();
+        let sb = Superblock {
+            uuid,
+            capacity: config.capacity,
+            segment_slots,
+            segment_count: Superblock::segments_for(config.capacity, segment_slots),
+            row_stride: stride,
+            item_bytes: config.schema.item_bytes() as u64,
+            schema_len: archive.len() as u64,
+            schema_crc: crate::format::crc32(&archive),
+        };
+        let result = write_new_buffer(&*io, &dir, &sb, &archive, config.seed.unwrap_or_else(|| rand::rng().next_u64()));
+        if let Err(e) = result {
+            remove_new_buffer(&dir, &sb);
+            return Err(e);
+        }
+        ReplayBuffer::open_locked(dir, io, lock)
+    }
+
+    /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
+    /// a power loss) it recovers every item that is complete and intact first.
+    pub fn open(dir: impl AsRef<Path>) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_with(dir, io::os())
+    }
+
+    /// `open` through a given file-operation seam.
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
+        if cfg!(target_endian = "big") {
+            return Err(Error::Unsupported("the file format is little-endian"));
+        }
+        let dir = dir.as_ref().to_path_buf();
+        // Check that this is a buffer before creating a lock file in it.
+        Manifest::load(&*io, &dir)?;
+        let lock = storage::lock(&*io, &dir)?;
+        ReplayBuffer::open_locked(dir, io, lock)
+    }
+
+    fn open_locked(dir: PathBuf, io: IoRef, lock: File) -> Result<ReplayBuffer> {
+        let m = Manifest::load(&*io, &dir)?;
+        let commit = m.newest_commit()?;
+        let sb = m.superblock.clone();
+        let segments = (0..sb.segment_count)
+            .map(|n| storage::open_segment(&*io, &dir, &sb, n, true))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+        let (mut head, mut tail) = (commit.head, commit.tail);
+        let mut recovered = None;
+        if !commit.is_clean() {
+            let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail);
+            for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
+                ring.clear_stamp(slot);
+            }
+            ring.flush_all(&*io).map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
+            (head, tail) = (r.head, r.tail);
+            recovered = Some(r);
+        }
+        let manifest_path = dir.join(MANIFEST);
+        let manifest = io.open_rw(&manifest_path).map_err(|e| Error::io("open", &manifest_path, e))?;
+        let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
+        rng.set_word_pos(commit.rng_word_pos);
+        let mut buf = ReplayBuffer {
+            manifest_path,
+            manifest,
+            _lock: lock,
+            schema: m.schema,
+            ring,
+            head,
+            tail,
+            head_slot: head % sb.capacity,
+            tail_slot: tail % sb.capacity,
+            cleared: commit.cleared.min(head),
+            sampled: commit.sampled,
+            rng,
+            rng_seed: commit.rng_seed,
+            generation: commit.generation,
+            flushed_tail: tail,
+            poisoned: None,
+            closed: false,
+            recovered,
+            order: Vec::new(),
+            superblock: sb,
+            dir,
+            io,
+        };
+        // Mark the buffer as open for writing: a crash from here on is detected on the
+        // next open and recovered.
+        buf.commit(0, true)?;
+        Ok(buf)
+    }
+
+    /// The buffer directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Items live now.
+    pub fn len(&self) -> u64 {
+        self.tail - self.head
+    }
+
+    /// Whether no item is live.
+    pub fn is_empty(&self) -> bool {
+        self.head == self.tail
+    }
+
+    /// Items the ring holds.
+    pub fn capacity(&self) -> u64 {
+        self.superblock.capacity
+    }
+
+    /// The live logical indices, `head..tail`.
+    pub fn live(&self) -> Range<u64> {
+        self.head..self.tail
+    }
+
+    /// What opening found after an unclean shutdown, if it was one.
+    pub fn recovery(&self) -> Option<Recovered> {
+        self.recovered
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            len: self.len(),
+            capacity: self.capacity(),
+            head: self.head,
+            tail: self.tail,
+            added: self.tail,
+            evicted: self.head - self.cleared,
+            cleared: self.cleared,
+            sampled: self.sampled,
+            bytes_on_disk: storage::bytes_on_disk(&self.dir, self.superblock.segment_count),
+            generation: self.generation,
+        }
+    }
+
+    fn writable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(reason) => Err(Error::Poisoned {
+                dir: self.dir.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the first failure of a write path; every later write is refused.
+    fn poison(&mut self, e: Error) -> Error {
+        if self.poisoned.is_none() {
+            self.poisoned = Some(e.to_string());
+        }
+        e
+    }
+
+    #[inline(always)]
+    fn push_row(&mut self, fields: &[&[u8]]) {
+        let cap = self.superblock.capacity;
+        if self.tail - self.head == cap {
+            self.head += 1;
+            self.head_slot += 1;
+            if self.head_slot == cap {
+                self.head_slot = 0;
+            }
+        }
+        self.ring.write(self.tail_slot, self.tail, fields);
+        self.tail += 1;
+        self.tail_slot += 1;
+        if self.tail_slot == cap {
+            self.tail_slot = 0;
+        }
+    }
+
+    /// Adds one item and returns its logical index. Every field of the schema must be
+    /// given once, with its dtype and shape (or as one flat dimension of the same size).
+    /// Once this returns, a kill of the process loses nothing: the bytes are in the
+    /// page cache. `flush` makes them survive a power loss too.
+    pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
+        self.writable()?;
+        let mut order = std::mem::take(&mut self.order);
+        let checked = match_columns(&self.schema, columns, false, &mut order);
+        let result = checked.map(|_| {
+            let index = self.tail;
+            let nf = order.len();
+            let mut inline: [&[u8]; INLINE_FIELDS] = [&[]; INLINE_FIELDS];
+            let mut heap: Vec<&[u8]>;
+            let fields: &mut [&[u8]] = match inline.get_mut(..nf) {
+                Some(f) => f,
+                None => {
+                    heap = vec![&[][..]; nf];
+                    &mut heap
+                }
+            };
+            for (slot, &pos) in fields.iter_mut().zip(&order) {
+                *slot = columns.get(pos).map_or(&[][..], Column::bytes);
+            }
+            self.push_row(fields);
+            index
+        });
+        self.order = order;
+        result
+    }
+
+    /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
+    /// their logical indices. A batch longer than the capacity keeps its newest rows.
+    pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+        self.writable()?;
+        let mut order = std::mem::take(&mut self.order);
+        let checked = match_columns(&self.schema, columns, true, &mut order);
+        let result = checked.map(|rows| {
+            let first = self.tail;
+            let cap = self.superblock.capacity;
+            let rows = rows as u64;
+            // Rows that would be evicted by later rows of the same batch are never written.
+            let skip = rows.saturating_sub(cap);
+            if skip > 0 {
+                self.tail += skip;
+                self.head = self.head.max(self.tail.saturating_sub(cap));
+                self.head_slot = self.head % cap;
+                self.tail_slot = self.tail % cap;
+            }
+            let nf = order.len();
+            let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
+            let cols: Vec<&[u8]> = order.iter().map(|&p| columns.get(p).map_or(&[][..], Column::bytes)).collect();
+            let mut fields: Vec<&[u8]> = vec![&[]; nf];
+            for r in skip as usize..rows as usize {
+                for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
+                    *dst = col.get(r * size..(r + 1) * size).unwrap_or(&[]);
+                }
+                self.push_row(&fields);
+            }
+            first..first + rows
+        });
+        self.order = order;
+        result
+    }
+
+    /// Draws `n` indices uniformly with replacement and gathers their items.
+    pub fn sample(&mut self, n: usize) -> Result<Batch> {
+        self.sample_with(&SampleSpec::new(n))
+    }
+
+    /// Draws as `spec` says and gathers the items into a new batch.
+    pub fn sample_with(&mut self, spec: &SampleSpec) -> Result<Batch> {
+        let mut batch = Batch::new(&self.schema, 0);
+        self.sample_into(spec, &mut batch)?;
+        Ok(batch)
+    }
+
+    /// Draws as `spec` says and gathers into `out`, reusing its storage.
+    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        if !out.fits(&self.schema) {
+            return Err(Error::InvalidSample("the output batch was made for another schema".into()));
+        }
+        {
+            let (indices, _) = out.parts_mut();
+            self.draw_indices(spec, indices)?;
+        }
+        out.resize(spec.n);
+        let (indices, mut outs) = out.parts_mut();
+        self.ring
+            .gather(self.head, self.head_slot, indices, &mut outs)
+            .map_err(|m| self.stamp_error(indices, m))
+    }
+
+    /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
+    pub fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
+        draw_uniform(&mut self.rng, spec, self.head, self.tail, out)?;
+        self.sampled += out.len() as u64;
+        Ok(())
+    }
+
+    /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
+    /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.
+    pub fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
+        if outs.len() != self.schema.len() {
+            return Err(Error::InvalidSample(format!(
+                "{} outputs for {} fields",
+                outs.len(),
+                self.schema.len()
+            )));
+        }
+        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
+            let expected = f.bytes() * indices.len();
+            if out.len() != expected {
+                return Err(Error::OutputSize {
+                    field: f.name().to_owned(),
+                    expected,
+                    got: out.len(),
+                });
+            }
+        }
+        if let Some(&index) = indices.iter().find(|&&i| i < self.head || i >= self.tail) {
+            return Err(Error::Evicted {
+                index,
+                head: self.head,
+                tail: self.tail,
+            });
+        }
+        self.ring
+            .gather(self.head, self.head_slot, indices, outs)
+            .map_err(|m| self.stamp_error(indices, m))
+    }
+
+    /// The items at `indices`, as a batch.
+    pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
+        let mut batch = Batch::new(&self.schema, indices.len());
+        let (idx, mut outs) = batch.parts_mut();
+        idx.copy_from_slice(indices);
+        self.gather_into(indices, &mut outs)?;
+        Ok(batch)
+    }
+
+    /// The item at a logical index, as a batch of one.
+    pub fn get(&self, index: u64) -> Result<Batch> {
+        self.get_many(&[index])
+    }
+
+    fn stamp_error(&self, indices: &[u64], m: StampMismatch) -> Error {
+        let index = indices.get(m.position).copied().unwrap_or(0);
+        let slot = index % self.superblock.capacity;
+        let (file, offset) = self
+            .ring
+            .locate(slot)
+            .map_or((self.dir.clone(), 0), |(seg, k)| (seg.path().to_path_buf(), seg.row_offset(k)));
+        Error::BadItem {
+            file,
+            offset,
+            index,
+            problem: format!(
+                "the slot's stamp is {:#x}, expected {:#x}",
+                m.stamp,
+                crate::format::row::stamp_of(index)
+            ),
+        }
+    }
+
+    /// Makes everything added so far, the counters and the RNG position survive a power
+    /// loss: msync of the rows written since the last flush, then a durable commit.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        self.commit(0, true)
+    }
+
+    fn sync_rows(&mut self) -> Result<()> {
+        let cap = self.superblock.capacity;
+        let written = (self.tail - self.flushed_tail).min(cap);
+        if written > 0 {
+            let start = (self.tail - written) % cap;
+            if let Err((s, e)) = self.ring.flush_slots(&*self.io, start, written) {
+                let e = Error::io("msync", storage::segment_path(&self.dir, s as u64), e);
+                return Err(self.poison(e));
+            }
+        }
+        self.flushed_tail = self.tail;
+        Ok(())
+    }
+
+    fn commit(&mut self, flags: u32, durable: bool) -> Result<()> {
+        let c = Commit {
+            generation: self.generation + 1,
+            head: self.head,
+            tail: self.tail,
+            cleared: self.cleared,
+            sampled: self.sampled,
+            rng_seed: self.rng_seed,
+            rng_word_pos: self.rng.get_word_pos(),
+            flags,
+        };
+        match storage::write_commit(&*self.io, &self.manifest, &self.manifest_path, &c, durable) {
+            Ok(()) => {
+                self.generation = c.generation;
+                Ok(())
+            }
+            Err(e) => Err(self.poison(e)),
+        }
+    }
+
+    /// Drops every live item; logical indices go on from where they were. Durable.
+    pub fn clear(&mut self) -> Result<()> {
+        self.writable()?;
+        self.cleared += self.tail - self.head;
+        self.head = self.tail;
+        self.head_slot = self.tail_slot;
+        self.commit(0, true)
+    }
+
+    /// Restarts the sampling RNG from a new seed (stored at the next commit).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng_seed = seed;
+        self.rng = ChaCha8Rng::seed_from_u64(seed);
+    }
+
+    /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        self.commit(FLAG_CLEAN, true)?;
+        self.closed = true;
+        Ok(())
+    }
+}
+
+impl Drop for ReplayBuffer {
+    fn drop(&mut self) {
+        if !self.closed && self.poisoned.is_none() {
+            // Errors cannot be returned from drop; the data is in the page cache either
+            // way, and the next open recovers it if this commit did not land.
+            let _ = self.shutdown();
+        }
+    }
+}
+
+fn write_new_buffer(io: &dyn io::Io, dir: &Path, sb: &Superblock, archive: &[u8], seed: u64) -> Result<()> {
+    let lane = dir.join(LANE_DIR);
+    io.create_dir_all(&lane).map_err(|e| Error::io("create directory", &lane, e))?;
+    for n in 0..sb.segment_count {
+        storage::create_segment(io, dir, sb, n)?;
+    }
+    io.sync_dir(&lane).map_err(|e| Error::io("fsync", &lane, e))?;
+    let first = Commit {
+        rng_seed: seed,
+        flags: FLAG_CLEAN,
+        ..Commit::default()
+    };
+    let bytes = storage::manifest_bytes(sb, archive, &first);
+    let tmp = dir.join("MANIFEST.tmp");
+    let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&file, 0, &bytes).map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&file).map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let path = dir.join(MANIFEST);
+    io.rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
+    Ok(())
+}
+
+/// Best-effort removal of a buffer whose creation failed (the error is what matters).
+fn remove_new_buffer(dir: &Path, sb: &Superblock) {
+    for n in 0..sb.segment_count {
+        let _ = std::fs::remove_file(storage::segment_path(dir, n));
+    }
+    let _ = std::fs::remove_dir(dir.join(LANE_DIR));
+    let _ = std::fs::remove_file(dir.join("MANIFEST.tmp"));
+    let _ = std::fs::remove_file(dir.join(storage::LOCK));
+}

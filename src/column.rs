@@ -1,0 +1,192 @@
+//! What callers hand to `add` and `add_batch`: named, typed, shaped byte views, checked
+//! against the schema before a single byte is written.
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::schema::{MAX_FIELD_RANK, Schema};
+
+/// Most dimensions a column may have: a field's rank plus the batch dimension.
+pub const MAX_COLUMN_RANK: usize = MAX_FIELD_RANK + 1;
+
+/// A borrowed array for one field: a name, a dtype, a shape and the bytes.
+///
+/// For `add` (one item) the shape is the field's shape, or one flat dimension holding the
+/// same number of elements. For `add_batch` it is `[rows, field shape...]`.
+///
+/// ```
+/// use replaystore::Column;
+/// let obs = [0.5f32; 17];
+/// let c = Column::new("obs", &obs);
+/// assert_eq!(c.shape(), &[17]);
+/// let batch = vec![0.0f32; 4 * 17];
+/// let c = Column::new("obs", &batch).with_shape(&[4, 17]);
+/// assert_eq!(c.shape(), &[4, 17]);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Column<'a> {
+    name: &'a str,
+    dtype: DType,
+    bytes: &'a [u8],
+    dims: [usize; MAX_COLUMN_RANK],
+    /// Number of dimensions; `MAX_COLUMN_RANK + 1` marks a shape that was too long.
+    rank: usize,
+}
+
+impl<'a> Column<'a> {
+    /// A one-dimensional column over a slice.
+    pub fn new<T: Element>(name: &'a str, data: &'a [T]) -> Column<'a> {
+        let mut dims = [0; MAX_COLUMN_RANK];
+        dims[0] = data.len();
+        Column {
+            name,
+            dtype: T::DTYPE,
+            bytes: bytemuck::cast_slice(data),
+            dims,
+            rank: 1,
+        }
+    }
+
+    /// A scalar column (shape `[]`) for one item.
+    pub fn scalar<T: Element>(name: &'a str, value: &'a T) -> Column<'a> {
+        Column {
+            rank: 0,
+            ..Column::new(name, std::slice::from_ref(value))
+        }
+    }
+
+    /// A column over raw little-endian bytes of a given dtype and shape (for bindings).
+    pub fn from_bytes(name: &'a str, dtype: DType, shape: &[usize], bytes: &'a [u8]) -> Column<'a> {
+        Column {
+            name,
+            dtype,
+            bytes,
+            dims: [0; MAX_COLUMN_RANK],
+            rank: 0,
+        }
+        .with_shape(shape)
+    }
+
+    /// The same data seen with another shape (checked when added).
+    pub fn with_shape(mut self, shape: &[usize]) -> Column<'a> {
+        if shape.len() > MAX_COLUMN_RANK {
+            self.rank = MAX_COLUMN_RANK + 1;
+            return self;
+        }
+        self.dims = [0; MAX_COLUMN_RANK];
+        self.dims.iter_mut().zip(shape).for_each(|(d, &s)| *d = s);
+        self.rank = shape.len();
+        self
+    }
+
+    /// The field name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape (empty for a scalar; the full shape when it was too long).
+    pub fn shape(&self) -> &[usize] {
+        self.dims.get(..self.rank).unwrap_or(&self.dims)
+    }
+
+    /// The raw bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+/// Matches `columns` to the schema's fields. On success `order[f]` is the position of
+/// field `f`'s column, and the result is the number of rows (1 when `batch` is false).
+/// Nothing is written by the caller unless this succeeds.
+pub(crate) fn match_columns(schema: &Schema, columns: &[Column<'_>], batch: bool, order: &mut Vec<usize>) -> Result<usize> {
+    order.clear();
+    for (f, field) in schema.fields().iter().enumerate() {
+        // Fast path: columns given in schema order.
+        let pos = match columns.get(f) {
+            Some(c) if c.name == field.name() => f,
+            _ => columns
+                .iter()
+                .position(|c| c.name == field.name())
+                .ok_or_else(|| Error::MissingField {
+                    field: field.name().to_owned(),
+                })?,
+        };
+        order.push(pos);
+    }
+    if columns.len() != schema.len() {
+        // Every field was found, so an extra column is either unknown or a duplicate.
+        for (i, c) in columns.iter().enumerate() {
+            if schema.position(c.name).is_none() {
+                return Err(Error::UnknownField {
+                    field: c.name.to_owned(),
+                    known: schema.names(),
+                });
+            }
+            if columns.iter().take(i).any(|d| d.name == c.name) {
+                return Err(Error::DuplicateField { field: c.name.to_owned() });
+            }
+        }
+    }
+    let mut rows: Option<(usize, &str)> = None;
+    for (field, &pos) in schema.fields().iter().zip(order.iter()) {
+        let Some(c) = columns.get(pos) else { continue };
+        if c.dtype != field.dtype() {
+            return Err(Error::DTypeMismatch {
+                field: field.name().to_owned(),
+                expected: field.dtype(),
+                got: c.dtype,
+            });
+        }
+        let shape = c.shape();
+        let n = if batch {
+            let fits = c.rank == field.shape().len() + 1 && shape.get(1..) == Some(field.shape());
+            if !fits {
+                let mut expected = vec![shape.first().copied().unwrap_or(0)];
+                expected.extend_from_slice(field.shape());
+                return Err(Error::ShapeMismatch {
+                    field: field.name().to_owned(),
+                    expected,
+                    got: shape.to_vec(),
+                });
+            }
+            shape.first().copied().unwrap_or(0)
+        } else {
+            let flat = c.rank == 1 && shape.first() == Some(&field.elements());
+            if shape != field.shape() && !flat {
+                return Err(Error::ShapeMismatch {
+                    field: field.name().to_owned(),
+                    expected: field.shape().to_vec(),
+                    got: shape.to_vec(),
+                });
+            }
+            1
+        };
+        let expected = n.checked_mul(field.bytes()).unwrap_or(usize::MAX);
+        if c.bytes.len() != expected {
+            return Err(Error::LengthMismatch {
+                field: field.name().to_owned(),
+                shape: shape.to_vec(),
+                dtype: c.dtype,
+                expected,
+                got: c.bytes.len(),
+            });
+        }
+        match rows {
+            None => rows = Some((n, field.name())),
+            Some((first, first_field)) if first != n => {
+                return Err(Error::RaggedBatch {
+                    field: field.name().to_owned(),
+                    first_field: first_field.to_owned(),
+                    expected: first,
+                    got: n,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(rows.map_or(0, |(n, _)| n))
+}

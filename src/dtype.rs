@@ -1,0 +1,143 @@
+//! Element types of fields, and the Rust types that carry them.
+
+use std::fmt;
+
+/// The element type of a field. The discriminant is the byte stored in the schema on
+/// disk, so variants are never renumbered.
+///
+/// ```
+/// use replaystore::DType;
+/// assert_eq!(DType::F32.size(), 4);
+/// assert_eq!(DType::from_code(DType::I64.code()), Some(DType::I64));
+/// assert_eq!("f64".parse::<DType>().ok(), Some(DType::F64));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DType {
+    /// One byte, 0 or 1.
+    Bool = 1,
+    /// Unsigned 8-bit integer.
+    U8 = 2,
+    /// Signed 8-bit integer.
+    I8 = 3,
+    /// Unsigned 16-bit integer.
+    U16 = 4,
+    /// Signed 16-bit integer.
+    I16 = 5,
+    /// Unsigned 32-bit integer.
+    U32 = 6,
+    /// Signed 32-bit integer.
+    I32 = 7,
+    /// Unsigned 64-bit integer.
+    U64 = 8,
+    /// Signed 64-bit integer.
+    I64 = 9,
+    /// IEEE 754 single precision.
+    F32 = 10,
+    /// IEEE 754 double precision.
+    F64 = 11,
+}
+
+impl DType {
+    /// Every dtype, in code order.
+    pub const ALL: [DType; 11] = [
+        DType::Bool,
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::U32,
+        DType::I32,
+        DType::U64,
+        DType::I64,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::Bool | DType::U8 | DType::I8 => 1,
+            DType::U16 | DType::I16 => 2,
+            DType::U32 | DType::I32 | DType::F32 => 4,
+            DType::U64 | DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The code stored on disk.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The dtype for an on-disk code, if it is one.
+    pub fn from_code(code: u8) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    /// The NumPy-style name (`f32`, `bool`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::U8 => "u8",
+            DType::I8 => "i8",
+            DType::U16 => "u16",
+            DType::I16 => "i16",
+            DType::U32 => "u32",
+            DType::I32 => "i32",
+            DType::U64 => "u64",
+            DType::I64 => "i64",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let alias = match s {
+            "float32" => "f32",
+            "float64" => "f64",
+            "int64" => "i64",
+            "int32" => "i32",
+            "uint8" => "u8",
+            other => other,
+        };
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == alias)
+            .ok_or_else(|| crate::Error::InvalidSchema(format!("unknown dtype {s:?}")))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type that is the element of one [`DType`]. Sealed: the byte views the engine
+/// takes of these types are only sound for plain numbers and `bool`.
+pub trait Element: sealed::Sealed + bytemuck::NoUninit + Copy + 'static {
+    /// The dtype this type stores as.
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
+}
+
+element!(
+    bool => Bool, u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
+    u64 => U64, i64 => I64, f32 => F32, f64 => F64,
+);

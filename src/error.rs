@@ -1,0 +1,301 @@
+//! One error type for everything the engine can refuse.
+//!
+//! Each variant carries the context a person needs to act without a debugger: the file,
+//! the byte offset, the field, the index, and what was expected against what was found.
+//! Nothing is logged instead of returned.
+
+use std::path::PathBuf;
+
+use crate::dtype::DType;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, with enough context to act on.
+///
+/// ```
+/// use replaystore::Error;
+/// let e = Error::Evicted { index: 3, head: 10, tail: 20 };
+/// assert!(e.to_string().contains("index 3"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call on a file failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// The file or directory the call was about.
+        path: PathBuf,
+        /// What was being done (`open`, `allocate`, `msync`, ...).
+        op: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Reserving disk space for a file failed because the disk is full.
+    #[error("disk full: could not reserve {bytes} bytes for {}", path.display())]
+    DiskFull {
+        /// The file that could not be reserved.
+        path: PathBuf,
+        /// How many bytes were asked for.
+        bytes: u64,
+    },
+
+    /// Another writer holds the buffer's lock.
+    #[error("buffer {} is locked by another writer (lock file {})", dir.display(), lock_file.display())]
+    Locked {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The lock file that is held.
+        lock_file: PathBuf,
+    },
+
+    /// The directory holds no replay buffer (no manifest).
+    #[error("{} is not a replaystore buffer: no MANIFEST file", dir.display())]
+    NotABuffer {
+        /// The directory that was opened.
+        dir: PathBuf,
+    },
+
+    /// `create` was asked to make a buffer where one (or other files) already exists.
+    #[error("cannot create a buffer in {}: {what}", dir.display())]
+    AlreadyExists {
+        /// The directory.
+        dir: PathBuf,
+        /// What was found there.
+        what: String,
+    },
+
+    /// A file does not start with the magic bytes of its kind.
+    #[error("{}: bad magic at offset {offset}: expected {expected:?}, got {got:?}", file.display())]
+    BadMagic {
+        /// The file.
+        file: PathBuf,
+        /// Byte offset of the magic.
+        offset: u64,
+        /// The magic the file should have.
+        expected: Vec<u8>,
+        /// What it has.
+        got: Vec<u8>,
+    },
+
+    /// A file was written by a format version this build cannot read.
+    #[error("{}: format version {found} is not supported (this build reads version {supported})", file.display())]
+    UnsupportedVersion {
+        /// The file.
+        file: PathBuf,
+        /// The version found in the file.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+
+    /// A file is shorter than its layout says it must be.
+    #[error("{}: truncated: expected at least {expected} bytes, got {got}", file.display())]
+    Truncated {
+        /// The file.
+        file: PathBuf,
+        /// The length its layout needs.
+        expected: u64,
+        /// Its actual length.
+        got: u64,
+    },
+
+    /// A stored checksum does not match the bytes it covers.
+    #[error("{}: checksum mismatch in {what} at offset {offset}: stored {expected:#010x}, computed {got:#010x}", file.display())]
+    ChecksumMismatch {
+        /// The file.
+        file: PathBuf,
+        /// Byte offset of the checked region.
+        offset: u64,
+        /// Which structure (`superblock`, `segment header`, `item 17`, ...).
+        what: String,
+        /// The checksum stored in the file.
+        expected: u32,
+        /// The checksum of the bytes as they are.
+        got: u32,
+    },
+
+    /// A file's contents are well-formed bytes but say something impossible.
+    #[error("{}: corrupt {field} at offset {offset}: expected {expected}, got {got}", file.display())]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// Byte offset of the field.
+        offset: u64,
+        /// The field or structure.
+        field: String,
+        /// What it should be.
+        expected: String,
+        /// What it is.
+        got: String,
+    },
+
+    /// Neither commit slot of the manifest is valid.
+    #[error("{}: no valid commit slot: slot A: {slot_a}; slot B: {slot_b}", file.display())]
+    NoValidCommit {
+        /// The manifest.
+        file: PathBuf,
+        /// Why slot A was rejected.
+        slot_a: String,
+        /// Why slot B was rejected.
+        slot_b: String,
+    },
+
+    /// The schema description is invalid (at create time, or as read from disk).
+    #[error("invalid schema: {0}")]
+    InvalidSchema(String),
+
+    /// The configuration is invalid.
+    #[error("invalid config: {field}: {problem}")]
+    InvalidConfig {
+        /// The option.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+
+    /// A batch has no column for a schema field.
+    #[error("missing field {field:?}: the schema has it, the batch does not")]
+    MissingField {
+        /// The field's name.
+        field: String,
+    },
+
+    /// A batch has a column the schema does not know.
+    #[error("unknown field {field:?}: not in the schema (schema fields: {known})")]
+    UnknownField {
+        /// The column's name.
+        field: String,
+        /// The schema's field names, comma-separated.
+        known: String,
+    },
+
+    /// A column was given twice.
+    #[error("field {field:?} given twice")]
+    DuplicateField {
+        /// The field's name.
+        field: String,
+    },
+
+    /// A column's element type differs from the schema's.
+    #[error("field {field:?}: wrong dtype: expected {expected}, got {got}")]
+    DTypeMismatch {
+        /// The field.
+        field: String,
+        /// The schema's dtype.
+        expected: DType,
+        /// The column's dtype.
+        got: DType,
+    },
+
+    /// A column's shape does not fit the schema's.
+    #[error("field {field:?}: wrong shape: expected {expected:?}, got {got:?}")]
+    ShapeMismatch {
+        /// The field.
+        field: String,
+        /// The shape that fits (with the batch dimension first for batches).
+        expected: Vec<usize>,
+        /// The column's shape.
+        got: Vec<usize>,
+    },
+
+    /// A column's byte length does not match its shape and dtype.
+    #[error("field {field:?}: {got} bytes do not hold shape {shape:?} of {dtype} ({expected} bytes)")]
+    LengthMismatch {
+        /// The field.
+        field: String,
+        /// The declared shape.
+        shape: Vec<usize>,
+        /// The declared dtype.
+        dtype: DType,
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+
+    /// The columns of a batch have different lengths.
+    #[error("ragged batch: field {field:?} has {got} rows, field {first_field:?} has {expected}")]
+    RaggedBatch {
+        /// The field that disagrees.
+        field: String,
+        /// The first field, whose row count is taken as the batch's.
+        first_field: String,
+        /// Rows in the first field.
+        expected: usize,
+        /// Rows in this field.
+        got: usize,
+    },
+
+    /// An output buffer handed to a gather has the wrong size.
+    #[error("output for field {field:?}: expected {expected} bytes, got {got}")]
+    OutputSize {
+        /// The field.
+        field: String,
+        /// Bytes needed.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+
+    /// The logical index is no longer (or not yet) in the buffer.
+    #[error("index {index} is not live: the buffer holds indices {head}..{tail}")]
+    Evicted {
+        /// The index asked for.
+        index: u64,
+        /// The oldest live index.
+        head: u64,
+        /// One past the newest index.
+        tail: u64,
+    },
+
+    /// A sample was asked of an empty buffer (or an empty range of it).
+    #[error("cannot sample: the buffer is empty")]
+    Empty,
+
+    /// A sample request cannot be met.
+    #[error("invalid sample request: {0}")]
+    InvalidSample(String),
+
+    /// A slot did not hold the item its index says it should: the bytes were overwritten
+    /// or damaged after the item was stored. The item is never served.
+    #[error("{}: item {index} at offset {offset}: {problem}", file.display())]
+    BadItem {
+        /// The segment file.
+        file: PathBuf,
+        /// Byte offset of the item's slot.
+        offset: u64,
+        /// The logical index asked for.
+        index: u64,
+        /// What the check found.
+        problem: String,
+    },
+
+    /// An earlier sync failed, so the buffer no longer accepts writes: retrying a failed
+    /// msync/fsync and reporting success would hide lost data (the kernel has already
+    /// marked the pages clean).
+    #[error("buffer {} is read-only after an earlier failure: {reason}", dir.display())]
+    Poisoned {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The first failure.
+        reason: String,
+    },
+
+    /// The platform cannot hold this format (it is little-endian by definition).
+    #[error("unsupported platform: {0}")]
+    Unsupported(&'static str),
+}
+
+impl Error {
+    /// Wraps an I/O error with the path and operation it came from.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The MANIFEST file: an immutable superblock, two alternating commit slots, the schema.
+//!
+//! ```text
+//! offset  size  what
+//! 0       4096  superblock (written once at create, never changed)
+//! 4096    4096  commit slot A (even generations)
+//! 8192    4096  commit slot B (odd generations)
+//! 12288   n     schema (rkyv archive, n = superblock.schema_len)
+//! ```
+//! Each commit slot lives in its own 4 KiB page so a torn write of one can never touch
+//! the other; the newer valid slot wins on open.
+
+use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, checksum, crc32, magic, need};
+
+/// Magic at the start of MANIFEST.
+pub const MAGIC: [u8; 8] = *b"RPLYSTOR";
+
+// Superblock fields, chained.
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = MAGIC_OFF + 8;
+const FLAGS_OFF: usize = VERSION_OFF + 4;
+const UUID_OFF: usize = FLAGS_OFF + 4;
+const CAPACITY_OFF: usize = UUID_OFF + 16;
+const SEGMENT_SLOTS_OFF: usize = CAPACITY_OFF + 8;
+const SEGMENT_COUNT_OFF: usize = SEGMENT_SLOTS_OFF + 8;
+const ROW_STRIDE_OFF: usize = SEGMENT_COUNT_OFF + 8;
+const ITEM_BYTES_OFF: usize = ROW_STRIDE_OFF + 8;
+const SCHEMA_OFFSET_OFF: usize = ITEM_BYTES_OFF + 8;
+const SCHEMA_LEN_OFF: usize = SCHEMA_OFFSET_OFF + 8;
+const SCHEMA_CRC_OFF: usize = SCHEMA_LEN_OFF + 8;
+const SUPERBLOCK_CRC_OFF: usize = SCHEMA_CRC_OFF + 4;
+/// Bytes of the superblock that carry data (the rest of its page is zero).
+pub const SUPERBLOCK_LEN: usize = SUPERBLOCK_CRC_OFF + 4;
+
+/// Bytes reserved for the superblock and for each commit slot: one page each.
+pub const PAGE: usize = 4096;
+/// Offset of commit slot A; slot B follows one page later.
+pub const COMMIT_SLOT_OFFSET: [usize; 2] = [PAGE, 2 * PAGE];
+/// Offset of the schema archive.
+pub const SCHEMA_OFFSET: usize = 3 * PAGE;
+/// Largest schema archive accepted on open (a hostile length must not allocate much).
+pub const MAX_SCHEMA_LEN: u64 = 1 << 20;
+
+// Commit slot fields, chained.
+const C_MAGIC_OFF: usize = 0;
+const C_SLOT_OFF: usize = C_MAGIC_OFF + 4;
+const C_GENERATION_OFF: usize = C_SLOT_OFF + 4;
+const C_HEAD_OFF: usize = C_GENERATION_OFF + 8;
+const C_TAIL_OFF: usize = C_HEAD_OFF + 8;
+const C_CLEARED_OFF: usize = C_TAIL_OFF + 8;
+const C_SAMPLED_OFF: usize = C_CLEARED_OFF + 8;
+const C_RNG_SEED_OFF: usize = C_SAMPLED_OFF + 8;
+const C_RNG_POS_OFF: usize = C_RNG_SEED_OFF + 8;
+const C_FLAGS_OFF: usize = C_RNG_POS_OFF + 16;
+const C_CRC_OFF: usize = C_FLAGS_OFF + 4;
+/// Bytes of a commit slot that carry data.
+pub const COMMIT_LEN: usize = C_CRC_OFF + 4;
+/// Magic at the start of each commit slot.
+pub const COMMIT_MAGIC: [u8; 4] = *b"CMIT";
+
+/// Commit flag: the writer closed the buffer cleanly, so no recovery scan is needed.
+pub const FLAG_CLEAN: u32 = 1;
+const KNOWN_FLAGS: u32 = FLAG_CLEAN;
+
+/// The immutable description of a buffer's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Identity of the buffer; every segment header repeats it.
+    pub uuid: [u8; 16],
+    /// Items the ring holds.
+    pub capacity: u64,
+    /// Slots per segment file (a power of two).
+    pub segment_slots: u64,
+    /// Number of segment files.
+    pub segment_count: u64,
+    /// Bytes per slot (row header + payload + padding, a multiple of 8).
+    pub row_stride: u64,
+    /// Payload bytes per item.
+    pub item_bytes: u64,
+    /// Length of the schema archive.
+    pub schema_len: u64,
+    /// CRC-32 of the schema archive.
+    pub schema_crc: u32,
+}
+
+impl Superblock {
+    /// Segments needed for `capacity` slots of `segment_slots` each.
+    pub fn segments_for(capacity: u64, segment_slots: u64) -> u64 {
+        capacity.div_ceil(segment_slots.max(1))
+    }
+
+    /// The superblock's bytes (one page).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        let mut w = BytesMut(&mut page);
+        w.put(MAGIC_OFF, &MAGIC);
+        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(FLAGS_OFF, 0);
+        w.put(UUID_OFF, &self.uuid);
+        w.u64(CAPACITY_OFF, self.capacity);
+        w.u64(SEGMENT_SLOTS_OFF, self.segment_slots);
+        w.u64(SEGMENT_COUNT_OFF, self.segment_count);
+        w.u64(ROW_STRIDE_OFF, self.row_stride);
+        w.u64(ITEM_BYTES_OFF, self.item_bytes);
+        w.u64(SCHEMA_OFFSET_OFF, SCHEMA_OFFSET as u64);
+        w.u64(SCHEMA_LEN_OFF, self.schema_len);
+        w.u32(SCHEMA_CRC_OFF, self.schema_crc);
+        let crc = crc32(page.get(..SUPERBLOCK_CRC_OFF).unwrap_or(&[]));
+        BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
+        page
+    }
+
+    /// Decodes and checks a superblock: magic, version, checksum, then each field's range.
+    pub fn decode(bytes: &[u8]) -> Result<Superblock, Problem> {
+        need(bytes, MAGIC.len())?;
+        magic(bytes, MAGIC_OFF, &MAGIC)?;
+        need(bytes, SUPERBLOCK_LEN)?;
+        let r = Bytes(bytes);
+        let version = r.u32(VERSION_OFF).unwrap_or(0);
+        checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
+        if version != FORMAT_VERSION {
+            return Err(Problem::Version(version));
+        }
+        let field = |off: usize| r.u64(off).unwrap_or(0);
+        let sb = Superblock {
+            uuid: r.array(UUID_OFF).unwrap_or([0; 16]),
+            capacity: field(CAPACITY_OFF),
+            segment_slots: field(SEGMENT_SLOTS_OFF),
+            segment_count: field(SEGMENT_COUNT_OFF),
+            row_stride: field(ROW_STRIDE_OFF),
+            item_bytes: field(ITEM_BYTES_OFF),
+            schema_len: field(SCHEMA_LEN_OFF),
+            schema_crc: r.u32(SCHEMA_CRC_OFF).unwrap_or(0),
+        };
+        let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
+            Err(Problem::Field {
+                offset: offset as u64,
+                name,
+                expected,
+                got: got.to_string(),
+            })
+        };
+        let flags = r.u32(FLAGS_OFF).unwrap_or(0);
+        if flags != 0 {
+            return bad(FLAGS_OFF, "flags", "0".into(), flags.into());
+        }
+        if sb.capacity == 0 || sb.capacity > super::row::MAX_CAPACITY {
+            return bad(CAPACITY_OFF, "capacity", format!("1..={}", super::row::MAX_CAPACITY), sb.capacity);
+        }
+        if !sb.segment_slots.is_power_of_two() {
+            return bad(SEGMENT_SLOTS_OFF, "segment_slots", "a power of two".into(), sb.segment_slots);
+        }
+        let segments = Superblock::segments_for(sb.capacity, sb.segment_slots);
+        if sb.segment_count != segments {
+            return bad(SEGMENT_COUNT_OFF, "segment_count", segments.to_string(), sb.segment_count);
+        }
+        if sb.row_stride % 8 != 0 || sb.row_stride < super::row::ROW_HEADER_LEN as u64 + sb.item_bytes {
+            return bad(ROW_STRIDE_OFF, "row_stride", "a multiple of 8 holding the row header and payload".into(), sb.row_stride);
+        }
+        if sb.row_stride > super::row::MAX_ROW_STRIDE {
+            return bad(ROW_STRIDE_OFF, "row_stride", format!("at most {}", super::row::MAX_ROW_STRIDE), sb.row_stride);
+        }
+        let schema_offset = field(SCHEMA_OFFSET_OFF);
+        if schema_offset != SCHEMA_OFFSET as u64 {
+            return bad(SCHEMA_OFFSET_OFF, "schema_offset", SCHEMA_OFFSET.to_string(), schema_offset);
+        }
+        if sb.schema_len == 0 || sb.schema_len > MAX_SCHEMA_LEN {
+            return bad(SCHEMA_LEN_OFF, "schema_len", format!("1..={MAX_SCHEMA_LEN}"), sb.schema_len);
+        }
+        Ok(sb)
+    }
+
+    /// Total length of a MANIFEST with this superblock.
+    pub fn manifest_len(&self) -> u64 {
+        SCHEMA_OFFSET as u64 + self.schema_len
+    }
+}
+
+/// One committed state of the ring: what is live and where the RNG stream stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Commit {
+    /// Increases by one with every commit; decides which slot is newer.
+    pub generation: u64,
+    /// Oldest live logical index.
+    pub head: u64,
+    /// One past the newest live logical index; the next item gets this index.
+    pub tail: u64,
+    /// Items dropped by `clear`.
+    pub cleared: u64,
+    /// Items returned by `sample` so far.
+    pub sampled: u64,
+    /// Seed of the sampling RNG.
+    pub rng_seed: u64,
+    /// Position in the RNG's stream (ChaCha word position).
+    pub rng_word_pos: u128,
+    /// `FLAG_CLEAN` when the writer closed cleanly.
+    pub flags: u32,
+}
+
+impl Commit {
+    /// Which slot (0 = A, 1 = B) this commit is written to.
+    pub fn slot(&self) -> usize {
+        (self.generation % 2) as usize
+    }
+
+    /// Whether the writer closed cleanly after this commit.
+    pub fn is_clean(&self) -> bool {
+        self.flags & FLAG_CLEAN != 0
+    }
+
+    /// The slot's bytes.
+    pub fn encode(&self) -> [u8; COMMIT_LEN] {
+        let mut b = [0u8; COMMIT_LEN];
+        let mut w = BytesMut(&mut b);
+        w.put(C_MAGIC_OFF, &COMMIT_MAGIC);
+        w.u32(C_SLOT_OFF, self.slot() as u32);
+        w.u64(C_GENERATION_OFF, self.generation);
+        w.u64(C_HEAD_OFF, self.head);
+        w.u64(C_TAIL_OFF, self.tail);
+        w.u64(C_CLEARED_OFF, self.cleared);
+        w.u64(C_SAMPLED_OFF, self.sampled);
+        w.u64(C_RNG_SEED_OFF, self.rng_seed);
+        w.u128(C_RNG_POS_OFF, self.rng_word_pos);
+        w.u32(C_FLAGS_OFF, self.flags);
+        let crc = crc32(b.get(..C_CRC_OFF).unwrap_or(&[]));
+        BytesMut(&mut b).u32(C_CRC_OFF, crc);
+        b
+    }
+
+    /// Decodes and checks the commit slot `slot` (0 or 1), given the buffer's capacity.
+    pub fn decode(bytes: &[u8], slot: usize, capacity: u64) -> Result<Commit, Problem> {
+        need(bytes, COMMIT_LEN)?;
+        magic(bytes, C_MAGIC_OFF, &COMMIT_MAGIC)?;
+        checksum(bytes, 0, C_CRC_OFF, C_CRC_OFF)?;
+        let r = Bytes(bytes);
+        let field = |off: usize| r.u64(off).unwrap_or(0);
+        let c = Commit {
+            generation: field(C_GENERATION_OFF),
+            head: field(C_HEAD_OFF),
+            tail: field(C_TAIL_OFF),
+            cleared: field(C_CLEARED_OFF),
+            sampled: field(C_SAMPLED_OFF),
+            rng_seed: field(C_RNG_SEED_OFF),
+            rng_word_pos: r.u128(C_RNG_POS_OFF).unwrap_or(0),
+            flags: r.u32(C_FLAGS_OFF).unwrap_or(0),
+        };
+        let stored_slot = r.u32(C_SLOT_OFF).unwrap_or(u32::MAX);
+        let fail = |off: usize, name: &'static str, expected: String, got: String| {
+            Err(Problem::Field {
+                offset: off as u64,
+                name,
+                expected,
+                got,
+            })
+        };
+        if stored_slot as usize != slot || c.slot() != slot {
+            return fail(
+                C_GENERATION_OFF,
+                "generation",
+                format!("a generation belonging in slot {slot}"),
+                format!("generation {} (slot field {stored_slot})", c.generation),
+            );
+        }
+        if c.head > c.tail || c.tail - c.head > capacity {
+            return fail(
+                C_HEAD_OFF,
+                "head/tail",
+                format!("head <= tail <= head + {capacity}"),
+                format!("head {} tail {}", c.head, c.tail),
+            );
+        }
+        if c.cleared > c.head {
+            return fail(C_CLEARED_OFF, "cleared", format!("<= head {}", c.head), c.cleared.to_string());
+        }
+        if c.flags & !KNOWN_FLAGS != 0 {
+            return fail(C_FLAGS_OFF, "flags", format!("only bits {KNOWN_FLAGS:#x}"), format!("{:#x}", c.flags));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            uuid: [7; 16],
+            capacity: 1000,
+            segment_slots: 256,
+            segment_count: 4,
+            row_stride: 200,
+            item_bytes: 170,
+            schema_len: 100,
+            schema_crc: 5,
+        }
+    }
+
+    #[test]
+    fn superblock_round_trips_and_detects_every_flipped_bit() {
+        let page = sb().encode();
+        assert_eq!(Superblock::decode(&page), Ok(sb()));
+        for bit in 0..SUPERBLOCK_LEN * 8 {
+            let mut bad = page.clone();
+            if let Some(b) = bad.get_mut(bit / 8) {
+                *b ^= 1 << (bit % 8);
+            }
+            assert!(Superblock::decode(&bad).is_err(), "flip of bit {bit} went unnoticed");
+        }
+        for len in 0..SUPERBLOCK_LEN {
+            assert!(Superblock::decode(page.get(..len).unwrap_or(&[])).is_err());
+        }
+    }
+
+    #[test]
+    fn commit_round_trips_and_detects_every_flipped_bit() {
+        let c = Commit {
+            generation: 9,
+            head: 10,
+            tail: 900,
+            cleared: 3,
+            sampled: 77,
+            rng_seed: 42,
+            rng_word_pos: 1 << 70,
+            flags: FLAG_CLEAN,
+        };
+        let b = c.encode();
+        assert_eq!(Commit::decode(&b, 1, 1000), Ok(c));
+        assert!(Commit::decode(&b, 0, 1000).is_err(), "slot A must refuse an odd generation");
+        for bit in 0..COMMIT_LEN * 8 {
+            let mut bad = b;
+            if let Some(x) = bad.get_mut(bit / 8) {
+                *x ^= 1 << (bit % 8);
+            }
+            assert!(Commit::decode(&bad, 1, 1000).is_err(), "flip of bit {bit} went unnoticed");
+        }
+    }
+}

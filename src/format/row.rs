@@ -1,0 +1,122 @@
+//! One slot of a segment: a 16-byte row header, then the item's fields.
+//!
+//! ```text
+//! offset  size  what
+//! 0       8     stamp: 0 = never written; index + 1 = holds logical index `index`;
+//!               (index + 1) | 1 << 63 = logical index `index` is being written here
+//! 8       4     crc32 of (logical index as u64 LE ++ payload span)
+//! 12      4     reserved, 0
+//! 16      ...   fields in schema order, each at an offset that is a multiple of its
+//!               dtype's size; the payload span ends where the last field ends
+//! ...     ...   zero padding up to the stride, a multiple of 8
+//! ```
+//! The stamp is written last on add (and set to "being written" first), so a complete
+//! stamp means complete bytes in the page cache; the checksum is what proves it after a
+//! power loss, when pages reach the disk in any order.
+
+use crate::schema::Schema;
+
+const STAMP_OFF: usize = 0;
+const CRC_OFF: usize = STAMP_OFF + 8;
+const RESERVED_OFF: usize = CRC_OFF + 4;
+/// Bytes before the first field.
+pub const ROW_HEADER_LEN: usize = RESERVED_OFF + 4;
+/// Offset of the stamp within a row.
+pub const ROW_STAMP_OFFSET: usize = STAMP_OFF;
+/// Offset of the checksum within a row.
+pub const ROW_CRC_OFFSET: usize = CRC_OFF;
+
+/// Stamp of a slot never written.
+pub const STAMP_EMPTY: u64 = 0;
+/// Bit set in the stamp of a slot whose bytes are being replaced. The rest of the stamp
+/// still names the index being written, so recovery knows every index before it was
+/// handed out, even when the write cut short destroyed the only other evidence.
+pub const WRITING_BIT: u64 = 1 << 63;
+/// Largest capacity a buffer may have.
+pub const MAX_CAPACITY: u64 = 1 << 40;
+/// Largest stride of a row.
+pub const MAX_ROW_STRIDE: u64 = (crate::schema::MAX_ITEM_BYTES as u64) * 2 + 64;
+
+/// The stamp that marks a slot as holding logical index `index`.
+pub const fn stamp_of(index: u64) -> u64 {
+    index + 1
+}
+
+/// The stamp of a slot while logical index `index` is being written into it.
+pub const fn writing_stamp(index: u64) -> u64 {
+    (index + 1) | WRITING_BIT
+}
+
+/// The logical index a complete slot holds, if the stamp says it is complete.
+pub const fn index_of(stamp: u64) -> Option<u64> {
+    if stamp == STAMP_EMPTY || stamp & WRITING_BIT != 0 {
+        None
+    } else {
+        Some(stamp - 1)
+    }
+}
+
+/// The logical index being written, if the stamp says a write was under way.
+pub const fn writing_index(stamp: u64) -> Option<u64> {
+    if stamp & WRITING_BIT != 0 && stamp != WRITING_BIT {
+        Some((stamp & !WRITING_BIT) - 1)
+    } else {
+        None
+    }
+}
+
+/// Where each field of an item sits inside a row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowLayout {
+    /// Per field: (offset in the row, bytes), in schema order.
+    pub fields: Vec<(usize, usize)>,
+    /// First byte after the last field.
+    pub payload_end: usize,
+    /// Bytes per row, a multiple of 8.
+    pub stride: usize,
+}
+
+impl RowLayout {
+    /// The layout of a schema's rows.
+    ///
+    /// ```
+    /// use replaystore::{DType, Schema, format::row::RowLayout};
+    /// let s = Schema::builder().field("a", DType::U8, &[]).field("b", DType::F32, &[2]).build()?;
+    /// let l = RowLayout::of(&s);
+    /// assert_eq!(l.fields, vec![(16, 1), (20, 8)]);
+    /// assert_eq!(l.stride, 32);
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn of(schema: &Schema) -> RowLayout {
+        let mut off = ROW_HEADER_LEN;
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                off = off.next_multiple_of(f.dtype().size());
+                let at = off;
+                off += f.bytes();
+                (at, f.bytes())
+            })
+            .collect();
+        RowLayout {
+            fields,
+            payload_end: off,
+            stride: off.next_multiple_of(8),
+        }
+    }
+
+    /// The byte range the checksum covers (after the index).
+    pub fn payload_span(&self) -> std::ops::Range<usize> {
+        ROW_HEADER_LEN..self.payload_end
+    }
+}
+
+/// The checksum of an item: its logical index, then its payload span. Binding the index
+/// in means a row moved to the wrong slot, or a stale row under a new stamp, fails.
+pub fn item_crc(index: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&index.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}

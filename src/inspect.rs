@@ -1,0 +1,264 @@
+//! Read-only looks at a buffer: [`inspect`] (what `replaystore info` prints) and
+//! [`verify`] (every checksum and stamp). Neither takes the lock nor writes a byte, so
+//! they are safe on a damaged buffer and next to a running writer.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
+use crate::format::segment::hex;
+use crate::recovery::{self, Recovered};
+use crate::ring::Ring;
+use crate::schema::Schema;
+use crate::storage::io::{self, Io};
+use crate::storage::{self, MANIFEST, Manifest};
+
+/// What a buffer's files say about it.
+#[derive(Clone, Debug)]
+pub struct Info {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The buffer's uuid, in hex.
+    pub uuid: String,
+    /// The format version of its files.
+    pub format_version: u32,
+    /// The schema.
+    pub schema: Schema,
+    /// Items the ring holds.
+    pub capacity: u64,
+    /// Slots per segment file.
+    pub segment_slots: u64,
+    /// Segment files.
+    pub segment_count: u64,
+    /// Bytes per slot.
+    pub row_stride: u64,
+    /// The newest valid commit.
+    pub commit: Commit,
+    /// Payload bytes of the live items.
+    pub data_bytes: u64,
+    /// Bytes the files occupy on disk.
+    pub bytes_on_disk: u64,
+}
+
+impl Info {
+    /// Live items as of the newest commit (a running writer may have more).
+    pub fn len(&self) -> u64 {
+        self.commit.tail - self.commit.head
+    }
+
+    /// Whether no item was live at the newest commit.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Reads what a buffer's manifest says, without locking or changing anything.
+///
+/// ```
+/// # use replaystore::{Config, DType, ReplayBuffer, Schema, inspect};
+/// # let dir = tempfile::tempdir()?;
+/// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+/// ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?.close()?;
+/// let info = inspect(dir.path().join("b"))?;
+/// assert_eq!((info.capacity, info.len()), (10, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
+    let dir = dir.as_ref();
+    let m = Manifest::load(&io::OsIo, dir)?;
+    let commit = m.newest_commit()?;
+    let sb = &m.superblock;
+    Ok(Info {
+        dir: dir.to_path_buf(),
+        uuid: hex(&sb.uuid),
+        format_version: crate::format::FORMAT_VERSION,
+        capacity: sb.capacity,
+        segment_slots: sb.segment_slots,
+        segment_count: sb.segment_count,
+        row_stride: sb.row_stride,
+        data_bytes: (commit.tail - commit.head) * sb.item_bytes,
+        bytes_on_disk: storage::bytes_on_disk(dir, sb.segment_count),
+        commit,
+        schema: m.schema,
+    })
+}
+
+/// One thing `verify` found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The file.
+    pub file: PathBuf,
+    /// Byte offset in it.
+    pub offset: u64,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} @ {}: {}", self.file.display(), self.offset, self.what)
+    }
+}
+
+/// What `verify` checked and found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Damage: the buffer is not sound while this is non-empty.
+    pub problems: Vec<Finding>,
+    /// Things worth knowing that are not damage (a torn commit slot that the other slot
+    /// covers, an unclean shutdown that open will recover).
+    pub notes: Vec<String>,
+    /// Items whose stamp and checksum were checked.
+    pub items_checked: u64,
+    /// Segment headers checked.
+    pub segments_checked: u64,
+    /// The commit verified against.
+    pub commit: Option<Commit>,
+    /// After an unclean shutdown: what open will recover.
+    pub recovery: Option<Recovered>,
+}
+
+impl Report {
+    /// Whether nothing is damaged.
+    pub fn is_sound(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn finding_of(e: &Error, fallback: &Path) -> Finding {
+    let (file, offset) = match e {
+        Error::BadMagic { file, offset, .. }
+        | Error::ChecksumMismatch { file, offset, .. }
+        | Error::Corrupt { file, offset, .. }
+        | Error::BadItem { file, offset, .. } => (file.clone(), *offset),
+        Error::Truncated { file, expected, .. } => (file.clone(), *expected),
+        Error::UnsupportedVersion { file, .. } | Error::NoValidCommit { file, .. } => (file.clone(), 0),
+        Error::Io { path, .. } => (path.clone(), 0),
+        _ => (fallback.to_path_buf(), 0),
+    };
+    Finding {
+        file,
+        offset,
+        what: e.to_string(),
+    }
+}
+
+/// Checks a buffer: manifest, both commit slots, every segment header, and the stamp and
+/// checksum of every live item. `Err` only when `dir` is not a buffer at all.
+///
+/// ```
+/// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema, verify};
+/// # let dir = tempfile::tempdir()?;
+/// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+/// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+/// buf.add(&[Column::scalar("x", &3u8)])?;
+/// buf.close()?;
+/// let report = verify(dir.path().join("b"))?;
+/// assert!(report.is_sound());
+/// assert_eq!(report.items_checked, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn verify(dir: impl AsRef<Path>) -> Result<Report> {
+    verify_with(dir.as_ref(), &io::OsIo)
+}
+
+/// `verify` through a given file-operation seam.
+pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
+    let mut report = Report::default();
+    let manifest_path = dir.join(MANIFEST);
+    let m = match Manifest::load(io, dir) {
+        Ok(m) => m,
+        Err(e @ Error::NotABuffer { .. }) => return Err(e),
+        Err(e) => {
+            report.problems.push(finding_of(&e, &manifest_path));
+            return Ok(report);
+        }
+    };
+    for (i, slot) in m.slots.iter().enumerate() {
+        if let Err(p) = slot {
+            let never_written = io
+                .read(&manifest_path)
+                .ok()
+                .and_then(|b| {
+                    let off = COMMIT_SLOT_OFFSET.get(i).copied()?;
+                    b.get(off..off + COMMIT_LEN).map(|s| s.iter().all(|&x| x == 0))
+                })
+                .unwrap_or(false);
+            if !never_written {
+                report.notes.push(format!(
+                    "commit slot {} is not valid ({p}); the other slot is used",
+                    ["A", "B"].get(i).unwrap_or(&"?")
+                ));
+            }
+        }
+    }
+    let commit = match m.newest_commit() {
+        Ok(c) => c,
+        Err(e) => {
+            report.problems.push(finding_of(&e, &manifest_path));
+            return Ok(report);
+        }
+    };
+    report.commit = Some(commit);
+    let sb = &m.superblock;
+    let mut segments = Vec::new();
+    for n in 0..sb.segment_count {
+        match storage::open_segment(io, dir, sb, n, false) {
+            Ok(seg) => segments.push(seg),
+            Err(e) => report.problems.push(finding_of(&e, &storage::segment_path(dir, n))),
+        }
+        report.segments_checked += 1;
+    }
+    if segments.len() as u64 != sb.segment_count {
+        report
+            .notes
+            .push("items were not checked: a segment file could not be opened".into());
+        return Ok(report);
+    }
+    let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+    let (head, tail) = if commit.is_clean() {
+        (commit.head, commit.tail)
+    } else {
+        let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail);
+        report.notes.push(format!(
+            "the last writer did not close the buffer (crash, kill, or still running): open will recover \
+             indices {}..{} ({} past the last commit{})",
+            r.head,
+            r.tail,
+            r.rolled_forward,
+            if r.dropped > 0 {
+                format!(", {} not recoverable", r.dropped)
+            } else {
+                String::new()
+            }
+        ));
+        report.recovery = Some(r);
+        (r.head, r.tail)
+    };
+    for index in head..tail {
+        let slot = index % sb.capacity;
+        let Some((seg, k)) = ring.locate(slot) else { continue };
+        let c = seg.check_row(k, ring.layout());
+        report.items_checked += 1;
+        let what = if c.stamp != crate::format::row::stamp_of(index) {
+            format!(
+                "item {index}: the slot's stamp is {:#x}, expected {:#x}",
+                c.stamp,
+                crate::format::row::stamp_of(index)
+            )
+        } else if !c.crc_ok {
+            format!(
+                "item {index}: checksum mismatch: stored {:#010x}, computed {:#010x}",
+                c.stored_crc, c.computed_crc
+            )
+        } else {
+            continue;
+        };
+        report.problems.push(Finding {
+            file: seg.path().to_path_buf(),
+            offset: seg.row_offset(k),
+            what,
+        });
+    }
+    Ok(report)
+}

@@ -1,0 +1,81 @@
+//! Which items a uniform sample draws. Drawing is apart from gathering, so a binding can
+//! draw indices, allocate its own arrays, and have the buffer fill them.
+
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Error, Result};
+
+/// A uniform sample request.
+///
+/// ```
+/// use replaystore::SampleSpec;
+/// let spec = SampleSpec::new(256).without_replacement().newest(10_000);
+/// assert_eq!(spec.n, 256);
+/// assert!(!spec.replace);
+/// assert_eq!(spec.newest, Some(10_000));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleSpec {
+    /// Items to draw.
+    pub n: usize,
+    /// Draw with replacement (the default) or not.
+    pub replace: bool,
+    /// Draw only from the newest K items (DI-engine's `sample_range`).
+    pub newest: Option<u64>,
+}
+
+impl SampleSpec {
+    /// `n` items, uniformly, with replacement, from the whole buffer.
+    pub fn new(n: usize) -> SampleSpec {
+        SampleSpec {
+            n,
+            replace: true,
+            newest: None,
+        }
+    }
+
+    /// Draw distinct items (`n` must not exceed the items in range).
+    pub fn without_replacement(mut self) -> SampleSpec {
+        self.replace = false;
+        self
+    }
+
+    /// Draw only from the newest `k` items.
+    pub fn newest(mut self, k: u64) -> SampleSpec {
+        self.newest = Some(k);
+        self
+    }
+}
+
+/// Draws indices from the live range `[head, tail)` into `out`.
+pub(crate) fn draw_uniform(rng: &mut ChaCha8Rng, spec: &SampleSpec, head: u64, tail: u64, out: &mut Vec<u64>) -> Result<()> {
+    out.clear();
+    if spec.n == 0 {
+        return Err(Error::InvalidSample("n must be at least 1".into()));
+    }
+    if spec.newest == Some(0) {
+        return Err(Error::InvalidSample("newest must be at least 1".into()));
+    }
+    let lo = match spec.newest {
+        Some(k) => head.max(tail.saturating_sub(k)),
+        None => head,
+    };
+    let len = tail - lo;
+    if len == 0 {
+        return Err(Error::Empty);
+    }
+    if spec.replace {
+        out.extend((0..spec.n).map(|_| lo + rng.random_range(0..len)));
+    } else {
+        let len = usize::try_from(len).map_err(|_| Error::InvalidSample("range too large".into()))?;
+        if spec.n > len {
+            return Err(Error::InvalidSample(format!(
+                "{} items without replacement, but only {len} are in range",
+                spec.n
+            )));
+        }
+        out.extend(rand::seq::index::sample(rng, len, spec.n).iter().map(|o| lo + o as u64));
+    }
+    Ok(())
+}

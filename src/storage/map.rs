@@ -1,0 +1,305 @@
+//! Mapped segment files: the only module that touches mapped bytes through pointers.
+//!
+//! Bytes another process may change are never borrowed as `&[u8]` across that change:
+//! rows are copied out through raw pointers and the slot's stamp is checked before and
+//! after the copy (a seqlock: the writer sets the stamp to "being written" first and to
+//! the item's index last). Within the writer's own process nothing else writes, so the
+//! writer may read back what it just wrote.
+#![expect(unsafe_code, reason = "mapped memory is reached through raw pointers")]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+use memmap2::MmapRaw;
+
+use crate::error::{Error, Result};
+use crate::format::row::{self, ROW_CRC_OFFSET, RowLayout, STAMP_EMPTY};
+use crate::format::segment::DATA_OFFSET;
+use crate::storage::io::Io;
+
+/// One mapped segment file.
+#[derive(Debug)]
+pub struct SegmentMap {
+    map: MmapRaw,
+    path: PathBuf,
+    slots: usize,
+    stride: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; all access goes through
+// methods that uphold the stamp protocol above, and `&mut self` guards the writing ones.
+unsafe impl Send for SegmentMap {}
+// SAFETY: as above; shared (`&self`) methods only read, through atomics or raw copies.
+unsafe impl Sync for SegmentMap {}
+
+/// What a slot holds, as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowCheck {
+    /// The stamp.
+    pub stamp: u64,
+    /// Whether the stored checksum matches the index the stamp names and the payload.
+    pub crc_ok: bool,
+    /// The stored checksum.
+    pub stored_crc: u32,
+    /// The checksum of the bytes as they are.
+    pub computed_crc: u32,
+}
+
+impl SegmentMap {
+    /// Wraps a mapping, checking that it is long enough for `slots` rows of `stride`.
+    pub fn new(map: MmapRaw, path: &Path, slots: usize, stride: usize, writable: bool) -> Result<Self> {
+        let need = slots
+            .checked_mul(stride)
+            .and_then(|b| b.checked_add(DATA_OFFSET))
+            .ok_or_else(|| Error::Corrupt {
+                file: path.to_path_buf(),
+                offset: 0,
+                field: "segment size".into(),
+                expected: "a size that fits in memory".into(),
+                got: format!("{slots} slots of {stride} bytes"),
+            })?;
+        if map.len() < need || stride % 8 != 0 || stride < row::ROW_HEADER_LEN {
+            return Err(Error::Truncated {
+                file: path.to_path_buf(),
+                expected: need as u64,
+                got: map.len() as u64,
+            });
+        }
+        Ok(SegmentMap {
+            map,
+            path: path.to_path_buf(),
+            slots,
+            stride,
+            writable,
+        })
+    }
+
+    /// The file this maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Slots in this segment.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Byte offset of slot `k` in the file.
+    pub fn row_offset(&self, k: usize) -> u64 {
+        (DATA_OFFSET + k * self.stride) as u64
+    }
+
+    /// A copy of the header page.
+    pub fn header(&self) -> Vec<u8> {
+        let mut out = vec![0u8; DATA_OFFSET];
+        // SAFETY: `new` checked the mapping holds at least DATA_OFFSET bytes; `out` is a
+        // fresh allocation of that size, so the ranges are valid and disjoint.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), DATA_OFFSET) };
+        out
+    }
+
+    /// Pointer to row `k`; `k < slots` is the caller's bound (checked in debug builds).
+    #[inline(always)]
+    fn row(&self, k: usize) -> *mut u8 {
+        debug_assert!(k < self.slots, "slot {k} out of {}", self.slots);
+        let k = k.min(self.slots.saturating_sub(1));
+        // SAFETY: k < slots (clamped), and `new` checked DATA_OFFSET + slots * stride fits
+        // in the mapping, so the offset stays inside it.
+        unsafe { self.map.as_mut_ptr().add(DATA_OFFSET + k * self.stride) }
+    }
+
+    #[inline(always)]
+    fn stamp_atomic(&self, k: usize) -> &AtomicU64 {
+        // SAFETY: the row start is 8-aligned (page-aligned mapping, DATA_OFFSET and stride
+        // are multiples of 8) and in bounds; every access to a stamp is atomic, in this
+        // process and in any other that maps the file.
+        unsafe { AtomicU64::from_ptr(self.row(k).cast::<u64>()) }
+    }
+
+    /// The stamp of slot `k` (acquire: the row's bytes written before it are visible).
+    #[inline(always)]
+    pub fn load_stamp(&self, k: usize) -> u64 {
+        self.stamp_atomic(k).load(Ordering::Acquire)
+    }
+
+    /// Marks slot `k` as never written (recovery drops rows past the recovered tail).
+    pub fn clear_stamp(&mut self, k: usize) {
+        debug_assert!(self.writable);
+        self.stamp_atomic(k).store(STAMP_EMPTY, Ordering::Release);
+    }
+
+    /// Writes item `index` into slot `k`: stamp "being written", fields, checksum, stamp.
+    /// Each `fields[i]` is the bytes of field `i`; a length that differs from the layout
+    /// is a caller bug, and only the overlap is copied.
+    #[inline]
+    pub fn write_row(&mut self, k: usize, index: u64, layout: &RowLayout, fields: &[&[u8]]) {
+        debug_assert!(self.writable);
+        let row = self.row(k);
+        let stamp = self.stamp_atomic(k);
+        stamp.store(row::writing_stamp(index), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (&(off, len), src) in layout.fields.iter().zip(fields) {
+            debug_assert_eq!(src.len(), len);
+            let n = src.len().min(len);
+            // SAFETY: off + len <= payload_end <= stride, so the destination lies inside
+            // row k; `src` is caller memory, never this mapping (it is not exposed).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), row.add(off), n) };
+        }
+        let span = layout.payload_span();
+        // SAFETY: the span lies inside row k, and this process is the only writer (the
+        // buffer's lock); readers elsewhere only read, so borrowing it briefly is sound.
+        let payload = unsafe { std::slice::from_raw_parts(row.add(span.start), span.len()) };
+        let crc = row::item_crc(index, payload);
+        // SAFETY: the crc field is 4-aligned and inside row k's header.
+        unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().write(crc.to_le()) };
+        stamp.store(row::stamp_of(index), Ordering::Release);
+    }
+
+    /// Reads slot `k`'s stamp and checks its checksum against the index it names.
+    pub fn check_row(&self, k: usize, layout: &RowLayout) -> RowCheck {
+        let stamp = self.load_stamp(k);
+        let row = self.row(k);
+        let span = layout.payload_span();
+        let mut payload = vec![0u8; span.len()];
+        // SAFETY: the span is inside row k; copied out rather than borrowed because a
+        // writer in another process may be changing it (the stamp check below decides).
+        unsafe { std::ptr::copy_nonoverlapping(row.add(span.start), payload.as_mut_ptr(), span.len()) };
+        // SAFETY: the crc field is 4-aligned and inside row k's header.
+        let stored_crc = u32::from_le(unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().read_volatile() });
+        let computed_crc = row::index_of(stamp).map_or(0, |i| row::item_crc(i, &payload));
+        RowCheck {
+            stamp,
+            crc_ok: row::index_of(stamp).is_some() && stored_crc == computed_crc,
+            stored_crc,
+            computed_crc,
+        }
+    }
+
+    /// msync of the rows `from..to` (page-rounded by the mapping).
+    pub fn flush_rows(&self, io: &dyn Io, from: usize, to: usize) -> std::io::Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let start = DATA_OFFSET + from * self.stride;
+        let end = DATA_OFFSET + to.min(self.slots) * self.stride;
+        io.flush_map(&self.map, start, end - start)
+    }
+
+    /// msync of the whole mapping.
+    pub fn flush_all(&self, io: &dyn Io) -> std::io::Result<()> {
+        io.flush_map(&self.map, 0, self.map.len())
+    }
+}
+
+/// How many rows ahead the gather prefetches: enough to keep ~16 misses in flight.
+const PREFETCH_DISTANCE: usize = 16;
+/// Bytes of each row prefetched (the rest of a large row streams in by itself).
+const PREFETCH_BYTES: usize = 256;
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it
+        // never faults or reads memory architecturally, whatever the address.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Where logical indices live: `segments[slot >> shift]`, row `slot & mask`, with
+/// `slot = base_slot + (index - base_index)` wrapped once at `capacity`.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotMap {
+    /// log2 of slots per segment.
+    pub shift: u32,
+    /// Slots per segment minus one.
+    pub mask: u64,
+    /// Ring capacity.
+    pub capacity: u64,
+    /// A live index whose slot is known...
+    pub base_index: u64,
+    /// ...and that slot (`base_index % capacity`).
+    pub base_slot: u64,
+}
+
+impl SlotMap {
+    /// The (segment, row) of a live index: no division on the hot path.
+    #[inline(always)]
+    pub fn locate(&self, index: u64) -> (usize, usize) {
+        let mut slot = self.base_slot + index.wrapping_sub(self.base_index);
+        if slot >= self.capacity {
+            slot -= self.capacity;
+        }
+        ((slot >> self.shift) as usize, (slot & self.mask) as usize)
+    }
+}
+
+/// A row whose stamp did not name the index asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct StampMismatch {
+    /// Position in the index list.
+    pub position: usize,
+    /// The stamp found (before or after the copy).
+    pub stamp: u64,
+}
+
+/// Copies every field of the rows holding `indices` into `outs` (field-major: `outs[f]`
+/// holds field `f` of every row, row after row). Each row's stamp is checked before and
+/// after its copy. `indices` must be live for `map` (the ring checks); `outs[f]` must be
+/// `indices.len()` times field `f`'s size (the caller checks; a shorter output only makes
+/// the copy stop early).
+pub fn gather(
+    segments: &[SegmentMap],
+    map: SlotMap,
+    layout: &RowLayout,
+    indices: &[u64],
+    outs: &mut [&mut [u8]],
+) -> Result<(), StampMismatch> {
+    let row_ptr = |index: u64| -> Option<(&SegmentMap, usize)> {
+        let (s, k) = map.locate(index);
+        segments.get(s).filter(|seg| k < seg.slots).map(|seg| (seg, k))
+    };
+    let prefetch_row = |index: u64| {
+        if let Some((seg, k)) = row_ptr(index) {
+            let p = seg.row(k);
+            for off in (0..seg.stride.min(PREFETCH_BYTES)).step_by(64) {
+                prefetch(p.wrapping_add(off));
+            }
+        }
+    };
+    for &index in indices.iter().take(PREFETCH_DISTANCE) {
+        prefetch_row(index);
+    }
+    for (i, &index) in indices.iter().enumerate() {
+        if let Some(&ahead) = indices.get(i + PREFETCH_DISTANCE) {
+            prefetch_row(ahead);
+        }
+        let Some((seg, k)) = row_ptr(index) else {
+            return Err(StampMismatch { position: i, stamp: STAMP_EMPTY });
+        };
+        let want = row::stamp_of(index);
+        let stamp = seg.stamp_atomic(k);
+        let before = stamp.load(Ordering::Acquire);
+        if before != want {
+            return Err(StampMismatch { position: i, stamp: before });
+        }
+        let src = seg.row(k);
+        for (&(off, len), out) in layout.fields.iter().zip(outs.iter_mut()) {
+            let Some(dst) = out.get_mut(i * len..(i + 1) * len) else {
+                break;
+            };
+            // SAFETY: off + len lies inside row k (layout fits the stride); `dst` is a
+            // caller buffer of exactly `len` bytes, disjoint from the mapping.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.as_mut_ptr(), len) };
+        }
+        fence(Ordering::Acquire);
+        let after = stamp.load(Ordering::Relaxed);
+        if after != want {
+            return Err(StampMismatch { position: i, stamp: after });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! The buffer's files: names, creation with reserved disk, the manifest's commit slots,
+//! mapped segments and the writer lock. Every call goes through the [`io::Io`] seam.
+
+pub mod io;
+pub mod map;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock};
+use crate::format::row::RowLayout;
+use crate::format::segment::SegmentHeader;
+use crate::format::{Problem, crc32, schema_doc};
+use crate::schema::Schema;
+use io::Io;
+use map::SegmentMap;
+
+/// Name of the manifest file.
+pub const MANIFEST: &str = "MANIFEST";
+/// Name of the writer's lock file.
+pub const LOCK: &str = "LOCK";
+/// Folder of the ring's segment files.
+pub const LANE_DIR: &str = "lane-0";
+
+/// Path of segment `n` of a buffer.
+pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(LANE_DIR).join(format!("seg-{n:08}.dat"))
+}
+
+/// The header segment `n` must have.
+pub fn segment_header(sb: &Superblock, n: u64) -> SegmentHeader {
+    let first_slot = n * sb.segment_slots;
+    SegmentHeader {
+        uuid: sb.uuid,
+        segment_no: n,
+        first_slot,
+        slots: sb.segment_slots.min(sb.capacity - first_slot),
+        row_stride: sb.row_stride,
+    }
+}
+
+/// The manifest as read from disk and checked: superblock, schema, both commit slots.
+#[derive(Debug)]
+pub struct Manifest {
+    /// The MANIFEST path.
+    pub path: PathBuf,
+    /// The immutable description.
+    pub superblock: Superblock,
+    /// The schema.
+    pub schema: Schema,
+    /// Row layout derived from the schema.
+    pub layout: RowLayout,
+    /// Each slot: its commit, or why it was rejected.
+    pub slots: [Result<Commit, Problem>; 2],
+}
+
+impl Manifest {
+    /// Reads and checks the manifest of `dir`.
+    pub fn load(io: &dyn Io, dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST);
+        let bytes = match io.read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotABuffer { dir: dir.to_path_buf() });
+            }
+            Err(e) => return Err(Error::io("read", &path, e)),
+        };
+        let superblock =
+            Superblock::decode(bytes.get(..PAGE).unwrap_or(&bytes)).map_err(|p| p.into_error(&path, "superblock"))?;
+        let need = superblock.manifest_len();
+        if (bytes.len() as u64) < need {
+            return Err(Error::Truncated {
+                file: path,
+                expected: need,
+                got: bytes.len() as u64,
+            });
+        }
+        let schema_bytes = bytes
+            .get(SCHEMA_OFFSET..SCHEMA_OFFSET + superblock.schema_len as usize)
+            .unwrap_or(&[]);
+        let crc = crc32(schema_bytes);
+        if crc != superblock.schema_crc {
+            return Err(Error::ChecksumMismatch {
+                file: path,
+                offset: SCHEMA_OFFSET as u64,
+                what: "schema".into(),
+                expected: superblock.schema_crc,
+                got: crc,
+            });
+        }
+        let schema = schema_doc::decode(schema_bytes).map_err(|got| Error::Corrupt {
+            file: path.clone(),
+            offset: SCHEMA_OFFSET as u64,
+            field: "schema".into(),
+            expected: "a valid schema archive".into(),
+            got,
+        })?;
+        let layout = RowLayout::of(&schema);
+        if layout.stride as u64 != superblock.row_stride || schema.item_bytes() as u64 != superblock.item_bytes {
+            return Err(Error::Corrupt {
+                file: path,
+                offset: 0,
+                field: "superblock row_stride/item_bytes".into(),
+                expected: format!("{}/{} (from the schema)", layout.stride, schema.item_bytes()),
+                got: format!("{}/{}", superblock.row_stride, superblock.item_bytes),
+            });
+        }
+        let slot = |i: usize| {
+            let off = COMMIT_SLOT_OFFSET.get(i).copied().unwrap_or(0);
+            let b = bytes.get(off..off + COMMIT_LEN).unwrap_or(&[]);
+            Commit::decode(b, i, superblock.capacity)
+        };
+        Ok(Manifest {
+            path,
+            slots: [slot(0), slot(1)],
+            superblock,
+            schema,
+            layout,
+        })
+    }
+
+    /// The newest valid commit.
+    pub fn newest_commit(&self) -> Result<Commit> {
+        match &self.slots {
+            [Ok(a), Ok(b)] => Ok(if a.generation >= b.generation { *a } else { *b }),
+            [Ok(a), Err(_)] => Ok(*a),
+            [Err(_), Ok(b)] => Ok(*b),
+            [Err(a), Err(b)] => Err(Error::NoValidCommit {
+                file: self.path.clone(),
+                slot_a: a.to_string(),
+                slot_b: b.to_string(),
+            }),
+        }
+    }
+}
+
+/// Bytes of a new MANIFEST: superblock, an initial commit in slot A, the schema.
+pub fn manifest_bytes(sb: &Superblock, schema_archive: &[u8], first: &Commit) -> Vec<u8> {
+    let mut out = vec![0u8; SCHEMA_OFFSET];
+    out.splice(0..PAGE, sb.encode());
+    let off = COMMIT_SLOT_OFFSET.get(first.slot()).copied().unwrap_or(PAGE);
+    out.splice(off..off + COMMIT_LEN, first.encode());
+    out.extend_from_slice(schema_archive);
+    out
+}
+
+/// Writes a commit into its slot; `durable` adds an fdatasync.
+pub fn write_commit(io: &dyn Io, manifest: &File, path: &Path, commit: &Commit, durable: bool) -> Result<()> {
+    let off = COMMIT_SLOT_OFFSET.get(commit.slot()).copied().unwrap_or(PAGE);
+    io.write_at(manifest, off as u64, &commit.encode())
+        .map_err(|e| Error::io("write commit slot", path, e))?;
+    if durable {
+        io.sync_data(manifest).map_err(|e| Error::io("fdatasync", path, e))?;
+    }
+    Ok(())
+}
+
+/// Creates, reserves and stamps the header of segment file `n`.
+pub fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
+    let path = segment_path(dir, n);
+    let header = segment_header(sb, n);
+    let file = io.create_new(&path).map_err(|e| Error::io("create", &path, e))?;
+    let len = header.file_len();
+    io.allocate(&file, len).map_err(|e| {
+        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
+            Error::DiskFull { path: path.clone(), bytes: len }
+        } else {
+            Error::io("allocate", &path, e)
+        }
+    })?;
+    io.write_at(&file, 0, &header.encode()).map_err(|e| Error::io("write header", &path, e))?;
+    io.sync_data(&file).map_err(|e| Error::io("fdatasync", &path, e))?;
+    Ok(())
+}
+
+/// Opens and maps segment `n`, checking its length and header.
+pub fn open_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64, writable: bool) -> Result<SegmentMap> {
+    let path = segment_path(dir, n);
+    let header = segment_header(sb, n);
+    let file = if writable { io.open_rw(&path) } else { io.open_ro(&path) }.map_err(|e| Error::io("open", &path, e))?;
+    let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
+    if len < header.file_len() {
+        return Err(Error::Truncated {
+            file: path,
+            expected: header.file_len(),
+            got: len,
+        });
+    }
+    let raw = io.map(&file, header.file_len(), writable).map_err(|e| Error::io("mmap", &path, e))?;
+    let seg = SegmentMap::new(raw, &path, header.slots as usize, sb.row_stride as usize, writable)?;
+    SegmentHeader::check(&seg.header(), &header).map_err(|p| p.into_error(&path, "segment header"))?;
+    Ok(seg)
+}
+
+/// Takes the writer lock of `dir`, creating the lock file if needed.
+pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK);
+    let file = match io.open_rw(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match io.create_new(&path) {
+            Ok(f) => f,
+            // Another process created it between our two calls.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?
+            }
+            Err(e) => return Err(Error::io("create", &path, e)),
+        },
+        Err(e) => return Err(Error::io("open", &path, e)),
+    };
+    match io.try_lock_exclusive(&file) {
+        Ok(()) => Ok(file),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => Err(Error::Locked {
+            dir: dir.to_path_buf(),
+            lock_file: path,
+        }),
+        Err(e) => Err(Error::io("lock", &path, e)),
+    }
+}
+
+/// Bytes the files of a buffer occupy on disk (allocated blocks).
+pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let file = |p: PathBuf| std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0);
+    file(dir.join(MANIFEST)) + (0..segments).map(|n| file(segment_path(dir, n))).sum::<u64>()
+}
