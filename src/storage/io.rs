@@ -125,6 +125,7 @@ pub struct FaultyIo {
     fail_at: u64,
     sticky: bool,
     only: Option<&'static str>,
+    errno: Option<i32>,
 }
 
 impl FaultyIo {
@@ -136,6 +137,7 @@ impl FaultyIo {
             fail_at: n,
             sticky: false,
             only: None,
+            errno: None,
         }
     }
 
@@ -153,6 +155,12 @@ impl FaultyIo {
         self
     }
 
+    /// Fails with this OS error number (e.g. 28, ENOSPC) instead of a generic error.
+    pub fn errno(mut self, errno: i32) -> Self {
+        self.errno = Some(errno);
+        self
+    }
+
     /// Operations counted so far.
     pub fn ops(&self) -> u64 {
         self.ops.load(Ordering::Relaxed)
@@ -164,7 +172,10 @@ impl FaultyIo {
         }
         let n = self.ops.fetch_add(1, Ordering::Relaxed);
         if n == self.fail_at || (self.sticky && n > self.fail_at) {
-            Err(io::Error::other(format!("injected fault in {op} (operation {n})")))
+            Err(match self.errno {
+                Some(errno) => io::Error::from_raw_os_error(errno),
+                None => io::Error::other(format!("injected fault in {op} (operation {n})")),
+            })
         } else {
             Ok(())
         }
