@@ -1,0 +1,101 @@
+//! Helpers shared by the integration tests: a schema with every kind of field, and items
+//! that are a pure function of their logical index, so any torn, stale or misplaced
+//! byte is detectable.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+
+use replaystore::{Column, DType, ReplayBuffer, Schema};
+
+pub fn schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::F32, &[5])
+        .field("action", DType::I64, &[])
+        .field("reward", DType::F64, &[])
+        .field("done", DType::Bool, &[])
+        .field("frame", DType::U8, &[3, 7])
+        .field("tag", DType::U16, &[2])
+        .build()
+        .unwrap()
+}
+
+/// The item stored at logical index `i`.
+pub struct Item {
+    pub obs: [f32; 5],
+    pub action: i64,
+    pub reward: f64,
+    pub done: bool,
+    pub frame: [u8; 21],
+    pub tag: [u16; 2],
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+pub fn item(i: u64) -> Item {
+    let h = mix(i);
+    let mut frame = [0u8; 21];
+    for (k, b) in frame.iter_mut().enumerate() {
+        *b = (mix(h ^ k as u64) & 0xff) as u8;
+    }
+    Item {
+        obs: std::array::from_fn(|k| (i as f32) * 0.5 + k as f32),
+        action: (h % 1000) as i64 - 500,
+        reward: f64::from_bits(h >> 12 | 0x3ff0_0000_0000_0000),
+        done: h % 7 == 0,
+        frame,
+        tag: [(i & 0xffff) as u16, (h >> 48) as u16],
+    }
+}
+
+pub fn columns(it: &Item) -> [Column<'_>; 6] {
+    [
+        Column::new("obs", &it.obs),
+        Column::scalar("action", &it.action),
+        Column::scalar("reward", &it.reward),
+        Column::scalar("done", &it.done),
+        Column::new("frame", &it.frame).with_shape(&[3, 7]),
+        Column::new("tag", &it.tag),
+    ]
+}
+
+/// The bytes an item must read back as, field after field.
+pub fn item_bytes(i: u64) -> Vec<u8> {
+    let it = item(i);
+    columns(&it).iter().flat_map(|c| c.bytes().iter().copied()).collect()
+}
+
+/// Adds items `from..to` as one batch (columns with the batch dimension first).
+pub fn add_range(buf: &mut ReplayBuffer, from: u64, to: u64) -> std::ops::Range<u64> {
+    let items: Vec<Item> = (from..to).map(item).collect();
+    let n = items.len();
+    let obs: Vec<f32> = items.iter().flat_map(|x| x.obs).collect();
+    let action: Vec<i64> = items.iter().map(|x| x.action).collect();
+    let reward: Vec<f64> = items.iter().map(|x| x.reward).collect();
+    let done: Vec<bool> = items.iter().map(|x| x.done).collect();
+    let frame: Vec<u8> = items.iter().flat_map(|x| x.frame).collect();
+    let tag: Vec<u16> = items.iter().flat_map(|x| x.tag).collect();
+    buf.add_batch(&[
+        Column::new("obs", &obs).with_shape(&[n, 5]),
+        Column::new("action", &action),
+        Column::new("reward", &reward),
+        Column::new("done", &done),
+        Column::new("frame", &frame).with_shape(&[n, 3, 7]),
+        Column::new("tag", &tag).with_shape(&[n, 2]),
+    ])
+    .unwrap()
+}
+
+/// Asserts every live item reads back as `item_bytes(index)`.
+pub fn assert_live_items_intact(buf: &ReplayBuffer) {
+    let live: Vec<u64> = buf.live().collect();
+    for chunk in live.chunks(4096) {
+        let batch = buf.get_many(chunk).unwrap();
+        for (r, &i) in chunk.iter().enumerate() {
+            assert_eq!(batch.item_bytes(r), item_bytes(i), "item {i} differs");
+        }
+    }
+}
