@@ -1,1 +1,184 @@
-fn main(){}
+//! Criterion benches of the standard workloads (../shared/WORKLOADS.md): W1 (vector
+//! transitions, capacity 10^6) and W2 (Atari frames, capacity 10^5).
+//!
+//! `cargo bench --bench workloads` runs all; `-- w1/` or `-- w2/` one family.
+//! W1 stores `next_obs` as its own field (no episode deduplication yet).
+//! Adds are measured in the steady state of a ring that is already full (the one-time
+//! first touch of fresh file pages is reported by `first_fill`).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use replaystore::{Batch, Column, Config, DType, ReplayBuffer, SampleSpec, Schema};
+
+const W1_CAP: u64 = 1_000_000;
+const W2_CAP: u64 = 100_000;
+
+fn w1_schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::F32, &[17])
+        .field("next_obs", DType::F32, &[17])
+        .field("action", DType::F32, &[6])
+        .field("reward", DType::F32, &[])
+        .field("done", DType::Bool, &[])
+        .build()
+        .expect("W1 schema")
+}
+
+fn w2_schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::U8, &[4, 84, 84])
+        .field("action", DType::I64, &[])
+        .field("reward", DType::F32, &[])
+        .field("done", DType::Bool, &[])
+        .build()
+        .expect("W2 schema")
+}
+
+/// W1 data: `n` transitions of distinct values, columnar.
+struct W1Data {
+    obs: Vec<f32>,
+    next_obs: Vec<f32>,
+    action: Vec<f32>,
+    reward: Vec<f32>,
+    done: Vec<bool>,
+}
+
+impl W1Data {
+    fn new(n: usize) -> W1Data {
+        W1Data {
+            obs: (0..n * 17).map(|i| i as f32).collect(),
+            next_obs: (0..n * 17).map(|i| i as f32 + 0.5).collect(),
+            action: (0..n * 6).map(|i| (i % 13) as f32).collect(),
+            reward: (0..n).map(|i| (i % 7) as f32).collect(),
+            done: (0..n).map(|i| i % 200 == 199).collect(),
+        }
+    }
+
+    fn row(&self, i: usize) -> [Column<'_>; 5] {
+        [
+            Column::new("obs", &self.obs[i * 17..i * 17 + 17]),
+            Column::new("next_obs", &self.next_obs[i * 17..i * 17 + 17]),
+            Column::new("action", &self.action[i * 6..i * 6 + 6]),
+            Column::new("reward", &self.reward[i..i + 1]),
+            Column::new("done", &self.done[i..i + 1]),
+        ]
+    }
+
+    fn chunk(&self, i: usize, n: usize) -> [Column<'_>; 5] {
+        [
+            Column::new("obs", &self.obs[i * 17..(i + n) * 17]).with_shape(&[n, 17]),
+            Column::new("next_obs", &self.next_obs[i * 17..(i + n) * 17]).with_shape(&[n, 17]),
+            Column::new("action", &self.action[i * 6..(i + n) * 6]).with_shape(&[n, 6]),
+            Column::new("reward", &self.reward[i..i + n]),
+            Column::new("done", &self.done[i..i + n]),
+        ]
+    }
+}
+
+fn w1_full(dir: &std::path::Path, data: &W1Data) -> ReplayBuffer {
+    let mut buf = ReplayBuffer::create(dir.join("w1"), Config::new(w1_schema(), W1_CAP).seed(1)).expect("create");
+    for i in (0..W1_CAP as usize).step_by(1000) {
+        buf.add_batch(&data.chunk(i, 1000)).expect("add");
+    }
+    buf
+}
+
+fn w1(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = W1Data::new(W1_CAP as usize);
+    let mut buf = w1_full(dir.path(), &data);
+    let mut g = c.benchmark_group("w1");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    g.throughput(Throughput::Elements(W1_CAP));
+    g.bench_function("add1", |b| {
+        b.iter(|| {
+            for i in 0..W1_CAP as usize {
+                black_box(buf.add(&data.row(i)).expect("add"));
+            }
+        })
+    });
+    g.bench_function("addB", |b| {
+        b.iter(|| {
+            for i in (0..W1_CAP as usize).step_by(1000) {
+                black_box(buf.add_batch(&data.chunk(i, 1000)).expect("add"));
+            }
+        })
+    });
+    g.sample_size(50).measurement_time(Duration::from_secs(5));
+    g.throughput(Throughput::Elements(1));
+    let spec = SampleSpec::new(256);
+    let mut batch = Batch::new(buf.schema(), 0);
+    g.bench_function("sample256", |b| b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample")));
+    g.finish();
+    drop(buf);
+
+    // First fill of a fresh buffer: includes the first touch of every file page.
+    let mut g = c.benchmark_group("w1_first_fill");
+    g.sample_size(10).throughput(Throughput::Elements(W1_CAP));
+    g.bench_function("add1", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let d = tempfile::tempdir().expect("tempdir");
+                let mut buf = ReplayBuffer::create(d.path().join("w1"), Config::new(w1_schema(), W1_CAP)).expect("create");
+                let t = Instant::now();
+                for i in 0..W1_CAP as usize {
+                    black_box(buf.add(&data.row(i)).expect("add"));
+                }
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+fn w2(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let frames: Vec<u8> = (0..64 * 28_224).map(|i| (i * 7 % 251) as u8).collect();
+    let mut buf = ReplayBuffer::create(dir.path().join("w2"), Config::new(w2_schema(), W2_CAP).seed(2)).expect("create");
+    let add = |buf: &mut ReplayBuffer, i: u64| {
+        let f = (i % 64) as usize * 28_224;
+        let action = (i % 18) as i64;
+        let reward = (i % 3) as f32;
+        let done = i % 1000 == 999;
+        buf.add(&[
+            Column::new("obs", &frames[f..f + 28_224]).with_shape(&[4, 84, 84]),
+            Column::scalar("action", &action),
+            Column::scalar("reward", &reward),
+            Column::scalar("done", &done),
+        ])
+        .expect("add")
+    };
+    let t = Instant::now();
+    for i in 0..W2_CAP {
+        add(&mut buf, i);
+    }
+    eprintln!(
+        "w2 first fill: {:.0} transitions/s (one-time first touch of 2.8 GB of file pages)",
+        W2_CAP as f64 / t.elapsed().as_secs_f64()
+    );
+    let mut g = c.benchmark_group("w2");
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(W2_CAP));
+    let mut next = W2_CAP;
+    g.bench_function("add1", |b| {
+        b.iter(|| {
+            for _ in 0..W2_CAP {
+                black_box(add(&mut buf, next));
+                next += 1;
+            }
+        })
+    });
+    g.sample_size(50).measurement_time(Duration::from_secs(5));
+    g.throughput(Throughput::Elements(1));
+    let spec = SampleSpec::new(32);
+    let mut batch = Batch::new(buf.schema(), 0);
+    g.bench_function("sample32", |b| b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample")));
+    g.finish();
+}
+
+criterion_group!(benches, w1, w2);
+criterion_main!(benches);

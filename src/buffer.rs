@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use crate::batch::Batch;
-use crate::column::{Column, match_columns};
+use crate::column::{Column, NameCache, match_columns};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
@@ -174,6 +174,7 @@ pub struct ReplayBuffer {
     closed: bool,
     recovered: Option<Recovered>,
     order: Vec<usize>,
+    names: NameCache,
 }
 
 impl SlotProbe for Ring {
@@ -298,6 +299,7 @@ impl ReplayBuffer {
             closed: false,
             recovered,
             order: Vec::new(),
+            names: NameCache::new(),
             superblock: sb,
             dir,
             io,
@@ -402,7 +404,7 @@ impl ReplayBuffer {
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, false, &mut order);
+        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names);
         let result = checked.map(|_| {
             let index = self.tail;
             let nf = order.len();
@@ -430,7 +432,7 @@ impl ReplayBuffer {
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, true, &mut order);
+        let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names);
         let result = checked.map(|rows| {
             let first = self.tail;
             let cap = self.superblock.capacity;

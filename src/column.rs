@@ -99,15 +99,43 @@ impl<'a> Column<'a> {
     }
 }
 
+/// Where each field's name was last seen: (address, length) of the caller's `&str`.
+/// Callers usually pass the same string literals on every add, so an address match
+/// skips comparing names byte by byte on the hot path.
+pub(crate) type NameCache = Vec<(usize, usize)>;
+
+fn same_name(c: &Column<'_>, field: &str, seen: Option<&mut (usize, usize)>) -> bool {
+    let key = (c.name.as_ptr() as usize, c.name.len());
+    match seen {
+        Some(s) if *s == key => true,
+        Some(s) if c.name == field => {
+            *s = key;
+            true
+        }
+        _ => c.name == field,
+    }
+}
+
+fn dims_eq(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Matches `columns` to the schema's fields. On success `order[f]` is the position of
 /// field `f`'s column, and the result is the number of rows (1 when `batch` is false).
 /// Nothing is written by the caller unless this succeeds.
-pub(crate) fn match_columns(schema: &Schema, columns: &[Column<'_>], batch: bool, order: &mut Vec<usize>) -> Result<usize> {
+pub(crate) fn match_columns(
+    schema: &Schema,
+    columns: &[Column<'_>],
+    batch: bool,
+    order: &mut Vec<usize>,
+    names: &mut NameCache,
+) -> Result<usize> {
     order.clear();
+    names.resize(schema.len(), (0, 0));
     for (f, field) in schema.fields().iter().enumerate() {
         // Fast path: columns given in schema order.
         let pos = match columns.get(f) {
-            Some(c) if c.name == field.name() => f,
+            Some(c) if same_name(c, field.name(), names.get_mut(f)) => f,
             _ => columns
                 .iter()
                 .position(|c| c.name == field.name())
@@ -143,7 +171,7 @@ pub(crate) fn match_columns(schema: &Schema, columns: &[Column<'_>], batch: bool
         }
         let shape = c.shape();
         let n = if batch {
-            let fits = c.rank == field.shape().len() + 1 && shape.get(1..) == Some(field.shape());
+            let fits = c.rank == field.shape().len() + 1 && dims_eq(shape.get(1..).unwrap_or(&[]), field.shape());
             if !fits {
                 let mut expected = vec![shape.first().copied().unwrap_or(0)];
                 expected.extend_from_slice(field.shape());
@@ -156,7 +184,7 @@ pub(crate) fn match_columns(schema: &Schema, columns: &[Column<'_>], batch: bool
             shape.first().copied().unwrap_or(0)
         } else {
             let flat = c.rank == 1 && shape.first() == Some(&field.elements());
-            if shape != field.shape() && !flat {
+            if !flat && !dims_eq(shape, field.shape()) {
                 return Err(Error::ShapeMismatch {
                     field: field.name().to_owned(),
                     expected: field.shape().to_vec(),

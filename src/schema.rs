@@ -18,6 +18,9 @@ pub struct Field {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
+    // Derived once: the add path asks for them per item.
+    elements: usize,
+    bytes: usize,
 }
 
 impl Field {
@@ -38,12 +41,12 @@ impl Field {
 
     /// Elements per item (1 for a scalar).
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.elements
     }
 
     /// Bytes per item.
     pub fn bytes(&self) -> usize {
-        self.elements() * self.dtype.size()
+        self.bytes
     }
 }
 
@@ -76,9 +79,26 @@ impl Schema {
     pub fn new(fields: Vec<(String, DType, Vec<usize>)>) -> Result<Schema> {
         let fields: Vec<Field> = fields
             .into_iter()
-            .map(|(name, dtype, shape)| Field { name, dtype, shape })
+            .map(|(name, dtype, shape)| Field {
+                name,
+                dtype,
+                shape,
+                elements: 0,
+                bytes: 0,
+            })
             .collect();
         validate(&fields)?;
+        let fields = fields
+            .into_iter()
+            .map(|f| {
+                let elements = f.shape.iter().product();
+                Field {
+                    elements,
+                    bytes: elements * f.dtype.size(),
+                    ..f
+                }
+            })
+            .collect();
         Ok(Schema { fields })
     }
 

@@ -144,7 +144,7 @@ impl SegmentMap {
             let n = src.len().min(len);
             // SAFETY: off + len <= payload_end <= stride, so the destination lies inside
             // row k; `src` is caller memory, never this mapping (it is not exposed).
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), row.add(off), n) };
+            unsafe { copy_small(src.as_ptr(), row.add(off), n) };
         }
         let span = layout.payload_span();
         // SAFETY: the span lies inside row k, and this process is the only writer (the
@@ -189,6 +189,43 @@ impl SegmentMap {
     /// msync of the whole mapping.
     pub fn flush_all(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, self.map.len())
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` with inline moves for the small sizes fields
+/// usually have (a call into libc's memmove per field per row was most of a W1 sample):
+/// two overlapping unaligned moves cover any length between a power of two and twice it.
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; they must not
+/// overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    macro_rules! two_moves {
+        ($t:ty) => {{
+            let n = std::mem::size_of::<$t>();
+            // SAFETY: n <= len <= 2n, so both moves stay inside the ranges the caller
+            // vouched for; unaligned reads and writes of plain bytes.
+            unsafe {
+                let head = src.cast::<$t>().read_unaligned();
+                let tail = src.add(len - n).cast::<$t>().read_unaligned();
+                dst.cast::<$t>().write_unaligned(head);
+                dst.add(len - n).cast::<$t>().write_unaligned(tail);
+            }
+        }};
+    }
+    match len {
+        0 => {}
+        // SAFETY: one byte in each range.
+        1 => unsafe { dst.write(src.read()) },
+        2..=3 => two_moves!(u16),
+        4..=7 => two_moves!(u32),
+        8..=15 => two_moves!(u64),
+        16..=31 => two_moves!(u128),
+        32..=63 => two_moves!([u128; 2]),
+        64..=128 => two_moves!([u128; 4]),
+        // SAFETY: as the caller vouched.
+        _ => unsafe { std::ptr::copy_nonoverlapping(src, dst, len) },
     }
 }
 
@@ -264,9 +301,13 @@ pub fn gather(
     };
     let prefetch_row = |index: u64| {
         if let Some((seg, k)) = row_ptr(index) {
-            let p = seg.row(k);
-            for off in (0..seg.stride.min(PREFETCH_BYTES)).step_by(64) {
-                prefetch(p.wrapping_add(off));
+            // Every cache line the row touches, up to PREFETCH_BYTES.
+            let p = seg.row(k) as usize;
+            let end = p + seg.stride.min(PREFETCH_BYTES);
+            let mut line = p & !63;
+            while line < end {
+                prefetch(line as *const u8);
+                line += 64;
             }
         }
     };
@@ -293,7 +334,7 @@ pub fn gather(
             };
             // SAFETY: off + len lies inside row k (layout fits the stride); `dst` is a
             // caller buffer of exactly `len` bytes, disjoint from the mapping.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.as_mut_ptr(), len) };
+            unsafe { copy_small(src.add(off), dst.as_mut_ptr(), len) };
         }
         fence(Ordering::Acquire);
         let after = stamp.load(Ordering::Relaxed);
