@@ -6,6 +6,12 @@
 //! Adds are measured in the steady state of a ring that is already full (the one-time
 //! first touch of fresh file pages is reported by `first_fill`).
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "the bench indexes its own synthetic arrays, sized by construction"
+)]
+#![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -78,7 +84,8 @@ impl W1Data {
 }
 
 fn w1_full(dir: &std::path::Path, data: &W1Data) -> ReplayBuffer {
-    let mut buf = ReplayBuffer::create(dir.join("w1"), Config::new(w1_schema(), W1_CAP).seed(1)).expect("create");
+    let mut buf = ReplayBuffer::create(dir.join("w1"), Config::new(w1_schema(), W1_CAP).seed(1))
+        .expect("create");
     for i in (0..W1_CAP as usize).step_by(1000) {
         buf.add_batch(&data.chunk(i, 1000)).expect("add");
     }
@@ -110,7 +117,9 @@ fn w1(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let spec = SampleSpec::new(256);
     let mut batch = Batch::new(buf.schema(), 0);
-    g.bench_function("sample256", |b| b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample")));
+    g.bench_function("sample256", |b| {
+        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+    });
     g.finish();
     drop(buf);
 
@@ -122,7 +131,9 @@ fn w1(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let d = tempfile::tempdir().expect("tempdir");
-                let mut buf = ReplayBuffer::create(d.path().join("w1"), Config::new(w1_schema(), W1_CAP)).expect("create");
+                let mut buf =
+                    ReplayBuffer::create(d.path().join("w1"), Config::new(w1_schema(), W1_CAP))
+                        .expect("create");
                 let t = Instant::now();
                 for i in 0..W1_CAP as usize {
                     black_box(buf.add(&data.row(i)).expect("add"));
@@ -138,7 +149,11 @@ fn w1(c: &mut Criterion) {
 fn w2(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let frames: Vec<u8> = (0..64 * 28_224).map(|i| (i * 7 % 251) as u8).collect();
-    let mut buf = ReplayBuffer::create(dir.path().join("w2"), Config::new(w2_schema(), W2_CAP).seed(2)).expect("create");
+    let mut buf = ReplayBuffer::create(
+        dir.path().join("w2"),
+        Config::new(w2_schema(), W2_CAP).seed(2),
+    )
+    .expect("create");
     let add = |buf: &mut ReplayBuffer, i: u64| {
         let f = (i % 64) as usize * 28_224;
         let action = (i % 18) as i64;
@@ -176,7 +191,9 @@ fn w2(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let spec = SampleSpec::new(32);
     let mut batch = Batch::new(buf.schema(), 0);
-    g.bench_function("sample32", |b| b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample")));
+    g.bench_function("sample32", |b| {
+        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+    });
     g.finish();
 }
 

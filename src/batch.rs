@@ -51,7 +51,8 @@ impl FieldArray {
 
     /// The bytes of row `i`.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
-        self.bytes().get(i * self.item_bytes..(i + 1) * self.item_bytes)
+        self.bytes()
+            .get(i * self.item_bytes..(i + 1) * self.item_bytes)
     }
 
     /// The elements as `T`, which must be the field's dtype.
@@ -155,17 +156,28 @@ impl Batch {
     /// assert!(batch.get::<f64>("r").is_err());
     /// # Ok::<(), replaystore::Error>(())
     /// ```
-    pub fn get<T: Element + bytemuck::checked::CheckedBitPattern>(&self, name: &str) -> Result<&[T]> {
+    pub fn get<T: Element + bytemuck::checked::CheckedBitPattern>(
+        &self,
+        name: &str,
+    ) -> Result<&[T]> {
         let f = self.field(name).ok_or_else(|| Error::UnknownField {
             field: name.to_owned(),
-            known: self.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+            known: self
+                .fields
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         })?;
         f.as_slice()
     }
 
     /// All bytes of item `i` across fields, in schema order (for comparisons).
     pub fn item_bytes(&self, i: usize) -> Vec<u8> {
-        self.fields.iter().flat_map(|f| f.row(i).unwrap_or(&[]).iter().copied()).collect()
+        self.fields
+            .iter()
+            .flat_map(|f| f.row(i).unwrap_or(&[]).iter().copied())
+            .collect()
     }
 
     /// Sets the number of rows, growing storage if needed (never shrinking it).
@@ -179,11 +191,9 @@ impl Batch {
     /// Whether this batch was made for `schema`.
     pub(crate) fn fits(&self, schema: &Schema) -> bool {
         self.fields.len() == schema.len()
-            && self
-                .fields
-                .iter()
-                .zip(schema.fields())
-                .all(|(a, f)| a.name == f.name() && a.dtype == f.dtype() && a.item_shape == f.shape())
+            && self.fields.iter().zip(schema.fields()).all(|(a, f)| {
+                a.name == f.name() && a.dtype == f.dtype() && a.item_shape == f.shape()
+            })
     }
 
     /// The index list and one writable byte slice per field, for a gather.

@@ -203,14 +203,18 @@ impl ReplayBuffer {
                 problem: format!("{} is not in 1..={MAX_CAPACITY}", config.capacity),
             });
         }
-        io.create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+        io.create_dir_all(&dir)
+            .map_err(|e| Error::io("create directory", &dir, e))?;
         if let Some(entry) = std::fs::read_dir(&dir)
             .map_err(|e| Error::io("read directory", &dir, e))?
             .flatten()
             .next()
         {
             return Err(Error::AlreadyExists {
-                what: format!("the directory is not empty (it has {:?})", entry.file_name()),
+                what: format!(
+                    "the directory is not empty (it has {:?})",
+                    entry.file_name()
+                ),
                 dir,
             });
         }
@@ -230,7 +234,13 @@ impl ReplayBuffer {
             schema_len: archive.len() as u64,
             schema_crc: crate::format::crc32(&archive),
         };
-        let result = write_new_buffer(&*io, &dir, &sb, &archive, config.seed.unwrap_or_else(|| rand::rng().next_u64()));
+        let result = write_new_buffer(
+            &*io,
+            &dir,
+            &sb,
+            &archive,
+            config.seed.unwrap_or_else(|| rand::rng().next_u64()),
+        );
         if let Err(e) = result {
             remove_new_buffer(&dir, &sb);
             return Err(e);
@@ -271,12 +281,15 @@ impl ReplayBuffer {
             for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
                 ring.clear_stamp(slot);
             }
-            ring.flush_all(&*io).map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
+            ring.flush_all(&*io)
+                .map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
         let manifest_path = dir.join(MANIFEST);
-        let manifest = io.open_rw(&manifest_path).map_err(|e| Error::io("open", &manifest_path, e))?;
+        let manifest = io
+            .open_rw(&manifest_path)
+            .map_err(|e| Error::io("open", &manifest_path, e))?;
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
         let mut buf = ReplayBuffer {
@@ -447,7 +460,10 @@ impl ReplayBuffer {
             }
             let nf = order.len();
             let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
-            let cols: Vec<&[u8]> = order.iter().map(|&p| columns.get(p).map_or(&[][..], Column::bytes)).collect();
+            let cols: Vec<&[u8]> = order
+                .iter()
+                .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
+                .collect();
             let mut fields: Vec<&[u8]> = vec![&[]; nf];
             for r in skip as usize..rows as usize {
                 for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
@@ -476,7 +492,9 @@ impl ReplayBuffer {
     /// Draws as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         if !out.fits(&self.schema) {
-            return Err(Error::InvalidSample("the output batch was made for another schema".into()));
+            return Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ));
         }
         {
             let (indices, _) = out.parts_mut();
@@ -567,7 +585,9 @@ impl ReplayBuffer {
         let (file, offset) = self
             .ring
             .locate(slot)
-            .map_or((self.dir.clone(), 0), |(seg, k)| (seg.path().to_path_buf(), seg.row_offset(k)));
+            .map_or((self.dir.clone(), 0), |(seg, k)| {
+                (seg.path().to_path_buf(), seg.row_offset(k))
+            });
         Error::BadItem {
             file,
             offset,
@@ -661,13 +681,21 @@ impl Drop for ReplayBuffer {
     }
 }
 
-fn write_new_buffer(io: &dyn io::Io, dir: &Path, sb: &Superblock, archive: &[u8], seed: u64) -> Result<()> {
+fn write_new_buffer(
+    io: &dyn io::Io,
+    dir: &Path,
+    sb: &Superblock,
+    archive: &[u8],
+    seed: u64,
+) -> Result<()> {
     let lane = dir.join(LANE_DIR);
-    io.create_dir_all(&lane).map_err(|e| Error::io("create directory", &lane, e))?;
+    io.create_dir_all(&lane)
+        .map_err(|e| Error::io("create directory", &lane, e))?;
     for n in 0..sb.segment_count {
         storage::create_segment(io, dir, sb, n)?;
     }
-    io.sync_dir(&lane).map_err(|e| Error::io("fsync", &lane, e))?;
+    io.sync_dir(&lane)
+        .map_err(|e| Error::io("fsync", &lane, e))?;
     let first = Commit {
         rng_seed: seed,
         flags: FLAG_CLEAN,
@@ -675,11 +703,16 @@ fn write_new_buffer(io: &dyn io::Io, dir: &Path, sb: &Superblock, archive: &[u8]
     };
     let bytes = storage::manifest_bytes(sb, archive, &first);
     let tmp = dir.join("MANIFEST.tmp");
-    let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
-    io.write_at(&file, 0, &bytes).map_err(|e| Error::io("write", &tmp, e))?;
-    io.sync_data(&file).map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let file = io
+        .create_new(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&file, 0, &bytes)
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
     let path = dir.join(MANIFEST);
-    io.rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
     io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
     Ok(())
 }

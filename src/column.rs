@@ -155,7 +155,9 @@ pub(crate) fn match_columns(
                 });
             }
             if columns.iter().take(i).any(|d| d.name == c.name) {
-                return Err(Error::DuplicateField { field: c.name.to_owned() });
+                return Err(Error::DuplicateField {
+                    field: c.name.to_owned(),
+                });
             }
         }
     }
@@ -171,7 +173,8 @@ pub(crate) fn match_columns(
         }
         let shape = c.shape();
         let n = if batch {
-            let fits = c.rank == field.shape().len() + 1 && dims_eq(shape.get(1..).unwrap_or(&[]), field.shape());
+            let fits = c.rank == field.shape().len() + 1
+                && dims_eq(shape.get(1..).unwrap_or(&[]), field.shape());
             if !fits {
                 let mut expected = vec![shape.first().copied().unwrap_or(0)];
                 expected.extend_from_slice(field.shape());
@@ -193,7 +196,7 @@ pub(crate) fn match_columns(
             }
             1
         };
-        let expected = n.checked_mul(field.bytes()).unwrap_or(usize::MAX);
+        let expected = n.saturating_mul(field.bytes());
         if c.bytes.len() != expected {
             return Err(Error::LengthMismatch {
                 field: field.name().to_owned(),

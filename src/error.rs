@@ -202,7 +202,9 @@ pub enum Error {
     },
 
     /// A column's byte length does not match its shape and dtype.
-    #[error("field {field:?}: {got} bytes do not hold shape {shape:?} of {dtype} ({expected} bytes)")]
+    #[error(
+        "field {field:?}: {got} bytes do not hold shape {shape:?} of {dtype} ({expected} bytes)"
+    )]
     LengthMismatch {
         /// The field.
         field: String,

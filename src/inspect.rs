@@ -96,7 +96,13 @@ pub struct Finding {
 
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} @ {}: {}", self.file.display(), self.offset, self.what)
+        write!(
+            f,
+            "{} @ {}: {}",
+            self.file.display(),
+            self.offset,
+            self.what
+        )
     }
 }
 
@@ -132,7 +138,9 @@ fn finding_of(e: &Error, fallback: &Path) -> Finding {
         | Error::Corrupt { file, offset, .. }
         | Error::BadItem { file, offset, .. } => (file.clone(), *offset),
         Error::Truncated { file, expected, .. } => (file.clone(), *expected),
-        Error::UnsupportedVersion { file, .. } | Error::NoValidCommit { file, .. } => (file.clone(), 0),
+        Error::UnsupportedVersion { file, .. } | Error::NoValidCommit { file, .. } => {
+            (file.clone(), 0)
+        }
         Error::Io { path, .. } => (path.clone(), 0),
         _ => (fallback.to_path_buf(), 0),
     };
@@ -181,7 +189,8 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
                 .ok()
                 .and_then(|b| {
                     let off = COMMIT_SLOT_OFFSET.get(i).copied()?;
-                    b.get(off..off + COMMIT_LEN).map(|s| s.iter().all(|&x| x == 0))
+                    b.get(off..off + COMMIT_LEN)
+                        .map(|s| s.iter().all(|&x| x == 0))
                 })
                 .unwrap_or(false);
             if !never_written {
@@ -205,7 +214,9 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
     for n in 0..sb.segment_count {
         match storage::open_segment(io, dir, sb, n, false) {
             Ok(seg) => segments.push(seg),
-            Err(e) => report.problems.push(finding_of(&e, &storage::segment_path(dir, n))),
+            Err(e) => report
+                .problems
+                .push(finding_of(&e, &storage::segment_path(dir, n))),
         }
         report.segments_checked += 1;
     }
@@ -237,7 +248,9 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
     };
     for index in head..tail {
         let slot = index % sb.capacity;
-        let Some((seg, k)) = ring.locate(slot) else { continue };
+        let Some((seg, k)) = ring.locate(slot) else {
+            continue;
+        };
         let c = seg.check_row(k, ring.layout());
         report.items_checked += 1;
         let what = if c.stamp != crate::format::row::stamp_of(index) {

@@ -103,7 +103,8 @@ pub fn stale_slots(p: &dyn SlotProbe, capacity: u64, tail: u64) -> Vec<u64> {
     (0..capacity)
         .filter(|&slot| {
             let stamp = p.stamp(slot);
-            stamp & row::WRITING_BIT != 0 || row::index_of(stamp).is_some_and(|i| i >= tail || i % capacity != slot)
+            stamp & row::WRITING_BIT != 0
+                || row::index_of(stamp).is_some_and(|i| i >= tail || i % capacity != slot)
         })
         .collect()
 }
@@ -158,7 +159,11 @@ mod tests {
             *s = (writing_stamp(15), false);
         }
         let r = recover(&m, 10, 4, 12);
-        assert_eq!((r.head, r.tail), (6, 15), "index 15 was being written over index 5");
+        assert_eq!(
+            (r.head, r.tail),
+            (6, 15),
+            "index 15 was being written over index 5"
+        );
     }
 
     #[test]
@@ -176,7 +181,11 @@ mod tests {
         // Capacity 1: the in-flight write of index 95 destroyed item 94, the only item.
         let m = Model(vec![(writing_stamp(95), false)]);
         let r = recover(&m, 1, 0, 0);
-        assert_eq!((r.head, r.tail), (95, 95), "indices 0..95 were handed out and must not be reused");
+        assert_eq!(
+            (r.head, r.tail),
+            (95, 95),
+            "indices 0..95 were handed out and must not be reused"
+        );
     }
 
     #[test]

@@ -17,7 +17,12 @@ pub struct Ring {
 
 impl Ring {
     /// A ring over `segments`, each of `segment_slots` slots (the last may hold fewer).
-    pub fn new(segments: Vec<SegmentMap>, layout: RowLayout, capacity: u64, segment_slots: u64) -> Ring {
+    pub fn new(
+        segments: Vec<SegmentMap>,
+        layout: RowLayout,
+        capacity: u64,
+        segment_slots: u64,
+    ) -> Ring {
         Ring {
             segments,
             layout,
@@ -50,7 +55,10 @@ impl Ring {
     /// The segment and row of a slot, for messages.
     pub fn locate(&self, slot: u64) -> Option<(&SegmentMap, usize)> {
         let (s, k) = self.split(slot);
-        self.segments.get(s).filter(|seg| k < seg.slots()).map(|seg| (seg, k))
+        self.segments
+            .get(s)
+            .filter(|seg| k < seg.slots())
+            .map(|seg| (seg, k))
     }
 
     /// Writes item `index` into `slot`; `field(i)` gives field `i`'s bytes.
@@ -64,7 +72,8 @@ impl Ring {
 
     /// Stamp and checksum check of a slot.
     pub fn check(&self, slot: u64) -> Option<RowCheck> {
-        self.locate(slot).map(|(seg, k)| seg.check_row(k, &self.layout))
+        self.locate(slot)
+            .map(|(seg, k)| seg.check_row(k, &self.layout))
     }
 
     /// The stamp of a slot (0 when out of range).
@@ -81,7 +90,13 @@ impl Ring {
     }
 
     /// Gathers `indices` (live, with `head` at `head_slot`) into per-field outputs.
-    pub fn gather(&self, head: u64, head_slot: u64, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<(), StampMismatch> {
+    pub fn gather(
+        &self,
+        head: u64,
+        head_slot: u64,
+        indices: &[u64],
+        outs: &mut [&mut [u8]],
+    ) -> Result<(), StampMismatch> {
         let slots = SlotMap {
             shift: self.shift,
             mask: self.mask,
@@ -93,7 +108,12 @@ impl Ring {
     }
 
     /// msync of `count` slots starting at `slot`, wrapping at the capacity.
-    pub fn flush_slots(&self, io: &dyn Io, slot: u64, count: u64) -> Result<(), (usize, std::io::Error)> {
+    pub fn flush_slots(
+        &self,
+        io: &dyn Io,
+        slot: u64,
+        count: u64,
+    ) -> Result<(), (usize, std::io::Error)> {
         if count >= self.capacity {
             return self.flush_all(io);
         }
@@ -101,7 +121,9 @@ impl Ring {
         let mut left = count;
         while left > 0 {
             let (s, k) = self.split(slot);
-            let Some(seg) = self.segments.get(s) else { break };
+            let Some(seg) = self.segments.get(s) else {
+                break;
+            };
             let n = left.min((seg.slots() - k) as u64);
             seg.flush_rows(io, k, k + n as usize).map_err(|e| (s, e))?;
             left -= n;

@@ -49,7 +49,13 @@ impl SampleSpec {
 }
 
 /// Draws indices from the live range `[head, tail)` into `out`.
-pub(crate) fn draw_uniform(rng: &mut ChaCha8Rng, spec: &SampleSpec, head: u64, tail: u64, out: &mut Vec<u64>) -> Result<()> {
+pub(crate) fn draw_uniform(
+    rng: &mut ChaCha8Rng,
+    spec: &SampleSpec,
+    head: u64,
+    tail: u64,
+    out: &mut Vec<u64>,
+) -> Result<()> {
     out.clear();
     if spec.n == 0 {
         return Err(Error::InvalidSample("n must be at least 1".into()));
@@ -68,14 +74,19 @@ pub(crate) fn draw_uniform(rng: &mut ChaCha8Rng, spec: &SampleSpec, head: u64, t
     if spec.replace {
         out.extend((0..spec.n).map(|_| lo + rng.random_range(0..len)));
     } else {
-        let len = usize::try_from(len).map_err(|_| Error::InvalidSample("range too large".into()))?;
+        let len =
+            usize::try_from(len).map_err(|_| Error::InvalidSample("range too large".into()))?;
         if spec.n > len {
             return Err(Error::InvalidSample(format!(
                 "{} items without replacement, but only {len} are in range",
                 spec.n
             )));
         }
-        out.extend(rand::seq::index::sample(rng, len, spec.n).iter().map(|o| lo + o as u64));
+        out.extend(
+            rand::seq::index::sample(rng, len, spec.n)
+                .iter()
+                .map(|o| lo + o as u64),
+        );
     }
     Ok(())
 }

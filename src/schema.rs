@@ -160,7 +160,9 @@ impl SchemaBuilder {
 
 fn validate(fields: &[Field]) -> Result<()> {
     if fields.is_empty() {
-        return Err(Error::InvalidSchema("a schema needs at least one field".into()));
+        return Err(Error::InvalidSchema(
+            "a schema needs at least one field".into(),
+        ));
     }
     if fields.len() > MAX_FIELDS {
         return Err(Error::InvalidSchema(format!(
@@ -183,7 +185,10 @@ fn validate(fields: &[Field]) -> Result<()> {
             )));
         }
         if fields.iter().take(i).any(|g| g.name == f.name) {
-            return Err(Error::InvalidSchema(format!("field {:?} appears twice", f.name)));
+            return Err(Error::InvalidSchema(format!(
+                "field {:?} appears twice",
+                f.name
+            )));
         }
         if f.shape.len() > MAX_FIELD_RANK {
             return Err(Error::InvalidSchema(format!(

@@ -2,7 +2,11 @@
 //! file gives a typed error naming the file (and `verify` names file and offset); a
 //! damaged commit slot falls back to the other slot; nothing panics (issue 3).
 //! Offsets here are the ones docs/FORMAT.md gives.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 mod common;
 
@@ -21,7 +25,8 @@ const ROW_HEADER: usize = 16;
 fn fixture() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("buf");
-    let mut buf = ReplayBuffer::create(&path, Config::new(schema(), 300).segment_slots(64)).unwrap();
+    let mut buf =
+        ReplayBuffer::create(&path, Config::new(schema(), 300).segment_slots(64)).unwrap();
     add_range(&mut buf, 0, 300);
     buf.close().unwrap();
     (dir, path)
@@ -42,7 +47,12 @@ fn flip(file: &Path, offset: usize, bit: u8) {
 }
 
 fn truncate(file: &Path, len: u64) {
-    std::fs::OpenOptions::new().write(true).open(file).unwrap().set_len(len).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
 }
 
 fn names(e: &Error, file: &Path) -> bool {
@@ -52,9 +62,15 @@ fn names(e: &Error, file: &Path) -> bool {
 #[test]
 fn a_directory_without_a_manifest_is_not_a_buffer() {
     let dir = tempfile::tempdir().unwrap();
-    assert!(matches!(ReplayBuffer::open(dir.path()), Err(Error::NotABuffer { .. })));
+    assert!(matches!(
+        ReplayBuffer::open(dir.path()),
+        Err(Error::NotABuffer { .. })
+    ));
     assert!(matches!(verify(dir.path()), Err(Error::NotABuffer { .. })));
-    assert!(!dir.path().join("LOCK").exists(), "open must not litter a non-buffer directory");
+    assert!(
+        !dir.path().join("LOCK").exists(),
+        "open must not litter a non-buffer directory"
+    );
 }
 
 #[test]
@@ -80,7 +96,10 @@ fn truncated_segment_is_a_typed_error_naming_it() {
     let seg = segment(&p, 2);
     truncate(&seg, 4096 + 10);
     let e = ReplayBuffer::open(&p).unwrap_err();
-    assert!(matches!(&e, Error::Truncated { file, .. } if *file == seg), "{e}");
+    assert!(
+        matches!(&e, Error::Truncated { file, .. } if *file == seg),
+        "{e}"
+    );
     let report = verify(&p).unwrap();
     assert_eq!(report.problems.len(), 1);
     assert_eq!(report.problems[0].file, seg);
@@ -90,11 +109,17 @@ fn truncated_segment_is_a_typed_error_naming_it() {
 fn wrong_magic_is_a_typed_error() {
     let (_d, p) = fixture();
     std::fs::write(manifest(&p), b"SQLite format 3\0 and then some more bytes").unwrap();
-    assert!(matches!(ReplayBuffer::open(&p), Err(Error::BadMagic { offset: 0, .. })));
+    assert!(matches!(
+        ReplayBuffer::open(&p),
+        Err(Error::BadMagic { offset: 0, .. })
+    ));
     let (_d, p) = fixture();
     flip(&segment(&p, 0), 1, 0);
     let e = ReplayBuffer::open(&p).unwrap_err();
-    assert!(matches!(&e, Error::BadMagic { file, .. } if *file == segment(&p, 0)), "{e}");
+    assert!(
+        matches!(&e, Error::BadMagic { file, .. } if *file == segment(&p, 0)),
+        "{e}"
+    );
 }
 
 #[test]
@@ -106,7 +131,17 @@ fn a_future_format_version_is_refused_by_name() {
     b[SUPERBLOCK_LEN - 4..SUPERBLOCK_LEN].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(manifest(&p), b).unwrap();
     let e = ReplayBuffer::open(&p).unwrap_err();
-    assert!(matches!(e, Error::UnsupportedVersion { found: 2, supported: 1, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(inspect(&p).is_err());
 }
 
@@ -131,11 +166,18 @@ fn a_flipped_bit_in_the_schema_is_detected() {
     let len = std::fs::metadata(manifest(&p)).unwrap().len() as usize;
     flip(&manifest(&p), 12_288 + (len - 12_288) / 2, 4);
     let e = ReplayBuffer::open(&p).unwrap_err();
-    assert!(matches!(&e, Error::ChecksumMismatch { what, .. } if what == "schema"), "{e}");
+    assert!(
+        matches!(&e, Error::ChecksumMismatch { what, .. } if what == "schema"),
+        "{e}"
+    );
 }
 
 fn generation(b: &[u8], slot: usize) -> u64 {
-    u64::from_le_bytes(b[COMMIT_SLOTS[slot] + 8..COMMIT_SLOTS[slot] + 16].try_into().unwrap())
+    u64::from_le_bytes(
+        b[COMMIT_SLOTS[slot] + 8..COMMIT_SLOTS[slot] + 16]
+            .try_into()
+            .unwrap(),
+    )
 }
 
 #[test]
@@ -147,7 +189,11 @@ fn a_damaged_commit_slot_falls_back_to_the_other_and_loses_no_item() {
         flip(&manifest(&p), COMMIT_SLOTS[newest] + byte, (byte % 8) as u8);
         let report = verify(&p).unwrap();
         assert!(report.is_sound(), "byte {byte}: {:?}", report.problems);
-        assert!(report.notes.iter().any(|n| n.contains("commit slot")), "byte {byte}: {:?}", report.notes);
+        assert!(
+            report.notes.iter().any(|n| n.contains("commit slot")),
+            "byte {byte}: {:?}",
+            report.notes
+        );
         // The older slot is the writer's "open" commit; recovery rolls forward over
         // every stamped, checksummed item written after it.
         let buf = ReplayBuffer::open(&p).unwrap();
@@ -189,7 +235,10 @@ fn a_segment_from_another_buffer_is_refused() {
     let (_d2, q) = fixture();
     std::fs::copy(segment(&q, 1), segment(&p, 1)).unwrap();
     let e = ReplayBuffer::open(&p).unwrap_err();
-    assert!(matches!(&e, Error::Corrupt { field, .. } if field.contains("uuid")), "{e}");
+    assert!(
+        matches!(&e, Error::Corrupt { field, .. } if field.contains("uuid")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -207,7 +256,10 @@ fn a_flipped_bit_in_an_item_is_found_by_verify_and_get_never_serves_it() {
     assert!(report.problems[0].what.contains("item 130"));
     let buf = ReplayBuffer::open(&p).unwrap();
     let e = buf.get(130).unwrap_err();
-    assert!(matches!(&e, Error::BadItem { file, index: 130, .. } if *file == seg), "{e}");
+    assert!(
+        matches!(&e, Error::BadItem { file, index: 130, .. } if *file == seg),
+        "{e}"
+    );
     assert!(buf.get(131).is_ok());
 }
 
@@ -217,7 +269,12 @@ fn a_damaged_stamp_is_never_served() {
     let stride = inspect(&p).unwrap().row_stride as usize;
     flip(&segment(&p, 0), 4096 + 9 * stride, 0);
     let report = verify(&p).unwrap();
-    assert!(report.problems.iter().any(|f| f.what.contains("item 9") && f.what.contains("stamp")));
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|f| f.what.contains("item 9") && f.what.contains("stamp"))
+    );
     let mut buf = ReplayBuffer::open(&p).unwrap();
     assert!(matches!(buf.get(9), Err(Error::BadItem { index: 9, .. })));
     // Sampling every item surfaces it as an error rather than a wrong row.

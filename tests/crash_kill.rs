@@ -5,7 +5,11 @@
 //! intact, except the oldest items that an add cut short was overwriting (that add had
 //! already evicted them; the child announces each add's size before starting it, so the
 //! parent knows exactly how many). Also: the RNG resumes from the last flush (issue 3).
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 mod common;
 
@@ -22,7 +26,9 @@ const CAPACITY: u64 = 700;
 /// Runs only when re-executed by the parent.
 #[test]
 fn crash_child() {
-    let Ok(mode) = std::env::var(CHILD_ENV) else { return };
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let mut args = mode.split(':');
     let dir = args.next().unwrap().to_owned();
     let seed: u64 = args.next().unwrap().parse().unwrap();
@@ -32,7 +38,9 @@ fn crash_child() {
     let mut rng = seed;
     let mut next = buf.live().end;
     loop {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         match (rng >> 33) % 100 {
             // Occasionally a flush, so kills land inside msync and commit writes too.
             0 => buf.flush().unwrap(),
@@ -68,18 +76,27 @@ fn xorshift(s: &mut u64) -> u64 {
 fn kill_9_at_random_moments_loses_no_acknowledged_item() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("buf");
-    ReplayBuffer::create(&path, Config::new(schema(), CAPACITY).segment_slots(64).seed(1))
-        .unwrap()
-        .close()
-        .unwrap();
+    ReplayBuffer::create(
+        &path,
+        Config::new(schema(), CAPACITY).segment_slots(64).seed(1),
+    )
+    .unwrap()
+    .close()
+    .unwrap();
     let exe = std::env::current_exe().unwrap();
-    let kills: u32 = std::env::var("REPLAYSTORE_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(150);
+    let kills: u32 = std::env::var("REPLAYSTORE_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(150);
     let mut rng = 0x1234_5678_9abc_def1u64;
     let mut max_acked: Option<u64> = None;
     for cycle in 0..kills {
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{}:{}", path.display(), xorshift(&mut rng)))
+            .env(
+                CHILD_ENV,
+                format!("{}:{}", path.display(), xorshift(&mut rng)),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -87,7 +104,7 @@ fn kill_9_at_random_moments_loses_no_acknowledged_item() {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         // Rows of the add under way when the child died (0 if none was).
         let mut pending = 0u64;
-        let mut note = |line: &str, max_acked: &mut Option<u64>, pending: &mut u64| {
+        let note = |line: &str, max_acked: &mut Option<u64>, pending: &mut u64| {
             if let Some(n) = line.trim().strip_prefix("start ") {
                 *pending = n.parse().unwrap();
             } else if let Ok(i) = line.trim().parse::<u64>() {
@@ -117,33 +134,56 @@ fn kill_9_at_random_moments_loses_no_acknowledged_item() {
         }
 
         let report = verify(&path).unwrap();
-        assert!(report.is_sound(), "cycle {cycle}: verify before reopen: {:?}", report.problems);
+        assert!(
+            report.is_sound(),
+            "cycle {cycle}: verify before reopen: {:?}",
+            report.problems
+        );
         let buf = ReplayBuffer::open(&path).unwrap();
         let live = buf.live();
         if let Some(acked) = max_acked {
-            assert!(live.end > acked, "cycle {cycle}: acknowledged {acked} but tail is {}", live.end);
+            assert!(
+                live.end > acked,
+                "cycle {cycle}: acknowledged {acked} but tail is {}",
+                live.end
+            );
             // The add under way may have evicted as many of the oldest items as it had rows.
             let from = (acked + 1 + pending).saturating_sub(CAPACITY);
             for i in from..=acked {
-                let b = buf.get(i).unwrap_or_else(|e| panic!("cycle {cycle}: acknowledged item {i}: {e}"));
+                let b = buf
+                    .get(i)
+                    .unwrap_or_else(|e| panic!("cycle {cycle}: acknowledged item {i}: {e}"));
                 assert_eq!(b.item_bytes(0), item_bytes(i), "cycle {cycle}: item {i}");
             }
         }
         for i in live.clone() {
-            assert_eq!(buf.get(i).unwrap().item_bytes(0), item_bytes(i), "cycle {cycle}: live item {i}");
+            assert_eq!(
+                buf.get(i).unwrap().item_bytes(0),
+                item_bytes(i),
+                "cycle {cycle}: live item {i}"
+            );
         }
         drop(buf);
         let report = verify(&path).unwrap();
-        assert!(report.is_sound(), "cycle {cycle}: verify after reopen: {:?}", report.problems);
+        assert!(
+            report.is_sound(),
+            "cycle {cycle}: verify after reopen: {:?}",
+            report.problems
+        );
     }
-    assert!(max_acked.unwrap_or(0) > CAPACITY * 3, "the ring should have wrapped several times");
+    assert!(
+        max_acked.unwrap_or(0) > CAPACITY * 3,
+        "the ring should have wrapped several times"
+    );
 }
 
 /// The child for the RNG test: adds, samples, flushes, then prints the indices of four
 /// more samples and waits to be killed.
 #[test]
 fn rng_child() {
-    let Ok(dir) = std::env::var("REPLAYSTORE_RNG_CHILD") else { return };
+    let Ok(dir) = std::env::var("REPLAYSTORE_RNG_CHILD") else {
+        return;
+    };
     let mut buf = ReplayBuffer::open(&dir).unwrap();
     add_range(&mut buf, 0, 400);
     for _ in 0..3 {
@@ -162,7 +202,10 @@ fn rng_child() {
 fn after_a_kill_the_rng_resumes_from_the_last_flush() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("buf");
-    ReplayBuffer::create(&path, Config::new(schema(), 400).seed(11)).unwrap().close().unwrap();
+    ReplayBuffer::create(&path, Config::new(schema(), 400).seed(11))
+        .unwrap()
+        .close()
+        .unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "rng_child", "--nocapture", "--test-threads=1"])
         .env("REPLAYSTORE_RNG_CHILD", &path)
@@ -175,9 +218,14 @@ fn after_a_kill_the_rng_resumes_from_the_last_flush() {
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "child ended early");
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "child ended early"
+        );
         // libtest may print its own header on the same line: look for the marker.
-        let Some((_, draw)) = line.trim().split_once("draw=") else { continue };
+        let Some((_, draw)) = line.trim().split_once("draw=") else {
+            continue;
+        };
         if draw == "done" {
             break;
         }

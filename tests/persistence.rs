@@ -1,7 +1,11 @@
 //! Promise: a buffer closed and reopened is the same buffer: every item byte-identical,
 //! counters continued, and the sampling RNG continuing its stream exactly, so the same
 //! seed and the same calls give the same samples across a restart (issue 3).
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 mod common;
 
@@ -12,7 +16,11 @@ use replaystore::{Config, ReplayBuffer, SampleSpec};
 fn hundred_thousand_items_survive_close_and_reopen_byte_identical() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("buf");
-    let mut buf = ReplayBuffer::create(&path, Config::new(schema(), 100_000).segment_slots(4096).seed(3)).unwrap();
+    let mut buf = ReplayBuffer::create(
+        &path,
+        Config::new(schema(), 100_000).segment_slots(4096).seed(3),
+    )
+    .unwrap();
     // Both add paths: one at a time, then batches of varied sizes.
     for i in 0..10_000 {
         assert_eq!(buf.add(&columns(&item(i))).unwrap(), i);
@@ -47,7 +55,8 @@ fn hundred_thousand_items_survive_close_and_reopen_byte_identical() {
 fn ring_wraps_and_batches_longer_than_capacity_keep_their_newest_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("buf");
-    let mut buf = ReplayBuffer::create(&path, Config::new(schema(), 1000).segment_slots(64)).unwrap();
+    let mut buf =
+        ReplayBuffer::create(&path, Config::new(schema(), 1000).segment_slots(64)).unwrap();
     add_range(&mut buf, 0, 2500);
     assert_eq!(buf.live(), 1500..2500);
     assert_eq!(add_range(&mut buf, 2500, 6001), 2500..6001);
@@ -58,7 +67,14 @@ fn ring_wraps_and_batches_longer_than_capacity_keep_their_newest_rows() {
     assert_eq!(buf.live(), 5500..6500);
     let s = buf.stats();
     assert_eq!((s.added, s.evicted, s.len), (6500, 5500, 1000));
-    assert!(matches!(buf.get(5499), Err(replaystore::Error::Evicted { index: 5499, head: 5500, tail: 6500 })));
+    assert!(matches!(
+        buf.get(5499),
+        Err(replaystore::Error::Evicted {
+            index: 5499,
+            head: 5500,
+            tail: 6500
+        })
+    ));
     buf.close().unwrap();
     let buf = ReplayBuffer::open(&path).unwrap();
     assert_eq!(buf.live(), 5500..6500);

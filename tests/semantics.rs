@@ -2,7 +2,11 @@
 //! schema is a typed error naming the field, expected and got, and writes nothing;
 //! impossible samples are typed errors; one writer per buffer; a full disk is an error
 //! at create time; after a failed sync the buffer refuses writes (issue 3).
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 mod common;
 
@@ -14,7 +18,11 @@ use replaystore::{Column, Config, DType, Error, ReplayBuffer, SampleSpec, Schema
 
 fn buffer(capacity: u64) -> (tempfile::TempDir, ReplayBuffer) {
     let dir = tempfile::tempdir().unwrap();
-    let buf = ReplayBuffer::create(dir.path().join("buf"), Config::new(schema(), capacity).seed(1)).unwrap();
+    let buf = ReplayBuffer::create(
+        dir.path().join("buf"),
+        Config::new(schema(), capacity).seed(1),
+    )
+    .unwrap();
     (dir, buf)
 }
 
@@ -35,44 +43,68 @@ fn items_that_do_not_fit_the_schema_are_refused_naming_the_field() {
 
     // Missing field.
     let r = buf.add(&all[..5]);
-    refused(&buf, r, |e| matches!(e, Error::MissingField { field } if field == "tag"));
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::MissingField { field } if field == "tag"),
+    );
     // Extra field.
     let extra = [0u8; 1];
     let mut cols = all.to_vec();
     cols.push(Column::new("bonus", &extra));
     let r = buf.add(&cols);
-    refused(&buf, r, |e| matches!(e, Error::UnknownField { field, known } if field == "bonus" && known.contains("obs")));
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::UnknownField { field, known } if field == "bonus" && known.contains("obs")),
+    );
     // The same field twice.
     let mut cols = all.to_vec();
     cols.push(all[0]);
     let r = buf.add(&cols);
-    refused(&buf, r, |e| matches!(e, Error::DuplicateField { field } if field == "obs"));
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::DuplicateField { field } if field == "obs"),
+    );
     // Wrong dtype.
     let obs64 = [0f64; 5];
     let mut cols = all.to_vec();
     cols[0] = Column::new("obs", &obs64);
     let r = buf.add(&cols);
-    refused(&buf, r, |e| {
-        matches!(e, Error::DTypeMismatch { field, expected: DType::F32, got: DType::F64 } if field == "obs")
-    });
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::DTypeMismatch { field, expected: DType::F32, got: DType::F64 } if field == "obs"),
+    );
     // Wrong shape (same element count, other layout).
     let mut cols = all.to_vec();
     cols[4] = Column::new("frame", &it.frame).with_shape(&[7, 3]);
     let r = buf.add(&cols);
-    refused(&buf, r, |e| {
-        matches!(e, Error::ShapeMismatch { field, expected, got } if field == "frame" && expected == &[3, 7] && got == &[7, 3])
-    });
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::ShapeMismatch { field, expected, got } if field == "frame" && expected == &[3, 7] && got == &[7, 3]),
+    );
     // Wrong element count.
     let short = [0f32; 4];
     let mut cols = all.to_vec();
     cols[0] = Column::new("obs", &short);
     let r = buf.add(&cols);
-    refused(&buf, r, |e| matches!(e, Error::ShapeMismatch { field, .. } if field == "obs"));
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::ShapeMismatch { field, .. } if field == "obs"),
+    );
     // A shape that disagrees with the bytes.
     let mut cols = all.to_vec();
     cols[0] = Column::from_bytes("obs", DType::F32, &[5], &[0u8; 12]);
     let r = buf.add(&cols);
-    refused(&buf, r, |e| matches!(e, Error::LengthMismatch { field, expected: 20, got: 12, .. } if field == "obs"));
+    refused(
+        &buf,
+        r,
+        |e| matches!(e, Error::LengthMismatch { field, expected: 20, got: 12, .. } if field == "obs"),
+    );
     // The message says field, expected and got.
     let e = buf.add(&all[1..]).unwrap_err().to_string();
     assert!(e.contains("obs"), "{e}");
@@ -109,7 +141,10 @@ fn ragged_batches_are_refused_before_anything_is_written() {
         Column::new("frame", &frame).with_shape(&[3, 3, 7]),
         Column::new("tag", &tag).with_shape(&[3, 2]),
     ]);
-    assert!(matches!(&r, Err(Error::ShapeMismatch { field, .. }) if field == "obs"), "{r:?}");
+    assert!(
+        matches!(&r, Err(Error::ShapeMismatch { field, .. }) if field == "obs"),
+        "{r:?}"
+    );
     assert!(buf.is_empty());
     assert_eq!(buf.stats().added, 0);
 }
@@ -128,8 +163,18 @@ fn impossible_samples_are_typed_errors() {
         buf.sample_with(&SampleSpec::new(3).without_replacement().newest(2)),
         Err(Error::InvalidSample(_))
     ));
-    assert!(matches!(buf.sample_with(&SampleSpec::new(3).newest(0)), Err(Error::InvalidSample(_))));
-    assert!(matches!(buf.get(10), Err(Error::Evicted { index: 10, head: 0, tail: 10 })));
+    assert!(matches!(
+        buf.sample_with(&SampleSpec::new(3).newest(0)),
+        Err(Error::InvalidSample(_))
+    ));
+    assert!(matches!(
+        buf.get(10),
+        Err(Error::Evicted {
+            index: 10,
+            head: 0,
+            tail: 10
+        })
+    ));
     assert_eq!(buf.stats().sampled, 0, "refused samples are not counted");
 }
 
@@ -138,7 +183,9 @@ fn without_replacement_draws_distinct_items_and_newest_k_restricts_the_range() {
     let (_d, mut buf) = buffer(1000);
     add_range(&mut buf, 0, 1500);
     for _ in 0..50 {
-        let b = buf.sample_with(&SampleSpec::new(1000).without_replacement()).unwrap();
+        let b = buf
+            .sample_with(&SampleSpec::new(1000).without_replacement())
+            .unwrap();
         let mut idx = b.indices().to_vec();
         idx.sort_unstable();
         idx.dedup();
@@ -171,14 +218,27 @@ fn sampled_batches_hold_the_items_of_their_indices_field_by_field() {
         assert_eq!(action[r], it.action);
         assert_eq!(done[r], it.done);
     }
-    assert!(matches!(b.get::<f64>("obs"), Err(Error::DTypeMismatch { .. })));
+    assert!(matches!(
+        b.get::<f64>("obs"),
+        Err(Error::DTypeMismatch { .. })
+    ));
     // gather_into refuses outputs of the wrong size and evicted indices.
     let mut small = vec![0u8; 3];
     let mut outs: Vec<&mut [u8]> = vec![&mut small];
-    assert!(matches!(buf.gather_into(&[900], &mut outs), Err(Error::InvalidSample(_))));
-    let mut bufs: Vec<Vec<u8>> = schema().fields().iter().map(|f| vec![0u8; f.bytes()]).collect();
+    assert!(matches!(
+        buf.gather_into(&[900], &mut outs),
+        Err(Error::InvalidSample(_))
+    ));
+    let mut bufs: Vec<Vec<u8>> = schema()
+        .fields()
+        .iter()
+        .map(|f| vec![0u8; f.bytes()])
+        .collect();
     let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|v| v.as_mut_slice()).collect();
-    assert!(matches!(buf.gather_into(&[5], &mut outs), Err(Error::Evicted { index: 5, .. })));
+    assert!(matches!(
+        buf.gather_into(&[5], &mut outs),
+        Err(Error::Evicted { index: 5, .. })
+    ));
     buf.gather_into(&[999], &mut outs).unwrap();
     assert_eq!(bufs.concat(), common::item_bytes(999));
 }
@@ -187,7 +247,10 @@ fn sampled_batches_hold_the_items_of_their_indices_field_by_field() {
 fn a_second_writer_is_locked_out_by_name() {
     let (d, buf) = buffer(10);
     let e = ReplayBuffer::open(d.path().join("buf")).unwrap_err();
-    assert!(matches!(&e, Error::Locked { dir, .. } if *dir == d.path().join("buf")), "{e}");
+    assert!(
+        matches!(&e, Error::Locked { dir, .. } if *dir == d.path().join("buf")),
+        "{e}"
+    );
     assert!(e.to_string().contains("locked"));
     drop(buf);
     ReplayBuffer::open(d.path().join("buf")).unwrap();
@@ -208,10 +271,17 @@ fn a_full_disk_is_an_error_at_create_time_and_leaves_nothing_behind() {
     let path = d.path().join("buf");
     // The third segment's reservation fails with ENOSPC.
     let io = Arc::new(FaultyIo::fail_once(2).only("allocate").errno(28));
-    let e = ReplayBuffer::create(&path, Config::new(schema(), 1000).segment_slots(64).io(io)).unwrap_err();
-    assert!(matches!(&e, Error::DiskFull { path, .. } if path.ends_with("seg-00000002.dat")), "{e}");
+    let e = ReplayBuffer::create(&path, Config::new(schema(), 1000).segment_slots(64).io(io))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::DiskFull { path, .. } if path.ends_with("seg-00000002.dat")),
+        "{e}"
+    );
     assert!(!path.join("MANIFEST").exists());
-    assert!(!path.join("lane-0").exists(), "partial segments are removed");
+    assert!(
+        !path.join("lane-0").exists(),
+        "partial segments are removed"
+    );
     // The directory is reusable.
     ReplayBuffer::create(&path, Config::new(schema(), 1000)).unwrap();
 }
@@ -228,7 +298,10 @@ fn a_failed_msync_is_never_retried_into_success() {
     // The fault was one-shot, but the pages were already marked clean by the kernel:
     // the handle must not pretend a second try made them durable.
     assert!(matches!(buf.flush(), Err(Error::Poisoned { .. })));
-    assert!(matches!(buf.add(&columns(&item(10))), Err(Error::Poisoned { .. })));
+    assert!(matches!(
+        buf.add(&columns(&item(10))),
+        Err(Error::Poisoned { .. })
+    ));
     assert!(matches!(buf.clear(), Err(Error::Poisoned { .. })));
     // Reads still work, and what was added is still there after a reopen.
     assert_eq!(buf.get(3).unwrap().item_bytes(0), common::item_bytes(3));
@@ -249,20 +322,53 @@ fn a_failed_commit_write_poisons_the_handle_and_keeps_the_previous_commit() {
     let mut buf = ReplayBuffer::open_with(&path, io).unwrap();
     add_range(&mut buf, 10, 20);
     assert!(buf.flush().is_err());
-    assert!(matches!(buf.add(&columns(&item(20))), Err(Error::Poisoned { .. })));
+    assert!(matches!(
+        buf.add(&columns(&item(20))),
+        Err(Error::Poisoned { .. })
+    ));
     drop(buf);
     let buf = ReplayBuffer::open(&path).unwrap();
-    assert_eq!(buf.live(), 0..20, "the added items are recovered from the page cache");
+    assert_eq!(
+        buf.live(),
+        0..20,
+        "the added items are recovered from the page cache"
+    );
 }
 
 #[test]
 fn schemas_are_checked_at_create() {
     assert!(Schema::builder().field("", DType::U8, &[]).build().is_err());
-    assert!(Schema::builder().field("a\nb", DType::U8, &[]).build().is_err());
-    assert!(Schema::builder().field("a", DType::U8, &[1, 1, 1, 1, 1, 1, 1, 1]).build().is_err());
+    assert!(
+        Schema::builder()
+            .field("a\nb", DType::U8, &[])
+            .build()
+            .is_err()
+    );
+    assert!(
+        Schema::builder()
+            .field("a", DType::U8, &[1, 1, 1, 1, 1, 1, 1, 1])
+            .build()
+            .is_err()
+    );
     let d = tempfile::tempdir().unwrap();
     let e = ReplayBuffer::create(d.path().join("b"), Config::new(schema(), 0)).unwrap_err();
-    assert!(matches!(e, Error::InvalidConfig { field: "capacity", .. }));
-    let e = ReplayBuffer::create(d.path().join("c"), Config::new(schema(), 10).segment_slots(3)).unwrap_err();
-    assert!(matches!(e, Error::InvalidConfig { field: "segment_slots", .. }));
+    assert!(matches!(
+        e,
+        Error::InvalidConfig {
+            field: "capacity",
+            ..
+        }
+    ));
+    let e = ReplayBuffer::create(
+        d.path().join("c"),
+        Config::new(schema(), 10).segment_slots(3),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        e,
+        Error::InvalidConfig {
+            field: "segment_slots",
+            ..
+        }
+    ));
 }

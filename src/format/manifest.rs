@@ -145,27 +145,64 @@ impl Superblock {
             return bad(FLAGS_OFF, "flags", "0".into(), flags.into());
         }
         if sb.capacity == 0 || sb.capacity > super::row::MAX_CAPACITY {
-            return bad(CAPACITY_OFF, "capacity", format!("1..={}", super::row::MAX_CAPACITY), sb.capacity);
+            return bad(
+                CAPACITY_OFF,
+                "capacity",
+                format!("1..={}", super::row::MAX_CAPACITY),
+                sb.capacity,
+            );
         }
         if !sb.segment_slots.is_power_of_two() {
-            return bad(SEGMENT_SLOTS_OFF, "segment_slots", "a power of two".into(), sb.segment_slots);
+            return bad(
+                SEGMENT_SLOTS_OFF,
+                "segment_slots",
+                "a power of two".into(),
+                sb.segment_slots,
+            );
         }
         let segments = Superblock::segments_for(sb.capacity, sb.segment_slots);
         if sb.segment_count != segments {
-            return bad(SEGMENT_COUNT_OFF, "segment_count", segments.to_string(), sb.segment_count);
+            return bad(
+                SEGMENT_COUNT_OFF,
+                "segment_count",
+                segments.to_string(),
+                sb.segment_count,
+            );
         }
-        if sb.row_stride % 8 != 0 || sb.row_stride < super::row::ROW_HEADER_LEN as u64 + sb.item_bytes {
-            return bad(ROW_STRIDE_OFF, "row_stride", "a multiple of 8 holding the row header and payload".into(), sb.row_stride);
+        if sb.row_stride % 8 != 0
+            || sb.row_stride < super::row::ROW_HEADER_LEN as u64 + sb.item_bytes
+        {
+            return bad(
+                ROW_STRIDE_OFF,
+                "row_stride",
+                "a multiple of 8 holding the row header and payload".into(),
+                sb.row_stride,
+            );
         }
         if sb.row_stride > super::row::MAX_ROW_STRIDE {
-            return bad(ROW_STRIDE_OFF, "row_stride", format!("at most {}", super::row::MAX_ROW_STRIDE), sb.row_stride);
+            return bad(
+                ROW_STRIDE_OFF,
+                "row_stride",
+                format!("at most {}", super::row::MAX_ROW_STRIDE),
+                sb.row_stride,
+            );
         }
         let schema_offset = field(SCHEMA_OFFSET_OFF);
         if schema_offset != SCHEMA_OFFSET as u64 {
-            return bad(SCHEMA_OFFSET_OFF, "schema_offset", SCHEMA_OFFSET.to_string(), schema_offset);
+            return bad(
+                SCHEMA_OFFSET_OFF,
+                "schema_offset",
+                SCHEMA_OFFSET.to_string(),
+                schema_offset,
+            );
         }
         if sb.schema_len == 0 || sb.schema_len > MAX_SCHEMA_LEN {
-            return bad(SCHEMA_LEN_OFF, "schema_len", format!("1..={MAX_SCHEMA_LEN}"), sb.schema_len);
+            return bad(
+                SCHEMA_LEN_OFF,
+                "schema_len",
+                format!("1..={MAX_SCHEMA_LEN}"),
+                sb.schema_len,
+            );
         }
         Ok(sb)
     }
@@ -270,10 +307,20 @@ impl Commit {
             );
         }
         if c.cleared > c.head {
-            return fail(C_CLEARED_OFF, "cleared", format!("<= head {}", c.head), c.cleared.to_string());
+            return fail(
+                C_CLEARED_OFF,
+                "cleared",
+                format!("<= head {}", c.head),
+                c.cleared.to_string(),
+            );
         }
         if c.flags & !KNOWN_FLAGS != 0 {
-            return fail(C_FLAGS_OFF, "flags", format!("only bits {KNOWN_FLAGS:#x}"), format!("{:#x}", c.flags));
+            return fail(
+                C_FLAGS_OFF,
+                "flags",
+                format!("only bits {KNOWN_FLAGS:#x}"),
+                format!("{:#x}", c.flags),
+            );
         }
         Ok(c)
     }
@@ -305,7 +352,10 @@ mod tests {
             if let Some(b) = bad.get_mut(bit / 8) {
                 *b ^= 1 << (bit % 8);
             }
-            assert!(Superblock::decode(&bad).is_err(), "flip of bit {bit} went unnoticed");
+            assert!(
+                Superblock::decode(&bad).is_err(),
+                "flip of bit {bit} went unnoticed"
+            );
         }
         for len in 0..SUPERBLOCK_LEN {
             assert!(Superblock::decode(page.get(..len).unwrap_or(&[])).is_err());
@@ -326,13 +376,19 @@ mod tests {
         };
         let b = c.encode();
         assert_eq!(Commit::decode(&b, 1, 1000), Ok(c));
-        assert!(Commit::decode(&b, 0, 1000).is_err(), "slot A must refuse an odd generation");
+        assert!(
+            Commit::decode(&b, 0, 1000).is_err(),
+            "slot A must refuse an odd generation"
+        );
         for bit in 0..COMMIT_LEN * 8 {
             let mut bad = b;
             if let Some(x) = bad.get_mut(bit / 8) {
                 *x ^= 1 << (bit % 8);
             }
-            assert!(Commit::decode(&bad, 1, 1000).is_err(), "flip of bit {bit} went unnoticed");
+            assert!(
+                Commit::decode(&bad, 1, 1000).is_err(),
+                "flip of bit {bit} went unnoticed"
+            );
         }
     }
 }

@@ -174,7 +174,10 @@ impl std::fmt::Display for Problem {
                 name,
                 expected,
                 got,
-            } => write!(f, "{name} at offset {offset}: expected {expected}, got {got}"),
+            } => write!(
+                f,
+                "{name} at offset {offset}: expected {expected}, got {got}"
+            ),
         }
     }
 }
@@ -206,7 +209,12 @@ pub(crate) fn magic(bytes: &[u8], off: usize, expected: &[u8]) -> Result<(), Pro
 }
 
 /// Checks a stored CRC over `bytes[start..end]` found at `crc_off`.
-pub(crate) fn checksum(bytes: &[u8], start: usize, end: usize, crc_off: usize) -> Result<(), Problem> {
+pub(crate) fn checksum(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+    crc_off: usize,
+) -> Result<(), Problem> {
     let r = Bytes(bytes);
     let stored = r.u32(crc_off).ok_or(Problem::Short {
         need: (crc_off + 4) as u64,

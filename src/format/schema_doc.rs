@@ -58,7 +58,10 @@ pub fn decode(bytes: &[u8]) -> Result<Schema, String> {
         let shape = f
             .shape
             .iter()
-            .map(|d| usize::try_from(d.to_native()).map_err(|_| format!("field {i}: dimension {d} too large")))
+            .map(|d| {
+                usize::try_from(d.to_native())
+                    .map_err(|_| format!("field {i}: dimension {d} too large"))
+            })
             .collect::<Result<Vec<usize>, String>>()?;
         fields.push((f.name.as_str().to_owned(), dtype, shape));
     }

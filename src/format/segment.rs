@@ -86,11 +86,36 @@ impl SegmentHeader {
             return Err(Problem::Version(version));
         }
         let fields: [(usize, &'static str, u64, u64); 5] = [
-            (RESERVED_OFF, "reserved", 0, r.u32(RESERVED_OFF).unwrap_or(1).into()),
-            (SEGMENT_NO_OFF, "segment number", expected.segment_no, r.u64(SEGMENT_NO_OFF).unwrap_or(0)),
-            (FIRST_SLOT_OFF, "first slot", expected.first_slot, r.u64(FIRST_SLOT_OFF).unwrap_or(0)),
-            (SLOTS_OFF, "slots", expected.slots, r.u64(SLOTS_OFF).unwrap_or(0)),
-            (ROW_STRIDE_OFF, "row stride", expected.row_stride, r.u64(ROW_STRIDE_OFF).unwrap_or(0)),
+            (
+                RESERVED_OFF,
+                "reserved",
+                0,
+                r.u32(RESERVED_OFF).unwrap_or(1).into(),
+            ),
+            (
+                SEGMENT_NO_OFF,
+                "segment number",
+                expected.segment_no,
+                r.u64(SEGMENT_NO_OFF).unwrap_or(0),
+            ),
+            (
+                FIRST_SLOT_OFF,
+                "first slot",
+                expected.first_slot,
+                r.u64(FIRST_SLOT_OFF).unwrap_or(0),
+            ),
+            (
+                SLOTS_OFF,
+                "slots",
+                expected.slots,
+                r.u64(SLOTS_OFF).unwrap_or(0),
+            ),
+            (
+                ROW_STRIDE_OFF,
+                "row stride",
+                expected.row_stride,
+                r.u64(ROW_STRIDE_OFF).unwrap_or(0),
+            ),
         ];
         for (offset, name, want, got) in fields {
             if want != got {
@@ -140,9 +165,15 @@ mod tests {
             if let Some(b) = bad.get_mut(bit / 8) {
                 *b ^= 1 << (bit % 8);
             }
-            assert!(SegmentHeader::check(&bad, &h).is_err(), "flip of bit {bit} went unnoticed");
+            assert!(
+                SegmentHeader::check(&bad, &h).is_err(),
+                "flip of bit {bit} went unnoticed"
+            );
         }
-        let other = SegmentHeader { uuid: [4; 16], ..h.clone() };
+        let other = SegmentHeader {
+            uuid: [4; 16],
+            ..h.clone()
+        };
         assert!(matches!(
             SegmentHeader::check(&page, &other),
             Err(Problem::Field { name: "uuid", .. })

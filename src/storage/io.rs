@@ -52,7 +52,11 @@ pub struct OsIo;
 
 impl Io for OsIo {
     fn create_new(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new().read(true).write(true).create_new(true).open(path)
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
     }
     fn open_rw(&self, path: &Path) -> io::Result<File> {
         OpenOptions::new().read(true).write(true).open(path)
@@ -76,7 +80,8 @@ impl Io for OsIo {
         File::open(dir)?.sync_all()
     }
     fn map(&self, file: &File, len: u64, writable: bool) -> io::Result<MmapRaw> {
-        let len = usize::try_from(len).map_err(|_| io::Error::other("mapping longer than the address space"))?;
+        let len = usize::try_from(len)
+            .map_err(|_| io::Error::other("mapping longer than the address space"))?;
         let mut opts = MmapOptions::new();
         opts.len(len);
         let map = if writable {

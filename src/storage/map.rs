@@ -48,7 +48,13 @@ pub struct RowCheck {
 
 impl SegmentMap {
     /// Wraps a mapping, checking that it is long enough for `slots` rows of `stride`.
-    pub fn new(map: MmapRaw, path: &Path, slots: usize, stride: usize, writable: bool) -> Result<Self> {
+    pub fn new(
+        map: MmapRaw,
+        path: &Path,
+        slots: usize,
+        stride: usize,
+        writable: bool,
+    ) -> Result<Self> {
         let need = slots
             .checked_mul(stride)
             .and_then(|b| b.checked_add(DATA_OFFSET))
@@ -164,9 +170,12 @@ impl SegmentMap {
         let mut payload = vec![0u8; span.len()];
         // SAFETY: the span is inside row k; copied out rather than borrowed because a
         // writer in another process may be changing it (the stamp check below decides).
-        unsafe { std::ptr::copy_nonoverlapping(row.add(span.start), payload.as_mut_ptr(), span.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(row.add(span.start), payload.as_mut_ptr(), span.len())
+        };
         // SAFETY: the crc field is 4-aligned and inside row k's header.
-        let stored_crc = u32::from_le(unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().read_volatile() });
+        let stored_crc =
+            u32::from_le(unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().read_volatile() });
         let computed_crc = row::index_of(stamp).map_or(0, |i| row::item_crc(i, &payload));
         RowCheck {
             stamp,
@@ -240,7 +249,9 @@ fn prefetch(p: *const u8) {
     {
         // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it
         // never faults or reads memory architecturally, whatever the address.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>()) };
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+        };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
@@ -297,7 +308,10 @@ pub fn gather(
 ) -> Result<(), StampMismatch> {
     let row_ptr = |index: u64| -> Option<(&SegmentMap, usize)> {
         let (s, k) = map.locate(index);
-        segments.get(s).filter(|seg| k < seg.slots).map(|seg| (seg, k))
+        segments
+            .get(s)
+            .filter(|seg| k < seg.slots)
+            .map(|seg| (seg, k))
     };
     let prefetch_row = |index: u64| {
         if let Some((seg, k)) = row_ptr(index) {
@@ -319,13 +333,19 @@ pub fn gather(
             prefetch_row(ahead);
         }
         let Some((seg, k)) = row_ptr(index) else {
-            return Err(StampMismatch { position: i, stamp: STAMP_EMPTY });
+            return Err(StampMismatch {
+                position: i,
+                stamp: STAMP_EMPTY,
+            });
         };
         let want = row::stamp_of(index);
         let stamp = seg.stamp_atomic(k);
         let before = stamp.load(Ordering::Acquire);
         if before != want {
-            return Err(StampMismatch { position: i, stamp: before });
+            return Err(StampMismatch {
+                position: i,
+                stamp: before,
+            });
         }
         let src = seg.row(k);
         for (&(off, len), out) in layout.fields.iter().zip(outs.iter_mut()) {
@@ -339,7 +359,10 @@ pub fn gather(
         fence(Ordering::Acquire);
         let after = stamp.load(Ordering::Relaxed);
         if after != want {
-            return Err(StampMismatch { position: i, stamp: after });
+            return Err(StampMismatch {
+                position: i,
+                stamp: after,
+            });
         }
     }
     Ok(())

@@ -8,7 +8,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock};
+use crate::format::manifest::{
+    COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock,
+};
 use crate::format::row::RowLayout;
 use crate::format::segment::SegmentHeader;
 use crate::format::{Problem, crc32, schema_doc};
@@ -62,12 +64,14 @@ impl Manifest {
         let bytes = match io.read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotABuffer { dir: dir.to_path_buf() });
+                return Err(Error::NotABuffer {
+                    dir: dir.to_path_buf(),
+                });
             }
             Err(e) => return Err(Error::io("read", &path, e)),
         };
-        let superblock =
-            Superblock::decode(bytes.get(..PAGE).unwrap_or(&bytes)).map_err(|p| p.into_error(&path, "superblock"))?;
+        let superblock = Superblock::decode(bytes.get(..PAGE).unwrap_or(&bytes))
+            .map_err(|p| p.into_error(&path, "superblock"))?;
         let need = superblock.manifest_len();
         if (bytes.len() as u64) < need {
             return Err(Error::Truncated {
@@ -97,12 +101,18 @@ impl Manifest {
             got,
         })?;
         let layout = RowLayout::of(&schema);
-        if layout.stride as u64 != superblock.row_stride || schema.item_bytes() as u64 != superblock.item_bytes {
+        if layout.stride as u64 != superblock.row_stride
+            || schema.item_bytes() as u64 != superblock.item_bytes
+        {
             return Err(Error::Corrupt {
                 file: path,
                 offset: 0,
                 field: "superblock row_stride/item_bytes".into(),
-                expected: format!("{}/{} (from the schema)", layout.stride, schema.item_bytes()),
+                expected: format!(
+                    "{}/{} (from the schema)",
+                    layout.stride,
+                    schema.item_bytes()
+                ),
                 got: format!("{}/{}", superblock.row_stride, superblock.item_bytes),
             });
         }
@@ -139,19 +149,32 @@ impl Manifest {
 pub fn manifest_bytes(sb: &Superblock, schema_archive: &[u8], first: &Commit) -> Vec<u8> {
     let mut out = vec![0u8; SCHEMA_OFFSET];
     out.splice(0..PAGE, sb.encode());
-    let off = COMMIT_SLOT_OFFSET.get(first.slot()).copied().unwrap_or(PAGE);
+    let off = COMMIT_SLOT_OFFSET
+        .get(first.slot())
+        .copied()
+        .unwrap_or(PAGE);
     out.splice(off..off + COMMIT_LEN, first.encode());
     out.extend_from_slice(schema_archive);
     out
 }
 
 /// Writes a commit into its slot; `durable` adds an fdatasync.
-pub fn write_commit(io: &dyn Io, manifest: &File, path: &Path, commit: &Commit, durable: bool) -> Result<()> {
-    let off = COMMIT_SLOT_OFFSET.get(commit.slot()).copied().unwrap_or(PAGE);
+pub fn write_commit(
+    io: &dyn Io,
+    manifest: &File,
+    path: &Path,
+    commit: &Commit,
+    durable: bool,
+) -> Result<()> {
+    let off = COMMIT_SLOT_OFFSET
+        .get(commit.slot())
+        .copied()
+        .unwrap_or(PAGE);
     io.write_at(manifest, off as u64, &commit.encode())
         .map_err(|e| Error::io("write commit slot", path, e))?;
     if durable {
-        io.sync_data(manifest).map_err(|e| Error::io("fdatasync", path, e))?;
+        io.sync_data(manifest)
+            .map_err(|e| Error::io("fdatasync", path, e))?;
     }
     Ok(())
 }
@@ -160,26 +183,47 @@ pub fn write_commit(io: &dyn Io, manifest: &File, path: &Path, commit: &Commit, 
 pub fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
-    let file = io.create_new(&path).map_err(|e| Error::io("create", &path, e))?;
+    let file = io
+        .create_new(&path)
+        .map_err(|e| Error::io("create", &path, e))?;
     let len = header.file_len();
     io.allocate(&file, len).map_err(|e| {
         if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
-            Error::DiskFull { path: path.clone(), bytes: len }
+            Error::DiskFull {
+                path: path.clone(),
+                bytes: len,
+            }
         } else {
             Error::io("allocate", &path, e)
         }
     })?;
-    io.write_at(&file, 0, &header.encode()).map_err(|e| Error::io("write header", &path, e))?;
-    io.sync_data(&file).map_err(|e| Error::io("fdatasync", &path, e))?;
+    io.write_at(&file, 0, &header.encode())
+        .map_err(|e| Error::io("write header", &path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &path, e))?;
     Ok(())
 }
 
 /// Opens and maps segment `n`, checking its length and header.
-pub fn open_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64, writable: bool) -> Result<SegmentMap> {
+pub fn open_segment(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    n: u64,
+    writable: bool,
+) -> Result<SegmentMap> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
-    let file = if writable { io.open_rw(&path) } else { io.open_ro(&path) }.map_err(|e| Error::io("open", &path, e))?;
-    let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
+    let file = if writable {
+        io.open_rw(&path)
+    } else {
+        io.open_ro(&path)
+    }
+    .map_err(|e| Error::io("open", &path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", &path, e))?
+        .len();
     if len < header.file_len() {
         return Err(Error::Truncated {
             file: path,
@@ -187,9 +231,18 @@ pub fn open_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64, writable: 
             got: len,
         });
     }
-    let raw = io.map(&file, header.file_len(), writable).map_err(|e| Error::io("mmap", &path, e))?;
-    let seg = SegmentMap::new(raw, &path, header.slots as usize, sb.row_stride as usize, writable)?;
-    SegmentHeader::check(&seg.header(), &header).map_err(|p| p.into_error(&path, "segment header"))?;
+    let raw = io
+        .map(&file, header.file_len(), writable)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let seg = SegmentMap::new(
+        raw,
+        &path,
+        header.slots as usize,
+        sb.row_stride as usize,
+        writable,
+    )?;
+    SegmentHeader::check(&seg.header(), &header)
+        .map_err(|p| p.into_error(&path, "segment header"))?;
     Ok(seg)
 }
 
@@ -210,10 +263,12 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
     };
     match io.try_lock_exclusive(&file) {
         Ok(()) => Ok(file),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => Err(Error::Locked {
-            dir: dir.to_path_buf(),
-            lock_file: path,
-        }),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {
+            Err(Error::Locked {
+                dir: dir.to_path_buf(),
+                lock_file: path,
+            })
+        }
         Err(e) => Err(Error::io("lock", &path, e)),
     }
 }
@@ -222,5 +277,8 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
 pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let file = |p: PathBuf| std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0);
-    file(dir.join(MANIFEST)) + (0..segments).map(|n| file(segment_path(dir, n))).sum::<u64>()
+    file(dir.join(MANIFEST))
+        + (0..segments)
+            .map(|n| file(segment_path(dir, n)))
+            .sum::<u64>()
 }

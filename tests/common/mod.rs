@@ -2,7 +2,11 @@
 //! that are a pure function of their logical index, so any torn, stale or misplaced
 //! byte is detectable.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 use replaystore::{Column, DType, ReplayBuffer, Schema};
 
@@ -65,7 +69,10 @@ pub fn columns(it: &Item) -> [Column<'_>; 6] {
 /// The bytes an item must read back as, field after field.
 pub fn item_bytes(i: u64) -> Vec<u8> {
     let it = item(i);
-    columns(&it).iter().flat_map(|c| c.bytes().iter().copied()).collect()
+    columns(&it)
+        .iter()
+        .flat_map(|c| c.bytes().iter().copied())
+        .collect()
 }
 
 /// Adds items `from..to` as one batch (columns with the batch dimension first).

@@ -66,7 +66,14 @@ impl PointMass {
     }
 
     fn obs(&self) -> [f32; 6] {
-        [self.pos[0], self.pos[1], self.vel[0], self.vel[1], self.goal[0], self.goal[1]]
+        [
+            self.pos[0],
+            self.pos[1],
+            self.vel[0],
+            self.vel[1],
+            self.goal[0],
+            self.goal[1],
+        ]
     }
 
     fn step(&mut self) -> Step {
@@ -78,13 +85,16 @@ impl PointMass {
             *a = (0.5 * to_goal + 0.8 * self.uniform()).clamp(-1.0, 1.0);
         }
         for i in 0..2 {
-            if let (Some(v), Some(p), Some(a)) = (self.vel.get_mut(i), self.pos.get_mut(i), action.get(i)) {
+            if let (Some(v), Some(p), Some(a)) =
+                (self.vel.get_mut(i), self.pos.get_mut(i), action.get(i))
+            {
                 *v = 0.9 * *v + 0.1 * a;
                 *p += *v;
             }
         }
         self.step += 1;
-        let dist = ((self.pos[0] - self.goal[0]).powi(2) + (self.pos[1] - self.goal[1]).powi(2)).sqrt();
+        let dist =
+            ((self.pos[0] - self.goal[0]).powi(2) + (self.pos[1] - self.goal[1]).powi(2)).sqrt();
         let terminated = dist < 0.05;
         let truncated = !terminated && self.step >= MAX_STEPS;
         let s = Step {
@@ -132,7 +142,10 @@ fn columns(s: &Step) -> [Column<'_>; 8] {
 
 /// The bytes the buffer must hold for a step, field after field.
 fn expected_bytes(s: &Step) -> Vec<u8> {
-    columns(s).iter().flat_map(|c| c.bytes().iter().copied()).collect()
+    columns(s)
+        .iter()
+        .flat_map(|c| c.bytes().iter().copied())
+        .collect()
 }
 
 const ENV_SEED: u64 = 2024;
@@ -148,7 +161,9 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let steps = steps.max(1);
     let capacity = (steps / 2).max(1);
     let schema = schema()?;
-    println!("replaystore demo: {steps} steps of a point-mass environment into a buffer of {capacity}");
+    println!(
+        "replaystore demo: {steps} steps of a point-mass environment into a buffer of {capacity}"
+    );
     println!("  buffer   {}", dir.display());
 
     let t = Instant::now();
@@ -242,7 +257,11 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let report = verify(&dir)?;
     println!(
         "  verify   {} in {:.1} ms: {} segments, {} items, {} problems",
-        if report.is_sound() { "sound" } else { "DAMAGED" },
+        if report.is_sound() {
+            "sound"
+        } else {
+            "DAMAGED"
+        },
         ms(t),
         report.segments_checked,
         report.items_checked,

@@ -14,8 +14,14 @@ use replaystore::{Error, Info, inspect, verify};
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "replaystore", version, about = "Inspect, verify and try out replaystore buffers")]
-#[command(after_help = "Exit status: 0 success; 1 damage found (verify) or a failed demo check; 2 error.")]
+#[command(
+    name = "replaystore",
+    version,
+    about = "Inspect, verify and try out replaystore buffers"
+)]
+#[command(
+    after_help = "Exit status: 0 success; 1 damage found (verify) or a failed demo check; 2 error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -105,13 +111,20 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
     }
     let c = &info.commit;
     println!("buffer     {}", info.dir.display());
-    println!("uuid       {}  (format version {})", info.uuid, info.format_version);
+    println!(
+        "uuid       {}  (format version {})",
+        info.uuid, info.format_version
+    );
     println!("schema");
     for f in info.schema.fields() {
         println!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
     }
     let pct = 100.0 * info.len() as f64 / info.capacity as f64;
-    println!("fill       {} / {} items ({pct:.1}%)", info.len(), info.capacity);
+    println!(
+        "fill       {} / {} items ({pct:.1}%)",
+        info.len(),
+        info.capacity
+    );
     println!("indices    {}..{}", c.head, c.tail);
     println!(
         "counters   added {}  evicted {}  cleared {}  sampled {}",
@@ -168,7 +181,11 @@ fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         }
         println!(
             "{}: {} segments, {} items checked, {} problems",
-            if report.is_sound() { "sound" } else { "DAMAGED" },
+            if report.is_sound() {
+                "sound"
+            } else {
+                "DAMAGED"
+            },
             report.segments_checked,
             report.items_checked,
             report.problems.len()
