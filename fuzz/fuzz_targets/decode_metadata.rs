@@ -1,0 +1,17 @@
+//! Arbitrary bytes as a superblock, a commit slot, a schema archive and a segment header:
+//! every decoder returns a typed problem or a value, never panics or over-allocates.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use replaystore::format::manifest::{Commit, Superblock};
+use replaystore::format::schema_doc;
+use replaystore::format::segment::SegmentHeader;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = Superblock::decode(data);
+    let _ = Commit::decode(data, 0, 1 << 20);
+    let _ = Commit::decode(data, 1, 1);
+    let _ = schema_doc::decode(data);
+    let expected = SegmentHeader { uuid: [0; 16], segment_no: 0, first_slot: 0, slots: 1, row_stride: 24 };
+    let _ = SegmentHeader::check(data, &expected);
+});
