@@ -1,6 +1,7 @@
-//! The open path end to end: a valid small buffer whose MANIFEST (first input half) and
-//! one segment (second half) are replaced by fuzzer bytes; inspect, verify and open must
-//! return a value or a typed error, never panic.
+//! The open path end to end: a valid small buffer whose MANIFEST and one segment are
+//! replaced by fuzzer bytes (a 2-byte little-endian length, that many MANIFEST bytes, the
+//! rest the segment); inspect, verify and open must return a value or a typed error,
+//! never panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -16,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
             buf.add(&[Column::new("x", &[i, i + 1, i + 2])]).expect("add");
         }
     }
-    let (manifest, segment) = data.split_at(data.len() / 2);
+    let Some((len, rest)) = data.split_first_chunk::<2>() else { return };
+    let (manifest, segment) = rest.split_at((u16::from_le_bytes(*len) as usize).min(rest.len()));
     if !manifest.is_empty() {
         std::fs::write(path.join("MANIFEST"), manifest).expect("write");
     }
