@@ -168,7 +168,9 @@ pub struct ReplayBuffer {
     sampled: u64,
     rng: ChaCha8Rng,
     rng_seed: u64,
+    boot_id: [u8; 16],
     generation: u64,
+    /// Items below this index are sealed (checksummed) and covered by a commit.
     flushed_tail: u64,
     poisoned: Option<String>,
     closed: bool,
@@ -277,9 +279,15 @@ impl ReplayBuffer {
         let (mut head, mut tail) = (commit.head, commit.tail);
         let mut recovered = None;
         if !commit.is_clean() {
-            let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail);
+            let trust_stamps = storage::same_boot(&commit);
+            let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail, trust_stamps);
             for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
                 ring.clear_stamp(slot);
+            }
+            // The commit below covers the items rolled forward: seal them first.
+            let from = r.head.max(commit.tail);
+            if r.tail > from {
+                ring.seal(from % sb.capacity, from, r.tail - from);
             }
             ring.flush_all(&*io)
                 .map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
@@ -306,6 +314,7 @@ impl ReplayBuffer {
             sampled: commit.sampled,
             rng,
             rng_seed: commit.rng_seed,
+            boot_id: storage::boot_id(),
             generation: commit.generation,
             flushed_tail: tail,
             poisoned: None,
@@ -547,14 +556,14 @@ impl ReplayBuffer {
     }
 
     /// The items at `indices`, as a batch. Unlike sampling (which checks stamps only, to
-    /// stay at memory speed), this also checks each item's checksum: a damaged item is
-    /// an error naming its file and offset, never returned.
+    /// stay at memory speed), this also checks the checksum of every item a flush has
+    /// sealed: a damaged item is an error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
         let mut batch = Batch::new(&self.schema, indices.len());
         let (idx, mut outs) = batch.parts_mut();
         idx.copy_from_slice(indices);
         self.gather_into(indices, &mut outs)?;
-        for &index in indices {
+        for &index in indices.iter().filter(|&&i| i < self.flushed_tail) {
             let slot = index % self.superblock.capacity;
             if let Some((seg, k)) = self.ring.locate(slot) {
                 let c = seg.check_row(k, self.ring.layout());
@@ -601,18 +610,22 @@ impl ReplayBuffer {
     }
 
     /// Makes everything added so far, the counters and the RNG position survive a power
-    /// loss: msync of the rows written since the last flush, then a durable commit.
+    /// loss: checksums for the items added since the last flush, msync of their rows,
+    /// then a durable commit.
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
         self.commit(0, true)
     }
 
+    /// Seals (checksums) the live items added since the last flush and msyncs them.
     fn sync_rows(&mut self) -> Result<()> {
         let cap = self.superblock.capacity;
-        let written = (self.tail - self.flushed_tail).min(cap);
+        let from = self.flushed_tail.max(self.head);
+        let written = self.tail.saturating_sub(from);
         if written > 0 {
-            let start = (self.tail - written) % cap;
+            let start = from % cap;
+            self.ring.seal(start, from, written);
             if let Err((s, e)) = self.ring.flush_slots(&*self.io, start, written) {
                 let e = Error::io("msync", storage::segment_path(&self.dir, s as u64), e);
                 return Err(self.poison(e));
@@ -631,6 +644,7 @@ impl ReplayBuffer {
             sampled: self.sampled,
             rng_seed: self.rng_seed,
             rng_word_pos: self.rng.get_word_pos(),
+            boot_id: self.boot_id,
             flags,
         };
         match storage::write_commit(&*self.io, &self.manifest, &self.manifest_path, &c, durable) {

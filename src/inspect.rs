@@ -227,16 +227,24 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
         return Ok(report);
     }
     let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
-    let (head, tail) = if commit.is_clean() {
-        (commit.head, commit.tail)
+    // Items below `sealed_to` carry checksums; later ones (added after the last flush,
+    // rolled forward on a same-boot open) are proved by their stamps.
+    let (head, tail, sealed_to) = if commit.is_clean() {
+        (commit.head, commit.tail, commit.tail)
     } else {
-        let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail);
+        let trust_stamps = storage::same_boot(&commit);
+        let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail, trust_stamps);
         report.notes.push(format!(
             "the last writer did not close the buffer (crash, kill, or still running): open will recover \
-             indices {}..{} ({} past the last commit{})",
+             indices {}..{} ({} past the last commit{}{})",
             r.head,
             r.tail,
             r.rolled_forward,
+            if trust_stamps {
+                ", proved by their stamps: same boot"
+            } else {
+                "; after a reboot only flushed items are kept"
+            },
             if r.dropped > 0 {
                 format!(", {} not recoverable", r.dropped)
             } else {
@@ -244,7 +252,7 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
             }
         ));
         report.recovery = Some(r);
-        (r.head, r.tail)
+        (r.head, r.tail, commit.tail)
     };
     for index in head..tail {
         let slot = index % sb.capacity;
@@ -259,7 +267,7 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
                 c.stamp,
                 crate::format::row::stamp_of(index)
             )
-        } else if !c.crc_ok {
+        } else if index < sealed_to && !c.crc_ok {
             format!(
                 "item {index}: checksum mismatch: stored {:#010x}, computed {:#010x}",
                 c.stored_crc, c.computed_crc

@@ -1,17 +1,19 @@
 //! Which items survive an unclean shutdown: pure logic over slot stamps and checksums,
 //! so it is tested against a model without any file.
 //!
-//! The committed state `(head_c, tail_c)` is trusted. After it the writer kept adding:
-//! each add first stamps its slot "writing index i", then writes the bytes and the
-//! checksum, then stamps "holds index i". So the highest index any stamp names (complete
-//! or being written) bounds what was handed out, even when the write cut short destroyed
-//! the slot of the only other evidence. From that bound recovery walks down: the newest
-//! intact item is the tail, and the run of intact items below it (stamp names the index,
-//! checksum holds; after a power loss pages reach the disk in any order) is the live
-//! range. No damaged item is ever served; an item is lost only if its bytes are.
+//! The committed state `(head_c, tail_c)` is trusted: a commit follows the msync of every
+//! item it covers and the checksums computed for them (a flush seals them).
 //!
-//! Scanning stamps is O(capacity) 8-byte loads; checksums are computed only for the
-//! items walked over. Recovery runs only after an unclean shutdown.
+//! **Same boot (a killed process).** The page cache survived, so stamps are the truth.
+//! Each add stamps its slot "writing index i", writes the bytes, then stamps "holds
+//! index i". The highest index any stamp names (complete or being written) bounds what
+//! was handed out, even when the write cut short destroyed the slot of the only other
+//! evidence. From that bound recovery walks down over slots whose stamp names their
+//! index. Only stamps are read: O(capacity) 8-byte loads.
+//!
+//! **Another boot (possibly a power loss).** Pages reached the disk in any order, so a
+//! stamp proves nothing about its row. Only flushed items were promised to survive; the
+//! live range is the newest run of committed items whose checksums hold.
 
 use crate::format::row;
 
@@ -36,47 +38,59 @@ pub struct Recovered {
     pub dropped: u64,
 }
 
-fn intact(p: &dyn SlotProbe, capacity: u64, index: u64) -> bool {
+fn intact(p: &dyn SlotProbe, capacity: u64, index: u64, trust_stamps: bool) -> bool {
     let slot = index % capacity;
-    p.stamp(slot) == row::stamp_of(index) && p.crc_ok(slot)
+    p.stamp(slot) == row::stamp_of(index) && (trust_stamps || p.crc_ok(slot))
 }
 
-/// Recovers the live range from a committed `(head_c, tail_c)`.
-pub fn recover(p: &dyn SlotProbe, capacity: u64, head_c: u64, tail_c: u64) -> Recovered {
+/// Recovers the live range from a committed `(head_c, tail_c)`; `trust_stamps` when the
+/// page cache survived the shutdown (same boot).
+pub fn recover(
+    p: &dyn SlotProbe,
+    capacity: u64,
+    head_c: u64,
+    tail_c: u64,
+    trust_stamps: bool,
+) -> Recovered {
     // The highest index handed out: a complete item's, or the one before an item whose
     // write was cut short (that item itself was never acknowledged).
     let mut bound = tail_c;
-    for slot in 0..capacity {
-        let stamp = p.stamp(slot);
-        // A stamp that names an index of another slot cannot be the writer's.
-        let own = |i: u64| i % capacity == slot;
-        let handed_out = match (row::index_of(stamp), row::writing_index(stamp)) {
-            (Some(i), _) if own(i) => i + 1,
-            (_, Some(i)) if own(i) => i,
-            _ => 0,
-        };
-        bound = bound.max(handed_out);
+    if trust_stamps {
+        for slot in 0..capacity {
+            let stamp = p.stamp(slot);
+            // A stamp that names an index of another slot cannot be the writer's.
+            let own = |i: u64| i % capacity == slot;
+            let handed_out = match (row::index_of(stamp), row::writing_index(stamp)) {
+                (Some(i), _) if own(i) => i + 1,
+                (_, Some(i)) if own(i) => i,
+                _ => 0,
+            };
+            bound = bound.max(handed_out);
+        }
     }
     let lowest = head_c.max(bound.saturating_sub(capacity));
-    // An item whose slot holds the cut-short write of a later index was evicted by that
-    // add, not damaged: it cannot be served, but its index stays handed out. (At the top
-    // of the range this happens only with capacity 1.)
-    let evicted_by_cut = |i: u64| row::writing_index(p.stamp(i % capacity)).is_some_and(|j| j > i);
     let mut top = bound;
-    while top > lowest && evicted_by_cut(top - 1) {
-        top -= 1;
+    if trust_stamps {
+        // An item whose slot holds the cut-short write of a later index was evicted by
+        // that add, not damaged: it cannot be served, but its index stays handed out.
+        // (At the top of the range this happens only with capacity 1.)
+        let evicted_by_cut =
+            |i: u64| row::writing_index(p.stamp(i % capacity)).is_some_and(|j| j > i);
+        while top > lowest && evicted_by_cut(top - 1) {
+            top -= 1;
+        }
+        if top < bound {
+            return Recovered {
+                head: bound,
+                tail: bound,
+                rolled_forward: bound - tail_c,
+                dropped: 0,
+            };
+        }
     }
-    if top < bound {
-        return Recovered {
-            head: bound,
-            tail: bound,
-            rolled_forward: bound - tail_c,
-            dropped: 0,
-        };
-    }
-    // Damaged items at the top (a power loss wrote back their stamps but not all their
-    // bytes) were never made durable; the tail ends below them.
-    while top > lowest && !intact(p, capacity, top - 1) {
+    // Items at the top that are not intact were never completed (or, after a power
+    // loss, never made durable); the tail ends below them.
+    while top > lowest && !intact(p, capacity, top - 1, trust_stamps) {
         top -= 1;
     }
     // Indices below the committed tail were handed out durably; the range never ends
@@ -84,7 +98,7 @@ pub fn recover(p: &dyn SlotProbe, capacity: u64, head_c: u64, tail_c: u64) -> Re
     let tail = tail_c.max(top);
     let mut head = tail;
     if tail == top {
-        while head > lowest && intact(p, capacity, head - 1) {
+        while head > lowest && intact(p, capacity, head - 1, trust_stamps) {
             head -= 1;
         }
     }
@@ -141,14 +155,14 @@ mod tests {
     #[test]
     fn rolls_forward_past_the_commit() {
         let m = written(10, 7);
-        let r = recover(&m, 10, 0, 3);
+        let r = recover(&m, 10, 0, 3, true);
         assert_eq!((r.head, r.tail, r.rolled_forward, r.dropped), (0, 7, 4, 0));
     }
 
     #[test]
     fn follows_a_writer_that_lapped_the_ring_after_the_commit() {
         let m = written(10, 37);
-        let r = recover(&m, 10, 0, 2);
+        let r = recover(&m, 10, 0, 2, true);
         assert_eq!((r.head, r.tail), (27, 37));
     }
 
@@ -158,7 +172,7 @@ mod tests {
         if let Some(s) = m.0.get_mut(5) {
             *s = (writing_stamp(15), false);
         }
-        let r = recover(&m, 10, 4, 12);
+        let r = recover(&m, 10, 4, 12, true);
         assert_eq!(
             (r.head, r.tail),
             (6, 15),
@@ -172,7 +186,7 @@ mod tests {
         if let Some(s) = m.0.get_mut(3) {
             s.1 = false;
         }
-        let r = recover(&m, 10, 0, 9);
+        let r = recover(&m, 10, 0, 9, false);
         assert_eq!((r.head, r.tail, r.dropped), (4, 9, 4));
     }
 
@@ -180,7 +194,7 @@ mod tests {
     fn a_cut_write_over_the_only_evidence_still_bounds_the_indices() {
         // Capacity 1: the in-flight write of index 95 destroyed item 94, the only item.
         let m = Model(vec![(writing_stamp(95), false)]);
-        let r = recover(&m, 1, 0, 0);
+        let r = recover(&m, 1, 0, 0, true);
         assert_eq!(
             (r.head, r.tail),
             (95, 95),
@@ -189,9 +203,23 @@ mod tests {
     }
 
     #[test]
+    fn after_a_reboot_only_committed_items_with_sound_checksums_survive() {
+        // 9 items written, 6 committed; item 4's bytes did not reach the disk intact.
+        let mut m = written(10, 9);
+        if let Some(s) = m.0.get_mut(4) {
+            s.1 = false;
+        }
+        let r = recover(&m, 10, 0, 6, false);
+        assert_eq!((r.head, r.tail, r.rolled_forward), (5, 6, 0));
+        // The same slots after a kill in the same boot: stamps are the truth.
+        let r = recover(&m, 10, 0, 6, true);
+        assert_eq!((r.head, r.tail, r.rolled_forward), (0, 9, 3));
+    }
+
+    #[test]
     fn the_committed_head_is_never_moved_back() {
         let m = written(10, 9);
-        let r = recover(&m, 10, 6, 9);
+        let r = recover(&m, 10, 6, 9, true);
         assert_eq!((r.head, r.tail), (6, 9));
     }
 
@@ -219,7 +247,7 @@ mod tests {
                 }
             }
             let head_c = commit_at.saturating_sub(cap);
-            let r = recover(&m, cap, head_c, commit_at);
+            let r = recover(&m, cap, head_c, commit_at, true);
             let lost_to_cut = u64::from(cut && n >= cap);
             prop_assert_eq!(r.tail, n);
             prop_assert_eq!(r.head, n.saturating_sub(cap) + lost_to_cut);

@@ -70,6 +70,22 @@ impl Ring {
         }
     }
 
+    /// Writes the checksums of `count` items from `first_index`, whose slots follow
+    /// `first_slot` (wrapping at the capacity).
+    pub fn seal(&mut self, first_slot: u64, first_index: u64, count: u64) {
+        let mut slot = first_slot;
+        for index in first_index..first_index + count {
+            let (s, k) = self.split(slot);
+            if let Some(seg) = self.segments.get_mut(s) {
+                seg.seal_row(k, index, &self.layout);
+            }
+            slot += 1;
+            if slot == self.capacity {
+                slot = 0;
+            }
+        }
+    }
+
     /// Stamp and checksum check of a slot.
     pub fn check(&self, slot: u64) -> Option<RowCheck> {
         self.locate(slot)

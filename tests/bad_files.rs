@@ -17,7 +17,7 @@ use replaystore::{Config, Error, ReplayBuffer, inspect, verify};
 
 const SUPERBLOCK_LEN: usize = 96;
 const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
-const COMMIT_LEN: usize = 80;
+const COMMIT_LEN: usize = 96;
 const SEGMENT_HEADER_LEN: usize = 68;
 const ROW_HEADER: usize = 16;
 

@@ -51,7 +51,8 @@ const C_CLEARED_OFF: usize = C_TAIL_OFF + 8;
 const C_SAMPLED_OFF: usize = C_CLEARED_OFF + 8;
 const C_RNG_SEED_OFF: usize = C_SAMPLED_OFF + 8;
 const C_RNG_POS_OFF: usize = C_RNG_SEED_OFF + 8;
-const C_FLAGS_OFF: usize = C_RNG_POS_OFF + 16;
+const C_BOOT_ID_OFF: usize = C_RNG_POS_OFF + 16;
+const C_FLAGS_OFF: usize = C_BOOT_ID_OFF + 16;
 const C_CRC_OFF: usize = C_FLAGS_OFF + 4;
 /// Bytes of a commit slot that carry data.
 pub const COMMIT_LEN: usize = C_CRC_OFF + 4;
@@ -230,6 +231,9 @@ pub struct Commit {
     pub rng_seed: u64,
     /// Position in the RNG's stream (ChaCha word position).
     pub rng_word_pos: u128,
+    /// The kernel's boot id when the commit was written: on an unclean open in the same
+    /// boot the page cache survived (a killed process), so slot stamps can be trusted.
+    pub boot_id: [u8; 16],
     /// `FLAG_CLEAN` when the writer closed cleanly.
     pub flags: u32,
 }
@@ -258,6 +262,7 @@ impl Commit {
         w.u64(C_SAMPLED_OFF, self.sampled);
         w.u64(C_RNG_SEED_OFF, self.rng_seed);
         w.u128(C_RNG_POS_OFF, self.rng_word_pos);
+        w.put(C_BOOT_ID_OFF, &self.boot_id);
         w.u32(C_FLAGS_OFF, self.flags);
         let crc = crc32(b.get(..C_CRC_OFF).unwrap_or(&[]));
         BytesMut(&mut b).u32(C_CRC_OFF, crc);
@@ -279,6 +284,7 @@ impl Commit {
             sampled: field(C_SAMPLED_OFF),
             rng_seed: field(C_RNG_SEED_OFF),
             rng_word_pos: r.u128(C_RNG_POS_OFF).unwrap_or(0),
+            boot_id: r.array(C_BOOT_ID_OFF).unwrap_or([0; 16]),
             flags: r.u32(C_FLAGS_OFF).unwrap_or(0),
         };
         let stored_slot = r.u32(C_SLOT_OFF).unwrap_or(u32::MAX);
@@ -372,6 +378,7 @@ mod tests {
             sampled: 77,
             rng_seed: 42,
             rng_word_pos: 1 << 70,
+            boot_id: [9; 16],
             flags: FLAG_CLEAN,
         };
         let b = c.encode();

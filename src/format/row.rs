@@ -5,15 +5,17 @@
 //! 0       8     stamp: 0 = never written; index + 1 = holds logical index `index`;
 //!               (index + 1) | 1 << 63 = logical index `index` is being written here
 //! 8       4     crc32 of the payload span, with the initial value seeded by the logical
-//!               index (see `item_crc`)
+//!               index (see `item_crc`); written when the item is sealed by a flush
 //! 12      4     reserved, 0
 //! 16      ...   fields in schema order, each at an offset that is a multiple of its
 //!               dtype's size; the payload span ends where the last field ends
 //! ...     ...   zero padding up to the stride, a multiple of 8
 //! ```
 //! The stamp is written last on add (and set to "being written" first), so a complete
-//! stamp means complete bytes in the page cache; the checksum is what proves it after a
-//! power loss, when pages reach the disk in any order.
+//! stamp means complete bytes in the page cache: after a killed process that is proof
+//! enough. The checksum is what proves an item after a power loss, when pages reach the
+//! disk in any order; only flushed items are promised to survive one, so it is computed
+//! when a flush seals the items added since the previous one, not on every add.
 
 use crate::schema::Schema;
 

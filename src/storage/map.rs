@@ -135,7 +135,8 @@ impl SegmentMap {
         self.stamp_atomic(k).store(STAMP_EMPTY, Ordering::Release);
     }
 
-    /// Writes item `index` into slot `k`: stamp "being written", fields, checksum, stamp.
+    /// Writes item `index` into slot `k`: stamp "being written", fields, stamp. The
+    /// checksum is written later, by `seal_row`, when a flush makes the item durable.
     /// Each `fields[i]` is the bytes of field `i`; a length that differs from the layout
     /// is a caller bug, and only the overlap is copied.
     #[inline]
@@ -152,6 +153,14 @@ impl SegmentMap {
             // row k; `src` is caller memory, never this mapping (it is not exposed).
             unsafe { copy_small(src.as_ptr(), row.add(off), n) };
         }
+        stamp.store(row::stamp_of(index), Ordering::Release);
+    }
+
+    /// Computes and stores the checksum of item `index` in slot `k`, whose bytes are
+    /// complete (the writer's own earlier `write_row`).
+    pub fn seal_row(&mut self, k: usize, index: u64, layout: &RowLayout) {
+        debug_assert!(self.writable);
+        let row = self.row(k);
         let span = layout.payload_span();
         // SAFETY: the span lies inside row k, and this process is the only writer (the
         // buffer's lock); readers elsewhere only read, so borrowing it briefly is sound.
@@ -159,7 +168,6 @@ impl SegmentMap {
         let crc = row::item_crc(index, payload);
         // SAFETY: the crc field is 4-aligned and inside row k's header.
         unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().write(crc.to_le()) };
-        stamp.store(row::stamp_of(index), Ordering::Release);
     }
 
     /// Reads slot `k`'s stamp and checks its checksum against the index it names.

@@ -273,6 +273,30 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
     }
 }
 
+/// The running kernel's boot id (`/proc/sys/kernel/random/boot_id`), or zeros where it
+/// cannot be read. A commit records it; an unclean open in the same boot knows the page
+/// cache survived. Zeros never count as the same boot.
+pub fn boot_id() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+    let mut id = [0u8; 16];
+    if hex.len() == 32 {
+        for (b, pair) in id.iter_mut().zip(hex.chunks(2)) {
+            *b = std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .unwrap_or(0);
+        }
+    }
+    id
+}
+
+/// Whether a commit was written in the running boot.
+pub fn same_boot(commit: &Commit) -> bool {
+    let now = boot_id();
+    now != [0; 16] && commit.boot_id == now
+}
+
 /// Bytes the files of a buffer occupy on disk (allocated blocks).
 pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;

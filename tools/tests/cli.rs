@@ -1,16 +1,27 @@
 //! Promise: the `replaystore` command's demo leaves a sound buffer, `verify` exits 0 on a
 //! sound buffer and 1 naming file and offset on a damaged one, `info --json` is JSON, and
 //! errors exit 2 with a message a person can act on (issue 3).
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
 
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_replaystore")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_replaystore"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -49,7 +60,10 @@ fn demo_then_info_then_verify_on_its_folder() {
     let o = run(&["verify", dir_s]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = text(&o);
-    assert!(out.contains("seg-00000000.dat") && out.contains(&format!("@ {offset}")), "{out}");
+    assert!(
+        out.contains("seg-00000000.dat") && out.contains(&format!("@ {offset}")),
+        "{out}"
+    );
     let o = run(&["verify", dir_s, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["sound"], false);
@@ -61,7 +75,11 @@ fn errors_exit_2_with_a_message() {
     let d = tempfile::tempdir().unwrap();
     let o = run(&["info", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("not a replaystore buffer"), "{}", text(&o));
+    assert!(
+        text(&o).contains("not a replaystore buffer"),
+        "{}",
+        text(&o)
+    );
     let o = run(&["verify", d.path().join("missing").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let o = run(&["frobnicate"]);
