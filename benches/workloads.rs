@@ -113,6 +113,21 @@ fn w1(c: &mut Criterion) {
             }
         })
     });
+    // What the checksums moved out of add cost: sealing and msyncing 10^6 fresh rows.
+    g.bench_function("flush_after_1M_adds", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                for i in (0..W1_CAP as usize).step_by(1000) {
+                    buf.add_batch(&data.chunk(i, 1000)).expect("add");
+                }
+                let t = Instant::now();
+                buf.flush().expect("flush");
+                total += t.elapsed();
+            }
+            total
+        })
+    });
     g.sample_size(50).measurement_time(Duration::from_secs(5));
     g.throughput(Throughput::Elements(1));
     let spec = SampleSpec::new(256);

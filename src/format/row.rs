@@ -9,7 +9,8 @@
 //! 12      4     reserved, 0
 //! 16      ...   fields in schema order, each at an offset that is a multiple of its
 //!               dtype's size; the payload span ends where the last field ends
-//! ...     ...   zero padding up to the stride, a multiple of 8
+//! ...     ...   zero padding up to the stride: the next multiple of 64 if that is at
+//!               most 9/8 of the next multiple of 8, else the next multiple of 8
 //! ```
 //! The stamp is written last on add (and set to "being written" first), so a complete
 //! stamp means complete bytes in the page cache: after a killed process that is proof
@@ -102,10 +103,21 @@ impl RowLayout {
                 (at, f.bytes())
             })
             .collect();
+        // A row that starts on a cache line and spans whole lines costs the fewest line
+        // reads when sampled at random (a 184-byte row at any offset spans 3.9 lines on
+        // average, at a 192-byte stride exactly 3): align to 64 when it costs at most an
+        // eighth more space.
+        let packed = off.next_multiple_of(8);
+        let aligned = off.next_multiple_of(64);
+        let stride = if aligned * 8 <= packed * 9 {
+            aligned
+        } else {
+            packed
+        };
         RowLayout {
             fields,
             payload_end: off,
-            stride: off.next_multiple_of(8),
+            stride,
         }
     }
 
