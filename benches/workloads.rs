@@ -227,5 +227,34 @@ fn w2(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, w1, w2);
+/// W2 rows into a ring small enough (30,000 frames, 850 MB) to stay under the kernel's
+/// dirty-writeback thresholds: what adds cost when writeback does not interfere.
+fn w2_small_ring(c: &mut Criterion) {
+    const CAP: u64 = 30_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let frames: Vec<u8> = (0..64 * 28_224).map(|i| (i * 7 % 251) as u8).collect();
+    let mut g = c.benchmark_group("w2_small_ring");
+    g.sample_size(10).throughput(Throughput::Elements(CAP));
+    let mut state: Option<(ReplayBuffer, u64)> = None;
+    g.bench_function("add1", |b| {
+        let (buf, next) = state.get_or_insert_with(|| {
+            let mut buf =
+                ReplayBuffer::create(dir.path().join("w2s"), Config::new(w2_schema(), CAP))
+                    .expect("create");
+            for i in 0..CAP {
+                w2_add(&mut buf, &frames, i);
+            }
+            (buf, CAP)
+        });
+        b.iter(|| {
+            for _ in 0..CAP {
+                black_box(w2_add(buf, &frames, *next));
+                *next += 1;
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, w1, w2, w2_small_ring);
 criterion_main!(benches);
