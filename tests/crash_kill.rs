@@ -192,10 +192,43 @@ fn rng_child() {
     buf.flush().unwrap();
     for _ in 0..4 {
         let b = buf.sample_with(&SampleSpec::new(32)).unwrap();
-        println!("draw={:?}", b.indices());
+        println!("marker={:?}", b.indices());
     }
-    println!("draw=done");
+    println!("marker=done");
     std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+/// Runs the child test `name` of this binary with `env` set to the buffer path, collects
+/// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
+fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut said = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "child {name} ended early"
+        );
+        // libtest may print its own header on the same line: look for the marker.
+        let Some((_, what)) = line.trim().split_once("marker=") else {
+            continue;
+        };
+        if what == "done" {
+            break;
+        }
+        said.push(what.to_owned());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    said
 }
 
 #[test]
@@ -206,33 +239,7 @@ fn after_a_kill_the_rng_resumes_from_the_last_flush() {
         .unwrap()
         .close()
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "rng_child", "--nocapture", "--test-threads=1"])
-        .env("REPLAYSTORE_RNG_CHILD", &path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut expected = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "child ended early"
-        );
-        // libtest may print its own header on the same line: look for the marker.
-        let Some((_, draw)) = line.trim().split_once("draw=") else {
-            continue;
-        };
-        if draw == "done" {
-            break;
-        }
-        expected.push(draw.to_owned());
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let expected = run_child_then_kill("rng_child", "REPLAYSTORE_RNG_CHILD", &path);
     let mut buf = ReplayBuffer::open(&path).unwrap();
     assert_eq!(buf.len(), 400);
     let got: Vec<String> = (0..4)
@@ -282,24 +289,7 @@ fn after_a_kill_stamps_prove_items_and_after_a_reboot_only_flushed_items_survive
         .unwrap()
         .close()
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "reboot_child", "--nocapture", "--test-threads=1"])
-        .env("REPLAYSTORE_REBOOT_CHILD", &path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("marker=done") {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "child ended early"
-        );
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    run_child_then_kill("reboot_child", "REPLAYSTORE_REBOOT_CHILD", &path);
     let backup = dir.path().join("backup");
     std::fs::create_dir(&backup).unwrap();
     for f in [

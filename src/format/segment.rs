@@ -117,24 +117,19 @@ impl SegmentHeader {
                 r.u64(ROW_STRIDE_OFF).unwrap_or(0),
             ),
         ];
-        for (offset, name, want, got) in fields {
-            if want != got {
+        let uuid: [u8; 16] = r.array(UUID_OFF).unwrap_or([0; 16]);
+        let uuid_field = (UUID_OFF, "uuid", hex(&expected.uuid), hex(&uuid));
+        let numbers = fields
+            .map(|(offset, name, want, got)| (offset, name, want.to_string(), got.to_string()));
+        for (offset, name, expected, got) in std::iter::once(uuid_field).chain(numbers) {
+            if expected != got {
                 return Err(Problem::Field {
                     offset: offset as u64,
                     name,
-                    expected: want.to_string(),
-                    got: got.to_string(),
+                    expected,
+                    got,
                 });
             }
-        }
-        let uuid: [u8; 16] = r.array(UUID_OFF).unwrap_or([0; 16]);
-        if uuid != expected.uuid {
-            return Err(Problem::Field {
-                offset: UUID_OFF as u64,
-                name: "uuid",
-                expected: hex(&expected.uuid),
-                got: hex(&uuid),
-            });
         }
         Ok(())
     }
