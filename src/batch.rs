@@ -196,6 +196,11 @@ impl Batch {
             })
     }
 
+    /// The index list, for drawing into.
+    pub(crate) fn indices_mut(&mut self) -> &mut Vec<u64> {
+        &mut self.indices
+    }
+
     /// The index list and one writable byte slice per field, for a gather.
     pub(crate) fn parts_mut(&mut self) -> (&mut Vec<u64>, Vec<&mut [u8]>) {
         let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();

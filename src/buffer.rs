@@ -505,10 +505,7 @@ impl ReplayBuffer {
                 "the output batch was made for another schema".into(),
             ));
         }
-        {
-            let (indices, _) = out.parts_mut();
-            self.draw_indices(spec, indices)?;
-        }
+        self.draw_indices(spec, out.indices_mut())?;
         out.resize(spec.n);
         let (indices, mut outs) = out.parts_mut();
         self.ring

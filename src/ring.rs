@@ -32,19 +32,9 @@ impl Ring {
         }
     }
 
-    /// Slots in the ring.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
     /// The row layout.
     pub fn layout(&self) -> &RowLayout {
         &self.layout
-    }
-
-    /// The mapped segments.
-    pub fn segments(&self) -> &[SegmentMap] {
-        &self.segments
     }
 
     #[inline(always)]

@@ -25,8 +25,6 @@ const CRC_OFF: usize = STAMP_OFF + 8;
 const RESERVED_OFF: usize = CRC_OFF + 4;
 /// Bytes before the first field.
 pub const ROW_HEADER_LEN: usize = RESERVED_OFF + 4;
-/// Offset of the stamp within a row.
-pub const ROW_STAMP_OFFSET: usize = STAMP_OFF;
 /// Offset of the checksum within a row.
 pub const ROW_CRC_OFFSET: usize = CRC_OFF;
 
