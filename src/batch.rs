@@ -96,6 +96,7 @@ impl FieldArray {
 pub struct Batch {
     fields: Vec<FieldArray>,
     indices: Vec<u64>,
+    weights: Vec<f32>,
 }
 
 impl Batch {
@@ -115,6 +116,7 @@ impl Batch {
                 })
                 .collect(),
             indices: Vec::new(),
+            weights: Vec::new(),
         };
         b.resize(rows);
         b
@@ -197,6 +199,16 @@ impl Batch {
     }
 
     /// The index list, for drawing into.
+    /// Importance weights of a prioritized sample, one per row (`(N * P(i))^-beta`
+    /// over its largest value in the buffer); empty for a uniform sample.
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
+    pub(crate) fn weights_mut(&mut self) -> &mut Vec<f32> {
+        &mut self.weights
+    }
+
     pub(crate) fn indices_mut(&mut self) -> &mut Vec<u64> {
         &mut self.indices
     }

@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
+use crate::priorities::{
+    Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
+};
 use crate::recovery::{self, Recovered, SlotProbe};
 use crate::ring::Ring;
 use crate::sample::{SampleSpec, draw_uniform};
@@ -43,6 +46,7 @@ pub struct Config {
     segment_slots: Option<u64>,
     seed: Option<u64>,
     io: Option<IoRef>,
+    priorities: Option<PriorityConfig>,
 }
 
 impl Config {
@@ -55,6 +59,7 @@ impl Config {
             segment_slots: None,
             seed: None,
             io: None,
+            priorities: None,
         }
     }
 
@@ -79,6 +84,31 @@ impl Config {
     pub fn seed(mut self, seed: u64) -> Config {
         self.seed = Some(seed);
         self
+    }
+
+    /// Keeps priorities for prioritized replay: `alpha` is the priority exponent, `eps`
+    /// is added to every priority. New items get the largest priority seen so far.
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, Schema};
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 1000).prioritized(0.6, 1e-6);
+    /// assert_eq!(config.priorities().map(|p| p.alpha), Some(0.6));
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn prioritized(self, alpha: f64, eps: f64) -> Config {
+        self.priority_config(PriorityConfig::new(alpha, eps))
+    }
+
+    /// Keeps priorities with these settings (see [`PriorityConfig`]).
+    pub fn priority_config(mut self, config: PriorityConfig) -> Config {
+        self.priorities = Some(config);
+        self
+    }
+
+    /// The priority settings, if the buffer keeps priorities.
+    pub fn priorities(&self) -> Option<PriorityConfig> {
+        self.priorities
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.
@@ -126,6 +156,11 @@ pub struct Stats {
     pub bytes_on_disk: u64,
     /// Commits so far.
     pub generation: u64,
+    /// Priority updates applied (prioritized buffers).
+    pub priority_updates: u64,
+    /// Priority updates skipped because their item had been evicted or cleared since
+    /// it was sampled (prioritized buffers).
+    pub stale_updates: u64,
 }
 
 /// A replay buffer open for writing: the one writer of its directory.
@@ -175,6 +210,7 @@ pub struct ReplayBuffer {
     poisoned: Option<String>,
     closed: bool,
     recovered: Option<Recovered>,
+    priorities: Option<Priorities>,
     order: Vec<usize>,
     names: NameCache,
 }
@@ -204,6 +240,9 @@ impl ReplayBuffer {
                 field: "capacity",
                 problem: format!("{} is not in 1..={MAX_CAPACITY}", config.capacity),
             });
+        }
+        if let Some(p) = &config.priorities {
+            p.check()?;
         }
         io.create_dir_all(&dir)
             .map_err(|e| Error::io("create directory", &dir, e))?;
@@ -235,6 +274,7 @@ impl ReplayBuffer {
             item_bytes: config.schema.item_bytes() as u64,
             schema_len: archive.len() as u64,
             schema_crc: crate::format::crc32(&archive),
+            prioritized: config.priorities.is_some(),
         };
         let result = write_new_buffer(
             &*io,
@@ -242,6 +282,7 @@ impl ReplayBuffer {
             &sb,
             &archive,
             config.seed.unwrap_or_else(|| rand::rng().next_u64()),
+            config.priorities.as_ref(),
         );
         if let Err(e) = result {
             remove_new_buffer(&dir, &sb);
@@ -276,6 +317,11 @@ impl ReplayBuffer {
             .map(|n| storage::open_segment(&*io, &dir, &sb, n, true))
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+        let mut priorities = if sb.prioritized {
+            Some(Priorities::open(&*io, &dir, &sb)?)
+        } else {
+            None
+        };
         let (mut head, mut tail) = (commit.head, commit.tail);
         let mut recovered = None;
         if !commit.is_clean() {
@@ -291,6 +337,10 @@ impl ReplayBuffer {
             }
             ring.flush_all(&*io)
                 .map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
+            if let Some(p) = &mut priorities {
+                p.repair((r.head % sb.capacity) as usize, (r.tail - r.head) as usize)?;
+                p.flush(&*io)?;
+            }
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
@@ -320,6 +370,7 @@ impl ReplayBuffer {
             poisoned: None,
             closed: false,
             recovered,
+            priorities,
             order: Vec::new(),
             names: NameCache::new(),
             superblock: sb,
@@ -380,6 +431,11 @@ impl ReplayBuffer {
             sampled: self.sampled,
             bytes_on_disk: storage::bytes_on_disk(&self.dir, self.superblock.segment_count),
             generation: self.generation,
+            priority_updates: self.priorities.as_ref().map_or(0, Priorities::updates),
+            stale_updates: self
+                .priorities
+                .as_ref()
+                .map_or(0, Priorities::stale_updates),
         }
     }
 
@@ -410,6 +466,10 @@ impl ReplayBuffer {
             if self.head_slot == cap {
                 self.head_slot = 0;
             }
+        }
+        // The leaf before the row: a stamped item always has its priority.
+        if let Some(p) = &mut self.priorities {
+            p.on_add(self.tail_slot);
         }
         self.ring.write(self.tail_slot, self.tail, fields);
         self.tail += 1;
@@ -506,6 +566,7 @@ impl ReplayBuffer {
             ));
         }
         self.draw_indices(spec, out.indices_mut())?;
+        out.weights_mut().clear();
         out.resize(spec.n);
         let (indices, mut outs) = out.parts_mut();
         self.ring
@@ -518,6 +579,129 @@ impl ReplayBuffer {
         draw_uniform(&mut self.rng, spec, self.head, self.tail, out)?;
         self.sampled += out.len() as u64;
         Ok(())
+    }
+
+    /// Draws `n` items by priority (independently) and gathers them; the batch carries
+    /// importance weights for exponent `beta`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6).seed(3);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("per"), config)?;
+    /// buf.add_batch(&[Column::new("x", &[0.0f32, 1.0, 2.0, 3.0])])?;
+    /// let batch = buf.sample_prioritized(8, 0.4)?;
+    /// assert_eq!(batch.weights().len(), 8);
+    /// // Item 3 becomes 100x more likely than the others; items sampled earlier may
+    /// // have been evicted since, and are skipped and counted.
+    /// let done = buf.update_priorities(&[0, 1, 2, 3], &[0.01f32, 0.01, 0.01, 1.0])?;
+    /// assert_eq!(done.applied, 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
+        let mut batch = Batch::new(&self.schema, 0);
+        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
+    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        if !out.fits(&self.schema) {
+            return Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ));
+        }
+        out.resize(spec.n);
+        let mut weights = std::mem::take(out.weights_mut());
+        weights.resize(spec.n, 0.0);
+        let drawn = self.draw_prioritized(spec, out.indices_mut(), &mut weights);
+        *out.weights_mut() = weights;
+        drawn?;
+        let (indices, mut outs) = out.parts_mut();
+        self.ring
+            .gather(self.head, self.head_slot, indices, &mut outs)
+            .map_err(|m| self.stamp_error(indices, m))
+    }
+
+    /// Draws `indices.len()` live indices by priority into `indices`, with their
+    /// importance weights into `weights`, advancing the RNG, without gathering: the
+    /// fill-in-place path for bindings (then [`ReplayBuffer::gather_into`]).
+    pub fn draw_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        let Some(p) = &mut self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.dir.clone(),
+            });
+        };
+        p.draw(
+            &mut self.rng,
+            spec,
+            self.head,
+            self.head_slot,
+            self.tail,
+            indices,
+            weights,
+        )?;
+        self.sampled += indices.len() as u64;
+        Ok(())
+    }
+
+    /// Sets the priorities of the items at logical `indices` (typically the TD errors of
+    /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
+    /// counted (`stale_updates` in [`Stats`]), never applied to the newer item in their
+    /// slot. A priority that is negative, NaN or infinite, an index never added, or
+    /// arrays of different lengths are an error, and then nothing is applied.
+    /// Survives a kill at once, and a power loss after the next `flush`.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        self.writable()?;
+        let Some(p) = &mut self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.dir.clone(),
+            });
+        };
+        p.update(self.head, self.head_slot, self.tail, indices, priorities)
+    }
+
+    /// The current `priority + eps` of each live item in `indices` (recovered from the
+    /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
+    pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
+        let Some(p) = &self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.dir.clone(),
+            });
+        };
+        let cap = self.superblock.capacity;
+        indices
+            .iter()
+            .map(|&index| {
+                if index < self.head || index >= self.tail {
+                    return Err(Error::Evicted {
+                        index,
+                        head: self.head,
+                        tail: self.tail,
+                    });
+                }
+                let mut slot = self.head_slot + (index - self.head);
+                if slot >= cap {
+                    slot -= cap;
+                }
+                Ok(p.priority_of_slot(slot))
+            })
+            .collect()
+    }
+
+    /// Priority totals and counters, if the buffer keeps priorities.
+    pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
+        self.priorities.as_mut().map(Priorities::summary)
     }
 
     /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
@@ -612,7 +796,17 @@ impl ReplayBuffer {
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
+        self.sync_priorities()?;
         self.commit(0, true)
+    }
+
+    fn sync_priorities(&mut self) -> Result<()> {
+        if let Some(p) = &mut self.priorities
+            && let Err(e) = p.flush(&*self.io)
+        {
+            return Err(self.poison(e));
+        }
+        Ok(())
     }
 
     /// Seals (checksums) the live items added since the last flush and msyncs them.
@@ -659,6 +853,10 @@ impl ReplayBuffer {
         self.cleared += self.tail - self.head;
         self.head = self.tail;
         self.head_slot = self.tail_slot;
+        if let Some(p) = &mut self.priorities {
+            p.clear();
+        }
+        self.sync_priorities()?;
         self.commit(0, true)
     }
 
@@ -676,6 +874,7 @@ impl ReplayBuffer {
     fn shutdown(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
+        self.sync_priorities()?;
         self.commit(FLAG_CLEAN, true)?;
         self.closed = true;
         Ok(())
@@ -698,6 +897,7 @@ fn write_new_buffer(
     sb: &Superblock,
     archive: &[u8],
     seed: u64,
+    priorities: Option<&PriorityConfig>,
 ) -> Result<()> {
     let lane = dir.join(LANE_DIR);
     io.create_dir_all(&lane)
@@ -707,6 +907,9 @@ fn write_new_buffer(
     }
     io.sync_dir(&lane)
         .map_err(|e| Error::io("fsync", &lane, e))?;
+    if let Some(p) = priorities {
+        Priorities::create(io, dir, sb, p)?;
+    }
     let first = Commit {
         rng_seed: seed,
         flags: FLAG_CLEAN,
@@ -735,5 +938,6 @@ fn remove_new_buffer(dir: &Path, sb: &Superblock) {
     }
     let _ = std::fs::remove_dir(dir.join(LANE_DIR));
     let _ = std::fs::remove_file(dir.join("MANIFEST.tmp"));
+    let _ = std::fs::remove_file(storage::tree_path(dir));
     let _ = std::fs::remove_file(dir.join(storage::LOCK));
 }

@@ -261,6 +261,53 @@ pub enum Error {
     #[error("invalid sample request: {0}")]
     InvalidSample(String),
 
+    /// A prioritized operation on a buffer created without priorities.
+    #[error("{}: the buffer has no priorities (create it with Config::prioritized)", dir.display())]
+    NotPrioritized {
+        /// The buffer directory.
+        dir: PathBuf,
+    },
+
+    /// Every live item has priority 0 (possible only with `eps` 0), so no item can be
+    /// drawn by priority.
+    #[error("all {live} live items have priority 0 (eps is 0): nothing can be drawn by priority")]
+    ZeroTotalPriority {
+        /// Items live.
+        live: u64,
+    },
+
+    /// A priority given to `update_priorities` is not a finite number >= 0; nothing
+    /// of that call was applied.
+    #[error("priority {value} at position {position} (index {index}) is not finite and >= 0")]
+    InvalidPriority {
+        /// Position in the call's arrays.
+        position: usize,
+        /// The logical index it was for.
+        index: u64,
+        /// The value given.
+        value: f64,
+    },
+
+    /// Two arrays of one call that must have the same length do not.
+    #[error("{what}: {expected} expected, got {got}")]
+    CountMismatch {
+        /// Which arrays.
+        what: &'static str,
+        /// Length of the first.
+        expected: usize,
+        /// Length of the second.
+        got: usize,
+    },
+
+    /// A logical index that was never handed out (at or past the tail).
+    #[error("index {index} was never added (the next index is {tail})")]
+    NotYetAdded {
+        /// The index.
+        index: u64,
+        /// The next index to be given.
+        tail: u64,
+    },
+
     /// A slot did not hold the item its index says it should: the bytes were overwritten
     /// or damaged after the item was stored. The item is never served.
     #[error("{}: item {index} at offset {offset}: {problem}", file.display())]

@@ -241,10 +241,8 @@ mod tests {
         ) {
             let commit_at = commit_at.min(n);
             let mut m = written(cap, n);
-            if cut {
-                if let Some(s) = m.0.get_mut((n % cap) as usize) {
-                    *s = (writing_stamp(n), false);
-                }
+            if cut && let Some(s) = m.0.get_mut((n % cap) as usize) {
+                *s = (writing_stamp(n), false);
             }
             let head_c = commit_at.saturating_sub(cap);
             let r = recover(&m, cap, head_c, commit_at, true);

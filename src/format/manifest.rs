@@ -82,7 +82,14 @@ pub struct Superblock {
     pub schema_len: u64,
     /// CRC-32 of the schema archive.
     pub schema_crc: u32,
+    /// The buffer keeps priorities in `priorities.tree` (superblock flag bit 0).
+    pub prioritized: bool,
 }
+
+/// Superblock flag: the buffer has a `priorities.tree`. Builds that predate it reject
+/// the flag, so they never write to such a buffer without keeping its tree.
+pub const SB_FLAG_PRIORITIES: u32 = 1;
+const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -96,7 +103,14 @@ impl Superblock {
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, &MAGIC);
         w.u32(VERSION_OFF, FORMAT_VERSION);
-        w.u32(FLAGS_OFF, 0);
+        w.u32(
+            FLAGS_OFF,
+            if self.prioritized {
+                SB_FLAG_PRIORITIES
+            } else {
+                0
+            },
+        );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
         w.u64(SEGMENT_SLOTS_OFF, self.segment_slots);
@@ -132,6 +146,7 @@ impl Superblock {
             item_bytes: field(ITEM_BYTES_OFF),
             schema_len: field(SCHEMA_LEN_OFF),
             schema_crc: r.u32(SCHEMA_CRC_OFF).unwrap_or(0),
+            prioritized: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -142,9 +157,18 @@ impl Superblock {
             })
         };
         let flags = r.u32(FLAGS_OFF).unwrap_or(0);
-        if flags != 0 {
-            return bad(FLAGS_OFF, "flags", "0".into(), flags.into());
+        if flags & !SB_KNOWN_FLAGS != 0 {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                format!("only bits {SB_KNOWN_FLAGS:#x}"),
+                flags.into(),
+            );
         }
+        let sb = Superblock {
+            prioritized: flags & SB_FLAG_PRIORITIES != 0,
+            ..sb
+        };
         if sb.capacity == 0 || sb.capacity > super::row::MAX_CAPACITY {
             return bad(
                 CAPACITY_OFF,
@@ -170,7 +194,7 @@ impl Superblock {
                 sb.segment_count,
             );
         }
-        if sb.row_stride % 8 != 0
+        if !sb.row_stride.is_multiple_of(8)
             || sb.row_stride < super::row::ROW_HEADER_LEN as u64 + sb.item_bytes
         {
             return bad(
@@ -346,7 +370,25 @@ mod tests {
             item_bytes: 170,
             schema_len: 100,
             schema_crc: 5,
+            prioritized: false,
         }
+    }
+
+    #[test]
+    fn the_priorities_flag_round_trips_and_unknown_flags_are_refused() {
+        let with = Superblock {
+            prioritized: true,
+            ..sb()
+        };
+        assert_eq!(Superblock::decode(&with.encode()), Ok(with));
+        let mut page = sb().encode();
+        BytesMut(&mut page).u32(FLAGS_OFF, 2);
+        let crc = crc32(&page[..SUPERBLOCK_CRC_OFF]);
+        BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
+        assert!(matches!(
+            Superblock::decode(&page),
+            Err(Problem::Field { name: "flags", .. })
+        ));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use memmap2::MmapRaw;
 use crate::error::{Error, Result};
 use crate::format::row::{self, ROW_CRC_OFFSET, RowLayout, STAMP_EMPTY};
 use crate::format::segment::DATA_OFFSET;
+use crate::format::tree::BODY_OFFSET as TREE_BODY_OFFSET;
 use crate::storage::io::Io;
 
 /// One mapped segment file.
@@ -65,7 +66,7 @@ impl SegmentMap {
                 expected: "a size that fits in memory".into(),
                 got: format!("{slots} slots of {stride} bytes"),
             })?;
-        if map.len() < need || stride % 8 != 0 || stride < row::ROW_HEADER_LEN {
+        if map.len() < need || !stride.is_multiple_of(8) || stride < row::ROW_HEADER_LEN {
             return Err(Error::Truncated {
                 file: path.to_path_buf(),
                 expected: need as u64,
@@ -252,8 +253,10 @@ const PREFETCH_DISTANCE: usize = 32;
 /// Bytes of each row prefetched (the rest of a large row streams in by itself).
 const PREFETCH_BYTES: usize = 256;
 
+/// Asks the CPU to bring the cache line at `p` in; any address is fine (a hint never
+/// faults).
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it
@@ -375,4 +378,126 @@ pub fn gather(
         }
     }
     Ok(())
+}
+
+/// The mapped priorities file: a header page, then the tree's `f64` words.
+///
+/// Only the writer maps it writable, and the buffer's LOCK makes that writer the only
+/// one, so within its process the words may be borrowed as a slice. Readers copy out.
+#[derive(Debug)]
+pub struct TreeMap {
+    map: MmapRaw,
+    path: PathBuf,
+    words: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; writing goes through
+// `&mut self`, and the writer lock keeps other processes from writing.
+unsafe impl Send for TreeMap {}
+// SAFETY: `&self` methods only read.
+unsafe impl Sync for TreeMap {}
+
+impl TreeMap {
+    /// Wraps a mapping, checking that it holds the header page and `words` words.
+    pub fn new(map: MmapRaw, path: &Path, words: usize, writable: bool) -> Result<TreeMap> {
+        let need = words
+            .checked_mul(8)
+            .and_then(|b| b.checked_add(TREE_BODY_OFFSET));
+        match need {
+            Some(need) if map.len() >= need => Ok(TreeMap {
+                map,
+                path: path.to_path_buf(),
+                words,
+                writable,
+            }),
+            _ => Err(Error::Truncated {
+                file: path.to_path_buf(),
+                expected: need.map_or(u64::MAX, |n| n as u64),
+                got: map.len() as u64,
+            }),
+        }
+    }
+
+    /// The file this maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A copy of the first `len` bytes (at most the header page).
+    pub fn header(&self, len: usize) -> Vec<u8> {
+        let len = len.min(TREE_BODY_OFFSET).min(self.map.len());
+        let mut out = vec![0u8; len];
+        // SAFETY: `len` is clamped to the mapping's length; `out` is a fresh allocation.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), len) };
+        out
+    }
+
+    /// Writes `bytes` into the header page at `offset` (the writer's counters).
+    pub fn write_header(&mut self, offset: usize, bytes: &[u8]) {
+        assert!(self.writable, "write to a read-only tree mapping");
+        let end = offset.saturating_add(bytes.len());
+        if end > TREE_BODY_OFFSET {
+            debug_assert!(false, "header write past the header page");
+            return;
+        }
+        // SAFETY: offset..end lies in the header page, which `new` checked is mapped, and
+        // the mapping is writable; `bytes` is a separate allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+    }
+
+    /// The tree's words, for the writer.
+    pub fn words_mut(&mut self) -> &mut [f64] {
+        assert!(self.writable, "write to a read-only tree mapping");
+        // SAFETY: `new` checked the mapping holds `words` f64s after the header page;
+        // page alignment plus a 4096-byte offset makes them 8-aligned; every bit pattern
+        // is a valid f64; `&mut self` makes this the only borrow in this process, and the
+        // writer lock keeps other processes from writing the file.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.as_mut_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
+                self.words,
+            )
+        }
+    }
+
+    /// The tree's words, for the writer (who alone changes them).
+    pub fn words(&self) -> &[f64] {
+        assert!(self.writable, "a reader must copy the words out");
+        // SAFETY: as in `words_mut`; only the writer, whose changes need `&mut self`,
+        // modifies them, so they do not change while this borrow lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
+                self.words,
+            )
+        }
+    }
+
+    /// A copy of the tree's words, for readers (a writer elsewhere may be changing them;
+    /// a concurrent change can make the copy inconsistent, never unsafe to use).
+    pub fn copy_words(&self) -> Vec<f64> {
+        let mut out = vec![0.0f64; self.words];
+        // SAFETY: `new` checked the range is mapped; `out` is a fresh allocation of the
+        // same number of f64s; any bit pattern is a valid f64.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
+                out.as_mut_ptr(),
+                self.words,
+            )
+        };
+        out
+    }
+
+    /// msync of the whole file.
+    pub fn flush(&self, io: &dyn Io) -> std::io::Result<()> {
+        io.flush_map(&self.map, 0, self.map.len())
+    }
 }

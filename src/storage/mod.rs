@@ -302,7 +302,128 @@ pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let file = |p: PathBuf| std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0);
     file(dir.join(MANIFEST))
+        + file(tree_path(dir))
         + (0..segments)
             .map(|n| file(segment_path(dir, n)))
             .sum::<u64>()
+}
+
+/// Path of the priorities file.
+pub fn tree_path(dir: &Path) -> PathBuf {
+    dir.join(crate::format::tree::FILE_NAME)
+}
+
+/// Creates the priorities file with its disk reserved and an empty tree (every leaf 0,
+/// min-tree +inf), durable before it returns.
+pub fn create_tree(
+    io: &dyn Io,
+    dir: &Path,
+    header: &crate::format::tree::TreeHeader,
+    rebuild: impl FnOnce(&mut [f64]),
+) -> Result<()> {
+    let path = tree_path(dir);
+    let shape = header
+        .shape()
+        .map_err(|p| p.into_error(&path, "priorities header"))?;
+    let file = io
+        .create_new(&path)
+        .map_err(|e| Error::io("create", &path, e))?;
+    let len = shape.file_len();
+    io.allocate(&file, len).map_err(|e| {
+        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
+            Error::DiskFull {
+                path: path.clone(),
+                bytes: len,
+            }
+        } else {
+            Error::io("allocate", &path, e)
+        }
+    })?;
+    io.write_at(&file, 0, &header.encode())
+        .map_err(|e| Error::io("write header", &path, e))?;
+    let raw = io
+        .map(&file, len, true)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let mut map = map::TreeMap::new(raw, &path, shape.words, true)?;
+    rebuild(map.words_mut());
+    map.flush(io).map_err(|e| Error::io("msync", &path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &path, e))?;
+    Ok(())
+}
+
+/// Opens and maps the priorities file, checking its header against the superblock.
+pub fn open_tree(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    writable: bool,
+) -> Result<(
+    map::TreeMap,
+    crate::format::tree::TreeHeader,
+    crate::format::tree::TreeCounters,
+)> {
+    use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
+    let path = tree_path(dir);
+    let file = if writable {
+        io.open_rw(&path)
+    } else {
+        io.open_ro(&path)
+    }
+    .map_err(|e| Error::io("open", &path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", &path, e))?
+        .len();
+    if len < BODY_OFFSET as u64 {
+        return Err(Error::Truncated {
+            file: path,
+            expected: BODY_OFFSET as u64,
+            got: len,
+        });
+    }
+    let raw = io
+        .map(&file, len, writable)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let map = map::TreeMap::new(raw, &path, 0, writable)?;
+    let (header, counters) = TreeHeader::decode(&map.header(HEADER_LEN))
+        .map_err(|p| p.into_error(&path, "priorities header"))?;
+    let field = |offset: u64, field: &str, expected: String, got: String| Error::Corrupt {
+        file: path.clone(),
+        offset,
+        field: format!("priorities header {field}"),
+        expected,
+        got,
+    };
+    if header.uuid != sb.uuid {
+        return Err(field(
+            UUID_OFF as u64,
+            "uuid",
+            "the manifest's uuid".into(),
+            "another buffer's".into(),
+        ));
+    }
+    if header.capacity != sb.capacity {
+        return Err(field(
+            CAPACITY_OFF as u64,
+            "capacity",
+            sb.capacity.to_string(),
+            header.capacity.to_string(),
+        ));
+    }
+    let shape = header
+        .shape()
+        .map_err(|p| p.into_error(&path, "priorities header"))?;
+    if len < shape.file_len() {
+        return Err(Error::Truncated {
+            file: path,
+            expected: shape.file_len(),
+            got: len,
+        });
+    }
+    let raw = io
+        .map(&file, shape.file_len(), writable)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let map = map::TreeMap::new(raw, &path, shape.words, writable)?;
+    Ok((map, header, counters))
 }

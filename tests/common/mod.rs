@@ -49,7 +49,7 @@ pub fn item(i: u64) -> Item {
         obs: std::array::from_fn(|k| (i as f32) * 0.5 + k as f32),
         action: (h % 1000) as i64 - 500,
         reward: f64::from_bits(h >> 12 | 0x3ff0_0000_0000_0000),
-        done: h % 7 == 0,
+        done: h.is_multiple_of(7),
         frame,
         tag: [(i & 0xffff) as u16, (h >> 48) as u16],
     }

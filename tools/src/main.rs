@@ -100,7 +100,53 @@ fn info_json(info: &Info) -> serde_json::Value {
         "row_stride": info.row_stride,
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
+        "priorities": info.priorities.as_ref().map(|p| json!({
+            "alpha": p.alpha,
+            "eps": p.eps,
+            "arity": p.arity,
+            "total": p.total,
+            "min": p.min_max.map(|m| m.0),
+            "max": p.min_max.map(|m| m.1),
+            "zero": p.zero,
+            "max_seen": p.max_seen,
+            "updates": p.updates,
+            "stale_updates": p.stale_updates,
+            "histogram": p.histogram.iter()
+                .map(|&(lo, hi, n)| json!({"low": lo, "high": hi, "count": n}))
+                .collect::<Vec<_>>(),
+        })),
     })
+}
+
+/// Width of the longest histogram bar.
+const BAR: u64 = 40;
+
+fn print_priorities(p: &replaystore::priorities::PriorityInfo) {
+    println!(
+        "priorities alpha {}  eps {}  {}-ary sum-tree, total {:.6e}",
+        p.alpha, p.eps, p.arity, p.total
+    );
+    match p.min_max {
+        Some((lo, hi)) => println!(
+            "           priority+eps of live items: min {lo:.4e}  max {hi:.4e}{}",
+            if p.zero > 0 {
+                format!("  ({} at 0)", p.zero)
+            } else {
+                String::new()
+            }
+        ),
+        None if p.zero > 0 => println!("           all {} live items have priority 0", p.zero),
+        None => println!("           no live items"),
+    }
+    println!(
+        "           new items get {:.4e}; {} updates applied, {} stale skipped",
+        p.max_seen, p.updates, p.stale_updates
+    );
+    let most = p.histogram.iter().map(|b| b.2).max().unwrap_or(0).max(1);
+    for &(lo, hi, n) in &p.histogram {
+        let bar = "#".repeat(((n * BAR).div_ceil(most)) as usize);
+        println!("  {lo:>10.3e} .. {hi:<10.3e} {n:>10} {bar}");
+    }
 }
 
 fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
@@ -151,6 +197,9 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         human(info.bytes_on_disk),
         human(info.data_bytes)
     );
+    if let Some(p) = &info.priorities {
+        print_priorities(p);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

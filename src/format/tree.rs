@@ -1,0 +1,400 @@
+//! The priorities file `priorities.tree`: a header page, then a sum-tree and a min-tree
+//! over one shared leaf array, as little-endian `f64` words.
+//!
+//! ```text
+//! offset  size        what
+//! 0       4096        header (below), rest of the page zero
+//! 4096    8 * words   tree body (TreeShape): sum levels top-down (the last one is the
+//!                     leaves), then the min-tree's internal levels top-down
+//! ```
+//! Header:
+//! ```text
+//! 0   8  magic "RPLYPRIO"
+//! 8   4  format version
+//! 12  4  arity: children per node, 2 or 8
+//! 16  16 buffer uuid (as in the manifest)
+//! 32  8  capacity: leaves in use (= the ring's capacity)
+//! 40  8  alpha (f64): leaf = (priority + eps)^alpha
+//! 48  8  eps (f64)
+//! 56  4  crc32 of bytes 0..56
+//! 60  4  reserved, 0
+//! --- written in place by the writer, not covered by the crc, checked for range ---
+//! 64  8  max_priority (f64): the largest priority + eps seen, at least 1.0
+//! 72  8  stale_updates: priority updates skipped because their item was gone
+//! 80  8  updates: priority updates applied
+//! ```
+//! A level of `n` values is stored as `n` words rounded up to a multiple of the arity
+//! (whole nodes; padding is 0) and starts on a 64-byte boundary. Value `j` of level `l`
+//! is the sum (min) of values `j*K .. j*K+K` of level `l+1`. The root total is the sum
+//! of the top node. In the min-tree a zero leaf counts as +infinity: it can never be
+//! drawn, so it bounds no importance weight.
+
+use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, checksum, crc32, magic, need};
+
+/// Magic of the priorities file.
+pub const MAGIC: [u8; 8] = *b"RPLYPRIO";
+/// File name in the buffer directory.
+pub const FILE_NAME: &str = "priorities.tree";
+
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = MAGIC_OFF + 8;
+const ARITY_OFF: usize = VERSION_OFF + 4;
+/// Offset of the uuid.
+pub const UUID_OFF: usize = ARITY_OFF + 4;
+/// Offset of the capacity.
+pub const CAPACITY_OFF: usize = UUID_OFF + 16;
+const ALPHA_OFF: usize = CAPACITY_OFF + 8;
+const EPS_OFF: usize = ALPHA_OFF + 8;
+const CRC_OFF: usize = EPS_OFF + 8;
+const RESERVED_OFF: usize = CRC_OFF + 4;
+/// Offset of the mutable `max_priority` field.
+pub const MAX_PRIORITY_OFF: usize = RESERVED_OFF + 4;
+/// Offset of the mutable `stale_updates` counter.
+pub const STALE_UPDATES_OFF: usize = MAX_PRIORITY_OFF + 8;
+/// Offset of the mutable `updates` counter.
+pub const UPDATES_OFF: usize = STALE_UPDATES_OFF + 8;
+/// Bytes of the header that carry data.
+pub const HEADER_LEN: usize = UPDATES_OFF + 8;
+/// Offset of the tree body.
+pub const BODY_OFFSET: usize = 4096;
+/// Arities this build reads and writes.
+pub const ARITIES: [u32; 2] = [2, 8];
+/// Words per 64-byte cache line: every level starts on one.
+const LINE_WORDS: usize = 8;
+
+/// The immutable part of the header.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TreeHeader {
+    /// Children per node.
+    pub arity: u32,
+    /// The buffer's uuid.
+    pub uuid: [u8; 16],
+    /// Leaves in use.
+    pub capacity: u64,
+    /// Priority exponent.
+    pub alpha: f64,
+    /// Added to every priority.
+    pub eps: f64,
+}
+
+/// The mutable part of the header.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TreeCounters {
+    /// Largest priority + eps seen so far (new items get it).
+    pub max_priority: f64,
+    /// Updates skipped because their item had been evicted or overwritten.
+    pub stale_updates: u64,
+    /// Updates applied.
+    pub updates: u64,
+}
+
+impl Default for TreeCounters {
+    fn default() -> Self {
+        TreeCounters {
+            max_priority: 1.0,
+            stale_updates: 0,
+            updates: 0,
+        }
+    }
+}
+
+impl TreeHeader {
+    /// The header page of a new file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut page = vec![0u8; BODY_OFFSET];
+        let mut w = BytesMut(&mut page);
+        w.put(MAGIC_OFF, &MAGIC);
+        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(ARITY_OFF, self.arity);
+        w.put(UUID_OFF, &self.uuid);
+        w.u64(CAPACITY_OFF, self.capacity);
+        w.u64(ALPHA_OFF, self.alpha.to_bits());
+        w.u64(EPS_OFF, self.eps.to_bits());
+        let crc = crc32(page.get(..CRC_OFF).unwrap_or(&[]));
+        BytesMut(&mut page).u32(CRC_OFF, crc);
+        encode_counters(&mut page, &TreeCounters::default());
+        page
+    }
+
+    /// Decodes and checks a header: magic, version, checksum, then each field's range.
+    pub fn decode(bytes: &[u8]) -> Result<(TreeHeader, TreeCounters), Problem> {
+        need(bytes, MAGIC.len())?;
+        magic(bytes, MAGIC_OFF, &MAGIC)?;
+        need(bytes, HEADER_LEN)?;
+        checksum(bytes, 0, CRC_OFF, CRC_OFF)?;
+        let r = Bytes(bytes);
+        let version = r.u32(VERSION_OFF).unwrap_or(0);
+        if version != FORMAT_VERSION {
+            return Err(Problem::Version(version));
+        }
+        let f64_at = |off| f64::from_bits(r.u64(off).unwrap_or(0));
+        let h = TreeHeader {
+            arity: r.u32(ARITY_OFF).unwrap_or(0),
+            uuid: r.array(UUID_OFF).unwrap_or([0; 16]),
+            capacity: r.u64(CAPACITY_OFF).unwrap_or(0),
+            alpha: f64_at(ALPHA_OFF),
+            eps: f64_at(EPS_OFF),
+        };
+        let bad = |offset: usize, name: &'static str, expected: &str, got: String| {
+            Err(Problem::Field {
+                offset: offset as u64,
+                name,
+                expected: expected.to_owned(),
+                got,
+            })
+        };
+        if !ARITIES.contains(&h.arity) {
+            return bad(ARITY_OFF, "arity", "2 or 8", h.arity.to_string());
+        }
+        if h.capacity == 0 || h.capacity > super::row::MAX_CAPACITY {
+            return bad(CAPACITY_OFF, "capacity", "1..=2^40", h.capacity.to_string());
+        }
+        if !valid_alpha(h.alpha) {
+            return bad(ALPHA_OFF, "alpha", "finite, >= 0", h.alpha.to_string());
+        }
+        if !valid_eps(h.eps) {
+            return bad(EPS_OFF, "eps", "finite, >= 0", h.eps.to_string());
+        }
+        let c = decode_counters(bytes);
+        if !(c.max_priority.is_finite() && c.max_priority >= 1.0) {
+            return bad(
+                MAX_PRIORITY_OFF,
+                "max_priority",
+                "finite, >= 1",
+                c.max_priority.to_string(),
+            );
+        }
+        Ok((h, c))
+    }
+
+    /// The tree body's shape.
+    pub fn shape(&self) -> Result<TreeShape, Problem> {
+        TreeShape::new(self.capacity, self.arity).ok_or(Problem::Field {
+            offset: CAPACITY_OFF as u64,
+            name: "capacity",
+            expected: "a tree that fits in the address space".into(),
+            got: self.capacity.to_string(),
+        })
+    }
+}
+
+/// Whether `alpha` is a usable priority exponent.
+pub fn valid_alpha(alpha: f64) -> bool {
+    alpha.is_finite() && alpha >= 0.0
+}
+
+/// Whether `eps` is a usable priority offset.
+pub fn valid_eps(eps: f64) -> bool {
+    eps.is_finite() && eps >= 0.0
+}
+
+/// Writes the mutable header fields into a header page.
+pub fn encode_counters(page: &mut [u8], c: &TreeCounters) {
+    let mut w = BytesMut(page);
+    w.u64(MAX_PRIORITY_OFF, c.max_priority.to_bits());
+    w.u64(STALE_UPDATES_OFF, c.stale_updates);
+    w.u64(UPDATES_OFF, c.updates);
+}
+
+/// Reads the mutable header fields (unchecked; `TreeHeader::decode` checks them).
+pub fn decode_counters(page: &[u8]) -> TreeCounters {
+    let r = Bytes(page);
+    TreeCounters {
+        max_priority: f64::from_bits(r.u64(MAX_PRIORITY_OFF).unwrap_or(0)),
+        stale_updates: r.u64(STALE_UPDATES_OFF).unwrap_or(0),
+        updates: r.u64(UPDATES_OFF).unwrap_or(0),
+    }
+}
+
+/// One level of the tree: where its values are, in words from the body's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Level {
+    /// Values stored (a multiple of the arity).
+    pub len: usize,
+    /// Offset of the sum-tree's values.
+    pub sum: usize,
+    /// Offset of the min-tree's values (the leaf level shares the sum-tree's).
+    pub min: usize,
+}
+
+/// Where every level of a tree of `capacity` leaves and arity `k` lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeShape {
+    /// Children per node.
+    pub arity: usize,
+    /// Leaves in use.
+    pub capacity: usize,
+    /// Levels from the top node (index 0) down to the leaves (last).
+    pub levels: Vec<Level>,
+    /// Words in the body.
+    pub words: usize,
+}
+
+impl TreeShape {
+    /// The shape, or `None` if it does not fit in memory.
+    pub fn new(capacity: u64, arity: u32) -> Option<TreeShape> {
+        let k = arity as usize;
+        let capacity = usize::try_from(capacity).ok()?;
+        if k < 2 || capacity == 0 {
+            return None;
+        }
+        let mut lens = vec![capacity.checked_next_multiple_of(k)?];
+        while let Some(&n) = lens.last().filter(|&&n| n > k) {
+            lens.push((n / k).next_multiple_of(k));
+        }
+        lens.reverse();
+        let mut words = 0usize;
+        let mut levels: Vec<Level> = lens
+            .iter()
+            .map(|&len| {
+                let sum = words;
+                words = (words + len).next_multiple_of(LINE_WORDS);
+                Level { len, sum, min: sum }
+            })
+            .collect();
+        let internal = levels.len() - 1;
+        for level in levels.iter_mut().take(internal) {
+            level.min = words;
+            words = words.checked_add(level.len)?.next_multiple_of(LINE_WORDS);
+        }
+        words.checked_mul(8)?.checked_add(BODY_OFFSET)?;
+        Some(TreeShape {
+            arity: k,
+            capacity,
+            levels,
+            words,
+        })
+    }
+
+    /// Length of the file.
+    pub fn file_len(&self) -> u64 {
+        BODY_OFFSET as u64 + self.words as u64 * 8
+    }
+
+    /// The leaf level.
+    pub fn leaves(&self) -> Level {
+        self.levels.last().copied().unwrap_or(Level {
+            len: 0,
+            sum: 0,
+            min: 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> TreeHeader {
+        TreeHeader {
+            arity: 8,
+            uuid: [7; 16],
+            capacity: 1000,
+            alpha: 0.6,
+            eps: 1e-6,
+        }
+    }
+
+    #[test]
+    fn header_round_trips_with_default_counters() {
+        let page = header().encode();
+        let (h, c) = TreeHeader::decode(&page).unwrap();
+        assert_eq!(h, header());
+        assert_eq!(c, TreeCounters::default());
+    }
+
+    #[test]
+    fn counters_are_outside_the_checksum_but_range_checked() {
+        let mut page = header().encode();
+        let c = TreeCounters {
+            max_priority: 5.0,
+            stale_updates: 3,
+            updates: 9,
+        };
+        encode_counters(&mut page, &c);
+        assert_eq!(TreeHeader::decode(&page).unwrap().1, c);
+        encode_counters(
+            &mut page,
+            &TreeCounters {
+                max_priority: f64::NAN,
+                ..c
+            },
+        );
+        assert!(matches!(
+            TreeHeader::decode(&page),
+            Err(Problem::Field {
+                name: "max_priority",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn every_damaged_header_byte_is_caught() {
+        let page = header().encode();
+        for i in 0..CRC_OFF + 4 {
+            let mut bad = page.clone();
+            bad[i] ^= 0x10;
+            assert!(TreeHeader::decode(&bad).is_err(), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn bad_fields_name_themselves_even_with_a_good_checksum() {
+        for (arity, alpha, eps, name) in [
+            (3, 0.6, 0.0, "arity"),
+            (8, -1.0, 0.0, "alpha"),
+            (8, f64::INFINITY, 0.0, "alpha"),
+            (8, 0.6, f64::NAN, "eps"),
+        ] {
+            let h = TreeHeader {
+                arity,
+                alpha,
+                eps,
+                ..header()
+            };
+            match TreeHeader::decode(&h.encode()) {
+                Err(Problem::Field { name: got, .. }) => assert_eq!(got, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn levels_are_whole_nodes_on_cache_lines_and_do_not_overlap() {
+        for k in [2u32, 8] {
+            for cap in [1u64, 2, 7, 8, 9, 63, 64, 65, 1000, 1 << 20, 1_000_003] {
+                let s = TreeShape::new(cap, k).unwrap();
+                let k = k as usize;
+                assert_eq!(s.levels[0].len, k, "top node");
+                assert!(s.leaves().len >= cap as usize);
+                let mut spans = Vec::new();
+                for (l, level) in s.levels.iter().enumerate() {
+                    assert_eq!(level.len % k, 0);
+                    assert_eq!(level.sum % 8, 0);
+                    assert_eq!(level.min % 8, 0);
+                    if let Some(below) = s.levels.get(l + 1) {
+                        assert!(level.len * k >= below.len, "level {l} covers the next");
+                        assert!((level.len - k) * k < below.len, "no spare nodes");
+                        spans.push((level.min, level.min + level.len));
+                    }
+                    spans.push((level.sum, level.sum + level.len));
+                }
+                spans.sort();
+                for w in spans.windows(2) {
+                    assert!(w[0].1 <= w[1].0, "{cap}/{k}: {w:?}");
+                }
+                assert!(spans.last().unwrap().1 <= s.words);
+            }
+        }
+    }
+
+    #[test]
+    fn an_eight_ary_tree_is_smaller_than_a_binary_one() {
+        let b = TreeShape::new(1 << 20, 2).unwrap();
+        let o = TreeShape::new(1 << 20, 8).unwrap();
+        assert_eq!(o.levels.len(), 7);
+        assert_eq!(b.levels.len(), 20);
+        assert!(o.words * 2 < b.words, "{} vs {}", o.words, b.words);
+    }
+}

@@ -1,0 +1,679 @@
+//! Prioritized replay (Schaul et al., 2015) over the persisted sum-tree in
+//! `priorities.tree`: what a draw, an update and an add do to the tree, and the
+//! importance weights.
+//!
+//! A leaf holds `(priority + eps)^alpha`, so drawing needs no `powf`; an item's
+//! probability is its leaf over the root total. A new item gets the largest
+//! `priority + eps` seen so far (1.0 at start), raised to alpha.
+
+use std::path::Path;
+
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Error, Result};
+use crate::format::manifest::Superblock;
+use crate::format::tree::{
+    BODY_OFFSET, MAX_PRIORITY_OFF, TreeCounters, TreeHeader, TreeShape, valid_alpha, valid_eps,
+};
+use crate::storage::io::Io;
+use crate::storage::map::TreeMap;
+use crate::storage::{self};
+use crate::sumtree::{Mismatch, SumTree};
+
+/// Leaves set by adds whose parents are fixed in one pass: bounds how stale the upper
+/// levels get between draws while keeping an add at one store.
+const FIX_EVERY: usize = 1024;
+
+/// Prioritized replay settings, fixed when the buffer is created.
+///
+/// ```
+/// use replaystore::PriorityConfig;
+/// let p = PriorityConfig::new(0.6, 1e-6);
+/// assert_eq!(p.alpha, 0.6);
+/// assert_eq!(p.arity, 8);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PriorityConfig {
+    /// Priority exponent: 0 is uniform, 1 is fully proportional.
+    pub alpha: f64,
+    /// Added to every priority, so that no item becomes impossible to draw.
+    pub eps: f64,
+    /// Children per tree node: 8 (one 64-byte node per level, the default, measured
+    /// faster) or 2 (the textbook binary tree, kept for comparison).
+    pub arity: u32,
+}
+
+impl PriorityConfig {
+    /// `alpha` and `eps` with the default 8-ary tree.
+    pub fn new(alpha: f64, eps: f64) -> PriorityConfig {
+        PriorityConfig {
+            alpha,
+            eps,
+            arity: 8,
+        }
+    }
+
+    /// Checks the values, naming the first bad one.
+    pub(crate) fn check(&self) -> Result<()> {
+        let bad = |field, problem: String| Err(Error::InvalidConfig { field, problem });
+        if !valid_alpha(self.alpha) {
+            return bad("alpha", format!("{} is not finite and >= 0", self.alpha));
+        }
+        if !valid_eps(self.eps) {
+            return bad("eps", format!("{} is not finite and >= 0", self.eps));
+        }
+        if !crate::format::tree::ARITIES.contains(&self.arity) {
+            return bad("arity", format!("{} is not 2 or 8", self.arity));
+        }
+        Ok(())
+    }
+}
+
+/// A prioritized sample request.
+///
+/// ```
+/// use replaystore::PrioritySpec;
+/// let spec = PrioritySpec::new(256, 0.4).stratified();
+/// assert!(spec.stratified);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrioritySpec {
+    /// Items to draw (with replacement).
+    pub n: usize,
+    /// Importance-sampling exponent: weights are `(N * P(i))^-beta / max_j w_j`.
+    pub beta: f64,
+    /// One draw in each of `n` equal slices of the total (Schaul et al., appendix
+    /// B.2.1) instead of `n` independent draws.
+    pub stratified: bool,
+}
+
+impl PrioritySpec {
+    /// `n` independent draws with exponent `beta`.
+    pub fn new(n: usize, beta: f64) -> PrioritySpec {
+        PrioritySpec {
+            n,
+            beta,
+            stratified: false,
+        }
+    }
+
+    /// Draw one item in each of `n` equal slices of the total.
+    pub fn stratified(mut self) -> PrioritySpec {
+        self.stratified = true;
+        self
+    }
+}
+
+/// A priority value as callers hold them (`f32` TD errors from a GPU, or `f64`).
+pub trait Priority: Copy {
+    /// The value as `f64`.
+    fn to_f64(self) -> f64;
+}
+impl Priority for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+impl Priority for f32 {
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+/// What an `update_priorities` call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PriorityUpdate {
+    /// Priorities applied.
+    pub applied: u64,
+    /// Skipped because the item was evicted or cleared since it was sampled.
+    pub stale: u64,
+}
+
+/// The state of a buffer's priorities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrioritySummary {
+    /// Priority exponent.
+    pub alpha: f64,
+    /// Added to every priority.
+    pub eps: f64,
+    /// Children per tree node.
+    pub arity: u32,
+    /// Sum of `(priority + eps)^alpha` over the live items.
+    pub total: f64,
+    /// Smallest non-zero `(priority + eps)^alpha` (+inf if none).
+    pub min_leaf: f64,
+    /// Largest `priority + eps` seen so far: what a new item gets.
+    pub max_priority: f64,
+    /// Updates applied since the buffer was created.
+    pub updates: u64,
+    /// Updates skipped because their item was gone.
+    pub stale_updates: u64,
+}
+
+/// The tree of the arity the file says.
+#[derive(Debug)]
+pub(crate) enum Tree {
+    Binary(SumTree<2>),
+    Octal(SumTree<8>),
+}
+
+macro_rules! with_tree {
+    ($tree:expr, $t:ident => $body:expr) => {
+        match $tree {
+            Tree::Binary($t) => $body,
+            Tree::Octal($t) => $body,
+        }
+    };
+}
+
+impl Tree {
+    pub(crate) fn of(shape: TreeShape) -> Tree {
+        if shape.arity == 2 {
+            Tree::Binary(SumTree::new(shape))
+        } else {
+            Tree::Octal(SumTree::new(shape))
+        }
+    }
+    pub(crate) fn total(&self, w: &[f64]) -> f64 {
+        with_tree!(self, t => t.total(w))
+    }
+    pub(crate) fn min(&self, w: &[f64]) -> f64 {
+        with_tree!(self, t => t.min(w))
+    }
+    pub(crate) fn check(&self, w: &[f64], limit: usize) -> Vec<Mismatch> {
+        with_tree!(self, t => t.check(w, limit))
+    }
+    pub(crate) fn shape(&self) -> &TreeShape {
+        with_tree!(self, t => t.shape())
+    }
+}
+
+/// The writer's priorities: the mapped tree and the scratch space of its batch paths.
+#[derive(Debug)]
+pub(crate) struct Priorities {
+    map: TreeMap,
+    tree: Tree,
+    header: TreeHeader,
+    counters: TreeCounters,
+    /// `max_priority^alpha`: the leaf of a new item.
+    max_leaf: f64,
+    /// Largest leaf allowed, so that the total of a full tree stays finite.
+    leaf_limit: f64,
+    pending_from: usize,
+    pending: usize,
+    capacity: usize,
+    scratch: Vec<usize>,
+    slots: Vec<usize>,
+    leaves: Vec<f64>,
+    targets: Vec<f64>,
+}
+
+impl Priorities {
+    /// Creates `priorities.tree` for a new buffer.
+    pub(crate) fn create(
+        io: &dyn Io,
+        dir: &Path,
+        sb: &Superblock,
+        config: &PriorityConfig,
+    ) -> Result<()> {
+        let header = TreeHeader {
+            arity: config.arity,
+            uuid: sb.uuid,
+            capacity: sb.capacity,
+            alpha: config.alpha,
+            eps: config.eps,
+        };
+        let path = storage::tree_path(dir);
+        let shape = header
+            .shape()
+            .map_err(|p| p.into_error(&path, "priorities header"))?;
+        let tree = Tree::of(shape);
+        storage::create_tree(io, dir, &header, |w| with_tree!(&tree, t => t.rebuild(w)))
+    }
+
+    /// Opens the writer's view of `priorities.tree`.
+    pub(crate) fn open(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<Priorities> {
+        let (map, header, counters) = storage::open_tree(io, dir, sb, true)?;
+        let path = map.path().to_path_buf();
+        let shape = header
+            .shape()
+            .map_err(|p| p.into_error(&path, "priorities header"))?;
+        let capacity = shape.capacity;
+        let padded = shape.leaves().len as f64;
+        Ok(Priorities {
+            max_leaf: leaf_of(counters.max_priority, header.alpha),
+            leaf_limit: f64::MAX / padded,
+            tree: Tree::of(shape),
+            map,
+            header,
+            counters,
+            pending_from: 0,
+            pending: 0,
+            capacity,
+            scratch: Vec::new(),
+            slots: Vec::new(),
+            leaves: Vec::new(),
+            targets: Vec::new(),
+        })
+    }
+
+    /// After an unclean shutdown: leaves of slots that hold no live item are zeroed,
+    /// live leaves are checked, and every parent is recomputed (a kill can cut an update
+    /// between a leaf and the root). `live` is `(first live slot, live count)`.
+    pub(crate) fn repair(&mut self, first_slot: usize, live: usize) -> Result<()> {
+        let leaves = self.tree.shape().leaves();
+        let cap = self.capacity;
+        let path = self.map.path().to_path_buf();
+        let w = self.map.words_mut();
+        let is_live = |slot: usize| (slot + cap - first_slot) % cap.max(1) < live;
+        for slot in 0..cap {
+            let word = leaves.sum + slot;
+            let Some(x) = w.get_mut(word) else { break };
+            if !is_live(slot) {
+                *x = 0.0;
+            } else if !(x.is_finite() && *x >= 0.0) {
+                return Err(Error::Corrupt {
+                    file: path,
+                    offset: (BODY_OFFSET + word * 8) as u64,
+                    field: format!("priority leaf of slot {slot}"),
+                    expected: "a finite number >= 0".into(),
+                    got: x.to_string(),
+                });
+            }
+        }
+        with_tree!(&self.tree, t => t.rebuild(w));
+        self.pending = 0;
+        Ok(())
+    }
+
+    /// Gives the item just stored in `slot` the largest priority seen. Only the leaf is
+    /// written; its parents are fixed in runs (before any draw, update or flush).
+    #[inline(always)]
+    pub(crate) fn on_add(&mut self, slot: u64) {
+        let slot = slot as usize;
+        let max_leaf = self.max_leaf;
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => t.set_leaf_only(w, slot, max_leaf));
+        if self.pending == 0 {
+            self.pending_from = slot;
+        }
+        self.pending += 1;
+        if self.pending >= FIX_EVERY {
+            self.fix_pending();
+        }
+    }
+
+    /// Recomputes the parents of the leaves set by adds since the last fix.
+    pub(crate) fn fix_pending(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let cap = self.capacity;
+        let (from, n) = (self.pending_from, self.pending.min(cap));
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => {
+            let end = from + n;
+            t.fix_range(w, from, end.min(cap));
+            if end > cap {
+                t.fix_range(w, 0, end - cap);
+            }
+        });
+        self.pending = 0;
+    }
+
+    /// Draws `indices.len()` live indices by priority with their importance weights.
+    /// `head_slot` is the slot of `head`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the ring's coordinates, passed flat"
+    )]
+    pub(crate) fn draw(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        spec: &PrioritySpec,
+        head: u64,
+        head_slot: u64,
+        tail: u64,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        let n = indices.len();
+        if n == 0 || spec.n != n || weights.len() != n {
+            return Err(Error::InvalidSample(format!(
+                "n is {}, with {n} index slots and {} weight slots (all must be equal and >= 1)",
+                spec.n,
+                weights.len()
+            )));
+        }
+        if !(spec.beta.is_finite() && spec.beta >= 0.0) {
+            return Err(Error::InvalidSample(format!(
+                "beta {} is not finite and >= 0",
+                spec.beta
+            )));
+        }
+        if head == tail {
+            return Err(Error::Empty);
+        }
+        self.fix_pending();
+        let w = self.map.words();
+        let total = self.tree.total(w);
+        if total <= 0.0 {
+            return Err(Error::ZeroTotalPriority { live: tail - head });
+        }
+        self.targets.clear();
+        if spec.stratified {
+            let step = total / n as f64;
+            self.targets
+                .extend((0..n).map(|i| (i as f64 + rng.random::<f64>()) * step));
+        } else {
+            self.targets
+                .extend((0..n).map(|_| rng.random::<f64>() * total));
+        }
+        self.slots.resize(n, 0);
+        self.leaves.resize(n, 0.0);
+        with_tree!(&self.tree, t => t.sample(w, &mut self.targets, &mut self.slots, &mut self.leaves));
+        let min = self.tree.min(w);
+        let cap = self.capacity as u64;
+        let live = tail - head;
+        for (i, ((&slot, &leaf), (index, weight))) in self
+            .slots
+            .iter()
+            .zip(&self.leaves)
+            .zip(indices.iter_mut().zip(weights.iter_mut()))
+            .enumerate()
+        {
+            let slot = slot as u64;
+            let offset = if slot >= head_slot {
+                slot - head_slot
+            } else {
+                slot + cap - head_slot
+            };
+            if leaf <= 0.0 || offset >= live {
+                return Err(self.inconsistent(i, slot, leaf));
+            }
+            *index = head + offset;
+            *weight = match spec.beta {
+                0.0 => 1.0,
+                1.0 => (min / leaf) as f32,
+                beta => (min / leaf).powf(beta) as f32,
+            };
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn inconsistent(&self, draw: usize, slot: u64, leaf: f64) -> Error {
+        let word = self.tree.shape().leaves().sum + slot as usize;
+        Error::Corrupt {
+            file: self.map.path().to_path_buf(),
+            offset: (BODY_OFFSET + word * 8) as u64,
+            field: format!("priority tree (draw {draw} reached slot {slot})"),
+            expected: "a live slot with a priority > 0".into(),
+            got: format!("leaf {leaf}; run `replaystore verify`"),
+        }
+    }
+
+    /// Sets the priorities of live `indices`; evicted ones are skipped and counted.
+    /// Everything is checked before anything is changed.
+    pub(crate) fn update<P: Priority>(
+        &mut self,
+        head: u64,
+        head_slot: u64,
+        tail: u64,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        if indices.len() != priorities.len() {
+            return Err(Error::CountMismatch {
+                what: "update_priorities: indices and priorities",
+                expected: indices.len(),
+                got: priorities.len(),
+            });
+        }
+        let (alpha, eps) = (self.header.alpha, self.header.eps);
+        self.slots.clear();
+        self.leaves.clear();
+        let cap = self.capacity as u64;
+        let mut max_q = self.counters.max_priority;
+        let mut stale = 0u64;
+        for (position, (&index, p)) in indices.iter().zip(priorities).enumerate() {
+            // `+ 0.0` turns -0.0 into +0.0, which the bit-compared descent needs.
+            let value = p.to_f64() + 0.0;
+            let q = value + eps;
+            let leaf = leaf_of(q, alpha);
+            if !(value >= 0.0 && q.is_finite() && leaf <= self.leaf_limit) {
+                return Err(Error::InvalidPriority {
+                    position,
+                    index,
+                    value,
+                });
+            }
+            if index >= tail {
+                return Err(Error::NotYetAdded { index, tail });
+            }
+            if index < head {
+                stale += 1;
+                continue;
+            }
+            let mut slot = head_slot + (index - head);
+            if slot >= cap {
+                slot -= cap;
+            }
+            self.slots.push(slot as usize);
+            self.leaves.push(leaf);
+            max_q = max_q.max(q);
+        }
+        self.fix_pending();
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => t.update(w, &self.slots, &self.leaves, &mut self.scratch));
+        if max_q > self.counters.max_priority {
+            self.counters.max_priority = max_q;
+            self.max_leaf = leaf_of(max_q, alpha);
+        }
+        let applied = self.slots.len() as u64;
+        self.counters.updates += applied;
+        self.counters.stale_updates += stale;
+        self.write_counters();
+        Ok(PriorityUpdate { applied, stale })
+    }
+
+    fn write_counters(&mut self) {
+        let mut page = vec![0u8; crate::format::tree::HEADER_LEN];
+        crate::format::tree::encode_counters(&mut page, &self.counters);
+        if let Some(bytes) = page.get(MAX_PRIORITY_OFF..) {
+            self.map.write_header(MAX_PRIORITY_OFF, bytes);
+        }
+    }
+
+    /// Zeroes every leaf (the buffer was cleared).
+    pub(crate) fn clear(&mut self) {
+        let cap = self.capacity;
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => t.fill(w, 0, cap, 0.0));
+        self.pending = 0;
+    }
+
+    /// Fixes pending parents, writes the counters and msyncs the file.
+    pub(crate) fn flush(&mut self, io: &dyn Io) -> Result<()> {
+        self.fix_pending();
+        self.write_counters();
+        self.map
+            .flush(io)
+            .map_err(|e| Error::io("msync", self.map.path(), e))
+    }
+
+    /// `priority + eps` of the item in `slot`, as far as the leaf tells (`alpha` 0 keeps
+    /// no priorities: every leaf is 1).
+    pub(crate) fn priority_of_slot(&self, slot: u64) -> f64 {
+        let leaf = with_tree!(&self.tree, t => t.leaf(self.map.words(), slot as usize));
+        priority_of_leaf(leaf, self.header.alpha)
+    }
+
+    /// Totals and counters.
+    pub(crate) fn summary(&mut self) -> PrioritySummary {
+        self.fix_pending();
+        let w = self.map.words();
+        PrioritySummary {
+            alpha: self.header.alpha,
+            eps: self.header.eps,
+            arity: self.header.arity,
+            total: self.tree.total(w),
+            min_leaf: self.tree.min(w),
+            max_priority: self.counters.max_priority,
+            updates: self.counters.updates,
+            stale_updates: self.counters.stale_updates,
+        }
+    }
+
+    /// Updates skipped because their item was gone.
+    pub(crate) fn stale_updates(&self) -> u64 {
+        self.counters.stale_updates
+    }
+
+    /// Updates applied.
+    pub(crate) fn updates(&self) -> u64 {
+        self.counters.updates
+    }
+}
+
+/// `q^alpha`, with the exponents trainers use most taken without `powf`.
+#[inline]
+pub(crate) fn leaf_of(q: f64, alpha: f64) -> f64 {
+    if alpha == 1.0 {
+        q
+    } else if alpha == 0.5 {
+        q.sqrt()
+    } else {
+        q.powf(alpha)
+    }
+}
+
+/// `leaf^(1/alpha)`: the `priority + eps` a leaf stands for (the leaf itself if alpha
+/// is 0, which keeps no priority).
+pub fn priority_of_leaf(leaf: f64, alpha: f64) -> f64 {
+    if alpha == 0.0 || alpha == 1.0 {
+        leaf
+    } else {
+        leaf.powf(1.0 / alpha)
+    }
+}
+
+/// A copy of a buffer's priorities, read without the lock (for `info` and `verify`).
+#[derive(Debug)]
+pub(crate) struct TreeCopy {
+    pub path: std::path::PathBuf,
+    pub header: TreeHeader,
+    pub counters: TreeCounters,
+    pub tree: Tree,
+    pub words: Vec<f64>,
+}
+
+impl TreeCopy {
+    pub(crate) fn read(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<TreeCopy> {
+        let (map, header, counters) = storage::open_tree(io, dir, sb, false)?;
+        let path = map.path().to_path_buf();
+        let shape = header
+            .shape()
+            .map_err(|p| p.into_error(&path, "priorities header"))?;
+        Ok(TreeCopy {
+            words: map.copy_words(),
+            tree: Tree::of(shape),
+            path,
+            header,
+            counters,
+        })
+    }
+
+    /// The leaf of `slot`.
+    pub(crate) fn leaf(&self, slot: u64) -> f64 {
+        let word = self.tree.shape().leaves().sum + slot as usize;
+        self.words.get(word).copied().unwrap_or(0.0)
+    }
+
+    /// Byte offset of the leaf of `slot` in the file.
+    pub(crate) fn leaf_offset(&self, slot: u64) -> u64 {
+        (BODY_OFFSET + (self.tree.shape().leaves().sum + slot as usize) * 8) as u64
+    }
+}
+
+/// What `replaystore info` shows of a buffer's priorities.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorityInfo {
+    /// Priority exponent.
+    pub alpha: f64,
+    /// Added to every priority.
+    pub eps: f64,
+    /// Children per tree node.
+    pub arity: u32,
+    /// Root of the sum-tree: sum of `(priority + eps)^alpha` over live items.
+    pub total: f64,
+    /// Smallest and largest `priority + eps` of a live item (None when no item is live).
+    pub min_max: Option<(f64, f64)>,
+    /// Live items whose priority is 0 (only with eps 0).
+    pub zero: u64,
+    /// Largest `priority + eps` seen: what new items get.
+    pub max_seen: f64,
+    /// Updates applied.
+    pub updates: u64,
+    /// Updates skipped because their item was gone.
+    pub stale_updates: u64,
+    /// Log-spaced buckets of live `priority + eps`: (low, high, count), low inclusive.
+    pub histogram: Vec<(f64, f64, u64)>,
+}
+
+/// Buckets in `PriorityInfo::histogram`.
+const HISTOGRAM_BUCKETS: usize = 8;
+
+impl PriorityInfo {
+    pub(crate) fn of(copy: &TreeCopy, sb: &Superblock, head: u64, tail: u64) -> PriorityInfo {
+        let alpha = copy.header.alpha;
+        let live: Vec<f64> = (head..tail)
+            .map(|i| priority_of_leaf(copy.leaf(i % sb.capacity), alpha))
+            .collect();
+        let positive: Vec<f64> = live.iter().copied().filter(|&p| p > 0.0).collect();
+        let min_max = positive.iter().fold(None, |acc: Option<(f64, f64)>, &p| {
+            Some(acc.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))))
+        });
+        let histogram = match min_max {
+            None => Vec::new(),
+            Some((lo, hi)) if lo == hi => vec![(lo, hi, positive.len() as u64)],
+            Some((lo, hi)) => {
+                let (l0, l1) = (lo.ln(), hi.ln());
+                let step = (l1 - l0) / HISTOGRAM_BUCKETS as f64;
+                let mut counts = [0u64; HISTOGRAM_BUCKETS];
+                for &p in &positive {
+                    let b = (((p.ln() - l0) / step) as usize).min(HISTOGRAM_BUCKETS - 1);
+                    if let Some(c) = counts.get_mut(b) {
+                        *c += 1;
+                    }
+                }
+                counts
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &c)| {
+                        let edge = |k: usize| (l0 + step * k as f64).exp();
+                        let high = if b + 1 == HISTOGRAM_BUCKETS {
+                            hi
+                        } else {
+                            edge(b + 1)
+                        };
+                        (if b == 0 { lo } else { edge(b) }, high, c)
+                    })
+                    .collect()
+            }
+        };
+        PriorityInfo {
+            alpha,
+            eps: copy.header.eps,
+            arity: copy.header.arity,
+            total: copy.tree.total(&copy.words),
+            min_max,
+            zero: (live.len() - positive.len()) as u64,
+            max_seen: copy.counters.max_priority,
+            updates: copy.counters.updates,
+            stale_updates: copy.counters.stale_updates,
+            histogram,
+        }
+    }
+}
