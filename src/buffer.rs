@@ -467,11 +467,16 @@ impl ReplayBuffer {
                 self.head_slot = 0;
             }
         }
-        // The leaf before the row: a stamped item always has its priority.
-        if let Some(p) = &mut self.priorities {
-            p.on_add(self.tail_slot);
-        }
-        self.ring.write(self.tail_slot, self.tail, fields);
+        // The priority leaf is written while the slot is marked "being written": a kill
+        // then never leaves a complete item without its priority, nor an intact older
+        // item with the new item's priority.
+        let slot = self.tail_slot;
+        let priorities = &mut self.priorities;
+        self.ring.write(slot, self.tail, fields, || {
+            if let Some(p) = priorities {
+                p.on_add(slot);
+            }
+        });
         self.tail += 1;
         self.tail_slot += 1;
         if self.tail_slot == cap {

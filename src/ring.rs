@@ -51,12 +51,13 @@ impl Ring {
             .map(|seg| (seg, k))
     }
 
-    /// Writes item `index` into `slot`; `field(i)` gives field `i`'s bytes.
+    /// Writes item `index` into `slot` (`fields[i]` is field `i`'s bytes), running `between`
+    /// before the slot is stamped complete (see `SegmentMap::write_row`).
     #[inline]
-    pub fn write(&mut self, slot: u64, index: u64, fields: &[&[u8]]) {
+    pub fn write(&mut self, slot: u64, index: u64, fields: &[&[u8]], between: impl FnOnce()) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {
-            seg.write_row(k, index, &self.layout, fields);
+            seg.write_row(k, index, &self.layout, fields, between);
         }
     }
 

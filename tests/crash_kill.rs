@@ -16,7 +16,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
-use common::{add_range, columns, item, item_bytes, schema};
+use common::{add_range, columns, item, item_bytes, pretend_reboot, run_child_then_kill, schema};
 use replaystore::{Config, ReplayBuffer, SampleSpec, verify};
 
 const CHILD_ENV: &str = "REPLAYSTORE_CRASH_CHILD";
@@ -198,39 +198,6 @@ fn rng_child() {
     std::thread::sleep(std::time::Duration::from_secs(60));
 }
 
-/// Runs the child test `name` of this binary with `env` set to the buffer path, collects
-/// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
-fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut said = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "child {name} ended early"
-        );
-        // libtest may print its own header on the same line: look for the marker.
-        let Some((_, what)) = line.trim().split_once("marker=") else {
-            continue;
-        };
-        if what == "done" {
-            break;
-        }
-        said.push(what.to_owned());
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    said
-}
-
 #[test]
 fn after_a_kill_the_rng_resumes_from_the_last_flush() {
     let dir = tempfile::tempdir().unwrap();
@@ -260,25 +227,6 @@ fn reboot_child() {
     add_range(&mut buf, 100, 150);
     println!("marker=done");
     std::thread::sleep(std::time::Duration::from_secs(60));
-}
-
-const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
-const BOOT_ID_OFF: usize = 72;
-const COMMIT_CRC_OFF: usize = 92;
-
-/// Rewrites the boot id of the newest commit, as a reboot would leave it.
-fn pretend_reboot(manifest: &std::path::Path) {
-    let mut b = std::fs::read(manifest).unwrap();
-    let generation = |b: &[u8], s: usize| u64::from_le_bytes(b[s + 8..s + 16].try_into().unwrap());
-    let slot = if generation(&b, COMMIT_SLOTS[1]) > generation(&b, COMMIT_SLOTS[0]) {
-        COMMIT_SLOTS[1]
-    } else {
-        COMMIT_SLOTS[0]
-    };
-    b[slot + BOOT_ID_OFF..slot + BOOT_ID_OFF + 16].copy_from_slice(&[0xee; 16]);
-    let crc = replaystore::format::crc32(&b[slot..slot + COMMIT_CRC_OFF]);
-    b[slot + COMMIT_CRC_OFF..slot + COMMIT_CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(manifest, b).unwrap();
 }
 
 #[test]

@@ -139,9 +139,18 @@ impl SegmentMap {
     /// Writes item `index` into slot `k`: stamp "being written", fields, stamp. The
     /// checksum is written later, by `seal_row`, when a flush makes the item durable.
     /// Each `fields[i]` is the bytes of field `i`; a length that differs from the layout
-    /// is a caller bug, and only the overlap is copied.
+    /// is a caller bug, and only the overlap is copied. `between` runs after the slot is
+    /// marked "being written" and before it is stamped complete: whatever it stores (the
+    /// item's priority leaf) is in place exactly when the item is, whenever a kill lands.
     #[inline]
-    pub fn write_row(&mut self, k: usize, index: u64, layout: &RowLayout, fields: &[&[u8]]) {
+    pub fn write_row(
+        &mut self,
+        k: usize,
+        index: u64,
+        layout: &RowLayout,
+        fields: &[&[u8]],
+        between: impl FnOnce(),
+    ) {
         debug_assert!(self.writable);
         let row = self.row(k);
         let stamp = self.stamp_atomic(k);
@@ -154,6 +163,7 @@ impl SegmentMap {
             // row k; `src` is caller memory, never this mapping (it is not exposed).
             unsafe { copy_small(src.as_ptr(), row.add(off), n) };
         }
+        between();
         stamp.store(row::stamp_of(index), Ordering::Release);
     }
 

@@ -8,6 +8,9 @@
     reason = "tests fail loudly"
 )]
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
 use replaystore::{Column, DType, ReplayBuffer, Schema};
 
 pub fn schema() -> Schema {
@@ -105,4 +108,56 @@ pub fn assert_live_items_intact(buf: &ReplayBuffer) {
             assert_eq!(batch.item_bytes(r), item_bytes(i), "item {i} differs");
         }
     }
+}
+
+/// Runs the child test `name` of this binary with `env` set to the buffer path, collects
+/// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
+pub fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut said = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "child {name} ended early"
+        );
+        // libtest may print its own header on the same line: look for the marker.
+        let Some((_, what)) = line.trim().split_once("marker=") else {
+            continue;
+        };
+        if what == "done" {
+            break;
+        }
+        said.push(what.to_owned());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    said
+}
+
+const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
+const BOOT_ID_OFF: usize = 72;
+const COMMIT_CRC_OFF: usize = 92;
+
+/// Rewrites the boot id of the newest commit, as a reboot would leave it.
+pub fn pretend_reboot(manifest: &std::path::Path) {
+    let mut b = std::fs::read(manifest).unwrap();
+    let generation = |b: &[u8], s: usize| u64::from_le_bytes(b[s + 8..s + 16].try_into().unwrap());
+    let slot = if generation(&b, COMMIT_SLOTS[1]) > generation(&b, COMMIT_SLOTS[0]) {
+        COMMIT_SLOTS[1]
+    } else {
+        COMMIT_SLOTS[0]
+    };
+    b[slot + BOOT_ID_OFF..slot + BOOT_ID_OFF + 16].copy_from_slice(&[0xee; 16]);
+    let crc = replaystore::format::crc32(&b[slot..slot + COMMIT_CRC_OFF]);
+    b[slot + COMMIT_CRC_OFF..slot + COMMIT_CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(manifest, b).unwrap();
 }
