@@ -374,6 +374,7 @@ impl Priorities {
         self.leaves.resize(n, 0.0);
         with_tree!(&self.tree, t => t.sample(w, &mut self.targets, &mut self.slots, &mut self.leaves));
         let min = self.tree.min(w);
+        let beta32 = spec.beta as f32;
         let cap = self.capacity as u64;
         let live = tail - head;
         for (i, ((&slot, &leaf), (index, weight))) in self
@@ -393,10 +394,12 @@ impl Priorities {
                 return Err(self.inconsistent(i, slot, leaf));
             }
             *index = head + offset;
+            // In f32: the weight is returned as f32, and f32 `powf` costs half of f64's
+            // (`pow` was a seventh of a W1-per iteration).
             *weight = match spec.beta {
                 0.0 => 1.0,
                 1.0 => (min / leaf) as f32,
-                beta => (min / leaf).powf(beta) as f32,
+                _ => ((min / leaf) as f32).powf(beta32),
             };
         }
         Ok(())

@@ -49,13 +49,29 @@ pub struct SumTree<const K: usize> {
     shape: TreeShape,
 }
 
+/// Inclusive prefix sums of a node in log2(K) rounds (Kogge-Stone), so the adds of one
+/// node do not wait on each other K-1 times in a row; `p[0]` is 0 and `p[k+1]` is the
+/// sum of children `0..=k`. Every sum in the tree is taken in this one order.
+#[inline(always)]
+fn prefix<const K: usize>(node: &[f64; K]) -> [f64; 9] {
+    debug_assert!(K <= 8);
+    let mut p = [0.0f64; 9];
+    for (d, &v) in p.iter_mut().skip(1).zip(node) {
+        *d = v;
+    }
+    let mut step = 1;
+    while step < K {
+        for i in (1 + step..=K).rev() {
+            p[i] += p[i - step];
+        }
+        step *= 2;
+    }
+    p
+}
+
 #[inline(always)]
 fn node_sum<const K: usize>(node: &[f64; K]) -> f64 {
-    let mut acc = 0.0;
-    for &v in node {
-        acc += v;
-    }
-    acc
+    prefix(node)[K]
 }
 
 #[inline(always)]
@@ -77,24 +93,44 @@ fn node_min<const K: usize>(node: &[f64; K]) -> f64 {
     m
 }
 
+/// Recomputes value `j` of `level` (sum and min) from `below`; a padding value (no node
+/// below it) is 0 in the sum-tree and +inf in the min-tree.
+#[inline(always)]
+fn recompute_in<const K: usize>(
+    w: &mut [f64],
+    (level, below, leaves_below): (Level, Level, bool),
+    j: usize,
+) {
+    if j >= level.len {
+        return;
+    }
+    let sums = nodes::<K>(w, below.sum, below.len);
+    let (s, m) = match sums.get(j) {
+        None => (0.0, f64::INFINITY),
+        Some(children) if leaves_below => (node_sum(children), leaf_min(children)),
+        Some(children) => (
+            node_sum(children),
+            nodes::<K>(w, below.min, below.len)
+                .get(j)
+                .map_or(f64::INFINITY, node_min),
+        ),
+    };
+    w[level.sum + j] = s;
+    w[level.min + j] = m;
+}
+
 /// Which child of `node` target `u` falls in, and the sum of the children before it.
 /// Only the first K-1 prefix sums are compared, so a target at or past the node's total
 /// (rounding) lands in the last child.
 #[inline(always)]
 fn pick<const K: usize>(node: &[f64; K], u: f64) -> (usize, f64) {
     let ub = u.to_bits();
-    let mut acc = 0.0f64;
+    let p = prefix(node);
     let mut c = 0usize;
-    let mut below = 0u64;
-    for &v in node.iter().take(K - 1) {
-        acc += v;
-        let ab = acc.to_bits();
-        let passed = u64::from(ab <= ub);
-        c += passed as usize;
-        let mask = passed.wrapping_neg();
-        below = (ab & mask) | (below & !mask);
+    for q in &p[1..K] {
+        c += usize::from(q.to_bits() <= ub);
     }
-    let below = f64::from_bits(below);
+    let below = p[c];
     if node[c] > 0.0 {
         return (c, below);
     }
@@ -108,7 +144,7 @@ fn pick<const K: usize>(node: &[f64; K], u: f64) -> (usize, f64) {
 
 #[cold]
 fn node_sum_prefix<const K: usize>(node: &[f64; K], n: usize) -> f64 {
-    node.iter().take(n).fold(0.0, |a, &v| a + v)
+    prefix(node)[n]
 }
 
 fn nodes<const K: usize>(w: &[f64], level: usize, len: usize) -> &[[f64; K]] {
@@ -168,31 +204,20 @@ impl<const K: usize> SumTree<K> {
         }
     }
 
-    /// Recomputes value `j` of internal level `l` (sum and min) from level `l + 1`.
-    /// A padding value (no node below it) is 0 in the sum-tree and +inf in the min-tree.
+    /// Recomputes value `j` of internal level `l` from level `l + 1`.
     #[inline(always)]
     fn recompute(&self, w: &mut [f64], l: usize, j: usize) {
-        let (Some(&level), Some(&below)) = (self.shape.levels.get(l), self.shape.levels.get(l + 1))
-        else {
-            return;
-        };
-        if j >= level.len {
-            return;
+        if let Some(pair) = self.pair(l) {
+            recompute_in::<K>(w, pair, j);
         }
-        let leaves_below = l + 2 == self.shape.levels.len();
-        let sums = nodes::<K>(w, below.sum, below.len);
-        let (s, m) = match sums.get(j) {
-            None => (0.0, f64::INFINITY),
-            Some(children) if leaves_below => (node_sum(children), leaf_min(children)),
-            Some(children) => (
-                node_sum(children),
-                nodes::<K>(w, below.min, below.len)
-                    .get(j)
-                    .map_or(f64::INFINITY, node_min),
-            ),
-        };
-        w[level.sum + j] = s;
-        w[level.min + j] = m;
+    }
+
+    /// Internal level `l`, the level below it, and whether that one is the leaves.
+    #[inline(always)]
+    fn pair(&self, l: usize) -> Option<(Level, Level, bool)> {
+        let level = *self.shape.levels.get(l)?;
+        let below = *self.shape.levels.get(l + 1)?;
+        Some((level, below, l + 2 == self.shape.levels.len()))
     }
 
     /// Recomputes every parent of the leaves `from..to` (slots), level by level.
@@ -236,6 +261,11 @@ impl<const K: usize> SumTree<K> {
     pub fn update(&self, w: &mut [f64], slots: &[usize], values: &[f64], scratch: &mut Vec<usize>) {
         let leaves = self.shape.leaves();
         scratch.clear();
+        // Every line this level will touch is requested before the first is needed, so
+        // the batch's cache misses overlap instead of queueing one after another.
+        for &slot in slots {
+            prefetch(w.as_ptr().wrapping_add(leaves.sum + slot).cast());
+        }
         for (&slot, &v) in slots.iter().zip(values) {
             if slot < leaves.len {
                 w[leaves.sum + slot] = v;
@@ -254,11 +284,15 @@ impl<const K: usize> SumTree<K> {
                 // The levels above are covered by the same rule (they are smaller).
                 continue;
             }
+            let Some(pair) = self.pair(l) else { continue };
+            let level = pair.0;
             for p in scratch.iter_mut() {
                 *p /= K;
+                prefetch(w.as_ptr().wrapping_add(level.sum + *p).cast());
+                prefetch(w.as_ptr().wrapping_add(level.min + *p).cast());
             }
             for &j in scratch.iter() {
-                self.recompute(w, l, j);
+                recompute_in::<K>(w, pair, j);
             }
         }
     }
