@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use replaystore::{Column, Config, DType, Error, ReplayBuffer, SampleSpec, Schema, verify};
+use replaystore::{
+    Column, Config, DType, Error, PrioritySpec, ReplayBuffer, SampleSpec, Schema, verify,
+};
 
 /// A point mass chasing a goal: deterministic for a seed, episodes of varying length
 /// (terminated on reaching the goal, truncated after `MAX_STEPS`).
@@ -167,7 +169,8 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     println!("  buffer   {}", dir.display());
 
     let t = Instant::now();
-    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, capacity).seed(7))?;
+    let config = Config::new(schema, capacity).seed(7).prioritized(0.6, 1e-6);
+    let mut buf = ReplayBuffer::create(&dir, config)?;
     println!("  create   {:.1} ms (disk reserved up front)", ms(t));
 
     let mut env = PointMass::new(ENV_SEED);
@@ -199,18 +202,45 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         batches as f64 / secs / 1e3
     );
 
+    // Prioritized replay as a DQN learner drives it: sample with importance weights,
+    // then set each sampled item's priority to its (here: made-up) TD error.
+    let spec = PrioritySpec::new(BATCH, 0.4);
+    let mut td = vec![0f32; BATCH];
+    let t = Instant::now();
+    for _ in 0..batches {
+        buf.sample_prioritized_into(&spec, &mut batch)?;
+        let reward = batch.get::<f32>("reward")?;
+        for ((e, r), w) in td.iter_mut().zip(reward).zip(batch.weights()) {
+            *e = r.abs() * w + 0.01;
+        }
+        buf.update_priorities(batch.indices(), &td)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "  per      {batches} prioritized batches of {BATCH} + priority updates in {:.1} ms: {:.1} k iterations/s",
+        secs * 1e3,
+        batches as f64 / secs / 1e3
+    );
+    let before = buf.priority_summary();
+
     let t = Instant::now();
     buf.close()?;
     println!("  close    {:.1} ms (msync + durable commit)", ms(t));
 
     let t = Instant::now();
-    let buf = ReplayBuffer::open(&dir)?;
+    let mut buf = ReplayBuffer::open(&dir)?;
+    let same_priorities = buf.priority_summary() == before;
     println!(
-        "  reopen   {:.1} ms, {} items live (indices {}..{}), no rebuild",
+        "  reopen   {:.1} ms, {} items live (indices {}..{}), no rebuild; priorities {}",
         ms(t),
         buf.len(),
         buf.live().start,
-        buf.live().end
+        buf.live().end,
+        if same_priorities {
+            "as they were"
+        } else {
+            "CHANGED"
+        }
     );
 
     // Every live item must be byte-identical to the step the environment produced.
@@ -278,7 +308,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         "  next     replaystore info {0}   |   replaystore verify {0}",
         dir.display()
     );
-    Ok(if ok && report.is_sound() {
+    Ok(if ok && same_priorities && report.is_sound() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

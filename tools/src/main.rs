@@ -189,8 +189,15 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         }
     );
     println!(
-        "files      MANIFEST + {} segments of {} slots x {} bytes",
-        info.segment_count, info.segment_slots, info.row_stride
+        "files      MANIFEST + {} segments of {} slots x {} bytes{}",
+        info.segment_count,
+        info.segment_slots,
+        info.row_stride,
+        if info.priorities.is_some() {
+            " + priorities.tree"
+        } else {
+            ""
+        }
     );
     println!(
         "disk       {} on disk, {} of live item data",

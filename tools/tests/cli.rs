@@ -1,4 +1,4 @@
-//! Promise: the `replaystore` command's demo leaves a sound buffer, `verify` exits 0 on a
+//! Promise: the `replaystore` command's demo leaves a sound buffer (with priorities), `verify` exits 0 on a
 //! sound buffer and 1 naming file and offset on a damaged one, `info --json` is JSON, and
 //! errors exit 2 with a message a person can act on (issue 3).
 #![allow(
@@ -47,8 +47,30 @@ fn demo_then_info_then_verify_on_its_folder() {
     assert_eq!(v["clean"], true);
     assert_eq!(v["schema"][0]["name"], "obs");
     assert_eq!(v["schema"][0]["shape"][0], 6);
+    let p = &v["priorities"];
+    assert_eq!(p["arity"], 8);
+    assert!(p["total"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["updates"].as_u64().unwrap() > 0, "{p}");
+    let buckets = p["histogram"].as_array().unwrap();
+    let counted: u64 = buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted + p["zero"].as_u64().unwrap(), 10_000);
     let o = run(&["info", dir_s]);
     assert!(text(&o).contains("10000 / 10000 items"), "{}", text(&o));
+    assert!(text(&o).contains("8-ary sum-tree"), "{}", text(&o));
+    assert!(text(&o).contains(" #"), "a histogram bar: {}", text(&o));
+
+    // Damage one parent in the priority tree: verify names priorities.tree and exits 1.
+    let tree = dir.join("priorities.tree");
+    let mut bytes = std::fs::read(&tree).unwrap();
+    let word = 4096 + 8; // value 1 of the top node
+    let good = bytes[word..word + 8].to_vec();
+    bytes[word..word + 8].copy_from_slice(&7.5e9f64.to_le_bytes());
+    std::fs::write(&tree, &bytes).unwrap();
+    let o = run(&["verify", dir_s]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("priorities.tree @ 4104"), "{}", text(&o));
+    bytes[word..word + 8].copy_from_slice(&good);
+    std::fs::write(&tree, &bytes).unwrap();
 
     // Damage one item's bytes: verify names the file and offset, and exits 1.
     let stride = v["row_stride"].as_u64().unwrap() as usize;
