@@ -358,8 +358,18 @@ impl Priorities {
         self.fix_pending();
         let w = self.map.words();
         let total = self.tree.total(w);
-        if total <= 0.0 {
+        if total == 0.0 {
             return Err(Error::ZeroTotalPriority { live: tail - head });
+        }
+        if !(total > 0.0 && total.is_finite()) {
+            return Err(Error::Corrupt {
+                file: self.map.path().to_path_buf(),
+                offset: (BODY_OFFSET + self.tree.shape().levels.first().map_or(0, |l| l.sum) * 8)
+                    as u64,
+                field: "priority tree root".into(),
+                expected: "a finite total > 0".into(),
+                got: format!("{total}; run `replaystore verify`"),
+            });
         }
         self.targets.clear();
         if spec.stratified {
@@ -390,7 +400,7 @@ impl Priorities {
             } else {
                 slot + cap - head_slot
             };
-            if leaf <= 0.0 || offset >= live {
+            if !(leaf > 0.0 && leaf.is_finite()) || offset >= live {
                 return Err(self.inconsistent(i, slot, leaf));
             }
             *index = head + offset;

@@ -643,3 +643,39 @@ fn after_a_reboot_flushed_priorities_survive_and_the_tree_covers_only_live_items
     drop(buf);
     assert!(verify(&path).unwrap().is_sound());
 }
+
+#[test]
+fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("per");
+    let mut buf = per_buffer(dir.path(), 64, 0.6, 0.0, 8);
+    add_range(&mut buf, 0, 64);
+    buf.close().unwrap();
+    let tree = path.join("priorities.tree");
+    let shape = TreeShape::new(64, 8).unwrap();
+    let clean = std::fs::read(&tree).unwrap();
+    let word_at = |w: usize| 4096 + w * 8;
+
+    // Every leaf NaN, parents intact: each descent lands on a damaged leaf.
+    let mut bytes = clean.clone();
+    for s in 0..64 {
+        let at = word_at(shape.leaves().sum + s);
+        bytes[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+    }
+    std::fs::write(&tree, &bytes).unwrap();
+    let mut buf = ReplayBuffer::open(&path).unwrap();
+    let e = buf.sample_prioritized(8, 0.4).unwrap_err();
+    assert!(matches!(&e, Error::Corrupt { file, .. } if *file == tree), "{e}");
+    drop(buf);
+
+    // A NaN in the top node: the root is not finite.
+    let mut bytes = clean;
+    let at = word_at(shape.levels[0].sum);
+    bytes[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+    std::fs::write(&tree, &bytes).unwrap();
+    let mut buf = ReplayBuffer::open(&path).unwrap();
+    let e = buf.sample_prioritized(8, 0.4).unwrap_err();
+    assert!(matches!(&e, Error::Corrupt { file, .. } if *file == tree), "{e}");
+    drop(buf);
+    assert!(!verify(&path).unwrap().is_sound());
+}

@@ -1,4 +1,5 @@
-//! Arbitrary bytes as a superblock, a commit slot, a schema archive and a segment header:
+//! Arbitrary bytes as a superblock, a commit slot, a schema archive, a segment header and
+//! a priorities header:
 //! every decoder returns a typed problem or a value, never panics or over-allocates.
 #![no_main]
 
@@ -6,6 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use replaystore::format::manifest::{Commit, Superblock};
 use replaystore::format::schema_doc;
 use replaystore::format::segment::SegmentHeader;
+use replaystore::format::tree::TreeHeader;
 
 fuzz_target!(|data: &[u8]| {
     let _ = Superblock::decode(data);
@@ -14,4 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = schema_doc::decode(data);
     let expected = SegmentHeader { uuid: [0; 16], segment_no: 0, first_slot: 0, slots: 1, row_stride: 24 };
     let _ = SegmentHeader::check(data, &expected);
+    if let Ok((h, _)) = TreeHeader::decode(data) {
+        let _ = h.shape();
+    }
 });
