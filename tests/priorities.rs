@@ -665,7 +665,10 @@ fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
     std::fs::write(&tree, &bytes).unwrap();
     let mut buf = ReplayBuffer::open(&path).unwrap();
     let e = buf.sample_prioritized(8, 0.4).unwrap_err();
-    assert!(matches!(&e, Error::Corrupt { file, .. } if *file == tree), "{e}");
+    assert!(
+        matches!(&e, Error::Corrupt { file, .. } if *file == tree),
+        "{e}"
+    );
     drop(buf);
 
     // A NaN in the top node: the root is not finite.
@@ -675,7 +678,10 @@ fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
     std::fs::write(&tree, &bytes).unwrap();
     let mut buf = ReplayBuffer::open(&path).unwrap();
     let e = buf.sample_prioritized(8, 0.4).unwrap_err();
-    assert!(matches!(&e, Error::Corrupt { file, .. } if *file == tree), "{e}");
+    assert!(
+        matches!(&e, Error::Corrupt { file, .. } if *file == tree),
+        "{e}"
+    );
     drop(buf);
     assert!(!verify(&path).unwrap().is_sound());
 }
