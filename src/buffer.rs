@@ -551,6 +551,58 @@ impl ReplayBuffer {
         result
     }
 
+    /// Adds one item with a given priority instead of the largest seen so far (Ape-X
+    /// actors compute initial priorities). A bad priority is an error and nothing is
+    /// added.
+    pub fn add_with_priority<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priority: P,
+    ) -> Result<u64> {
+        self.check_new_priorities(&[priority])?;
+        let index = self.add(columns)?;
+        self.update_priorities(&[index], &[priority])?;
+        Ok(index)
+    }
+
+    /// `add_batch` with one priority per row. The priorities and the columns are checked
+    /// before anything is added; a batch longer than the capacity keeps its newest rows
+    /// and their priorities.
+    pub fn add_batch_with_priorities<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priorities: &[P],
+    ) -> Result<Range<u64>> {
+        self.check_new_priorities(priorities)?;
+        let mut order = std::mem::take(&mut self.order);
+        let rows = match_columns(&self.schema, columns, true, &mut order, &mut self.names);
+        self.order = order;
+        let rows = rows?;
+        if rows != priorities.len() {
+            return Err(Error::CountMismatch {
+                what: "add_batch_with_priorities: rows and priorities",
+                expected: rows,
+                got: priorities.len(),
+            });
+        }
+        let added = self.add_batch(columns)?;
+        let from = added.start.max(self.head);
+        let indices: Vec<u64> = (from..added.end).collect();
+        let skip = (from - added.start) as usize;
+        self.update_priorities(&indices, priorities.get(skip..).unwrap_or(&[]))?;
+        Ok(added)
+    }
+
+    fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
+        self.writable()?;
+        match &self.priorities {
+            Some(p) => p.check_values(self.tail, priorities),
+            None => Err(Error::NotPrioritized {
+                dir: self.dir.clone(),
+            }),
+        }
+    }
+
     /// Draws `n` indices uniformly with replacement and gathers their items.
     pub fn sample(&mut self, n: usize) -> Result<Batch> {
         self.sample_with(&SampleSpec::new(n))

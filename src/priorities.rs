@@ -427,6 +427,38 @@ impl Priorities {
         }
     }
 
+    /// Checks priorities meant for the items `first_index..` without applying them.
+    pub(crate) fn check_values<P: Priority>(
+        &self,
+        first_index: u64,
+        priorities: &[P],
+    ) -> Result<()> {
+        for (position, p) in priorities.iter().enumerate() {
+            self.leaf_for(position, first_index + position as u64, *p)?;
+        }
+        Ok(())
+    }
+
+    /// `(priority + eps, leaf)` for a priority given at `position` for `index`, or the
+    /// error naming it: NaN, infinite, negative, or so large that a full tree's total
+    /// could overflow.
+    #[inline]
+    fn leaf_for<P: Priority>(&self, position: usize, index: u64, p: P) -> Result<(f64, f64)> {
+        // `+ 0.0` turns -0.0 into +0.0, which the bit-compared descent needs.
+        let value = p.to_f64() + 0.0;
+        let q = value + self.header.eps;
+        let leaf = leaf_of(q, self.header.alpha);
+        if value >= 0.0 && q.is_finite() && leaf <= self.leaf_limit {
+            Ok((q, leaf))
+        } else {
+            Err(Error::InvalidPriority {
+                position,
+                index,
+                value,
+            })
+        }
+    }
+
     /// Sets the priorities of live `indices`; evicted ones are skipped and counted.
     /// Everything is checked before anything is changed.
     pub(crate) fn update<P: Priority>(
@@ -444,24 +476,13 @@ impl Priorities {
                 got: priorities.len(),
             });
         }
-        let (alpha, eps) = (self.header.alpha, self.header.eps);
         self.slots.clear();
         self.leaves.clear();
         let cap = self.capacity as u64;
         let mut max_q = self.counters.max_priority;
         let mut stale = 0u64;
-        for (position, (&index, p)) in indices.iter().zip(priorities).enumerate() {
-            // `+ 0.0` turns -0.0 into +0.0, which the bit-compared descent needs.
-            let value = p.to_f64() + 0.0;
-            let q = value + eps;
-            let leaf = leaf_of(q, alpha);
-            if !(value >= 0.0 && q.is_finite() && leaf <= self.leaf_limit) {
-                return Err(Error::InvalidPriority {
-                    position,
-                    index,
-                    value,
-                });
-            }
+        for (position, (&index, &p)) in indices.iter().zip(priorities).enumerate() {
+            let (q, leaf) = self.leaf_for(position, index, p)?;
             if index >= tail {
                 return Err(Error::NotYetAdded { index, tail });
             }
@@ -482,7 +503,7 @@ impl Priorities {
         with_tree!(&self.tree, t => t.update(w, &self.slots, &self.leaves, &mut self.scratch));
         if max_q > self.counters.max_priority {
             self.counters.max_priority = max_q;
-            self.max_leaf = leaf_of(max_q, alpha);
+            self.max_leaf = leaf_of(max_q, self.header.alpha);
         }
         let applied = self.slots.len() as u64;
         self.counters.updates += applied;

@@ -685,3 +685,86 @@ fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
     drop(buf);
     assert!(!verify(&path).unwrap().is_sound());
 }
+
+/// A batch's fields as columns with the batch dimension first.
+fn columns_of(b: &replaystore::Batch) -> Vec<replaystore::Column<'_>> {
+    b.fields()
+        .iter()
+        .map(|f| replaystore::Column::from_bytes(f.name(), f.dtype(), &f.shape(), f.bytes()))
+        .collect()
+}
+
+#[test]
+fn adds_may_bring_their_own_priorities_and_a_bad_one_adds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut buf = per_buffer(dir.path(), 10, 1.0, 0.0, 8);
+    let it = common::item(0);
+    assert_eq!(
+        buf.add_with_priority(&common::columns(&it), 0.25).unwrap(),
+        0
+    );
+    assert_eq!(buf.priorities(&[0]).unwrap(), vec![0.25]);
+    let e = buf
+        .add_with_priority(&common::columns(&it), f64::NAN)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidPriority { index: 1, .. }), "{e}");
+    assert_eq!(buf.len(), 1);
+
+    // A batch of 3 rows: 3 priorities, or nothing is added.
+    let batch = |from: u64, n: u64| {
+        let d = tempfile::tempdir().unwrap();
+        let mut scratch = per_buffer(d.path(), 64, 1.0, 0.0, 8);
+        let r = add_range(&mut scratch, from, from + n);
+        scratch.get_many(&r.collect::<Vec<_>>()).unwrap()
+    };
+    let b = batch(1, 3);
+    let cols = columns_of(&b);
+    let e = buf
+        .add_batch_with_priorities(&cols, &[1.0, 2.0])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::CountMismatch {
+                expected: 3,
+                got: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = buf
+        .add_batch_with_priorities(&cols, &[1.0, -2.0, 3.0])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidPriority {
+                position: 1,
+                index: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(buf.len(), 1);
+    assert_eq!(
+        buf.add_batch_with_priorities(&cols, &[1.0, 2.0, 3.0])
+            .unwrap(),
+        1..4
+    );
+    assert_eq!(buf.priorities(&[1, 2, 3]).unwrap(), vec![1.0, 2.0, 3.0]);
+    // The largest priority seen is what a plain add gets.
+    add_range(&mut buf, 4, 5);
+    assert_eq!(buf.priorities(&[4]).unwrap(), vec![3.0]);
+    // Longer than the capacity: the newest rows keep their own priorities.
+    let b = batch(5, 12);
+    let cols = columns_of(&b);
+    let p: Vec<f64> = (0..12).map(|k| 0.5 + k as f64).collect();
+    assert_eq!(buf.add_batch_with_priorities(&cols, &p).unwrap(), 5..17);
+    assert_eq!(buf.live(), 7..17);
+    let got = buf.priorities(&(7..17).collect::<Vec<_>>()).unwrap();
+    assert_eq!(got, p[2..].to_vec());
+    assert_eq!(buf.stats().stale_updates, 0);
+    common::assert_live_items_intact(&buf);
+}
