@@ -13,10 +13,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
-
-use common::{add_range, columns, item, item_bytes, pretend_reboot, run_child_then_kill, schema};
+use common::{
+    add_range, columns, item, item_bytes, pretend_reboot, run_child_and_kill_after,
+    run_child_then_kill, schema, xorshift,
+};
 use replaystore::{Config, ReplayBuffer, SampleSpec, verify};
 
 const CHILD_ENV: &str = "REPLAYSTORE_CRASH_CHILD";
@@ -65,13 +65,6 @@ fn crash_child() {
     }
 }
 
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
-
 #[test]
 fn kill_9_at_random_moments_loses_no_acknowledged_item() {
     let dir = tempfile::tempdir().unwrap();
@@ -83,7 +76,6 @@ fn kill_9_at_random_moments_loses_no_acknowledged_item() {
     .unwrap()
     .close()
     .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let kills: u32 = std::env::var("REPLAYSTORE_KILLS")
         .ok()
         .and_then(|k| k.parse().ok())
@@ -91,47 +83,25 @@ fn kill_9_at_random_moments_loses_no_acknowledged_item() {
     let mut rng = 0x1234_5678_9abc_def1u64;
     let mut max_acked: Option<u64> = None;
     for cycle in 0..kills {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env(
-                CHILD_ENV,
-                format!("{}:{}", path.display(), xorshift(&mut rng)),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         // Rows of the add under way when the child died (0 if none was).
         let mut pending = 0u64;
-        let note = |line: &str, max_acked: &mut Option<u64>, pending: &mut u64| {
-            if let Some(n) = line.trim().strip_prefix("start ") {
-                *pending = n.parse().unwrap();
-            } else if let Ok(i) = line.trim().parse::<u64>() {
-                *max_acked = Some(max_acked.map_or(i, |m| m.max(i)));
-                *pending = 0;
-            }
-        };
         // Let it acknowledge a random number of adds (sometimes none), then kill it.
         let wait_for = xorshift(&mut rng) % 3000;
-        let mut seen = 0;
-        let mut line = String::new();
-        while seen < wait_for {
-            line.clear();
-            if stdout.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            note(&line, &mut max_acked, &mut pending);
-            seen += 1;
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        // Lines still in the pipe were written before the kill.
-        let mut rest = String::new();
-        stdout.read_to_string(&mut rest).unwrap();
-        for l in rest.lines() {
-            note(l, &mut max_acked, &mut pending);
-        }
+        let seed = xorshift(&mut rng);
+        run_child_and_kill_after(
+            "crash_child",
+            CHILD_ENV,
+            &format!("{}:{seed}", path.display()),
+            wait_for,
+            |line| {
+                if let Some(n) = line.trim().strip_prefix("start ") {
+                    pending = n.parse().unwrap();
+                } else if let Ok(i) = line.trim().parse::<u64>() {
+                    max_acked = Some(max_acked.map_or(i, |m| m.max(i)));
+                    pending = 0;
+                }
+            },
+        );
 
         let report = verify(&path).unwrap();
         assert!(

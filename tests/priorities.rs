@@ -11,20 +11,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
-
-use common::{add_range, pretend_reboot, run_child_then_kill, schema};
+use common::{
+    add_range, pretend_reboot, run_child_and_kill_after, run_child_then_kill, schema, xorshift,
+};
 use replaystore::format::tree::TreeShape;
 use replaystore::sumtree::SumTree;
 use replaystore::{Config, Error, PriorityConfig, PrioritySpec, ReplayBuffer, verify};
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
 
 fn unit(s: &mut u64) -> f64 {
     (xorshift(s) >> 11) as f64 / (1u64 << 53) as f64
@@ -486,68 +478,43 @@ fn kill_9_loses_no_acknowledged_priority_update() {
     per_buffer(dir.path(), CRASH_CAP, 0.6, 0.0, 8)
         .close()
         .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut rng = 0xfeed_f00d_u64;
     // What each index's priority must be (acknowledged), and what it may also be (an
     // update cut short by the kill).
     let mut acked: std::collections::HashMap<u64, f64> = Default::default();
     let (mut updates_seen, mut tail) = (0u64, 0u64);
     for cycle in 0..100 {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "per_crash_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(
-                CRASH_ENV,
-                format!("{}:{}", path.display(), xorshift(&mut rng)),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut pending: Option<(u64, Vec<u64>)> = None;
-        let mut note = |line: &str, pending: &mut Option<(u64, Vec<u64>)>| {
-            // libtest may print its own header on the same line: start at the keyword.
-            let line = ["begin ", "done "]
-                .iter()
-                .find_map(|k| line.find(k).map(|at| &line[at..]))
-                .unwrap_or("");
-            let mut words = line.split_whitespace();
-            match (words.next(), words.next(), words.next()) {
-                (Some("begin"), Some(r), Some(list)) => {
-                    let idx = list.split(',').map(|x| x.parse().unwrap()).collect();
-                    *pending = Some((r.parse().unwrap(), idx));
-                }
-                (Some("done"), Some(_), _) => {
-                    updates_seen += 1;
-                    let (round, idx) = pending.take().unwrap();
-                    for i in idx {
-                        acked.insert(i, crash_priority(i, round));
-                    }
-                }
-                _ => {}
-            }
-        };
         let wait_for = 1 + xorshift(&mut rng) % 2000;
-        let mut line = String::new();
-        for _ in 0..wait_for {
-            line.clear();
-            if stdout.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            note(&line, &mut pending);
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let mut rest = String::new();
-        stdout.read_to_string(&mut rest).unwrap();
-        for l in rest.lines() {
-            note(l, &mut pending);
-        }
+        let seed = xorshift(&mut rng);
+        run_child_and_kill_after(
+            "per_crash_child",
+            CRASH_ENV,
+            &format!("{}:{seed}", path.display()),
+            wait_for,
+            |line| {
+                // libtest may print its own header on the same line: start at the keyword.
+                let line = ["begin ", "done "]
+                    .iter()
+                    .find_map(|k| line.find(k).map(|at| &line[at..]))
+                    .unwrap_or("");
+                let mut words = line.split_whitespace();
+                match (words.next(), words.next(), words.next()) {
+                    (Some("begin"), Some(r), Some(list)) => {
+                        let idx = list.split(',').map(|x| x.parse().unwrap()).collect();
+                        pending = Some((r.parse().unwrap(), idx));
+                    }
+                    (Some("done"), Some(_), _) => {
+                        updates_seen += 1;
+                        let (round, idx) = pending.take().unwrap();
+                        for i in idx {
+                            acked.insert(i, crash_priority(i, round));
+                        }
+                    }
+                    _ => {}
+                }
+            },
+        );
 
         let report = verify(&path).unwrap();
         assert!(report.is_sound(), "cycle {cycle}: {:?}", report.problems);
@@ -656,33 +623,23 @@ fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
     let clean = std::fs::read(&tree).unwrap();
     let word_at = |w: usize| 4096 + w * 8;
 
-    // Every leaf NaN, parents intact: each descent lands on a damaged leaf.
-    let mut bytes = clean.clone();
-    for s in 0..64 {
-        let at = word_at(shape.leaves().sum + s);
-        bytes[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+    // Every leaf NaN with the parents intact (each descent lands on a damaged leaf), or
+    // a NaN in the top node (the root is not finite).
+    let every_leaf: Vec<usize> = (0..64).map(|s| shape.leaves().sum + s).collect();
+    for words in [every_leaf, vec![shape.levels[0].sum]] {
+        let mut bytes = clean.clone();
+        for w in words {
+            let at = word_at(w);
+            bytes[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+        }
+        std::fs::write(&tree, &bytes).unwrap();
+        let mut buf = ReplayBuffer::open(&path).unwrap();
+        let e = buf.sample_prioritized(8, 0.4).unwrap_err();
+        assert!(
+            matches!(&e, Error::Corrupt { file, .. } if *file == tree),
+            "{e}"
+        );
     }
-    std::fs::write(&tree, &bytes).unwrap();
-    let mut buf = ReplayBuffer::open(&path).unwrap();
-    let e = buf.sample_prioritized(8, 0.4).unwrap_err();
-    assert!(
-        matches!(&e, Error::Corrupt { file, .. } if *file == tree),
-        "{e}"
-    );
-    drop(buf);
-
-    // A NaN in the top node: the root is not finite.
-    let mut bytes = clean;
-    let at = word_at(shape.levels[0].sum);
-    bytes[at..at + 8].copy_from_slice(&f64::NAN.to_le_bytes());
-    std::fs::write(&tree, &bytes).unwrap();
-    let mut buf = ReplayBuffer::open(&path).unwrap();
-    let e = buf.sample_prioritized(8, 0.4).unwrap_err();
-    assert!(
-        matches!(&e, Error::Corrupt { file, .. } if *file == tree),
-        "{e}"
-    );
-    drop(buf);
     assert!(!verify(&path).unwrap().is_sound());
 }
 

@@ -465,10 +465,10 @@ impl TreeMap {
     /// The tree's words, for the writer.
     pub fn words_mut(&mut self) -> &mut [f64] {
         assert!(self.writable, "write to a read-only tree mapping");
-        // SAFETY: `new` checked the mapping holds `words` f64s after the header page;
-        // page alignment plus a 4096-byte offset makes them 8-aligned; every bit pattern
-        // is a valid f64; `&mut self` makes this the only borrow in this process, and the
-        // writer lock keeps other processes from writing the file.
+        // The mapping holds `words` f64s after the header page (checked by `new`), 8-aligned
+        // (page-aligned map, 4096-byte offset); any bit pattern is a valid f64.
+        // SAFETY: as above; `&mut self` makes this the only borrow in this process, and
+        // the writer lock keeps other processes from writing the file.
         unsafe {
             std::slice::from_raw_parts_mut(
                 self.map.as_mut_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),

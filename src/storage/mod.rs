@@ -179,26 +179,32 @@ pub fn write_commit(
     Ok(())
 }
 
+/// Creates a new file with `len` bytes of disk reserved (a full disk is `DiskFull` here,
+/// never a fault through a mapping later) and `header` written at offset 0.
+fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<File> {
+    let file = io
+        .create_new(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    io.allocate(&file, len).map_err(|e| {
+        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
+            Error::DiskFull {
+                path: path.to_path_buf(),
+                bytes: len,
+            }
+        } else {
+            Error::io("allocate", path, e)
+        }
+    })?;
+    io.write_at(&file, 0, header)
+        .map_err(|e| Error::io("write header", path, e))?;
+    Ok(file)
+}
+
 /// Creates, reserves and stamps the header of segment file `n`.
 pub fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
-    let file = io
-        .create_new(&path)
-        .map_err(|e| Error::io("create", &path, e))?;
-    let len = header.file_len();
-    io.allocate(&file, len).map_err(|e| {
-        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
-            Error::DiskFull {
-                path: path.clone(),
-                bytes: len,
-            }
-        } else {
-            Error::io("allocate", &path, e)
-        }
-    })?;
-    io.write_at(&file, 0, &header.encode())
-        .map_err(|e| Error::io("write header", &path, e))?;
+    let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &path, e))?;
     Ok(())
@@ -325,22 +331,8 @@ pub fn create_tree(
     let shape = header
         .shape()
         .map_err(|p| p.into_error(&path, "priorities header"))?;
-    let file = io
-        .create_new(&path)
-        .map_err(|e| Error::io("create", &path, e))?;
     let len = shape.file_len();
-    io.allocate(&file, len).map_err(|e| {
-        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
-            Error::DiskFull {
-                path: path.clone(),
-                bytes: len,
-            }
-        } else {
-            Error::io("allocate", &path, e)
-        }
-    })?;
-    io.write_at(&file, 0, &header.encode())
-        .map_err(|e| Error::io("write header", &path, e))?;
+    let file = create_reserved(io, &path, len, &header.encode())?;
     let raw = io
         .map(&file, len, true)
         .map_err(|e| Error::io("mmap", &path, e))?;

@@ -8,7 +8,7 @@
     reason = "tests fail loudly"
 )]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
 use replaystore::{Column, DType, ReplayBuffer, Schema};
@@ -160,4 +160,47 @@ pub fn pretend_reboot(manifest: &std::path::Path) {
     let crc = replaystore::format::crc32(&b[slot..slot + COMMIT_CRC_OFF]);
     b[slot + COMMIT_CRC_OFF..slot + COMMIT_CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(manifest, b).unwrap();
+}
+
+/// A xorshift64 step: the tests' own reproducible randomness.
+pub fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Runs child test `name` of this binary with `env` set to `value`, hands each line it
+/// prints to `note` until `lines` lines were seen (or it ends), kills it with SIGKILL,
+/// then hands over the lines still in the pipe: they were written before the kill.
+pub fn run_child_and_kill_after(
+    name: &str,
+    env: &str,
+    value: &str,
+    lines: u64,
+    mut note: impl FnMut(&str),
+) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for _ in 0..lines {
+        line.clear();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        note(&line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    for l in rest.lines() {
+        note(l);
+    }
 }
