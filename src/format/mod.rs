@@ -209,6 +209,26 @@ pub(crate) fn magic(bytes: &[u8], off: usize, expected: &[u8]) -> Result<(), Pro
     }
 }
 
+/// The checks every fixed header starts with: magic at 0, at least `len` bytes, the CRC
+/// of `bytes[..crc_off]` stored at `crc_off`, then the format version at `version_off`.
+pub(crate) fn preamble(
+    bytes: &[u8],
+    expected_magic: &[u8],
+    len: usize,
+    crc_off: usize,
+    version_off: usize,
+) -> Result<(), Problem> {
+    need(bytes, expected_magic.len())?;
+    magic(bytes, 0, expected_magic)?;
+    need(bytes, len)?;
+    checksum(bytes, 0, crc_off, crc_off)?;
+    let version = Bytes(bytes).u32(version_off).unwrap_or(0);
+    if version != FORMAT_VERSION {
+        return Err(Problem::Version(version));
+    }
+    Ok(())
+}
+
 /// Checks a stored CRC over `bytes[start..end]` found at `crc_off`.
 pub(crate) fn checksum(
     bytes: &[u8],

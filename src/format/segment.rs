@@ -18,7 +18,7 @@
 //! 64  4  crc32 of bytes 0..64
 //! ```
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, checksum, crc32, magic, need};
+use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
 
 /// Magic of a segment file.
 pub const MAGIC: [u8; 8] = *b"RPLYSEG\0";
@@ -76,15 +76,9 @@ impl SegmentHeader {
 
     /// Checks a header against the one the manifest implies.
     pub fn check(bytes: &[u8], expected: &SegmentHeader) -> Result<(), Problem> {
-        need(bytes, MAGIC.len())?;
-        magic(bytes, MAGIC_OFF, &MAGIC)?;
-        need(bytes, HEADER_LEN)?;
-        checksum(bytes, 0, CRC_OFF, CRC_OFF)?;
+        const { assert!(MAGIC_OFF == 0) };
+        preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
         let r = Bytes(bytes);
-        let version = r.u32(VERSION_OFF).unwrap_or(0);
-        if version != FORMAT_VERSION {
-            return Err(Problem::Version(version));
-        }
         let fields: [(usize, &'static str, u64, u64); 5] = [
             (
                 RESERVED_OFF,

@@ -29,7 +29,7 @@
 //! of the top node. In the min-tree a zero leaf counts as +infinity: it can never be
 //! drawn, so it bounds no importance weight.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, checksum, crc32, magic, need};
+use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
 
 /// Magic of the priorities file.
 pub const MAGIC: [u8; 8] = *b"RPLYPRIO";
@@ -118,15 +118,9 @@ impl TreeHeader {
 
     /// Decodes and checks a header: magic, version, checksum, then each field's range.
     pub fn decode(bytes: &[u8]) -> Result<(TreeHeader, TreeCounters), Problem> {
-        need(bytes, MAGIC.len())?;
-        magic(bytes, MAGIC_OFF, &MAGIC)?;
-        need(bytes, HEADER_LEN)?;
-        checksum(bytes, 0, CRC_OFF, CRC_OFF)?;
+        const { assert!(MAGIC_OFF == 0) };
+        preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
         let r = Bytes(bytes);
-        let version = r.u32(VERSION_OFF).unwrap_or(0);
-        if version != FORMAT_VERSION {
-            return Err(Problem::Version(version));
-        }
         let f64_at = |off| f64::from_bits(r.u64(off).unwrap_or(0));
         let h = TreeHeader {
             arity: r.u32(ARITY_OFF).unwrap_or(0),

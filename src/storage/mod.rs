@@ -179,6 +179,21 @@ pub fn write_commit(
     Ok(())
 }
 
+/// Opens an existing file (read-write for the writer) and returns it with its length.
+fn open_with_len(io: &dyn Io, path: &Path, writable: bool) -> Result<(File, u64)> {
+    let file = if writable {
+        io.open_rw(path)
+    } else {
+        io.open_ro(path)
+    }
+    .map_err(|e| Error::io("open", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    Ok((file, len))
+}
+
 /// Creates a new file with `len` bytes of disk reserved (a full disk is `DiskFull` here,
 /// never a fault through a mapping later) and `header` written at offset 0.
 fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<File> {
@@ -220,16 +235,7 @@ pub fn open_segment(
 ) -> Result<SegmentMap> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
-    let file = if writable {
-        io.open_rw(&path)
-    } else {
-        io.open_ro(&path)
-    }
-    .map_err(|e| Error::io("open", &path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io("stat", &path, e))?
-        .len();
+    let (file, len) = open_with_len(io, &path, writable)?;
     if len < header.file_len() {
         return Err(Error::Truncated {
             file: path,
@@ -357,16 +363,7 @@ pub fn open_tree(
 )> {
     use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
     let path = tree_path(dir);
-    let file = if writable {
-        io.open_rw(&path)
-    } else {
-        io.open_ro(&path)
-    }
-    .map_err(|e| Error::io("open", &path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io("stat", &path, e))?
-        .len();
+    let (file, len) = open_with_len(io, &path, writable)?;
     if len < BODY_OFFSET as u64 {
         return Err(Error::Truncated {
             file: path,
