@@ -513,7 +513,7 @@ impl Priorities {
     }
 
     fn write_counters(&mut self) {
-        let mut page = vec![0u8; crate::format::tree::HEADER_LEN];
+        let mut page = [0u8; crate::format::tree::HEADER_LEN];
         crate::format::tree::encode_counters(&mut page, &self.counters);
         if let Some(bytes) = page.get(MAX_PRIORITY_OFF..) {
             self.map.write_header(MAX_PRIORITY_OFF, bytes);
@@ -662,21 +662,26 @@ const HISTOGRAM_BUCKETS: usize = 8;
 impl PriorityInfo {
     pub(crate) fn of(copy: &TreeCopy, sb: &Superblock, head: u64, tail: u64) -> PriorityInfo {
         let alpha = copy.header.alpha;
-        let live: Vec<f64> = (head..tail)
-            .map(|i| priority_of_leaf(copy.leaf(i % sb.capacity), alpha))
-            .collect();
-        let positive: Vec<f64> = live.iter().copied().filter(|&p| p > 0.0).collect();
-        let min_max = positive.iter().fold(None, |acc: Option<(f64, f64)>, &p| {
-            Some(acc.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))))
-        });
+        // Two passes over the leaves instead of a copy of every priority: a buffer of
+        // 10^7 items is inspected without 80 MB of scratch.
+        let positive = || {
+            (head..tail)
+                .map(|i| priority_of_leaf(copy.leaf(i % sb.capacity), alpha))
+                .filter(|&p| p > 0.0)
+        };
+        let (mut count, mut min_max) = (0u64, None::<(f64, f64)>);
+        for p in positive() {
+            count += 1;
+            min_max = Some(min_max.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
+        }
         let histogram = match min_max {
             None => Vec::new(),
-            Some((lo, hi)) if lo == hi => vec![(lo, hi, positive.len() as u64)],
+            Some((lo, hi)) if lo == hi => vec![(lo, hi, count)],
             Some((lo, hi)) => {
                 let (l0, l1) = (lo.ln(), hi.ln());
                 let step = (l1 - l0) / HISTOGRAM_BUCKETS as f64;
                 let mut counts = [0u64; HISTOGRAM_BUCKETS];
-                for &p in &positive {
+                for p in positive() {
                     let b = (((p.ln() - l0) / step) as usize).min(HISTOGRAM_BUCKETS - 1);
                     if let Some(c) = counts.get_mut(b) {
                         *c += 1;
@@ -703,7 +708,7 @@ impl PriorityInfo {
             arity: copy.header.arity,
             total: copy.tree.total(&copy.words),
             min_max,
-            zero: (live.len() - positive.len()) as u64,
+            zero: (tail - head) - count,
             max_seen: copy.counters.max_priority,
             updates: copy.counters.updates,
             stale_updates: copy.counters.stale_updates,
