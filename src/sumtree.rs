@@ -204,11 +204,12 @@ impl<const K: usize> SumTree<K> {
         }
     }
 
-    /// Recomputes value `j` of internal level `l` from level `l + 1`.
-    #[inline(always)]
-    fn recompute(&self, w: &mut [f64], l: usize, j: usize) {
+    /// Recomputes values `js` of internal level `l` from level `l + 1`.
+    fn recompute_range(&self, w: &mut [f64], l: usize, js: std::ops::Range<usize>) {
         if let Some(pair) = self.pair(l) {
-            recompute_in::<K>(w, pair, j);
+            for j in js {
+                recompute_in::<K>(w, pair, j);
+            }
         }
     }
 
@@ -229,9 +230,7 @@ impl<const K: usize> SumTree<K> {
         for l in (0..self.shape.levels.len().saturating_sub(1)).rev() {
             lo /= K;
             hi = (hi - 1) / K + 1;
-            for j in lo..hi {
-                self.recompute(w, l, j);
-            }
+            self.recompute_range(w, l, lo..hi);
         }
     }
 
@@ -239,9 +238,7 @@ impl<const K: usize> SumTree<K> {
     /// min-tree must read +inf, not 0, where no leaf is).
     pub fn rebuild(&self, w: &mut [f64]) {
         for l in (0..self.shape.levels.len().saturating_sub(1)).rev() {
-            for j in 0..self.shape.levels[l].len {
-                self.recompute(w, l, j);
-            }
+            self.recompute_range(w, l, 0..self.shape.levels[l].len);
         }
     }
 
@@ -276,9 +273,7 @@ impl<const K: usize> SumTree<K> {
             let len = self.shape.levels[l].len;
             if len <= scratch.len() {
                 // Fewer values in this level than touched paths: recompute all of it.
-                for j in 0..len {
-                    self.recompute(w, l, j);
-                }
+                self.recompute_range(w, l, 0..len);
                 scratch.clear();
                 scratch.extend(0..len);
                 // The levels above are covered by the same rule (they are smaller).

@@ -110,17 +110,28 @@ pub fn assert_live_items_intact(buf: &ReplayBuffer) {
     }
 }
 
-/// Runs the child test `name` of this binary with `env` set to the buffer path, collects
-/// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
-pub fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {
+/// Starts child test `name` of this binary (the test re-executed) with `env` set to
+/// `value`, its stdout piped.
+fn spawn_child(
+    name: &str,
+    env: &str,
+    value: &std::ffi::OsStr,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, path)
+        .env(env, value)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdout)
+}
+
+/// Runs the child test `name` of this binary with `env` set to the buffer path, collects
+/// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
+pub fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {
+    let (mut child, mut stdout) = spawn_child(name, env, path.as_os_str());
     let mut said = Vec::new();
     let mut line = String::new();
     loop {
@@ -180,14 +191,7 @@ pub fn run_child_and_kill_after(
     lines: u64,
     mut note: impl FnMut(&str),
 ) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, value)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut stdout) = spawn_child(name, env, value.as_ref());
     let mut line = String::new();
     for _ in 0..lines {
         line.clear();
