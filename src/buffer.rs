@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
+use crate::format::state::State;
 use crate::priorities::{
     Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
@@ -21,7 +22,8 @@ use crate::recovery::{self, Recovered, SlotProbe};
 use crate::ring::Ring;
 use crate::sample::{SampleSpec, draw_uniform};
 use crate::schema::Schema;
-use crate::storage::io::{self, IoRef};
+use crate::snapshot::{self, SnapshotInfo};
+use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::StampMismatch;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 
@@ -190,8 +192,10 @@ pub struct ReplayBuffer {
     dir: PathBuf,
     io: IoRef,
     manifest_path: PathBuf,
-    manifest: File,
-    _lock: File,
+    /// The MANIFEST, open for commits (`None` for a read-only snapshot).
+    manifest: Option<File>,
+    /// The writer lock (`None` for a read-only snapshot).
+    lock: Option<File>,
     superblock: Superblock,
     schema: Schema,
     ring: Ring,
@@ -213,6 +217,9 @@ pub struct ReplayBuffer {
     priorities: Option<Priorities>,
     order: Vec<usize>,
     names: NameCache,
+    /// A segment was copied and renamed since the last commit: the lane folder must be
+    /// fsynced before the next commit.
+    lane_dirty: bool,
 }
 
 impl SlotProbe for Ring {
@@ -288,7 +295,7 @@ impl ReplayBuffer {
             remove_new_buffer(&dir, &sb);
             return Err(e);
         }
-        ReplayBuffer::open_locked(dir, io, lock)
+        ReplayBuffer::open_locked(dir, io, Some(lock))
     }
 
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
@@ -306,19 +313,63 @@ impl ReplayBuffer {
         // Check that this is a buffer before creating a lock file in it.
         Manifest::load(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
-        ReplayBuffer::open_locked(dir, io, lock)
+        // A set_state a kill interrupted is finished before anything else is read.
+        snapshot::finish_restore(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir)?;
+        ReplayBuffer::open_locked(dir, io, Some(lock))
     }
 
-    fn open_locked(dir: PathBuf, io: IoRef, lock: File) -> Result<ReplayBuffer> {
+    /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
+    /// (from the snapshot's RNG position), writes are `ReadOnly` errors. Any number of
+    /// processes may do this while the writer goes on; nothing here takes a lock or
+    /// writes a byte (the files are mapped private).
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// buf.get_state_named("first")?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// let frozen = ReplayBuffer::open_snapshot(dir.path().join("b"), "first")?;
+    /// assert_eq!((frozen.len(), buf.len()), (1, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<ReplayBuffer> {
+        let dir = dir.as_ref();
+        snapshot::valid_name(name)?;
+        let snap = snapshot::snapshot_dir(dir, name);
+        if !snap.is_dir() {
+            return Err(Error::NoSuchSnapshot {
+                dir: dir.to_path_buf(),
+                name: name.to_owned(),
+            });
+        }
+        ReplayBuffer::open_locked(snap, io::os(), None).map_err(|e| Error::BadSnapshot {
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+            source: Box::new(e),
+        })
+    }
+
+    /// Opens the buffer in `dir` as its writer (holding `lock`), or read-only over
+    /// private mappings when `lock` is `None`.
+    fn open_locked(dir: PathBuf, io: IoRef, lock: Option<File>) -> Result<ReplayBuffer> {
+        let access = if lock.is_some() {
+            Access::Write
+        } else {
+            Access::Frozen
+        };
         let m = Manifest::load(&*io, &dir)?;
         let commit = m.newest_commit()?;
         let sb = m.superblock.clone();
         let segments = (0..sb.segment_count)
-            .map(|n| storage::open_segment(&*io, &dir, &sb, n, true))
+            .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
         let mut priorities = if sb.prioritized {
-            Some(Priorities::open(&*io, &dir, &sb)?)
+            Some(Priorities::open(&*io, &dir, &sb, access)?)
         } else {
             None
         };
@@ -335,25 +386,36 @@ impl ReplayBuffer {
             if r.tail > from {
                 ring.seal(from % sb.capacity, from, r.tail - from);
             }
-            ring.flush_all(&*io)
-                .map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
+            // Read-only: the repairs stay in private pages; the files are not changed.
+            if access.writes_file() {
+                ring.flush_all(&*io).map_err(|(s, e)| {
+                    Error::io("msync", storage::segment_path(&dir, s as u64), e)
+                })?;
+            }
             if let Some(p) = &mut priorities {
                 p.repair((r.head % sb.capacity) as usize, (r.tail - r.head) as usize)?;
-                p.flush(&*io)?;
+                if access.writes_file() {
+                    p.flush(&*io)?;
+                }
             }
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
         let manifest_path = dir.join(MANIFEST);
-        let manifest = io
-            .open_rw(&manifest_path)
-            .map_err(|e| Error::io("open", &manifest_path, e))?;
+        let manifest = if access.writes_file() {
+            Some(
+                io.open_rw(&manifest_path)
+                    .map_err(|e| Error::io("open", &manifest_path, e))?,
+            )
+        } else {
+            None
+        };
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
         let mut buf = ReplayBuffer {
             manifest_path,
             manifest,
-            _lock: lock,
+            lock,
             schema: m.schema,
             ring,
             head,
@@ -373,13 +435,16 @@ impl ReplayBuffer {
             priorities,
             order: Vec::new(),
             names: NameCache::new(),
+            lane_dirty: false,
             superblock: sb,
             dir,
             io,
         };
-        // Mark the buffer as open for writing: a crash from here on is detected on the
-        // next open and recovered.
-        buf.commit(0, true)?;
+        if buf.lock.is_some() {
+            // Mark the buffer as open for writing: a crash from here on is detected on
+            // the next open and recovered.
+            buf.commit(0, true)?;
+        }
         Ok(buf)
     }
 
@@ -445,8 +510,43 @@ impl ReplayBuffer {
                 dir: self.dir.clone(),
                 reason: reason.clone(),
             }),
+            None if self.lock.is_none() => Err(Error::ReadOnly {
+                dir: self.dir.clone(),
+                op: "writing",
+            }),
             None => Ok(()),
         }
+    }
+
+    /// Whether this handle is a read-only snapshot.
+    pub fn is_read_only(&self) -> bool {
+        self.lock.is_none()
+    }
+
+    /// Copies each segment that a snapshot links and that the next `count` stores from
+    /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
+    /// live rows are copied. Fails before anything is stored, losing nothing.
+    fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
+        if !self.ring.any_shared() {
+            return Ok(());
+        }
+        for s in self.ring.shared_segments(first_slot, count) {
+            let live = self.ring.rows_of(s, self.head_slot, self.tail - self.head);
+            let Some(old) = self.ring.segment(s) else {
+                continue;
+            };
+            let seg = storage::copy_segment(
+                &*self.io,
+                &self.dir,
+                &self.superblock,
+                s as u64,
+                old,
+                &live,
+            )?;
+            self.ring.replace_segment(s, seg);
+            self.lane_dirty = true;
+        }
+        Ok(())
     }
 
     /// Records the first failure of a write path; every later write is refused.
@@ -491,7 +591,8 @@ impl ReplayBuffer {
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names);
+        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
+            .and_then(|_| self.ensure_private(self.tail_slot, 1));
         let result = checked.map(|_| {
             let index = self.tail;
             let nf = order.len();
@@ -519,7 +620,11 @@ impl ReplayBuffer {
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names);
+        let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names)
+            .and_then(|rows| {
+                self.ensure_private(self.tail_slot, rows as u64)?;
+                Ok(rows)
+            });
         let result = checked.map(|rows| {
             let first = self.tail;
             let cap = self.superblock.capacity;
@@ -883,9 +988,10 @@ impl ReplayBuffer {
         Ok(())
     }
 
-    fn commit(&mut self, flags: u32, durable: bool) -> Result<()> {
-        let c = Commit {
-            generation: self.generation + 1,
+    /// The commit record of the state in memory, numbered `generation`.
+    fn commit_record(&self, generation: u64, flags: u32) -> Commit {
+        Commit {
+            generation,
             head: self.head,
             tail: self.tail,
             cleared: self.cleared,
@@ -894,8 +1000,28 @@ impl ReplayBuffer {
             rng_word_pos: self.rng.get_word_pos(),
             boot_id: self.boot_id,
             flags,
+        }
+    }
+
+    fn commit(&mut self, flags: u32, durable: bool) -> Result<()> {
+        let Some(manifest) = &self.manifest else {
+            return Err(Error::ReadOnly {
+                dir: self.dir.clone(),
+                op: "commit",
+            });
         };
-        match storage::write_commit(&*self.io, &self.manifest, &self.manifest_path, &c, durable) {
+        if self.lane_dirty {
+            // Segment copies were renamed into place: the renames must be durable before
+            // a commit covers items stored in the copies.
+            let lane = self.dir.join(LANE_DIR);
+            if let Err(e) = self.io.sync_dir(&lane) {
+                let e = Error::io("fsync", lane, e);
+                return Err(self.poison(e));
+            }
+            self.lane_dirty = false;
+        }
+        let c = self.commit_record(self.generation + 1, flags);
+        match storage::write_commit(&*self.io, manifest, &self.manifest_path, &c, durable) {
             Ok(()) => {
                 self.generation = c.generation;
                 Ok(())
@@ -917,6 +1043,151 @@ impl ReplayBuffer {
         self.commit(0, true)
     }
 
+    /// Checkpoints the buffer: flushes, then freezes the state as a new snapshot named
+    /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
+    pub fn get_state(&mut self) -> Result<State> {
+        let name = format!("gen-{:012}", self.generation + 1);
+        self.get_state_named(&name)
+    }
+
+    /// Checkpoints the buffer as snapshot `name`: flushes, then links every segment file
+    /// into `snapshots/<name>/` and copies the manifest and the priorities. No item is
+    /// copied, so the cost does not grow with the data: the writer copies a segment
+    /// only when it is about to store into one a snapshot still links (copy-on-write).
+    /// The returned [`State`] is small; put it in the training checkpoint and hand it to
+    /// [`ReplayBuffer::set_state`] to come back here. A kill at any point leaves the
+    /// snapshot either whole or absent. Snapshots stay until deleted
+    /// ([`ReplayBuffer::delete_snapshot`], [`ReplayBuffer::keep_last`]).
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10).seed(1))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// let state = buf.get_state_named("step-1")?;
+    /// let before = buf.sample(4)?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// buf.set_state(&state)?;
+    /// assert_eq!(buf.len(), 1);
+    /// assert_eq!(buf.sample(4)?.indices(), before.indices()); // same RNG position
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get_state_named(&mut self, name: &str) -> Result<State> {
+        self.writable()?;
+        snapshot::valid_name(name)?;
+        if snapshot::snapshot_dir(&self.dir, name).exists() {
+            return Err(Error::SnapshotExists {
+                dir: self.dir.clone(),
+                name: name.to_owned(),
+            });
+        }
+        self.flush()?;
+        let frozen = self.commit_record(self.generation, FLAG_CLEAN);
+        let made = snapshot::create(&*self.io, &self.dir, &self.superblock, &frozen, name);
+        match made {
+            Ok(()) => self.ring.mark_all_shared(),
+            // Some links may exist (in the temporary folder, or published but not yet
+            // durable): count them so no store changes a linked file.
+            Err(_) => self.ring.refresh_shared(),
+        }
+        made?;
+        Ok(State {
+            name: name.to_owned(),
+            uuid: self.superblock.uuid,
+            generation: frozen.generation,
+            head: frozen.head,
+            tail: frozen.tail,
+            cleared: frozen.cleared,
+            sampled: frozen.sampled,
+            rng_seed: frozen.rng_seed,
+            rng_word_pos: frozen.rng_word_pos,
+        })
+    }
+
+    /// Returns the buffer to `state`: the same items, priorities, counters and RNG
+    /// position as when [`ReplayBuffer::get_state`] made it. Everything added since is
+    /// dropped. The snapshot stays, so the same state can be restored again. Costs
+    /// a hard link per segment and copies of the manifest and priorities.
+    ///
+    /// The snapshot is checked first (files present, headers sound, the commit it froze
+    /// equal to `state`): a problem is an error naming it and nothing changes. Then an
+    /// intent file is written, and a kill after that point is finished by the next open.
+    pub fn set_state(&mut self, state: &State) -> Result<()> {
+        self.writable()?;
+        if state.uuid != self.superblock.uuid {
+            return Err(Error::StateMismatch {
+                name: state.name.clone(),
+                what: "this buffer",
+                field: "uuid",
+                expected: crate::format::segment::hex(&self.superblock.uuid),
+                got: crate::format::segment::hex(&state.uuid),
+            });
+        }
+        snapshot::valid_name(&state.name)
+            .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
+        snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
+        let restored = snapshot::write_intent(&*self.io, &self.dir, state)
+            .and_then(|()| snapshot::restore(&*self.io, &self.dir, &self.superblock, &state.name));
+        // The live files are (or may be) replaced: this handle's mappings are of the old
+        // ones. Close it without a commit and open the restored files.
+        self.closed = true;
+        if let Err(e) = restored {
+            self.poisoned = Some(format!(
+                "set_state({:?}) failed part way ({e}); reopen the buffer to finish it",
+                state.name
+            ));
+            return Err(e);
+        }
+        match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take()) {
+            Ok(fresh) => {
+                *self = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = Some(format!("reopening after set_state failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).
+    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        snapshot::snapshots(&self.dir)
+    }
+
+    /// Deletes snapshot `name`. Its segments stay as long as the live buffer (or another
+    /// snapshot) links them; segments nothing else links are freed. A kill leaves it
+    /// either listed and whole or gone.
+    pub fn delete_snapshot(&mut self, name: &str) -> Result<()> {
+        self.writable()?;
+        snapshot::valid_name(name)?;
+        let done = snapshot::delete(&*self.io, &self.dir, name);
+        self.ring.refresh_shared();
+        done
+    }
+
+    /// Deletes all but the `k` newest snapshots (by the generation they froze; damaged
+    /// ones count as oldest). Returns the names deleted.
+    pub fn keep_last(&mut self, k: usize) -> Result<Vec<String>> {
+        self.writable()?;
+        let list = self.snapshots()?;
+        let doomed: Vec<String> = list
+            .iter()
+            .take(list.len().saturating_sub(k))
+            .map(|s| s.name.clone())
+            .collect();
+        for name in &doomed {
+            let done = snapshot::delete(&*self.io, &self.dir, name);
+            if done.is_err() {
+                self.ring.refresh_shared();
+            }
+            done?;
+        }
+        self.ring.refresh_shared();
+        Ok(doomed)
+    }
+
     /// Restarts the sampling RNG from a new seed (stored at the next commit).
     pub fn reseed(&mut self, seed: u64) {
         self.rng_seed = seed;
@@ -924,7 +1195,12 @@ impl ReplayBuffer {
     }
 
     /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
+    /// (A read-only snapshot has nothing to flush.)
     pub fn close(mut self) -> Result<()> {
+        if self.lock.is_none() {
+            self.closed = true;
+            return Ok(());
+        }
         self.shutdown()
     }
 
@@ -940,7 +1216,7 @@ impl ReplayBuffer {
 
 impl Drop for ReplayBuffer {
     fn drop(&mut self) {
-        if !self.closed && self.poisoned.is_none() {
+        if !self.closed && self.poisoned.is_none() && self.lock.is_some() {
             // Errors cannot be returned from drop; the data is in the page cache either
             // way, and the next open recovers it if this commit did not land.
             let _ = self.shutdown();

@@ -333,6 +333,72 @@ pub enum Error {
         reason: String,
     },
 
+    /// A write on a handle opened read-only (a snapshot).
+    #[error("{} is open read-only: {op} is not allowed", dir.display())]
+    ReadOnly {
+        /// The directory opened.
+        dir: PathBuf,
+        /// What was attempted.
+        op: &'static str,
+    },
+
+    /// A snapshot could not be used: its files are missing or damaged.
+    #[error("snapshot {name:?} of {}: {source}", dir.display())]
+    BadSnapshot {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The snapshot's name.
+        name: String,
+        /// What was wrong, naming the file inside the snapshot.
+        source: Box<Error>,
+    },
+
+    /// No snapshot of that name.
+    #[error("buffer {} has no snapshot {name:?}", dir.display())]
+    NoSuchSnapshot {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The name asked for.
+        name: String,
+    },
+
+    /// A snapshot of that name exists already (snapshots are never overwritten).
+    #[error("buffer {} already has a snapshot {name:?}", dir.display())]
+    SnapshotExists {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The name.
+        name: String,
+    },
+
+    /// A snapshot name that cannot be a folder name everywhere.
+    #[error("invalid snapshot name {name:?}: {problem}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+
+    /// A `State` that does not describe this buffer or the snapshot of its name.
+    #[error("state {name:?} does not match {what}: {field}: expected {expected}, got {got}")]
+    StateMismatch {
+        /// The state's snapshot name.
+        name: String,
+        /// What it was compared with.
+        what: &'static str,
+        /// The field that differs.
+        field: &'static str,
+        /// The value it should have.
+        expected: String,
+        /// The value it has.
+        got: String,
+    },
+
+    /// Bytes that are not a serialized `State`.
+    #[error("not a replaystore state: {0}")]
+    BadState(String),
+
     /// The platform cannot hold this format (it is little-endian by definition).
     #[error("unsupported platform: {0}")]
     Unsupported(&'static str),

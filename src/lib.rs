@@ -44,6 +44,7 @@ pub mod recovery;
 pub mod ring;
 pub mod sample;
 pub mod schema;
+pub mod snapshot;
 pub mod storage;
 pub mod sumtree;
 
@@ -52,7 +53,9 @@ pub use buffer::{Config, ReplayBuffer, Stats};
 pub use column::Column;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use format::state::State;
 pub use inspect::{Info, Report, inspect, verify};
 pub use priorities::{Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate};
 pub use sample::SampleSpec;
 pub use schema::{Field, Schema};
+pub use snapshot::{SnapshotInfo, snapshots};

@@ -16,7 +16,7 @@ use crate::format::manifest::Superblock;
 use crate::format::tree::{
     BODY_OFFSET, MAX_PRIORITY_OFF, TreeCounters, TreeHeader, TreeShape, valid_alpha, valid_eps,
 };
-use crate::storage::io::Io;
+use crate::storage::io::{Access, Io};
 use crate::storage::map::TreeMap;
 use crate::storage::{self};
 use crate::sumtree::{Mismatch, SumTree};
@@ -233,8 +233,13 @@ impl Priorities {
     }
 
     /// Opens the writer's view of `priorities.tree`.
-    pub(crate) fn open(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<Priorities> {
-        let (map, header, counters) = storage::open_tree(io, dir, sb, true)?;
+    pub(crate) fn open(
+        io: &dyn Io,
+        dir: &Path,
+        sb: &Superblock,
+        access: Access,
+    ) -> Result<Priorities> {
+        let (map, header, counters) = storage::open_tree(io, dir, sb, access)?;
         let path = map.path().to_path_buf();
         let shape = header
             .shape()
@@ -605,7 +610,7 @@ pub(crate) struct TreeCopy {
 
 impl TreeCopy {
     pub(crate) fn read(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<TreeCopy> {
-        let (map, header, counters) = storage::open_tree(io, dir, sb, false)?;
+        let (map, header, counters) = storage::open_tree(io, dir, sb, Access::Read)?;
         let path = map.path().to_path_buf();
         let shape = header
             .shape()

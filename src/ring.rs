@@ -13,6 +13,8 @@ pub struct Ring {
     capacity: u64,
     shift: u32,
     mask: u64,
+    /// Segments another name links (copy before storing into them).
+    shared: usize,
 }
 
 impl Ring {
@@ -24,6 +26,7 @@ impl Ring {
         segment_slots: u64,
     ) -> Ring {
         Ring {
+            shared: segments.iter().filter(|s| s.is_shared()).count(),
             segments,
             layout,
             capacity,
@@ -49,6 +52,89 @@ impl Ring {
             .get(s)
             .filter(|seg| k < seg.slots())
             .map(|seg| (seg, k))
+    }
+
+    /// Whether any segment is linked by another name (a snapshot): then stores must
+    /// first check [`Ring::shared_segments`].
+    #[inline(always)]
+    pub fn any_shared(&self) -> bool {
+        self.shared > 0
+    }
+
+    /// The shared segments among those holding `count` slots from `first_slot`
+    /// (wrapping at the capacity), in order.
+    pub fn shared_segments(&self, first_slot: u64, count: u64) -> Vec<usize> {
+        let count = count.min(self.capacity);
+        let mut out: Vec<usize> = Vec::new();
+        let mut slot = first_slot;
+        let mut left = count;
+        while left > 0 {
+            let (s, k) = self.split(slot);
+            let Some(seg) = self.segments.get(s) else {
+                break;
+            };
+            if seg.is_shared() && !out.contains(&s) {
+                out.push(s);
+            }
+            let n = left.min((seg.slots() - k) as u64);
+            left -= n;
+            slot = (slot + n) % self.capacity;
+        }
+        out
+    }
+
+    /// Rows of segment `s` that hold slots of `slots` (a run of `len` slots from
+    /// `first`, wrapping at the capacity): at most two row ranges.
+    pub fn rows_of(&self, s: usize, first: u64, len: u64) -> Vec<std::ops::Range<usize>> {
+        let Some(seg) = self.segments.get(s) else {
+            return Vec::new();
+        };
+        let start = (s as u64) << self.shift;
+        let end = start + seg.slots() as u64;
+        let len = len.min(self.capacity);
+        let runs = if first + len <= self.capacity {
+            [(first, first + len), (0, 0)]
+        } else {
+            [(first, self.capacity), (0, first + len - self.capacity)]
+        };
+        runs.iter()
+            .map(|&(a, b)| (a.max(start), b.min(end)))
+            .filter(|(a, b)| a < b)
+            .map(|(a, b)| (a - start) as usize..(b - start) as usize)
+            .collect()
+    }
+
+    /// The mapping of segment `s`.
+    pub fn segment(&self, s: usize) -> Option<&SegmentMap> {
+        self.segments.get(s)
+    }
+
+    /// Puts a private copy of segment `s` in place of the shared one.
+    pub fn replace_segment(&mut self, s: usize, seg: SegmentMap) {
+        if let Some(old) = self.segments.get_mut(s) {
+            if old.is_shared() {
+                self.shared -= 1;
+            }
+            *old = seg;
+        }
+    }
+
+    /// Records that every segment is now linked by another name (a snapshot was taken).
+    pub fn mark_all_shared(&mut self) {
+        for seg in &mut self.segments {
+            seg.set_shared(true);
+        }
+        self.shared = self.segments.len();
+    }
+
+    /// Re-reads each segment's link count (after snapshots were deleted).
+    pub fn refresh_shared(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        for seg in &mut self.segments {
+            let links = std::fs::metadata(seg.path()).map_or(2, |m| m.nlink());
+            seg.set_shared(links > 1);
+        }
+        self.shared = self.segments.iter().filter(|s| s.is_shared()).count();
     }
 
     /// Writes item `index` into `slot` (`fields[i]` is field `i`'s bytes), running `between`

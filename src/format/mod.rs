@@ -9,6 +9,7 @@ pub mod manifest;
 pub mod row;
 pub mod schema_doc;
 pub mod segment;
+pub mod state;
 pub mod tree;
 
 /// The format version this build writes and reads.

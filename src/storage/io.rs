@@ -32,8 +32,8 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn sync_data(&self, file: &File) -> io::Result<()>;
     /// fsync of a directory, so created or renamed entries survive power loss.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// Maps `len` bytes of the file shared, writable when `writable`.
-    fn map(&self, file: &File, len: u64, writable: bool) -> io::Result<MmapRaw>;
+    /// Maps `len` bytes of the file as `access` says.
+    fn map(&self, file: &File, len: u64, access: Access) -> io::Result<MmapRaw>;
     /// msync of a byte range of a mapping.
     fn flush_map(&self, map: &MmapRaw, offset: usize, len: usize) -> io::Result<()>;
     /// Creates a directory and its parents.
@@ -44,6 +44,38 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes `link` a new name of the file `original` (a hard link: no bytes copied).
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()>;
+    /// Copies the file `from` to the new file `to` (in the kernel where it can), and
+    /// makes the copy durable.
+    fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// How a file is opened and mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Shared and writable: the writer's view; stores reach the file.
+    Write,
+    /// Shared and read-only: sees the writer's stores as they happen.
+    Read,
+    /// Private copy-on-write: stores stay in this process and never reach the file.
+    /// For frozen files (snapshots): the engine's own code paths may run over them
+    /// unchanged without any risk of changing a byte on disk.
+    Frozen,
+}
+
+impl Access {
+    /// Whether the file is opened for writing.
+    pub fn writes_file(self) -> bool {
+        self == Access::Write
+    }
+
+    /// Whether stores into the mapping are allowed (to the file or to private pages).
+    pub fn can_store(self) -> bool {
+        self != Access::Read
+    }
 }
 
 /// The real file system.
@@ -79,15 +111,15 @@ impl Io for OsIo {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
-    fn map(&self, file: &File, len: u64, writable: bool) -> io::Result<MmapRaw> {
+    fn map(&self, file: &File, len: u64, access: Access) -> io::Result<MmapRaw> {
         let len = usize::try_from(len)
             .map_err(|_| io::Error::other("mapping longer than the address space"))?;
         let mut opts = MmapOptions::new();
         opts.len(len);
-        let map = if writable {
-            opts.map_raw(file)?
-        } else {
-            opts.map_raw_read_only(file)?
+        let map = match access {
+            Access::Write => opts.map_raw(file)?,
+            Access::Read => opts.map_raw_read_only(file)?,
+            Access::Frozen => map_private(&opts, file)?,
         };
         // Large page-cache folios mapped by PMDs: random row reads then cost no TLB walk
         // per 4 KiB page. A hint; kernels without file THP ignore it.
@@ -109,6 +141,31 @@ impl Io for OsIo {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
     }
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        std::fs::hard_link(original, link)
+    }
+    fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut src = File::open(from)?;
+        let mut dst = self.create_new(to)?;
+        // `io::copy` between two files uses copy_file_range on Linux: no user-space pass.
+        io::copy(&mut src, &mut dst)?;
+        dst.sync_data()
+    }
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir(dir)
+    }
+}
+
+/// A private (copy-on-write) mapping, handed back as raw memory like the others.
+#[expect(unsafe_code, reason = "memmap2 marks private mappings unsafe")]
+fn map_private(opts: &MmapOptions, file: &File) -> io::Result<MmapRaw> {
+    // SAFETY: memmap2 calls this unsafe because another process may change the file under
+    // the mapping. The result is turned into `MmapRaw` at once, so the bytes are only
+    // ever reached through raw pointers in `storage::map`, which never assumes they stay
+    // unchanged; and the engine maps only snapshot files this way, which nothing writes
+    // once they are published.
+    let map = unsafe { opts.map_copy(file) }?;
+    Ok(MmapRaw::from(map))
 }
 
 /// Shared handle to the seam.
@@ -224,9 +281,9 @@ impl Io for FaultyIo {
         self.tick("sync_dir")?;
         self.inner.sync_dir(dir)
     }
-    fn map(&self, file: &File, len: u64, writable: bool) -> io::Result<MmapRaw> {
+    fn map(&self, file: &File, len: u64, access: Access) -> io::Result<MmapRaw> {
         self.tick("map")?;
-        self.inner.map(file, len, writable)
+        self.inner.map(file, len, access)
     }
     fn flush_map(&self, map: &MmapRaw, offset: usize, len: usize) -> io::Result<()> {
         self.tick("flush_map")?;
@@ -247,5 +304,17 @@ impl Io for FaultyIo {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.tick("remove_file")?;
         self.inner.remove_file(path)
+    }
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        self.tick("hard_link")?;
+        self.inner.hard_link(original, link)
+    }
+    fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.tick("copy_file")?;
+        self.inner.copy_file(from, to)
+    }
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        self.tick("remove_dir")?;
+        self.inner.remove_dir(dir)
     }
 }

@@ -26,6 +26,9 @@ pub struct SegmentMap {
     slots: usize,
     stride: usize,
     writable: bool,
+    /// The file has other names (a snapshot links it): it must be copied before any
+    /// store (copy-on-write), so the snapshot keeps its bytes.
+    shared: bool,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; all access goes through
@@ -79,7 +82,19 @@ impl SegmentMap {
             slots,
             stride,
             writable,
+            shared: false,
         })
+    }
+
+    /// Whether another name links the file, so it must be copied before a store.
+    #[inline(always)]
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Records whether another name links the file.
+    pub fn set_shared(&mut self, shared: bool) {
+        self.shared = shared;
     }
 
     /// The file this maps.
@@ -132,7 +147,7 @@ impl SegmentMap {
 
     /// Marks slot `k` as never written (recovery drops rows past the recovered tail).
     pub fn clear_stamp(&mut self, k: usize) {
-        debug_assert!(self.writable);
+        debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         self.stamp_atomic(k).store(STAMP_EMPTY, Ordering::Release);
     }
 
@@ -151,7 +166,7 @@ impl SegmentMap {
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
-        debug_assert!(self.writable);
+        debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         let row = self.row(k);
         let stamp = self.stamp_atomic(k);
         stamp.store(row::writing_stamp(index), Ordering::Relaxed);
@@ -170,7 +185,7 @@ impl SegmentMap {
     /// Computes and stores the checksum of item `index` in slot `k`, whose bytes are
     /// complete (the writer's own earlier `write_row`).
     pub fn seal_row(&mut self, k: usize, index: u64, layout: &RowLayout) {
-        debug_assert!(self.writable);
+        debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         let row = self.row(k);
         let span = layout.payload_span();
         // SAFETY: the span lies inside row k, and this process is the only writer (the
@@ -202,6 +217,29 @@ impl SegmentMap {
             stored_crc,
             computed_crc,
         }
+    }
+
+    /// Writes rows `from..to` (clamped to the segment) into `file` at the offsets they
+    /// have in this one: a copy-on-write copies the live rows of a shared segment.
+    pub fn copy_rows_to(
+        &self,
+        io: &dyn Io,
+        file: &std::fs::File,
+        from: usize,
+        to: usize,
+    ) -> std::io::Result<()> {
+        let to = to.min(self.slots);
+        if from >= to {
+            return Ok(());
+        }
+        let start = DATA_OFFSET + from * self.stride;
+        let len = (to - from) * self.stride;
+        // SAFETY: start..start + len lies inside the rows `new` checked are mapped. Only
+        // the writer, which is this process, stores into a buffer's segments (the lock),
+        // and it is busy here; a reader elsewhere only reads. So the bytes do not change
+        // while borrowed.
+        let rows = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), len) };
+        io.write_at(file, start as u64, rows)
     }
 
     /// msync of the rows `from..to` (page-rounded by the mapping).

@@ -15,7 +15,7 @@ use crate::format::row::RowLayout;
 use crate::format::segment::SegmentHeader;
 use crate::format::{Problem, crc32, schema_doc};
 use crate::schema::Schema;
-use io::Io;
+use io::{Access, Io};
 use map::SegmentMap;
 
 /// Name of the manifest file.
@@ -180,8 +180,8 @@ pub fn write_commit(
 }
 
 /// Opens an existing file (read-write for the writer) and returns it with its length.
-fn open_with_len(io: &dyn Io, path: &Path, writable: bool) -> Result<(File, u64)> {
-    let file = if writable {
+fn open_with_len(io: &dyn Io, path: &Path, access: Access) -> Result<(File, u64)> {
+    let file = if access.writes_file() {
         io.open_rw(path)
     } else {
         io.open_ro(path)
@@ -231,11 +231,16 @@ pub fn open_segment(
     dir: &Path,
     sb: &Superblock,
     n: u64,
-    writable: bool,
+    access: Access,
 ) -> Result<SegmentMap> {
+    use std::os::unix::fs::MetadataExt;
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
-    let (file, len) = open_with_len(io, &path, writable)?;
+    let (file, len) = open_with_len(io, &path, access)?;
+    let links = file
+        .metadata()
+        .map_err(|e| Error::io("stat", &path, e))?
+        .nlink();
     if len < header.file_len() {
         return Err(Error::Truncated {
             file: path,
@@ -244,17 +249,68 @@ pub fn open_segment(
         });
     }
     let raw = io
-        .map(&file, header.file_len(), writable)
+        .map(&file, header.file_len(), access)
         .map_err(|e| Error::io("mmap", &path, e))?;
+    let mut seg = SegmentMap::new(
+        raw,
+        &path,
+        header.slots as usize,
+        sb.row_stride as usize,
+        access.can_store(),
+    )?;
+    // Only stores that reach the file can change a byte another name shows.
+    seg.set_shared(access.writes_file() && links > 1);
+    SegmentHeader::check(&seg.header(), &header)
+        .map_err(|p| p.into_error(&path, "segment header"))?;
+    Ok(seg)
+}
+
+/// Copies segment `n` before its first store while another name links it (a snapshot):
+/// a new file gets the header and the rows `live` (row ranges; every other row reads as
+/// never written), is made durable, mapped, and renamed over the live name. The old file
+/// keeps the snapshot's bytes. Returns the new mapping and file; the caller must fsync
+/// the lane folder before its next commit, so the rename is durable first.
+pub fn copy_segment(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    n: u64,
+    old: &SegmentMap,
+    live: &[std::ops::Range<usize>],
+) -> Result<SegmentMap> {
+    let path = segment_path(dir, n);
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(".");
+    tmp.push(crate::snapshot::COW_EXT);
+    let tmp = PathBuf::from(tmp);
+    match io.remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("remove", &tmp, e));
+        }
+        _ => {}
+    }
+    let header = segment_header(sb, n);
+    let file = create_reserved(io, &tmp, header.file_len(), &header.encode())?;
+    for rows in live {
+        old.copy_rows_to(io, &file, rows.start, rows.end)
+            .map_err(|e| Error::io("write", &tmp, e))?;
+    }
+    // Durable before the rename: a power loss must never leave the live name on a copy
+    // whose rows (items an earlier commit covers) were still only in the page cache.
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let raw = io
+        .map(&file, header.file_len(), Access::Write)
+        .map_err(|e| Error::io("mmap", &tmp, e))?;
     let seg = SegmentMap::new(
         raw,
         &path,
         header.slots as usize,
         sb.row_stride as usize,
-        writable,
+        true,
     )?;
-    SegmentHeader::check(&seg.header(), &header)
-        .map_err(|p| p.into_error(&path, "segment header"))?;
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
     Ok(seg)
 }
 
@@ -340,7 +396,7 @@ pub fn create_tree(
     let len = shape.file_len();
     let file = create_reserved(io, &path, len, &header.encode())?;
     let raw = io
-        .map(&file, len, true)
+        .map(&file, len, Access::Write)
         .map_err(|e| Error::io("mmap", &path, e))?;
     let mut map = map::TreeMap::new(raw, &path, shape.words, true)?;
     rebuild(map.words_mut());
@@ -355,7 +411,7 @@ pub fn open_tree(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
-    writable: bool,
+    access: Access,
 ) -> Result<(
     map::TreeMap,
     crate::format::tree::TreeHeader,
@@ -363,7 +419,7 @@ pub fn open_tree(
 )> {
     use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
     let path = tree_path(dir);
-    let (file, len) = open_with_len(io, &path, writable)?;
+    let (file, len) = open_with_len(io, &path, access)?;
     if len < BODY_OFFSET as u64 {
         return Err(Error::Truncated {
             file: path,
@@ -372,9 +428,9 @@ pub fn open_tree(
         });
     }
     let raw = io
-        .map(&file, len, writable)
+        .map(&file, len, access)
         .map_err(|e| Error::io("mmap", &path, e))?;
-    let map = map::TreeMap::new(raw, &path, 0, writable)?;
+    let map = map::TreeMap::new(raw, &path, 0, access.can_store())?;
     let (header, counters) = TreeHeader::decode(&map.header(HEADER_LEN))
         .map_err(|p| p.into_error(&path, "priorities header"))?;
     let field = |offset: u64, field: &str, expected: String, got: String| Error::Corrupt {
@@ -411,8 +467,8 @@ pub fn open_tree(
         });
     }
     let raw = io
-        .map(&file, shape.file_len(), writable)
+        .map(&file, shape.file_len(), access)
         .map_err(|e| Error::io("mmap", &path, e))?;
-    let map = map::TreeMap::new(raw, &path, shape.words, writable)?;
+    let map = map::TreeMap::new(raw, &path, shape.words, access.can_store())?;
     Ok((map, header, counters))
 }

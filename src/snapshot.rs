@@ -1,0 +1,502 @@
+//! Snapshots: frozen states of a buffer inside its own directory, made of hard links to
+//! the segment files and copies of the small mutable files.
+//!
+//! ```text
+//! BUFFER/snapshots/NAME/MANIFEST                 copy, with the frozen commit (clean)
+//! BUFFER/snapshots/NAME/priorities.tree          copy
+//! BUFFER/snapshots/NAME/lane-0/seg-00000000.dat  hard link to the live segment
+//! ```
+//!
+//! A snapshot folder is itself a buffer directory, so everything that opens or verifies
+//! a buffer opens or verifies a snapshot. Every change is made under a temporary name
+//! and published by one rename, so a kill at any point leaves each snapshot either whole
+//! or absent, and the live buffer either before or after a `set_state` (see `RESTORE`).
+//! The writer never stores into a file another name links (copy-on-write, in
+//! [`crate::ReplayBuffer`]), so a snapshot's bytes never change once it is published.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::error::{Error, Result};
+use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, Superblock};
+use crate::format::state::{State, check_name};
+use crate::storage::io::{Access, Io};
+use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
+
+/// Folder of a buffer's snapshots.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+/// Intent file of a `set_state` under way: a serialized [`State`]. While it exists, the
+/// live files may be part old, part restored; the next open finishes the restore.
+pub const RESTORE: &str = "RESTORE";
+/// Prefix of a snapshot folder being written by `get_state`.
+const TMP_PREFIX: &str = ".tmp-";
+/// Prefix of a snapshot folder being deleted.
+const DEL_PREFIX: &str = ".del-";
+/// Extension of a live file being put in place by a restore.
+const RESTORE_EXT: &str = "restore";
+/// Extension of a segment being copied before its first store (copy-on-write).
+pub(crate) const COW_EXT: &str = "cow";
+
+/// The folder of snapshot `name` of the buffer in `dir`.
+pub fn snapshot_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(SNAPSHOTS_DIR).join(name)
+}
+
+/// Checks a snapshot name (see [`check_name`]).
+pub(crate) fn valid_name(name: &str) -> Result<()> {
+    check_name(name).map_err(|problem| Error::InvalidName {
+        name: name.to_owned(),
+        problem,
+    })
+}
+
+/// One snapshot, as listed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotInfo {
+    /// Its name.
+    pub name: String,
+    /// Its folder.
+    pub path: PathBuf,
+    /// The frozen commit (`None` when the snapshot is damaged: see `problem`).
+    pub commit: Option<Commit>,
+    /// Bytes of files that other names link too (segments the live buffer or other
+    /// snapshots still share): freed only when every name is gone.
+    pub bytes_shared: u64,
+    /// Bytes only this snapshot holds: deleting it frees them.
+    pub bytes_owned: u64,
+    /// When it was taken (the folder's modification time).
+    pub created: Option<SystemTime>,
+    /// Why it cannot be used, if it cannot.
+    pub problem: Option<String>,
+}
+
+impl SnapshotInfo {
+    /// Items the snapshot holds.
+    pub fn len(&self) -> u64 {
+        self.commit.map_or(0, |c| c.tail - c.head)
+    }
+
+    /// Whether it holds no item.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The snapshots of the buffer in `dir`, oldest commit first. A damaged snapshot is
+/// listed with its problem rather than failing the whole list.
+///
+/// ```
+/// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+/// # let dir = tempfile::tempdir()?;
+/// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+/// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+/// buf.add(&[Column::scalar("x", &3u8)])?;
+/// let state = buf.get_state()?;
+/// let list = replaystore::snapshots(dir.path().join("b"))?;
+/// assert_eq!(list.len(), 1);
+/// assert_eq!(list[0].name, state.name);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn snapshots(dir: impl AsRef<Path>) -> Result<Vec<SnapshotInfo>> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = dir.as_ref();
+    let root = dir.join(SNAPSHOTS_DIR);
+    let entries = match std::fs::read_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read directory", &root, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("read directory", &root, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        let (commit, problem) = match Manifest::load(&crate::storage::io::OsIo, &path)
+            .and_then(|m| m.newest_commit())
+        {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let (mut shared, mut owned) = (0, 0);
+        for file in files_of(&path) {
+            if let Ok(meta) = std::fs::symlink_metadata(&file) {
+                let bytes = meta.blocks() * 512;
+                if meta.nlink() > 1 {
+                    shared += bytes;
+                } else {
+                    owned += bytes;
+                }
+            }
+        }
+        out.push(SnapshotInfo {
+            name,
+            created: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
+            path,
+            commit,
+            bytes_shared: shared,
+            bytes_owned: owned,
+            problem,
+        });
+    }
+    out.sort_by(|a, b| {
+        let key = |s: &SnapshotInfo| s.commit.map_or(0, |c| c.generation);
+        key(a).cmp(&key(b)).then_with(|| a.name.cmp(&b.name))
+    });
+    Ok(out)
+}
+
+/// The regular files under `dir`, one level of folders deep (a snapshot's layout).
+fn files_of(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 1 => stack.push((e.path(), depth + 1)),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Removes a folder written by the engine (files, then one level of folders).
+fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("read directory", dir, e)),
+    };
+    for e in entries {
+        let e = e.map_err(|err| Error::io("read directory", dir, err))?;
+        let path = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(io, &path)?;
+        } else {
+            io.remove_file(&path)
+                .map_err(|err| Error::io("remove", &path, err))?;
+        }
+    }
+    io.remove_dir(dir)
+        .map_err(|e| Error::io("remove directory", dir, e))
+}
+
+/// Removes `path` if it exists (a leftover of an interrupted operation).
+fn remove_if_present(io: &dyn Io, path: &Path) -> Result<()> {
+    match io.remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove", path, e)),
+    }
+}
+
+fn sync_dir(io: &dyn Io, dir: &Path) -> Result<()> {
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
+}
+
+/// The MANIFEST of a snapshot: the live superblock and schema with `commit` (marked
+/// clean) in its slot and the other slot empty, so the snapshot opens without recovery
+/// and never with a newer commit than the one frozen.
+fn frozen_manifest(io: &dyn Io, dir: &Path, commit: &Commit) -> Result<Vec<u8>> {
+    let path = dir.join(MANIFEST);
+    let mut bytes = io.read(&path).map_err(|e| Error::io("read", &path, e))?;
+    for (i, off) in COMMIT_SLOT_OFFSET.iter().enumerate() {
+        let slot = bytes
+            .get_mut(*off..off + COMMIT_LEN)
+            .ok_or(Error::Truncated {
+                file: path.clone(),
+                expected: (off + COMMIT_LEN) as u64,
+                got: 0,
+            })?;
+        if i == commit.slot() {
+            slot.copy_from_slice(&commit.encode());
+        } else {
+            slot.fill(0);
+        }
+    }
+    Ok(bytes)
+}
+
+/// Writes snapshot `name` of the buffer in `dir`, whose newest durable commit is
+/// `commit` (already flushed: every live row sealed and synced, the tree synced).
+pub(crate) fn create(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    commit: &Commit,
+    name: &str,
+) -> Result<()> {
+    let root = dir.join(SNAPSHOTS_DIR);
+    let tmp = root.join(format!("{TMP_PREFIX}{name}"));
+    // A kill during an earlier attempt at this name may have left a partial folder.
+    remove_tree(io, &tmp)?;
+    let lane = tmp.join(LANE_DIR);
+    io.create_dir_all(&lane)
+        .map_err(|e| Error::io("create directory", &lane, e))?;
+    for n in 0..sb.segment_count {
+        let (from, to) = (
+            storage::segment_path(dir, n),
+            storage::segment_path(&tmp, n),
+        );
+        io.hard_link(&from, &to)
+            .map_err(|e| Error::io("hard link", &to, e))?;
+    }
+    if sb.prioritized {
+        let (from, to) = (storage::tree_path(dir), storage::tree_path(&tmp));
+        io.copy_file(&from, &to)
+            .map_err(|e| Error::io("copy", &to, e))?;
+    }
+    let manifest = frozen_manifest(io, dir, commit)?;
+    let path = tmp.join(MANIFEST);
+    let file = io
+        .create_new(&path)
+        .map_err(|e| Error::io("create", &path, e))?;
+    io.write_at(&file, 0, &manifest)
+        .map_err(|e| Error::io("write", &path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &path, e))?;
+    sync_dir(io, &lane)?;
+    sync_dir(io, &tmp)?;
+    let target = root.join(name);
+    io.rename(&tmp, &target)
+        .map_err(|e| Error::io("rename", &target, e))?;
+    sync_dir(io, &root)
+}
+
+/// Checks that snapshot `state.name` exists, belongs to the buffer described by `sb`,
+/// froze exactly `state`, and has every file with a sound header. Cheap: no item is
+/// read (`verify` reads them all).
+pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> Result<()> {
+    let snap = snapshot_dir(dir, &state.name);
+    if !snap.is_dir() {
+        return Err(Error::NoSuchSnapshot {
+            dir: dir.to_path_buf(),
+            name: state.name.clone(),
+        });
+    }
+    let bad = |source: Error| Error::BadSnapshot {
+        dir: dir.to_path_buf(),
+        name: state.name.clone(),
+        source: Box::new(source),
+    };
+    let m = Manifest::load(io, &snap).map_err(bad)?;
+    let mismatch = |field: &'static str, expected: String, got: String| Error::StateMismatch {
+        name: state.name.clone(),
+        what: "its snapshot",
+        field,
+        expected,
+        got,
+    };
+    if m.superblock != *sb {
+        return Err(bad(Error::Corrupt {
+            file: m.path,
+            offset: 0,
+            field: "superblock".into(),
+            expected: "the live buffer's superblock".into(),
+            got: "another".into(),
+        }));
+    }
+    let c = m.newest_commit().map_err(bad)?;
+    let pairs = [
+        ("generation", state.generation, c.generation),
+        ("head", state.head, c.head),
+        ("tail", state.tail, c.tail),
+        ("cleared", state.cleared, c.cleared),
+        ("sampled", state.sampled, c.sampled),
+        ("rng_seed", state.rng_seed, c.rng_seed),
+    ];
+    for (field, want, got) in pairs {
+        if want != got {
+            return Err(mismatch(field, want.to_string(), got.to_string()));
+        }
+    }
+    if state.rng_word_pos != c.rng_word_pos {
+        return Err(mismatch(
+            "rng_word_pos",
+            state.rng_word_pos.to_string(),
+            c.rng_word_pos.to_string(),
+        ));
+    }
+    if !c.is_clean() {
+        return Err(bad(Error::Corrupt {
+            file: m.path,
+            offset: 0,
+            field: "commit flags".into(),
+            expected: "a clean commit".into(),
+            got: format!("{:#x}", c.flags),
+        }));
+    }
+    for n in 0..sb.segment_count {
+        storage::open_segment(io, &snap, sb, n, Access::Read).map_err(bad)?;
+    }
+    if sb.prioritized {
+        storage::open_tree(io, &snap, sb, Access::Read).map_err(bad)?;
+    }
+    Ok(())
+}
+
+/// Writes the intent to restore `state` durably: from here on, the restore happens,
+/// whether this process finishes it or the next open does.
+pub(crate) fn write_intent(io: &dyn Io, dir: &Path, state: &State) -> Result<()> {
+    let tmp = dir.join(format!("{RESTORE}.tmp"));
+    remove_if_present(io, &tmp)?;
+    let file = io
+        .create_new(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&file, 0, &state.to_bytes())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let path = dir.join(RESTORE);
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
+    sync_dir(io, dir)
+}
+
+/// The restore under way, if a `set_state` was interrupted.
+pub(crate) fn pending_restore(io: &dyn Io, dir: &Path) -> Result<Option<State>> {
+    let path = dir.join(RESTORE);
+    match io.read(&path) {
+        Ok(bytes) => State::decode(&bytes)
+            .map(Some)
+            .map_err(|p| p.into_error(&path, "restore intent")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", &path, e)),
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Puts copies of `from` in place of `to` through a temporary name.
+fn replace_with_copy(io: &dyn Io, from: &Path, to: &Path) -> Result<()> {
+    let tmp = with_ext(to, RESTORE_EXT);
+    remove_if_present(io, &tmp)?;
+    io.copy_file(from, &tmp)
+        .map_err(|e| Error::io("copy", &tmp, e))?;
+    io.rename(&tmp, to).map_err(|e| Error::io("rename", to, e))
+}
+
+/// `path` with `.ext` appended to its file name.
+fn with_ext(path: &Path, ext: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Makes the live files those of snapshot `name`: each segment becomes another link to
+/// the snapshot's (skipped where it already is), the tree and MANIFEST become copies
+/// (MANIFEST last: it is what open reads first). Idempotent, so the next open can redo
+/// it after a kill; the intent file goes last.
+pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> Result<()> {
+    let snap = snapshot_dir(dir, name);
+    for n in 0..sb.segment_count {
+        let (live, frozen) = (
+            storage::segment_path(dir, n),
+            storage::segment_path(&snap, n),
+        );
+        if same_file(&live, &frozen) {
+            continue;
+        }
+        let tmp = with_ext(&live, RESTORE_EXT);
+        remove_if_present(io, &tmp)?;
+        io.hard_link(&frozen, &tmp)
+            .map_err(|e| Error::io("hard link", &tmp, e))?;
+        io.rename(&tmp, &live)
+            .map_err(|e| Error::io("rename", &live, e))?;
+    }
+    if sb.prioritized {
+        replace_with_copy(io, &storage::tree_path(&snap), &storage::tree_path(dir))?;
+    }
+    sync_dir(io, &dir.join(LANE_DIR))?;
+    replace_with_copy(io, &snap.join(MANIFEST), &dir.join(MANIFEST))?;
+    sync_dir(io, dir)?;
+    let intent = dir.join(RESTORE);
+    io.remove_file(&intent)
+        .map_err(|e| Error::io("remove", &intent, e))?;
+    sync_dir(io, dir)
+}
+
+/// Finishes a restore a kill interrupted. The snapshot it names must still be sound.
+pub(crate) fn finish_restore(io: &dyn Io, dir: &Path) -> Result<()> {
+    let Some(state) = pending_restore(io, dir)? else {
+        return Ok(());
+    };
+    let m =
+        Manifest::load(io, &snapshot_dir(dir, &state.name)).map_err(|e| Error::BadSnapshot {
+            dir: dir.to_path_buf(),
+            name: state.name.clone(),
+            source: Box::new(e),
+        })?;
+    check(io, dir, &m.superblock, &state)?;
+    restore(io, dir, &m.superblock, &state.name)
+}
+
+/// Deletes snapshot `name`: renamed out of the listing first (one atomic step), then its
+/// files are removed. Segments the live buffer still links stay, of course.
+pub(crate) fn delete(io: &dyn Io, dir: &Path, name: &str) -> Result<()> {
+    let root = dir.join(SNAPSHOTS_DIR);
+    let snap = root.join(name);
+    if !snap.is_dir() {
+        return Err(Error::NoSuchSnapshot {
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+        });
+    }
+    let doomed = root.join(format!("{DEL_PREFIX}{name}"));
+    remove_tree(io, &doomed)?;
+    io.rename(&snap, &doomed)
+        .map_err(|e| Error::io("rename", &doomed, e))?;
+    sync_dir(io, &root)?;
+    remove_tree(io, &doomed)?;
+    sync_dir(io, &root)
+}
+
+/// Removes what interrupted operations left behind: snapshot folders being written or
+/// deleted, segment copies never renamed into place, restore temporaries. Only the
+/// writer calls this, after finishing any restore.
+pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
+    let root = dir.join(SNAPSHOTS_DIR);
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(TMP_PREFIX) || name.starts_with(DEL_PREFIX) {
+                remove_tree(io, &e.path())?;
+            }
+        }
+    }
+    let lane = dir.join(LANE_DIR);
+    if let Ok(entries) = std::fs::read_dir(&lane) {
+        for e in entries.flatten() {
+            let path = e.path();
+            let ext = path.extension().and_then(|x| x.to_str());
+            if matches!(ext, Some(COW_EXT | RESTORE_EXT)) {
+                remove_if_present(io, &path)?;
+            }
+        }
+    }
+    for leftover in [
+        with_ext(&dir.join(MANIFEST), RESTORE_EXT),
+        with_ext(&storage::tree_path(dir), RESTORE_EXT),
+        dir.join(format!("{RESTORE}.tmp")),
+    ] {
+        remove_if_present(io, &leftover)?;
+    }
+    Ok(())
+}
