@@ -156,7 +156,8 @@ pub struct Stats {
     pub sampled: u64,
     /// Bytes the buffer's files occupy on disk.
     pub bytes_on_disk: u64,
-    /// Commits so far.
+    /// Sequence number of the newest commit: one more per commit, never reused (a
+    /// `set_state` continues past the highest number used).
     pub generation: u64,
     /// Priority updates applied (prioritized buffers).
     pub priority_updates: u64,

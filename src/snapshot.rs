@@ -226,6 +226,17 @@ fn frozen_manifest(io: &dyn Io, dir: &Path, commit: &Commit) -> Result<Vec<u8>> 
     Ok(bytes)
 }
 
+/// Writes a new file durably.
+fn write_durable(io: &dyn Io, path: &Path, bytes: &[u8]) -> Result<()> {
+    let file = io
+        .create_new(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    io.write_at(&file, 0, bytes)
+        .map_err(|e| Error::io("write", path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", path, e))
+}
+
 /// Writes snapshot `name` of the buffer in `dir`, whose newest durable commit is
 /// `commit` (already flushed: every live row sealed and synced, the tree synced).
 pub(crate) fn create(
@@ -256,14 +267,7 @@ pub(crate) fn create(
             .map_err(|e| Error::io("copy", &to, e))?;
     }
     let manifest = frozen_manifest(io, dir, commit)?;
-    let path = tmp.join(MANIFEST);
-    let file = io
-        .create_new(&path)
-        .map_err(|e| Error::io("create", &path, e))?;
-    io.write_at(&file, 0, &manifest)
-        .map_err(|e| Error::io("write", &path, e))?;
-    io.sync_data(&file)
-        .map_err(|e| Error::io("fdatasync", &path, e))?;
+    write_durable(io, &tmp.join(MANIFEST), &manifest)?;
     sync_dir(io, &lane)?;
     sync_dir(io, &tmp)?;
     let target = root.join(name);
@@ -400,11 +404,28 @@ fn with_ext(path: &Path, ext: &str) -> PathBuf {
 }
 
 /// Makes the live files those of snapshot `name`: each segment becomes another link to
-/// the snapshot's (skipped where it already is), the tree and MANIFEST become copies
-/// (MANIFEST last: it is what open reads first). Idempotent, so the next open can redo
-/// it after a kill; the intent file goes last.
+/// the snapshot's (skipped where it already is), the tree a copy, and MANIFEST (last: it
+/// is what open reads first) the snapshot's with its commit renumbered past every
+/// generation the live buffer has used, so generations never repeat and neither do
+/// the snapshot names made from them. Idempotent, so the next open can redo it after a
+/// kill; the intent file goes last.
 pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> Result<()> {
     let snap = snapshot_dir(dir, name);
+    let frozen = Manifest::load(io, &snap)
+        .and_then(|m| m.newest_commit())
+        .map_err(|e| Error::BadSnapshot {
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+            source: Box::new(e),
+        })?;
+    // The live MANIFEST is always whole (it is only ever replaced by a rename).
+    let used = Manifest::load(io, dir)
+        .and_then(|m| m.newest_commit())
+        .map_or(0, |c| c.generation);
+    let renumbered = Commit {
+        generation: used.max(frozen.generation) + 1,
+        ..frozen
+    };
     for n in 0..sb.segment_count {
         let (live, frozen) = (
             storage::segment_path(dir, n),
@@ -424,7 +445,13 @@ pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> R
         replace_with_copy(io, &storage::tree_path(&snap), &storage::tree_path(dir))?;
     }
     sync_dir(io, &dir.join(LANE_DIR))?;
-    replace_with_copy(io, &snap.join(MANIFEST), &dir.join(MANIFEST))?;
+    let manifest = frozen_manifest(io, &snap, &renumbered)?;
+    let live = dir.join(MANIFEST);
+    let tmp = with_ext(&live, RESTORE_EXT);
+    remove_if_present(io, &tmp)?;
+    write_durable(io, &tmp, &manifest)?;
+    io.rename(&tmp, &live)
+        .map_err(|e| Error::io("rename", &live, e))?;
     sync_dir(io, dir)?;
     let intent = dir.join(RESTORE);
     io.remove_file(&intent)

@@ -112,7 +112,7 @@ pub fn assert_live_items_intact(buf: &ReplayBuffer) {
 
 /// Starts child test `name` of this binary (the test re-executed) with `env` set to
 /// `value`, its stdout piped.
-fn spawn_child(
+pub fn spawn_child(
     name: &str,
     env: &str,
     value: &std::ffi::OsStr,
@@ -121,7 +121,7 @@ fn spawn_child(
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(env, value)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
@@ -207,4 +207,89 @@ pub fn run_child_and_kill_after(
     for l in rest.lines() {
         note(l);
     }
+}
+
+/// A file-operation seam that, once armed, counts operations and at operation `stop_at`
+/// announces `marker=done` and waits to be killed: the parent's SIGKILL then lands
+/// exactly between two operations. Unarmed (or with `stop_at` past the end), it counts.
+#[derive(Debug)]
+pub struct StopIo {
+    inner: replaystore::storage::io::OsIo,
+    armed: std::sync::atomic::AtomicBool,
+    ops: std::sync::atomic::AtomicU64,
+    stop_at: u64,
+}
+
+impl StopIo {
+    pub fn new(stop_at: u64) -> std::sync::Arc<StopIo> {
+        std::sync::Arc::new(StopIo {
+            inner: replaystore::storage::io::OsIo,
+            armed: false.into(),
+            ops: 0.into(),
+            stop_at,
+        })
+    }
+
+    pub fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn disarm(&self) -> u64 {
+        self.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.ops.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn tick(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.armed.load(SeqCst) {
+            return;
+        }
+        if self.ops.fetch_add(1, SeqCst) == self.stop_at {
+            wait_for_kill();
+        }
+    }
+}
+
+/// Tells the parent to kill this process now, and waits for it.
+pub fn wait_for_kill() -> ! {
+    use std::io::Write;
+    println!("marker=done");
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
+macro_rules! stop_io_forward {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        impl replaystore::storage::io::Io for StopIo {
+            $(fn $name(&self, $($arg: $ty),*) -> $ret {
+                self.tick();
+                self.inner.$name($($arg),*)
+            })*
+        }
+    };
+}
+
+use replaystore::storage::io::Access;
+use std::fs::File;
+use std::path::Path;
+stop_io_forward! {
+    create_new(path: &Path) -> std::io::Result<File>;
+    open_rw(path: &Path) -> std::io::Result<File>;
+    open_ro(path: &Path) -> std::io::Result<File>;
+    read(path: &Path) -> std::io::Result<Vec<u8>>;
+    allocate(file: &File, len: u64) -> std::io::Result<()>;
+    write_at(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
+    sync_data(file: &File) -> std::io::Result<()>;
+    sync_dir(dir: &Path) -> std::io::Result<()>;
+    map(file: &File, len: u64, access: Access) -> std::io::Result<memmap2::MmapRaw>;
+    flush_map(map: &memmap2::MmapRaw, offset: usize, len: usize) -> std::io::Result<()>;
+    create_dir_all(dir: &Path) -> std::io::Result<()>;
+    try_lock_exclusive(file: &File) -> std::io::Result<()>;
+    rename(from: &Path, to: &Path) -> std::io::Result<()>;
+    remove_file(path: &Path) -> std::io::Result<()>;
+    hard_link(original: &Path, link: &Path) -> std::io::Result<()>;
+    copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
+    remove_dir(dir: &Path) -> std::io::Result<()>;
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use replaystore::{Error, Info, inspect, verify};
+use replaystore::{Error, Info, ReplayBuffer, inspect, snapshots, verify};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -46,6 +46,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List a buffer's snapshots (checkpoints) with the bytes each shares and owns;
+    /// delete one or keep the newest K (these take the writer lock).
+    Snapshots {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// Delete this snapshot.
+        #[arg(long, value_name = "NAME")]
+        delete: Option<String>,
+        /// Delete all but the K newest snapshots.
+        #[arg(long, value_name = "K")]
+        keep_last: Option<usize>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check every checksum and stamp; exit 1 with file, offset and problem if damaged.
     Verify {
         /// The buffer directory.
@@ -62,6 +77,12 @@ fn main() -> ExitCode {
         Command::Demo { dir, steps } => demo::run(dir, steps),
         Command::Info { dir, json } => info(&dir, json),
         Command::Verify { dir, json } => run_verify(&dir, json),
+        Command::Snapshots {
+            dir,
+            delete,
+            keep_last,
+            json,
+        } => run_snapshots(&dir, delete.as_deref(), keep_last, json),
     };
     match result {
         Ok(code) => code,
@@ -204,6 +225,23 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         human(info.bytes_on_disk),
         human(info.data_bytes)
     );
+    let snaps = snapshots(dir)?;
+    println!(
+        "snapshots  {}{}",
+        snaps.len(),
+        if snaps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({}; `replaystore snapshots` for sizes)",
+                snaps
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
     if let Some(p) = &info.priorities {
         print_priorities(p);
     }
@@ -226,6 +264,7 @@ fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
                 "notes": report.notes,
                 "items_checked": report.items_checked,
                 "segments_checked": report.segments_checked,
+                "snapshots_checked": report.snapshots_checked,
             })
         );
     } else {
@@ -236,7 +275,7 @@ fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
             println!("problem: {p}");
         }
         println!(
-            "{}: {} segments, {} items checked, {} problems",
+            "{}: {} segments, {} items checked ({} snapshots), {} problems",
             if report.is_sound() {
                 "sound"
             } else {
@@ -244,6 +283,7 @@ fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
             },
             report.segments_checked,
             report.items_checked,
+            report.snapshots_checked,
             report.problems.len()
         );
     }
@@ -252,6 +292,76 @@ fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn run_snapshots(
+    dir: &std::path::Path,
+    delete: Option<&str>,
+    keep_last: Option<usize>,
+    as_json: bool,
+) -> Result<ExitCode, Error> {
+    // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
+    let mut deleted = Vec::new();
+    if delete.is_some() || keep_last.is_some() {
+        let mut buf = ReplayBuffer::open(dir)?;
+        if let Some(name) = delete {
+            buf.delete_snapshot(name)?;
+            deleted.push(name.to_owned());
+        }
+        if let Some(k) = keep_last {
+            deleted.extend(buf.keep_last(k)?);
+        }
+        buf.close()?;
+    } else {
+        // Fails as "not a buffer" rather than listing nothing.
+        inspect(dir)?;
+    }
+    let list = snapshots(dir)?;
+    if as_json {
+        let items: Vec<_> = list
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "generation": s.commit.map(|c| c.generation),
+                    "head": s.commit.map(|c| c.head),
+                    "tail": s.commit.map(|c| c.tail),
+                    "len": s.len(),
+                    "bytes_shared": s.bytes_shared,
+                    "bytes_owned": s.bytes_owned,
+                    "created_unix": s.created
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_secs()),
+                    "problem": s.problem,
+                })
+            })
+            .collect();
+        println!("{:#}", json!({"snapshots": items, "deleted": deleted}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for name in &deleted {
+        println!("deleted {name}");
+    }
+    if list.is_empty() {
+        println!("no snapshots in {}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:>10} {:>12} {:>12} {:>12}  status",
+        "name", "generation", "items", "shared", "owned"
+    );
+    for s in &list {
+        println!(
+            "{:<24} {:>10} {:>12} {:>12} {:>12}  {}",
+            s.name,
+            s.commit.map_or("-".into(), |c| c.generation.to_string()),
+            s.len(),
+            human(s.bytes_shared),
+            human(s.bytes_owned),
+            s.problem.as_deref().unwrap_or("ok")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Bytes in binary units, for people.

@@ -107,3 +107,59 @@ fn errors_exit_2_with_a_message() {
     let o = run(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn snapshots_lists_shared_and_owned_bytes_and_deletes() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let dir_s = dir.to_str().unwrap();
+    let schema = Schema::builder()
+        .field("x", DType::F32, &[64])
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 1000).segment_slots(128)).unwrap();
+    let x = vec![1.0f32; 64 * 300];
+    buf.add_batch(&[Column::new("x", &x).with_shape(&[300, 64])])
+        .unwrap();
+    buf.get_state_named("first").unwrap();
+    buf.add_batch(&[Column::new("x", &x).with_shape(&[300, 64])])
+        .unwrap();
+    buf.get_state_named("second").unwrap();
+    buf.close().unwrap();
+
+    let o = run(&["snapshots", dir_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let list = v["snapshots"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["name"], "first");
+    assert_eq!(list[0]["len"], 300);
+    assert_eq!(list[1]["len"], 600);
+    // "first" owns the copy of the segment the writer stored into after it.
+    assert!(
+        list[0]["bytes_owned"].as_u64().unwrap() > 128 * 64 * 4,
+        "{v}"
+    );
+    assert!(
+        list[1]["bytes_shared"].as_u64().unwrap() > 600 * 64 * 4,
+        "{v}"
+    );
+    let o = run(&["snapshots", dir_s]);
+    assert!(text(&o).contains("second"), "{}", text(&o));
+    let o = run(&["info", dir_s]);
+    assert!(
+        text(&o).contains("snapshots  2 (first, second"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["verify", dir_s]);
+    assert!(text(&o).contains("(2 snapshots)"), "{}", text(&o));
+
+    let o = run(&["snapshots", dir_s, "--keep-last", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("deleted first"), "{}", text(&o));
+    let o = run(&["snapshots", dir_s, "--delete", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("no snapshot \"nope\""), "{}", text(&o));
+}

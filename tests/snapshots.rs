@@ -1,0 +1,673 @@
+//! Promises of checkpoints: `get_state` / `set_state` give back exactly the state they
+//! froze (items, priorities, counters, RNG), a snapshot never changes while the writer
+//! goes on, a kill inside any checkpoint operation leaves the old or the new state whole,
+//! and a damaged snapshot is an error naming it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{StopIo, add_range, assert_live_items_intact, columns, item, item_bytes, schema};
+use replaystore::{Config, Error, ReplayBuffer, State, snapshots, verify};
+
+const CAPACITY: u64 = 64;
+const SEGMENT: u64 = 16;
+
+fn config() -> Config {
+    Config::new(schema(), CAPACITY)
+        .segment_slots(SEGMENT)
+        .prioritized(0.6, 1e-3)
+        .seed(11)
+}
+
+fn new_buffer(dir: &Path) -> ReplayBuffer {
+    ReplayBuffer::create(dir, config()).unwrap()
+}
+
+/// Every live item of `buf` is `item_bytes(index)`, and `verify` finds the buffer and
+/// all its snapshots sound.
+fn assert_sound(dir: &Path) {
+    let report = verify(dir).unwrap();
+    assert!(report.is_sound(), "{:#?}", report.problems);
+}
+
+fn priorities_of(buf: &ReplayBuffer) -> Vec<f64> {
+    let live: Vec<u64> = buf.live().collect();
+    buf.priorities(&live).unwrap()
+}
+
+/// One training step of the resume test: add, sample by priority, set new priorities.
+fn step(buf: &mut ReplayBuffer, t: u64, next: &mut u64) -> (Vec<u64>, Vec<f32>, Vec<u8>) {
+    let r = add_range(buf, *next, *next + 1 + t % 3);
+    *next = r.end;
+    let batch = buf.sample_prioritized(16, 0.4).unwrap();
+    let indices = batch.indices().to_vec();
+    let new: Vec<f64> = indices
+        .iter()
+        .map(|&i| ((i * 7919 + t * 104_729) % 1000) as f64 / 100.0)
+        .collect();
+    buf.update_priorities(&indices, &new).unwrap();
+    let bytes: Vec<u8> = (0..indices.len())
+        .flat_map(|r| batch.item_bytes(r))
+        .collect();
+    (indices, batch.weights().to_vec(), bytes)
+}
+
+#[test]
+fn set_state_replays_the_same_samples_byte_for_byte_with_priorities() {
+    const STEPS: u64 = 200;
+    let tmp = tempfile::tempdir().unwrap();
+    // Run A: never checkpointed.
+    let mut a = new_buffer(&tmp.path().join("a"));
+    let mut next = 0;
+    let mut expected = Vec::new();
+    for t in 0..STEPS {
+        let s = step(&mut a, t, &mut next);
+        if t >= STEPS / 2 {
+            expected.push(s);
+        }
+    }
+    // Run B: checkpoint half way, go on to the end (the ring wraps over the snapshot,
+    // priorities change), close; a new process reopens and resumes from the state.
+    let dir_b = tmp.path().join("b");
+    let mut b = new_buffer(&dir_b);
+    let mut next_b = 0;
+    let mut saved = None;
+    for t in 0..STEPS {
+        if t == STEPS / 2 {
+            saved = Some((b.get_state().unwrap().to_bytes(), next_b, b.stats()));
+        }
+        step(&mut b, t, &mut next_b);
+    }
+    b.close().unwrap();
+    let (bytes, resume_next, stats_then) = saved.unwrap();
+    let mut b = ReplayBuffer::open(&dir_b).unwrap();
+    b.set_state(&State::from_bytes(&bytes).unwrap()).unwrap();
+    let stats_now = b.stats();
+    assert_eq!(
+        (stats_now.head, stats_now.tail, stats_now.sampled),
+        (stats_then.head, stats_then.tail, stats_then.sampled)
+    );
+    assert_eq!(stats_now.priority_updates, stats_then.priority_updates);
+    let mut next_b = resume_next;
+    for (k, t) in (STEPS / 2..STEPS).enumerate() {
+        let got = step(&mut b, t, &mut next_b);
+        assert_eq!(got, expected[k], "step {t} differs after set_state");
+    }
+    assert_eq!(priorities_of(&a), priorities_of(&b));
+    assert_sound(&dir_b);
+}
+
+#[test]
+fn a_snapshot_keeps_its_bytes_while_the_ring_wraps_twice_over_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 50);
+    buf.update_priorities(&[3, 40], &[5.0f64, 0.25]).unwrap();
+    let state = buf.get_state_named("half").unwrap();
+    let frozen_priorities = priorities_of(&buf);
+    // Two and a half laps of the ring, with priority updates, over the snapshot.
+    for chunk in 0..10 {
+        let from = 50 + chunk * 16;
+        add_range(&mut buf, from, from + 16);
+        let live: Vec<u64> = buf.live().collect();
+        buf.update_priorities(&live[..4], &[9.0f32; 4]).unwrap();
+    }
+    assert_eq!(buf.live(), 146..210);
+    assert_live_items_intact(&buf);
+    let snap = ReplayBuffer::open_snapshot(&dir, "half").unwrap();
+    assert_eq!(snap.live(), 0..50);
+    assert_live_items_intact(&snap);
+    assert_eq!(priorities_of(&snap), frozen_priorities);
+    assert_sound(&dir);
+    assert_eq!(verify(&dir).unwrap().snapshots_checked, 1);
+    // Back to the snapshot: its items and priorities, then the ring goes on from there.
+    buf.set_state(&state).unwrap();
+    assert_eq!(buf.live(), 0..50);
+    assert_live_items_intact(&buf);
+    assert_eq!(priorities_of(&buf), frozen_priorities);
+    add_range(&mut buf, 50, 150);
+    assert_live_items_intact(&buf);
+    assert_live_items_intact(&ReplayBuffer::open_snapshot(&dir, "half").unwrap());
+    assert_sound(&dir);
+}
+
+#[test]
+fn set_state_right_after_get_state_and_twice_in_a_row_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 30);
+    let state = buf.get_state().unwrap();
+    // No store in between: the live files are the snapshot's own.
+    buf.set_state(&state).unwrap();
+    assert_eq!(buf.live(), 0..30);
+    add_range(&mut buf, 30, 100);
+    buf.set_state(&state).unwrap();
+    let first = buf.sample(8).unwrap();
+    buf.set_state(&state).unwrap();
+    let second = buf.sample(8).unwrap();
+    assert_eq!(first.indices(), second.indices());
+    assert_live_items_intact(&buf);
+    assert_sound(&dir);
+}
+
+const PROCESS_ENV: &str = "REPLAYSTORE_SNAPSHOT_READER";
+
+/// Reads the snapshot "fixed" over and over from another process; announces how many
+/// rounds found every item intact.
+#[test]
+fn snapshot_reader_child() {
+    let Ok(dir) = std::env::var(PROCESS_ENV) else {
+        return;
+    };
+    for round in 0..200 {
+        let mut snap = ReplayBuffer::open_snapshot(&dir, "fixed").unwrap();
+        assert_eq!(snap.live(), 0..40);
+        assert_live_items_intact(&snap);
+        let batch = snap.sample_prioritized(32, 0.4).unwrap();
+        for (r, &i) in batch.indices().iter().enumerate() {
+            assert_eq!(batch.item_bytes(r), item_bytes(i));
+        }
+        assert!(snap.add(&columns(&item(0))).is_err());
+        println!("marker=round {round}");
+    }
+    println!("marker=done");
+}
+
+#[test]
+fn a_snapshot_opens_read_only_in_another_process_while_the_writer_adds() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 40);
+    buf.get_state_named("fixed").unwrap();
+    let (mut child, stdout) =
+        common::spawn_child("snapshot_reader_child", PROCESS_ENV, dir.as_os_str());
+    let lines = std::thread::spawn(move || {
+        stdout
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.contains("marker="))
+            .count()
+    });
+    let mut next = 40;
+    let mut laps = 0;
+    let mut autos = Vec::new();
+    while child.try_wait().unwrap().is_none() {
+        let r = add_range(&mut buf, next, next + 7);
+        next = r.end;
+        if next % 91 < 7 {
+            // Other snapshots come and go meanwhile.
+            autos.push(buf.get_state().unwrap().name);
+            if autos.len() > 2 {
+                buf.delete_snapshot(&autos.remove(0)).unwrap();
+            }
+        }
+        laps += 1;
+    }
+    assert!(
+        child.wait().unwrap().success(),
+        "the reader found a bad item"
+    );
+    assert_eq!(lines.join().unwrap(), 201, "200 rounds and done");
+    assert!(
+        laps > 10 && next > 2 * CAPACITY,
+        "the writer kept wrapping ({next})"
+    );
+    assert!(buf.snapshots().unwrap().iter().any(|s| s.name == "fixed"));
+    assert_live_items_intact(&buf);
+    assert_sound(&dir);
+}
+
+#[test]
+fn a_damaged_snapshot_is_an_error_naming_it_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 40);
+    let state = buf.get_state_named("s").unwrap();
+    add_range(&mut buf, 40, 60);
+    let live = buf.live();
+    let snap = dir.join("snapshots/s");
+    let is_bad_snapshot = |e: &Error, file: &str| {
+        let text = e.to_string();
+        matches!(e, Error::BadSnapshot { name, .. } if name == "s") && text.contains(file)
+    };
+
+    // A missing link.
+    let seg = snap.join("lane-0/seg-00000001.dat");
+    let saved = tmp.path().join("saved-seg");
+    std::fs::rename(&seg, &saved).unwrap();
+    let e = buf.set_state(&state).unwrap_err();
+    assert!(is_bad_snapshot(&e, "seg-00000001.dat"), "{e}");
+    let e = ReplayBuffer::open_snapshot(&dir, "s").unwrap_err();
+    assert!(is_bad_snapshot(&e, "seg-00000001.dat"), "{e}");
+    let report = verify(&dir).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.file.starts_with(&snap)),
+        "{:?}",
+        report.problems
+    );
+    assert_eq!(buf.live(), live, "a refused set_state changes nothing");
+    std::fs::rename(&saved, &seg).unwrap();
+
+    // A flipped bit in the snapshot's commit, then in its priorities header.
+    let manifest = std::fs::read(snap.join("MANIFEST")).unwrap();
+    let commit_slot = if &manifest[4096..4100] == b"CMIT" {
+        4096
+    } else {
+        8192
+    };
+    for (file, offset) in [("MANIFEST", commit_slot + 20), ("priorities.tree", 20)] {
+        let path = snap.join(file);
+        let good = std::fs::read(&path).unwrap();
+        let mut bad = good.clone();
+        bad[offset] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
+        let e = buf.set_state(&state).unwrap_err();
+        assert!(is_bad_snapshot(&e, file), "{file}: {e}");
+        assert!(!verify(&dir).unwrap().is_sound());
+        std::fs::write(&path, &good).unwrap();
+    }
+    assert_eq!(buf.live(), live);
+    assert_live_items_intact(&buf);
+
+    // A flipped bit in an item only the snapshot holds (the writer copied that segment
+    // before storing into it): verify and reads name the snapshot's file.
+    let row = snap.join("lane-0/seg-00000002.dat");
+    let mut bytes = std::fs::read(&row).unwrap();
+    let stride = u64::from_le_bytes(bytes[56..64].try_into().unwrap()) as usize;
+    bytes[4096 + 5 * stride + 20] ^= 1;
+    std::fs::write(&row, &bytes).unwrap();
+    let report = verify(&dir).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == row && p.what.contains("checksum")),
+        "{:?}",
+        report.problems
+    );
+    let frozen = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
+    let e = frozen.get(37).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadItem { file, .. } if *file == row),
+        "{e}"
+    );
+    assert_live_items_intact(&buf);
+}
+
+#[test]
+fn a_state_only_applies_to_its_own_buffer_and_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = new_buffer(&tmp.path().join("a"));
+    let mut b = new_buffer(&tmp.path().join("b"));
+    add_range(&mut a, 0, 10);
+    add_range(&mut b, 0, 10);
+    let state_a = a.get_state_named("same").unwrap();
+    b.get_state_named("same").unwrap();
+    let e = b.set_state(&state_a).unwrap_err();
+    assert!(
+        matches!(e, Error::StateMismatch { field: "uuid", .. }),
+        "{e}"
+    );
+    // A name reused for a newer snapshot: the old state no longer matches it.
+    add_range(&mut a, 10, 20);
+    a.delete_snapshot("same").unwrap();
+    a.get_state_named("same").unwrap();
+    let e = a.set_state(&state_a).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::StateMismatch {
+                field: "generation",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    a.delete_snapshot("same").unwrap();
+    assert!(matches!(
+        a.set_state(&state_a).unwrap_err(),
+        Error::NoSuchSnapshot { .. }
+    ));
+    assert_eq!(a.live(), 0..20);
+}
+
+#[test]
+fn snapshots_are_named_listed_deleted_and_pruned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    for bad in ["", ".hidden", "a/b", "has space"] {
+        assert!(
+            matches!(buf.get_state_named(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
+    }
+    add_range(&mut buf, 0, 20);
+    buf.get_state_named("one").unwrap();
+    assert!(matches!(
+        buf.get_state_named("one"),
+        Err(Error::SnapshotExists { .. })
+    ));
+    // Right after a snapshot every segment is shared with it; the snapshot owns only
+    // its copies of the manifest and the priorities.
+    let list = snapshots(&dir).unwrap();
+    assert_eq!(list.len(), 1);
+    let one = &list[0];
+    assert_eq!((one.len(), one.problem.as_ref()), (20, None));
+    let tree_len = std::fs::metadata(dir.join("priorities.tree"))
+        .unwrap()
+        .len();
+    assert!(one.bytes_owned >= tree_len && one.bytes_owned < tree_len + 64 * 1024);
+    assert!(one.bytes_shared > 0);
+    // The ring goes over every segment: the writer copied them all, so the snapshot
+    // now owns every byte it holds.
+    add_range(&mut buf, 20, 20 + CAPACITY);
+    let one = &snapshots(&dir).unwrap()[0];
+    assert_eq!(one.bytes_shared, 0);
+    let mut next = 20 + CAPACITY;
+    for name in ["two", "three", "four"] {
+        next = add_range(&mut buf, next, next + 3).end;
+        buf.get_state_named(name).unwrap();
+    }
+    let deleted = buf.keep_last(2).unwrap();
+    assert_eq!(deleted, ["one", "two"]);
+    let names: Vec<String> = buf
+        .snapshots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["three", "four"]);
+    buf.delete_snapshot("three").unwrap();
+    assert!(matches!(
+        buf.delete_snapshot("three"),
+        Err(Error::NoSuchSnapshot { .. })
+    ));
+    assert_eq!(snapshots(&dir).unwrap().len(), 1);
+    assert_live_items_intact(&buf);
+    assert_sound(&dir);
+}
+
+#[test]
+fn a_read_only_snapshot_refuses_writes_and_samples_from_its_rng_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 30);
+    let state = buf.get_state_named("s").unwrap();
+    let mut snap = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
+    assert!(snap.is_read_only());
+    assert!(matches!(
+        snap.add(&columns(&item(30))),
+        Err(Error::ReadOnly { .. })
+    ));
+    assert!(matches!(
+        snap.update_priorities(&[1], &[1.0f32]),
+        Err(Error::ReadOnly { .. })
+    ));
+    assert!(matches!(snap.flush(), Err(Error::ReadOnly { .. })));
+    assert!(matches!(snap.get_state(), Err(Error::ReadOnly { .. })));
+    let from_snapshot = snap.sample_prioritized(16, 0.4).unwrap();
+    snap.close().unwrap();
+    add_range(&mut buf, 30, 90);
+    buf.set_state(&state).unwrap();
+    let from_writer = buf.sample_prioritized(16, 0.4).unwrap();
+    assert_eq!(from_snapshot.indices(), from_writer.indices());
+    assert_eq!(from_snapshot.weights(), from_writer.weights());
+    // Reading it changed no byte of it.
+    assert_sound(&dir);
+    assert!(matches!(
+        ReplayBuffer::open_snapshot(&dir, "nope"),
+        Err(Error::NoSuchSnapshot { .. })
+    ));
+}
+
+#[test]
+fn a_failed_segment_copy_is_an_error_that_loses_nothing() {
+    use replaystore::storage::io::FaultyIo;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    // Create reserves 4 segments and the tree: the 6th reservation is the first copy.
+    let io = Arc::new(FaultyIo::fail_once(5).only("allocate").errno(28));
+    let mut buf = ReplayBuffer::create(&dir, config().io(io)).unwrap();
+    add_range(&mut buf, 0, 20);
+    buf.get_state_named("s").unwrap();
+    let e = buf.add(&columns(&item(20))).unwrap_err();
+    assert!(matches!(e, Error::DiskFull { .. }), "{e}");
+    assert_eq!(buf.live(), 0..20);
+    // The disk has room again: the copy happens and the item goes in.
+    assert_eq!(buf.add(&columns(&item(20))).unwrap(), 20);
+    buf.flush().unwrap();
+    assert_live_items_intact(&buf);
+    assert_live_items_intact(&ReplayBuffer::open_snapshot(&dir, "s").unwrap());
+    drop(buf);
+    assert!(
+        std::fs::read_dir(dir.join("lane-0")).unwrap().all(|e| e
+            .unwrap()
+            .path()
+            .extension()
+            .unwrap()
+            == "dat"),
+        "no temporary copy is left behind"
+    );
+    assert_sound(&dir);
+}
+
+// ---- kill -9 inside get_state, set_state and delete ----
+
+const KILL_ENV: &str = "REPLAYSTORE_SNAPSHOT_KILL";
+
+/// What a kill test's child does, and where it stops: written next to the buffer.
+fn plan_path(dir: &Path) -> PathBuf {
+    dir.with_extension("plan")
+}
+
+/// The buffer every kill case starts from: items 0..40 frozen as "old" (with a
+/// priority changed), then 40..90 added (live 26..90) and closed.
+fn kill_setup(dir: &Path) -> State {
+    let mut buf = new_buffer(dir);
+    add_range(&mut buf, 0, 40);
+    buf.update_priorities(&[5], &[7.0f64]).unwrap();
+    let old = buf.get_state_named("old").unwrap();
+    add_range(&mut buf, 40, 90);
+    buf.close().unwrap();
+    old
+}
+
+/// The operation under test, through `io` (armed only around it).
+fn kill_op(dir: &Path, op: &str, io: &std::sync::Arc<StopIo>, old: &State) -> u64 {
+    let mut buf = ReplayBuffer::open_with(dir, io.clone()).unwrap();
+    io.arm();
+    match op {
+        "get" => drop(buf.get_state_named("new").unwrap()),
+        "set" => buf.set_state(old).unwrap(),
+        "delete" => buf.delete_snapshot("old").unwrap(),
+        _ => unreachable!("{op}"),
+    }
+    let ops = io.disarm();
+    std::mem::forget(buf);
+    ops
+}
+
+#[test]
+fn snapshot_kill_child() {
+    let Ok(dir) = std::env::var(KILL_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let plan = std::fs::read_to_string(plan_path(&dir)).unwrap();
+    let (op, rest) = plan.split_once(' ').unwrap();
+    let (stop_at, state) = rest.split_once(' ').unwrap();
+    let state = State::from_bytes(&hex_decode(state)).unwrap();
+    kill_op(&dir, op, &StopIo::new(stop_at.parse().unwrap()), &state);
+    common::wait_for_kill();
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+/// After a kill: the buffer opens (finishing any restore), it and every snapshot listed
+/// verify, "old" (unless being deleted) still holds 0..40 and its priority, and the live
+/// buffer is wholly before or wholly after the operation.
+fn check_after_kill(dir: &Path, op: &str) -> bool {
+    let buf = ReplayBuffer::open(dir).unwrap();
+    let live = buf.live();
+    let applied = match op {
+        "set" => {
+            assert!(live == (26..90) || live == (0..40), "{live:?}");
+            live == (0..40)
+        }
+        _ => {
+            assert_eq!(live, 26..90);
+            false
+        }
+    };
+    assert_live_items_intact(&buf);
+    drop(buf);
+    assert_sound(dir);
+    let names: Vec<String> = snapshots(dir)
+        .unwrap()
+        .into_iter()
+        .map(|s| {
+            assert_eq!(s.problem, None, "snapshot {}", s.name);
+            s.name
+        })
+        .collect();
+    for name in &names {
+        let snap = ReplayBuffer::open_snapshot(dir, name).unwrap();
+        assert_live_items_intact(&snap);
+        match name.as_str() {
+            "old" => {
+                assert_eq!(snap.live(), 0..40);
+                let p = snap.priorities(&[5]).unwrap()[0];
+                assert!((p - 7.001).abs() < 1e-9, "{p}");
+            }
+            "new" => assert_eq!(snap.live(), 26..90),
+            other => panic!("unexpected snapshot {other}"),
+        }
+    }
+    match op {
+        "get" => {
+            assert!(names.contains(&"old".to_owned()));
+            names.contains(&"new".to_owned())
+        }
+        "delete" => !names.contains(&"old".to_owned()),
+        _ => applied,
+    }
+}
+
+#[test]
+fn kill_9_between_any_two_file_operations_of_a_checkpoint_leaves_old_or_new_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut points = 0;
+    for op in ["get", "set", "delete"] {
+        // How many file operations the operation makes, counted in this process.
+        let probe = tmp.path().join(format!("probe-{op}"));
+        let old = kill_setup(&probe);
+        let total = kill_op(&probe, op, &StopIo::new(u64::MAX), &old);
+        assert!(total >= 8, "{op}: {total} operations");
+        let mut outcomes = [0u32; 2];
+        for stop_at in 0..=total {
+            let dir = tmp.path().join(format!("{op}-{stop_at}"));
+            let old = kill_setup(&dir);
+            let plan = format!("{op} {stop_at} {}", hex_encode(&old.to_bytes()));
+            std::fs::write(plan_path(&dir), plan).unwrap();
+            common::run_child_then_kill("snapshot_kill_child", KILL_ENV, &dir);
+            let done = check_after_kill(&dir, op);
+            outcomes[usize::from(done)] += 1;
+            // Stopped after the last operation, the operation must have happened.
+            if stop_at == total {
+                assert!(
+                    done,
+                    "{op} did not take effect after all {total} operations"
+                );
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+            points += 1;
+        }
+        assert!(
+            outcomes[0] > 0 && outcomes[1] > 0,
+            "{op}: kills landed both before and after it took effect: {outcomes:?}"
+        );
+    }
+    eprintln!("{points} kill points");
+    assert!(points >= 30, "{points} kill points");
+}
+
+const LOOP_ENV: &str = "REPLAYSTORE_SNAPSHOT_LOOP";
+
+/// Checkpoints, restores, prunes and adds in a random order forever, one line per
+/// operation, until killed.
+#[test]
+fn snapshot_loop_child() {
+    let Ok(dir) = std::env::var(LOOP_ENV) else {
+        return;
+    };
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    buf.keep_last(3).unwrap();
+    let mut states: Vec<State> = Vec::new();
+    let mut rng = u64::from(std::process::id()) | 1;
+    loop {
+        let op = common::xorshift(&mut rng) % 5;
+        match op {
+            0 => states.push(buf.get_state().unwrap()),
+            1 if !states.is_empty() => {
+                let pick = (common::xorshift(&mut rng) % states.len() as u64) as usize;
+                buf.set_state(&states[pick]).unwrap();
+            }
+            2 if states.len() > 2 => buf.delete_snapshot(&states.remove(0).name).unwrap(),
+            _ => {
+                let next = buf.live().end;
+                add_range(&mut buf, next, next + 1 + common::xorshift(&mut rng) % 40);
+            }
+        }
+        println!("op {op}");
+    }
+}
+
+#[test]
+fn kill_9_at_random_moments_of_checkpoint_loops_leaves_every_snapshot_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 50);
+    buf.close().unwrap();
+    let mut rng = 0x5eed_u64;
+    for cycle in 0..12 {
+        let lines = 1 + common::xorshift(&mut rng) % 60;
+        common::run_child_and_kill_after(
+            "snapshot_loop_child",
+            LOOP_ENV,
+            dir.to_str().unwrap(),
+            lines,
+            |_| {},
+        );
+        let buf = ReplayBuffer::open(&dir).unwrap();
+        assert_live_items_intact(&buf);
+        drop(buf);
+        assert_sound(&dir);
+        for s in snapshots(&dir).unwrap() {
+            assert_eq!(s.problem, None, "cycle {cycle}: snapshot {}", s.name);
+            assert_live_items_intact(&ReplayBuffer::open_snapshot(&dir, &s.name).unwrap());
+        }
+    }
+}
