@@ -1142,7 +1142,14 @@ impl ReplayBuffer {
         }
         match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take()) {
             Ok(fresh) => {
-                *self = fresh;
+                let old = std::mem::replace(self, fresh);
+                // Dropping the old handle unmaps its files, and the kernel frees segment
+                // copies that the restore left without a name: milliseconds per copy,
+                // growing with the data. That is reclamation, not restoring, so it runs
+                // off the caller's path (in place if no thread can be started).
+                let _ = std::thread::Builder::new()
+                    .name("replaystore-release".into())
+                    .spawn(move || drop(old));
                 Ok(())
             }
             Err(e) => {

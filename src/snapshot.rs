@@ -340,7 +340,7 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
         }));
     }
     for n in 0..sb.segment_count {
-        storage::open_segment(io, &snap, sb, n, Access::Read).map_err(bad)?;
+        storage::check_segment_file(io, &snap, sb, n).map_err(bad)?;
     }
     if sb.prioritized {
         storage::open_tree(io, &snap, sb, Access::Read).map_err(bad)?;

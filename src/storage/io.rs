@@ -23,6 +23,8 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn open_ro(&self, path: &Path) -> io::Result<File>;
     /// Reads a whole (small) file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Reserves `len` bytes of disk for the file (fallocate), so writes through a
     /// mapping cannot fail for lack of space.
     fn allocate(&self, file: &File, len: u64) -> io::Result<()>;
@@ -98,6 +100,9 @@ impl Io for OsIo {
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+    fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
     }
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
         fs2::FileExt::allocate(file, len)
@@ -264,6 +269,10 @@ impl Io for FaultyIo {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         self.tick("read")?;
         self.inner.read(path)
+    }
+    fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.tick("read_at")?;
+        self.inner.read_at(file, offset, buf)
     }
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
         self.tick("allocate")?;

@@ -279,6 +279,7 @@ stop_io_forward! {
     open_rw(path: &Path) -> std::io::Result<File>;
     open_ro(path: &Path) -> std::io::Result<File>;
     read(path: &Path) -> std::io::Result<Vec<u8>>;
+    read_at(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
     allocate(file: &File, len: u64) -> std::io::Result<()>;
     write_at(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
     sync_data(file: &File) -> std::io::Result<()>;

@@ -1,0 +1,216 @@
+//! Checkpoint benches (issue 5, ../shared/WORKLOADS.md W1-save/W1-load, W2-save/W2-load):
+//! prioritized W1 (10^6 x 192 B) and W2 (10^5 x 28 KB) buffers at 1/16, 1/4 and full.
+//!
+//! - `save/<workload>/<fill>`: `get_state()` after 32 new items (the flush of those items
+//!   is part of it, as in a training loop that checkpoints between steps);
+//! - `load/<workload>/<fill>`: what a fresh process does to resume: `open` + `set_state`,
+//!   after the live buffer ran 32 items past the checkpoint.
+//!
+//! Between timed runs (untimed): the items are added, which makes the writer copy the
+//! segment a snapshot shares, and the snapshot is deleted. Before the criterion output,
+//! a table gives per fill the data size, the bytes `get_state` wrote to disk
+//! (`/proc/self/io` write_bytes), and the writer's pause on its first store after a
+//! checkpoint (the copy of one segment).
+//!
+//! `cargo bench --bench state`; `-- save/w2` for one family.
+
+#![allow(
+    clippy::indexing_slicing,
+    reason = "the bench indexes its own synthetic arrays, sized by construction"
+)]
+#![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use replaystore::{Config, ReplayBuffer, State};
+
+mod common;
+use common::{W1_CAP, W1Data, W2_CAP, w1_schema, w2_add, w2_schema};
+
+/// Items added between checkpoints.
+const STEP: u64 = 32;
+
+enum Workload {
+    W1(W1Data),
+    W2(Vec<u8>),
+}
+
+impl Workload {
+    fn name(&self) -> &'static str {
+        match self {
+            Workload::W1(_) => "w1",
+            Workload::W2(_) => "w2",
+        }
+    }
+
+    fn config(&self) -> Config {
+        match self {
+            Workload::W1(_) => Config::new(w1_schema(), W1_CAP),
+            Workload::W2(_) => Config::new(w2_schema(), W2_CAP),
+        }
+        .prioritized(0.6, 1e-6)
+        .seed(5)
+    }
+
+    fn capacity(&self) -> u64 {
+        match self {
+            Workload::W1(_) => W1_CAP,
+            Workload::W2(_) => W2_CAP,
+        }
+    }
+
+    /// Adds items until the buffer holds `to`.
+    fn fill(&self, buf: &mut ReplayBuffer, to: u64) {
+        let mut at = buf.live().end;
+        while at < to {
+            match self {
+                Workload::W1(data) => {
+                    let n = (to - at).min(1000) as usize;
+                    let i = (at % W1_CAP) as usize;
+                    let n = n.min(W1_CAP as usize - i);
+                    buf.add_batch(&data.chunk(i, n)).expect("add");
+                    at += n as u64;
+                }
+                Workload::W2(frames) => {
+                    w2_add(buf, frames, at);
+                    at += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Bytes this process has caused to be written to storage so far.
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// One workload at one fill: the side table, then the criterion benches.
+fn bench_fill(
+    c: &mut Criterion,
+    w: &Workload,
+    buf: &mut Option<ReplayBuffer>,
+    dir: &std::path::Path,
+    label: &str,
+) {
+    let data_bytes = {
+        let b = buf.as_ref().expect("open");
+        b.len() * b.schema().item_bytes() as u64
+    };
+    // Side table: bytes written by get_state, and the first store's pause after it.
+    let (mut written, mut pause, mut save) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let b = buf.as_mut().expect("open");
+        let end = b.live().end;
+        w.fill(b, end + STEP);
+        b.flush().expect("flush");
+        let before = written_bytes();
+        let t = Instant::now();
+        let state = b.get_state().expect("get_state");
+        save.push(t.elapsed().as_secs_f64() * 1e3);
+        written.push((written_bytes() - before) as f64);
+        let t = Instant::now();
+        let end = b.live().end;
+        w.fill(b, end + 1);
+        pause.push(t.elapsed().as_secs_f64() * 1e3);
+        b.delete_snapshot(&state.name).expect("delete");
+    }
+    eprintln!(
+        "{:<3} {:<5} data {:>9.1} MB  get_state (flushed first) {:>6.2} ms  wrote {:>8.1} KB ({:.3}% of data)  first store after: {:>6.2} ms",
+        w.name(),
+        label,
+        data_bytes as f64 / 1e6,
+        median(&mut save),
+        median(&mut written) / 1e3,
+        100.0 * median(&mut written) / data_bytes as f64,
+        median(&mut pause),
+    );
+
+    let mut g = c.benchmark_group(format!("save/{}", w.name()));
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    g.bench_function(label, |bench| {
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let b = buf.as_mut().expect("open");
+                let end = b.live().end;
+                w.fill(b, end + STEP);
+                let t = Instant::now();
+                let state = b.get_state().expect("get_state");
+                total += t.elapsed();
+                b.delete_snapshot(&state.name).expect("delete");
+            }
+            total
+        });
+    });
+    g.finish();
+
+    let base: State = buf
+        .as_mut()
+        .expect("open")
+        .get_state_named("base")
+        .expect("base");
+    let mut g = c.benchmark_group(format!("load/{}", w.name()));
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    g.bench_function(label, |bench| {
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let mut b = buf.take().expect("open");
+                let end = b.live().end;
+                w.fill(&mut b, end + STEP);
+                b.close().expect("close");
+                let t = Instant::now();
+                let mut b = ReplayBuffer::open(dir).expect("open");
+                b.set_state(&base).expect("set_state");
+                total += t.elapsed();
+                *buf = Some(b);
+            }
+            total
+        });
+    });
+    g.finish();
+    let b = buf.as_mut().expect("open");
+    b.set_state(&base).expect("set_state");
+    b.delete_snapshot("base").expect("delete");
+}
+
+fn checkpoints(c: &mut Criterion) {
+    let workloads = [
+        Workload::W1(W1Data::new(W1_CAP as usize)),
+        Workload::W2((0..64 * 28_224).map(|i| (i * 7 % 251) as u8).collect()),
+    ];
+    for w in &workloads {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join(w.name());
+        let mut buf = Some(ReplayBuffer::create(&dir, w.config()).expect("create"));
+        for (label, fill) in [("1-16", 16), ("1-4", 4), ("full", 1)] {
+            let to = w.capacity() / fill;
+            let b = buf.as_mut().expect("open");
+            w.fill(b, to);
+            b.flush().expect("flush");
+            bench_fill(c, w, &mut buf, &dir, label);
+        }
+    }
+}
+
+criterion_group!(benches, checkpoints);
+criterion_main!(benches);
