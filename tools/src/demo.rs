@@ -280,13 +280,38 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
             format!("{mismatches} MISMATCHED")
         }
     );
+    // Checkpoint, run ahead, roll back: what resuming from a model checkpoint does.
+    let t = Instant::now();
+    let state = buf.get_state_named("demo-checkpoint")?;
+    let save_ms = ms(t);
+    let next_batch = buf.sample_prioritized(BATCH, 0.4)?;
+    let ahead = (live.end - live.start) / 10 + 1;
+    for _ in 0..ahead {
+        buf.add(&columns(&env.step()))?;
+    }
+    let t = Instant::now();
+    buf.set_state(&state)?;
+    let load_ms = ms(t);
+    let again = buf.sample_prioritized(BATCH, 0.4)?;
+    let resumed = buf.live() == live
+        && again.indices() == next_batch.indices()
+        && again.weights() == next_batch.weights();
+    println!(
+        "  state    get_state {save_ms:.1} ms ({} bytes of State), ran {ahead} steps ahead, set_state {load_ms:.1} ms: {}",
+        state.to_bytes().len(),
+        if resumed {
+            "same items, same next batch"
+        } else {
+            "DIFFERENT after set_state"
+        }
+    );
     let stats = buf.stats();
     drop(buf);
 
     let t = Instant::now();
     let report = verify(&dir)?;
     println!(
-        "  verify   {} in {:.1} ms: {} segments, {} items, {} problems",
+        "  verify   {} in {:.1} ms: {} segments, {} items ({} snapshot), {} problems",
         if report.is_sound() {
             "sound"
         } else {
@@ -295,6 +320,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         ms(t),
         report.segments_checked,
         report.items_checked,
+        report.snapshots_checked,
         report.problems.len()
     );
     println!(
@@ -305,10 +331,10 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         crate::human(stats.bytes_on_disk)
     );
     println!(
-        "  next     replaystore info {0}   |   replaystore verify {0}",
+        "  next     replaystore info {0}   |   replaystore verify {0}   |   replaystore snapshots {0}",
         dir.display()
     );
-    Ok(if ok && same_priorities && report.is_sound() {
+    Ok(if ok && same_priorities && resumed && report.is_sound() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -32,6 +32,11 @@ fn demo_then_info_then_verify_on_its_folder() {
     let o = run(&["demo", "--dir", dir_s, "--steps", "20000"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("all byte-identical"), "{}", text(&o));
+    assert!(
+        text(&o).contains("same items, same next batch"),
+        "{}",
+        text(&o)
+    );
 
     let o = run(&["verify", dir_s]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
