@@ -1,5 +1,5 @@
-//! Arbitrary bytes as a superblock, a commit slot, a schema archive, a segment header and
-//! a priorities header:
+//! Arbitrary bytes as a superblock, a commit slot, a schema archive, a segment header,
+//! a priorities header and a serialized State (what RESTORE holds):
 //! every decoder returns a typed problem or a value, never panics or over-allocates.
 #![no_main]
 
@@ -8,6 +8,7 @@ use replaystore::format::manifest::{Commit, Superblock};
 use replaystore::format::schema_doc;
 use replaystore::format::segment::SegmentHeader;
 use replaystore::format::tree::TreeHeader;
+use replaystore::State;
 
 fuzz_target!(|data: &[u8]| {
     let _ = Superblock::decode(data);
@@ -18,5 +19,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = SegmentHeader::check(data, &expected);
     if let Ok((h, _)) = TreeHeader::decode(data) {
         let _ = h.shape();
+    }
+    if let Ok(state) = State::from_bytes(data) {
+        // A state that decodes re-encodes to the same bytes (no field is lost or invented).
+        assert_eq!(state.to_bytes(), data.get(..state.to_bytes().len()).unwrap_or(&[]));
     }
 });
