@@ -296,7 +296,7 @@ impl ReplayBuffer {
             remove_new_buffer(&dir, &sb);
             return Err(e);
         }
-        ReplayBuffer::open_locked(dir, io, Some(lock))
+        ReplayBuffer::open_locked(dir, io, Some(lock), false)
     }
 
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
@@ -317,7 +317,7 @@ impl ReplayBuffer {
         // A set_state a kill interrupted is finished before anything else is read.
         snapshot::finish_restore(&*io, &dir)?;
         snapshot::clean_leftovers(&*io, &dir)?;
-        ReplayBuffer::open_locked(dir, io, Some(lock))
+        ReplayBuffer::open_locked(dir, io, Some(lock), false)
     }
 
     /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
@@ -347,7 +347,7 @@ impl ReplayBuffer {
                 name: name.to_owned(),
             });
         }
-        ReplayBuffer::open_locked(snap, io::os(), None).map_err(|e| Error::BadSnapshot {
+        ReplayBuffer::open_locked(snap, io::os(), None, false).map_err(|e| Error::BadSnapshot {
             dir: dir.to_path_buf(),
             name: name.to_owned(),
             source: Box::new(e),
@@ -355,8 +355,15 @@ impl ReplayBuffer {
     }
 
     /// Opens the buffer in `dir` as its writer (holding `lock`), or read-only over
-    /// private mappings when `lock` is `None`.
-    fn open_locked(dir: PathBuf, io: IoRef, lock: Option<File>) -> Result<ReplayBuffer> {
+    /// private mappings when `lock` is `None`. `restored`: this process has just put a
+    /// snapshot's files in place, whose commit `restore` already marked open (not clean);
+    /// they are exactly the snapshot's, so they need no recovery and no marker commit.
+    fn open_locked(
+        dir: PathBuf,
+        io: IoRef,
+        lock: Option<File>,
+        restored: bool,
+    ) -> Result<ReplayBuffer> {
         let access = if lock.is_some() {
             Access::Write
         } else {
@@ -376,7 +383,7 @@ impl ReplayBuffer {
         };
         let (mut head, mut tail) = (commit.head, commit.tail);
         let mut recovered = None;
-        if !commit.is_clean() {
+        if !commit.is_clean() && !restored {
             let trust_stamps = storage::same_boot(&commit);
             let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail, trust_stamps);
             for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
@@ -441,7 +448,7 @@ impl ReplayBuffer {
             dir,
             io,
         };
-        if buf.lock.is_some() {
+        if buf.lock.is_some() && !restored {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.
             buf.commit(0, true)?;
@@ -1140,7 +1147,7 @@ impl ReplayBuffer {
             ));
             return Err(e);
         }
-        match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take()) {
+        match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take(), true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
                 // Dropping the old handle unmaps its files, and the kernel frees segment

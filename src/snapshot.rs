@@ -406,8 +406,8 @@ fn with_ext(path: &Path, ext: &str) -> PathBuf {
 /// Makes the live files those of snapshot `name`: each segment becomes another link to
 /// the snapshot's (skipped where it already is), the tree a copy, and MANIFEST (last: it
 /// is what open reads first) the snapshot's with its commit renumbered past every
-/// generation the live buffer has used, so generations never repeat and neither do
-/// the snapshot names made from them. Idempotent, so the next open can redo it after a
+/// generation the live buffer has used (so generations never repeat, and neither do the
+/// snapshot names made from them) and marked open for writing. Idempotent, so the next open can redo it after a
 /// kill; the intent file goes last.
 pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> Result<()> {
     let snap = snapshot_dir(dir, name);
@@ -422,8 +422,13 @@ pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> R
     let used = Manifest::load(io, dir)
         .and_then(|m| m.newest_commit())
         .map_or(0, |c| c.generation);
+    // Marked open (not clean), as the writer's own first commit would: the writer that
+    // made this restore goes on from it without another commit, and a crash from here
+    // on is recovered like any other.
     let renumbered = Commit {
         generation: used.max(frozen.generation) + 1,
+        flags: 0,
+        boot_id: storage::boot_id(),
         ..frozen
     };
     for n in 0..sb.segment_count {
