@@ -97,6 +97,22 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// A group of 10 samples of very few iterations: every iteration also does untimed work
+/// (adds that copy a segment, deleting a snapshot) far longer than what it times, so
+/// criterion's usual iteration counts would take minutes.
+fn few_runs<'a>(
+    c: &'a mut Criterion,
+    what: &str,
+    w: &Workload,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut g = c.benchmark_group(format!("{what}/{}", w.name()));
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    g
+}
+
 /// One workload at one fill: the side table, then the criterion benches.
 fn bench_fill(
     c: &mut Criterion,
@@ -138,11 +154,7 @@ fn bench_fill(
         median(&mut pause),
     );
 
-    let mut g = c.benchmark_group(format!("save/{}", w.name()));
-    g.sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_millis(1));
+    let mut g = few_runs(c, "save", w);
     g.bench_function(label, |bench| {
         bench.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -165,11 +177,7 @@ fn bench_fill(
         .expect("open")
         .get_state_named("base")
         .expect("base");
-    let mut g = c.benchmark_group(format!("load/{}", w.name()));
-    g.sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_millis(1));
+    let mut g = few_runs(c, "load", w);
     g.bench_function(label, |bench| {
         bench.iter_custom(|iters| {
             let mut total = Duration::ZERO;

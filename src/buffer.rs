@@ -538,10 +538,11 @@ impl ReplayBuffer {
         if !self.ring.any_shared() {
             return Ok(());
         }
-        for s in self.ring.shared_segments(first_slot, count) {
+        // Each copy leaves one shared segment fewer, so this ends.
+        while let Some(s) = self.ring.first_shared(first_slot, count) {
             let live = self.ring.rows_of(s, self.head_slot, self.tail - self.head);
             let Some(old) = self.ring.segment(s) else {
-                continue;
+                break;
             };
             let seg = storage::copy_segment(
                 &*self.io,
@@ -1173,7 +1174,10 @@ impl ReplayBuffer {
 
     /// Deletes snapshot `name`. Its segments stay as long as the live buffer (or another
     /// snapshot) links them; segments nothing else links are freed. A kill leaves it
-    /// either listed and whole or gone.
+    /// either listed and whole or gone. A process that has it open keeps reading its
+    /// files, but the writer no longer copies the segments it shared with the live
+    /// buffer: reads of items the writer then overwrites fail (`BadItem`), never return
+    /// the newer bytes.
     pub fn delete_snapshot(&mut self, name: &str) -> Result<()> {
         self.writable()?;
         snapshot::valid_name(name)?;

@@ -61,26 +61,22 @@ impl Ring {
         self.shared > 0
     }
 
-    /// The shared segments among those holding `count` slots from `first_slot`
-    /// (wrapping at the capacity), in order.
-    pub fn shared_segments(&self, first_slot: u64, count: u64) -> Vec<usize> {
-        let count = count.min(self.capacity);
-        let mut out: Vec<usize> = Vec::new();
+    /// The first shared segment among those holding `count` slots from `first_slot`
+    /// (wrapping at the capacity). O(1) for one slot; allocates nothing.
+    pub fn first_shared(&self, first_slot: u64, count: u64) -> Option<usize> {
         let mut slot = first_slot;
-        let mut left = count;
+        let mut left = count.min(self.capacity);
         while left > 0 {
             let (s, k) = self.split(slot);
-            let Some(seg) = self.segments.get(s) else {
-                break;
-            };
-            if seg.is_shared() && !out.contains(&s) {
-                out.push(s);
+            let seg = self.segments.get(s)?;
+            if seg.is_shared() {
+                return Some(s);
             }
             let n = left.min((seg.slots() - k) as u64);
             left -= n;
             slot = (slot + n) % self.capacity;
         }
-        out
+        None
     }
 
     /// Rows of segment `s` that hold slots of `slots` (a run of `len` slots from

@@ -164,11 +164,9 @@ impl Io for OsIo {
 /// A private (copy-on-write) mapping, handed back as raw memory like the others.
 #[expect(unsafe_code, reason = "memmap2 marks private mappings unsafe")]
 fn map_private(opts: &MmapOptions, file: &File) -> io::Result<MmapRaw> {
-    // SAFETY: memmap2 calls this unsafe because another process may change the file under
-    // the mapping. The result is turned into `MmapRaw` at once, so the bytes are only
-    // ever reached through raw pointers in `storage::map`, which never assumes they stay
-    // unchanged; and the engine maps only snapshot files this way, which nothing writes
-    // once they are published.
+    // The engine maps only published snapshot files this way, which nothing writes.
+    // SAFETY: unsafe because the file could change under the mapping; it becomes `MmapRaw`
+    // at once, reached only through raw pointers that never assume the bytes are stable.
     let map = unsafe { opts.map_copy(file) }?;
     Ok(MmapRaw::from(map))
 }

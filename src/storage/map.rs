@@ -234,10 +234,9 @@ impl SegmentMap {
         }
         let start = DATA_OFFSET + from * self.stride;
         let len = (to - from) * self.stride;
-        // SAFETY: start..start + len lies inside the rows `new` checked are mapped. Only
-        // the writer, which is this process, stores into a buffer's segments (the lock),
-        // and it is busy here; a reader elsewhere only reads. So the bytes do not change
-        // while borrowed.
+        // Only the writer (this process, busy here) stores into a buffer's segments.
+        // SAFETY: the range lies inside the rows `new` checked are mapped, and (above) no
+        // store changes them while borrowed; readers elsewhere only read.
         let rows = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), len) };
         io.write_at(file, start as u64, rows)
     }
