@@ -3,8 +3,9 @@
 //!
 //! - `save/<workload>/<fill>`: `get_state()` after 32 new items (the flush of those items
 //!   is part of it, as in a training loop that checkpoints between steps);
-//! - `load/<workload>/<fill>`: what a fresh process does to resume: `open` + `set_state`,
-//!   after the live buffer ran 32 items past the checkpoint.
+//! - `load/<workload>/<fill>`: what a fresh process does to resume, `open_at_state`,
+//!   after the live buffer ran 32 items past the checkpoint;
+//! - `set_state/<workload>/<fill>`: `set_state` on the open buffer, likewise.
 //!
 //! Between timed runs (untimed): the items are added, which makes the writer copy the
 //! segment a snapshot shares, and the snapshot is deleted. Before the criterion output,
@@ -187,10 +188,25 @@ fn bench_fill(
                 w.fill(&mut b, end + STEP);
                 b.close().expect("close");
                 let t = Instant::now();
-                let mut b = ReplayBuffer::open(dir).expect("open");
-                b.set_state(&base).expect("set_state");
+                let b = ReplayBuffer::open_at_state(dir, &base).expect("open_at_state");
                 total += t.elapsed();
                 *buf = Some(b);
+            }
+            total
+        });
+    });
+    g.finish();
+    let mut g = few_runs(c, "set_state", w);
+    g.bench_function(label, |bench| {
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let b = buf.as_mut().expect("open");
+                let end = b.live().end;
+                w.fill(b, end + STEP);
+                let t = Instant::now();
+                b.set_state(&base).expect("set_state");
+                total += t.elapsed();
             }
             total
         });

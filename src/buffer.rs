@@ -354,6 +354,44 @@ impl ReplayBuffer {
         })
     }
 
+    /// Opens the buffer in `dir` at `state`, as a fresh process resuming from a training
+    /// checkpoint does: the same as [`ReplayBuffer::open`] then
+    /// [`ReplayBuffer::set_state`], without opening the state it leaves behind.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// let state = buf.get_state()?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// buf.close()?; // the process ends; a new one resumes from the checkpoint
+    /// let buf = ReplayBuffer::open_at_state(dir.path().join("b"), &state)?;
+    /// assert_eq!(buf.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_at_state(dir: impl AsRef<Path>, state: &State) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_at_state_with(dir, state, io::os())
+    }
+
+    /// `open_at_state` through a given file-operation seam.
+    pub fn open_at_state_with(
+        dir: impl AsRef<Path>,
+        state: &State,
+        io: IoRef,
+    ) -> Result<ReplayBuffer> {
+        let dir = dir.as_ref().to_path_buf();
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        let lock = storage::lock(&*io, &dir)?;
+        snapshot::finish_restore(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir)?;
+        snapshot::check(&*io, &dir, &sb, state)?;
+        snapshot::write_intent(&*io, &dir, state)?;
+        snapshot::restore(&*io, &dir, &sb, &state.name)?;
+        ReplayBuffer::open_locked(dir, io, Some(lock), true)
+    }
+
     /// Opens the buffer in `dir` as its writer (holding `lock`), or read-only over
     /// private mappings when `lock` is `None`. `restored`: this process has just put a
     /// snapshot's files in place, whose commit `restore` already marked open (not clean);
@@ -1124,17 +1162,6 @@ impl ReplayBuffer {
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
         self.writable()?;
-        if state.uuid != self.superblock.uuid {
-            return Err(Error::StateMismatch {
-                name: state.name.clone(),
-                what: "this buffer",
-                field: "uuid",
-                expected: crate::format::segment::hex(&self.superblock.uuid),
-                got: crate::format::segment::hex(&state.uuid),
-            });
-        }
-        snapshot::valid_name(&state.name)
-            .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
         snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
         let restored = snapshot::write_intent(&*self.io, &self.dir, state)
             .and_then(|()| snapshot::restore(&*self.io, &self.dir, &self.superblock, &state.name));

@@ -276,10 +276,21 @@ pub(crate) fn create(
     sync_dir(io, &root)
 }
 
-/// Checks that snapshot `state.name` exists, belongs to the buffer described by `sb`,
+/// Checks that `state` is of the buffer described by `sb` and that its snapshot exists,
 /// froze exactly `state`, and has every file with a sound header. Cheap: no item is
 /// read (`verify` reads them all).
 pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> Result<()> {
+    if state.uuid != sb.uuid {
+        return Err(Error::StateMismatch {
+            name: state.name.clone(),
+            what: "this buffer",
+            field: "uuid",
+            expected: crate::format::segment::hex(&sb.uuid),
+            got: crate::format::segment::hex(&state.uuid),
+        });
+    }
+    valid_name(&state.name)
+        .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
     let snap = snapshot_dir(dir, &state.name);
     if !snap.is_dir() {
         return Err(Error::NoSuchSnapshot {

@@ -58,9 +58,11 @@ fn step(buf: &mut ReplayBuffer, t: u64, next: &mut u64) -> (Vec<u64>, Vec<f32>, 
     (indices, batch.weights().to_vec(), bytes)
 }
 
+/// Training steps of the resume test.
+const STEPS: u64 = 200;
+
 #[test]
 fn set_state_replays_the_same_samples_byte_for_byte_with_priorities() {
-    const STEPS: u64 = 200;
     let tmp = tempfile::tempdir().unwrap();
     // Run A: never checkpointed.
     let mut a = new_buffer(&tmp.path().join("a"));
@@ -73,9 +75,21 @@ fn set_state_replays_the_same_samples_byte_for_byte_with_priorities() {
         }
     }
     // Run B: checkpoint half way, go on to the end (the ring wraps over the snapshot,
-    // priorities change), close; a new process reopens and resumes from the state.
-    let dir_b = tmp.path().join("b");
-    let mut b = new_buffer(&dir_b);
+    // priorities change), close; a new process resumes from the state, by open +
+    // set_state or by open_at_state.
+    for at_open in [false, true] {
+        let dir_b = tmp.path().join(format!("b-{at_open}"));
+        run_b_and_resume(&dir_b, at_open, &expected, &a);
+    }
+}
+
+fn run_b_and_resume(
+    dir_b: &Path,
+    at_open: bool,
+    expected: &[(Vec<u64>, Vec<f32>, Vec<u8>)],
+    a: &ReplayBuffer,
+) {
+    let mut b = new_buffer(dir_b);
     let mut next_b = 0;
     let mut saved = None;
     for t in 0..STEPS {
@@ -86,8 +100,14 @@ fn set_state_replays_the_same_samples_byte_for_byte_with_priorities() {
     }
     b.close().unwrap();
     let (bytes, resume_next, stats_then) = saved.unwrap();
-    let mut b = ReplayBuffer::open(&dir_b).unwrap();
-    b.set_state(&State::from_bytes(&bytes).unwrap()).unwrap();
+    let state = State::from_bytes(&bytes).unwrap();
+    let mut b = if at_open {
+        ReplayBuffer::open_at_state(dir_b, &state).unwrap()
+    } else {
+        let mut b = ReplayBuffer::open(dir_b).unwrap();
+        b.set_state(&state).unwrap();
+        b
+    };
     let stats_now = b.stats();
     assert_eq!(
         (stats_now.head, stats_now.tail, stats_now.sampled),
@@ -99,8 +119,8 @@ fn set_state_replays_the_same_samples_byte_for_byte_with_priorities() {
         let got = step(&mut b, t, &mut next_b);
         assert_eq!(got, expected[k], "step {t} differs after set_state");
     }
-    assert_eq!(priorities_of(&a), priorities_of(&b));
-    assert_sound(&dir_b);
+    assert_eq!(priorities_of(a), priorities_of(&b));
+    assert_sound(dir_b);
 }
 
 #[test]
@@ -488,6 +508,13 @@ fn kill_setup(dir: &Path) -> State {
 
 /// The operation under test, through `io` (armed only around it).
 fn kill_op(dir: &Path, op: &str, io: &std::sync::Arc<StopIo>, old: &State) -> u64 {
+    if op == "resume" {
+        io.arm();
+        let buf = ReplayBuffer::open_at_state_with(dir, old, io.clone()).unwrap();
+        let ops = io.disarm();
+        std::mem::forget(buf);
+        return ops;
+    }
     let mut buf = ReplayBuffer::open_with(dir, io.clone()).unwrap();
     io.arm();
     match op {
@@ -532,7 +559,7 @@ fn check_after_kill(dir: &Path, op: &str) -> bool {
     let buf = ReplayBuffer::open(dir).unwrap();
     let live = buf.live();
     let applied = match op {
-        "set" => {
+        "set" | "resume" => {
             assert!(live == (26..90) || live == (0..40), "{live:?}");
             live == (0..40)
         }
@@ -579,7 +606,7 @@ fn check_after_kill(dir: &Path, op: &str) -> bool {
 fn kill_9_between_any_two_file_operations_of_a_checkpoint_leaves_old_or_new_state() {
     let tmp = tempfile::tempdir().unwrap();
     let mut points = 0;
-    for op in ["get", "set", "delete"] {
+    for op in ["get", "set", "resume", "delete"] {
         // How many file operations the operation makes, counted in this process.
         let probe = tmp.path().join(format!("probe-{op}"));
         let old = kill_setup(&probe);

@@ -4,6 +4,7 @@
 //! or the demo's own checks failed; 2 an error (not a buffer, locked, unreadable, bad
 //! arguments).
 
+mod bench;
 mod demo;
 
 use std::path::PathBuf;
@@ -61,6 +62,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Time the standard workloads (../shared/WORKLOADS.md) on this machine: so far the
+    /// checkpoint workloads W1/W2 save and load at 1/16, 1/4 and full.
+    Bench {
+        /// W1, W2 or all.
+        #[arg(long, default_value = "all")]
+        workload: String,
+        /// Capacities divided by 16: a quick look, not the standard figures.
+        #[arg(long)]
+        quick: bool,
+        /// Timed runs per figure (median and min-max are reported).
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        /// Where to put the scratch buffers (default: the system's temporary folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check every checksum and stamp; exit 1 with file, offset and problem if damaged.
     Verify {
         /// The buffer directory.
@@ -77,6 +97,13 @@ fn main() -> ExitCode {
         Command::Demo { dir, steps } => demo::run(dir, steps),
         Command::Info { dir, json } => info(&dir, json),
         Command::Verify { dir, json } => run_verify(&dir, json),
+        Command::Bench {
+            workload,
+            quick,
+            runs,
+            dir,
+            json,
+        } => bench::run(&workload, quick, runs, dir, json),
         Command::Snapshots {
             dir,
             delete,

@@ -168,3 +168,62 @@ fn snapshots_lists_shared_and_owned_bytes_and_deletes() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("no snapshot \"nope\""), "{}", text(&o));
 }
+
+#[test]
+fn bench_quick_prints_save_load_and_set_state_at_three_fills() {
+    let d = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "bench",
+        "--workload",
+        "w1",
+        "--quick",
+        "--runs",
+        "3",
+        "--json",
+        "--dir",
+        d.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "W1-save 1/16",
+            "W1-load 1/16",
+            "W1-set_state 1/16",
+            "W1-save 1/4",
+            "W1-load 1/4",
+            "W1-set_state 1/4",
+            "W1-save full",
+            "W1-load full",
+            "W1-set_state full"
+        ]
+    );
+    for r in rows {
+        let (lo, med, hi) = (
+            r["min"].as_f64().unwrap(),
+            r["median"].as_f64().unwrap(),
+            r["max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= med && med <= hi, "{r}");
+        assert_eq!(r["runs"], 3);
+    }
+    // W1 items are 165 bytes; the quick capacity is 62,500.
+    let data = |i: usize| rows[i]["data_bytes"].as_u64().unwrap();
+    assert_eq!(
+        (data(0), data(3), data(6)),
+        (3_906 * 165, 15_625 * 165, 62_500 * 165)
+    );
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        0,
+        "scratch buffers removed"
+    );
+    let o = run(&["bench", "--workload", "w9", "--quick"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
