@@ -388,7 +388,8 @@ impl ReplayBuffer {
         snapshot::clean_leftovers(&*io, &dir)?;
         snapshot::check(&*io, &dir, &sb, state)?;
         snapshot::write_intent(&*io, &dir, state)?;
-        snapshot::restore(&*io, &dir, &sb, &state.name)?;
+        let replaced = snapshot::restore(&*io, &dir, &sb, &state.name)?;
+        release_in_background(replaced);
         ReplayBuffer::open_locked(dir, io, Some(lock), true)
     }
 
@@ -1165,26 +1166,24 @@ impl ReplayBuffer {
         snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
         let restored = snapshot::write_intent(&*self.io, &self.dir, state)
             .and_then(|()| snapshot::restore(&*self.io, &self.dir, &self.superblock, &state.name));
+        let replaced = match restored {
+            Ok(files) => files,
+            Err(e) => {
+                self.closed = true;
+                self.poisoned = Some(format!(
+                    "set_state({:?}) failed part way ({e}); reopen the buffer to finish it",
+                    state.name
+                ));
+                return Err(e);
+            }
+        };
         // The live files are (or may be) replaced: this handle's mappings are of the old
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
-        if let Err(e) = restored {
-            self.poisoned = Some(format!(
-                "set_state({:?}) failed part way ({e}); reopen the buffer to finish it",
-                state.name
-            ));
-            return Err(e);
-        }
         match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take(), true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
-                // Dropping the old handle unmaps its files, and the kernel frees segment
-                // copies that the restore left without a name: milliseconds per copy,
-                // growing with the data. That is reclamation, not restoring, so it runs
-                // off the caller's path (in place if no thread can be started).
-                let _ = std::thread::Builder::new()
-                    .name("replaystore-release".into())
-                    .spawn(move || drop(old));
+                release_in_background((old, replaced));
                 Ok(())
             }
             Err(e) => {
@@ -1268,6 +1267,16 @@ impl Drop for ReplayBuffer {
             let _ = self.shutdown();
         }
     }
+}
+
+/// Drops `files` on another thread (in place if no thread can be started). Letting go of
+/// the last handle of a segment file that lost its name makes the kernel free its page
+/// cache and extents, milliseconds per segment and growing with the data: reclamation,
+/// not part of restoring, so it stays off the caller's path.
+fn release_in_background<T: Send + 'static>(files: T) {
+    let _ = std::thread::Builder::new()
+        .name("replaystore-release".into())
+        .spawn(move || drop(files));
 }
 
 fn write_new_buffer(

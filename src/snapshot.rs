@@ -418,9 +418,18 @@ fn with_ext(path: &Path, ext: &str) -> PathBuf {
 /// the snapshot's (skipped where it already is), the tree a copy, and MANIFEST (last: it
 /// is what open reads first) the snapshot's with its commit renumbered past every
 /// generation the live buffer has used (so generations never repeat, and neither do the
-/// snapshot names made from them) and marked open for writing. Idempotent, so the next open can redo it after a
-/// kill; the intent file goes last.
-pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> Result<()> {
+/// snapshot names made from them) and marked open for writing. Idempotent, so the next
+/// open can redo it after a kill; the intent file goes last.
+///
+/// Returns the replaced segment files, still open: a replaced file that nothing else
+/// links is freed when its last handle goes (milliseconds for a segment of page cache
+/// and extents), so the caller decides where that happens.
+pub(crate) fn restore(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    name: &str,
+) -> Result<Vec<std::fs::File>> {
     let snap = snapshot_dir(dir, name);
     let frozen = Manifest::load(io, &snap)
         .and_then(|m| m.newest_commit())
@@ -442,6 +451,7 @@ pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> R
         boot_id: storage::boot_id(),
         ..frozen
     };
+    let mut replaced = Vec::new();
     for n in 0..sb.segment_count {
         let (live, frozen) = (
             storage::segment_path(dir, n),
@@ -450,6 +460,8 @@ pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> R
         if same_file(&live, &frozen) {
             continue;
         }
+        // A live file may be missing only when a redo finds an earlier attempt's work.
+        replaced.extend(io.open_ro(&live).ok());
         let tmp = with_ext(&live, RESTORE_EXT);
         remove_if_present(io, &tmp)?;
         io.hard_link(&frozen, &tmp)
@@ -472,7 +484,8 @@ pub(crate) fn restore(io: &dyn Io, dir: &Path, sb: &Superblock, name: &str) -> R
     let intent = dir.join(RESTORE);
     io.remove_file(&intent)
         .map_err(|e| Error::io("remove", &intent, e))?;
-    sync_dir(io, dir)
+    sync_dir(io, dir)?;
+    Ok(replaced)
 }
 
 /// Finishes a restore a kill interrupted. The snapshot it names must still be sound.
@@ -487,7 +500,7 @@ pub(crate) fn finish_restore(io: &dyn Io, dir: &Path) -> Result<()> {
             source: Box::new(e),
         })?;
     check(io, dir, &m.superblock, &state)?;
-    restore(io, dir, &m.superblock, &state.name)
+    restore(io, dir, &m.superblock, &state.name).map(drop)
 }
 
 /// Deletes snapshot `name`: renamed out of the listing first (one atomic step), then its
