@@ -82,6 +82,13 @@ impl Workload {
     }
 }
 
+/// Waits for the previous run's background work (letting go of replaced segment files)
+/// and the writeback it caused: real checkpoints are minutes apart, so each timed run
+/// starts from a settled machine rather than from the tail of the run before.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(50));
+}
+
 /// Bytes this process has caused to be written to storage so far.
 fn written_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/io")
@@ -134,10 +141,12 @@ fn bench_fill(
         w.fill(b, end + STEP);
         b.flush().expect("flush");
         let before = written_bytes();
+        settle();
         let t = Instant::now();
         let state = b.get_state().expect("get_state");
         save.push(t.elapsed().as_secs_f64() * 1e3);
         written.push((written_bytes() - before) as f64);
+        settle();
         let t = Instant::now();
         let end = b.live().end;
         w.fill(b, end + 1);
@@ -163,6 +172,7 @@ fn bench_fill(
                 let b = buf.as_mut().expect("open");
                 let end = b.live().end;
                 w.fill(b, end + STEP);
+                settle();
                 let t = Instant::now();
                 let state = b.get_state().expect("get_state");
                 total += t.elapsed();
@@ -187,6 +197,7 @@ fn bench_fill(
                 let end = b.live().end;
                 w.fill(&mut b, end + STEP);
                 b.close().expect("close");
+                settle();
                 let t = Instant::now();
                 let b = ReplayBuffer::open_at_state(dir, &base).expect("open_at_state");
                 total += t.elapsed();
@@ -204,6 +215,7 @@ fn bench_fill(
                 let b = buf.as_mut().expect("open");
                 let end = b.live().end;
                 w.fill(b, end + STEP);
+                settle();
                 let t = Instant::now();
                 b.set_state(&base).expect("set_state");
                 total += t.elapsed();

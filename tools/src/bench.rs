@@ -121,6 +121,13 @@ impl Workload {
     }
 }
 
+/// Waits for the previous run's background work (letting go of replaced segment files)
+/// and the writeback it caused: real checkpoints are minutes apart, so each timed run
+/// starts from a settled machine rather than from the tail of the run before.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+}
+
 /// Bytes this process has caused to be written to storage so far (0 where unknown).
 fn written_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/io")
@@ -155,6 +162,7 @@ fn checkpoints(w: &Workload, dir: &Path, runs: usize) -> Result<Vec<Row>, Error>
         for _ in 0..runs {
             w.fill(&mut buf, STEP)?;
             let before = written_bytes();
+            settle();
             let t = Instant::now();
             let state = buf.get_state()?;
             save.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -177,10 +185,12 @@ fn checkpoints(w: &Workload, dir: &Path, runs: usize) -> Result<Vec<Row>, Error>
         for _ in 0..runs {
             w.fill(&mut buf, STEP)?;
             buf.close()?;
+            settle();
             let t = Instant::now();
             buf = ReplayBuffer::open_at_state(&path, &base)?;
             load.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
             w.fill(&mut buf, STEP)?;
+            settle();
             let t = Instant::now();
             buf.set_state(&base)?;
             set.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
