@@ -266,13 +266,13 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<16} {:>10} {:>21} {:>6} {:>12} {:>12}",
+        "{:<18} {:>10} {:>21} {:>6} {:>12} {:>12}",
         "workload", "median", "min-max", "unit", "data", "written"
     );
     for r in &rows {
         let (lo, hi) = min_max(&r.times_ms);
         println!(
-            "{:<16} {:>10.2} {:>21} {:>6} {:>12} {:>12}",
+            "{:<18} {:>10.2} {:>21} {:>6} {:>12} {:>12}",
             r.name,
             r.median_ms(),
             format!("{lo:.2}-{hi:.2}"),
