@@ -24,62 +24,22 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use replaystore::workloads::{Workload, written_bytes};
 use replaystore::{Config, ReplayBuffer, State};
-
-mod common;
-use common::{W1_CAP, W1Data, W2_CAP, w1_schema, w2_add, w2_schema};
 
 /// Items added between checkpoints.
 const STEP: u64 = 32;
 
-enum Workload {
-    W1(W1Data),
-    W2(Vec<u8>),
-}
-
-impl Workload {
-    fn name(&self) -> &'static str {
-        match self {
-            Workload::W1(_) => "w1",
-            Workload::W2(_) => "w2",
-        }
-    }
-
-    fn config(&self) -> Config {
-        match self {
-            Workload::W1(_) => Config::new(w1_schema(), W1_CAP),
-            Workload::W2(_) => Config::new(w2_schema(), W2_CAP),
-        }
+fn config(w: Workload) -> Config {
+    Config::new(w.schema().expect("schema"), w.capacity())
         .prioritized(0.6, 1e-6)
         .seed(5)
-    }
+}
 
-    fn capacity(&self) -> u64 {
-        match self {
-            Workload::W1(_) => W1_CAP,
-            Workload::W2(_) => W2_CAP,
-        }
-    }
-
-    /// Adds items until the buffer holds `to`.
-    fn fill(&self, buf: &mut ReplayBuffer, to: u64) {
-        let mut at = buf.live().end;
-        while at < to {
-            match self {
-                Workload::W1(data) => {
-                    let n = (to - at).min(1000) as usize;
-                    let i = (at % W1_CAP) as usize;
-                    let n = n.min(W1_CAP as usize - i);
-                    buf.add_batch(&data.chunk(i, n)).expect("add");
-                    at += n as u64;
-                }
-                Workload::W2(frames) => {
-                    w2_add(buf, frames, at);
-                    at += 1;
-                }
-            }
-        }
-    }
+/// Adds items until the buffer has given out `to` indices.
+fn fill_to(w: Workload, buf: &mut ReplayBuffer, to: u64) {
+    let end = buf.live().end;
+    w.fill(buf, to.saturating_sub(end)).expect("add");
 }
 
 /// Waits for the previous run's background work (letting go of replaced segment files)
@@ -87,17 +47,6 @@ impl Workload {
 /// starts from a settled machine rather than from the tail of the run before.
 fn settle() {
     std::thread::sleep(Duration::from_millis(50));
-}
-
-/// Bytes this process has caused to be written to storage so far.
-fn written_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -111,9 +60,9 @@ fn median(v: &mut [f64]) -> f64 {
 fn few_runs<'a>(
     c: &'a mut Criterion,
     what: &str,
-    w: &Workload,
+    w: Workload,
 ) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
-    let mut g = c.benchmark_group(format!("{what}/{}", w.name()));
+    let mut g = c.benchmark_group(format!("{what}/{}", w.name().to_lowercase()));
     g.sampling_mode(SamplingMode::Flat)
         .sample_size(10)
         .warm_up_time(Duration::from_millis(1))
@@ -124,7 +73,7 @@ fn few_runs<'a>(
 /// One workload at one fill: the side table, then the criterion benches.
 fn bench_fill(
     c: &mut Criterion,
-    w: &Workload,
+    w: Workload,
     buf: &mut Option<ReplayBuffer>,
     dir: &std::path::Path,
     label: &str,
@@ -138,7 +87,7 @@ fn bench_fill(
     for _ in 0..5 {
         let b = buf.as_mut().expect("open");
         let end = b.live().end;
-        w.fill(b, end + STEP);
+        fill_to(w, b, end + STEP);
         b.flush().expect("flush");
         let before = written_bytes();
         settle();
@@ -149,13 +98,13 @@ fn bench_fill(
         settle();
         let t = Instant::now();
         let end = b.live().end;
-        w.fill(b, end + 1);
+        fill_to(w, b, end + 1);
         pause.push(t.elapsed().as_secs_f64() * 1e3);
         b.delete_snapshot(&state.name).expect("delete");
     }
     eprintln!(
         "{:<3} {:<5} data {:>9.1} MB  get_state (flushed first) {:>6.2} ms  wrote {:>8.1} KB ({:.3}% of data)  first store after: {:>6.2} ms",
-        w.name(),
+        w.name().to_lowercase(),
         label,
         data_bytes as f64 / 1e6,
         median(&mut save),
@@ -171,7 +120,7 @@ fn bench_fill(
             for _ in 0..iters {
                 let b = buf.as_mut().expect("open");
                 let end = b.live().end;
-                w.fill(b, end + STEP);
+                fill_to(w, b, end + STEP);
                 settle();
                 let t = Instant::now();
                 let state = b.get_state().expect("get_state");
@@ -195,7 +144,7 @@ fn bench_fill(
             for _ in 0..iters {
                 let mut b = buf.take().expect("open");
                 let end = b.live().end;
-                w.fill(&mut b, end + STEP);
+                fill_to(w, &mut b, end + STEP);
                 b.close().expect("close");
                 settle();
                 let t = Instant::now();
@@ -214,7 +163,7 @@ fn bench_fill(
             for _ in 0..iters {
                 let b = buf.as_mut().expect("open");
                 let end = b.live().end;
-                w.fill(b, end + STEP);
+                fill_to(w, b, end + STEP);
                 settle();
                 let t = Instant::now();
                 b.set_state(&base).expect("set_state");
@@ -230,18 +179,14 @@ fn bench_fill(
 }
 
 fn checkpoints(c: &mut Criterion) {
-    let workloads = [
-        Workload::W1(W1Data::new(W1_CAP as usize)),
-        Workload::W2((0..64 * 28_224).map(|i| (i * 7 % 251) as u8).collect()),
-    ];
-    for w in &workloads {
+    for w in [Workload::W1, Workload::W2] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join(w.name());
-        let mut buf = Some(ReplayBuffer::create(&dir, w.config()).expect("create"));
+        let mut buf = Some(ReplayBuffer::create(&dir, config(w)).expect("create"));
         for (label, fill) in [("1-16", 16), ("1-4", 4), ("full", 1)] {
             let to = w.capacity() / fill;
             let b = buf.as_mut().expect("open");
-            w.fill(b, to);
+            fill_to(w, b, to);
             b.flush().expect("flush");
             bench_fill(c, w, &mut buf, &dir, label);
         }

@@ -47,6 +47,7 @@ pub mod schema;
 pub mod snapshot;
 pub mod storage;
 pub mod sumtree;
+pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
 pub use buffer::{Config, ReplayBuffer, Stats};

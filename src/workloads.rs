@@ -1,0 +1,168 @@
+//! The standard benchmark workloads of `../shared/WORKLOADS.md` (W1 vector transitions,
+//! W2 Atari frames), defined once so that criterion benches and `replaystore bench`
+//! measure exactly the same items.
+
+use std::sync::OnceLock;
+
+use crate::{Column, DType, ReplayBuffer, Result, Schema};
+
+/// Bytes of one W2 observation (4 stacked 84x84 frames).
+const W2_OBS: usize = 4 * 84 * 84;
+/// Distinct W2 observations, cycled (the content does not matter, its size does).
+const W2_DISTINCT: usize = 64;
+
+/// One of the standard workloads.
+///
+/// ```
+/// use replaystore::workloads::Workload;
+/// use replaystore::{Config, ReplayBuffer};
+/// let dir = tempfile::tempdir()?;
+/// let w = Workload::W1;
+/// let mut buf = ReplayBuffer::create(dir.path().join("w1"), Config::new(w.schema()?, 100))?;
+/// w.fill(&mut buf, 10)?;
+/// assert_eq!(buf.len(), 10);
+/// assert_eq!(w.capacity(), 1_000_000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `obs` f32[17], `next_obs` f32[17], `action` f32[6], `reward` f32, `done` bool;
+    /// capacity 10^6.
+    W1,
+    /// `obs` u8[4,84,84], `action` i64, `reward` f32, `done` bool; capacity 10^5.
+    W2,
+}
+
+impl Workload {
+    /// "W1" or "W2".
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+        }
+    }
+
+    /// The standard capacity.
+    pub fn capacity(self) -> u64 {
+        match self {
+            Workload::W1 => 1_000_000,
+            Workload::W2 => 100_000,
+        }
+    }
+
+    /// The schema.
+    pub fn schema(self) -> Result<Schema> {
+        match self {
+            Workload::W1 => Schema::builder()
+                .field("obs", DType::F32, &[17])
+                .field("next_obs", DType::F32, &[17])
+                .field("action", DType::F32, &[6])
+                .field("reward", DType::F32, &[])
+                .field("done", DType::Bool, &[])
+                .build(),
+            Workload::W2 => Schema::builder()
+                .field("obs", DType::U8, &[4, 84, 84])
+                .field("action", DType::I64, &[])
+                .field("reward", DType::F32, &[])
+                .field("done", DType::Bool, &[])
+                .build(),
+        }
+    }
+
+    /// Adds item `i` of the workload (a pure function of `i`).
+    pub fn add(self, buf: &mut ReplayBuffer, i: u64) -> Result<u64> {
+        let reward = (i % 7) as f32;
+        let done = i % 200 == 199;
+        match self {
+            Workload::W1 => {
+                let obs: [f32; 17] = std::array::from_fn(|k| (i * 17 + k as u64) as f32);
+                let next = obs.map(|x| x + 0.5);
+                let action: [f32; 6] = std::array::from_fn(|k| ((i + k as u64) % 13) as f32);
+                buf.add(&[
+                    Column::new("obs", &obs),
+                    Column::new("next_obs", &next),
+                    Column::new("action", &action),
+                    Column::scalar("reward", &reward),
+                    Column::scalar("done", &done),
+                ])
+            }
+            Workload::W2 => {
+                let frames = w2_frames();
+                let f = (i as usize % W2_DISTINCT) * W2_OBS;
+                let obs = frames.get(f..f + W2_OBS).unwrap_or(&[]);
+                let action = (i % 18) as i64;
+                buf.add(&[
+                    Column::new("obs", obs).with_shape(&[4, 84, 84]),
+                    Column::scalar("action", &action),
+                    Column::scalar("reward", &reward),
+                    Column::scalar("done", &done),
+                ])
+            }
+        }
+    }
+
+    /// Adds the next `count` items (continuing from the buffer's tail).
+    pub fn fill(self, buf: &mut ReplayBuffer, count: u64) -> Result<()> {
+        let from = buf.live().end;
+        for i in from..from + count {
+            self.add(buf, i)?;
+        }
+        Ok(())
+    }
+}
+
+fn w2_frames() -> &'static [u8] {
+    static FRAMES: OnceLock<Vec<u8>> = OnceLock::new();
+    FRAMES.get_or_init(|| {
+        (0..W2_DISTINCT * W2_OBS)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect()
+    })
+}
+
+/// Bytes this process has caused to be written to storage so far (Linux
+/// `/proc/self/io` `write_bytes`; 0 where unknown): what a checkpoint costs in disk.
+pub fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::indexing_slicing,
+        reason = "tests fail loudly"
+    )]
+    use super::*;
+    use crate::Config;
+
+    /// Items depend on their index only, so two runs (or a bench and a CLI run) store
+    /// the same bytes; W2 observations repeat every 64 items and differ in between.
+    #[test]
+    fn items_are_a_function_of_their_index() {
+        let dir = tempfile::tempdir().unwrap();
+        for w in [Workload::W1, Workload::W2] {
+            let mut buf = ReplayBuffer::create(
+                dir.path().join(w.name()),
+                Config::new(w.schema().unwrap(), 8),
+            )
+            .unwrap();
+            for i in [3, 3, 4, 3 + W2_DISTINCT as u64] {
+                w.add(&mut buf, i).unwrap();
+            }
+            let b = buf.get_many(&[0, 1, 2, 3]).unwrap();
+            assert_eq!(b.item_bytes(0), b.item_bytes(1), "{}", w.name());
+            assert_ne!(b.item_bytes(0), b.item_bytes(2), "{}", w.name());
+            if w == Workload::W2 {
+                let obs: &[u8] = b.get("obs").unwrap();
+                assert_eq!(obs[..W2_OBS], obs[3 * W2_OBS..]);
+            }
+        }
+    }
+}
