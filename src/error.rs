@@ -333,6 +333,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// An episode getter's index outside the chunk and its lookback, without a fill.
+    #[error("index {index} is outside the episode chunk: {lookback} lookback entries, then {len}")]
+    OutOfWindow {
+        /// The index asked for.
+        index: i64,
+        /// Entries before ts = 0 that may be read.
+        lookback: u64,
+        /// Entries from ts = 0 on.
+        len: u64,
+    },
+
     /// A write on a handle opened read-only (a snapshot).
     #[error("{} is open read-only: {op} is not allowed", dir.display())]
     ReadOnly {

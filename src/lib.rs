@@ -39,6 +39,7 @@ pub mod dtype;
 pub mod error;
 pub mod format;
 pub mod inspect;
+pub mod lookback;
 pub mod priorities;
 pub mod recovery;
 pub mod ring;
