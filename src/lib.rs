@@ -48,6 +48,7 @@ pub mod schema;
 pub mod snapshot;
 pub mod storage;
 pub mod sumtree;
+pub mod windows;
 pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
