@@ -698,3 +698,81 @@ fn kill_9_at_random_moments_of_checkpoint_loops_leaves_every_snapshot_whole() {
         }
     }
 }
+
+#[test]
+fn a_pending_restore_is_reported_by_verify_and_finished_by_the_next_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 30);
+    let state = buf.get_state_named("s").unwrap();
+    add_range(&mut buf, 30, 50);
+    buf.close().unwrap();
+    // What a kill right after the intent became durable leaves: RESTORE, old files.
+    std::fs::write(dir.join("RESTORE"), state.to_bytes()).unwrap();
+    let report = verify(&dir).unwrap();
+    assert!(report.is_sound(), "{:?}", report.problems);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("set_state") && n.contains("\"s\"")),
+        "{:?}",
+        report.notes
+    );
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(buf.live(), 0..30);
+    assert_live_items_intact(&buf);
+    drop(buf);
+    assert!(!dir.join("RESTORE").exists());
+    assert_sound(&dir);
+
+    // An intent naming a snapshot that is gone: open refuses, naming it, and changes
+    // nothing (the intent stays for a person to look at).
+    std::fs::write(
+        dir.join("RESTORE"),
+        State {
+            name: "gone".into(),
+            ..state.clone()
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    let e = ReplayBuffer::open(&dir).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadSnapshot { name, .. } if name == "gone"),
+        "{e}"
+    );
+    assert!(!verify(&dir).unwrap().is_sound());
+    // A damaged intent is an error naming the file, never a guess.
+    std::fs::write(dir.join("RESTORE"), b"RPLYSTAT garbage").unwrap();
+    let e = ReplayBuffer::open(&dir).unwrap_err();
+    assert!(e.to_string().contains("RESTORE"), "{e}");
+}
+
+#[test]
+fn open_at_state_refuses_a_damaged_snapshot_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 30);
+    let state = buf.get_state_named("s").unwrap();
+    add_range(&mut buf, 30, 50);
+    buf.close().unwrap();
+    let tree = dir.join("snapshots/s/priorities.tree");
+    let good = std::fs::read(&tree).unwrap();
+    std::fs::write(&tree, &good[..100]).unwrap();
+    let e = ReplayBuffer::open_at_state(&dir, &state).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadSnapshot { name, .. } if name == "s")
+            && e.to_string().contains("priorities.tree"),
+        "{e}"
+    );
+    std::fs::write(&tree, &good).unwrap();
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(buf.live(), 0..50);
+    assert_live_items_intact(&buf);
+    drop(buf);
+    let buf = ReplayBuffer::open_at_state(&dir, &state).unwrap();
+    assert_eq!(buf.live(), 0..30);
+}
