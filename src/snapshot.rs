@@ -203,19 +203,20 @@ fn sync_dir(io: &dyn Io, dir: &Path) -> Result<()> {
     io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
 }
 
-/// The MANIFEST of a snapshot: the live superblock and schema with `commit` (marked
-/// clean) in its slot and the other slot empty, so the snapshot opens without recovery
-/// and never with a newer commit than the one frozen.
+/// The MANIFEST of `dir` (its superblock and schema) with `commit` as its only commit:
+/// in its slot, the other slot empty. A snapshot's (commit marked clean) opens without
+/// recovery and never with a newer commit than the one frozen.
 fn frozen_manifest(io: &dyn Io, dir: &Path, commit: &Commit) -> Result<Vec<u8>> {
     let path = dir.join(MANIFEST);
     let mut bytes = io.read(&path).map_err(|e| Error::io("read", &path, e))?;
+    let len = bytes.len() as u64;
     for (i, off) in COMMIT_SLOT_OFFSET.iter().enumerate() {
         let slot = bytes
             .get_mut(*off..off + COMMIT_LEN)
             .ok_or(Error::Truncated {
                 file: path.clone(),
                 expected: (off + COMMIT_LEN) as u64,
-                got: 0,
+                got: len,
             })?;
         if i == commit.slot() {
             slot.copy_from_slice(&commit.encode());
@@ -493,14 +494,10 @@ pub(crate) fn finish_restore(io: &dyn Io, dir: &Path) -> Result<()> {
     let Some(state) = pending_restore(io, dir)? else {
         return Ok(());
     };
-    let m =
-        Manifest::load(io, &snapshot_dir(dir, &state.name)).map_err(|e| Error::BadSnapshot {
-            dir: dir.to_path_buf(),
-            name: state.name.clone(),
-            source: Box::new(e),
-        })?;
-    check(io, dir, &m.superblock, &state)?;
-    restore(io, dir, &m.superblock, &state.name).map(drop)
+    // The live MANIFEST is whole at every point of a restore (it is replaced by rename).
+    let sb = Manifest::load(io, dir)?.superblock;
+    check(io, dir, &sb, &state)?;
+    restore(io, dir, &sb, &state.name).map(drop)
 }
 
 /// Deletes snapshot `name`: renamed out of the listing first (one atomic step), then its

@@ -740,7 +740,7 @@ fn a_pending_restore_is_reported_by_verify_and_finished_by_the_next_open() {
     .unwrap();
     let e = ReplayBuffer::open(&dir).unwrap_err();
     assert!(
-        matches!(&e, Error::BadSnapshot { name, .. } if name == "gone"),
+        matches!(&e, Error::NoSuchSnapshot { name, .. } if name == "gone"),
         "{e}"
     );
     assert!(!verify(&dir).unwrap().is_sound());
