@@ -111,6 +111,91 @@ impl Workload {
     }
 }
 
+/// Items `from .. from + n` of a workload as columns with the batch dimension first,
+/// for `add_batch` (W1-addB adds chunks of 1,000).
+///
+/// ```
+/// use replaystore::workloads::{Chunk, Workload};
+/// use replaystore::{Config, ReplayBuffer};
+/// let dir = tempfile::tempdir()?;
+/// let w = Workload::W1;
+/// let mut buf = ReplayBuffer::create(dir.path().join("w1"), Config::new(w.schema()?, 100))?;
+/// let chunk = Chunk::new(w, 0, 10);
+/// buf.add_batch(&chunk.columns())?;
+/// assert_eq!(buf.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    workload: Workload,
+    n: usize,
+    obs_f32: Vec<f32>,
+    next_f32: Vec<f32>,
+    action_f32: Vec<f32>,
+    obs_u8: Vec<u8>,
+    action_i64: Vec<i64>,
+    reward: Vec<f32>,
+    done: Vec<bool>,
+}
+
+impl Chunk {
+    /// The items `from .. from + n`, the same bytes `Workload::add` stores.
+    pub fn new(workload: Workload, from: u64, n: usize) -> Chunk {
+        let items = from..from + n as u64;
+        let mut c = Chunk {
+            workload,
+            n,
+            obs_f32: Vec::new(),
+            next_f32: Vec::new(),
+            action_f32: Vec::new(),
+            obs_u8: Vec::new(),
+            action_i64: Vec::new(),
+            reward: items.clone().map(|i| (i % 7) as f32).collect(),
+            done: items.clone().map(|i| i % 200 == 199).collect(),
+        };
+        match workload {
+            Workload::W1 => {
+                for i in items {
+                    let obs = (0..17).map(|k| (i * 17 + k) as f32);
+                    c.obs_f32.extend(obs.clone());
+                    c.next_f32.extend(obs.map(|x| x + 0.5));
+                    c.action_f32.extend((0..6).map(|k| ((i + k) % 13) as f32));
+                }
+            }
+            Workload::W2 => {
+                let frames = w2_frames();
+                for i in items {
+                    let f = (i as usize % W2_DISTINCT) * W2_OBS;
+                    c.obs_u8
+                        .extend_from_slice(frames.get(f..f + W2_OBS).unwrap_or(&[]));
+                    c.action_i64.push((i % 18) as i64);
+                }
+            }
+        }
+        c
+    }
+
+    /// The columns, shaped `[n, field shape...]`.
+    pub fn columns(&self) -> Vec<Column<'_>> {
+        let n = self.n;
+        match self.workload {
+            Workload::W1 => vec![
+                Column::new("obs", &self.obs_f32).with_shape(&[n, 17]),
+                Column::new("next_obs", &self.next_f32).with_shape(&[n, 17]),
+                Column::new("action", &self.action_f32).with_shape(&[n, 6]),
+                Column::new("reward", &self.reward),
+                Column::new("done", &self.done),
+            ],
+            Workload::W2 => vec![
+                Column::new("obs", &self.obs_u8).with_shape(&[n, 4, 84, 84]),
+                Column::new("action", &self.action_i64),
+                Column::new("reward", &self.reward),
+                Column::new("done", &self.done),
+            ],
+        }
+    }
+}
+
 fn w2_frames() -> &'static [u8] {
     static FRAMES: OnceLock<Vec<u8>> = OnceLock::new();
     FRAMES.get_or_init(|| {
@@ -148,6 +233,11 @@ mod tests {
     fn items_are_a_function_of_their_index() {
         let dir = tempfile::tempdir().unwrap();
         for w in [Workload::W1, Workload::W2] {
+            let mut batched = ReplayBuffer::create(
+                dir.path().join(format!("{}-batch", w.name())),
+                Config::new(w.schema().unwrap(), 8),
+            )
+            .unwrap();
             let mut buf = ReplayBuffer::create(
                 dir.path().join(w.name()),
                 Config::new(w.schema().unwrap(), 8),
@@ -158,6 +248,11 @@ mod tests {
             }
             let b = buf.get_many(&[0, 1, 2, 3]).unwrap();
             assert_eq!(b.item_bytes(0), b.item_bytes(1), "{}", w.name());
+            // A chunk stores the same bytes as adding one at a time.
+            batched.add_batch(&Chunk::new(w, 3, 2).columns()).unwrap();
+            let c = batched.get_many(&[0, 1]).unwrap();
+            assert_eq!(c.item_bytes(0), b.item_bytes(0), "{}", w.name());
+            assert_eq!(c.item_bytes(1), b.item_bytes(2), "{}", w.name());
             assert_ne!(b.item_bytes(0), b.item_bytes(2), "{}", w.name());
             if w == Workload::W2 {
                 let obs: &[u8] = b.get("obs").unwrap();

@@ -1,16 +1,23 @@
 //! `replaystore bench`: the workloads of ../shared/WORKLOADS.md on this machine, one
-//! table. So far the checkpoint workloads (issue 5): W1-save, W1-load, W2-save, W2-load,
-//! each at 1/16, 1/4 and full, on prioritized buffers. Save is `get_state` after 32 new
-//! items (their flush included); load is what a fresh process does to resume,
-//! `open_at_state`, after the buffer ran 32 items past the checkpoint; set_state is the
-//! same on the open buffer.
+//! table, each figure the median of `--runs` runs with min–max:
+//! - add1 / addB (W1): a capacity's worth of items one at a time / in chunks of 1,000
+//!   (the first run fills an empty ring, later runs wrap it);
+//! - sample: 10,000 uniform batches (W1 256, W2 32) from the full buffer;
+//! - per: 10,000 iterations of a prioritized batch (alpha 0.6, beta 0.4) with weights
+//!   plus as many new priorities;
+//! - save / load / set_state at 1/16, 1/4 and full, on a prioritized buffer: save is
+//!   `get_state` after 32 new items (their flush included), load is what a fresh
+//!   process does to resume (`open_at_state`) after the buffer ran 32 items past the
+//!   checkpoint, set_state the same on the open buffer.
+//!
+//! `--quick` divides capacities and iteration counts by 16.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use replaystore::workloads::{Workload, written_bytes};
-use replaystore::{Config, Error, ReplayBuffer};
+use replaystore::workloads::{Chunk, Workload, written_bytes};
+use replaystore::{Batch, Config, Error, PrioritySpec, ReplayBuffer, SampleSpec};
 use serde_json::json;
 
 /// Items added before each timed checkpoint.
@@ -19,15 +26,113 @@ const STEP: u64 = 32;
 /// One line of the table.
 struct Row {
     name: String,
-    times_ms: Vec<f64>,
+    values: Vec<f64>,
+    unit: &'static str,
     data_bytes: u64,
     written_bytes: Vec<u64>,
 }
 
 impl Row {
-    fn median_ms(&self) -> f64 {
-        median(&self.times_ms)
+    fn new(name: String, unit: &'static str, data_bytes: u64) -> Row {
+        Row {
+            name,
+            values: Vec::new(),
+            unit,
+            data_bytes,
+            written_bytes: Vec::new(),
+        }
     }
+
+    fn median(&self) -> f64 {
+        median(&self.values)
+    }
+}
+
+/// A xorshift step: the bench's own reproducible priorities.
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// add1, addB, sample and per rows of one workload.
+fn throughput(
+    w: Workload,
+    capacity: u64,
+    dir: &Path,
+    runs: usize,
+    batches: usize,
+) -> Result<Vec<Row>, Error> {
+    let item_bytes = w.schema()?.item_bytes() as u64;
+    let data = capacity * item_bytes;
+    let mut rows = Vec::new();
+    let path = dir.join(format!("{}-plain", w.name()));
+    let mut buf = ReplayBuffer::create(&path, Config::new(w.schema()?, capacity).seed(1))?;
+    let mut add1 = Row::new(format!("{}-add1", w.name()), "M items/s", data);
+    for _ in 0..runs {
+        let t = Instant::now();
+        w.fill(&mut buf, capacity)?;
+        add1.values
+            .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    rows.push(add1);
+    if w == Workload::W1 {
+        let mut add_b = Row::new(format!("{}-addB", w.name()), "M items/s", data);
+        let chunk = Chunk::new(w, 0, 1000);
+        let columns = chunk.columns();
+        for _ in 0..runs {
+            let t = Instant::now();
+            for _ in 0..capacity.div_ceil(1000) {
+                buf.add_batch(&columns)?;
+            }
+            add_b
+                .values
+                .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
+        }
+        rows.push(add_b);
+    }
+    let n = if w == Workload::W1 { 256 } else { 32 };
+    let mut sample = Row::new(format!("{}-sample", w.name()), "k batches/s", data);
+    let spec = SampleSpec::new(n);
+    let mut batch = Batch::new(buf.schema(), 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        for _ in 0..batches {
+            buf.sample_into(&spec, &mut batch)?;
+        }
+        sample
+            .values
+            .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
+    }
+    rows.push(sample);
+    buf.close()?;
+
+    let path = dir.join(format!("{}-per", w.name()));
+    let config = Config::new(w.schema()?, capacity)
+        .prioritized(0.6, 1e-6)
+        .seed(2);
+    let mut buf = ReplayBuffer::create(&path, config)?;
+    w.fill(&mut buf, capacity)?;
+    let mut per = Row::new(format!("{}-per", w.name()), "k it/s", data);
+    let spec = PrioritySpec::new(n, 0.4);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut priorities = vec![0f32; n];
+    for _ in 0..runs {
+        let t = Instant::now();
+        for _ in 0..batches {
+            buf.sample_prioritized_into(&spec, &mut batch)?;
+            for p in &mut priorities {
+                *p = (xorshift(&mut rng) >> 40) as f32 / (1u64 << 24) as f32 + 0.01;
+            }
+            buf.update_priorities(batch.indices(), &priorities)?;
+        }
+        per.values
+            .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
+    }
+    rows.push(per);
+    buf.close()?;
+    Ok(rows)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -64,47 +169,32 @@ fn checkpoints(w: Workload, capacity: u64, dir: &Path, runs: usize) -> Result<Ve
         w.fill(&mut buf, target.saturating_sub(have))?;
         buf.flush()?;
         let data_bytes = buf.len() * buf.schema().item_bytes() as u64;
-        let mut save = Row {
-            name: format!("{}-save {label}", w.name()),
-            times_ms: Vec::new(),
-            data_bytes,
-            written_bytes: Vec::new(),
-        };
+        let mut save = Row::new(format!("{}-save {label}", w.name()), "ms", data_bytes);
         for _ in 0..runs {
             w.fill(&mut buf, STEP)?;
             let before = written_bytes();
             settle();
             let t = Instant::now();
             let state = buf.get_state()?;
-            save.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            save.values.push(t.elapsed().as_secs_f64() * 1e3);
             save.written_bytes.push(written_bytes() - before);
             buf.delete_snapshot(&state.name)?;
         }
         let base = buf.get_state_named("bench-base")?;
-        let mut load = Row {
-            name: format!("{}-load {label}", w.name()),
-            times_ms: Vec::new(),
-            data_bytes,
-            written_bytes: Vec::new(),
-        };
-        let mut set = Row {
-            name: format!("{}-set_state {label}", w.name()),
-            times_ms: Vec::new(),
-            data_bytes,
-            written_bytes: Vec::new(),
-        };
+        let mut load = Row::new(format!("{}-load {label}", w.name()), "ms", data_bytes);
+        let mut set = Row::new(format!("{}-set_state {label}", w.name()), "ms", data_bytes);
         for _ in 0..runs {
             w.fill(&mut buf, STEP)?;
             buf.close()?;
             settle();
             let t = Instant::now();
             buf = ReplayBuffer::open_at_state(&path, &base)?;
-            load.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            load.values.push(t.elapsed().as_secs_f64() * 1e3);
             w.fill(&mut buf, STEP)?;
             settle();
             let t = Instant::now();
             buf.set_state(&base)?;
-            set.times_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            set.values.push(t.elapsed().as_secs_f64() * 1e3);
         }
         buf.delete_snapshot("bench-base")?;
         rows.push(save);
@@ -147,7 +237,12 @@ pub fn run(
                 w.name()
             );
         }
-        match checkpoints(w, capacity, &scratch, runs) {
+        let batches = if quick { 10_000 / 16 } else { 10_000 };
+        let measured = throughput(w, capacity, &scratch, runs, batches).and_then(|mut r| {
+            r.extend(checkpoints(w, capacity, &scratch, runs)?);
+            Ok(r)
+        });
+        match measured {
             Ok(r) => rows.extend(r),
             Err(e) => {
                 result = Err(e);
@@ -162,14 +257,14 @@ pub fn run(
         let items: Vec<_> = rows
             .iter()
             .map(|r| {
-                let (lo, hi) = min_max(&r.times_ms);
+                let (lo, hi) = min_max(&r.values);
                 json!({
                     "workload": r.name,
-                    "median": r.median_ms(),
+                    "median": r.median(),
                     "min": lo,
                     "max": hi,
-                    "unit": "ms",
-                    "runs": r.times_ms.len(),
+                    "unit": r.unit,
+                    "runs": r.values.len(),
                     "data_bytes": r.data_bytes,
                     "written_bytes": r.written_bytes.iter().copied().max(),
                 })
@@ -179,17 +274,17 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<18} {:>10} {:>21} {:>6} {:>12} {:>12}",
+        "{:<18} {:>10} {:>21} {:<12} {:>12} {:>12}",
         "workload", "median", "min-max", "unit", "data", "written"
     );
     for r in &rows {
-        let (lo, hi) = min_max(&r.times_ms);
+        let (lo, hi) = min_max(&r.values);
         println!(
-            "{:<18} {:>10.2} {:>21} {:>6} {:>12} {:>12}",
+            "{:<18} {:>10.2} {:>21} {:<12} {:>12} {:>12}",
             r.name,
-            r.median_ms(),
+            r.median(),
             format!("{lo:.2}-{hi:.2}"),
-            "ms",
+            r.unit,
             crate::human(r.data_bytes),
             r.written_bytes
                 .iter()

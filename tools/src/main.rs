@@ -62,13 +62,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Time the standard workloads (../shared/WORKLOADS.md) on this machine: so far the
-    /// checkpoint workloads W1/W2 save and load at 1/16, 1/4 and full.
+    /// Time the standard workloads (../shared/WORKLOADS.md) on this machine: W1/W2 add,
+    /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full.
     Bench {
         /// W1, W2 or all.
         #[arg(long, default_value = "all")]
         workload: String,
-        /// Capacities divided by 16: a quick look, not the standard figures.
+        /// Capacities and iteration counts divided by 16: a quick look, not the standard
+        /// figures.
         #[arg(long)]
         quick: bool,
         /// Timed runs per figure (median and min-max are reported).

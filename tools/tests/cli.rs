@@ -170,7 +170,7 @@ fn snapshots_lists_shared_and_owned_bytes_and_deletes() {
 }
 
 #[test]
-fn bench_quick_prints_save_load_and_set_state_at_three_fills() {
+fn bench_quick_prints_every_w1_workload_with_median_and_range() {
     let d = tempfile::tempdir().unwrap();
     let o = run(&[
         "bench",
@@ -193,6 +193,10 @@ fn bench_quick_prints_save_load_and_set_state_at_three_fills() {
     assert_eq!(
         names,
         [
+            "W1-add1",
+            "W1-addB",
+            "W1-sample",
+            "W1-per",
             "W1-save 1/16",
             "W1-load 1/16",
             "W1-set_state 1/16",
@@ -212,11 +216,21 @@ fn bench_quick_prints_save_load_and_set_state_at_three_fills() {
         );
         assert!(0.0 < lo && lo <= med && med <= hi, "{r}");
         assert_eq!(r["runs"], 3);
+        let unit = r["unit"].as_str().unwrap();
+        let name = r["workload"].as_str().unwrap();
+        let expected = match &name[3..] {
+            n if n.starts_with("add") => "M items/s",
+            "sample" => "k batches/s",
+            "per" => "k it/s",
+            _ => "ms",
+        };
+        assert_eq!(unit, expected, "{r}");
     }
     // W1 items are 165 bytes; the quick capacity is 62,500.
     let data = |i: usize| rows[i]["data_bytes"].as_u64().unwrap();
+    assert_eq!(data(0), 62_500 * 165);
     assert_eq!(
-        (data(0), data(3), data(6)),
+        (data(4), data(7), data(10)),
         (3_906 * 165, 15_625 * 165, 62_500 * 165)
     );
     assert_eq!(
