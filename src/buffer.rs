@@ -9,10 +9,12 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
 use crate::batch::Batch;
-use crate::column::{Column, NameCache, match_columns};
+use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns};
+use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
+use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
 use crate::format::state::State;
 use crate::priorities::{
@@ -26,6 +28,7 @@ use crate::snapshot::{self, SnapshotInfo};
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::StampMismatch;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
+use crate::windows::End;
 
 /// Default size of one segment file: small enough that copying the one being written is
 /// cheap (checkpoints), large enough that a million-item buffer has few files.
@@ -49,6 +52,7 @@ pub struct Config {
     seed: Option<u64>,
     io: Option<IoRef>,
     priorities: Option<PriorityConfig>,
+    episodic: bool,
 }
 
 impl Config {
@@ -62,6 +66,7 @@ impl Config {
             seed: None,
             io: None,
             priorities: None,
+            episodic: false,
         }
     }
 
@@ -111,6 +116,27 @@ impl Config {
     /// The priority settings, if the buffer keeps priorities.
     pub fn priorities(&self) -> Option<PriorityConfig> {
         self.priorities
+    }
+
+    /// Keeps episodes: rows are added with [`ReplayBuffer::add_reset`] (what
+    /// `env.reset()` returned) and [`ReplayBuffer::add_step`] (what `env.step()`
+    /// returned), each carrying its episode and step, and a scalar field named `reward`
+    /// adds up to each episode's return. See `docs/design/episodes.md`.
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, Schema};
+    /// let schema = Schema::builder().field("obs", DType::F32, &[4]).build()?;
+    /// assert!(Config::new(schema, 1000).episodic().is_episodic());
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn episodic(mut self) -> Config {
+        self.episodic = true;
+        self
+    }
+
+    /// Whether the buffer keeps episodes.
+    pub fn is_episodic(&self) -> bool {
+        self.episodic
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.
@@ -218,6 +244,10 @@ pub struct ReplayBuffer {
     priorities: Option<Priorities>,
     order: Vec<usize>,
     names: NameCache,
+    /// The episode table (episodic buffers).
+    episodes: Option<Episodes>,
+    /// Zero bytes for fields a reset row leaves out.
+    zeros: Vec<u8>,
     /// A segment was copied and renamed since the last commit: the lane folder must be
     /// fsynced before the next commit.
     lane_dirty: bool,
@@ -268,7 +298,7 @@ impl ReplayBuffer {
             });
         }
         let lock = storage::lock(&*io, &dir)?;
-        let layout = RowLayout::of(&config.schema);
+        let layout = RowLayout::with_steps(&config.schema, config.episodic);
         let stride = layout.stride as u64;
         let segment_slots = config.slots_per_segment(stride)?;
         let archive = schema_doc::encode(&config.schema);
@@ -283,6 +313,7 @@ impl ReplayBuffer {
             schema_len: archive.len() as u64,
             schema_crc: crate::format::crc32(&archive),
             prioritized: config.priorities.is_some(),
+            episodic: config.episodic,
         };
         let result = write_new_buffer(
             &*io,
@@ -459,6 +490,36 @@ impl ReplayBuffer {
         };
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
+        let episodes = if sb.episodic {
+            let mut table = Episodes::new(&m.schema);
+            let cap = sb.capacity;
+            let reward_field = table.reward_field();
+            let rebuilt = table.rebuild(
+                head,
+                tail,
+                |i| ring.step_header(i % cap),
+                |i| table_reward(&ring, reward_field, i % cap),
+            );
+            if let Err((index, problem)) = rebuilt {
+                let slot = index % cap;
+                let (file, offset) = ring.locate(slot).map_or((dir.clone(), 0), |(seg, k)| {
+                    (seg.path().to_path_buf(), seg.row_offset(k))
+                });
+                return Err(Error::BadItem {
+                    file,
+                    offset,
+                    index,
+                    problem: format!("step header: {problem}"),
+                });
+            }
+            // Numbering goes on past the newest row written, live or not (a clear).
+            if tail > 0 && ring.stamp((tail - 1) % cap) == crate::format::row::stamp_of(tail - 1) {
+                table.continue_after(ring.step_header((tail - 1) % cap).episode + 1);
+            }
+            Some(table)
+        } else {
+            None
+        };
         let mut buf = ReplayBuffer {
             manifest_path,
             manifest,
@@ -483,6 +544,8 @@ impl ReplayBuffer {
             order: Vec::new(),
             names: NameCache::new(),
             lane_dirty: false,
+            episodes,
+            zeros: Vec::new(),
             superblock: sb,
             dir,
             io,
@@ -606,7 +669,7 @@ impl ReplayBuffer {
     }
 
     #[inline(always)]
-    fn push_row(&mut self, fields: &[&[u8]]) {
+    fn push_row(&mut self, fields: &[&[u8]], step: Option<&[u8; STEP_HEADER_LEN]>) {
         let cap = self.superblock.capacity;
         if self.tail - self.head == cap {
             self.head += 1;
@@ -620,7 +683,7 @@ impl ReplayBuffer {
         // item with the new item's priority.
         let slot = self.tail_slot;
         let priorities = &mut self.priorities;
-        self.ring.write(slot, self.tail, fields, || {
+        self.ring.write(slot, self.tail, step, fields, || {
             if let Some(p) = priorities {
                 p.on_add(slot);
             }
@@ -638,6 +701,7 @@ impl ReplayBuffer {
     /// page cache. `flush` makes them survive a power loss too.
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
+        self.not_episodic("add")?;
         let mut order = std::mem::take(&mut self.order);
         let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
             .and_then(|_| self.ensure_private(self.tail_slot, 1));
@@ -656,7 +720,7 @@ impl ReplayBuffer {
             for (slot, &pos) in fields.iter_mut().zip(&order) {
                 *slot = columns.get(pos).map_or(&[][..], Column::bytes);
             }
-            self.push_row(fields);
+            self.push_row(fields, None);
             index
         });
         self.order = order;
@@ -667,6 +731,7 @@ impl ReplayBuffer {
     /// their logical indices. A batch longer than the capacity keeps its newest rows.
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
+        self.not_episodic("add_batch")?;
         let mut order = std::mem::take(&mut self.order);
         let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names)
             .and_then(|rows| {
@@ -696,7 +761,7 @@ impl ReplayBuffer {
                 for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
                     *dst = col.get(r * size..(r + 1) * size).unwrap_or(&[]);
                 }
-                self.push_row(&fields);
+                self.push_row(&fields, None);
             }
             first..first + rows
         });
@@ -754,6 +819,198 @@ impl ReplayBuffer {
                 dir: self.dir.clone(),
             }),
         }
+    }
+
+    fn not_episodic(&self, op: &str) -> Result<()> {
+        if self.episodes.is_some() {
+            return Err(Error::EpisodeOrder(format!(
+                "{op} on an episodic buffer: add rows with add_reset and add_step"
+            )));
+        }
+        Ok(())
+    }
+
+    fn episodes_ref(&self) -> Result<&Episodes> {
+        self.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
+            dir: self.dir.clone(),
+        })
+    }
+
+    /// Begins an episode with what `env.reset()` returned: the observation fields (any
+    /// field left out is stored as zeros). An episode still open is abandoned and
+    /// counts as truncated at its last row.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::F32, &[2])
+    ///     .field("action", DType::I64, &[])
+    ///     .field("reward", DType::F32, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// buf.add_reset(&[Column::new("obs", &[0.0f32, 0.0])])?;
+    /// for t in 1..=3 {
+    ///     let (obs, action, reward) = ([t as f32, 0.0], 1i64, 1.0f32);
+    ///     let cols = [Column::new("obs", &obs), Column::scalar("action", &action),
+    ///                 Column::scalar("reward", &reward)];
+    ///     let info = buf.add_step(&cols, t == 3, false)?;
+    ///     if let Some((ret, steps, start)) = info.ended {
+    ///         assert_eq!((ret, steps, start), (3.0, 3, 0));
+    ///     }
+    /// }
+    /// assert_eq!(buf.prev(2)?, 1);
+    /// assert_eq!(buf.prev(0)?, 0); // stays put at the episode's start
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_reset(&mut self, columns: &[Column<'_>]) -> Result<StepInfo> {
+        self.writable()?;
+        self.episodes_ref()?;
+        let mut order = std::mem::take(&mut self.order);
+        let checked = match_some_columns(
+            &self.schema,
+            columns,
+            false,
+            true,
+            &mut order,
+            &mut self.names,
+        )
+        .and_then(|_| self.ensure_private(self.tail_slot, 1));
+        let result = checked.map(|_| {
+            let index = self.tail;
+            let header = match &mut self.episodes {
+                Some(e) => e.begin(index),
+                None => StepHeader::default(),
+            };
+            let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            if self.zeros.len() < largest {
+                self.zeros.resize(largest, 0);
+            }
+            let zeros = std::mem::take(&mut self.zeros);
+            let fields: Vec<&[u8]> = order
+                .iter()
+                .zip(&sizes)
+                .map(
+                    |(&pos, &size)| match columns.get(pos).filter(|_| pos != ABSENT) {
+                        Some(c) => c.bytes(),
+                        None => zeros.get(..size).unwrap_or(&[]),
+                    },
+                )
+                .collect();
+            self.push_row(&fields, Some(&header.encode()));
+            drop(fields);
+            self.zeros = zeros;
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.head);
+            }
+            StepInfo {
+                index,
+                episode: header.episode,
+                t: 0,
+                ended: None,
+            }
+        });
+        self.order = order;
+        result
+    }
+
+    /// Adds what `env.step()` returned to the open episode: every field of the schema
+    /// (the action taken, its reward, the observation it led to), and whether the episode
+    /// terminated or was truncated here. Reports the episode's return, steps and start
+    /// index when this step ends it (Tianshou's `add` result).
+    pub fn add_step(
+        &mut self,
+        columns: &[Column<'_>],
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<StepInfo> {
+        self.writable()?;
+        let reward_field = self.episodes_ref()?.reward_field();
+        if self.episodes_ref()?.open().is_none() {
+            return Err(Error::EpisodeOrder(
+                "no episode is open: begin one with add_reset".into(),
+            ));
+        }
+        let mut order = std::mem::take(&mut self.order);
+        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
+            .and_then(|_| self.ensure_private(self.tail_slot, 1));
+        let result = checked.and_then(|_| {
+            let reward = reward_field.map_or(0.0, |(f, dtype)| {
+                let pos = order.get(f).copied().unwrap_or(ABSENT);
+                scalar_f64(dtype, columns.get(pos).map_or(&[][..], Column::bytes))
+            });
+            let end = if terminated {
+                Some(End::Terminated)
+            } else if truncated {
+                Some(End::Truncated)
+            } else {
+                None
+            };
+            let index = self.tail;
+            let (header, info) = match &mut self.episodes {
+                Some(e) => e.step(index, reward, end)?,
+                None => {
+                    return Err(Error::NotEpisodic {
+                        dir: self.dir.clone(),
+                    });
+                }
+            };
+            let fields: Vec<&[u8]> = order
+                .iter()
+                .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
+                .collect();
+            self.push_row(&fields, Some(&header.encode()));
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.head);
+            }
+            Ok(info)
+        });
+        self.order = order;
+        result
+    }
+
+    /// The episode holding live index `index`.
+    pub fn episode(&self, index: u64) -> Result<EpisodeInfo> {
+        let e = self.episodes_ref()?;
+        if index < self.head || index >= self.tail {
+            return Err(Error::Evicted {
+                index,
+                head: self.head,
+                tail: self.tail,
+            });
+        }
+        e.of(index).copied().ok_or_else(|| {
+            Error::EpisodeOrder(format!("index {index} belongs to no episode in the table"))
+        })
+    }
+
+    /// The index before `index` in its episode, or `index` itself at the episode's first
+    /// live row (Tianshou's `prev`).
+    pub fn prev(&self, index: u64) -> Result<u64> {
+        let e = self.episode(index)?;
+        Ok(if index > e.start.max(self.head) {
+            index - 1
+        } else {
+            index
+        })
+    }
+
+    /// The index after `index` in its episode, or `index` itself at the episode's last
+    /// row so far (Tianshou's `next`).
+    pub fn next(&self, index: u64) -> Result<u64> {
+        let e = self.episode(index)?;
+        Ok(if index < e.last() { index + 1 } else { index })
+    }
+
+    /// The episodes with a live row, oldest first.
+    pub fn episodes(&self) -> Result<Vec<EpisodeInfo>> {
+        Ok(self.episodes_ref()?.iter().copied().collect())
+    }
+
+    /// The episode still being written, if any (at most one: episodes are contiguous).
+    pub fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
+        Ok(self.episodes_ref()?.open().copied().into_iter().collect())
     }
 
     /// Draws `n` indices uniformly with replacement and gathers their items.
@@ -1087,6 +1344,9 @@ impl ReplayBuffer {
         if let Some(p) = &mut self.priorities {
             p.clear();
         }
+        if let Some(e) = &mut self.episodes {
+            e.clear();
+        }
         self.sync_priorities()?;
         self.commit(0, true)
     }
@@ -1277,6 +1537,17 @@ fn release_in_background<T: Send + 'static>(files: T) {
     let _ = std::thread::Builder::new()
         .name("replaystore-release".into())
         .spawn(move || drop(files));
+}
+
+/// The reward field (schema position, dtype) of the row in `slot` as f64 (0 without).
+fn table_reward(ring: &Ring, field: Option<(usize, crate::DType)>, slot: u64) -> f64 {
+    let Some((f, dtype)) = field else {
+        return 0.0;
+    };
+    let mut b = [0u8; 8];
+    let n = dtype.size().min(8);
+    ring.read_field(slot, f, b.get_mut(..n).unwrap_or(&mut []));
+    scalar_f64(dtype, &b)
 }
 
 fn write_new_buffer(

@@ -130,22 +130,41 @@ pub(crate) fn match_columns(
     order: &mut Vec<usize>,
     names: &mut NameCache,
 ) -> Result<usize> {
+    match_some_columns(schema, columns, batch, false, order, names)
+}
+
+/// Position in `columns` recorded for a field left out (allowed with `partial`).
+pub(crate) const ABSENT: usize = usize::MAX;
+
+/// `match_columns`, where with `partial` a field may be left out (its position in
+/// `order` is `ABSENT`): an episode's reset row carries only observations.
+pub(crate) fn match_some_columns(
+    schema: &Schema,
+    columns: &[Column<'_>],
+    batch: bool,
+    partial: bool,
+    order: &mut Vec<usize>,
+    names: &mut NameCache,
+) -> Result<usize> {
     order.clear();
     names.resize(schema.len(), (0, 0));
     for (f, field) in schema.fields().iter().enumerate() {
         // Fast path: columns given in schema order.
         let pos = match columns.get(f) {
             Some(c) if same_name(c, field.name(), names.get_mut(f)) => f,
-            _ => columns
-                .iter()
-                .position(|c| c.name == field.name())
-                .ok_or_else(|| Error::MissingField {
-                    field: field.name().to_owned(),
-                })?,
+            _ => match columns.iter().position(|c| c.name == field.name()) {
+                Some(p) => p,
+                None if partial => ABSENT,
+                None => {
+                    return Err(Error::MissingField {
+                        field: field.name().to_owned(),
+                    });
+                }
+            },
         };
         order.push(pos);
     }
-    if columns.len() != schema.len() {
+    if partial || columns.len() != schema.len() {
         // Every field was found, so an extra column is either unknown or a duplicate.
         for (i, c) in columns.iter().enumerate() {
             if schema.position(c.name).is_none() {

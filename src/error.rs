@@ -344,6 +344,17 @@ pub enum Error {
         len: u64,
     },
 
+    /// An episode call on a buffer created without `Config::episodic`.
+    #[error("{}: the buffer does not keep episodes (create it with Config::episodic)", dir.display())]
+    NotEpisodic {
+        /// The buffer directory.
+        dir: PathBuf,
+    },
+
+    /// A row that cannot go where it was asked to in an episode.
+    #[error("episode order: {0}")]
+    EpisodeOrder(String),
+
     /// A write on a handle opened read-only (a snapshot).
     #[error("{} is open read-only: {op} is not allowed", dir.display())]
     ReadOnly {

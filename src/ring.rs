@@ -1,7 +1,7 @@
 //! Slots over segments: which file and row a ring slot lives in, and the per-slot
 //! operations the buffer and recovery need. Head/tail bookkeeping lives in the buffer.
 
-use crate::format::row::RowLayout;
+use crate::format::row::{EPISODE_OFF, RowLayout, STEP_HEADER_LEN, StepHeader};
 use crate::storage::io::Io;
 use crate::storage::map::{self, RowCheck, SegmentMap, SlotMap, StampMismatch};
 
@@ -136,10 +136,35 @@ impl Ring {
     /// Writes item `index` into `slot` (`fields[i]` is field `i`'s bytes), running `between`
     /// before the slot is stamped complete (see `SegmentMap::write_row`).
     #[inline]
-    pub fn write(&mut self, slot: u64, index: u64, fields: &[&[u8]], between: impl FnOnce()) {
+    pub fn write(
+        &mut self,
+        slot: u64,
+        index: u64,
+        step: Option<&[u8; STEP_HEADER_LEN]>,
+        fields: &[&[u8]],
+        between: impl FnOnce(),
+    ) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {
-            seg.write_row(k, index, &self.layout, fields, between);
+            seg.write_row(k, index, &self.layout, step, fields, between);
+        }
+    }
+
+    /// The step header of a slot (episodic buffers; zeros otherwise).
+    pub fn step_header(&self, slot: u64) -> StepHeader {
+        let mut b = [0u8; STEP_HEADER_LEN];
+        if self.layout.episodic
+            && let Some((seg, k)) = self.locate(slot)
+        {
+            seg.read_row_bytes(k, EPISODE_OFF, &mut b);
+        }
+        StepHeader::decode(&b)
+    }
+
+    /// Copies field `f` of a slot into `out` (which has the field's size).
+    pub fn read_field(&self, slot: u64, f: usize, out: &mut [u8]) {
+        if let (Some((seg, k)), Some(&(off, _))) = (self.locate(slot), self.layout.fields.get(f)) {
+            seg.read_row_bytes(k, off, out);
         }
     }
 

@@ -84,12 +84,17 @@ pub struct Superblock {
     pub schema_crc: u32,
     /// The buffer keeps priorities in `priorities.tree` (superblock flag bit 0).
     pub prioritized: bool,
+    /// Rows carry a step header: episode id, step, end flags (superblock flag bit 1).
+    pub episodic: bool,
 }
 
 /// Superblock flag: the buffer has a `priorities.tree`. Builds that predate it reject
 /// the flag, so they never write to such a buffer without keeping its tree.
 pub const SB_FLAG_PRIORITIES: u32 = 1;
-const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES;
+/// Superblock flag: every row has a step header after its row header (episodes).
+/// Builds that predate it reject the flag, so they never misread such rows.
+pub const SB_FLAG_EPISODES: u32 = 2;
+const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES | SB_FLAG_EPISODES;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -103,13 +108,10 @@ impl Superblock {
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, &MAGIC);
         w.u32(VERSION_OFF, FORMAT_VERSION);
+        let flag = |on: bool, bit: u32| if on { bit } else { 0 };
         w.u32(
             FLAGS_OFF,
-            if self.prioritized {
-                SB_FLAG_PRIORITIES
-            } else {
-                0
-            },
+            flag(self.prioritized, SB_FLAG_PRIORITIES) | flag(self.episodic, SB_FLAG_EPISODES),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -147,6 +149,7 @@ impl Superblock {
             schema_len: field(SCHEMA_LEN_OFF),
             schema_crc: r.u32(SCHEMA_CRC_OFF).unwrap_or(0),
             prioritized: false,
+            episodic: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -167,6 +170,7 @@ impl Superblock {
         }
         let sb = Superblock {
             prioritized: flags & SB_FLAG_PRIORITIES != 0,
+            episodic: flags & SB_FLAG_EPISODES != 0,
             ..sb
         };
         if sb.capacity == 0 || sb.capacity > super::row::MAX_CAPACITY {
@@ -195,7 +199,7 @@ impl Superblock {
             );
         }
         if !sb.row_stride.is_multiple_of(8)
-            || sb.row_stride < super::row::ROW_HEADER_LEN as u64 + sb.item_bytes
+            || sb.row_stride < super::row::header_len(sb.episodic) as u64 + sb.item_bytes
         {
             return bad(
                 ROW_STRIDE_OFF,
@@ -371,18 +375,24 @@ mod tests {
             schema_len: 100,
             schema_crc: 5,
             prioritized: false,
+            episodic: false,
         }
     }
 
     #[test]
-    fn the_priorities_flag_round_trips_and_unknown_flags_are_refused() {
-        let with = Superblock {
-            prioritized: true,
-            ..sb()
-        };
-        assert_eq!(Superblock::decode(&with.encode()), Ok(with));
+    fn the_flags_round_trip_and_unknown_flags_are_refused() {
+        for (prioritized, episodic) in [(true, false), (false, true), (true, true)] {
+            // Rows of an episodic buffer hold 16 more bytes (the step header).
+            let with = Superblock {
+                prioritized,
+                episodic,
+                row_stride: if episodic { 208 } else { 200 },
+                ..sb()
+            };
+            assert_eq!(Superblock::decode(&with.encode()), Ok(with));
+        }
         let mut page = sb().encode();
-        BytesMut(&mut page).u32(FLAGS_OFF, 2);
+        BytesMut(&mut page).u32(FLAGS_OFF, 4);
         let crc = crc32(&page[..SUPERBLOCK_CRC_OFF]);
         BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
         assert!(matches!(

@@ -7,8 +7,11 @@
 //! 8       4     crc32 of the payload span, with the initial value seeded by the logical
 //!               index (see `item_crc`); written when the item is sealed by a flush
 //! 12      4     reserved, 0
-//! 16      ...   fields in schema order, each at an offset that is a multiple of its
-//!               dtype's size; the payload span ends where the last field ends
+//! 16      16    episodic buffers only: the step header (episode id u64, step t u32,
+//!               flags u32: bit 0 terminated, bit 1 truncated)
+//! 16|32   ...   fields in schema order, each at an offset that is a multiple of its
+//!               dtype's size; the payload span (step header and fields) ends where
+//!               the last field ends
 //! ...     ...   zero padding up to the stride: the next multiple of 64 if that is at
 //!               most 9/8 of the next multiple of 8, else the next multiple of 8
 //! ```
@@ -23,8 +26,67 @@ use crate::schema::Schema;
 const STAMP_OFF: usize = 0;
 const CRC_OFF: usize = STAMP_OFF + 8;
 const RESERVED_OFF: usize = CRC_OFF + 4;
-/// Bytes before the first field.
+/// Bytes of the row header (stamp, crc, reserved).
 pub const ROW_HEADER_LEN: usize = RESERVED_OFF + 4;
+/// Offset of the step header's episode id (episodic buffers).
+pub const EPISODE_OFF: usize = ROW_HEADER_LEN;
+/// Offset of the step header's step number `t` within its episode.
+pub const STEP_OFF: usize = EPISODE_OFF + 8;
+/// Offset of the step header's flags.
+pub const STEP_FLAGS_OFF: usize = STEP_OFF + 4;
+/// Bytes of the step header.
+pub const STEP_HEADER_LEN: usize = STEP_FLAGS_OFF + 4 - EPISODE_OFF;
+/// Step flag: the episode terminated with this row.
+pub const STEP_TERMINATED: u32 = 1;
+/// Step flag: the episode was truncated with this row.
+pub const STEP_TRUNCATED: u32 = 2;
+
+/// Bytes before the first field: the row header, and the step header if episodic.
+pub const fn header_len(episodic: bool) -> usize {
+    if episodic {
+        ROW_HEADER_LEN + STEP_HEADER_LEN
+    } else {
+        ROW_HEADER_LEN
+    }
+}
+
+/// The step header of a row of an episodic buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepHeader {
+    /// The episode (numbered from 0 in the order they began).
+    pub episode: u64,
+    /// The row's step in its episode: 0 is the reset row.
+    pub t: u32,
+    /// `STEP_TERMINATED` / `STEP_TRUNCATED` on an episode's last row, else 0.
+    pub flags: u32,
+}
+
+impl StepHeader {
+    /// The 16 bytes stored at `EPISODE_OFF`.
+    pub fn encode(&self) -> [u8; STEP_HEADER_LEN] {
+        let mut b = [0u8; STEP_HEADER_LEN];
+        let mut w = super::BytesMut(&mut b);
+        w.u64(0, self.episode);
+        w.u32(STEP_OFF - EPISODE_OFF, self.t);
+        w.u32(STEP_FLAGS_OFF - EPISODE_OFF, self.flags);
+        b
+    }
+
+    /// Reads the 16 bytes stored at `EPISODE_OFF`.
+    pub fn decode(b: &[u8; STEP_HEADER_LEN]) -> StepHeader {
+        let r = super::Bytes(b);
+        StepHeader {
+            episode: r.u64(0).unwrap_or(0),
+            t: r.u32(STEP_OFF - EPISODE_OFF).unwrap_or(0),
+            flags: r.u32(STEP_FLAGS_OFF - EPISODE_OFF).unwrap_or(0),
+        }
+    }
+
+    /// Whether the episode ended with this row.
+    pub fn is_last(&self) -> bool {
+        self.flags & (STEP_TERMINATED | STEP_TRUNCATED) != 0
+    }
+}
 /// Offset of the checksum within a row.
 pub const ROW_CRC_OFFSET: usize = CRC_OFF;
 
@@ -72,6 +134,8 @@ pub const fn writing_index(stamp: u64) -> Option<u64> {
 pub struct RowLayout {
     /// Per field: (offset in the row, bytes), in schema order.
     pub fields: Vec<(usize, usize)>,
+    /// Rows carry a step header at `EPISODE_OFF`.
+    pub episodic: bool,
     /// First byte after the last field.
     pub payload_end: usize,
     /// Bytes per row, a multiple of 8.
@@ -90,7 +154,12 @@ impl RowLayout {
     /// # Ok::<(), replaystore::Error>(())
     /// ```
     pub fn of(schema: &Schema) -> RowLayout {
-        let mut off = ROW_HEADER_LEN;
+        RowLayout::with_steps(schema, false)
+    }
+
+    /// The layout of rows that carry a step header when `episodic`.
+    pub fn with_steps(schema: &Schema, episodic: bool) -> RowLayout {
+        let mut off = header_len(episodic);
         let fields = schema
             .fields()
             .iter()
@@ -114,6 +183,7 @@ impl RowLayout {
         };
         RowLayout {
             fields,
+            episodic,
             payload_end: off,
             stride,
         }

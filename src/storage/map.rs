@@ -163,6 +163,7 @@ impl SegmentMap {
         k: usize,
         index: u64,
         layout: &RowLayout,
+        step: Option<&[u8; row::STEP_HEADER_LEN]>,
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
@@ -171,6 +172,11 @@ impl SegmentMap {
         let stamp = self.stamp_atomic(k);
         stamp.store(row::writing_stamp(index), Ordering::Relaxed);
         fence(Ordering::Release);
+        if let Some(step) = step.filter(|_| layout.episodic) {
+            // SAFETY: an episodic layout puts the fields after EPISODE_OFF + 16, so the
+            // step header lies inside row k; `step` is caller memory.
+            unsafe { copy_small(step.as_ptr(), row.add(row::EPISODE_OFF), step.len()) };
+        }
         for (&(off, len), src) in layout.fields.iter().zip(fields) {
             debug_assert_eq!(src.len(), len);
             let n = src.len().min(len);
@@ -180,6 +186,16 @@ impl SegmentMap {
         }
         between();
         stamp.store(row::stamp_of(index), Ordering::Release);
+    }
+
+    /// Copies `out.len()` bytes of row `k` from offset `off` (clamped to the row). Used
+    /// for the step header and single fields; a writer elsewhere may be changing the row,
+    /// so callers check the stamp around it where that matters.
+    pub fn read_row_bytes(&self, k: usize, off: usize, out: &mut [u8]) {
+        let n = out.len().min(self.stride.saturating_sub(off));
+        // SAFETY: off + n <= stride keeps the source inside row k; `out` is a separate
+        // allocation of at least n bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.row(k).add(off), out.as_mut_ptr(), n) };
     }
 
     /// Computes and stores the checksum of item `index` in slot `k`, whose bytes are

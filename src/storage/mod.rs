@@ -100,7 +100,7 @@ impl Manifest {
             expected: "a valid schema archive".into(),
             got,
         })?;
-        let layout = RowLayout::of(&schema);
+        let layout = RowLayout::with_steps(&schema, superblock.episodic);
         if layout.stride as u64 != superblock.row_stride
             || schema.item_bytes() as u64 != superblock.item_bytes
         {

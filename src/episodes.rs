@@ -1,0 +1,290 @@
+//! The episode table of an episodic buffer: one record per episode with a live row, in
+//! the order the episodes began. Rows are contiguous per episode (one row per
+//! `env.reset()` / `env.step()`, see `docs/design/episodes.md`), so an episode is its
+//! reset row's logical index and a row count. The writer keeps the table in memory and
+//! rebuilds it from the rows' step headers when it opens the buffer.
+
+use std::collections::VecDeque;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::format::row::{STEP_TERMINATED, STEP_TRUNCATED, StepHeader};
+use crate::schema::Schema;
+use crate::windows::{End, Span};
+
+/// Name of the field whose values add up to an episode's return.
+pub const REWARD_FIELD: &str = "reward";
+
+/// One episode, as the table knows it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpisodeInfo {
+    /// The episode's number: 0, 1, ... in the order episodes began.
+    pub id: u64,
+    /// Logical index of its reset row (`t = 0`), live or evicted.
+    pub start: u64,
+    /// Rows added so far: steps + 1 (the reset row).
+    pub rows: u64,
+    /// How it ended, if it has.
+    pub end: Option<End>,
+    /// Sum of its steps' `reward` field (0 without such a field).
+    pub ret: f64,
+}
+
+impl EpisodeInfo {
+    /// Steps taken (actions): `rows - 1`.
+    pub fn steps(&self) -> u64 {
+        self.rows - 1
+    }
+
+    /// Logical index of its newest row.
+    pub fn last(&self) -> u64 {
+        self.start + self.rows - 1
+    }
+
+    /// The rows stored now, given the buffer's oldest live index.
+    pub fn span(&self, head: u64) -> Span {
+        Span {
+            start: self.start,
+            first: self.start.max(head),
+            last: self.last(),
+            end: self.end,
+        }
+    }
+}
+
+/// What adding a row reported (Tianshou's `add` result).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepInfo {
+    /// Logical index of the row.
+    pub index: u64,
+    /// Its episode.
+    pub episode: u64,
+    /// Its step in the episode (0 for a reset).
+    pub t: u32,
+    /// When the row ended its episode: `(return, steps, start index)`.
+    pub ended: Option<(f64, u64, u64)>,
+}
+
+/// The table.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Episodes {
+    list: VecDeque<EpisodeInfo>,
+    next_id: u64,
+    reward: Option<(usize, DType)>,
+}
+
+fn end_flags(end: Option<End>) -> u32 {
+    match end {
+        Some(End::Terminated) => STEP_TERMINATED,
+        Some(End::Truncated) => STEP_TRUNCATED,
+        None => 0,
+    }
+}
+
+fn end_of(flags: u32) -> Option<End> {
+    if flags & STEP_TERMINATED != 0 {
+        Some(End::Terminated)
+    } else if flags & STEP_TRUNCATED != 0 {
+        Some(End::Truncated)
+    } else {
+        None
+    }
+}
+
+/// A scalar numeric field's value as f64 (little-endian bytes of `dtype`).
+pub(crate) fn scalar_f64(dtype: DType, b: &[u8]) -> f64 {
+    fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
+        b.get(..N).and_then(|s| s.try_into().ok()).unwrap_or([0; N])
+    }
+    match dtype {
+        DType::Bool | DType::U8 => f64::from(arr::<1>(b)[0]),
+        DType::I8 => f64::from(i8::from_le_bytes(arr(b))),
+        DType::U16 => f64::from(u16::from_le_bytes(arr(b))),
+        DType::I16 => f64::from(i16::from_le_bytes(arr(b))),
+        DType::U32 => f64::from(u32::from_le_bytes(arr(b))),
+        DType::I32 => f64::from(i32::from_le_bytes(arr(b))),
+        DType::U64 => u64::from_le_bytes(arr(b)) as f64,
+        DType::I64 => i64::from_le_bytes(arr(b)) as f64,
+        DType::F32 => f64::from(f32::from_le_bytes(arr(b))),
+        DType::F64 => f64::from_le_bytes(arr(b)),
+    }
+}
+
+impl Episodes {
+    /// An empty table for `schema` (its scalar `reward` field, if any, makes returns).
+    pub(crate) fn new(schema: &Schema) -> Episodes {
+        let reward = schema
+            .fields()
+            .iter()
+            .position(|f| f.name() == REWARD_FIELD && f.elements() == 1)
+            .and_then(|i| schema.fields().get(i).map(|f| (i, f.dtype())));
+        Episodes {
+            list: VecDeque::new(),
+            next_id: 0,
+            reward,
+        }
+    }
+
+    /// Schema position and dtype of the reward field.
+    pub(crate) fn reward_field(&self) -> Option<(usize, DType)> {
+        self.reward
+    }
+
+    /// The episode still being written, if any.
+    pub(crate) fn open(&self) -> Option<&EpisodeInfo> {
+        self.list.back().filter(|e| e.end.is_none())
+    }
+
+    /// The step header of a new reset row at `index`, which begins a new episode. An
+    /// episode still open is abandoned: it counts as truncated at its last row (its
+    /// environment was reset, or lost with a crashed process).
+    pub(crate) fn begin(&mut self, index: u64) -> StepHeader {
+        if let Some(e) = self.list.back_mut().filter(|e| e.end.is_none()) {
+            e.end = Some(End::Truncated);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.list.push_back(EpisodeInfo {
+            id,
+            start: index,
+            rows: 1,
+            end: None,
+            ret: 0.0,
+        });
+        StepHeader {
+            episode: id,
+            t: 0,
+            flags: 0,
+        }
+    }
+
+    /// The step header of a step row at `index` continuing the open episode.
+    pub(crate) fn step(
+        &mut self,
+        index: u64,
+        reward: f64,
+        end: Option<End>,
+    ) -> Result<(StepHeader, StepInfo)> {
+        let Some(e) = self.list.back_mut().filter(|e| e.end.is_none()) else {
+            return Err(Error::EpisodeOrder(
+                "no episode is open: begin one with a reset row first".into(),
+            ));
+        };
+        debug_assert_eq!(e.start + e.rows, index);
+        let t = u32::try_from(e.rows).map_err(|_| {
+            Error::EpisodeOrder(format!("episode {} is longer than 2^32 steps", e.id))
+        })?;
+        e.rows += 1;
+        e.ret += reward;
+        e.end = end;
+        let header = StepHeader {
+            episode: e.id,
+            t,
+            flags: end_flags(end),
+        };
+        let info = StepInfo {
+            index,
+            episode: e.id,
+            t,
+            ended: end.map(|_| (e.ret, e.steps(), e.start)),
+        };
+        Ok((header, info))
+    }
+
+    /// Forgets episodes with no live row left (every row below `head`).
+    pub(crate) fn evict(&mut self, head: u64) {
+        while self.list.front().is_some_and(|e| e.last() < head) {
+            self.list.pop_front();
+        }
+    }
+
+    /// Forgets every episode (the buffer was cleared); numbering goes on.
+    pub(crate) fn clear(&mut self) {
+        self.list.clear();
+    }
+
+    /// The episode holding logical index `index`, if it is in the table.
+    pub(crate) fn of(&self, index: u64) -> Option<&EpisodeInfo> {
+        let i = self.list.partition_point(|e| e.start <= index);
+        self.list
+            .get(i.checked_sub(1)?)
+            .filter(|e| index <= e.last())
+    }
+
+    /// All episodes with a live row, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &EpisodeInfo> {
+        self.list.iter()
+    }
+
+    /// Rebuilds the table from the rows `head..tail`: `header(i)` is row `i`'s step
+    /// header and `reward(i)` its reward. Each episode's rows must be consecutive, `t`
+    /// counting up by one from its reset row (from the first live row when the ring
+    /// evicted its start), and episode numbers must increase. An episode followed by
+    /// another's reset row without having ended was abandoned: it counts as truncated.
+    /// Returns the first row that breaks these rules, and how.
+    pub(crate) fn rebuild(
+        &mut self,
+        head: u64,
+        tail: u64,
+        mut header: impl FnMut(u64) -> StepHeader,
+        mut reward: impl FnMut(u64) -> f64,
+    ) -> std::result::Result<(), (u64, String)> {
+        self.list.clear();
+        for i in head..tail {
+            let h = header(i);
+            let continues = self
+                .list
+                .back()
+                .is_some_and(|e| e.end.is_none() && h.episode == e.id && u64::from(h.t) == e.rows);
+            if continues {
+                if let Some(e) = self.list.back_mut() {
+                    e.rows += 1;
+                    e.ret += reward(i);
+                    e.end = end_of(h.flags);
+                }
+                continue;
+            }
+            if h.t != 0 && i != head {
+                let expected = match self.list.back() {
+                    Some(e) if e.end.is_none() => format!("episode {} step {}", e.id, e.rows),
+                    _ => "the reset row (step 0) of a new episode".into(),
+                };
+                return Err((
+                    i,
+                    format!(
+                        "row of episode {} step {}, where {expected} was expected",
+                        h.episode, h.t
+                    ),
+                ));
+            }
+            if let Some(prev) = self.list.back_mut() {
+                if h.episode <= prev.id {
+                    return Err((
+                        i,
+                        format!("episode {} begins after episode {}", h.episode, prev.id),
+                    ));
+                }
+                if prev.end.is_none() {
+                    prev.end = Some(End::Truncated);
+                }
+            }
+            let start = i - u64::from(h.t).min(i);
+            self.list.push_back(EpisodeInfo {
+                id: h.episode,
+                start,
+                rows: i - start + 1,
+                end: end_of(h.flags),
+                ret: if h.t > 0 { reward(i) } else { 0.0 },
+            });
+        }
+        if let Some(e) = self.list.back() {
+            self.next_id = self.next_id.max(e.id + 1);
+        }
+        Ok(())
+    }
+
+    /// Numbering continues after `id` (an empty table after a clear keeps counting).
+    pub(crate) fn continue_after(&mut self, next_id: u64) {
+        self.next_id = self.next_id.max(next_id);
+    }
+}
