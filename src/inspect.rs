@@ -351,6 +351,25 @@ fn verify_live(dir: &Path, io: &dyn Io) -> Result<Report> {
             what,
         });
     }
+    if sb.episodic {
+        // The step headers must chain into whole episodes, as the writer's open needs.
+        let mut table = crate::episodes::Episodes::new(&m.schema);
+        let cap = sb.capacity;
+        if let Err((index, problem)) =
+            table.rebuild(head, tail, |i| ring.step_header(i % cap), |_| 0.0)
+        {
+            let (file, offset) = ring
+                .locate(index % cap)
+                .map_or((dir.to_path_buf(), 0), |(seg, k)| {
+                    (seg.path().to_path_buf(), seg.row_offset(k))
+                });
+            report.problems.push(Finding {
+                file,
+                offset,
+                what: format!("item {index}: step header: {problem}"),
+            });
+        }
+    }
     if sb.prioritized {
         verify_priorities(io, dir, sb, &commit, head, tail, &mut report);
     }

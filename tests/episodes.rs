@@ -1,0 +1,426 @@
+//! Promises of episodic buffers (issue 6, first part): every step carries its episode and
+//! step, the table of episodes agrees with a naive model over a plain Vec of rows while
+//! the ring wraps and evicts episodes in part, across reopening, and navigation follows
+//! Tianshou's `prev` / `next`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::path::Path;
+
+use common::xorshift;
+use replaystore::windows::End;
+use replaystore::{Column, Config, DType, EpisodeInfo, Error, ReplayBuffer, Schema, verify};
+
+const CAPACITY: u64 = 64;
+
+fn schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::F32, &[3])
+        .field("action", DType::I32, &[])
+        .field("reward", DType::F32, &[])
+        .build()
+        .unwrap()
+}
+
+fn create(dir: &Path) -> ReplayBuffer {
+    let config = Config::new(schema(), CAPACITY)
+        .segment_slots(16)
+        .episodic()
+        .seed(3);
+    ReplayBuffer::create(dir, config).unwrap()
+}
+
+/// One row as the model keeps it.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    episode: u64,
+    t: u64,
+    reward: f32,
+    end: Option<End>,
+}
+
+/// The naive model: every row ever added, in order; the live ones are the last
+/// `CAPACITY` (no clear in these tests).
+#[derive(Default)]
+struct Model {
+    rows: Vec<Row>,
+    next_episode: u64,
+    /// Episodes abandoned by a reset while open count as truncated.
+    abandoned: Vec<u64>,
+}
+
+impl Model {
+    fn head(&self) -> u64 {
+        (self.rows.len() as u64).saturating_sub(CAPACITY)
+    }
+
+    fn open(&self) -> Option<Row> {
+        self.rows
+            .last()
+            .copied()
+            .filter(|r| r.end.is_none())
+            .filter(|r| !self.abandoned.contains(&r.episode))
+    }
+
+    /// The episodes with a live row: (id, start, rows, end, full return, return of
+    /// live rows only).
+    fn episodes(&self) -> Vec<(EpisodeInfo, f64)> {
+        let head = self.head() as usize;
+        let mut out: Vec<(EpisodeInfo, f64)> = Vec::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            if r.t == 0 {
+                out.push((
+                    EpisodeInfo {
+                        id: r.episode,
+                        start: i as u64,
+                        rows: 0,
+                        end: None,
+                        ret: 0.0,
+                    },
+                    0.0,
+                ));
+            }
+            let (e, live_ret) = out.last_mut().unwrap();
+            e.rows += 1;
+            if r.t > 0 {
+                e.ret += f64::from(r.reward);
+                if i >= head {
+                    *live_ret += f64::from(r.reward);
+                }
+            }
+            e.end = r.end;
+        }
+        for (e, _) in &mut out {
+            if e.end.is_none() && self.abandoned.contains(&e.id) {
+                e.end = Some(End::Truncated);
+            }
+        }
+        out.retain(|(e, _)| e.last() >= self.head());
+        out
+    }
+}
+
+fn obs(i: u64) -> [f32; 3] {
+    [i as f32, 0.5, -1.0]
+}
+
+/// Drives buffer and model with the same random resets and steps; checks every result.
+fn drive(buf: &mut ReplayBuffer, model: &mut Model, rng: &mut u64, ops: usize) {
+    for _ in 0..ops {
+        let r = xorshift(rng);
+        let index = model.rows.len() as u64;
+        let open = model.open();
+        // Mostly steps; a reset when nothing is open, sometimes one that abandons.
+        if open.is_none() || r % 97 == 0 {
+            if let Some(o) = open {
+                model.abandoned.push(o.episode);
+            }
+            let info = buf.add_reset(&[Column::new("obs", &obs(index))]).unwrap();
+            assert_eq!(
+                (info.index, info.episode, info.t, info.ended),
+                (index, model.next_episode, 0, None)
+            );
+            model.rows.push(Row {
+                episode: model.next_episode,
+                t: 0,
+                reward: 0.0,
+                end: None,
+            });
+            model.next_episode += 1;
+        } else {
+            let o = open.unwrap();
+            let reward = ((r >> 20) % 7) as f32 - 2.0;
+            let (terminated, truncated) = match (r >> 8) % 12 {
+                0 => (true, false),
+                1 => (false, true),
+                _ => (false, false),
+            };
+            let action = (r % 5) as i32;
+            let info = buf
+                .add_step(
+                    &[
+                        Column::new("obs", &obs(index)),
+                        Column::scalar("action", &action),
+                        Column::scalar("reward", &reward),
+                    ],
+                    terminated,
+                    truncated,
+                )
+                .unwrap();
+            let end = if terminated {
+                Some(End::Terminated)
+            } else if truncated {
+                Some(End::Truncated)
+            } else {
+                None
+            };
+            model.rows.push(Row {
+                episode: o.episode,
+                t: o.t + 1,
+                reward,
+                end,
+            });
+            assert_eq!(
+                (info.index, info.episode, info.t),
+                (index, o.episode, (o.t + 1) as u32)
+            );
+            match info.ended {
+                Some((ret, steps, start)) => {
+                    let e = model
+                        .episodes()
+                        .into_iter()
+                        .find(|(e, _)| e.id == o.episode)
+                        .unwrap()
+                        .0;
+                    assert!(end.is_some());
+                    assert_eq!((steps, start), (e.rows - 1, e.start));
+                    assert!((ret - e.ret).abs() < 1e-9, "{ret} vs {}", e.ret);
+                }
+                None => assert!(end.is_none()),
+            }
+        }
+    }
+}
+
+/// The buffer's table, navigation and items agree with the model. `exact_returns`:
+/// returns of episodes partly evicted are whole (in memory) rather than counted over
+/// live rows only (after a reopen, which rebuilds from the rows).
+fn check(buf: &ReplayBuffer, model: &Model, exact_returns: bool) {
+    let head = model.head();
+    let tail = model.rows.len() as u64;
+    assert_eq!(buf.live(), head..tail);
+    let want = model.episodes();
+    let got = buf.episodes().unwrap();
+    assert_eq!(got.len(), want.len(), "{got:?}\n{want:?}");
+    for (g, (w, live_ret)) in got.iter().zip(&want) {
+        assert_eq!(
+            (g.id, g.start, g.rows, g.end),
+            (w.id, w.start, w.rows, w.end)
+        );
+        let ret = if exact_returns || w.start >= head {
+            w.ret
+        } else {
+            *live_ret
+        };
+        assert!(
+            (g.ret - ret).abs() < 1e-9,
+            "episode {}: {} vs {ret}",
+            g.id,
+            g.ret
+        );
+    }
+    let open: Vec<u64> = buf
+        .unfinished_episodes()
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let want_open: Vec<u64> = want
+        .iter()
+        .filter(|(e, _)| e.end.is_none())
+        .map(|(e, _)| e.id)
+        .collect();
+    assert_eq!(open, want_open);
+    for i in head..tail {
+        let row = model.rows[i as usize];
+        let same = |j: u64| model.rows[j as usize].episode == row.episode;
+        let prev = if i > head && same(i - 1) { i - 1 } else { i };
+        let next = if i + 1 < tail && same(i + 1) {
+            i + 1
+        } else {
+            i
+        };
+        assert_eq!(
+            (buf.prev(i).unwrap(), buf.next(i).unwrap()),
+            (prev, next),
+            "index {i}"
+        );
+        assert_eq!(buf.episode(i).unwrap().id, row.episode);
+        let b = buf.get(i).unwrap();
+        assert_eq!(b.get::<f32>("obs").unwrap(), obs(i));
+        assert_eq!(b.get::<f32>("reward").unwrap(), [row.reward]);
+    }
+}
+
+#[test]
+fn the_episode_table_matches_a_naive_model_while_the_ring_wraps_and_reopens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    let mut model = Model::default();
+    let mut rng = 0x00e9_150d_e5u64;
+    for round in 0..30 {
+        let ops = 1 + (xorshift(&mut rng) % 40) as usize;
+        drive(&mut buf, &mut model, &mut rng, ops);
+        check(&buf, &model, true);
+        if round % 5 == 4 {
+            buf.close().unwrap();
+            buf = ReplayBuffer::open(&dir).unwrap();
+            check(&buf, &model, false);
+        }
+    }
+    assert!(
+        model.rows.len() as u64 > 5 * CAPACITY,
+        "the ring wrapped several times"
+    );
+    assert!(!model.abandoned.is_empty(), "some episode was abandoned");
+    drop(buf);
+    assert!(verify(&dir).unwrap().is_sound());
+}
+
+#[test]
+fn episode_calls_out_of_order_are_typed_errors_that_add_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create(&tmp.path().join("b"));
+    let step = |buf: &mut ReplayBuffer| {
+        buf.add_step(
+            &[
+                Column::new("obs", &[0f32; 3]),
+                Column::scalar("action", &1i32),
+                Column::scalar("reward", &1f32),
+            ],
+            false,
+            false,
+        )
+    };
+    assert!(matches!(step(&mut buf), Err(Error::EpisodeOrder(_))));
+    assert!(matches!(
+        buf.add(&[Column::new("obs", &[0f32; 3])]),
+        Err(Error::EpisodeOrder(_))
+    ));
+    // A reset row may leave out fields; an unknown one is still an error.
+    assert!(matches!(
+        buf.add_reset(&[Column::new("obs", &[0f32; 3]), Column::scalar("nope", &1u8)]),
+        Err(Error::UnknownField { .. })
+    ));
+    assert!(buf.is_empty());
+    buf.add_reset(&[Column::new("obs", &[0f32; 3])]).unwrap();
+    step(&mut buf).unwrap();
+    assert_eq!(buf.get(0).unwrap().get::<i32>("action").unwrap(), [0]);
+    // A plain buffer has no episodes.
+    let mut plain = ReplayBuffer::create(tmp.path().join("p"), Config::new(schema(), 8)).unwrap();
+    assert!(matches!(
+        plain.add_reset(&[Column::new("obs", &[0f32; 3])]),
+        Err(Error::NotEpisodic { .. })
+    ));
+    assert!(matches!(plain.episodes(), Err(Error::NotEpisodic { .. })));
+}
+
+#[test]
+fn verify_finds_a_step_header_out_of_its_episode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    let mut model = Model::default();
+    let mut rng = 7u64;
+    drive(&mut buf, &mut model, &mut rng, 20);
+    buf.close().unwrap();
+    assert!(verify(&dir).unwrap().is_sound());
+    // Row 5's step number (offset 24 of the row), rewritten and re-checksummed as if a
+    // writer had stored a wrong one: the checksum holds, the episode chain does not.
+    let seg = dir.join("lane-0/seg-00000000.dat");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let stride = u64::from_le_bytes(bytes[56..64].try_into().unwrap()) as usize;
+    let row = 4096 + 5 * stride;
+    let t = u32::from_le_bytes(bytes[row + 24..row + 28].try_into().unwrap());
+    bytes[row + 24..row + 28].copy_from_slice(&(t + 7).to_le_bytes());
+    let payload_end = 32 + 12 + 4 + 4;
+    let crc = {
+        let mut h = crc32fast::Hasher::new_with_initial(5);
+        h.update(&bytes[row + 16..row + payload_end]);
+        h.finalize()
+    };
+    bytes[row + 8..row + 12].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&seg, &bytes).unwrap();
+    let report = verify(&dir).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == seg && p.what.contains("step header")),
+        "{:?}",
+        report.problems
+    );
+    let e = ReplayBuffer::open(&dir).unwrap_err();
+    assert!(e.to_string().contains("step header"), "{e}");
+}
+
+const KILL_ENV: &str = "REPLAYSTORE_EPISODE_KILL";
+
+/// Adds episode rows forever, continuing whatever episode is open, one line per row
+/// acknowledged: "index episode t".
+#[test]
+fn episode_kill_child() {
+    let Ok(dir) = std::env::var(KILL_ENV) else {
+        return;
+    };
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    let mut rng = u64::from(std::process::id()) | 1;
+    loop {
+        let r = xorshift(&mut rng);
+        let index = buf.live().end;
+        let info = if buf.unfinished_episodes().unwrap().is_empty() {
+            buf.add_reset(&[Column::new("obs", &obs(index))]).unwrap()
+        } else {
+            let reward = (r % 3) as f32;
+            buf.add_step(
+                &[
+                    Column::new("obs", &obs(index)),
+                    Column::scalar("action", &1i32),
+                    Column::scalar("reward", &reward),
+                ],
+                r % 9 == 0,
+                false,
+            )
+            .unwrap()
+        };
+        if r % 50 == 0 {
+            buf.flush().unwrap();
+        }
+        println!("{} {} {}", info.index, info.episode, info.t);
+    }
+}
+
+#[test]
+fn kill_9_while_adding_episodes_keeps_the_table_consistent_with_the_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    create(&dir).close().unwrap();
+    let mut rng = 99u64;
+    let mut acknowledged: Vec<(u64, u64, u32)> = Vec::new();
+    for _ in 0..10 {
+        let lines = 5 + xorshift(&mut rng) % 200;
+        common::run_child_and_kill_after(
+            "episode_kill_child",
+            KILL_ENV,
+            dir.to_str().unwrap(),
+            lines,
+            |l| {
+                let v: Vec<u64> = l
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                if let [i, e, t] = v[..] {
+                    acknowledged.push((i, e, t as u32));
+                }
+            },
+        );
+        let buf = ReplayBuffer::open(&dir).unwrap();
+        let live = buf.live();
+        for &(i, e, t) in acknowledged.iter().filter(|a| live.contains(&a.0)) {
+            let ep = buf.episode(i).unwrap();
+            assert_eq!((ep.id, i - ep.start), (e, u64::from(t)), "index {i}");
+            assert_eq!(buf.get(i).unwrap().get::<f32>("obs").unwrap(), obs(i));
+        }
+        let last = acknowledged.last().map_or(0, |a| a.0 + 1);
+        assert!(live.end >= last, "acknowledged {last}, recovered {live:?}");
+        drop(buf);
+        assert!(verify(&dir).unwrap().is_sound());
+    }
+    assert!(acknowledged.len() > 300);
+}
