@@ -116,7 +116,10 @@ fn drive(buf: &mut ReplayBuffer, model: &mut Model, rng: &mut u64, ops: usize) {
         let index = model.rows.len() as u64;
         let open = model.open();
         // Mostly steps; a reset when nothing is open, sometimes one that abandons.
-        if open.is_none() || r % 97 == 0 {
+        let step_into = open.filter(|_| !r.is_multiple_of(97));
+        if let Some(o) = step_into {
+            step_row(buf, model, r, index, o);
+        } else {
             if let Some(o) = open {
                 model.abandoned.push(o.episode);
             }
@@ -132,58 +135,60 @@ fn drive(buf: &mut ReplayBuffer, model: &mut Model, rng: &mut u64, ops: usize) {
                 end: None,
             });
             model.next_episode += 1;
-        } else {
-            let o = open.unwrap();
-            let reward = ((r >> 20) % 7) as f32 - 2.0;
-            let (terminated, truncated) = match (r >> 8) % 12 {
-                0 => (true, false),
-                1 => (false, true),
-                _ => (false, false),
-            };
-            let action = (r % 5) as i32;
-            let info = buf
-                .add_step(
-                    &[
-                        Column::new("obs", &obs(index)),
-                        Column::scalar("action", &action),
-                        Column::scalar("reward", &reward),
-                    ],
-                    terminated,
-                    truncated,
-                )
-                .unwrap();
-            let end = if terminated {
-                Some(End::Terminated)
-            } else if truncated {
-                Some(End::Truncated)
-            } else {
-                None
-            };
-            model.rows.push(Row {
-                episode: o.episode,
-                t: o.t + 1,
-                reward,
-                end,
-            });
-            assert_eq!(
-                (info.index, info.episode, info.t),
-                (index, o.episode, (o.t + 1) as u32)
-            );
-            match info.ended {
-                Some((ret, steps, start)) => {
-                    let e = model
-                        .episodes()
-                        .into_iter()
-                        .find(|(e, _)| e.id == o.episode)
-                        .unwrap()
-                        .0;
-                    assert!(end.is_some());
-                    assert_eq!((steps, start), (e.rows - 1, e.start));
-                    assert!((ret - e.ret).abs() < 1e-9, "{ret} vs {}", e.ret);
-                }
-                None => assert!(end.is_none()),
-            }
         }
+    }
+}
+
+/// One step row into the open episode `o`, in both, checking what add_step reports.
+fn step_row(buf: &mut ReplayBuffer, model: &mut Model, r: u64, index: u64, o: Row) {
+    let reward = ((r >> 20) % 7) as f32 - 2.0;
+    let (terminated, truncated) = match (r >> 8) % 12 {
+        0 => (true, false),
+        1 => (false, true),
+        _ => (false, false),
+    };
+    let action = (r % 5) as i32;
+    let info = buf
+        .add_step(
+            &[
+                Column::new("obs", &obs(index)),
+                Column::scalar("action", &action),
+                Column::scalar("reward", &reward),
+            ],
+            terminated,
+            truncated,
+        )
+        .unwrap();
+    let end = if terminated {
+        Some(End::Terminated)
+    } else if truncated {
+        Some(End::Truncated)
+    } else {
+        None
+    };
+    model.rows.push(Row {
+        episode: o.episode,
+        t: o.t + 1,
+        reward,
+        end,
+    });
+    assert_eq!(
+        (info.index, info.episode, info.t),
+        (index, o.episode, (o.t + 1) as u32)
+    );
+    match info.ended {
+        Some((ret, steps, start)) => {
+            let e = model
+                .episodes()
+                .into_iter()
+                .find(|(e, _)| e.id == o.episode)
+                .unwrap()
+                .0;
+            assert!(end.is_some());
+            assert_eq!((steps, start), (e.rows - 1, e.start));
+            assert!((ret - e.ret).abs() < 1e-9, "{ret} vs {}", e.ret);
+        }
+        None => assert!(end.is_none()),
     }
 }
 
@@ -253,7 +258,7 @@ fn the_episode_table_matches_a_naive_model_while_the_ring_wraps_and_reopens() {
     let dir = tmp.path().join("b");
     let mut buf = create(&dir);
     let mut model = Model::default();
-    let mut rng = 0x00e9_150d_e5u64;
+    let mut rng = 0x0000_e915_0de5_u64;
     for round in 0..30 {
         let ops = 1 + (xorshift(&mut rng) % 40) as usize;
         drive(&mut buf, &mut model, &mut rng, ops);
@@ -374,12 +379,12 @@ fn episode_kill_child() {
                     Column::scalar("action", &1i32),
                     Column::scalar("reward", &reward),
                 ],
-                r % 9 == 0,
+                r.is_multiple_of(9),
                 false,
             )
             .unwrap()
         };
-        if r % 50 == 0 {
+        if r.is_multiple_of(50) {
             buf.flush().unwrap();
         }
         println!("{} {} {}", info.index, info.episode, info.t);

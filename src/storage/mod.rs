@@ -348,16 +348,28 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
         },
         Err(e) => return Err(Error::io("open", &path, e)),
     };
-    match io.try_lock_exclusive(&file) {
-        Ok(()) => Ok(file),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {
-            Err(Error::Locked {
-                dir: dir.to_path_buf(),
-                lock_file: path,
-            })
+    // A lock just released can still be held for a moment by a child process that
+    // another thread forked and that has not yet exec'd (it shares the open file
+    // description until exec closes it): wait that out before calling it a conflict.
+    const TRIES: u32 = 20;
+    for attempt in 1..=TRIES {
+        match io.try_lock_exclusive(&file) {
+            Ok(()) => return Ok(file),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) =>
+            {
+                if attempt == TRIES {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(Error::io("lock", &path, e)),
         }
-        Err(e) => Err(Error::io("lock", &path, e)),
     }
+    Err(Error::Locked {
+        dir: dir.to_path_buf(),
+        lock_file: path,
+    })
 }
 
 /// The running kernel's boot id (`/proc/sys/kernel/random/boot_id`), or zeros where it
