@@ -26,8 +26,13 @@ pub struct EpisodeInfo {
     pub rows: u64,
     /// How it ended, if it has.
     pub end: Option<End>,
-    /// Sum of its steps' `reward` field (0 without such a field).
+    /// Sum of the `reward` field over its steps the table has seen (0 without such a
+    /// field): every step, unless `ret_complete` is false.
     pub ret: f64,
+    /// Whether `ret` covers every step. False for an episode whose first rows the ring
+    /// had already evicted when the writer opened the buffer and rebuilt the table from
+    /// the rows: their rewards are gone.
+    pub ret_complete: bool,
 }
 
 impl EpisodeInfo {
@@ -61,7 +66,8 @@ pub struct StepInfo {
     pub episode: u64,
     /// Its step in the episode (0 for a reset).
     pub t: u32,
-    /// When the row ended its episode: `(return, steps, start index)`.
+    /// When the row ended its episode: `(return, steps, start index)`, the return as
+    /// [`EpisodeInfo::ret`] has it.
     pub ended: Option<(f64, u64, u64)>,
 }
 
@@ -150,6 +156,7 @@ impl Episodes {
             rows: 1,
             end: None,
             ret: 0.0,
+            ret_complete: true,
         });
         StepHeader {
             episode: id,
@@ -275,6 +282,7 @@ impl Episodes {
                 rows: i - start + 1,
                 end: end_of(h.flags),
                 ret: if h.t > 0 { reward(i) } else { 0.0 },
+                ret_complete: h.t <= 1,
             });
         }
         if let Some(e) = self.list.back() {
