@@ -264,6 +264,9 @@ impl SlotProbe for Ring {
 
 const INLINE_FIELDS: usize = 16;
 
+mod transitions;
+pub use transitions::{TransitionSpec, Transitions};
+
 impl ReplayBuffer {
     /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
     /// space now, so a full disk is an error here and never a crash later.

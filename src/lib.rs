@@ -53,7 +53,7 @@ pub mod windows;
 pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
-pub use buffer::{Config, ReplayBuffer, Stats};
+pub use buffer::{Config, ReplayBuffer, Stats, TransitionSpec, Transitions};
 pub use column::Column;
 pub use dtype::{DType, Element};
 pub use episodes::{EpisodeInfo, StepInfo};

@@ -466,3 +466,107 @@ fn set_state_brings_back_the_episode_table_and_the_open_episode_goes_on() {
     let frozen = ReplayBuffer::open_snapshot(&dir, &state.name).unwrap();
     assert_eq!(frozen.episodes().unwrap().len(), before.len());
 }
+
+/// The n-step transition ending its first step at row `j`, computed over the model's
+/// plain list of rows: (obs row, bootstrap row, discounted return, discount,
+/// terminated, truncated).
+fn naive_transition(
+    model: &Model,
+    j: usize,
+    n: u64,
+    gamma: f64,
+) -> (usize, usize, f64, f64, bool, bool) {
+    let rows = &model.rows;
+    let episode = rows[j].episode;
+    let mut g = 0.0;
+    let mut w = 1.0;
+    let mut k = 0;
+    let mut row = j;
+    loop {
+        g += w * f64::from(rows[row].reward);
+        w *= gamma;
+        k += 1;
+        let last_of_episode =
+            rows[row].end.is_some() || row + 1 == rows.len() || rows[row + 1].episode != episode;
+        if k == n || last_of_episode {
+            break;
+        }
+        row += 1;
+    }
+    let at_end =
+        rows[row].end.is_some() || (row + 1 < rows.len() && rows[row + 1].episode != episode);
+    let terminated = at_end && rows[row].end == Some(End::Terminated);
+    let truncated = at_end && !terminated;
+    let discount = if terminated {
+        0.0
+    } else {
+        gamma.powi(k as i32)
+    };
+    (j - 1, row, g, discount, terminated, truncated)
+}
+
+#[test]
+fn transitions_and_nstep_returns_match_a_naive_reference() {
+    use replaystore::TransitionSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    let mut model = Model::default();
+    let mut rng = 5u64;
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..20 {
+        drive(&mut buf, &mut model, &mut rng, 25);
+        if buf.live().end - buf.live().start < 2 {
+            continue;
+        }
+        for (n, gamma) in [(1u64, 0.9f64), (3, 0.9), (5, 0.5)] {
+            let spec = TransitionSpec::new(64, &["obs"]).nstep(n, gamma);
+            let t = match buf.sample_transitions(&spec) {
+                Ok(t) => t,
+                Err(Error::InvalidSample(_)) => continue,
+                Err(e) => panic!("{e}"),
+            };
+            for i in 0..t.len() {
+                let j = t.indices()[i] as usize;
+                assert!(
+                    model.rows[j].t >= 1,
+                    "round {round}: row {j} is a reset row"
+                );
+                assert!(j as u64 > buf.live().start);
+                let (o, b, g, d, term, trunc) = naive_transition(&model, j, n, gamma);
+                assert_eq!(
+                    t.obs().get::<f32>("obs").unwrap()[3 * i..3 * i + 3],
+                    obs(o as u64)
+                );
+                assert_eq!(
+                    t.next_obs().get::<f32>("obs").unwrap()[3 * i..3 * i + 3],
+                    obs(b as u64)
+                );
+                assert_eq!(
+                    t.step().get::<f32>("reward").unwrap()[i],
+                    model.rows[j].reward
+                );
+                assert!(
+                    (t.returns()[i] - g).abs() < 1e-9,
+                    "row {j} n {n}: {} vs {g}",
+                    t.returns()[i]
+                );
+                assert!((t.discounts()[i] - d).abs() < 1e-12, "row {j} n {n}");
+                assert_eq!(
+                    (t.terminated()[i], t.truncated()[i]),
+                    (term, trunc),
+                    "row {j} n {n}"
+                );
+                // The other batches carry only their fields.
+                assert_eq!(t.obs().get::<f32>("reward").unwrap()[i], 0.0);
+                seen.insert(j);
+            }
+        }
+        if round % 7 == 6 {
+            buf.close().unwrap();
+            buf = ReplayBuffer::open(&dir).unwrap();
+            model.rebuilt();
+        }
+    }
+    assert!(seen.len() > 100, "{} distinct steps drawn", seen.len());
+}

@@ -424,8 +424,9 @@ pub fn gather(
         }
         let src = seg.row(k);
         for (&(off, len), out) in layout.fields.iter().zip(outs.iter_mut()) {
+            // An empty output skips its field (a gather of some fields only).
             let Some(dst) = out.get_mut(i * len..(i + 1) * len) else {
-                break;
+                continue;
             };
             // SAFETY: off + len lies inside row k (layout fits the stride); `dst` is a
             // caller buffer of exactly `len` bytes, disjoint from the mapping.

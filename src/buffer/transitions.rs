@@ -1,0 +1,290 @@
+//! Transitions drawn from an episodic buffer: `(obs, action, reward, next_obs, done)`
+//! read from consecutive rows of one episode, with n-step returns. Each observation is
+//! stored once (see `docs/design/episodes.md`): `obs` comes from the row before the
+//! step, `next_obs` from the row the step (or the n-th step) led to.
+
+use rand::RngExt;
+
+use super::ReplayBuffer;
+use crate::batch::Batch;
+use crate::episodes::scalar_f64;
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+use crate::windows::End;
+
+/// How to draw transitions.
+///
+/// ```
+/// use replaystore::TransitionSpec;
+/// let spec = TransitionSpec::new(256, &["obs"]).nstep(3, 0.99);
+/// assert_eq!(spec.nstep, 3);
+/// ```
+#[derive(Clone, Debug)]
+pub struct TransitionSpec<'a> {
+    /// Transitions to draw (uniformly, with replacement).
+    pub n: usize,
+    /// The observation fields: read as `obs` from the row before the step and as
+    /// `next_obs` from the row it led to. Every other field is read from the step's row.
+    pub obs_fields: &'a [&'a str],
+    /// Steps per transition: rewards are summed over up to `nstep` steps, cut at the
+    /// episode's end (1: plain transitions).
+    pub nstep: u64,
+    /// Discount of the n-step sum and of the bootstrap.
+    pub gamma: f64,
+}
+
+impl<'a> TransitionSpec<'a> {
+    /// `n` one-step transitions.
+    pub fn new(n: usize, obs_fields: &'a [&'a str]) -> TransitionSpec<'a> {
+        TransitionSpec {
+            n,
+            obs_fields,
+            nstep: 1,
+            gamma: 1.0,
+        }
+    }
+
+    /// Sums rewards over `nstep` steps with discount `gamma`.
+    pub fn nstep(mut self, nstep: u64, gamma: f64) -> TransitionSpec<'a> {
+        self.nstep = nstep;
+        self.gamma = gamma;
+        self
+    }
+}
+
+/// A batch of transitions. `obs()` holds the observation fields before the step,
+/// `step()` every other field of the step's row (the action, its reward, ...), and
+/// `next_obs()` the observation fields of the row to bootstrap from. The three batches
+/// have the buffer's schema; fields a batch does not carry are left zero.
+#[derive(Clone, Debug)]
+pub struct Transitions {
+    indices: Vec<u64>,
+    obs: Batch,
+    step: Batch,
+    next_obs: Batch,
+    returns: Vec<f64>,
+    discounts: Vec<f64>,
+    terminated: Vec<bool>,
+    truncated: Vec<bool>,
+}
+
+impl Transitions {
+    /// An empty batch for `schema`, to be filled by `sample_transitions_into`.
+    pub fn new(schema: &Schema) -> Transitions {
+        Transitions {
+            indices: Vec::new(),
+            obs: Batch::new(schema, 0),
+            step: Batch::new(schema, 0),
+            next_obs: Batch::new(schema, 0),
+            returns: Vec::new(),
+            discounts: Vec::new(),
+            terminated: Vec::new(),
+            truncated: Vec::new(),
+        }
+    }
+
+    /// The logical index of each transition's first step row (what priorities key on).
+    pub fn indices(&self) -> &[u64] {
+        &self.indices
+    }
+
+    /// Observation fields before the step.
+    pub fn obs(&self) -> &Batch {
+        &self.obs
+    }
+
+    /// The step's row: action, one-step reward and every other non-observation field.
+    pub fn step(&self) -> &Batch {
+        &self.step
+    }
+
+    /// Observation fields of the row to bootstrap from (after the last summed step).
+    pub fn next_obs(&self) -> &Batch {
+        &self.next_obs
+    }
+
+    /// Discounted sum of the `reward` field over the steps taken (the one-step reward
+    /// when `nstep` is 1; 0 without a `reward` field).
+    pub fn returns(&self) -> &[f64] {
+        &self.returns
+    }
+
+    /// Factor of the bootstrap value: `gamma^k` for `k` steps summed, 0 when the episode
+    /// terminated there.
+    pub fn discounts(&self) -> &[f64] {
+        &self.discounts
+    }
+
+    /// Whether the episode terminated at the bootstrap row.
+    pub fn terminated(&self) -> &[bool] {
+        &self.terminated
+    }
+
+    /// Whether the episode was truncated (or abandoned) at the bootstrap row.
+    pub fn truncated(&self) -> &[bool] {
+        &self.truncated
+    }
+
+    /// Transitions in the batch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+}
+
+/// Draws per transition before giving up on finding step rows (rows after a reset row).
+const TRIES_PER_DRAW: usize = 64;
+
+impl ReplayBuffer {
+    /// Draws `spec.n` transitions uniformly over the steps of live episodes.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema, TransitionSpec};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::F32, &[])
+    ///     .field("reward", DType::F32, &[])
+    ///     .build()?;
+    /// let config = Config::new(schema, 100).episodic().seed(1);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    /// for t in 1..=5 {
+    ///     let (obs, r) = (t as f32, 1.0f32);
+    ///     buf.add_step(&[Column::scalar("obs", &obs), Column::scalar("reward", &r)], t == 5, false)?;
+    /// }
+    /// let t = buf.sample_transitions(&TransitionSpec::new(8, &["obs"]).nstep(2, 0.5))?;
+    /// for i in 0..8 {
+    ///     let (o, next) = (t.obs().get::<f32>("obs")?[i], t.next_obs().get::<f32>("obs")?[i]);
+    ///     // obs t leads to t + 2, or to the terminal obs 5.
+    ///     assert_eq!(next, (o + 2.0).min(5.0));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_transitions(&mut self, spec: &TransitionSpec<'_>) -> Result<Transitions> {
+        let mut out = Transitions::new(&self.schema);
+        self.sample_transitions_into(spec, &mut out)?;
+        Ok(out)
+    }
+
+    /// `sample_transitions` into a reused batch.
+    pub fn sample_transitions_into(
+        &mut self,
+        spec: &TransitionSpec<'_>,
+        out: &mut Transitions,
+    ) -> Result<()> {
+        self.episodes_ref()?;
+        if spec.nstep == 0 {
+            return Err(Error::InvalidSample("nstep must be at least 1".into()));
+        }
+        let mut is_obs = vec![false; self.schema.len()];
+        for name in spec.obs_fields {
+            let f = self
+                .schema
+                .position(name)
+                .ok_or_else(|| Error::UnknownField {
+                    field: (*name).to_owned(),
+                    known: self.schema.names(),
+                })?;
+            if let Some(x) = is_obs.get_mut(f) {
+                *x = true;
+            }
+        }
+        if self.tail - self.head < 2 {
+            return Err(Error::Empty);
+        }
+        // Rows after the head whose step header says they are not a reset row: their
+        // previous row is live and of the same episode (episodes are contiguous).
+        let cap = self.superblock.capacity;
+        out.indices.clear();
+        let mut tries = 0usize;
+        while out.indices.len() < spec.n {
+            tries += 1;
+            if tries > TRIES_PER_DRAW * spec.n.max(1) {
+                return Err(Error::InvalidSample(format!(
+                    "no step found in {} draws: the live rows are (nearly) all reset rows",
+                    tries - 1
+                )));
+            }
+            let j = self.rng.random_range(self.head + 1..self.tail);
+            if self.ring.step_header(j % cap).t >= 1 {
+                out.indices.push(j);
+            }
+        }
+        self.sampled += out.indices.len() as u64;
+
+        let reward_field = self.episodes_ref()?.reward_field();
+        let n = out.indices.len();
+        out.returns.clear();
+        out.discounts.clear();
+        out.terminated.clear();
+        out.truncated.clear();
+        let mut prev = Vec::with_capacity(n);
+        let mut boot = Vec::with_capacity(n);
+        for &j in &out.indices {
+            let table = self.episodes_ref()?;
+            let e = table.of(j).copied().ok_or_else(|| {
+                Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+            })?;
+            let t = e
+                .span(self.head)
+                .nstep(j, spec.nstep, spec.gamma)
+                .ok_or_else(|| {
+                    Error::EpisodeOrder(format!(
+                        "index {j} does not end a step of episode {}",
+                        e.id
+                    ))
+                })?;
+            let mut g = 0.0;
+            let mut w = 1.0;
+            for row in t.rewards.clone() {
+                g += w * reward_field.map_or(0.0, |(f, dtype)| self.field_f64(row % cap, f, dtype));
+                w *= spec.gamma;
+            }
+            out.returns.push(g);
+            out.discounts.push(t.discount);
+            out.terminated.push(t.terminated);
+            out.truncated
+                .push(t.bootstrap == e.last() && e.end == Some(End::Truncated));
+            prev.push(j - 1);
+            boot.push(t.bootstrap);
+        }
+        let obs_fields: Vec<bool> = is_obs.clone();
+        let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
+        self.gather_some(&prev, &obs_fields, &mut out.obs)?;
+        let indices = out.indices.clone();
+        self.gather_some(&indices, &step_fields, &mut out.step)?;
+        self.gather_some(&boot, &obs_fields, &mut out.next_obs)
+    }
+
+    /// A scalar field of the row in `slot`, as f64.
+    fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
+        let mut b = [0u8; 8];
+        let len = dtype.size().min(8);
+        self.ring
+            .read_field(slot, f, b.get_mut(..len).unwrap_or(&mut []));
+        scalar_f64(dtype, &b)
+    }
+
+    /// Gathers the fields marked in `which` of `indices` into `batch` (the others are
+    /// left zero).
+    fn gather_some(&self, indices: &[u64], which: &[bool], batch: &mut Batch) -> Result<()> {
+        batch.resize(indices.len());
+        let (idx, mut outs) = batch.parts_mut();
+        idx.clear();
+        idx.extend_from_slice(indices);
+        for (out, &keep) in outs.iter_mut().zip(which) {
+            if keep {
+                continue;
+            }
+            out.fill(0);
+            *out = &mut [];
+        }
+        self.ring
+            .gather(self.head, self.head_slot, indices, &mut outs)
+            .map_err(|m| self.stamp_error(indices, m))
+    }
+}
