@@ -161,6 +161,24 @@ impl Ring {
         StepHeader::decode(&b)
     }
 
+    /// Hints the CPU to fetch the rows of `count` slots from `slot` (wrapping at the
+    /// capacity), each cache line once.
+    #[inline]
+    pub fn prefetch_run(&self, slot: u64, count: u64) {
+        let mut slot = slot;
+        let mut left = count.min(self.capacity);
+        while left > 0 {
+            let (s, k) = self.split(slot);
+            let Some(seg) = self.segments.get(s) else {
+                return;
+            };
+            let n = left.min((seg.slots() - k) as u64);
+            seg.prefetch_rows(k, k + n as usize);
+            left -= n;
+            slot = (slot + n) % self.capacity;
+        }
+    }
+
     /// Copies field `f` of a slot into `out` (which has the field's size).
     pub fn read_field(&self, slot: u64, f: usize, out: &mut [u8]) {
         if let (Some((seg, k)), Some(&(off, _))) = (self.locate(slot), self.layout.fields.get(f)) {

@@ -201,17 +201,30 @@ impl ReplayBuffer {
         let cap = self.superblock.capacity;
         out.indices.clear();
         let mut tries = 0usize;
+        let mut candidates = Vec::with_capacity(spec.n);
         while out.indices.len() < spec.n {
-            tries += 1;
+            let need = spec.n - out.indices.len();
+            tries += need;
             if tries > TRIES_PER_DRAW * spec.n.max(1) {
                 return Err(Error::InvalidSample(format!(
                     "no step found in {} draws: the live rows are (nearly) all reset rows",
-                    tries - 1
+                    tries - need
                 )));
             }
-            let j = self.rng.random_range(self.head + 1..self.tail);
-            if self.ring.step_header(j % cap).t >= 1 {
-                out.indices.push(j);
+            // Draw a round, fetch every row it will read (the row before, the step rows
+            // up to the n-th), then judge: the header reads and gathers below hit cache
+            // instead of waiting on one miss at a time.
+            candidates.clear();
+            for _ in 0..need {
+                let j = self.rng.random_range(self.head + 1..self.tail);
+                candidates.push(j);
+                let last = (j + spec.nstep - 1).min(self.tail - 1);
+                self.ring.prefetch_run((j - 1) % cap, last - (j - 1) + 1);
+            }
+            for &j in &candidates {
+                if self.ring.step_header(j % cap).t >= 1 {
+                    out.indices.push(j);
+                }
             }
         }
         self.sampled += out.indices.len() as u64;

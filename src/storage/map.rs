@@ -188,6 +188,23 @@ impl SegmentMap {
         stamp.store(row::stamp_of(index), Ordering::Release);
     }
 
+    /// Hints the CPU to fetch the cache lines of rows `from..to` (at most 1 KiB of
+    /// them: a prefetch only helps if it does not crowd out the lines in flight).
+    #[inline]
+    pub fn prefetch_rows(&self, from: usize, to: usize) {
+        let to = to.min(self.slots);
+        if from >= to {
+            return;
+        }
+        let p = self.row(from) as usize;
+        let end = p + ((to - from) * self.stride).min(1024);
+        let mut line = p & !63;
+        while line < end {
+            prefetch(line as *const u8);
+            line += 64;
+        }
+    }
+
     /// Copies `out.len()` bytes of row `k` from offset `off` (clamped to the row). Used
     /// for the step header and single fields; a writer elsewhere may be changing the row,
     /// so callers check the stamp around it where that matters.

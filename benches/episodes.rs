@@ -1,0 +1,113 @@
+//! Episode benches (issue 6): W1 transitions read from episodic rows against the plain
+//! W1 buffer of ../shared/WORKLOADS.md.
+//! - `w1_plain/sample256`: the plain W1 buffer (obs and next_obs stored in each row);
+//! - `w1_episodic/transitions256`: episodes of 1,000 steps stored one row per step
+//!   (obs once, the step header instead of next_obs), `sample_transitions` of 256;
+//! - `w1_episodic/nstep3_256`: the same with 3-step returns (gamma 0.99).
+//!
+//! Before the criterion output, the bytes per stored item of both layouts.
+//! `cargo bench --bench episodes`.
+
+#![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
+
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use replaystore::workloads::{Chunk, Workload};
+use replaystore::{
+    Batch, Column, Config, DType, ReplayBuffer, SampleSpec, Schema, TransitionSpec, Transitions,
+};
+
+const CAPACITY: u64 = 1_000_000;
+const EPISODE_STEPS: u64 = 1_000;
+
+fn episodic_schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::F32, &[17])
+        .field("action", DType::F32, &[6])
+        .field("reward", DType::F32, &[])
+        .build()
+        .expect("schema")
+}
+
+fn fill_episodes(buf: &mut ReplayBuffer) {
+    let mut i = 0u64;
+    while i < CAPACITY {
+        let obs: [f32; 17] = std::array::from_fn(|k| (i * 17 + k as u64) as f32);
+        if i.is_multiple_of(EPISODE_STEPS + 1) {
+            buf.add_reset(&[Column::new("obs", &obs)]).expect("reset");
+        } else {
+            let action = [(i % 13) as f32; 6];
+            let reward = (i % 7) as f32;
+            let last = i % (EPISODE_STEPS + 1) == EPISODE_STEPS;
+            buf.add_step(
+                &[
+                    Column::new("obs", &obs),
+                    Column::new("action", &action),
+                    Column::scalar("reward", &reward),
+                ],
+                last,
+                false,
+            )
+            .expect("step");
+        }
+        i += 1;
+    }
+}
+
+fn episodes(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workload::W1;
+    let mut plain = ReplayBuffer::create(
+        tmp.path().join("plain"),
+        Config::new(w.schema().expect("schema"), CAPACITY).seed(1),
+    )
+    .expect("create");
+    for from in (0..CAPACITY).step_by(1000) {
+        plain
+            .add_batch(&Chunk::new(w, from, 1000).columns())
+            .expect("add");
+    }
+    let mut epi = ReplayBuffer::create(
+        tmp.path().join("episodic"),
+        Config::new(episodic_schema(), CAPACITY).episodic().seed(1),
+    )
+    .expect("create");
+    fill_episodes(&mut epi);
+    let per_item = |b: &ReplayBuffer| b.stats().bytes_on_disk as f64 / CAPACITY as f64;
+    eprintln!(
+        "bytes on disk per item: W1 plain {:.1}, episodic (obs once + step header) {:.1}",
+        per_item(&plain),
+        per_item(&epi)
+    );
+
+    let mut g = c.benchmark_group("w1_plain");
+    g.sample_size(30).measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    let spec = SampleSpec::new(256);
+    let mut batch = Batch::new(plain.schema(), 0);
+    g.bench_function("sample256", |b| {
+        b.iter(|| plain.sample_into(&spec, &mut batch).expect("sample"));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("w1_episodic");
+    g.sample_size(30).measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    let mut out = Transitions::new(epi.schema());
+    let one = TransitionSpec::new(256, &["obs"]);
+    g.bench_function("transitions256", |b| {
+        b.iter(|| epi.sample_transitions_into(&one, &mut out).expect("sample"));
+    });
+    let three = TransitionSpec::new(256, &["obs"]).nstep(3, 0.99);
+    g.bench_function("nstep3_256", |b| {
+        b.iter(|| {
+            epi.sample_transitions_into(&three, &mut out)
+                .expect("sample")
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, episodes);
+criterion_main!(benches);
