@@ -501,7 +501,7 @@ impl ReplayBuffer {
                 head,
                 tail,
                 |i| ring.step_header(i % cap),
-                |i| table_reward(&ring, reward_field, i % cap),
+                |i| reward_field.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype)),
             );
             if let Err((index, problem)) = rebuilt {
                 let slot = index % cap;
@@ -1540,17 +1540,6 @@ fn release_in_background<T: Send + 'static>(files: T) {
     let _ = std::thread::Builder::new()
         .name("replaystore-release".into())
         .spawn(move || drop(files));
-}
-
-/// The reward field (schema position, dtype) of the row in `slot` as f64 (0 without).
-fn table_reward(ring: &Ring, field: Option<(usize, crate::DType)>, slot: u64) -> f64 {
-    let Some((f, dtype)) = field else {
-        return 0.0;
-    };
-    let mut b = [0u8; 8];
-    let n = dtype.size().min(8);
-    ring.read_field(slot, f, b.get_mut(..n).unwrap_or(&mut []));
-    scalar_f64(dtype, &b)
 }
 
 fn write_new_buffer(

@@ -41,6 +41,53 @@ pub struct Info {
     pub bytes_on_disk: u64,
     /// Priorities of the live items, for a prioritized buffer.
     pub priorities: Option<PriorityInfo>,
+    /// Episodes of the live items, for an episodic buffer.
+    pub episodes: Option<EpisodeStats>,
+}
+
+/// Episode counts and lengths of an episodic buffer's live rows (as of the newest
+/// commit), from the rows' step headers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EpisodeStats {
+    /// Episodes with a live row.
+    pub count: u64,
+    /// Of those, the ones that ended (terminated, truncated or abandoned).
+    pub ended: u64,
+    /// Steps of the shortest, mean and longest episode (as far as their rows are live).
+    pub steps: Option<(u64, f64, u64)>,
+    /// Mean return of the ended episodes whose every step is live.
+    pub mean_return: Option<f64>,
+    /// Why the step headers could not be read as episodes, if they could not.
+    pub problem: Option<String>,
+}
+
+impl EpisodeStats {
+    fn of(episodes: &[crate::episodes::EpisodeInfo]) -> EpisodeStats {
+        let count = episodes.len() as u64;
+        let ended = episodes.iter().filter(|e| e.end.is_some()).count() as u64;
+        let steps = (count > 0).then(|| {
+            let s = episodes.iter().map(crate::episodes::EpisodeInfo::steps);
+            let total: u64 = s.clone().sum();
+            (
+                s.clone().min().unwrap_or(0),
+                total as f64 / count as f64,
+                s.max().unwrap_or(0),
+            )
+        });
+        let whole: Vec<f64> = episodes
+            .iter()
+            .filter(|e| e.end.is_some() && e.ret_complete)
+            .map(|e| e.ret)
+            .collect();
+        EpisodeStats {
+            count,
+            ended,
+            steps,
+            mean_return: (!whole.is_empty())
+                .then(|| whole.iter().sum::<f64>() / whole.len() as f64),
+            problem: None,
+        }
+    }
 }
 
 impl Info {
@@ -77,8 +124,12 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
     } else {
         None
     };
+    let episodes = sb
+        .episodic
+        .then(|| episode_stats(dir, &m, commit.head, commit.tail));
     Ok(Info {
         priorities,
+        episodes,
         dir: dir.to_path_buf(),
         uuid: hex(&sb.uuid),
         format_version: crate::format::FORMAT_VERSION,
@@ -91,6 +142,40 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         commit,
         schema: m.schema,
     })
+}
+
+/// Episode statistics of the rows `head..tail`, read from their step headers.
+fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats {
+    let sb = &m.superblock;
+    let segments = (0..sb.segment_count)
+        .map(|n| storage::open_segment(&io::OsIo, dir, sb, n, Access::Read))
+        .collect::<Result<Vec<_>>>();
+    let segments = match segments {
+        Ok(s) => s,
+        Err(e) => {
+            return EpisodeStats {
+                problem: Some(e.to_string()),
+                ..EpisodeStats::default()
+            };
+        }
+    };
+    let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+    let mut table = crate::episodes::Episodes::new(&m.schema);
+    let cap = sb.capacity;
+    let reward = table.reward_field();
+    let rebuilt = table.rebuild(
+        head,
+        tail,
+        |i| ring.step_header(i % cap),
+        |i| reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype)),
+    );
+    match rebuilt {
+        Ok(()) => EpisodeStats::of(&table.iter().copied().collect::<Vec<_>>()),
+        Err((index, problem)) => EpisodeStats {
+            problem: Some(format!("item {index}: step header: {problem}")),
+            ..EpisodeStats::default()
+        },
+    }
 }
 
 /// One thing `verify` found wrong.

@@ -179,6 +179,14 @@ impl Ring {
         }
     }
 
+    /// A scalar numeric field `f` (of `dtype`) of a slot, as f64.
+    pub fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
+        let mut b = [0u8; 8];
+        let n = dtype.size().min(8);
+        self.read_field(slot, f, b.get_mut(..n).unwrap_or(&mut []));
+        crate::episodes::scalar_f64(dtype, &b)
+    }
+
     /// Copies field `f` of a slot into `out` (which has the field's size).
     pub fn read_field(&self, slot: u64, f: usize, out: &mut [u8]) {
         if let (Some((seg, k)), Some(&(off, _))) = (self.locate(slot), self.layout.fields.get(f)) {

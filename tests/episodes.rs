@@ -570,3 +570,37 @@ fn transitions_and_nstep_returns_match_a_naive_reference() {
     }
     assert!(seen.len() > 100, "{} distinct steps drawn", seen.len());
 }
+
+#[test]
+fn inspect_counts_episodes_and_their_lengths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    let mut model = Model::default();
+    let mut rng = 21u64;
+    drive(&mut buf, &mut model, &mut rng, 150);
+    buf.close().unwrap();
+    model.rebuilt();
+    let stats = replaystore::inspect(&dir).unwrap().episodes.unwrap();
+    let want = model.episodes();
+    let steps: Vec<u64> = want.iter().map(EpisodeInfo::steps).collect();
+    assert_eq!(stats.problem, None);
+    assert_eq!(stats.count, want.len() as u64);
+    assert_eq!(
+        stats.ended,
+        want.iter().filter(|e| e.end.is_some()).count() as u64
+    );
+    let (lo, mean, hi) = stats.steps.unwrap();
+    assert_eq!(
+        (lo, hi),
+        (*steps.iter().min().unwrap(), *steps.iter().max().unwrap())
+    );
+    assert!((mean - steps.iter().sum::<u64>() as f64 / steps.len() as f64).abs() < 1e-9);
+    let whole: Vec<f64> = want
+        .iter()
+        .filter(|e| e.end.is_some() && e.ret_complete)
+        .map(|e| e.ret)
+        .collect();
+    let mean_return = whole.iter().sum::<f64>() / whole.len() as f64;
+    assert!((stats.mean_return.unwrap() - mean_return).abs() < 1e-9);
+}

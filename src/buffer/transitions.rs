@@ -7,7 +7,6 @@ use rand::RngExt;
 
 use super::ReplayBuffer;
 use crate::batch::Batch;
-use crate::episodes::scalar_f64;
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 use crate::windows::End;
@@ -254,7 +253,8 @@ impl ReplayBuffer {
             let mut g = 0.0;
             let mut w = 1.0;
             for row in t.rewards.clone() {
-                g += w * reward_field.map_or(0.0, |(f, dtype)| self.field_f64(row % cap, f, dtype));
+                g += w * reward_field
+                    .map_or(0.0, |(f, dtype)| self.ring.field_f64(row % cap, f, dtype));
                 w *= spec.gamma;
             }
             out.returns.push(g);
@@ -271,15 +271,6 @@ impl ReplayBuffer {
         let indices = out.indices.clone();
         self.gather_some(&indices, &step_fields, &mut out.step)?;
         self.gather_some(&boot, &obs_fields, &mut out.next_obs)
-    }
-
-    /// A scalar field of the row in `slot`, as f64.
-    fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
-        let mut b = [0u8; 8];
-        let len = dtype.size().min(8);
-        self.ring
-            .read_field(slot, f, b.get_mut(..len).unwrap_or(&mut []));
-        scalar_f64(dtype, &b)
     }
 
     /// Gathers the fields marked in `which` of `indices` into `batch` (the others are

@@ -149,6 +149,15 @@ fn info_json(info: &Info) -> serde_json::Value {
         "row_stride": info.row_stride,
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
+        "episodes": info.episodes.as_ref().map(|e| json!({
+            "count": e.count,
+            "ended": e.ended,
+            "steps_min": e.steps.map(|s| s.0),
+            "steps_mean": e.steps.map(|s| s.1),
+            "steps_max": e.steps.map(|s| s.2),
+            "mean_return": e.mean_return,
+            "problem": e.problem,
+        })),
         "priorities": info.priorities.as_ref().map(|p| json!({
             "alpha": p.alpha,
             "eps": p.eps,
@@ -253,6 +262,20 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         human(info.bytes_on_disk),
         human(info.data_bytes)
     );
+    if let Some(e) = &info.episodes {
+        match (&e.problem, e.steps) {
+            (Some(p), _) => println!("episodes   unreadable: {p}"),
+            (None, Some((lo, mean, hi))) => println!(
+                "episodes   {} ({} ended, {} open); steps min {lo} mean {mean:.1} max {hi}{}",
+                e.count,
+                e.ended,
+                e.count - e.ended,
+                e.mean_return
+                    .map_or(String::new(), |r| format!("; mean return {r:.3}"))
+            ),
+            (None, None) => println!("episodes   none yet"),
+        }
+    }
     let snaps = snapshots(dir)?;
     println!(
         "snapshots  {}{}",

@@ -241,3 +241,45 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
     let o = run(&["bench", "--workload", "w9", "--quick"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+#[test]
+fn info_shows_episode_counts_and_lengths() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("e");
+    let schema = Schema::builder()
+        .field("obs", DType::F32, &[2])
+        .field("reward", DType::F32, &[])
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 100).episodic()).unwrap();
+    for len in [3u64, 5, 2] {
+        buf.add_reset(&[Column::new("obs", &[0f32; 2])]).unwrap();
+        for t in 1..=len {
+            let obs = [t as f32; 2];
+            let cols = [Column::new("obs", &obs), Column::scalar("reward", &1f32)];
+            buf.add_step(&cols, t == len && len != 2, false).unwrap();
+        }
+    }
+    buf.close().unwrap();
+    let o = run(&["info", dir.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = &v["episodes"];
+    assert_eq!(
+        (e["count"].as_u64(), e["ended"].as_u64()),
+        (Some(3), Some(2)),
+        "{e}"
+    );
+    assert_eq!(
+        (e["steps_min"].as_u64(), e["steps_max"].as_u64()),
+        (Some(2), Some(5))
+    );
+    assert_eq!(e["mean_return"].as_f64(), Some(4.0));
+    let o = run(&["info", dir.to_str().unwrap()]);
+    assert!(
+        text(&o).contains("episodes   3 (2 ended, 1 open); steps min 2 mean 3.3 max 5"),
+        "{}",
+        text(&o)
+    );
+}
