@@ -494,32 +494,14 @@ impl ReplayBuffer {
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
         let episodes = if sb.episodic {
-            let mut table = Episodes::new(&m.schema);
-            let cap = sb.capacity;
-            let reward_field = table.reward_field();
-            let rebuilt = table.rebuild(
+            Some(Episodes::from_rows(
+                &m.schema,
+                &ring,
+                sb.capacity,
                 head,
                 tail,
-                |i| ring.step_header(i % cap),
-                |i| reward_field.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype)),
-            );
-            if let Err((index, problem)) = rebuilt {
-                let slot = index % cap;
-                let (file, offset) = ring.locate(slot).map_or((dir.clone(), 0), |(seg, k)| {
-                    (seg.path().to_path_buf(), seg.row_offset(k))
-                });
-                return Err(Error::BadItem {
-                    file,
-                    offset,
-                    index,
-                    problem: format!("step header: {problem}"),
-                });
-            }
-            // Numbering goes on past the newest row written, live or not (a clear).
-            if tail > 0 && ring.stamp((tail - 1) % cap) == crate::format::row::stamp_of(tail - 1) {
-                table.continue_after(ring.step_header((tail - 1) % cap).episode + 1);
-            }
-            Some(table)
+                &dir,
+            )?)
         } else {
             None
         };
@@ -1242,12 +1224,7 @@ impl ReplayBuffer {
     fn stamp_error(&self, indices: &[u64], m: StampMismatch) -> Error {
         let index = indices.get(m.position).copied().unwrap_or(0);
         let slot = index % self.superblock.capacity;
-        let (file, offset) = self
-            .ring
-            .locate(slot)
-            .map_or((self.dir.clone(), 0), |(seg, k)| {
-                (seg.path().to_path_buf(), seg.row_offset(k))
-            });
+        let (file, offset) = self.ring.place(slot, &self.dir);
         Error::BadItem {
             file,
             offset,

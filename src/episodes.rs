@@ -291,6 +291,42 @@ impl Episodes {
         Ok(())
     }
 
+    /// The table of the live rows `head..tail` of `ring`, read from their step headers
+    /// and reward fields; numbering goes on past the newest row written, live or not (a
+    /// cleared buffer). A chain that breaks is `BadItem` naming the row's file and offset
+    /// (`dir` when the row cannot be located).
+    pub(crate) fn from_rows(
+        schema: &Schema,
+        ring: &crate::ring::Ring,
+        capacity: u64,
+        head: u64,
+        tail: u64,
+        dir: &std::path::Path,
+    ) -> Result<Episodes> {
+        let mut table = Episodes::new(schema);
+        let reward = table.reward_field();
+        let rebuilt = table.rebuild(
+            head,
+            tail,
+            |i| ring.step_header(i % capacity),
+            |i| reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % capacity, f, dtype)),
+        );
+        if let Err((index, problem)) = rebuilt {
+            let (file, offset) = ring.place(index % capacity, dir);
+            return Err(Error::BadItem {
+                file,
+                offset,
+                index,
+                problem: format!("step header: {problem}"),
+            });
+        }
+        let newest = tail.wrapping_sub(1);
+        if tail > 0 && ring.stamp(newest % capacity) == crate::format::row::stamp_of(newest) {
+            table.continue_after(ring.step_header(newest % capacity).episode + 1);
+        }
+        Ok(table)
+    }
+
     /// Numbering continues after `id` (an empty table after a clear keeps counting).
     pub(crate) fn continue_after(&mut self, next_id: u64) {
         self.next_id = self.next_id.max(next_id);

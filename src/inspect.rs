@@ -160,19 +160,10 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
         }
     };
     let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
-    let mut table = crate::episodes::Episodes::new(&m.schema);
-    let cap = sb.capacity;
-    let reward = table.reward_field();
-    let rebuilt = table.rebuild(
-        head,
-        tail,
-        |i| ring.step_header(i % cap),
-        |i| reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype)),
-    );
-    match rebuilt {
-        Ok(()) => EpisodeStats::of(&table.iter().copied().collect::<Vec<_>>()),
-        Err((index, problem)) => EpisodeStats {
-            problem: Some(format!("item {index}: step header: {problem}")),
+    match crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir) {
+        Ok(table) => EpisodeStats::of(&table.iter().copied().collect::<Vec<_>>()),
+        Err(e) => EpisodeStats {
+            problem: Some(e.to_string()),
             ..EpisodeStats::default()
         },
     }
@@ -438,21 +429,10 @@ fn verify_live(dir: &Path, io: &dyn Io) -> Result<Report> {
     }
     if sb.episodic {
         // The step headers must chain into whole episodes, as the writer's open needs.
-        let mut table = crate::episodes::Episodes::new(&m.schema);
-        let cap = sb.capacity;
-        if let Err((index, problem)) =
-            table.rebuild(head, tail, |i| ring.step_header(i % cap), |_| 0.0)
+        if let Err(e) =
+            crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir)
         {
-            let (file, offset) = ring
-                .locate(index % cap)
-                .map_or((dir.to_path_buf(), 0), |(seg, k)| {
-                    (seg.path().to_path_buf(), seg.row_offset(k))
-                });
-            report.problems.push(Finding {
-                file,
-                offset,
-                what: format!("item {index}: step header: {problem}"),
-            });
+            report.problems.push(finding_of(&e, dir));
         }
     }
     if sb.prioritized {

@@ -45,6 +45,15 @@ impl Ring {
         ((slot >> self.shift) as usize, (slot & self.mask) as usize)
     }
 
+    /// The file and byte offset of a slot's row, for messages (`fallback` if the slot is
+    /// out of range).
+    pub fn place(&self, slot: u64, fallback: &std::path::Path) -> (std::path::PathBuf, u64) {
+        self.locate(slot)
+            .map_or((fallback.to_path_buf(), 0), |(seg, k)| {
+                (seg.path().to_path_buf(), seg.row_offset(k))
+            })
+    }
+
     /// The segment and row of a slot, for messages.
     pub fn locate(&self, slot: u64) -> Option<(&SegmentMap, usize)> {
         let (s, k) = self.split(slot);
