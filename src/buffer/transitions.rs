@@ -265,12 +265,10 @@ impl ReplayBuffer {
             prev.push(j - 1);
             boot.push(t.bootstrap);
         }
-        let obs_fields: Vec<bool> = is_obs.clone();
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
-        self.gather_some(&prev, &obs_fields, &mut out.obs)?;
-        let indices = out.indices.clone();
-        self.gather_some(&indices, &step_fields, &mut out.step)?;
-        self.gather_some(&boot, &obs_fields, &mut out.next_obs)
+        self.gather_some(&prev, &is_obs, &mut out.obs)?;
+        self.gather_some(&out.indices, &step_fields, &mut out.step)?;
+        self.gather_some(&boot, &is_obs, &mut out.next_obs)
     }
 
     /// Gathers the fields marked in `which` of `indices` into `batch` (the others are
