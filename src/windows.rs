@@ -86,19 +86,31 @@ impl Span {
     /// assert_eq!(span.stack(15, 4), Some(vec![12, 13, 14, 15]));
     /// ```
     pub fn stack(&self, r: u64, k: u64) -> Option<Vec<u64>> {
-        if r < self.first || r > self.last || k == 0 {
+        if !self.stacks(r, k) {
             return None;
         }
-        // Signed: near index 0 the oldest position is below zero, and only padding.
-        let oldest = i128::from(r) + 1 - i128::from(k);
-        if oldest < i128::from(self.first) && self.first > self.start {
-            return None;
+        let mut rows = Vec::with_capacity(usize::try_from(k).unwrap_or(0));
+        self.push_stack(r, k, &mut rows);
+        Some(rows)
+    }
+
+    /// Whether the `k` frames up to row `r` can be stacked: `r` is stored, and so is
+    /// every frame before it back to the reset row or `k - 1` rows.
+    pub fn stacks(&self, r: u64, k: u64) -> bool {
+        k > 0
+            && r >= self.first
+            && r <= self.last
+            && (self.first == self.start || r - self.first + 1 >= k)
+    }
+
+    /// Appends [`Span::stack`]`(r, k)` to `rows` without allocating, for a row that
+    /// [`Span::stacks`].
+    pub fn push_stack(&self, r: u64, k: u64, rows: &mut Vec<u64>) {
+        // Rows r + 1 - k ..= r, clamped up to the reset row; computed from the top so
+        // no index goes below zero.
+        for back in (0..k).rev() {
+            rows.push(r.saturating_sub(back).max(self.start));
         }
-        Some(
-            (0..i128::from(k))
-                .map(|i| (oldest + i).max(i128::from(self.start)) as u64)
-                .collect(),
-        )
     }
 
     /// A sequence of `burn_in + len` rows whose trained part starts at row `s`: each

@@ -30,6 +30,11 @@ pub struct TransitionSpec<'a> {
     pub nstep: u64,
     /// Discount of the n-step sum and of the bootstrap.
     pub gamma: f64,
+    /// Frames per observation (1: no stacking). With `k > 1` each observation field of
+    /// `obs` and `next_obs` holds the `k` newest observations up to its row, oldest
+    /// first, shaped `[k, ...]`; before the episode's reset row its first frame repeats
+    /// (Tianshou's `stack_num`, DQN's frame stack built at sample time).
+    pub stack: u64,
 }
 
 impl<'a> TransitionSpec<'a> {
@@ -40,7 +45,14 @@ impl<'a> TransitionSpec<'a> {
             obs_fields,
             nstep: 1,
             gamma: 1.0,
+            stack: 1,
         }
+    }
+
+    /// Stacks the `k` newest observations into each `obs` and `next_obs`.
+    pub fn stack(mut self, k: u64) -> TransitionSpec<'a> {
+        self.stack = k;
+        self
     }
 
     /// Sums rewards over `nstep` steps with discount `gamma`.
@@ -53,10 +65,13 @@ impl<'a> TransitionSpec<'a> {
 
 /// A batch of transitions. `obs()` holds the observation fields before the step,
 /// `step()` every other field of the step's row (the action, its reward, ...), and
-/// `next_obs()` the observation fields of the row to bootstrap from. The three batches
-/// have the buffer's schema; fields a batch does not carry are left zero.
+/// `next_obs()` the observation fields of the row to bootstrap from. `step()` has the
+/// buffer's schema; `obs()` and `next_obs()` too, except that a stacked observation
+/// field gains a leading dimension of `k`. Fields a batch does not carry are left zero.
 #[derive(Clone, Debug)]
 pub struct Transitions {
+    /// The frames per observation the obs batches were shaped for.
+    stack: u64,
     indices: Vec<u64>,
     obs: Batch,
     step: Batch,
@@ -71,6 +86,7 @@ impl Transitions {
     /// An empty batch for `schema`, to be filled by `sample_transitions_into`.
     pub fn new(schema: &Schema) -> Transitions {
         Transitions {
+            stack: 1,
             indices: Vec::new(),
             obs: Batch::new(schema, 0),
             step: Batch::new(schema, 0),
@@ -135,6 +151,30 @@ impl Transitions {
     }
 }
 
+/// `schema` with a leading dimension of `k` on the fields marked in `stacked` (itself
+/// when `k` is 1).
+fn stacked_schema(schema: &Schema, stacked: &[bool], k: u64) -> Result<Schema> {
+    if k == 1 {
+        return Ok(schema.clone());
+    }
+    let k = usize::try_from(k)
+        .map_err(|_| Error::InvalidSample(format!("stack of {k} frames is too many")))?;
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .zip(stacked)
+            .map(|(f, &s)| {
+                let mut shape = f.shape().to_vec();
+                if s {
+                    shape.insert(0, k);
+                }
+                (f.name().to_owned(), f.dtype(), shape)
+            })
+            .collect(),
+    )
+}
+
 /// Draws per transition before giving up on finding step rows (rows after a reset row).
 const TRIES_PER_DRAW: usize = 64;
 
@@ -179,26 +219,24 @@ impl ReplayBuffer {
         if spec.nstep == 0 {
             return Err(Error::InvalidSample("nstep must be at least 1".into()));
         }
-        let mut is_obs = vec![false; self.schema.len()];
-        for name in spec.obs_fields {
-            let f = self
-                .schema
-                .position(name)
-                .ok_or_else(|| Error::UnknownField {
-                    field: (*name).to_owned(),
-                    known: self.schema.names(),
-                })?;
-            if let Some(x) = is_obs.get_mut(f) {
-                *x = true;
-            }
+        if spec.stack == 0 {
+            return Err(Error::InvalidSample("stack must be at least 1".into()));
+        }
+        let is_obs = self.field_mask(spec.obs_fields)?;
+        if out.stack != spec.stack || !out.step.fits(&self.schema) {
+            let stacked = stacked_schema(&self.schema, &is_obs, spec.stack)?;
+            *out = Transitions::new(&self.schema);
+            out.stack = spec.stack;
+            out.obs = Batch::new(&stacked, 0);
+            out.next_obs = Batch::new(&stacked, 0);
         }
         if self.tail - self.head < 2 {
             return Err(Error::Empty);
         }
-        // Rows after the head whose step header says they are not a reset row: their
-        // previous row is live and of the same episode (episodes are contiguous).
         let cap = self.superblock.capacity;
+        let k = spec.stack;
         out.indices.clear();
+        let mut spans = Vec::with_capacity(spec.n);
         let mut tries = 0usize;
         let mut candidates = Vec::with_capacity(spec.n);
         while out.indices.len() < spec.n {
@@ -206,23 +244,32 @@ impl ReplayBuffer {
             tries += need;
             if tries > TRIES_PER_DRAW * spec.n.max(1) {
                 return Err(Error::InvalidSample(format!(
-                    "no step found in {} draws: the live rows are (nearly) all reset rows",
+                    "no step with {k} stored frames found in {} draws: the live rows are \
+                     (nearly) all reset rows or too early in partly evicted episodes",
                     tries - need
                 )));
             }
-            // Draw a round, fetch every row it will read (the row before, the step rows
-            // up to the n-th), then judge: the header reads and gathers below hit cache
+            // Draw a round, fetch every row it will read (the frames before, the step
+            // rows up to the n-th), then judge: the lookups and gathers below hit cache
             // instead of waiting on one miss at a time.
             candidates.clear();
             for _ in 0..need {
                 let j = self.rng.random_range(self.head + 1..self.tail);
                 candidates.push(j);
+                let from = (j - 1).saturating_sub(k - 1).max(self.head);
                 let last = (j + spec.nstep - 1).min(self.tail - 1);
-                self.ring.prefetch_run((j - 1) % cap, last - (j - 1) + 1);
+                self.ring.prefetch_run(from % cap, last - from + 1);
             }
+            let table = self.episodes_ref()?;
             for &j in &candidates {
-                if self.ring.step_header(j % cap).t >= 1 {
+                let e = table.of(j).ok_or_else(|| {
+                    Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+                })?;
+                let span = e.span(self.head);
+                // A step row whose observation row and its frames are stored.
+                if j > span.first && span.stacks(j - 1, k) {
                     out.indices.push(j);
+                    spans.push((span, e.id));
                 }
             }
         }
@@ -234,22 +281,12 @@ impl ReplayBuffer {
         out.discounts.clear();
         out.terminated.clear();
         out.truncated.clear();
-        let mut prev = Vec::with_capacity(n);
-        let mut boot = Vec::with_capacity(n);
-        for &j in &out.indices {
-            let table = self.episodes_ref()?;
-            let e = table.of(j).copied().ok_or_else(|| {
-                Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+        let mut prev = Vec::with_capacity(n * k as usize);
+        let mut boot = Vec::with_capacity(n * k as usize);
+        for (&j, &(span, id)) in out.indices.iter().zip(&spans) {
+            let t = span.nstep(j, spec.nstep, spec.gamma).ok_or_else(|| {
+                Error::EpisodeOrder(format!("index {j} does not end a step of episode {id}"))
             })?;
-            let t = e
-                .span(self.head)
-                .nstep(j, spec.nstep, spec.gamma)
-                .ok_or_else(|| {
-                    Error::EpisodeOrder(format!(
-                        "index {j} does not end a step of episode {}",
-                        e.id
-                    ))
-                })?;
             let mut g = 0.0;
             let mut w = 1.0;
             for row in t.rewards.clone() {
@@ -261,19 +298,44 @@ impl ReplayBuffer {
             out.discounts.push(t.discount);
             out.terminated.push(t.terminated);
             out.truncated
-                .push(t.bootstrap == e.last() && e.end == Some(End::Truncated));
-            prev.push(j - 1);
-            boot.push(t.bootstrap);
+                .push(t.bootstrap == span.last && span.end == Some(End::Truncated));
+            span.push_stack(j - 1, k, &mut prev);
+            span.push_stack(t.bootstrap, k, &mut boot);
         }
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
-        self.gather_some(&prev, &is_obs, &mut out.obs)?;
-        self.gather_some(&out.indices, &step_fields, &mut out.step)?;
-        self.gather_some(&boot, &is_obs, &mut out.next_obs)
+        self.gather_some(&out.indices, &prev, &is_obs, &mut out.obs)?;
+        self.gather_some(&out.indices, &out.indices, &step_fields, &mut out.step)?;
+        self.gather_some(&out.indices, &boot, &is_obs, &mut out.next_obs)
     }
 
-    /// Gathers the fields marked in `which` of `indices` into `batch` (the others are
-    /// left zero).
-    fn gather_some(&self, indices: &[u64], which: &[bool], batch: &mut Batch) -> Result<()> {
+    /// Which schema fields `names` are, as a mask in schema order.
+    pub(crate) fn field_mask(&self, names: &[&str]) -> Result<Vec<bool>> {
+        let mut mask = vec![false; self.schema.len()];
+        for name in names {
+            let f = self
+                .schema
+                .position(name)
+                .ok_or_else(|| Error::UnknownField {
+                    field: (*name).to_owned(),
+                    known: self.schema.names(),
+                })?;
+            if let Some(x) = mask.get_mut(f) {
+                *x = true;
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Gathers the fields marked in `which` of the rows `rows` into `batch`, whose
+    /// indices become `indices` (the others are left zero). A field of `k` stacked
+    /// frames takes `k` consecutive entries of `rows` per item.
+    pub(crate) fn gather_some(
+        &self,
+        indices: &[u64],
+        rows: &[u64],
+        which: &[bool],
+        batch: &mut Batch,
+    ) -> Result<()> {
         batch.resize(indices.len());
         let (idx, mut outs) = batch.parts_mut();
         idx.clear();
@@ -286,7 +348,7 @@ impl ReplayBuffer {
             *out = &mut [];
         }
         self.ring
-            .gather(self.head, self.head_slot, indices, &mut outs)
-            .map_err(|m| self.stamp_error(indices, m))
+            .gather(self.head, self.head_slot, rows, &mut outs)
+            .map_err(|m| self.stamp_error(rows, m))
     }
 }

@@ -1,0 +1,327 @@
+//! Promises of the sampling modes over episode storage (issue 6): n-step transitions,
+//! stacked frames, sequences with burn-in and whole episodes each agree with a naive
+//! reference computed from a plain Vec of every row ever added. Episodes have random
+//! lengths of 1 to 500 steps and end terminated, truncated, abandoned by a reset, or not
+//! at all; the ring (2,048 rows) wraps over them, so some are partly evicted and some
+//! span the ring's end.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::xorshift;
+use replaystore::windows::End;
+use replaystore::{Column, Config, DType, Error, ReplayBuffer, Schema, TransitionSpec};
+
+const CAPACITY: u64 = 2048;
+
+fn schema() -> Schema {
+    Schema::builder()
+        .field("obs", DType::F32, &[2])
+        .field("action", DType::I32, &[])
+        .field("reward", DType::F32, &[])
+        .build()
+        .unwrap()
+}
+
+/// The observation of row `i`: names the row, so a gathered frame shows where it came
+/// from.
+fn obs(i: u64) -> [f32; 2] {
+    [i as f32, -(i as f32)]
+}
+
+/// One row as the reference keeps it.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    episode: u64,
+    t: u64,
+    reward: f32,
+    action: i32,
+    /// Set on an episode's last row: how it ended (abandoned counts as truncated).
+    end: Option<End>,
+}
+
+/// Every row ever added; the live ones are the last `CAPACITY`.
+#[derive(Default)]
+struct Reference {
+    rows: Vec<Row>,
+}
+
+impl Reference {
+    fn head(&self) -> usize {
+        self.rows.len().saturating_sub(CAPACITY as usize)
+    }
+
+    fn live(&self, i: usize) -> bool {
+        i >= self.head() && i < self.rows.len()
+    }
+
+    /// The row of the same episode before `i` (itself at a reset row), as Tianshou's
+    /// `prev`, but without regard to eviction.
+    fn prev(&self, i: usize) -> usize {
+        if self.rows[i].t == 0 { i } else { i - 1 }
+    }
+
+    /// Whether row `i` is the last its episode has (so far).
+    fn last_of_episode(&self, i: usize) -> bool {
+        self.rows[i].end.is_some()
+            || i + 1 == self.rows.len()
+            || self.rows[i + 1].episode != self.rows[i].episode
+    }
+
+    /// The `k` frames up to row `r`, oldest first, repeating the reset row's frame;
+    /// `None` when one of them was evicted.
+    fn stack(&self, r: usize, k: usize) -> Option<Vec<usize>> {
+        let mut rows = vec![r];
+        let mut cur = r;
+        for _ in 1..k {
+            cur = self.prev(cur);
+            rows.push(cur);
+        }
+        rows.reverse();
+        rows.iter().all(|&x| self.live(x)).then_some(rows)
+    }
+
+    /// The n-step transition whose first step ends at row `j`: (bootstrap row,
+    /// discounted return, discount, terminated, truncated).
+    fn nstep(&self, j: usize, n: usize, gamma: f64) -> (usize, f64, f64, bool, bool) {
+        let (mut g, mut w, mut row) = (0.0, 1.0, j);
+        for k in 1.. {
+            g += w * f64::from(self.rows[row].reward);
+            w *= gamma;
+            if k == n || self.last_of_episode(row) {
+                let end = self.ended_at(row);
+                let discount = if end == Some(End::Terminated) {
+                    0.0
+                } else {
+                    gamma.powi(k as i32)
+                };
+                return (
+                    row,
+                    g,
+                    discount,
+                    end == Some(End::Terminated),
+                    end == Some(End::Truncated),
+                );
+            }
+            row += 1;
+        }
+        unreachable!()
+    }
+
+    /// How the episode ended at row `i`, if `i` is its final row (an episode followed
+    /// by another's reset row without an end was abandoned: truncated).
+    fn ended_at(&self, i: usize) -> Option<End> {
+        match self.rows[i].end {
+            Some(end) => Some(end),
+            None if i + 1 < self.rows.len() && self.rows[i + 1].episode != self.rows[i].episode => {
+                Some(End::Truncated)
+            }
+            None => None,
+        }
+    }
+}
+
+/// Adds `episodes` episodes of 1 to 500 steps to both: 40% terminated, 30% truncated,
+/// 20% abandoned (the next reset comes without an end), 10% left open when another
+/// call adds more (then abandoned by its first reset).
+fn add_episodes(buf: &mut ReplayBuffer, reference: &mut Reference, rng: &mut u64, episodes: usize) {
+    for _ in 0..episodes {
+        let steps = 1 + xorshift(rng) % 500;
+        let how = xorshift(rng) % 10;
+        let episode = buf
+            .add_reset(&[Column::new("obs", &obs(reference.rows.len() as u64))])
+            .unwrap()
+            .episode;
+        if let Some(last) = reference.rows.last_mut()
+            && last.end.is_none()
+        {
+            last.end = Some(End::Truncated);
+        }
+        reference.rows.push(Row {
+            episode,
+            t: 0,
+            reward: 0.0,
+            action: 0,
+            end: None,
+        });
+        for t in 1..=steps {
+            let r = xorshift(rng);
+            let index = reference.rows.len() as u64;
+            let reward = (r % 11) as f32 - 5.0;
+            let action = (r >> 8) as i32 % 6;
+            let end = match (t == steps, how) {
+                (true, 0..=3) => Some(End::Terminated),
+                (true, 4..=6) => Some(End::Truncated),
+                _ => None,
+            };
+            buf.add_step(
+                &[
+                    Column::new("obs", &obs(index)),
+                    Column::scalar("action", &action),
+                    Column::scalar("reward", &reward),
+                ],
+                end == Some(End::Terminated),
+                end == Some(End::Truncated),
+            )
+            .unwrap();
+            reference.rows.push(Row {
+                episode,
+                t,
+                reward,
+                action,
+                end,
+            });
+        }
+    }
+}
+
+fn create(dir: &std::path::Path) -> ReplayBuffer {
+    let config = Config::new(schema(), CAPACITY)
+        .segment_slots(256)
+        .episodic()
+        .seed(11);
+    ReplayBuffer::create(dir, config).unwrap()
+}
+
+fn obs_at(values: &[f32], i: usize) -> u64 {
+    assert_eq!(values[2 * i], -values[2 * i + 1]);
+    values[2 * i] as u64
+}
+
+#[test]
+fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    let mut reference = Reference::default();
+    let mut rng = 17u64;
+    let mut drawn = HashSet::new();
+    let mut stacks_at_reset = 0;
+    for round in 0..24 {
+        add_episodes(&mut buf, &mut reference, &mut rng, 3);
+        for (n, gamma, k) in [
+            (1usize, 0.9f64, 1usize),
+            (3, 0.9, 4),
+            (5, 0.5, 2),
+            (1, 0.99, 4),
+        ] {
+            let spec = TransitionSpec::new(200, &["obs"])
+                .nstep(n as u64, gamma)
+                .stack(k as u64);
+            let t = buf.sample_transitions(&spec).unwrap();
+            let (o, next) = (
+                t.obs().get::<f32>("obs").unwrap(),
+                t.next_obs().get::<f32>("obs").unwrap(),
+            );
+            assert_eq!(
+                t.obs().field("obs").unwrap().shape(),
+                if k == 1 {
+                    vec![200, 2]
+                } else {
+                    vec![200, k, 2]
+                }
+            );
+            for i in 0..t.len() {
+                let j = t.indices()[i] as usize;
+                let what = format!("round {round} row {j} n {n} k {k}");
+                assert!(reference.rows[j].t >= 1, "{what}: a reset row ends no step");
+                // Drawn only when every frame of the observation is stored.
+                let frames = reference
+                    .stack(j - 1, k)
+                    .unwrap_or_else(|| panic!("{what}: frames evicted"));
+                let (boot, g, d, term, trunc) = reference.nstep(j, n, gamma);
+                let next_frames = reference.stack(boot, k).unwrap();
+                for f in 0..k {
+                    assert_eq!(
+                        obs_at(o, i * k + f),
+                        frames[f] as u64,
+                        "{what}: obs frame {f}"
+                    );
+                    assert_eq!(
+                        obs_at(next, i * k + f),
+                        next_frames[f] as u64,
+                        "{what}: next frame {f}"
+                    );
+                }
+                stacks_at_reset += usize::from(frames[0] == frames[k - 1] && k > 1);
+                assert_eq!(
+                    t.step().get::<i32>("action").unwrap()[i],
+                    reference.rows[j].action,
+                    "{what}"
+                );
+                assert!(
+                    (t.returns()[i] - g).abs() < 1e-9,
+                    "{what}: {} vs {g}",
+                    t.returns()[i]
+                );
+                assert!((t.discounts()[i] - d).abs() < 1e-12, "{what}");
+                assert_eq!(
+                    (t.terminated()[i], t.truncated()[i]),
+                    (term, trunc),
+                    "{what}"
+                );
+                drawn.insert(j);
+            }
+        }
+        if round % 8 == 7 {
+            buf.close().unwrap();
+            buf = ReplayBuffer::open(&dir).unwrap();
+        }
+    }
+    assert!(
+        reference.rows.len() > 3 * CAPACITY as usize,
+        "the ring wrapped: {}",
+        reference.rows.len()
+    );
+    assert!(drawn.len() > 2000, "{} distinct steps drawn", drawn.len());
+    assert!(
+        stacks_at_reset > 0,
+        "no stack was padded at an episode start"
+    );
+}
+
+/// The frames before the first stored row of a partly evicted episode are gone: no
+/// stack that needs them is drawn, and a buffer holding no complete stack says so.
+#[test]
+fn stacks_needing_evicted_frames_are_never_drawn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = Config::new(schema(), 64)
+        .segment_slots(16)
+        .episodic()
+        .seed(2);
+    let mut buf = ReplayBuffer::create(tmp.path().join("b"), config).unwrap();
+    buf.add_reset(&[Column::new("obs", &obs(0))]).unwrap();
+    for i in 1..100u64 {
+        let o = obs(i);
+        let step = [
+            Column::new("obs", &o),
+            Column::scalar("action", &0i32),
+            Column::scalar("reward", &1.0f32),
+        ];
+        buf.add_step(&step, false, false).unwrap();
+    }
+    // Rows 36..100 live, all of episode 0 whose reset row 0 is gone.
+    let t = buf
+        .sample_transitions(&TransitionSpec::new(500, &["obs"]).stack(8))
+        .unwrap();
+    let o = t.obs().get::<f32>("obs").unwrap();
+    for i in 0..t.len() {
+        let j = t.indices()[i];
+        assert!(j - 1 >= 36 + 7, "row {j}: its stack reaches below the head");
+        assert_eq!(obs_at(o, i * 8), j - 8);
+    }
+    let err = buf
+        .sample_transitions(&TransitionSpec::new(4, &["obs"]).stack(65))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidSample(_)), "{err}");
+    let err = buf
+        .sample_transitions(&TransitionSpec::new(4, &["obs"]).stack(0))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidSample(_)), "{err}");
+}
