@@ -5,7 +5,13 @@
 //!   (obs once, the step header instead of next_obs), `sample_transitions` of 256;
 //! - `w1_episodic/nstep3_256`: the same with 3-step returns (gamma 0.99).
 //!
-//! Before the criterion output, the bytes per stored item of both layouts.
+//! - `w2_plain/sample32`: W2 as given (`obs` u8[4,84,84] stored in every row);
+//! - `w2_frames/stack4_32`: W2 with native frame stacking (`workloads::W2Frames`: one
+//!   84x84 frame per row), 32 transitions with `obs` and `next_obs` of 4 frames each;
+//! - `w2_frames/window4_32`: the same transitions as one window of 5 frames each
+//!   (`obs` and `next_obs` are its views; `TransitionSpec::window`).
+//!
+//! Before the criterion output, the bytes per stored item of each layout.
 //! `cargo bench --bench episodes`.
 
 #![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
@@ -13,7 +19,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::workloads::{Chunk, Workload};
+use replaystore::workloads::{Chunk, W2Frames, Workload};
 use replaystore::{
     Batch, Column, Config, DType, ReplayBuffer, SampleSpec, Schema, TransitionSpec, Transitions,
 };
@@ -109,5 +115,70 @@ fn episodes(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, episodes);
+fn frames(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workload::W2;
+    let cap = w.capacity();
+    let mut plain = ReplayBuffer::create(
+        tmp.path().join("plain"),
+        Config::new(w.schema().expect("schema"), cap).seed(1),
+    )
+    .expect("create");
+    for from in (0..cap).step_by(100) {
+        plain
+            .add_batch(&Chunk::new(w, from, 100).columns())
+            .expect("add");
+    }
+    let mut stacked = ReplayBuffer::create(
+        tmp.path().join("frames"),
+        Config::new(W2Frames::schema().expect("schema"), cap)
+            .episodic()
+            .seed(1),
+    )
+    .expect("create");
+    W2Frames::default().fill(&mut stacked, cap).expect("fill");
+    let (a, b) = (plain.stats().bytes_on_disk, stacked.stats().bytes_on_disk);
+    eprintln!(
+        "W2 bytes on disk: as given {a} ({:.0} per item), one frame per row {b} ({:.0} per \
+         item): {:.2}x less",
+        a as f64 / cap as f64,
+        b as f64 / cap as f64,
+        a as f64 / b as f64
+    );
+
+    let mut g = c.benchmark_group("w2_plain");
+    g.sample_size(30).measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    let spec = SampleSpec::new(32);
+    let mut batch = Batch::new(plain.schema(), 0);
+    g.bench_function("sample32", |b| {
+        b.iter(|| plain.sample_into(&spec, &mut batch).expect("sample"));
+    });
+    g.finish();
+    drop(plain);
+
+    let mut g = c.benchmark_group("w2_frames");
+    g.sample_size(30).measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    let mut out = Transitions::new(stacked.schema());
+    let spec = TransitionSpec::new(32, &["obs"]).stack(4);
+    g.bench_function("stack4_32", |b| {
+        b.iter(|| {
+            stacked
+                .sample_transitions_into(&spec, &mut out)
+                .expect("sample")
+        });
+    });
+    let spec = spec.window();
+    g.bench_function("window4_32", |b| {
+        b.iter(|| {
+            stacked
+                .sample_transitions_into(&spec, &mut out)
+                .expect("sample")
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, episodes, frames);
 criterion_main!(benches);

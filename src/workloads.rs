@@ -196,6 +196,78 @@ impl Chunk {
     }
 }
 
+/// Bytes of one W2 frame (one 84x84 observation, unstacked).
+const W2_FRAME: usize = 84 * 84;
+
+/// W2 with native frame stacking (issue 6): one 84x84 frame per row of an episodic
+/// buffer (`obs` u8[84,84], `action` i64, `reward` f32), stacked 4 deep at sample time
+/// instead of stored 4 deep per row. Episodes run 500 to 2,499 steps, terminated.
+///
+/// ```
+/// use replaystore::workloads::W2Frames;
+/// use replaystore::{Config, ReplayBuffer, TransitionSpec};
+/// let dir = tempfile::tempdir()?;
+/// let config = Config::new(W2Frames::schema()?, 1000).episodic();
+/// let mut buf = ReplayBuffer::create(dir.path().join("w2f"), config)?;
+/// let mut frames = W2Frames::default();
+/// frames.fill(&mut buf, 600)?;
+/// let t = buf.sample_transitions(&TransitionSpec::new(32, &["obs"]).stack(4))?;
+/// assert_eq!(t.obs().field("obs").map(|f| f.shape()), Some(vec![32, 4, 84, 84]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct W2Frames {
+    /// Rows added so far.
+    rows: u64,
+    /// Episodes begun so far.
+    episodes: u64,
+    /// Steps left in the open episode (0: the next row is a reset).
+    left: u64,
+}
+
+impl W2Frames {
+    /// The schema: `obs` u8[84,84], `action` i64, `reward` f32.
+    pub fn schema() -> Result<Schema> {
+        Schema::builder()
+            .field("obs", DType::U8, &[84, 84])
+            .field("action", DType::I64, &[])
+            .field("reward", DType::F32, &[])
+            .build()
+    }
+
+    /// Adds the next `count` rows: a reset row, then steps until the episode's length,
+    /// the last one terminated, then the next episode.
+    pub fn fill(&mut self, buf: &mut ReplayBuffer, count: u64) -> Result<()> {
+        let frames = w2_frames();
+        for _ in 0..count {
+            let i = self.rows;
+            let f = (i as usize % (frames.len() / W2_FRAME)) * W2_FRAME;
+            let obs = frames.get(f..f + W2_FRAME).unwrap_or(&[]);
+            let obs = Column::new("obs", obs).with_shape(&[84, 84]);
+            if self.left == 0 {
+                buf.add_reset(&[obs])?;
+                self.left = 500 + self.episodes * 7919 % 2000;
+                self.episodes += 1;
+            } else {
+                self.left -= 1;
+                let action = (i % 18) as i64;
+                let reward = (i % 7) as f32;
+                buf.add_step(
+                    &[
+                        obs,
+                        Column::scalar("action", &action),
+                        Column::scalar("reward", &reward),
+                    ],
+                    self.left == 0,
+                    false,
+                )?;
+            }
+            self.rows += 1;
+        }
+        Ok(())
+    }
+}
+
 fn w2_frames() -> &'static [u8] {
     static FRAMES: OnceLock<Vec<u8>> = OnceLock::new();
     FRAMES.get_or_init(|| {

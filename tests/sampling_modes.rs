@@ -211,62 +211,75 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
             (5, 0.5, 2),
             (1, 0.99, 4),
         ] {
-            let spec = TransitionSpec::new(200, &["obs"])
-                .nstep(n as u64, gamma)
-                .stack(k as u64);
-            let t = buf.sample_transitions(&spec).unwrap();
-            let (o, next) = (
-                t.obs().get::<f32>("obs").unwrap(),
-                t.next_obs().get::<f32>("obs").unwrap(),
-            );
-            assert_eq!(
-                t.obs().field("obs").unwrap().shape(),
-                if k == 1 {
-                    vec![200, 2]
-                } else {
-                    vec![200, k, 2]
-                }
-            );
-            for i in 0..t.len() {
-                let j = t.indices()[i] as usize;
-                let what = format!("round {round} row {j} n {n} k {k}");
-                assert!(reference.rows[j].t >= 1, "{what}: a reset row ends no step");
-                // Drawn only when every frame of the observation is stored.
-                let frames = reference
-                    .stack(j - 1, k)
-                    .unwrap_or_else(|| panic!("{what}: frames evicted"));
-                let (boot, g, d, term, trunc) = reference.nstep(j, n, gamma);
-                let next_frames = reference.stack(boot, k).unwrap();
-                for f in 0..k {
+            for window in [false, true] {
+                let mut spec = TransitionSpec::new(200, &["obs"])
+                    .nstep(n as u64, gamma)
+                    .stack(k as u64);
+                spec.window = window;
+                let t = buf.sample_transitions(&spec).unwrap();
+                // Frame f of transition i's obs and next_obs, whichever mode.
+                let obs_frame = |i: usize, f: usize| {
+                    if window {
+                        obs_at(t.frames().get::<f32>("obs").unwrap(), i * (k + n) + f)
+                    } else {
+                        obs_at(t.obs().get::<f32>("obs").unwrap(), i * k + f)
+                    }
+                };
+                let next_frame = |i: usize, f: usize| {
+                    if window {
+                        let off = t.next_offsets()[i] as usize;
+                        obs_at(t.frames().get::<f32>("obs").unwrap(), i * (k + n) + off + f)
+                    } else {
+                        obs_at(t.next_obs().get::<f32>("obs").unwrap(), i * k + f)
+                    }
+                };
+                let shape = match (window, k) {
+                    (true, _) => vec![200, k + n, 2],
+                    (false, 1) => vec![200, 2],
+                    (false, _) => vec![200, k, 2],
+                };
+                let held = if window { t.frames() } else { t.obs() };
+                assert_eq!(held.field("obs").unwrap().shape(), shape);
+                for i in 0..t.len() {
+                    let j = t.indices()[i] as usize;
+                    let what = format!("round {round} row {j} n {n} k {k} window {window}");
+                    assert!(reference.rows[j].t >= 1, "{what}: a reset row ends no step");
+                    // Drawn only when every frame of the observation is stored.
+                    let frames = reference
+                        .stack(j - 1, k)
+                        .unwrap_or_else(|| panic!("{what}: frames evicted"));
+                    let (boot, g, d, term, trunc) = reference.nstep(j, n, gamma);
+                    let next_frames = reference.stack(boot, k).unwrap();
+                    for f in 0..k {
+                        assert_eq!(obs_frame(i, f), frames[f] as u64, "{what}: obs frame {f}");
+                        assert_eq!(
+                            next_frame(i, f),
+                            next_frames[f] as u64,
+                            "{what}: next frame {f}"
+                        );
+                    }
+                    if window {
+                        assert_eq!(t.next_offsets()[i] as usize, boot + 1 - j, "{what}");
+                    }
+                    stacks_at_reset += usize::from(frames[0] == frames[k - 1] && k > 1);
                     assert_eq!(
-                        obs_at(o, i * k + f),
-                        frames[f] as u64,
-                        "{what}: obs frame {f}"
+                        t.step().get::<i32>("action").unwrap()[i],
+                        reference.rows[j].action,
+                        "{what}"
                     );
+                    assert!(
+                        (t.returns()[i] - g).abs() < 1e-9,
+                        "{what}: {} vs {g}",
+                        t.returns()[i]
+                    );
+                    assert!((t.discounts()[i] - d).abs() < 1e-12, "{what}");
                     assert_eq!(
-                        obs_at(next, i * k + f),
-                        next_frames[f] as u64,
-                        "{what}: next frame {f}"
+                        (t.terminated()[i], t.truncated()[i]),
+                        (term, trunc),
+                        "{what}"
                     );
+                    drawn.insert(j);
                 }
-                stacks_at_reset += usize::from(frames[0] == frames[k - 1] && k > 1);
-                assert_eq!(
-                    t.step().get::<i32>("action").unwrap()[i],
-                    reference.rows[j].action,
-                    "{what}"
-                );
-                assert!(
-                    (t.returns()[i] - g).abs() < 1e-9,
-                    "{what}: {} vs {g}",
-                    t.returns()[i]
-                );
-                assert!((t.discounts()[i] - d).abs() < 1e-12, "{what}");
-                assert_eq!(
-                    (t.terminated()[i], t.truncated()[i]),
-                    (term, trunc),
-                    "{what}"
-                );
-                drawn.insert(j);
             }
         }
         if round % 8 == 7 {
@@ -313,7 +326,7 @@ fn stacks_needing_evicted_frames_are_never_drawn() {
     let o = t.obs().get::<f32>("obs").unwrap();
     for i in 0..t.len() {
         let j = t.indices()[i];
-        assert!(j - 1 >= 36 + 7, "row {j}: its stack reaches below the head");
+        assert!(j > 36 + 7, "row {j}: its stack reaches below the head");
         assert_eq!(obs_at(o, i * 8), j - 8);
     }
     let err = buf

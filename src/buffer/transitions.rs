@@ -35,6 +35,11 @@ pub struct TransitionSpec<'a> {
     /// first, shaped `[k, ...]`; before the episode's reset row its first frame repeats
     /// (Tianshou's `stack_num`, DQN's frame stack built at sample time).
     pub stack: u64,
+    /// Whether to return one window of `stack + nstep` frames per transition (see
+    /// [`Transitions::frames`]) instead of separate `obs` and `next_obs` stacks. The
+    /// two stacks overlap in all but `nstep` frames, so the window copies
+    /// `(k + n) / 2k` of the bytes: what a frame-stacking DQN needs, as views.
+    pub window: bool,
 }
 
 impl<'a> TransitionSpec<'a> {
@@ -46,12 +51,19 @@ impl<'a> TransitionSpec<'a> {
             nstep: 1,
             gamma: 1.0,
             stack: 1,
+            window: false,
         }
     }
 
     /// Stacks the `k` newest observations into each `obs` and `next_obs`.
     pub fn stack(mut self, k: u64) -> TransitionSpec<'a> {
         self.stack = k;
+        self
+    }
+
+    /// Returns each transition's frames as one window (see [`Transitions::frames`]).
+    pub fn window(mut self) -> TransitionSpec<'a> {
+        self.window = true;
         self
     }
 
@@ -70,12 +82,17 @@ impl<'a> TransitionSpec<'a> {
 /// field gains a leading dimension of `k`. Fields a batch does not carry are left zero.
 #[derive(Clone, Debug)]
 pub struct Transitions {
-    /// The frames per observation the obs batches were shaped for.
-    stack: u64,
+    /// The frames per observation and the window's extra frames (`nstep`, in window
+    /// mode) the obs batches were shaped for.
+    shape: (u64, Option<u64>),
+    /// Which fields are observations, for the batches as shaped.
+    obs_mask: Vec<bool>,
     indices: Vec<u64>,
     obs: Batch,
     step: Batch,
     next_obs: Batch,
+    frames: Batch,
+    next_offsets: Vec<u32>,
     returns: Vec<f64>,
     discounts: Vec<f64>,
     terminated: Vec<bool>,
@@ -86,11 +103,14 @@ impl Transitions {
     /// An empty batch for `schema`, to be filled by `sample_transitions_into`.
     pub fn new(schema: &Schema) -> Transitions {
         Transitions {
-            stack: 1,
+            shape: (1, None),
+            obs_mask: Vec::new(),
             indices: Vec::new(),
             obs: Batch::new(schema, 0),
             step: Batch::new(schema, 0),
             next_obs: Batch::new(schema, 0),
+            frames: Batch::new(schema, 0),
+            next_offsets: Vec::new(),
             returns: Vec::new(),
             discounts: Vec::new(),
             terminated: Vec::new(),
@@ -116,6 +136,20 @@ impl Transitions {
     /// Observation fields of the row to bootstrap from (after the last summed step).
     pub fn next_obs(&self) -> &Batch {
         &self.next_obs
+    }
+
+    /// Window mode ([`TransitionSpec::window`]): the observation fields of rows
+    /// `j - k ..= j - 1 + nstep` of each transition, clamped into its episode, shaped
+    /// `[k + nstep, ...]`. `obs` is frames `0..k`; `next_obs` is frames
+    /// `next_offsets()[i] .. next_offsets()[i] + k`. Empty otherwise.
+    pub fn frames(&self) -> &Batch {
+        &self.frames
+    }
+
+    /// Window mode: where each transition's `next_obs` begins in its window, the
+    /// number of steps it took (`nstep`, fewer where the episode ended first).
+    pub fn next_offsets(&self) -> &[u32] {
+        &self.next_offsets
     }
 
     /// Discounted sum of the `reward` field over the steps taken (the one-step reward
@@ -223,12 +257,23 @@ impl ReplayBuffer {
             return Err(Error::InvalidSample("stack must be at least 1".into()));
         }
         let is_obs = self.field_mask(spec.obs_fields)?;
-        if out.stack != spec.stack || !out.step.fits(&self.schema) {
-            let stacked = stacked_schema(&self.schema, &is_obs, spec.stack)?;
+        let shape = (spec.stack, spec.window.then_some(spec.nstep));
+        if out.shape != shape || out.obs_mask != is_obs || !out.step.fits(&self.schema) {
+            // Fresh batches: the fields each leaves out start zero and stay so, since
+            // no gather writes them while the shape and the mask stay the same.
             *out = Transitions::new(&self.schema);
-            out.stack = spec.stack;
-            out.obs = Batch::new(&stacked, 0);
-            out.next_obs = Batch::new(&stacked, 0);
+            out.shape = shape;
+            out.obs_mask.clone_from(&is_obs);
+            if spec.window {
+                let frames = spec.stack.checked_add(spec.nstep).ok_or_else(|| {
+                    Error::InvalidSample("stack + nstep frames are too many".into())
+                })?;
+                out.frames = Batch::new(&stacked_schema(&self.schema, &is_obs, frames)?, 0);
+            } else {
+                let stacked = stacked_schema(&self.schema, &is_obs, spec.stack)?;
+                out.obs = Batch::new(&stacked, 0);
+                out.next_obs = Batch::new(&stacked, 0);
+            }
         }
         if self.tail - self.head < 2 {
             return Err(Error::Empty);
@@ -281,6 +326,7 @@ impl ReplayBuffer {
         out.discounts.clear();
         out.terminated.clear();
         out.truncated.clear();
+        out.next_offsets.clear();
         let mut prev = Vec::with_capacity(n * k as usize);
         let mut boot = Vec::with_capacity(n * k as usize);
         for (&j, &(span, id)) in out.indices.iter().zip(&spans) {
@@ -299,12 +345,31 @@ impl ReplayBuffer {
             out.terminated.push(t.terminated);
             out.truncated
                 .push(t.bootstrap == span.last && span.end == Some(End::Truncated));
-            span.push_stack(j - 1, k, &mut prev);
-            span.push_stack(t.bootstrap, k, &mut boot);
+            if spec.window {
+                // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is the
+                // first k, next_obs the k from the steps taken.
+                let from = boot.len();
+                span.push_stack(j - 1 + spec.nstep, k + spec.nstep, &mut boot);
+                for r in boot.get_mut(from..).unwrap_or(&mut []) {
+                    *r = (*r).min(span.last);
+                }
+                let steps = t.rewards.end - t.rewards.start;
+                out.next_offsets
+                    .push(u32::try_from(steps).unwrap_or(u32::MAX));
+            } else {
+                span.push_stack(j - 1, k, &mut prev);
+                span.push_stack(t.bootstrap, k, &mut boot);
+            }
         }
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
-        self.gather_some(&out.indices, &prev, &is_obs, &mut out.obs)?;
         self.gather_some(&out.indices, &out.indices, &step_fields, &mut out.step)?;
+        if spec.window {
+            out.obs.resize(0);
+            out.next_obs.resize(0);
+            return self.gather_some(&out.indices, &boot, &is_obs, &mut out.frames);
+        }
+        out.frames.resize(0);
+        self.gather_some(&out.indices, &prev, &is_obs, &mut out.obs)?;
         self.gather_some(&out.indices, &boot, &is_obs, &mut out.next_obs)
     }
 
@@ -327,8 +392,9 @@ impl ReplayBuffer {
     }
 
     /// Gathers the fields marked in `which` of the rows `rows` into `batch`, whose
-    /// indices become `indices` (the others are left zero). A field of `k` stacked
-    /// frames takes `k` consecutive entries of `rows` per item.
+    /// indices become `indices`. The others are not written: they stay as they were,
+    /// zero in a batch that only ever gathered with this `which`. A field of `k`
+    /// stacked frames takes `k` consecutive entries of `rows` per item.
     pub(crate) fn gather_some(
         &self,
         indices: &[u64],
@@ -341,11 +407,9 @@ impl ReplayBuffer {
         idx.clear();
         idx.extend_from_slice(indices);
         for (out, &keep) in outs.iter_mut().zip(which) {
-            if keep {
-                continue;
+            if !keep {
+                *out = &mut [];
             }
-            out.fill(0);
-            *out = &mut [];
         }
         self.ring
             .gather(self.head, self.head_slot, rows, &mut outs)
