@@ -53,6 +53,7 @@ pub struct Config {
     io: Option<IoRef>,
     priorities: Option<PriorityConfig>,
     episodic: bool,
+    whole_episodes: bool,
 }
 
 impl Config {
@@ -67,6 +68,7 @@ impl Config {
             io: None,
             priorities: None,
             episodic: false,
+            whole_episodes: false,
         }
     }
 
@@ -136,7 +138,24 @@ impl Config {
 
     /// Whether the buffer keeps episodes.
     pub fn is_episodic(&self) -> bool {
-        self.episodic
+        self.episodic || self.whole_episodes
+    }
+
+    /// Keeps episodes ([`Config::episodic`]) and evicts them whole (RLlib's
+    /// `StorageUnit.EPISODES`): when a new row would overwrite the oldest live row, the
+    /// head moves past the whole episode holding it, so every episode stored has all
+    /// its rows. An episode longer than the capacity still loses its oldest rows one at
+    /// a time while it is written (nothing else is left to evict).
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, Schema};
+    /// let schema = Schema::builder().field("obs", DType::F32, &[4]).build()?;
+    /// assert!(Config::new(schema, 1000).whole_episodes().is_episodic());
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn whole_episodes(mut self) -> Config {
+        self.whole_episodes = true;
+        self
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.
@@ -316,7 +335,8 @@ impl ReplayBuffer {
             schema_len: archive.len() as u64,
             schema_crc: crate::format::crc32(&archive),
             prioritized: config.priorities.is_some(),
-            episodic: config.episodic,
+            episodic: config.episodic || config.whole_episodes,
+            whole_episodes: config.whole_episodes,
         };
         let result = write_new_buffer(
             &*io,
@@ -535,6 +555,7 @@ impl ReplayBuffer {
             dir,
             io,
         };
+        buf.settle_first_episode();
         if buf.lock.is_some() && !restored {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.
@@ -653,14 +674,21 @@ impl ReplayBuffer {
         e
     }
 
+    /// Stores one row at the tail, evicting the oldest row when the ring is full (or,
+    /// with whole-episode eviction, the oldest row's episode). `reset`: the row begins
+    /// an episode, so it ends no transition and gets no priority.
     #[inline(always)]
-    fn push_row(&mut self, fields: &[&[u8]], step: Option<&[u8; STEP_HEADER_LEN]>) {
+    fn push_row(&mut self, fields: &[&[u8]], step: Option<&[u8; STEP_HEADER_LEN]>, reset: bool) {
         let cap = self.superblock.capacity;
         if self.tail - self.head == cap {
-            self.head += 1;
-            self.head_slot += 1;
-            if self.head_slot == cap {
-                self.head_slot = 0;
+            if self.episodes.is_some() {
+                self.evict_for_episodes();
+            } else {
+                self.head += 1;
+                self.head_slot += 1;
+                if self.head_slot == cap {
+                    self.head_slot = 0;
+                }
             }
         }
         // The priority leaf is written while the slot is marked "being written": a kill
@@ -670,13 +698,68 @@ impl ReplayBuffer {
         let priorities = &mut self.priorities;
         self.ring.write(slot, self.tail, step, fields, || {
             if let Some(p) = priorities {
-                p.on_add(slot);
+                if reset {
+                    p.on_add_leaf(slot, 0.0);
+                } else {
+                    p.on_add(slot);
+                }
             }
         });
         self.tail += 1;
         self.tail_slot += 1;
         if self.tail_slot == cap {
             self.tail_slot = 0;
+        }
+    }
+
+    /// After opening: a first episode whose start is evicted (a kill came between a
+    /// whole-episode eviction and its commit, or the ring evicts rows one at a time)
+    /// is dropped whole with whole-episode eviction, unless it is still being written;
+    /// otherwise its first live row loses its priority, as eviction would have done.
+    fn settle_first_episode(&mut self) {
+        let Some(first) = self.episodes.as_ref().and_then(|e| e.iter().next()).copied() else {
+            return;
+        };
+        if first.start >= self.head {
+            return;
+        }
+        let cap = self.superblock.capacity;
+        if self.superblock.whole_episodes && first.end.is_some() {
+            let passed = first.last() + 1 - self.head;
+            if let Some(p) = &mut self.priorities {
+                p.zero(self.head_slot, passed);
+            }
+            self.head += passed;
+            self.head_slot = (self.head_slot + passed) % cap;
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.head);
+            }
+        } else if let Some(p) = &mut self.priorities {
+            p.zero(self.head_slot, 1);
+        }
+    }
+
+    /// Eviction in an episodic buffer about to overwrite its oldest row. With whole
+    /// episodes the head moves past the oldest row's episode, unless that episode is the
+    /// one being written (longer than the ring: it loses one row). The rows passed over
+    /// lose their priorities, and so does a new first row that is a step: its
+    /// observation row is gone, so it ends no transition the buffer can return.
+    #[cold]
+    fn evict_for_episodes(&mut self) {
+        let cap = self.superblock.capacity;
+        let oldest = self.episodes.as_ref().and_then(|e| e.of(self.head)).copied();
+        let to = oldest
+            .map(|e| e.last() + 1)
+            .filter(|&to| self.superblock.whole_episodes && to < self.tail)
+            .unwrap_or(self.head + 1);
+        let passed = to - self.head;
+        self.head = to;
+        self.head_slot = (self.head_slot + passed) % cap;
+        if let Some(p) = &mut self.priorities {
+            // The slot of the old head is the one being written; the rest of the rows
+            // passed over, and the new head if it is a step of a cut episode.
+            let cut = oldest.is_some_and(|e| e.last() >= to);
+            p.zero(self.head_slot + cap - (passed - 1), passed - 1 + u64::from(cut));
         }
     }
 
@@ -705,7 +788,7 @@ impl ReplayBuffer {
             for (slot, &pos) in fields.iter_mut().zip(&order) {
                 *slot = columns.get(pos).map_or(&[][..], Column::bytes);
             }
-            self.push_row(fields, None);
+            self.push_row(fields, None, false);
             index
         });
         self.order = order;
@@ -746,7 +829,7 @@ impl ReplayBuffer {
                 for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
                     *dst = col.get(r * size..(r + 1) * size).unwrap_or(&[]);
                 }
-                self.push_row(&fields, None);
+                self.push_row(&fields, None, false);
             }
             first..first + rows
         });
@@ -883,7 +966,7 @@ impl ReplayBuffer {
                     },
                 )
                 .collect();
-            self.push_row(&fields, Some(&header.encode()));
+            self.push_row(&fields, Some(&header.encode()), true);
             drop(fields);
             self.zeros = zeros;
             if let Some(e) = &mut self.episodes {
@@ -945,7 +1028,7 @@ impl ReplayBuffer {
                 .iter()
                 .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
                 .collect();
-            self.push_row(&fields, Some(&header.encode()));
+            self.push_row(&fields, Some(&header.encode()), false);
             if let Some(e) = &mut self.episodes {
                 e.evict(self.head);
             }

@@ -296,8 +296,15 @@ impl Priorities {
     /// written; its parents are fixed in runs (before any draw, update or flush).
     #[inline(always)]
     pub(crate) fn on_add(&mut self, slot: u64) {
+        self.on_add_leaf(slot, self.max_leaf);
+    }
+
+    /// Gives the item just stored in `slot` the leaf `leaf` (0: never drawn, as an
+    /// episode's reset row, which ends no transition).
+    #[inline(always)]
+    pub(crate) fn on_add_leaf(&mut self, slot: u64, leaf: f64) {
         let slot = slot as usize;
-        let max_leaf = self.max_leaf;
+        let max_leaf = leaf;
         let w = self.map.words_mut();
         with_tree!(&self.tree, t => t.set_leaf_only(w, slot, max_leaf));
         if self.pending == 0 {
@@ -523,6 +530,21 @@ impl Priorities {
         if let Some(bytes) = page.get(MAX_PRIORITY_OFF..) {
             self.map.write_header(MAX_PRIORITY_OFF, bytes);
         }
+    }
+
+    /// Zeroes the leaves of `count` slots from `first` (wrapping at the capacity): items
+    /// that are no longer drawn though their slots are not overwritten yet.
+    pub(crate) fn zero(&mut self, first: u64, count: u64) {
+        let cap = self.capacity;
+        let first = (first % cap.max(1) as u64) as usize;
+        let end = first + (count as usize).min(cap);
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => {
+            t.fill(w, first, end.min(cap), 0.0);
+            if end > cap {
+                t.fill(w, 0, end - cap, 0.0);
+            }
+        });
     }
 
     /// Zeroes every leaf (the buffer was cleared).

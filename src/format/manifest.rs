@@ -86,6 +86,10 @@ pub struct Superblock {
     pub prioritized: bool,
     /// Rows carry a step header: episode id, step, end flags (superblock flag bit 1).
     pub episodic: bool,
+    /// Eviction removes whole episodes: when a row would overwrite the oldest live row,
+    /// the head moves past that row's whole episode (superblock flag bit 2; only with
+    /// bit 1). RLlib's `StorageUnit.EPISODES`.
+    pub whole_episodes: bool,
 }
 
 /// Superblock flag: the buffer has a `priorities.tree`. Builds that predate it reject
@@ -94,7 +98,10 @@ pub const SB_FLAG_PRIORITIES: u32 = 1;
 /// Superblock flag: every row has a step header after its row header (episodes).
 /// Builds that predate it reject the flag, so they never misread such rows.
 pub const SB_FLAG_EPISODES: u32 = 2;
-const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES | SB_FLAG_EPISODES;
+/// Superblock flag: eviction removes whole episodes. Builds that predate it reject the
+/// flag, so they never evict part of an episode from such a buffer.
+pub const SB_FLAG_WHOLE_EPISODES: u32 = 4;
+const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES | SB_FLAG_EPISODES | SB_FLAG_WHOLE_EPISODES;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -111,7 +118,9 @@ impl Superblock {
         let flag = |on: bool, bit: u32| if on { bit } else { 0 };
         w.u32(
             FLAGS_OFF,
-            flag(self.prioritized, SB_FLAG_PRIORITIES) | flag(self.episodic, SB_FLAG_EPISODES),
+            flag(self.prioritized, SB_FLAG_PRIORITIES)
+                | flag(self.episodic, SB_FLAG_EPISODES)
+                | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -150,6 +159,7 @@ impl Superblock {
             schema_crc: r.u32(SCHEMA_CRC_OFF).unwrap_or(0),
             prioritized: false,
             episodic: false,
+            whole_episodes: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -171,8 +181,17 @@ impl Superblock {
         let sb = Superblock {
             prioritized: flags & SB_FLAG_PRIORITIES != 0,
             episodic: flags & SB_FLAG_EPISODES != 0,
+            whole_episodes: flags & SB_FLAG_WHOLE_EPISODES != 0,
             ..sb
         };
+        if sb.whole_episodes && !sb.episodic {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 2 (whole episodes) only with bit 1 (episodes)".into(),
+                flags.into(),
+            );
+        }
         if sb.capacity == 0 || sb.capacity > super::row::MAX_CAPACITY {
             return bad(
                 CAPACITY_OFF,
@@ -376,29 +395,39 @@ mod tests {
             schema_crc: 5,
             prioritized: false,
             episodic: false,
+            whole_episodes: false,
         }
     }
 
     #[test]
     fn the_flags_round_trip_and_unknown_flags_are_refused() {
-        for (prioritized, episodic) in [(true, false), (false, true), (true, true)] {
+        for (prioritized, episodic, whole_episodes) in [
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+            (false, true, true),
+        ] {
             // Rows of an episodic buffer hold 16 more bytes (the step header).
             let with = Superblock {
                 prioritized,
                 episodic,
+                whole_episodes,
                 row_stride: if episodic { 208 } else { 200 },
                 ..sb()
             };
             assert_eq!(Superblock::decode(&with.encode()), Ok(with));
         }
-        let mut page = sb().encode();
-        BytesMut(&mut page).u32(FLAGS_OFF, 4);
-        let crc = crc32(&page[..SUPERBLOCK_CRC_OFF]);
-        BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
-        assert!(matches!(
-            Superblock::decode(&page),
-            Err(Problem::Field { name: "flags", .. })
-        ));
+        // An unknown bit, and whole episodes without episodes.
+        for flags in [8, SB_FLAG_WHOLE_EPISODES] {
+            let mut page = sb().encode();
+            BytesMut(&mut page).u32(FLAGS_OFF, flags);
+            let crc = crc32(&page[..SUPERBLOCK_CRC_OFF]);
+            BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
+            assert!(matches!(
+                Superblock::decode(&page),
+                Err(Problem::Field { name: "flags", .. })
+            ));
+        }
     }
 
     #[test]
