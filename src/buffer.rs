@@ -284,7 +284,9 @@ impl SlotProbe for Ring {
 const INLINE_FIELDS: usize = 16;
 
 mod transitions;
+mod units;
 pub use transitions::{TransitionSpec, Transitions};
+pub use units::{EpisodeBatch, SequenceSpec, Sequences};
 
 impl ReplayBuffer {
     /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
@@ -320,7 +322,7 @@ impl ReplayBuffer {
             });
         }
         let lock = storage::lock(&*io, &dir)?;
-        let layout = RowLayout::with_steps(&config.schema, config.episodic);
+        let layout = RowLayout::with_steps(&config.schema, config.is_episodic());
         let stride = layout.stride as u64;
         let segment_slots = config.slots_per_segment(stride)?;
         let archive = schema_doc::encode(&config.schema);
@@ -335,7 +337,7 @@ impl ReplayBuffer {
             schema_len: archive.len() as u64,
             schema_crc: crate::format::crc32(&archive),
             prioritized: config.priorities.is_some(),
-            episodic: config.episodic || config.whole_episodes,
+            episodic: config.is_episodic(),
             whole_episodes: config.whole_episodes,
         };
         let result = write_new_buffer(
@@ -717,7 +719,12 @@ impl ReplayBuffer {
     /// is dropped whole with whole-episode eviction, unless it is still being written;
     /// otherwise its first live row loses its priority, as eviction would have done.
     fn settle_first_episode(&mut self) {
-        let Some(first) = self.episodes.as_ref().and_then(|e| e.iter().next()).copied() else {
+        let Some(first) = self
+            .episodes
+            .as_ref()
+            .and_then(|e| e.iter().next())
+            .copied()
+        else {
             return;
         };
         if first.start >= self.head {
@@ -747,7 +754,11 @@ impl ReplayBuffer {
     #[cold]
     fn evict_for_episodes(&mut self) {
         let cap = self.superblock.capacity;
-        let oldest = self.episodes.as_ref().and_then(|e| e.of(self.head)).copied();
+        let oldest = self
+            .episodes
+            .as_ref()
+            .and_then(|e| e.of(self.head))
+            .copied();
         let to = oldest
             .map(|e| e.last() + 1)
             .filter(|&to| self.superblock.whole_episodes && to < self.tail)
@@ -759,7 +770,10 @@ impl ReplayBuffer {
             // The slot of the old head is the one being written; the rest of the rows
             // passed over, and the new head if it is a step of a cut episode.
             let cut = oldest.is_some_and(|e| e.last() >= to);
-            p.zero(self.head_slot + cap - (passed - 1), passed - 1 + u64::from(cut));
+            p.zero(
+                self.head_slot + cap - (passed - 1),
+                passed - 1 + u64::from(cut),
+            );
         }
     }
 

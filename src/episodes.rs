@@ -218,6 +218,16 @@ impl Episodes {
             .filter(|e| index <= e.last())
     }
 
+    /// Episodes in the table.
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The `i`-th episode of the table, oldest first.
+    pub(crate) fn get(&self, i: usize) -> Option<&EpisodeInfo> {
+        self.list.get(i)
+    }
+
     /// All episodes with a live row, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &EpisodeInfo> {
         self.list.iter()

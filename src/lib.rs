@@ -53,7 +53,9 @@ pub mod windows;
 pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
-pub use buffer::{Config, ReplayBuffer, Stats, TransitionSpec, Transitions};
+pub use buffer::{
+    Config, EpisodeBatch, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions,
+};
 pub use column::Column;
 pub use dtype::{DType, Element};
 pub use episodes::{EpisodeInfo, StepInfo};

@@ -46,19 +46,32 @@ struct Row {
     end: Option<End>,
 }
 
-/// Every row ever added; the live ones are the last `CAPACITY`.
+/// Every row ever added and the oldest live one: the last `CAPACITY` rows, or with
+/// whole-episode eviction, the rows from the oldest episode left whole.
 #[derive(Default)]
 struct Reference {
     rows: Vec<Row>,
+    head: usize,
+    whole_episodes: bool,
 }
 
 impl Reference {
-    fn head(&self) -> usize {
-        self.rows.len().saturating_sub(CAPACITY as usize)
+    fn live(&self, i: usize) -> bool {
+        i >= self.head && i < self.rows.len()
     }
 
-    fn live(&self, i: usize) -> bool {
-        i >= self.head() && i < self.rows.len()
+    /// Adds a row, evicting as the buffer must.
+    fn push(&mut self, row: Row) {
+        if self.rows.len() - self.head == CAPACITY as usize {
+            // The next reset row after the head, if the head's episode is not the one
+            // being written.
+            let next = (self.head + 1..self.rows.len()).find(|&i| self.rows[i].t == 0);
+            self.head = match next {
+                Some(n) if self.whole_episodes => n,
+                _ => self.head + 1,
+            };
+        }
+        self.rows.push(row);
     }
 
     /// The row of the same episode before `i` (itself at a reset row), as Tianshou's
@@ -143,7 +156,7 @@ fn add_episodes(buf: &mut ReplayBuffer, reference: &mut Reference, rng: &mut u64
         {
             last.end = Some(End::Truncated);
         }
-        reference.rows.push(Row {
+        reference.push(Row {
             episode,
             t: 0,
             reward: 0.0,
@@ -170,7 +183,7 @@ fn add_episodes(buf: &mut ReplayBuffer, reference: &mut Reference, rng: &mut u64
                 end == Some(End::Truncated),
             )
             .unwrap();
-            reference.rows.push(Row {
+            reference.push(Row {
                 episode,
                 t,
                 reward,
@@ -337,4 +350,228 @@ fn stacks_needing_evicted_frames_are_never_drawn() {
         .sample_transitions(&TransitionSpec::new(4, &["obs"]).stack(0))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidSample(_)), "{err}");
+}
+
+impl Reference {
+    /// The step rows of a sequence whose first trained step is row `j`: `Some(p)` for a
+    /// step row of `j`'s episode, `None` for padding.
+    fn sequence(&self, j: usize, burn_in: usize, len: usize) -> Vec<Option<usize>> {
+        let episode = self.rows[j].episode;
+        (0..burn_in + len)
+            .map(|q| {
+                let p = (j + q).checked_sub(burn_in)?;
+                let row = self.rows.get(p)?;
+                (row.episode == episode && row.t >= 1).then_some(p)
+            })
+            .collect()
+    }
+}
+
+fn create_with(dir: &std::path::Path, config: impl Fn(Config) -> Config) -> ReplayBuffer {
+    let config = config(Config::new(schema(), CAPACITY).segment_slots(256).seed(11));
+    ReplayBuffer::create(dir, config).unwrap()
+}
+
+#[test]
+fn sequences_with_burn_in_match_the_reference_and_never_cross_episodes() {
+    use replaystore::SequenceSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create(&tmp.path().join("b"));
+    let mut reference = Reference::default();
+    let mut rng = 23u64;
+    let (mut padded_front, mut padded_back) = (0, 0);
+    for round in 0..16 {
+        add_episodes(&mut buf, &mut reference, &mut rng, 3);
+        for (len, burn_in) in [(1usize, 0usize), (8, 4), (40, 20)] {
+            let spec = SequenceSpec::new(64, len as u64, &["obs"]).burn_in(burn_in as u64);
+            let s = buf.sample_sequences(&spec).unwrap();
+            let w = len + burn_in;
+            assert_eq!(s.obs().field("obs").unwrap().shape(), vec![64, w, 2]);
+            let (o, next) = (
+                s.obs().get::<f32>("obs").unwrap(),
+                s.next_obs().get::<f32>("obs").unwrap(),
+            );
+            let action = s.step().get::<i32>("action").unwrap();
+            for i in 0..s.len() {
+                let j = s.indices()[i] as usize;
+                let what = format!("round {round} start {j} len {len} burn-in {burn_in}");
+                let want = reference.sequence(j, burn_in, len);
+                assert!(
+                    want[burn_in].is_some(),
+                    "{what}: the first trained step is a step"
+                );
+                for (q, p) in want.iter().enumerate() {
+                    let at = i * w + q;
+                    assert_eq!(s.mask()[at], p.is_some(), "{what} position {q}");
+                    match *p {
+                        Some(p) => {
+                            // Every step shown, burn-in included, is stored.
+                            assert!(reference.live(p - 1), "{what}: row {} evicted", p - 1);
+                            assert_eq!(obs_at(o, at), (p - 1) as u64, "{what} position {q}");
+                            assert_eq!(obs_at(next, at), p as u64, "{what} position {q}");
+                            assert_eq!(action[at], reference.rows[p].action, "{what}");
+                            let end = reference.ended_at(p);
+                            assert_eq!(s.terminated()[at], end == Some(End::Terminated));
+                            assert_eq!(s.truncated()[at], end == Some(End::Truncated));
+                        }
+                        None => {
+                            assert_eq!((o[2 * at], next[2 * at], action[at]), (0.0, 0.0, 0));
+                            assert!(!s.terminated()[at] && !s.truncated()[at]);
+                            if q < burn_in {
+                                padded_front += 1;
+                            } else {
+                                padded_back += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        padded_front > 0 && padded_back > 0,
+        "{padded_front} {padded_back}"
+    );
+}
+
+#[test]
+fn whole_episodes_are_drawn_complete_and_match_their_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create(&tmp.path().join("b"));
+    let mut reference = Reference::default();
+    let mut rng = 29u64;
+    let mut seen = HashSet::new();
+    for _ in 0..16 {
+        add_episodes(&mut buf, &mut reference, &mut rng, 3);
+        let complete: Vec<u64> = buf
+            .episodes()
+            .unwrap()
+            .iter()
+            .filter(|e| e.end.is_some() && reference.live(e.start as usize))
+            .map(|e| e.id)
+            .collect();
+        let eps = match buf.sample_episodes(8) {
+            Ok(eps) => eps,
+            Err(Error::InvalidSample(_)) if complete.is_empty() => continue,
+            Err(e) => panic!("{e} with {} complete", complete.len()),
+        };
+        let o = eps.rows().get::<f32>("obs").unwrap();
+        for (i, e) in eps.episodes().iter().enumerate() {
+            assert!(complete.contains(&e.id), "episode {} is not complete", e.id);
+            let rows = eps.offsets()[i]..eps.offsets()[i + 1];
+            assert_eq!(rows.len() as u64, e.steps() + 1);
+            for (k, r) in rows.enumerate() {
+                let index = e.start as usize + k;
+                assert_eq!(eps.rows().indices()[r], index as u64);
+                assert_eq!(obs_at(o, r), index as u64);
+                assert_eq!(reference.rows[index].episode, e.id);
+            }
+            assert!(reference.ended_at(e.last() as usize).is_some());
+            seen.insert(e.id);
+        }
+    }
+    assert!(seen.len() > 10, "{} distinct episodes drawn", seen.len());
+}
+
+/// With whole-episode eviction every stored episode keeps all its rows (the one being
+/// written excepted, when it outgrows the ring), across reopening.
+#[test]
+fn whole_episode_eviction_keeps_every_episode_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create_with(&dir, Config::whole_episodes);
+    let mut reference = Reference {
+        whole_episodes: true,
+        ..Reference::default()
+    };
+    let mut rng = 31u64;
+    for round in 0..30 {
+        add_episodes(&mut buf, &mut reference, &mut rng, 2);
+        assert_eq!(
+            buf.live(),
+            reference.head as u64..reference.rows.len() as u64,
+            "round {round}"
+        );
+        let eps = buf.episodes().unwrap();
+        let first = eps.first().unwrap();
+        assert!(
+            first.start >= buf.live().start || first.end.is_none(),
+            "round {round}: {first:?}"
+        );
+        // Nothing is sampled from a partly stored episode.
+        let batch = buf.sample_episodes(4).unwrap();
+        assert!(batch.episodes().iter().all(|e| e.start >= buf.live().start));
+        if round % 10 == 9 {
+            buf.close().unwrap();
+            buf = ReplayBuffer::open(&dir).unwrap();
+            assert_eq!(
+                buf.live(),
+                reference.head as u64..reference.rows.len() as u64
+            );
+        }
+    }
+    assert!(
+        reference.head > 0 && buf.len() < CAPACITY,
+        "the head jumped over episodes"
+    );
+    buf.close().unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+}
+
+/// Prioritized transitions: reset rows and rows whose observation row is evicted are
+/// never drawn; draws follow the priorities set on step rows, with importance weights.
+#[test]
+fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
+    use replaystore::TransitionSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create_with(&tmp.path().join("b"), |c| {
+        c.episodic().prioritized(1.0, 0.0)
+    });
+    let mut reference = Reference::default();
+    let mut rng = 37u64;
+    add_episodes(&mut buf, &mut reference, &mut rng, 12);
+    // Reset rows carry no priority, nor does a first live row whose previous row is
+    // gone; every other row carries the largest seen.
+    let live = buf.live();
+    let all: Vec<u64> = live.clone().collect();
+    for (&j, p) in all.iter().zip(buf.priorities(&all).unwrap()) {
+        let ends_a_step = reference.rows[j as usize].t >= 1 && j > live.start;
+        assert_eq!(p > 0.0, ends_a_step, "row {j}: priority {p}");
+    }
+    let spec = TransitionSpec::new(2000, &["obs"]).prioritized(0.5);
+    let t = buf.sample_transitions(&spec).unwrap();
+    for &j in t.indices() {
+        assert!(
+            reference.rows[j as usize].t >= 1 && reference.live(j as usize - 1),
+            "row {j}"
+        );
+    }
+    // Priority 1 on every step row, 9 on two of them: those two take 9/(n+16) each.
+    let live = buf.live();
+    let steps: Vec<u64> = (live.start + 1..live.end)
+        .filter(|&j| reference.rows[j as usize].t >= 1)
+        .collect();
+    buf.update_priorities(&steps, &vec![1.0f64; steps.len()])
+        .unwrap();
+    let (a, b) = (steps[3], steps[steps.len() / 2]);
+    buf.update_priorities(&[a, b], &[9.0f64, 9.0]).unwrap();
+    let t = buf.sample_transitions(&spec).unwrap();
+    let hits = t.indices().iter().filter(|&&j| j == a || j == b).count() as f64;
+    let expect = 2000.0 * 18.0 / (steps.len() as f64 + 16.0);
+    assert!(
+        (hits - expect).abs() < 5.0 * expect.sqrt() + 5.0,
+        "{hits} vs {expect}"
+    );
+    for (i, &j) in t.indices().iter().enumerate() {
+        let want = if j == a || j == b {
+            (1.0f32 / 9.0).powf(0.5)
+        } else {
+            1.0
+        };
+        assert!(
+            (t.weights()[i] - want).abs() < 1e-5,
+            "row {j}: weight {}",
+            t.weights()[i]
+        );
+    }
 }

@@ -8,6 +8,7 @@ use rand::RngExt;
 use super::ReplayBuffer;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::priorities::PrioritySpec;
 use crate::schema::Schema;
 use crate::windows::End;
 
@@ -35,6 +36,11 @@ pub struct TransitionSpec<'a> {
     /// first, shaped `[k, ...]`; before the episode's reset row its first frame repeats
     /// (Tianshou's `stack_num`, DQN's frame stack built at sample time).
     pub stack: u64,
+    /// Draw by priority with importance-sampling exponent `beta` (a prioritized
+    /// buffer): each transition's priority is the leaf of the row ending its first
+    /// step, as [`Transitions::indices`] names it. Reset rows and steps whose
+    /// observation row was evicted have none.
+    pub beta: Option<f64>,
     /// Whether to return one window of `stack + nstep` frames per transition (see
     /// [`Transitions::frames`]) instead of separate `obs` and `next_obs` stacks. The
     /// two stacks overlap in all but `nstep` frames, so the window copies
@@ -52,7 +58,14 @@ impl<'a> TransitionSpec<'a> {
             gamma: 1.0,
             stack: 1,
             window: false,
+            beta: None,
         }
+    }
+
+    /// Draws by priority (see [`TransitionSpec::beta`]).
+    pub fn prioritized(mut self, beta: f64) -> TransitionSpec<'a> {
+        self.beta = Some(beta);
+        self
     }
 
     /// Stacks the `k` newest observations into each `obs` and `next_obs`.
@@ -93,6 +106,7 @@ pub struct Transitions {
     next_obs: Batch,
     frames: Batch,
     next_offsets: Vec<u32>,
+    weights: Vec<f32>,
     returns: Vec<f64>,
     discounts: Vec<f64>,
     terminated: Vec<bool>,
@@ -111,6 +125,7 @@ impl Transitions {
             next_obs: Batch::new(schema, 0),
             frames: Batch::new(schema, 0),
             next_offsets: Vec::new(),
+            weights: Vec::new(),
             returns: Vec::new(),
             discounts: Vec::new(),
             terminated: Vec::new(),
@@ -152,6 +167,12 @@ impl Transitions {
         &self.next_offsets
     }
 
+    /// Importance weights of a prioritized draw (`(P(i) / P_min)^-beta`, as
+    /// [`crate::Batch::weights`]); empty for a uniform one.
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
     /// Discounted sum of the `reward` field over the steps taken (the one-step reward
     /// when `nstep` is 1; 0 without a `reward` field).
     pub fn returns(&self) -> &[f64] {
@@ -187,17 +208,22 @@ impl Transitions {
 
 /// `schema` with a leading dimension of `k` on the fields marked in `stacked` (itself
 /// when `k` is 1).
-fn stacked_schema(schema: &Schema, stacked: &[bool], k: u64) -> Result<Schema> {
+pub(super) fn stacked_schema(schema: &Schema, stacked: &[bool], k: u64) -> Result<Schema> {
     if k == 1 {
         return Ok(schema.clone());
     }
+    with_leading(schema, stacked, k)
+}
+
+/// `schema` with a leading dimension of `k` on the fields marked in `marked`.
+pub(super) fn with_leading(schema: &Schema, marked: &[bool], k: u64) -> Result<Schema> {
     let k = usize::try_from(k)
-        .map_err(|_| Error::InvalidSample(format!("stack of {k} frames is too many")))?;
+        .map_err(|_| Error::InvalidSample(format!("{k} positions per item are too many")))?;
     Schema::new(
         schema
             .fields()
             .iter()
-            .zip(stacked)
+            .zip(marked)
             .map(|(f, &s)| {
                 let mut shape = f.shape().to_vec();
                 if s {
@@ -281,6 +307,8 @@ impl ReplayBuffer {
         let cap = self.superblock.capacity;
         let k = spec.stack;
         out.indices.clear();
+        out.weights.clear();
+        let mut drawn_weights = Vec::new();
         let mut spans = Vec::with_capacity(spec.n);
         let mut tries = 0usize;
         let mut candidates = Vec::with_capacity(spec.n);
@@ -298,15 +326,26 @@ impl ReplayBuffer {
             // rows up to the n-th), then judge: the lookups and gathers below hit cache
             // instead of waiting on one miss at a time.
             candidates.clear();
-            for _ in 0..need {
-                let j = self.rng.random_range(self.head + 1..self.tail);
-                candidates.push(j);
+            if let Some(beta) = spec.beta {
+                candidates.resize(need, 0);
+                drawn_weights.clear();
+                drawn_weights.resize(need, 0.0);
+                let p = PrioritySpec::new(need, beta);
+                self.draw_prioritized(&p, &mut candidates, &mut drawn_weights)?;
+            } else {
+                candidates
+                    .extend((0..need).map(|_| self.rng.random_range(self.head + 1..self.tail)));
+            }
+            for &j in &candidates {
+                // A reset row or the head row can be drawn by priority only if a
+                // caller gave it one; the judging below passes it over.
+                let j = j.max(self.head + 1);
                 let from = (j - 1).saturating_sub(k - 1).max(self.head);
                 let last = (j + spec.nstep - 1).min(self.tail - 1);
                 self.ring.prefetch_run(from % cap, last - from + 1);
             }
             let table = self.episodes_ref()?;
-            for &j in &candidates {
+            for (c, &j) in candidates.iter().enumerate() {
                 let e = table.of(j).ok_or_else(|| {
                     Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
                 })?;
@@ -315,10 +354,15 @@ impl ReplayBuffer {
                 if j > span.first && span.stacks(j - 1, k) {
                     out.indices.push(j);
                     spans.push((span, e.id));
+                    if let Some(&w) = drawn_weights.get(c) {
+                        out.weights.push(w);
+                    }
                 }
             }
         }
-        self.sampled += out.indices.len() as u64;
+        if spec.beta.is_none() {
+            self.sampled += out.indices.len() as u64;
+        }
 
         let reward_field = self.episodes_ref()?.reward_field();
         let n = out.indices.len();

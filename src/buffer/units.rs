@@ -1,0 +1,397 @@
+//! Samplers of units longer than one transition: sequences of steps with burn-in
+//! (R2D2, RLlib's `replay_sequence_length` / `replay_burn_in`) and whole episodes
+//! (RLlib's `StorageUnit.EPISODES`). Both read the rows of one episode, never crossing
+//! into another. See `docs/design/episodes.md` for the row model.
+
+use rand::RngExt;
+
+use super::ReplayBuffer;
+use super::transitions::with_leading;
+use crate::batch::Batch;
+use crate::episodes::EpisodeInfo;
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+use crate::windows::{End, Span};
+
+/// How to draw sequences.
+///
+/// ```
+/// use replaystore::SequenceSpec;
+/// let spec = SequenceSpec::new(16, 80, &["obs"]).burn_in(40);
+/// assert_eq!((spec.len, spec.burn_in), (80, 40));
+/// ```
+#[derive(Clone, Debug)]
+pub struct SequenceSpec<'a> {
+    /// Sequences to draw (uniformly over their first trained step, with replacement).
+    pub n: usize,
+    /// Trained steps per sequence.
+    pub len: u64,
+    /// Steps before the trained part, to warm up a recurrent state.
+    pub burn_in: u64,
+    /// The observation fields (see [`crate::TransitionSpec::obs_fields`]).
+    pub obs_fields: &'a [&'a str],
+}
+
+impl<'a> SequenceSpec<'a> {
+    /// `n` sequences of `len` steps without burn-in.
+    pub fn new(n: usize, len: u64, obs_fields: &'a [&'a str]) -> SequenceSpec<'a> {
+        SequenceSpec {
+            n,
+            len,
+            burn_in: 0,
+            obs_fields,
+        }
+    }
+
+    /// Adds `burn_in` steps before the trained part.
+    pub fn burn_in(mut self, burn_in: u64) -> SequenceSpec<'a> {
+        self.burn_in = burn_in;
+        self
+    }
+}
+
+/// A batch of sequences. Position `p` of a sequence is one transition, as
+/// [`crate::Transitions`] has it: `obs()` from the row before the step, `step()` the
+/// step's row, `next_obs()` the row it led to. Every field gains a leading dimension
+/// of `burn_in + len` positions; positions before the episode's first step or after its
+/// last row are zeros with `mask` false.
+#[derive(Clone, Debug)]
+pub struct Sequences {
+    /// Positions per sequence and the observation mask the batches were shaped for.
+    shape: (u64, Vec<bool>),
+    /// The buffer schema the batches were made from.
+    made_for: Schema,
+    indices: Vec<u64>,
+    obs: Batch,
+    step: Batch,
+    next_obs: Batch,
+    mask: Vec<bool>,
+    terminated: Vec<bool>,
+    truncated: Vec<bool>,
+}
+
+impl Sequences {
+    /// An empty batch for `schema`, to be filled by `sample_sequences_into`.
+    pub fn new(schema: &Schema) -> Sequences {
+        Sequences {
+            shape: (0, Vec::new()),
+            made_for: schema.clone(),
+            indices: Vec::new(),
+            obs: Batch::new(schema, 0),
+            step: Batch::new(schema, 0),
+            next_obs: Batch::new(schema, 0),
+            mask: Vec::new(),
+            terminated: Vec::new(),
+            truncated: Vec::new(),
+        }
+    }
+
+    /// The step row of each sequence's first trained position (what its priority keys
+    /// on).
+    pub fn indices(&self) -> &[u64] {
+        &self.indices
+    }
+
+    /// Observation fields before each step, `[n, burn_in + len, ...]`.
+    pub fn obs(&self) -> &Batch {
+        &self.obs
+    }
+
+    /// Every other field of each step's row, `[n, burn_in + len, ...]`.
+    pub fn step(&self) -> &Batch {
+        &self.step
+    }
+
+    /// Observation fields after each step, `[n, burn_in + len, ...]`.
+    pub fn next_obs(&self) -> &Batch {
+        &self.next_obs
+    }
+
+    /// Whether each position (`n * (burn_in + len)`, sequence-major) holds a step.
+    pub fn mask(&self) -> &[bool] {
+        &self.mask
+    }
+
+    /// Whether the episode terminated at each position's step.
+    pub fn terminated(&self) -> &[bool] {
+        &self.terminated
+    }
+
+    /// Whether the episode was truncated (or abandoned) at each position's step.
+    pub fn truncated(&self) -> &[bool] {
+        &self.truncated
+    }
+
+    /// Sequences in the batch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+}
+
+/// Whole episodes, their rows concatenated: episode `i` is rows
+/// `offsets()[i] .. offsets()[i + 1]` of `rows()`, its reset row first (whose step
+/// fields are zero), `steps + 1` rows in all.
+#[derive(Clone, Debug)]
+pub struct EpisodeBatch {
+    rows: Batch,
+    offsets: Vec<usize>,
+    episodes: Vec<EpisodeInfo>,
+}
+
+impl EpisodeBatch {
+    /// An empty batch for `schema`.
+    pub fn new(schema: &Schema) -> EpisodeBatch {
+        EpisodeBatch {
+            rows: Batch::new(schema, 0),
+            offsets: vec![0],
+            episodes: Vec::new(),
+        }
+    }
+
+    /// Every row of the episodes, in order; `indices()` are their logical indices.
+    pub fn rows(&self) -> &Batch {
+        &self.rows
+    }
+
+    /// Where each episode begins in `rows()`, and one past the last (len + 1 entries).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// The episodes, as the table records them.
+    pub fn episodes(&self) -> &[EpisodeInfo] {
+        &self.episodes
+    }
+
+    /// Episodes in the batch.
+    pub fn len(&self) -> usize {
+        self.episodes.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.episodes.is_empty()
+    }
+}
+
+/// Draws per unit before giving up.
+const TRIES_PER_DRAW: usize = 64;
+
+/// The steps of an episode as a span of step rows: step row `p` is usable when row
+/// `p - 1` is stored too. `None` when the episode has no step stored.
+fn step_span(rows: Span) -> Span {
+    Span {
+        start: rows.start + 1,
+        first: rows.first + 1,
+        last: rows.last,
+        end: rows.end,
+    }
+}
+
+impl ReplayBuffer {
+    /// Draws `spec.n` sequences of `burn_in + len` steps of one episode each, uniformly
+    /// over their first trained step. A sequence is drawn only if every burn-in step
+    /// that exists in its episode is still stored; positions before the episode's first
+    /// step or past its last are padding (`mask` false).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema, SequenceSpec};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    /// for t in 1..=10 {
+    ///     buf.add_step(&[Column::scalar("obs", &(t as f32))], t == 10, false)?;
+    /// }
+    /// let s = buf.sample_sequences(&SequenceSpec::new(4, 3, &["obs"]).burn_in(2))?;
+    /// let (obs, mask) = (s.obs().get::<f32>("obs")?, s.mask());
+    /// for i in 0..4 {
+    ///     for p in 0..5 {
+    ///         // Position p of a sequence starting at step row j is step row j - 2 + p.
+    ///         let row = s.indices()[i] as i64 - 2 + p as i64;
+    ///         assert_eq!(mask[i * 5 + p], (1..=10).contains(&row));
+    ///         if mask[i * 5 + p] {
+    ///             assert_eq!(obs[i * 5 + p], (row - 1) as f32);
+    ///         }
+    ///     }
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_sequences(&mut self, spec: &SequenceSpec<'_>) -> Result<Sequences> {
+        let mut out = Sequences::new(&self.schema);
+        self.sample_sequences_into(spec, &mut out)?;
+        Ok(out)
+    }
+
+    /// `sample_sequences` into a reused batch.
+    pub fn sample_sequences_into(
+        &mut self,
+        spec: &SequenceSpec<'_>,
+        out: &mut Sequences,
+    ) -> Result<()> {
+        self.episodes_ref()?;
+        if spec.len == 0 {
+            return Err(Error::InvalidSample("len must be at least 1".into()));
+        }
+        let is_obs = self.field_mask(spec.obs_fields)?;
+        let width = spec
+            .burn_in
+            .checked_add(spec.len)
+            .ok_or_else(|| Error::InvalidSample("burn_in + len is too large".into()))?;
+        let positions = usize::try_from(width)
+            .map_err(|_| Error::InvalidSample("burn_in + len is too large".into()))?;
+        if out.shape.0 != width || out.shape.1 != is_obs || out.made_for != self.schema {
+            // Fresh batches: the fields each leaves out start zero and stay so.
+            let all = vec![true; self.schema.len()];
+            let shaped = with_leading(&self.schema, &all, width)?;
+            *out = Sequences::new(&self.schema);
+            out.shape = (width, is_obs.clone());
+            out.obs = Batch::new(&shaped, 0);
+            out.step = Batch::new(&shaped, 0);
+            out.next_obs = Batch::new(&shaped, 0);
+        }
+        if self.tail - self.head < 2 {
+            return Err(Error::Empty);
+        }
+        out.indices.clear();
+        out.mask.clear();
+        out.terminated.clear();
+        out.truncated.clear();
+        let mut rows = Vec::with_capacity(spec.n * positions);
+        let mut tries = 0usize;
+        while out.indices.len() < spec.n {
+            tries += 1;
+            if tries > TRIES_PER_DRAW * spec.n.max(1) {
+                return Err(Error::InvalidSample(format!(
+                    "no sequence with its burn-in stored found in {} draws",
+                    tries - 1
+                )));
+            }
+            let j = self.rng.random_range(self.head + 1..self.tail);
+            let table = self.episodes_ref()?;
+            let e = table.of(j).ok_or_else(|| {
+                Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+            })?;
+            let steps = step_span(e.span(self.head));
+            if j < steps.first {
+                continue;
+            }
+            let Some(seq) = steps.sequence(j, spec.burn_in, spec.len) else {
+                continue;
+            };
+            out.indices.push(j);
+            for p in seq {
+                // Padding gathers the first trained step (stored) and is zeroed below.
+                rows.push(p.unwrap_or(j));
+                out.mask.push(p.is_some());
+                let at_end = p == Some(steps.last);
+                out.terminated
+                    .push(at_end && steps.end == Some(End::Terminated));
+                out.truncated
+                    .push(at_end && steps.end == Some(End::Truncated));
+            }
+        }
+        self.sampled += out.indices.len() as u64;
+        let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
+        let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
+        for (batch, rows, which) in [
+            (&mut out.obs, &prev, &is_obs),
+            (&mut out.step, &rows, &step_fields),
+            (&mut out.next_obs, &rows, &is_obs),
+        ] {
+            self.gather_some(&out.indices, rows, which, batch)?;
+            zero_padding(batch, &out.mask, which);
+        }
+        Ok(())
+    }
+
+    /// Draws `n` complete episodes (ended, every row stored) uniformly, with
+    /// replacement.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// for len in [3, 5] {
+    ///     buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    ///     for t in 1..=len {
+    ///         buf.add_step(&[Column::scalar("obs", &(t as f32))], t == len, false)?;
+    ///     }
+    /// }
+    /// let eps = buf.sample_episodes(4)?;
+    /// for i in 0..4 {
+    ///     let rows = eps.offsets()[i + 1] - eps.offsets()[i];
+    ///     assert_eq!(rows as u64, eps.episodes()[i].steps() + 1);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_episodes(&mut self, n: usize) -> Result<EpisodeBatch> {
+        let mut out = EpisodeBatch::new(&self.schema);
+        self.sample_episodes_into(n, &mut out)?;
+        Ok(out)
+    }
+
+    /// `sample_episodes` into a reused batch.
+    pub fn sample_episodes_into(&mut self, n: usize, out: &mut EpisodeBatch) -> Result<()> {
+        let count = self.episodes_ref()?.len();
+        if !out.rows.fits(&self.schema) {
+            *out = EpisodeBatch::new(&self.schema);
+        }
+        out.episodes.clear();
+        out.offsets.clear();
+        out.offsets.push(0);
+        if count == 0 {
+            return Err(Error::Empty);
+        }
+        let mut rows = Vec::new();
+        let mut tries = 0usize;
+        while out.episodes.len() < n {
+            tries += 1;
+            if tries > TRIES_PER_DRAW * n.max(1) {
+                return Err(Error::InvalidSample(format!(
+                    "no complete episode found in {} draws (of {count} episodes, each \
+                     still open or partly evicted)",
+                    tries - 1
+                )));
+            }
+            let i = self.rng.random_range(0..count);
+            let Some(&e) = self.episodes_ref()?.get(i) else {
+                continue;
+            };
+            if e.end.is_none() || e.start < self.head {
+                continue;
+            }
+            rows.extend(e.start..=e.last());
+            out.offsets.push(rows.len());
+            out.episodes.push(e);
+        }
+        self.sampled += out.episodes.len() as u64;
+        let all = vec![true; self.schema.len()];
+        self.gather_some(&rows, &rows, &all, &mut out.rows)
+    }
+}
+
+/// Zeroes the positions of `batch` (fields marked in `which`) whose `mask` is false.
+fn zero_padding(batch: &mut Batch, mask: &[bool], which: &[bool]) {
+    if mask.iter().all(|&m| m) {
+        return;
+    }
+    let (_, mut outs) = batch.parts_mut();
+    for (out, &keep) in outs.iter_mut().zip(which) {
+        if !keep || mask.is_empty() {
+            continue;
+        }
+        let len = out.len() / mask.len();
+        for (p, _) in mask.iter().enumerate().filter(|(_, m)| !**m) {
+            if let Some(b) = out.get_mut(p * len..(p + 1) * len) {
+                b.fill(0);
+            }
+        }
+    }
+}
