@@ -18,6 +18,20 @@ pub struct FieldArray {
 }
 
 impl FieldArray {
+    /// `rows` zeroed items of `field`.
+    pub(crate) fn zeroed(field: &crate::schema::Field, rows: usize) -> FieldArray {
+        let mut f = FieldArray {
+            name: field.name().to_owned(),
+            dtype: field.dtype(),
+            item_shape: field.shape().to_vec(),
+            item_bytes: field.bytes(),
+            rows: 0,
+            words: Vec::new(),
+        };
+        f.resize(rows);
+        f
+    }
+
     /// The field's name.
     pub fn name(&self) -> &str {
         &self.name

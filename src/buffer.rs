@@ -285,8 +285,10 @@ const INLINE_FIELDS: usize = 16;
 
 mod transitions;
 mod units;
+mod views;
 pub use transitions::{TransitionSpec, Transitions};
 pub use units::{EpisodeBatch, SequenceSpec, Sequences};
+pub use views::{EpisodeChunk, GetOptions};
 
 impl ReplayBuffer {
     /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk

@@ -74,6 +74,37 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.code() == code)
     }
 
+    /// `v` as one element of this dtype, little-endian, in the first `size()` bytes:
+    /// converted as NumPy's `astype` does (saturating for integers; nonzero is true).
+    ///
+    /// ```
+    /// use replaystore::DType;
+    /// assert_eq!(&DType::I16.encode_f64(-9.0)[..2], &(-9i16).to_le_bytes());
+    /// assert_eq!(DType::Bool.encode_f64(0.5)[0], 1);
+    /// ```
+    pub fn encode_f64(self, v: f64) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        let mut put = |bytes: &[u8]| {
+            for (d, s) in b.iter_mut().zip(bytes) {
+                *d = *s;
+            }
+        };
+        match self {
+            DType::Bool => put(&[u8::from(v != 0.0)]),
+            DType::U8 => put(&(v as u8).to_le_bytes()),
+            DType::I8 => put(&(v as i8).to_le_bytes()),
+            DType::U16 => put(&(v as u16).to_le_bytes()),
+            DType::I16 => put(&(v as i16).to_le_bytes()),
+            DType::U32 => put(&(v as u32).to_le_bytes()),
+            DType::I32 => put(&(v as i32).to_le_bytes()),
+            DType::U64 => put(&(v as u64).to_le_bytes()),
+            DType::I64 => put(&(v as i64).to_le_bytes()),
+            DType::F32 => put(&(v as f32).to_le_bytes()),
+            DType::F64 => put(&v.to_le_bytes()),
+        }
+        b
+    }
+
     /// The NumPy-style name (`f32`, `bool`, ...).
     pub const fn name(self) -> &'static str {
         match self {

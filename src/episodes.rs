@@ -218,6 +218,12 @@ impl Episodes {
             .filter(|e| index <= e.last())
     }
 
+    /// The episode numbered `id`, if it has a live row (ids increase along the table).
+    pub(crate) fn by_id(&self, id: u64) -> Option<&EpisodeInfo> {
+        let i = self.list.partition_point(|e| e.id < id);
+        self.list.get(i).filter(|e| e.id == id)
+    }
+
     /// Episodes in the table.
     pub(crate) fn len(&self) -> usize {
         self.list.len()

@@ -355,6 +355,16 @@ pub enum Error {
     #[error("episode order: {0}")]
     EpisodeOrder(String),
 
+    /// An episode that has no live row (never begun, or evicted), or whose rows a
+    /// chunk needs were evicted.
+    #[error("episode {id}: {problem}")]
+    NoSuchEpisode {
+        /// The episode's number.
+        id: u64,
+        /// What is missing.
+        problem: String,
+    },
+
     /// A write on a handle opened read-only (a snapshot).
     #[error("{} is open read-only: {op} is not allowed", dir.display())]
     ReadOnly {

@@ -54,7 +54,8 @@ pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
 pub use buffer::{
-    Config, EpisodeBatch, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions,
+    Config, EpisodeBatch, EpisodeChunk, GetOptions, ReplayBuffer, SequenceSpec, Sequences, Stats,
+    TransitionSpec, Transitions,
 };
 pub use column::Column;
 pub use dtype::{DType, Element};

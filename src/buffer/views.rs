@@ -1,0 +1,220 @@
+//! Episode getters in the manner of RLlib's `SingleAgentEpisode`: an [`EpisodeChunk`]
+//! names part of one stored episode (from step `t0` on, with a lookback of earlier
+//! steps), and `get_observations` / `get_steps` read entries of it by index, slice or
+//! list, with negative indices, `fill` and `neg_index_as_lookback` as RLlib has them.
+//! The index arithmetic is `lookback.rs`; this maps its positions to rows.
+//!
+//! Observation `k` of an episode is row `start + k`; step entry `k` (the action taken
+//! at observation `k`, the reward it earned, ...) is row `start + k + 1`. So a chunk
+//! of `t` steps has `t + 1` observations and `t` step entries.
+
+use super::ReplayBuffer;
+use crate::batch::FieldArray;
+use crate::episodes::EpisodeInfo;
+use crate::error::{Error, Result};
+use crate::lookback::{Indices, Pos, Window};
+
+/// Part of one episode: its entries from observation `t0` on (growing as the episode
+/// does), after up to `lookback` earlier entries. A plain value, valid across adds.
+///
+/// ```
+/// use replaystore::EpisodeChunk;
+/// let chunk = EpisodeChunk { id: 3, t0: 0, lookback: 0 };
+/// assert_eq!(chunk.id, 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpisodeChunk {
+    /// The episode's number.
+    pub id: u64,
+    /// The observation index of the chunk's first entry (ts = 0 of the chunk).
+    pub t0: u64,
+    /// Entries before `t0` readable as the lookback buffer (fewer where the episode
+    /// begins or the ring evicted them).
+    pub lookback: u64,
+}
+
+/// Options of a getter, as RLlib's keyword arguments.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GetOptions {
+    /// Negative indices count back from ts = 0 into the lookback, not from the end.
+    pub neg_index_as_lookback: bool,
+    /// Entries outside the chunk and its lookback read as this value (converted to
+    /// the field's dtype) instead of being an error or, in a slice, left out.
+    pub fill: Option<f64>,
+}
+
+/// Which entries of an episode a getter reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entries {
+    /// Observation `k` at row `start + k`, `k = 0 ..= steps`.
+    Observations,
+    /// Step entry `k` at row `start + k + 1`, `k = 0 .. steps`.
+    Steps,
+}
+
+impl ReplayBuffer {
+    /// The chunk of the whole stored episode `id`: from its first stored observation,
+    /// without lookback.
+    ///
+    /// ```
+    /// use replaystore::lookback::Indices;
+    /// use replaystore::{Column, Config, DType, GetOptions, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::I64, &[])
+    ///     .field("action", DType::I64, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// // RLlib's example: observations [0, 1, 2, 3], actions [1, 2, 3].
+    /// let id = buf.add_reset(&[Column::scalar("obs", &0i64)])?.episode;
+    /// for t in 1..=3i64 {
+    ///     buf.add_step(&[Column::scalar("obs", &t), Column::scalar("action", &t)], false, false)?;
+    /// }
+    /// let chunk = buf.episode_chunk(id)?;
+    /// let get = |i| buf.get_observations(&chunk, "obs", &i, GetOptions::default());
+    /// assert_eq!(get(Indices::At(-1))?.as_slice::<i64>()?, &[3]);
+    /// assert_eq!(get(Indices::List(vec![-1, 0]))?.as_slice::<i64>()?, &[3, 0]);
+    /// let acts = buf.get_steps(&chunk, "action", &Indices::range(None, Some(2)), GetOptions::default())?;
+    /// assert_eq!(acts.as_slice::<i64>()?, &[1, 2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn episode_chunk(&self, id: u64) -> Result<EpisodeChunk> {
+        let e = self.episode_by_id(id)?;
+        Ok(EpisodeChunk {
+            id,
+            t0: self.head.saturating_sub(e.start),
+            lookback: 0,
+        })
+    }
+
+    /// RLlib's `cut`: the chunk that continues an unfinished episode from its newest
+    /// observation (ts = 0 of the new chunk), with a lookback of the `lookback`
+    /// entries before it. Steps added later extend it.
+    pub fn cut(&self, chunk: &EpisodeChunk, lookback: u64) -> Result<EpisodeChunk> {
+        let e = self.episode_by_id(chunk.id)?;
+        if e.end.is_some() {
+            return Err(Error::NoSuchEpisode {
+                id: chunk.id,
+                problem: "it has ended: only an unfinished episode can be cut".into(),
+            });
+        }
+        Ok(EpisodeChunk {
+            id: chunk.id,
+            t0: e.steps(),
+            lookback,
+        })
+    }
+
+    /// Observation entries of a field (RLlib's `get_observations`), one item per
+    /// entry asked for.
+    pub fn get_observations(
+        &self,
+        chunk: &EpisodeChunk,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<FieldArray> {
+        self.get_entries(chunk, Entries::Observations, field, indices, options)
+    }
+
+    /// Step entries of a field (RLlib's `get_actions`, `get_rewards`, ...): entry `k`
+    /// is what step `k` stored, the action taken at observation `k` and what followed.
+    pub fn get_steps(
+        &self,
+        chunk: &EpisodeChunk,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<FieldArray> {
+        self.get_entries(chunk, Entries::Steps, field, indices, options)
+    }
+
+    fn episode_by_id(&self, id: u64) -> Result<EpisodeInfo> {
+        self.episodes_ref()?
+            .by_id(id)
+            .copied()
+            .ok_or_else(|| Error::NoSuchEpisode {
+                id,
+                problem: "no live row of it is stored".into(),
+            })
+    }
+
+    fn get_entries(
+        &self,
+        chunk: &EpisodeChunk,
+        entries: Entries,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<FieldArray> {
+        let e = self.episode_by_id(chunk.id)?;
+        let f = self
+            .schema
+            .position(field)
+            .ok_or_else(|| Error::UnknownField {
+                field: field.to_owned(),
+                known: self.schema.names(),
+            })?;
+        // Entry k lives at row start + k + shift; the chunk's entries run from t0 to
+        // the episode's newest.
+        let (shift, count) = match entries {
+            Entries::Observations => (0, e.steps() + 1),
+            Entries::Steps => (1, e.steps()),
+        };
+        let first_stored = (self.head.max(e.start) - e.start).saturating_sub(shift);
+        if chunk.t0 < first_stored || chunk.t0 > count {
+            return Err(Error::NoSuchEpisode {
+                id: chunk.id,
+                problem: format!(
+                    "the chunk begins at entry {} but entries {first_stored}..{count} are stored",
+                    chunk.t0
+                ),
+            });
+        }
+        let window = Window {
+            lookback: chunk.lookback.min(chunk.t0 - first_stored),
+            len: count - chunk.t0,
+        };
+        let mut positions = Vec::new();
+        window.resolve(
+            indices,
+            options.neg_index_as_lookback,
+            options.fill.is_some(),
+            &mut positions,
+        )?;
+        let spec = self
+            .schema
+            .fields()
+            .get(f)
+            .ok_or_else(|| Error::UnknownField {
+                field: field.to_owned(),
+                known: self.schema.names(),
+            })?;
+        let mut out = FieldArray::zeroed(spec, positions.len());
+        let size = spec.bytes();
+        let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
+        let elem = spec.dtype().size();
+        let first_entry = chunk.t0 - window.lookback;
+        let cap = self.superblock.capacity;
+        let bytes = out.bytes_mut();
+        for (i, p) in positions.iter().enumerate() {
+            let Some(dst) = bytes.get_mut(i * size..(i + 1) * size) else {
+                break;
+            };
+            match *p {
+                Pos::At(p) => {
+                    let row = e.start + first_entry + p + shift;
+                    self.ring.read_field(row % cap, f, dst);
+                }
+                Pos::Fill => {
+                    if let Some(v) = &fill {
+                        for x in dst.chunks_mut(elem) {
+                            x.copy_from_slice(v.get(..elem).unwrap_or(&[]));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
