@@ -434,6 +434,52 @@ fn kill_9_while_adding_episodes_keeps_the_table_consistent_with_the_rows() {
     assert!(acknowledged.len() > 300);
 }
 
+/// With whole-episode eviction and priorities, a kill between an eviction that jumped
+/// the head past an episode and the commit that records it must still leave whole
+/// episodes only (the open one excepted), and no priority on a row that ends no step.
+#[test]
+fn kill_9_with_whole_episode_eviction_leaves_only_whole_episodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let config = Config::new(schema(), CAPACITY)
+        .segment_slots(16)
+        .whole_episodes()
+        .prioritized(0.6, 0.0)
+        .seed(3);
+    ReplayBuffer::create(&dir, config).unwrap().close().unwrap();
+    let mut rng = 7u64;
+    let mut acknowledged = 0u64;
+    for _ in 0..10 {
+        let lines = 20 + xorshift(&mut rng) % 200;
+        common::run_child_and_kill_after(
+            "episode_kill_child",
+            KILL_ENV,
+            dir.to_str().unwrap(),
+            lines,
+            |_| {
+                acknowledged += 1;
+            },
+        );
+        let buf = ReplayBuffer::open(&dir).unwrap();
+        let live = buf.live();
+        let episodes = buf.episodes().unwrap();
+        let first = episodes.first().unwrap();
+        assert!(
+            first.start >= live.start || first.end.is_none(),
+            "{first:?} with live {live:?}"
+        );
+        let all: Vec<u64> = live.clone().collect();
+        for (&i, p) in all.iter().zip(buf.priorities(&all).unwrap()) {
+            let e = buf.episode(i).unwrap();
+            let ends_a_step = i > e.start && i > live.start;
+            assert_eq!(p > 0.0, ends_a_step, "row {i} of {e:?}: priority {p}");
+        }
+        drop(buf);
+        assert!(verify(&dir).unwrap().is_sound());
+    }
+    assert!(acknowledged > 3 * CAPACITY, "{acknowledged} rows added");
+}
+
 #[test]
 fn set_state_brings_back_the_episode_table_and_the_open_episode_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
