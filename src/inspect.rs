@@ -43,6 +43,8 @@ pub struct Info {
     pub priorities: Option<PriorityInfo>,
     /// Episodes of the live items, for an episodic buffer.
     pub episodes: Option<EpisodeStats>,
+    /// Eviction removes whole episodes (superblock flag bit 2).
+    pub whole_episodes: bool,
 }
 
 /// Episode counts and lengths of an episodic buffer's live rows (as of the newest
@@ -137,6 +139,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         segment_slots: sb.segment_slots,
         segment_count: sb.segment_count,
         row_stride: sb.row_stride,
+        whole_episodes: sb.whole_episodes,
         data_bytes: (commit.tail - commit.head) * sb.item_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb.segment_count),
         commit,

@@ -149,6 +149,7 @@ fn info_json(info: &Info) -> serde_json::Value {
         "row_stride": info.row_stride,
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
+        "whole_episodes": info.whole_episodes,
         "episodes": info.episodes.as_ref().map(|e| json!({
             "count": e.count,
             "ended": e.ended,
@@ -274,6 +275,9 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
                     .map_or(String::new(), |r| format!("; mean return {r:.3}"))
             ),
             (None, None) => println!("episodes   none yet"),
+        }
+        if info.whole_episodes {
+            println!("eviction   whole episodes (the oldest episode goes at once)");
         }
     }
     let snaps = snapshots(dir)?;

@@ -252,7 +252,8 @@ fn info_shows_episode_counts_and_lengths() {
         .field("reward", DType::F32, &[])
         .build()
         .unwrap();
-    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 100).episodic()).unwrap();
+    let config = Config::new(schema, 100).whole_episodes();
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     for len in [3u64, 5, 2] {
         buf.add_reset(&[Column::new("obs", &[0f32; 2])]).unwrap();
         for t in 1..=len {
@@ -276,7 +277,13 @@ fn info_shows_episode_counts_and_lengths() {
         (Some(2), Some(5))
     );
     assert_eq!(e["mean_return"].as_f64(), Some(4.0));
+    assert_eq!(v["whole_episodes"].as_bool(), Some(true));
     let o = run(&["info", dir.to_str().unwrap()]);
+    assert!(
+        text(&o).contains("eviction   whole episodes"),
+        "{}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("episodes   3 (2 ended, 1 open); steps min 2 mean 3.3 max 5"),
         "{}",
