@@ -562,6 +562,26 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
         (hits - expect).abs() < 5.0 * expect.sqrt() + 5.0,
         "{hits} vs {expect}"
     );
+    // Sequences key on their first trained step the same way.
+    let spec = replaystore::SequenceSpec::new(2000, 4, &["obs"]).prioritized(0.5);
+    let s = buf.sample_sequences(&spec).unwrap();
+    let hits = s.indices().iter().filter(|&&j| j == a || j == b).count() as f64;
+    assert!(
+        (hits - expect).abs() < 5.0 * expect.sqrt() + 5.0,
+        "sequences: {hits} vs {expect}"
+    );
+    for (i, &j) in s.indices().iter().enumerate() {
+        let want = if j == a || j == b {
+            (1.0f32 / 9.0).powf(0.5)
+        } else {
+            1.0
+        };
+        assert!(
+            (s.weights()[i] - want).abs() < 1e-5,
+            "sequence at {j}: weight {}",
+            s.weights()[i]
+        );
+    }
     for (i, &j) in t.indices().iter().enumerate() {
         let want = if j == a || j == b {
             (1.0f32 / 9.0).powf(0.5)

@@ -10,6 +10,7 @@ use super::transitions::with_leading;
 use crate::batch::Batch;
 use crate::episodes::EpisodeInfo;
 use crate::error::{Error, Result};
+use crate::priorities::PrioritySpec;
 use crate::schema::Schema;
 use crate::windows::{End, Span};
 
@@ -30,6 +31,10 @@ pub struct SequenceSpec<'a> {
     pub burn_in: u64,
     /// The observation fields (see [`crate::TransitionSpec::obs_fields`]).
     pub obs_fields: &'a [&'a str],
+    /// Draw by priority with importance-sampling exponent `beta` (a prioritized
+    /// buffer): a sequence's priority is the leaf of its first trained step's row, as
+    /// [`Sequences::indices`] names it (R2D2 sets it from the sequence's TD errors).
+    pub beta: Option<f64>,
 }
 
 impl<'a> SequenceSpec<'a> {
@@ -40,7 +45,14 @@ impl<'a> SequenceSpec<'a> {
             len,
             burn_in: 0,
             obs_fields,
+            beta: None,
         }
+    }
+
+    /// Draws by priority (see [`SequenceSpec::beta`]).
+    pub fn prioritized(mut self, beta: f64) -> SequenceSpec<'a> {
+        self.beta = Some(beta);
+        self
     }
 
     /// Adds `burn_in` steps before the trained part.
@@ -62,6 +74,7 @@ pub struct Sequences {
     /// The buffer schema the batches were made from.
     made_for: Schema,
     indices: Vec<u64>,
+    weights: Vec<f32>,
     obs: Batch,
     step: Batch,
     next_obs: Batch,
@@ -77,6 +90,7 @@ impl Sequences {
             shape: (0, Vec::new()),
             made_for: schema.clone(),
             indices: Vec::new(),
+            weights: Vec::new(),
             obs: Batch::new(schema, 0),
             step: Batch::new(schema, 0),
             next_obs: Batch::new(schema, 0),
@@ -90,6 +104,12 @@ impl Sequences {
     /// on).
     pub fn indices(&self) -> &[u64] {
         &self.indices
+    }
+
+    /// Importance weights of a prioritized draw, one per sequence; empty for a uniform
+    /// one.
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
     }
 
     /// Observation fields before each step, `[n, burn_in + len, ...]`.
@@ -183,7 +203,7 @@ impl EpisodeBatch {
 const TRIES_PER_DRAW: usize = 64;
 
 /// The steps of an episode as a span of step rows: step row `p` is usable when row
-/// `p - 1` is stored too. `None` when the episode has no step stored.
+/// `p - 1` is stored too (the span is empty when the episode has no such step).
 fn step_span(rows: Span) -> Span {
     Span {
         start: rows.start + 1,
@@ -259,6 +279,7 @@ impl ReplayBuffer {
             return Err(Error::Empty);
         }
         out.indices.clear();
+        out.weights.clear();
         out.mask.clear();
         out.terminated.clear();
         out.truncated.clear();
@@ -272,7 +293,14 @@ impl ReplayBuffer {
                     tries - 1
                 )));
             }
-            let j = self.rng.random_range(self.head + 1..self.tail);
+            let (j, weight) = match spec.beta {
+                Some(beta) => {
+                    let (mut j, mut w) = ([0u64], [0.0f32]);
+                    self.draw_prioritized(&PrioritySpec::new(1, beta), &mut j, &mut w)?;
+                    (j[0], Some(w[0]))
+                }
+                None => (self.rng.random_range(self.head + 1..self.tail), None),
+            };
             let table = self.episodes_ref()?;
             let e = table.of(j).ok_or_else(|| {
                 Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
@@ -285,6 +313,7 @@ impl ReplayBuffer {
                 continue;
             };
             out.indices.push(j);
+            out.weights.extend(weight);
             for p in seq {
                 // Padding gathers the first trained step (stored) and is zeroed below.
                 rows.push(p.unwrap_or(j));
@@ -296,7 +325,9 @@ impl ReplayBuffer {
                     .push(at_end && steps.end == Some(End::Truncated));
             }
         }
-        self.sampled += out.indices.len() as u64;
+        if spec.beta.is_none() {
+            self.sampled += out.indices.len() as u64;
+        }
         let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
         for (batch, rows, which) in [
