@@ -756,6 +756,12 @@ impl ReplayBuffer {
     #[cold]
     fn evict_for_episodes(&mut self) {
         let cap = self.superblock.capacity;
+        if !self.superblock.whole_episodes && self.priorities.is_none() {
+            // Nothing depends on the oldest row's episode: skip the lookup.
+            self.head += 1;
+            self.head_slot = (self.head_slot + 1) % cap;
+            return;
+        }
         let oldest = self
             .episodes
             .as_ref()
