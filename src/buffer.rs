@@ -767,22 +767,52 @@ impl ReplayBuffer {
             .as_ref()
             .and_then(|e| e.of(self.head))
             .copied();
-        let to = oldest
-            .map(|e| e.last() + 1)
-            .filter(|&to| self.superblock.whole_episodes && to < self.tail)
-            .unwrap_or(self.head + 1);
+        let to = self.eviction_target();
         let passed = to - self.head;
+        // The old head's slot is the one being written. The other rows passed over
+        // lose their stamps, so that recovery after a kill finds the head where it is
+        // now (it walks back from the tail over intact rows), not at the last commit's
+        // with these rows alive again (`ensure_private_for_push` made their segments
+        // private first).
+        for index in self.head + 1..to {
+            self.ring.clear_stamp(index % cap);
+        }
+        let first_passed = (self.head_slot + 1) % cap;
         self.head = to;
         self.head_slot = (self.head_slot + passed) % cap;
         if let Some(p) = &mut self.priorities {
-            // The slot of the old head is the one being written; the rest of the rows
-            // passed over, and the new head if it is a step of a cut episode.
+            // The rows passed over, and the new head if it is a step of a cut episode.
             let cut = oldest.is_some_and(|e| e.last() >= to);
-            p.zero(
-                self.head_slot + cap - (passed - 1),
-                passed - 1 + u64::from(cut),
-            );
+            p.zero(first_passed, passed - 1 + u64::from(cut));
         }
+    }
+
+    /// Where the head goes when the ring is full and one more row is stored: past the
+    /// oldest row, or with whole-episode eviction past its episode (unless that one is
+    /// still being written).
+    fn eviction_target(&self) -> u64 {
+        let whole = self
+            .episodes
+            .as_ref()
+            .filter(|_| self.superblock.whole_episodes)
+            .and_then(|e| e.of(self.head))
+            .map(|e| e.last() + 1)
+            .filter(|&to| to < self.tail);
+        whole.unwrap_or(self.head + 1)
+    }
+
+    /// Copy-on-write before storing one row: the tail's segment, and with whole-episode
+    /// eviction the segments of the rows the head will pass over (their stamps change).
+    fn ensure_private_for_push(&mut self) -> Result<()> {
+        self.ensure_private(self.tail_slot, 1)?;
+        let cap = self.superblock.capacity;
+        if self.superblock.whole_episodes && self.tail - self.head == cap {
+            let passed = self.eviction_target() - self.head;
+            if passed > 1 {
+                self.ensure_private((self.head_slot + 1) % cap, passed - 1)?;
+            }
+        }
+        Ok(())
     }
 
     /// Adds one item and returns its logical index. Every field of the schema must be
@@ -965,7 +995,7 @@ impl ReplayBuffer {
             &mut order,
             &mut self.names,
         )
-        .and_then(|_| self.ensure_private(self.tail_slot, 1));
+        .and_then(|_| self.ensure_private_for_push());
         let result = checked.map(|_| {
             let index = self.tail;
             let header = match &mut self.episodes {
@@ -1024,7 +1054,7 @@ impl ReplayBuffer {
         }
         let mut order = std::mem::take(&mut self.order);
         let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
-            .and_then(|_| self.ensure_private(self.tail_slot, 1));
+            .and_then(|_| self.ensure_private_for_push());
         let result = checked.and_then(|_| {
             let reward = reward_field.map_or(0.0, |(f, dtype)| {
                 let pos = order.get(f).copied().unwrap_or(ABSENT);

@@ -449,7 +449,7 @@ fn kill_9_with_whole_episode_eviction_leaves_only_whole_episodes() {
     ReplayBuffer::create(&dir, config).unwrap().close().unwrap();
     let mut rng = 7u64;
     let mut acknowledged = 0u64;
-    for _ in 0..10 {
+    for _ in 0..40 {
         let lines = 20 + xorshift(&mut rng) % 200;
         common::run_child_and_kill_after(
             "episode_kill_child",

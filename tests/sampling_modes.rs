@@ -485,7 +485,12 @@ fn whole_episode_eviction_keeps_every_episode_whole() {
         ..Reference::default()
     };
     let mut rng = 31u64;
+    let mut frozen = None;
     for round in 0..30 {
+        if round == 5 {
+            // A snapshot shares the segments the jumps later clear stamps in.
+            frozen = Some((buf.get_state().unwrap(), buf.live()));
+        }
         add_episodes(&mut buf, &mut reference, &mut rng, 2);
         assert_eq!(
             buf.live(),
@@ -510,6 +515,18 @@ fn whole_episode_eviction_keeps_every_episode_whole() {
             );
         }
     }
+    let (state, live) = frozen.unwrap();
+    let snap = ReplayBuffer::open_snapshot(&dir, &state.name).unwrap();
+    assert_eq!(snap.live(), live);
+    let o = snap.get_many(&live.clone().collect::<Vec<_>>()).unwrap();
+    for (k, i) in live.enumerate() {
+        assert_eq!(
+            obs_at(o.get::<f32>("obs").unwrap(), k),
+            i,
+            "snapshot row {i}"
+        );
+    }
+    drop(snap);
     assert!(
         reference.head > 0 && buf.len() < CAPACITY,
         "the head jumped over episodes"
