@@ -685,7 +685,9 @@ impl ReplayBuffer {
     fn push_row(&mut self, fields: &[&[u8]], step: Option<&[u8; STEP_HEADER_LEN]>, reset: bool) {
         let cap = self.superblock.capacity;
         if self.tail - self.head == cap {
-            if self.episodes.is_some() {
+            if self.superblock.whole_episodes
+                || (self.episodes.is_some() && self.priorities.is_some())
+            {
                 self.evict_for_episodes();
             } else {
                 self.head += 1;
@@ -748,7 +750,8 @@ impl ReplayBuffer {
         }
     }
 
-    /// Eviction in an episodic buffer about to overwrite its oldest row. With whole
+    /// Eviction in an episodic buffer about to overwrite its oldest row, when something
+    /// depends on the oldest row's episode (whole episodes, or priorities). With whole
     /// episodes the head moves past the oldest row's episode, unless that episode is the
     /// one being written (longer than the ring: it loses one row). The rows passed over
     /// lose their priorities, and so does a new first row that is a step: its
@@ -756,12 +759,6 @@ impl ReplayBuffer {
     #[cold]
     fn evict_for_episodes(&mut self) {
         let cap = self.superblock.capacity;
-        if !self.superblock.whole_episodes && self.priorities.is_none() {
-            // Nothing depends on the oldest row's episode: skip the lookup.
-            self.head += 1;
-            self.head_slot = (self.head_slot + 1) % cap;
-            return;
-        }
         let oldest = self
             .episodes
             .as_ref()

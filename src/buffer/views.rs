@@ -148,9 +148,12 @@ impl ReplayBuffer {
         options: GetOptions,
     ) -> Result<FieldArray> {
         let e = self.episode_by_id(chunk.id)?;
-        let f = self
+        let (f, spec) = self
             .schema
-            .position(field)
+            .fields()
+            .iter()
+            .enumerate()
+            .find(|(_, x)| x.name() == field)
             .ok_or_else(|| Error::UnknownField {
                 field: field.to_owned(),
                 known: self.schema.names(),
@@ -182,14 +185,6 @@ impl ReplayBuffer {
             options.fill.is_some(),
             &mut positions,
         )?;
-        let spec = self
-            .schema
-            .fields()
-            .get(f)
-            .ok_or_else(|| Error::UnknownField {
-                field: field.to_owned(),
-                known: self.schema.names(),
-            })?;
         let mut out = FieldArray::zeroed(spec, positions.len());
         let size = spec.bytes();
         let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
