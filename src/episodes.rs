@@ -218,6 +218,17 @@ impl Episodes {
             .filter(|e| index <= e.last())
     }
 
+    /// The episode holding logical index `index`, found in O(1) when `hint` (the
+    /// episode id in the row's step header) is right, by [`Episodes::of`] otherwise: a
+    /// sampler that has the row's header in cache skips the binary search.
+    pub(crate) fn of_hinted(&self, index: u64, hint: u64) -> Option<&EpisodeInfo> {
+        let at = hint.checked_sub(self.list.front()?.id)?;
+        match self.list.get(usize::try_from(at).ok()?) {
+            Some(e) if e.id == hint && e.start <= index && index <= e.last() => Some(e),
+            _ => self.of(index),
+        }
+    }
+
     /// The episode numbered `id`, if it has a live row (ids increase along the table).
     pub(crate) fn by_id(&self, id: u64) -> Option<&EpisodeInfo> {
         let i = self.list.partition_point(|e| e.id < id);

@@ -346,7 +346,8 @@ impl ReplayBuffer {
             }
             let table = self.episodes_ref()?;
             for (c, &j) in candidates.iter().enumerate() {
-                let e = table.of(j).ok_or_else(|| {
+                let hint = self.ring.step_header(j % cap).episode;
+                let e = table.of_hinted(j, hint).ok_or_else(|| {
                     Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
                 })?;
                 let span = e.span(self.head);
