@@ -287,7 +287,7 @@ mod transitions;
 mod units;
 mod views;
 pub use transitions::{TransitionSpec, Transitions};
-pub use units::{EpisodeBatch, SequenceSpec, Sequences};
+pub use units::{EpisodeBatch, EpisodeSpec, SequenceSpec, Sequences};
 pub use views::{EpisodeChunk, GetOptions};
 
 impl ReplayBuffer {

@@ -54,8 +54,8 @@ pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
 pub use buffer::{
-    Config, EpisodeBatch, EpisodeChunk, GetOptions, ReplayBuffer, SequenceSpec, Sequences, Stats,
-    TransitionSpec, Transitions,
+    Config, EpisodeBatch, EpisodeChunk, EpisodeSpec, GetOptions, ReplayBuffer, SequenceSpec,
+    Sequences, Stats, TransitionSpec, Transitions,
 };
 pub use column::Column;
 pub use dtype::{DType, Element};

@@ -547,6 +547,23 @@ impl Priorities {
         });
     }
 
+    /// Sum of the leaves of `count` slots from `first` (wrapping at the capacity): the
+    /// priority mass of a run of items, O(depth) however long the run.
+    pub(crate) fn mass(&mut self, first: u64, count: u64) -> f64 {
+        self.fix_pending();
+        let cap = self.capacity;
+        let first = (first % cap.max(1) as u64) as usize;
+        let end = first + (count as usize).min(cap);
+        let w = self.map.words();
+        with_tree!(&self.tree, t => {
+            if end > cap {
+                t.total(w) - t.prefix_sum(w, first) + t.prefix_sum(w, end - cap)
+            } else {
+                t.prefix_sum(w, end) - t.prefix_sum(w, first)
+            }
+        })
+    }
+
     /// Zeroes every leaf (the buffer was cleared).
     pub(crate) fn clear(&mut self) {
         let cap = self.capacity;

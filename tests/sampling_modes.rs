@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use common::xorshift;
 use replaystore::windows::End;
@@ -611,4 +611,102 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
             t.weights()[i]
         );
     }
+}
+
+/// Prioritized whole episodes: an episode's chance is the mean priority of its step
+/// rows over that of every complete episode (a plain reference computes both), only
+/// complete episodes are drawn, and weights are `(P_min / P)^beta`. Equal priorities
+/// draw uniformly, as the uniform sampler does.
+#[test]
+fn prioritized_episodes_follow_their_mean_step_priority() {
+    use replaystore::{EpisodeBatch, EpisodeSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create_with(&tmp.path().join("b"), |c| {
+        c.episodic().prioritized(1.0, 0.0)
+    });
+    let mut reference = Reference::default();
+    let mut rng = 41u64;
+    // Wraps the ring: the first live episode is partly evicted, the last one open.
+    add_episodes(&mut buf, &mut reference, &mut rng, 14);
+    let live = buf.live();
+    let steps: Vec<u64> = live
+        .clone()
+        .filter(|&j| reference.rows[j as usize].t >= 1)
+        .collect();
+    let prios: Vec<f64> = steps
+        .iter()
+        .map(|_| (1 + xorshift(&mut rng) % 5) as f64)
+        .collect();
+    buf.update_priorities(&steps, &prios).unwrap();
+    let prio_of: HashMap<u64, f64> = steps.iter().copied().zip(prios).collect();
+
+    // The reference: complete episodes (reset row live, ended) and their mean priority.
+    let mut mass: HashMap<u64, f64> = HashMap::new();
+    for e in buf.episodes().unwrap() {
+        let ended = reference.ended_at(e.last() as usize).is_some();
+        if reference.live(e.start as usize) && ended {
+            let sum: f64 = (e.start + 1..=e.last()).map(|j| prio_of[&j]).sum();
+            mass.insert(e.id, sum / e.steps() as f64);
+        }
+    }
+    assert!(mass.len() >= 3, "{} complete episodes", mass.len());
+    let total: f64 = mass.values().sum();
+    let min = mass.values().copied().fold(f64::INFINITY, f64::min);
+
+    let draws = 3000;
+    let mut batch = EpisodeBatch::new(buf.schema());
+    buf.sample_episodes_into(&EpisodeSpec::new(draws).prioritized(0.5), &mut batch)
+        .unwrap();
+    let mut counts: HashMap<u64, usize> = HashMap::new();
+    for (e, &w) in batch.episodes().iter().zip(batch.weights()) {
+        let m = *mass
+            .get(&e.id)
+            .unwrap_or_else(|| panic!("episode {} is not complete", e.id));
+        let want = (min / m).powf(0.5) as f32;
+        assert!(
+            (w - want).abs() < 1e-5,
+            "episode {}: weight {w}, want {want}",
+            e.id
+        );
+        *counts.entry(e.id).or_default() += 1;
+    }
+    assert_eq!(batch.weights().len(), draws);
+    for (id, m) in &mass {
+        let expect = draws as f64 * m / total;
+        let got = counts.get(id).copied().unwrap_or(0) as f64;
+        assert!(
+            (got - expect).abs() < 5.0 * expect.sqrt() + 3.0,
+            "episode {id}: {got} draws, expected {expect:.0}"
+        );
+    }
+
+    // Equal priorities: uniform over complete episodes, every weight 1.
+    buf.update_priorities(&steps, &vec![3.0f64; steps.len()])
+        .unwrap();
+    buf.sample_episodes_into(&EpisodeSpec::new(draws).prioritized(0.5), &mut batch)
+        .unwrap();
+    assert!(batch.weights().iter().all(|&w| (w - 1.0).abs() < 1e-6));
+    let mut counts: HashMap<u64, usize> = HashMap::new();
+    for e in batch.episodes() {
+        *counts.entry(e.id).or_default() += 1;
+    }
+    let expect = draws as f64 / mass.len() as f64;
+    for id in mass.keys() {
+        let got = counts.get(id).copied().unwrap_or(0) as f64;
+        assert!(
+            (got - expect).abs() < 5.0 * expect.sqrt(),
+            "episode {id}: {got} draws, expected {expect:.0}"
+        );
+    }
+
+    // Uniform specs leave the weights empty; a buffer without priorities refuses.
+    buf.sample_episodes_into(&EpisodeSpec::new(4), &mut batch)
+        .unwrap();
+    assert!(batch.weights().is_empty());
+    let mut plain = create(&tmp.path().join("plain"));
+    add_episodes(&mut plain, &mut Reference::default(), &mut rng, 3);
+    assert!(matches!(
+        plain.sample_episodes_into(&EpisodeSpec::new(4).prioritized(0.5), &mut batch),
+        Err(Error::NotPrioritized { .. })
+    ));
 }

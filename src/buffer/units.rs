@@ -153,6 +153,40 @@ impl Sequences {
     }
 }
 
+/// How to draw whole episodes.
+///
+/// ```
+/// use replaystore::EpisodeSpec;
+/// let spec = EpisodeSpec::new(4).prioritized(0.4);
+/// assert_eq!((spec.n, spec.beta), (4, Some(0.4)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpisodeSpec {
+    /// Episodes to draw (complete ones only, with replacement).
+    pub n: usize,
+    /// Draw by priority with importance-sampling exponent `beta` (a prioritized
+    /// buffer). An episode's priority is the mean leaf, `(p + eps)^alpha`, of its step
+    /// rows, so it follows the per-step priorities `update_priorities` sets (for
+    /// instance the TD errors of the steps trained on), a new episode starts at the
+    /// buffer's max priority, and equal priorities draw uniformly over episodes, as
+    /// `None` does. Weights are `(P_min / P)^beta`, `P_min` being the smallest
+    /// non-zero probability of any complete episode, so the largest possible weight is 1.
+    pub beta: Option<f64>,
+}
+
+impl EpisodeSpec {
+    /// `n` episodes, uniformly.
+    pub fn new(n: usize) -> EpisodeSpec {
+        EpisodeSpec { n, beta: None }
+    }
+
+    /// Draws by priority (see [`EpisodeSpec::beta`]).
+    pub fn prioritized(mut self, beta: f64) -> EpisodeSpec {
+        self.beta = Some(beta);
+        self
+    }
+}
+
 /// Whole episodes, their rows concatenated: episode `i` is rows
 /// `offsets()[i] .. offsets()[i + 1]` of `rows()`, its reset row first (whose step
 /// fields are zero), `steps + 1` rows in all.
@@ -161,6 +195,7 @@ pub struct EpisodeBatch {
     rows: Batch,
     offsets: Vec<usize>,
     episodes: Vec<EpisodeInfo>,
+    weights: Vec<f32>,
 }
 
 impl EpisodeBatch {
@@ -170,6 +205,7 @@ impl EpisodeBatch {
             rows: Batch::new(schema, 0),
             offsets: vec![0],
             episodes: Vec::new(),
+            weights: Vec::new(),
         }
     }
 
@@ -186,6 +222,11 @@ impl EpisodeBatch {
     /// The episodes, as the table records them.
     pub fn episodes(&self) -> &[EpisodeInfo] {
         &self.episodes
+    }
+
+    /// Importance weights, one per episode (empty when drawn uniformly).
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
     }
 
     /// Episodes in the batch.
@@ -364,12 +405,41 @@ impl ReplayBuffer {
     /// ```
     pub fn sample_episodes(&mut self, n: usize) -> Result<EpisodeBatch> {
         let mut out = EpisodeBatch::new(&self.schema);
-        self.sample_episodes_into(n, &mut out)?;
+        self.sample_episodes_into(&EpisodeSpec::new(n), &mut out)?;
         Ok(out)
     }
 
-    /// `sample_episodes` into a reused batch.
-    pub fn sample_episodes_into(&mut self, n: usize, out: &mut EpisodeBatch) -> Result<()> {
+    /// Draws `spec.n` complete episodes into a reused batch, uniformly or by priority
+    /// ([`EpisodeSpec::beta`]).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, EpisodeBatch, EpisodeSpec, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).episodic().prioritized(1.0, 0.0);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// for _ in 0..2 {
+    ///     buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    ///     for t in 1..=4 {
+    ///         buf.add_step(&[Column::scalar("obs", &(t as f32))], t == 4, false)?;
+    ///     }
+    /// }
+    /// // The steps of the second episode (rows 6..=9) get 9 times the priority.
+    /// buf.update_priorities(&[1, 2, 3, 4, 6, 7, 8, 9], &[1.0f64, 1., 1., 1., 9., 9., 9., 9.])?;
+    /// let mut eps = EpisodeBatch::new(buf.schema());
+    /// buf.sample_episodes_into(&EpisodeSpec::new(1000).prioritized(1.0), &mut eps)?;
+    /// let second = eps.episodes().iter().filter(|e| e.id == 1).count();
+    /// assert!((850..=950).contains(&second), "{second} of 1000");
+    /// // P = 0.9 against the smallest P = 0.1: weight (0.1 / 0.9)^1.
+    /// let w = eps.weights()[eps.episodes().iter().position(|e| e.id == 1).unwrap()];
+    /// assert!((w - 1.0 / 9.0).abs() < 1e-6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_episodes_into(
+        &mut self,
+        spec: &EpisodeSpec,
+        out: &mut EpisodeBatch,
+    ) -> Result<()> {
         let count = self.episodes_ref()?.len();
         if !out.rows.fits(&self.schema) {
             *out = EpisodeBatch::new(&self.schema);
@@ -377,12 +447,30 @@ impl ReplayBuffer {
         out.episodes.clear();
         out.offsets.clear();
         out.offsets.push(0);
+        out.weights.clear();
         if count == 0 {
             return Err(Error::Empty);
         }
+        if let Some(beta) = spec.beta {
+            self.draw_episodes_by_priority(spec.n, beta, &mut out.episodes, &mut out.weights)?;
+        } else {
+            self.draw_episodes_uniformly(spec.n, &mut out.episodes)?;
+        }
         let mut rows = Vec::new();
+        for e in &out.episodes {
+            rows.extend(e.start..=e.last());
+            out.offsets.push(rows.len());
+        }
+        self.sampled += out.episodes.len() as u64;
+        let all = vec![true; self.schema.len()];
+        self.gather_some(&rows, &rows, &all, &mut out.rows)
+    }
+
+    /// Draws `n` complete episodes, each with the same chance.
+    fn draw_episodes_uniformly(&mut self, n: usize, out: &mut Vec<EpisodeInfo>) -> Result<()> {
+        let count = self.episodes_ref()?.len();
         let mut tries = 0usize;
-        while out.episodes.len() < n {
+        while out.len() < n {
             tries += 1;
             if tries > TRIES_PER_DRAW * n.max(1) {
                 return Err(Error::InvalidSample(format!(
@@ -398,13 +486,77 @@ impl ReplayBuffer {
             if e.end.is_none() || e.start < self.head {
                 continue;
             }
-            rows.extend(e.start..=e.last());
-            out.offsets.push(rows.len());
-            out.episodes.push(e);
+            out.push(e);
         }
-        self.sampled += out.episodes.len() as u64;
-        let all = vec![true; self.schema.len()];
-        self.gather_some(&rows, &rows, &all, &mut out.rows)
+        Ok(())
+    }
+
+    /// Draws `n` complete episodes by the mean leaf of their step rows, with their
+    /// importance weights. Every complete episode's mass is computed each call, two
+    /// prefix sums of the tree each: O(episodes * depth), no state to keep in step
+    /// with adds, evictions and priority updates.
+    fn draw_episodes_by_priority(
+        &mut self,
+        n: usize,
+        beta: f64,
+        out: &mut Vec<EpisodeInfo>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
+        if !(beta.is_finite() && beta >= 0.0) {
+            return Err(Error::InvalidSample(format!(
+                "beta {beta} is not finite and >= 0"
+            )));
+        }
+        let cap = self.superblock.capacity;
+        let head = self.head;
+        let (Some(p), Some(table)) = (&mut self.priorities, &self.episodes) else {
+            return Err(match self.episodes {
+                None => Error::NotEpisodic {
+                    dir: self.dir.clone(),
+                },
+                Some(_) => Error::NotPrioritized {
+                    dir: self.dir.clone(),
+                },
+            });
+        };
+        let mut complete = Vec::new();
+        let mut cumulative = Vec::new();
+        let mut total = 0.0;
+        let mut min = f64::INFINITY;
+        for e in table.iter().filter(|e| e.end.is_some() && e.start >= head) {
+            let mass = p.mass((e.start + 1) % cap, e.steps()) / e.steps().max(1) as f64;
+            total += mass;
+            if mass > 0.0 {
+                min = min.min(mass);
+            }
+            complete.push((*e, mass));
+            cumulative.push(total);
+        }
+        if complete.is_empty() {
+            return Err(Error::InvalidSample(format!(
+                "no complete episode to draw (of {} episodes, each still open or partly \
+                 evicted)",
+                table.len()
+            )));
+        }
+        if !(total > 0.0 && total.is_finite()) {
+            return Err(Error::ZeroTotalPriority {
+                live: complete.len() as u64,
+            });
+        }
+        let beta32 = beta as f32;
+        while out.len() < n {
+            let u = self.rng.random::<f64>() * total;
+            // The first whose running total passes u, so never a zero-mass episode
+            // (unless rounding put u at the total: then draw again).
+            let i = cumulative.partition_point(|&c| c <= u);
+            let Some(&(e, mass)) = complete.get(i).filter(|(_, m)| *m > 0.0) else {
+                continue;
+            };
+            out.push(e);
+            weights.push(((min / mass) as f32).powf(beta32));
+        }
+        Ok(())
     }
 }
 
