@@ -13,10 +13,11 @@ use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns
 use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
-use crate::format::row::{MAX_CAPACITY, RowLayout};
+use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
 use crate::format::state::State;
+use crate::fragments::Fragments;
 use crate::priorities::{
     Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
@@ -54,6 +55,7 @@ pub struct Config {
     priorities: Option<PriorityConfig>,
     episodic: bool,
     whole_episodes: bool,
+    fragments: bool,
 }
 
 impl Config {
@@ -69,6 +71,7 @@ impl Config {
             priorities: None,
             episodic: false,
             whole_episodes: false,
+            fragments: false,
         }
     }
 
@@ -156,6 +159,28 @@ impl Config {
     pub fn whole_episodes(mut self) -> Config {
         self.whole_episodes = true;
         self
+    }
+
+    /// Keeps each `add` / `add_batch` call's rows as one fragment (RLlib's
+    /// `StorageUnit.FRAGMENTS`: a rollout fragment as an env runner sent it), to be
+    /// drawn whole by [`ReplayBuffer::sample_fragments`]. Every row records its position
+    /// in its call. Eviction stays row by row, so a fragment whose first rows were
+    /// evicted is no longer drawn. Not with episodes, which are units of their own.
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, Schema};
+    /// let schema = Schema::builder().field("obs", DType::F32, &[4]).build()?;
+    /// assert!(Config::new(schema, 1000).fragments().keeps_fragments());
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn fragments(mut self) -> Config {
+        self.fragments = true;
+        self
+    }
+
+    /// Whether the buffer keeps fragments.
+    pub fn keeps_fragments(&self) -> bool {
+        self.fragments
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.
@@ -265,6 +290,8 @@ pub struct ReplayBuffer {
     names: NameCache,
     /// The episode table (episodic buffers).
     episodes: Option<Episodes>,
+    /// The fragment table of a fragment buffer, built from the rows when first needed.
+    fragments: Option<Fragments>,
     /// Zero bytes for fields a reset row leaves out.
     zeros: Vec<u8>,
     /// A segment was copied and renamed since the last commit: the lane folder must be
@@ -287,7 +314,7 @@ mod transitions;
 mod units;
 mod views;
 pub use transitions::{TransitionSpec, Transitions};
-pub use units::{EpisodeBatch, EpisodeSpec, SequenceSpec, Sequences};
+pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
 pub use views::{EpisodeChunk, GetOptions};
 
 impl ReplayBuffer {
@@ -308,6 +335,14 @@ impl ReplayBuffer {
         if let Some(p) = &config.priorities {
             p.check()?;
         }
+        if config.fragments && config.is_episodic() {
+            return Err(Error::InvalidConfig {
+                field: "fragments",
+                problem: "episodic buffers add one row per call: sample episodes or \
+                          sequences instead"
+                    .into(),
+            });
+        }
         io.create_dir_all(&dir)
             .map_err(|e| Error::io("create directory", &dir, e))?;
         if let Some(entry) = std::fs::read_dir(&dir)
@@ -324,7 +359,8 @@ impl ReplayBuffer {
             });
         }
         let lock = storage::lock(&*io, &dir)?;
-        let layout = RowLayout::with_steps(&config.schema, config.is_episodic());
+        let layout = RowLayout::with_steps(&config.schema, config.is_episodic())
+            .with_fragments(config.fragments);
         let stride = layout.stride as u64;
         let segment_slots = config.slots_per_segment(stride)?;
         let archive = schema_doc::encode(&config.schema);
@@ -341,6 +377,7 @@ impl ReplayBuffer {
             prioritized: config.priorities.is_some(),
             episodic: config.is_episodic(),
             whole_episodes: config.whole_episodes,
+            fragments: config.fragments,
         };
         let result = write_new_buffer(
             &*io,
@@ -554,6 +591,7 @@ impl ReplayBuffer {
             names: NameCache::new(),
             lane_dirty: false,
             episodes,
+            fragments: None,
             zeros: Vec::new(),
             superblock: sb,
             dir,
@@ -682,7 +720,13 @@ impl ReplayBuffer {
     /// with whole-episode eviction, the oldest row's episode). `reset`: the row begins
     /// an episode, so it ends no transition and gets no priority.
     #[inline(always)]
-    fn push_row(&mut self, fields: &[&[u8]], step: Option<&[u8; STEP_HEADER_LEN]>, reset: bool) {
+    fn push_row(
+        &mut self,
+        fields: &[&[u8]],
+        step: Option<&[u8; STEP_HEADER_LEN]>,
+        reset: bool,
+        fragment_pos: u32,
+    ) {
         let cap = self.superblock.capacity;
         if self.tail - self.head == cap {
             if self.superblock.whole_episodes
@@ -702,15 +746,19 @@ impl ReplayBuffer {
         // item with the new item's priority.
         let slot = self.tail_slot;
         let priorities = &mut self.priorities;
-        self.ring.write(slot, self.tail, step, fields, || {
-            if let Some(p) = priorities {
-                if reset {
-                    p.on_add_leaf(slot, 0.0);
-                } else {
-                    p.on_add(slot);
+        if let Some(f) = &mut self.fragments {
+            f.on_add(self.tail, fragment_pos);
+        }
+        self.ring
+            .write(slot, self.tail, step, fragment_pos, fields, || {
+                if let Some(p) = priorities {
+                    if reset {
+                        p.on_add_leaf(slot, 0.0);
+                    } else {
+                        p.on_add(slot);
+                    }
                 }
-            }
-        });
+            });
         self.tail += 1;
         self.tail_slot += 1;
         if self.tail_slot == cap {
@@ -837,7 +885,7 @@ impl ReplayBuffer {
             for (slot, &pos) in fields.iter_mut().zip(&order) {
                 *slot = columns.get(pos).map_or(&[][..], Column::bytes);
             }
-            self.push_row(fields, None, false);
+            self.push_row(fields, None, false, FRAGMENT_END);
             index
         });
         self.order = order;
@@ -878,7 +926,7 @@ impl ReplayBuffer {
                 for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
                     *dst = col.get(r * size..(r + 1) * size).unwrap_or(&[]);
                 }
-                self.push_row(&fields, None, false);
+                self.push_row(&fields, None, false, fragment_word(r as u64, rows));
             }
             first..first + rows
         });
@@ -1015,7 +1063,7 @@ impl ReplayBuffer {
                     },
                 )
                 .collect();
-            self.push_row(&fields, Some(&header.encode()), true);
+            self.push_row(&fields, Some(&header.encode()), true, 0);
             drop(fields);
             self.zeros = zeros;
             if let Some(e) = &mut self.episodes {
@@ -1077,7 +1125,7 @@ impl ReplayBuffer {
                 .iter()
                 .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
                 .collect();
-            self.push_row(&fields, Some(&header.encode()), false);
+            self.push_row(&fields, Some(&header.encode()), false, 0);
             if let Some(e) = &mut self.episodes {
                 e.evict(self.head);
             }
@@ -1458,6 +1506,9 @@ impl ReplayBuffer {
         }
         if let Some(e) = &mut self.episodes {
             e.clear();
+        }
+        if let Some(f) = &mut self.fragments {
+            f.clear();
         }
         self.sync_priorities()?;
         self.commit(0, true)

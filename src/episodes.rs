@@ -240,11 +240,6 @@ impl Episodes {
         self.list.len()
     }
 
-    /// The `i`-th episode of the table, oldest first.
-    pub(crate) fn get(&self, i: usize) -> Option<&EpisodeInfo> {
-        self.list.get(i)
-    }
-
     /// All episodes with a live row, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &EpisodeInfo> {
         self.list.iter()

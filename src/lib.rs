@@ -39,6 +39,7 @@ pub mod dtype;
 pub mod episodes;
 pub mod error;
 pub mod format;
+pub(crate) mod fragments;
 pub mod inspect;
 pub mod lookback;
 pub mod priorities;
@@ -54,8 +55,8 @@ pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
 pub use buffer::{
-    Config, EpisodeBatch, EpisodeChunk, EpisodeSpec, GetOptions, ReplayBuffer, SequenceSpec,
-    Sequences, Stats, TransitionSpec, Transitions,
+    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, ReplayBuffer, SequenceSpec,
+    Sequences, Stats, TransitionSpec, Transitions, UnitSpec,
 };
 pub use column::Column;
 pub use dtype::{DType, Element};

@@ -150,12 +150,13 @@ impl Ring {
         slot: u64,
         index: u64,
         step: Option<&[u8; STEP_HEADER_LEN]>,
+        fragment_pos: u32,
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {
-            seg.write_row(k, index, &self.layout, step, fields, between);
+            seg.write_row(k, index, &self.layout, step, fragment_pos, fields, between);
         }
     }
 
@@ -168,6 +169,17 @@ impl Ring {
             seg.read_row_bytes(k, EPISODE_OFF, &mut b);
         }
         StepHeader::decode(&b)
+    }
+
+    /// The fragment position of a slot (fragment buffers; 0 otherwise).
+    pub fn fragment_pos(&self, slot: u64) -> u32 {
+        let mut b = [0u8; 4];
+        if self.layout.fragments
+            && let Some((seg, k)) = self.locate(slot)
+        {
+            seg.read_row_bytes(k, crate::format::row::FRAGMENT_POS_OFF, &mut b);
+        }
+        u32::from_le_bytes(b)
     }
 
     /// Hints the CPU to fetch the rows of `count` slots from `slot` (wrapping at the

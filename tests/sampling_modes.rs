@@ -619,7 +619,7 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
 /// draw uniformly, as the uniform sampler does.
 #[test]
 fn prioritized_episodes_follow_their_mean_step_priority() {
-    use replaystore::{EpisodeBatch, EpisodeSpec};
+    use replaystore::{EpisodeBatch, UnitSpec};
     let tmp = tempfile::tempdir().unwrap();
     let mut buf = create_with(&tmp.path().join("b"), |c| {
         c.episodic().prioritized(1.0, 0.0)
@@ -655,7 +655,7 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
 
     let draws = 3000;
     let mut batch = EpisodeBatch::new(buf.schema());
-    buf.sample_episodes_into(&EpisodeSpec::new(draws).prioritized(0.5), &mut batch)
+    buf.sample_episodes_into(&UnitSpec::new(draws).prioritized(0.5), &mut batch)
         .unwrap();
     let mut counts: HashMap<u64, usize> = HashMap::new();
     for (e, &w) in batch.episodes().iter().zip(batch.weights()) {
@@ -683,7 +683,7 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
     // Equal priorities: uniform over complete episodes, every weight 1.
     buf.update_priorities(&steps, &vec![3.0f64; steps.len()])
         .unwrap();
-    buf.sample_episodes_into(&EpisodeSpec::new(draws).prioritized(0.5), &mut batch)
+    buf.sample_episodes_into(&UnitSpec::new(draws).prioritized(0.5), &mut batch)
         .unwrap();
     assert!(batch.weights().iter().all(|&w| (w - 1.0).abs() < 1e-6));
     let mut counts: HashMap<u64, usize> = HashMap::new();
@@ -700,13 +700,13 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
     }
 
     // Uniform specs leave the weights empty; a buffer without priorities refuses.
-    buf.sample_episodes_into(&EpisodeSpec::new(4), &mut batch)
+    buf.sample_episodes_into(&UnitSpec::new(4), &mut batch)
         .unwrap();
     assert!(batch.weights().is_empty());
     let mut plain = create(&tmp.path().join("plain"));
     add_episodes(&mut plain, &mut Reference::default(), &mut rng, 3);
     assert!(matches!(
-        plain.sample_episodes_into(&EpisodeSpec::new(4).prioritized(0.5), &mut batch),
+        plain.sample_episodes_into(&UnitSpec::new(4).prioritized(0.5), &mut batch),
         Err(Error::NotPrioritized { .. })
     ));
 }

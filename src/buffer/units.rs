@@ -3,6 +3,8 @@
 //! (RLlib's `StorageUnit.EPISODES`). Both read the rows of one episode, never crossing
 //! into another. See `docs/design/episodes.md` for the row model.
 
+use std::ops::Range;
+
 use rand::RngExt;
 
 use super::ReplayBuffer;
@@ -10,6 +12,7 @@ use super::transitions::with_leading;
 use crate::batch::Batch;
 use crate::episodes::EpisodeInfo;
 use crate::error::{Error, Result};
+use crate::fragments::{Fragment, Fragments};
 use crate::priorities::PrioritySpec;
 use crate::schema::Schema;
 use crate::windows::{End, Span};
@@ -153,37 +156,91 @@ impl Sequences {
     }
 }
 
-/// How to draw whole episodes.
+/// How to draw whole units: episodes ([`ReplayBuffer::sample_episodes_into`]) or
+/// fragments ([`ReplayBuffer::sample_fragments_into`]).
 ///
 /// ```
-/// use replaystore::EpisodeSpec;
-/// let spec = EpisodeSpec::new(4).prioritized(0.4);
+/// use replaystore::UnitSpec;
+/// let spec = UnitSpec::new(4).prioritized(0.4);
 /// assert_eq!((spec.n, spec.beta), (4, Some(0.4)));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct EpisodeSpec {
-    /// Episodes to draw (complete ones only, with replacement).
+pub struct UnitSpec {
+    /// Units to draw (whole ones only, with replacement).
     pub n: usize,
     /// Draw by priority with importance-sampling exponent `beta` (a prioritized
-    /// buffer). An episode's priority is the mean leaf, `(p + eps)^alpha`, of its step
-    /// rows, so it follows the per-step priorities `update_priorities` sets (for
-    /// instance the TD errors of the steps trained on), a new episode starts at the
-    /// buffer's max priority, and equal priorities draw uniformly over episodes, as
-    /// `None` does. Weights are `(P_min / P)^beta`, `P_min` being the smallest
-    /// non-zero probability of any complete episode, so the largest possible weight is 1.
+    /// buffer). A unit's priority is the mean leaf, `(p + eps)^alpha`, of its rows
+    /// (an episode's step rows: its reset row ends no transition), so it follows the
+    /// per-row priorities `update_priorities` sets (for instance the TD errors of the
+    /// steps trained on), a new unit starts at the buffer's max priority, and equal
+    /// priorities draw uniformly over units, as `None` does. Weights are
+    /// `(P_min / P)^beta`, `P_min` being the smallest non-zero probability of any whole
+    /// unit, so the largest possible weight is 1.
     pub beta: Option<f64>,
 }
 
-impl EpisodeSpec {
-    /// `n` episodes, uniformly.
-    pub fn new(n: usize) -> EpisodeSpec {
-        EpisodeSpec { n, beta: None }
+impl UnitSpec {
+    /// `n` units, uniformly.
+    pub fn new(n: usize) -> UnitSpec {
+        UnitSpec { n, beta: None }
     }
 
-    /// Draws by priority (see [`EpisodeSpec::beta`]).
-    pub fn prioritized(mut self, beta: f64) -> EpisodeSpec {
+    /// Draws by priority (see [`UnitSpec::beta`]).
+    pub fn prioritized(mut self, beta: f64) -> UnitSpec {
         self.beta = Some(beta);
         self
+    }
+}
+
+/// Whole fragments (the rows of one `add` / `add_batch` call each), their rows
+/// concatenated: fragment `i` is rows `offsets()[i] .. offsets()[i + 1]` of `rows()`.
+#[derive(Clone, Debug)]
+pub struct FragmentBatch {
+    rows: Batch,
+    offsets: Vec<usize>,
+    fragments: Vec<Range<u64>>,
+    weights: Vec<f32>,
+}
+
+impl FragmentBatch {
+    /// An empty batch for `schema`.
+    pub fn new(schema: &Schema) -> FragmentBatch {
+        FragmentBatch {
+            rows: Batch::new(schema, 0),
+            offsets: vec![0],
+            fragments: Vec::new(),
+            weights: Vec::new(),
+        }
+    }
+
+    /// Every row of the fragments, in order; `indices()` are their logical indices.
+    pub fn rows(&self) -> &Batch {
+        &self.rows
+    }
+
+    /// Where each fragment begins in `rows()`, and one past the last (len + 1 entries).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// The logical indices of each fragment, as its `add_batch` returned them.
+    pub fn fragments(&self) -> &[Range<u64>] {
+        &self.fragments
+    }
+
+    /// Importance weights, one per fragment (empty when drawn uniformly).
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
+    /// Fragments in the batch.
+    pub fn len(&self) -> usize {
+        self.fragments.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.fragments.is_empty()
     }
 }
 
@@ -405,15 +462,15 @@ impl ReplayBuffer {
     /// ```
     pub fn sample_episodes(&mut self, n: usize) -> Result<EpisodeBatch> {
         let mut out = EpisodeBatch::new(&self.schema);
-        self.sample_episodes_into(&EpisodeSpec::new(n), &mut out)?;
+        self.sample_episodes_into(&UnitSpec::new(n), &mut out)?;
         Ok(out)
     }
 
     /// Draws `spec.n` complete episodes into a reused batch, uniformly or by priority
-    /// ([`EpisodeSpec::beta`]).
+    /// ([`UnitSpec::beta`]).
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, EpisodeBatch, EpisodeSpec, ReplayBuffer, Schema};
+    /// use replaystore::{Column, Config, DType, EpisodeBatch, UnitSpec, ReplayBuffer, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
     /// let config = Config::new(schema, 100).episodic().prioritized(1.0, 0.0);
@@ -427,7 +484,7 @@ impl ReplayBuffer {
     /// // The steps of the second episode (rows 6..=9) get 9 times the priority.
     /// buf.update_priorities(&[1, 2, 3, 4, 6, 7, 8, 9], &[1.0f64, 1., 1., 1., 9., 9., 9., 9.])?;
     /// let mut eps = EpisodeBatch::new(buf.schema());
-    /// buf.sample_episodes_into(&EpisodeSpec::new(1000).prioritized(1.0), &mut eps)?;
+    /// buf.sample_episodes_into(&UnitSpec::new(1000).prioritized(1.0), &mut eps)?;
     /// let second = eps.episodes().iter().filter(|e| e.id == 1).count();
     /// assert!((850..=950).contains(&second), "{second} of 1000");
     /// // P = 0.9 against the smallest P = 0.1: weight (0.1 / 0.9)^1.
@@ -435,12 +492,8 @@ impl ReplayBuffer {
     /// assert!((w - 1.0 / 9.0).abs() < 1e-6);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn sample_episodes_into(
-        &mut self,
-        spec: &EpisodeSpec,
-        out: &mut EpisodeBatch,
-    ) -> Result<()> {
-        let count = self.episodes_ref()?.len();
+    pub fn sample_episodes_into(&mut self, spec: &UnitSpec, out: &mut EpisodeBatch) -> Result<()> {
+        let table = self.episodes_ref()?;
         if !out.rows.fits(&self.schema) {
             *out = EpisodeBatch::new(&self.schema);
         }
@@ -448,112 +501,176 @@ impl ReplayBuffer {
         out.offsets.clear();
         out.offsets.push(0);
         out.weights.clear();
-        if count == 0 {
+        if table.len() == 0 {
             return Err(Error::Empty);
         }
-        if let Some(beta) = spec.beta {
-            self.draw_episodes_by_priority(spec.n, beta, &mut out.episodes, &mut out.weights)?;
-        } else {
-            self.draw_episodes_uniformly(spec.n, &mut out.episodes)?;
-        }
-        let mut rows = Vec::new();
-        for e in &out.episodes {
-            rows.extend(e.start..=e.last());
-            out.offsets.push(rows.len());
-        }
-        self.sampled += out.episodes.len() as u64;
-        let all = vec![true; self.schema.len()];
-        self.gather_some(&rows, &rows, &all, &mut out.rows)
-    }
-
-    /// Draws `n` complete episodes, each with the same chance.
-    fn draw_episodes_uniformly(&mut self, n: usize, out: &mut Vec<EpisodeInfo>) -> Result<()> {
-        let count = self.episodes_ref()?.len();
-        let mut tries = 0usize;
-        while out.len() < n {
-            tries += 1;
-            if tries > TRIES_PER_DRAW * n.max(1) {
-                return Err(Error::InvalidSample(format!(
-                    "no complete episode found in {} draws (of {count} episodes, each \
-                     still open or partly evicted)",
-                    tries - 1
-                )));
-            }
-            let i = self.rng.random_range(0..count);
-            let Some(&e) = self.episodes_ref()?.get(i) else {
-                continue;
-            };
-            if e.end.is_none() || e.start < self.head {
-                continue;
-            }
-            out.push(e);
-        }
-        Ok(())
-    }
-
-    /// Draws `n` complete episodes by the mean leaf of their step rows, with their
-    /// importance weights. Every complete episode's mass is computed each call, two
-    /// prefix sums of the tree each: O(episodes * depth), no state to keep in step
-    /// with adds, evictions and priority updates.
-    fn draw_episodes_by_priority(
-        &mut self,
-        n: usize,
-        beta: f64,
-        out: &mut Vec<EpisodeInfo>,
-        weights: &mut Vec<f32>,
-    ) -> Result<()> {
-        if !(beta.is_finite() && beta >= 0.0) {
-            return Err(Error::InvalidSample(format!(
-                "beta {beta} is not finite and >= 0"
-            )));
-        }
-        let cap = self.superblock.capacity;
         let head = self.head;
-        let (Some(p), Some(table)) = (&mut self.priorities, &self.episodes) else {
-            return Err(match self.episodes {
-                None => Error::NotEpisodic {
-                    dir: self.dir.clone(),
-                },
-                Some(_) => Error::NotPrioritized {
-                    dir: self.dir.clone(),
-                },
-            });
-        };
-        let mut complete = Vec::new();
-        let mut cumulative = Vec::new();
-        let mut total = 0.0;
-        let mut min = f64::INFINITY;
-        for e in table.iter().filter(|e| e.end.is_some() && e.start >= head) {
-            let mass = p.mass((e.start + 1) % cap, e.steps()) / e.steps().max(1) as f64;
-            total += mass;
-            if mass > 0.0 {
-                min = min.min(mass);
-            }
-            complete.push((*e, mass));
-            cumulative.push(total);
-        }
-        if complete.is_empty() {
+        let whole: Vec<EpisodeInfo> = table
+            .iter()
+            .filter(|e| e.end.is_some() && e.start >= head)
+            .copied()
+            .collect();
+        if whole.is_empty() {
             return Err(Error::InvalidSample(format!(
                 "no complete episode to draw (of {} episodes, each still open or partly \
                  evicted)",
                 table.len()
             )));
         }
+        // An episode's priority lives in its step rows.
+        let runs: Vec<(u64, u64)> = whole.iter().map(|e| (e.start + 1, e.steps())).collect();
+        let mut picks = Vec::with_capacity(spec.n);
+        self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
+        let mut rows = Vec::new();
+        for &i in &picks {
+            if let Some(&e) = whole.get(i) {
+                rows.extend(e.start..=e.last());
+                out.offsets.push(rows.len());
+                out.episodes.push(e);
+            }
+        }
+        self.sampled += out.episodes.len() as u64;
+        let all = vec![true; self.schema.len()];
+        self.gather_some(&rows, &rows, &all, &mut out.rows)
+    }
+
+    /// Draws `n` whole fragments (RLlib's `StorageUnit.FRAGMENTS`): the rows of one
+    /// `add` / `add_batch` call each, uniformly over the fragments with every row
+    /// stored (not those whose first rows were evicted, nor a call a kill cut short).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).fragments())?;
+    /// buf.add_batch(&[Column::new("x", &[1.0f32, 2.0, 3.0])])?;
+    /// buf.add(&[Column::scalar("x", &4.0f32)])?;
+    /// let f = buf.sample_fragments(8)?;
+    /// for (i, r) in f.fragments().iter().enumerate() {
+    ///     assert!(*r == (0..3) || *r == (3..4));
+    ///     assert_eq!(f.offsets()[i + 1] - f.offsets()[i], r.end as usize - r.start as usize);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_fragments(&mut self, n: usize) -> Result<FragmentBatch> {
+        let mut out = FragmentBatch::new(&self.schema);
+        self.sample_fragments_into(&UnitSpec::new(n), &mut out)?;
+        Ok(out)
+    }
+
+    /// `sample_fragments` into a reused batch, uniformly or by priority
+    /// ([`UnitSpec::beta`]). The first call after opening the buffer reads every live
+    /// row's position once to find the fragments; later adds keep the table.
+    pub fn sample_fragments_into(
+        &mut self,
+        spec: &UnitSpec,
+        out: &mut FragmentBatch,
+    ) -> Result<()> {
+        if !self.superblock.fragments {
+            return Err(Error::InvalidSample(format!(
+                "{} does not keep fragments (create it with Config::fragments)",
+                self.dir.display()
+            )));
+        }
+        if !out.rows.fits(&self.schema) {
+            *out = FragmentBatch::new(&self.schema);
+        }
+        out.fragments.clear();
+        out.offsets.clear();
+        out.offsets.push(0);
+        out.weights.clear();
+        if self.tail == self.head {
+            return Err(Error::Empty);
+        }
+        let cap = self.superblock.capacity;
+        let (head, tail, ring) = (self.head, self.tail, &self.ring);
+        let table = self.fragments.get_or_insert_with(|| {
+            Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))))
+        });
+        table.evict(head);
+        let whole: Vec<Range<u64>> = table
+            .iter()
+            .filter(|f| f.start >= head && f.closed)
+            .map(Fragment::range)
+            .collect();
+        if whole.is_empty() {
+            return Err(Error::InvalidSample(format!(
+                "no whole fragment to draw among {} rows (each lost its first rows to \
+                 eviction, or its last rows to a kill)",
+                tail - head
+            )));
+        }
+        let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
+        let mut picks = Vec::with_capacity(spec.n);
+        self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
+        let mut rows = Vec::new();
+        for &i in &picks {
+            if let Some(r) = whole.get(i) {
+                rows.extend(r.clone());
+                out.offsets.push(rows.len());
+                out.fragments.push(r.clone());
+            }
+        }
+        self.sampled += out.fragments.len() as u64;
+        let all = vec![true; self.schema.len()];
+        self.gather_some(&rows, &rows, &all, &mut out.rows)
+    }
+
+    /// Draws `spec.n` of the units whose rows `runs` gives (first index, rows), as
+    /// positions in `runs`: uniformly, or by the mean leaf of their rows with
+    /// importance weights. Every unit's mass is computed each call, two prefix sums of
+    /// the tree each: O(units * depth), and no state to keep in step with adds,
+    /// evictions and priority updates.
+    fn draw_units(
+        &mut self,
+        runs: &[(u64, u64)],
+        spec: &UnitSpec,
+        picks: &mut Vec<usize>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
+        let Some(beta) = spec.beta else {
+            picks.extend((0..spec.n).map(|_| self.rng.random_range(0..runs.len())));
+            return Ok(());
+        };
+        if !(beta.is_finite() && beta >= 0.0) {
+            return Err(Error::InvalidSample(format!(
+                "beta {beta} is not finite and >= 0"
+            )));
+        }
+        let cap = self.superblock.capacity;
+        let Some(p) = &mut self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.dir.clone(),
+            });
+        };
+        let mut masses = Vec::with_capacity(runs.len());
+        let mut cumulative = Vec::with_capacity(runs.len());
+        let mut total = 0.0;
+        let mut min = f64::INFINITY;
+        for &(first, rows) in runs {
+            let mass = p.mass(first % cap, rows) / rows.max(1) as f64;
+            total += mass;
+            if mass > 0.0 {
+                min = min.min(mass);
+            }
+            masses.push(mass);
+            cumulative.push(total);
+        }
         if !(total > 0.0 && total.is_finite()) {
             return Err(Error::ZeroTotalPriority {
-                live: complete.len() as u64,
+                live: runs.len() as u64,
             });
         }
         let beta32 = beta as f32;
-        while out.len() < n {
+        while picks.len() < spec.n {
             let u = self.rng.random::<f64>() * total;
-            // The first whose running total passes u, so never a zero-mass episode
-            // (unless rounding put u at the total: then draw again).
+            // The first whose running total passes u, so never a zero-mass unit (unless
+            // rounding put u at the total: then draw again).
             let i = cumulative.partition_point(|&c| c <= u);
-            let Some(&(e, mass)) = complete.get(i).filter(|(_, m)| *m > 0.0) else {
+            let Some(&mass) = masses.get(i).filter(|&&m| m > 0.0) else {
                 continue;
             };
-            out.push(e);
+            picks.push(i);
             weights.push(((min / mass) as f32).powf(beta32));
         }
         Ok(())

@@ -90,6 +90,10 @@ pub struct Superblock {
     /// the head moves past that row's whole episode (superblock flag bit 2; only with
     /// bit 1). RLlib's `StorageUnit.EPISODES`.
     pub whole_episodes: bool,
+    /// Rows carry their position in the `add` / `add_batch` call that wrote them, so
+    /// the calls' fragments can be sampled whole (superblock flag bit 3; not with bit
+    /// 1). RLlib's `StorageUnit.FRAGMENTS`.
+    pub fragments: bool,
 }
 
 /// Superblock flag: the buffer has a `priorities.tree`. Builds that predate it reject
@@ -101,7 +105,12 @@ pub const SB_FLAG_EPISODES: u32 = 2;
 /// Superblock flag: eviction removes whole episodes. Builds that predate it reject the
 /// flag, so they never evict part of an episode from such a buffer.
 pub const SB_FLAG_WHOLE_EPISODES: u32 = 4;
-const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES | SB_FLAG_EPISODES | SB_FLAG_WHOLE_EPISODES;
+/// Superblock flag: rows carry their fragment position (row header bytes 12..16, under
+/// the checksum). Builds that predate it reject the flag, so they never leave a stale
+/// position in a slot they reuse.
+pub const SB_FLAG_FRAGMENTS: u32 = 8;
+const SB_KNOWN_FLAGS: u32 =
+    SB_FLAG_PRIORITIES | SB_FLAG_EPISODES | SB_FLAG_WHOLE_EPISODES | SB_FLAG_FRAGMENTS;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -120,7 +129,8 @@ impl Superblock {
             FLAGS_OFF,
             flag(self.prioritized, SB_FLAG_PRIORITIES)
                 | flag(self.episodic, SB_FLAG_EPISODES)
-                | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES),
+                | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES)
+                | flag(self.fragments, SB_FLAG_FRAGMENTS),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -160,6 +170,7 @@ impl Superblock {
             prioritized: false,
             episodic: false,
             whole_episodes: false,
+            fragments: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -182,6 +193,7 @@ impl Superblock {
             prioritized: flags & SB_FLAG_PRIORITIES != 0,
             episodic: flags & SB_FLAG_EPISODES != 0,
             whole_episodes: flags & SB_FLAG_WHOLE_EPISODES != 0,
+            fragments: flags & SB_FLAG_FRAGMENTS != 0,
             ..sb
         };
         if sb.whole_episodes && !sb.episodic {
@@ -189,6 +201,14 @@ impl Superblock {
                 FLAGS_OFF,
                 "flags",
                 "bit 2 (whole episodes) only with bit 1 (episodes)".into(),
+                flags.into(),
+            );
+        }
+        if sb.fragments && sb.episodic {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 3 (fragments) not with bit 1 (episodes)".into(),
                 flags.into(),
             );
         }
@@ -396,29 +416,36 @@ mod tests {
             prioritized: false,
             episodic: false,
             whole_episodes: false,
+            fragments: false,
         }
     }
 
     #[test]
     fn the_flags_round_trip_and_unknown_flags_are_refused() {
-        for (prioritized, episodic, whole_episodes) in [
-            (true, false, false),
-            (false, true, false),
-            (true, true, false),
-            (false, true, true),
+        for (prioritized, episodic, whole_episodes, fragments) in [
+            (true, false, false, false),
+            (false, true, false, false),
+            (true, true, false, false),
+            (false, true, true, false),
+            (true, false, false, true),
         ] {
             // Rows of an episodic buffer hold 16 more bytes (the step header).
             let with = Superblock {
                 prioritized,
                 episodic,
                 whole_episodes,
+                fragments,
                 row_stride: if episodic { 208 } else { 200 },
                 ..sb()
             };
             assert_eq!(Superblock::decode(&with.encode()), Ok(with));
         }
-        // An unknown bit, and whole episodes without episodes.
-        for flags in [8, SB_FLAG_WHOLE_EPISODES] {
+        // An unknown bit, whole episodes without episodes, fragments with episodes.
+        for flags in [
+            16,
+            SB_FLAG_WHOLE_EPISODES,
+            SB_FLAG_FRAGMENTS | SB_FLAG_EPISODES,
+        ] {
             let mut page = sb().encode();
             BytesMut(&mut page).u32(FLAGS_OFF, flags);
             let crc = crc32(&page[..SUPERBLOCK_CRC_OFF]);

@@ -6,7 +6,10 @@
 //!               (index + 1) | 1 << 63 = logical index `index` is being written here
 //! 8       4     crc32 of the payload span, with the initial value seeded by the logical
 //!               index (see `item_crc`); written when the item is sealed by a flush
-//! 12      4     reserved, 0
+//! 12      4     fragment buffers (superblock flag bit 3): bits 0..31 the row's position
+//!               in the `add` / `add_batch` call that wrote it (0 starts a fragment),
+//!               saturating at 2^31 - 1; bit 31 set on the call's last row. The
+//!               checksum covers it. Otherwise reserved, 0
 //! 16      16    episodic buffers only: the step header (episode id u64, step t u32,
 //!               flags u32: bit 0 terminated, bit 1 truncated)
 //! 16|32   ...   fields in schema order, each at an offset that is a multiple of its
@@ -26,6 +29,28 @@ use crate::schema::Schema;
 const STAMP_OFF: usize = 0;
 const CRC_OFF: usize = STAMP_OFF + 8;
 const RESERVED_OFF: usize = CRC_OFF + 4;
+/// Offset of a fragment buffer's row position word (the reserved word otherwise).
+pub const FRAGMENT_POS_OFF: usize = RESERVED_OFF;
+/// Position-word bit: the row is the last of its call (the fragment is complete).
+pub const FRAGMENT_END: u32 = 1 << 31;
+/// The largest position a position word holds; later rows of a longer call repeat it.
+pub const FRAGMENT_MAX_POS: u32 = FRAGMENT_END - 1;
+
+/// The position word of row `r` of a call of `rows` rows.
+///
+/// ```
+/// use replaystore::format::row::{fragment_word, FRAGMENT_END};
+/// assert_eq!(fragment_word(0, 1), FRAGMENT_END);
+/// assert_eq!((fragment_word(0, 3), fragment_word(2, 3)), (0, 2 | FRAGMENT_END));
+/// ```
+pub fn fragment_word(r: u64, rows: u64) -> u32 {
+    let pos = u32::try_from(r).map_or(FRAGMENT_MAX_POS, |p| p.min(FRAGMENT_MAX_POS));
+    if r + 1 == rows {
+        pos | FRAGMENT_END
+    } else {
+        pos
+    }
+}
 /// Bytes of the row header (stamp, crc, reserved).
 pub const ROW_HEADER_LEN: usize = RESERVED_OFF + 4;
 /// Offset of the step header's episode id (episodic buffers).
@@ -136,6 +161,8 @@ pub struct RowLayout {
     pub fields: Vec<(usize, usize)>,
     /// Rows carry a step header at `EPISODE_OFF`.
     pub episodic: bool,
+    /// Rows carry their fragment position at `FRAGMENT_POS_OFF`.
+    pub fragments: bool,
     /// First byte after the last field.
     pub payload_end: usize,
     /// Bytes per row, a multiple of 8.
@@ -184,14 +211,28 @@ impl RowLayout {
         RowLayout {
             fields,
             episodic,
+            fragments: false,
             payload_end: off,
             stride,
         }
     }
 
-    /// The byte range the checksum covers (after the index).
+    /// The same layout, with rows that carry their fragment position when `fragments`
+    /// (the fields do not move).
+    pub fn with_fragments(mut self, fragments: bool) -> RowLayout {
+        self.fragments = fragments;
+        self
+    }
+
+    /// The byte range the checksum covers (after the index): from the fragment
+    /// position when rows carry one, else from the end of the row header.
     pub fn payload_span(&self) -> std::ops::Range<usize> {
-        ROW_HEADER_LEN..self.payload_end
+        let from = if self.fragments {
+            FRAGMENT_POS_OFF
+        } else {
+            ROW_HEADER_LEN
+        };
+        from..self.payload_end
     }
 }
 

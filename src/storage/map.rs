@@ -164,6 +164,7 @@ impl SegmentMap {
         index: u64,
         layout: &RowLayout,
         step: Option<&[u8; row::STEP_HEADER_LEN]>,
+        fragment_pos: u32,
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
@@ -172,6 +173,15 @@ impl SegmentMap {
         let stamp = self.stamp_atomic(k);
         stamp.store(row::writing_stamp(index), Ordering::Relaxed);
         fence(Ordering::Release);
+        if layout.fragments {
+            // SAFETY: the word at FRAGMENT_POS_OFF is 4-aligned (rows are 8-aligned) and
+            // inside row k's header.
+            unsafe {
+                row.add(row::FRAGMENT_POS_OFF)
+                    .cast::<u32>()
+                    .write(fragment_pos.to_le())
+            };
+        }
         if let Some(step) = step.filter(|_| layout.episodic) {
             // SAFETY: an episodic layout puts the fields after EPISODE_OFF + 16, so the
             // step header lies inside row k; `step` is caller memory.

@@ -100,7 +100,8 @@ impl Manifest {
             expected: "a valid schema archive".into(),
             got,
         })?;
-        let layout = RowLayout::with_steps(&schema, superblock.episodic);
+        let layout = RowLayout::with_steps(&schema, superblock.episodic)
+            .with_fragments(superblock.fragments);
         if layout.stride as u64 != superblock.row_stride
             || schema.item_bytes() as u64 != superblock.item_bytes
         {
