@@ -13,7 +13,7 @@ use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns
 use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
-use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, fragment_word};
+use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
 use crate::format::state::State;
@@ -749,16 +749,19 @@ impl ReplayBuffer {
         if let Some(f) = &mut self.fragments {
             f.on_add(self.tail, fragment_pos);
         }
-        self.ring
-            .write(slot, self.tail, step, fragment_pos, fields, || {
-                if let Some(p) = priorities {
-                    if reset {
-                        p.on_add_leaf(slot, 0.0);
-                    } else {
-                        p.on_add(slot);
-                    }
+        let tags = RowTags {
+            step,
+            fragment: fragment_pos,
+        };
+        self.ring.write(slot, self.tail, tags, fields, || {
+            if let Some(p) = priorities {
+                if reset {
+                    p.on_add_leaf(slot, 0.0);
+                } else {
+                    p.on_add(slot);
                 }
-            });
+            }
+        });
         self.tail += 1;
         self.tail_slot += 1;
         if self.tail_slot == cap {

@@ -45,6 +45,9 @@ pub struct Info {
     pub episodes: Option<EpisodeStats>,
     /// Eviction removes whole episodes (superblock flag bit 2).
     pub whole_episodes: bool,
+    /// Rows record their `add` / `add_batch` call (superblock flag bit 3): the
+    /// `fragments` storage unit.
+    pub fragments: bool,
 }
 
 /// Episode counts and lengths of an episodic buffer's live rows (as of the newest
@@ -140,6 +143,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         segment_count: sb.segment_count,
         row_stride: sb.row_stride,
         whole_episodes: sb.whole_episodes,
+        fragments: sb.fragments,
         data_bytes: (commit.tail - commit.head) * sb.item_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb.segment_count),
         commit,

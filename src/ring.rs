@@ -1,7 +1,7 @@
 //! Slots over segments: which file and row a ring slot lives in, and the per-slot
 //! operations the buffer and recovery need. Head/tail bookkeeping lives in the buffer.
 
-use crate::format::row::{EPISODE_OFF, RowLayout, STEP_HEADER_LEN, StepHeader};
+use crate::format::row::{EPISODE_OFF, RowLayout, RowTags, STEP_HEADER_LEN, StepHeader};
 use crate::storage::io::Io;
 use crate::storage::map::{self, RowCheck, SegmentMap, SlotMap, StampMismatch};
 
@@ -149,14 +149,13 @@ impl Ring {
         &mut self,
         slot: u64,
         index: u64,
-        step: Option<&[u8; STEP_HEADER_LEN]>,
-        fragment_pos: u32,
+        tags: RowTags<'_>,
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {
-            seg.write_row(k, index, &self.layout, step, fragment_pos, fields, between);
+            seg.write_row(k, index, &self.layout, tags, fields, between);
         }
     }
 

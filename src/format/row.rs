@@ -36,6 +36,15 @@ pub const FRAGMENT_END: u32 = 1 << 31;
 /// The largest position a position word holds; later rows of a longer call repeat it.
 pub const FRAGMENT_MAX_POS: u32 = FRAGMENT_END - 1;
 
+/// What a row stores besides its fields and stamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowTags<'a> {
+    /// The encoded step header (episodic layouts only).
+    pub step: Option<&'a [u8; STEP_HEADER_LEN]>,
+    /// The fragment position word (fragment layouts only).
+    pub fragment: u32,
+}
+
 /// The position word of row `r` of a call of `rows` rows.
 ///
 /// ```

@@ -163,8 +163,7 @@ impl SegmentMap {
         k: usize,
         index: u64,
         layout: &RowLayout,
-        step: Option<&[u8; row::STEP_HEADER_LEN]>,
-        fragment_pos: u32,
+        tags: row::RowTags<'_>,
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
@@ -179,10 +178,10 @@ impl SegmentMap {
             unsafe {
                 row.add(row::FRAGMENT_POS_OFF)
                     .cast::<u32>()
-                    .write(fragment_pos.to_le())
+                    .write(tags.fragment.to_le())
             };
         }
-        if let Some(step) = step.filter(|_| layout.episodic) {
+        if let Some(step) = tags.step.filter(|_| layout.episodic) {
             // SAFETY: an episodic layout puts the fields after EPISODE_OFF + 16, so the
             // step header lies inside row k; `step` is caller memory.
             unsafe { copy_small(step.as_ptr(), row.add(row::EPISODE_OFF), step.len()) };

@@ -150,6 +150,7 @@ fn info_json(info: &Info) -> serde_json::Value {
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
         "whole_episodes": info.whole_episodes,
+        "fragments": info.fragments,
         "episodes": info.episodes.as_ref().map(|e| json!({
             "count": e.count,
             "ended": e.ended,
@@ -263,6 +264,9 @@ fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
         human(info.bytes_on_disk),
         human(info.data_bytes)
     );
+    if info.fragments {
+        println!("units      fragments (each add / add_batch call is drawn whole)");
+    }
     if let Some(e) = &info.episodes {
         match (&e.problem, e.steps) {
             (Some(p), _) => println!("episodes   unreadable: {p}"),

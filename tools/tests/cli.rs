@@ -278,6 +278,7 @@ fn info_shows_episode_counts_and_lengths() {
     );
     assert_eq!(e["mean_return"].as_f64(), Some(4.0));
     assert_eq!(v["whole_episodes"].as_bool(), Some(true));
+    assert_eq!(v["fragments"].as_bool(), Some(false));
     let o = run(&["info", dir.to_str().unwrap()]);
     assert!(
         text(&o).contains("eviction   whole episodes"),
@@ -289,4 +290,24 @@ fn info_shows_episode_counts_and_lengths() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn info_names_the_fragments_unit() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let schema = Schema::builder()
+        .field("x", DType::F32, &[])
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 100).fragments()).unwrap();
+    buf.add_batch(&[Column::new("x", &[1f32, 2.0])]).unwrap();
+    buf.close().unwrap();
+    let o = run(&["info", dir.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["fragments"].as_bool(), Some(true));
+    let o = run(&["info", dir.to_str().unwrap()]);
+    assert!(text(&o).contains("units      fragments"), "{}", text(&o));
+    assert!(run(&["verify", dir.to_str().unwrap()]).status.success());
 }
