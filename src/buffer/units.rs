@@ -521,17 +521,10 @@ impl ReplayBuffer {
         let runs: Vec<(u64, u64)> = whole.iter().map(|e| (e.start + 1, e.steps())).collect();
         let mut picks = Vec::with_capacity(spec.n);
         self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
-        let mut rows = Vec::new();
-        for &i in &picks {
-            if let Some(&e) = whole.get(i) {
-                rows.extend(e.start..=e.last());
-                out.offsets.push(rows.len());
-                out.episodes.push(e);
-            }
-        }
-        self.sampled += out.episodes.len() as u64;
-        let all = vec![true; self.schema.len()];
-        self.gather_some(&rows, &rows, &all, &mut out.rows)
+        out.episodes
+            .extend(picks.iter().filter_map(|&i| whole.get(i).copied()));
+        let runs = out.episodes.iter().map(|e| e.start..e.last() + 1);
+        self.gather_runs(runs, &mut out.offsets, &mut out.rows)
     }
 
     /// Draws `n` whole fragments (RLlib's `StorageUnit.FRAGMENTS`): the rows of one
@@ -603,17 +596,31 @@ impl ReplayBuffer {
         let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
         let mut picks = Vec::with_capacity(spec.n);
         self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
-        let mut rows = Vec::new();
-        for &i in &picks {
-            if let Some(r) = whole.get(i) {
-                rows.extend(r.clone());
-                out.offsets.push(rows.len());
-                out.fragments.push(r.clone());
-            }
+        out.fragments
+            .extend(picks.iter().filter_map(|&i| whole.get(i).cloned()));
+        self.gather_runs(
+            out.fragments.iter().cloned(),
+            &mut out.offsets,
+            &mut out.rows,
+        )
+    }
+
+    /// Gathers every field of the units whose rows `runs` gives, concatenated into
+    /// `rows`, pushing where each ends to `offsets`; counts the units as sampled.
+    fn gather_runs(
+        &mut self,
+        runs: impl Iterator<Item = Range<u64>>,
+        offsets: &mut Vec<usize>,
+        rows: &mut Batch,
+    ) -> Result<()> {
+        let mut indices = Vec::new();
+        for run in runs {
+            indices.extend(run);
+            offsets.push(indices.len());
+            self.sampled += 1;
         }
-        self.sampled += out.fragments.len() as u64;
         let all = vec![true; self.schema.len()];
-        self.gather_some(&rows, &rows, &all, &mut out.rows)
+        self.gather_some(&indices, &indices, &all, rows)
     }
 
     /// Draws `spec.n` of the units whose rows `runs` gives (first index, rows), as
