@@ -1405,7 +1405,11 @@ impl ReplayBuffer {
     }
 
     fn stamp_error(&self, indices: &[u64], m: StampMismatch) -> Error {
-        let index = indices.get(m.position).copied().unwrap_or(0);
+        self.stamp_error_at(indices.get(m.position).copied().unwrap_or(0), m.stamp)
+    }
+
+    /// The error for live `index` whose slot's stamp was found to be `stamp`.
+    pub(crate) fn stamp_error_at(&self, index: u64, stamp: u64) -> Error {
         let slot = index % self.superblock.capacity;
         let (file, offset) = self.ring.place(slot, &self.dir);
         Error::BadItem {
@@ -1414,7 +1418,7 @@ impl ReplayBuffer {
             index,
             problem: format!(
                 "the slot's stamp is {:#x}, expected {:#x}",
-                m.stamp,
+                stamp,
                 crate::format::row::stamp_of(index)
             ),
         }

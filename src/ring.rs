@@ -3,7 +3,7 @@
 
 use crate::format::row::{EPISODE_OFF, RowLayout, RowTags, STEP_HEADER_LEN, StepHeader};
 use crate::storage::io::Io;
-use crate::storage::map::{self, RowCheck, SegmentMap, SlotMap, StampMismatch};
+use crate::storage::map::{self, RowCheck, RowReader, SegmentMap, SlotMap, StampMismatch};
 
 /// The ring's mapped segments and how slots divide among them.
 #[derive(Debug)]
@@ -257,14 +257,32 @@ impl Ring {
         indices: &[u64],
         outs: &mut [&mut [u8]],
     ) -> Result<(), StampMismatch> {
-        let slots = SlotMap {
+        map::gather(
+            &self.segments,
+            self.slot_map(head, head_slot),
+            &self.layout,
+            indices,
+            outs,
+        )
+    }
+
+    /// Reads live rows one at a time (with `head` at `head_slot`).
+    pub fn reader(&self, head: u64, head_slot: u64) -> RowReader<'_> {
+        RowReader {
+            segments: &self.segments,
+            map: self.slot_map(head, head_slot),
+            layout: &self.layout,
+        }
+    }
+
+    fn slot_map(&self, head: u64, head_slot: u64) -> SlotMap {
+        SlotMap {
             shift: self.shift,
             mask: self.mask,
             capacity: self.capacity,
             base_index: head,
             base_slot: head_slot,
-        };
-        map::gather(&self.segments, slots, &self.layout, indices, outs)
+        }
     }
 
     /// msync of `count` slots starting at `slot`, wrapping at the capacity.

@@ -289,6 +289,44 @@ fn a_damaged_stamp_is_never_served() {
     assert!(saw);
 }
 
+/// An n-step transition reads every row from its observation row to its bootstrap row,
+/// the rewards of the rows between too: a damaged stamp on any of them is an error
+/// naming that row, never a return summed from a row that may be another item.
+#[test]
+fn a_damaged_stamp_inside_an_nstep_transition_is_never_served() {
+    use replaystore::{Column, DType, Schema, TransitionSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("epi");
+    let schema = Schema::builder()
+        .field("obs", DType::F32, &[])
+        .field("reward", DType::F32, &[])
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&p, Config::new(schema, 64).episodic().seed(3)).unwrap();
+    buf.add_reset(&[Column::scalar("obs", &0.0f32)]).unwrap();
+    for t in 1..=20u64 {
+        let (obs, r) = (t as f32, 1.0f32);
+        let cols = [Column::scalar("obs", &obs), Column::scalar("reward", &r)];
+        buf.add_step(&cols, t == 20, false).unwrap();
+    }
+    buf.close().unwrap();
+    let stride = inspect(&p).unwrap().row_stride as usize;
+    // Row 10 is only ever read for its reward (and as some transitions' obs row).
+    flip(&segment(&p, 0), 4096 + 10 * stride, 1);
+    let mut buf = ReplayBuffer::open(&p).unwrap();
+    let spec = TransitionSpec::new(16, &["obs"]).nstep(3, 0.5);
+    let mut saw = false;
+    for _ in 0..200 {
+        match buf.sample_transitions(&spec) {
+            // Steps 8, 9 and 10 sum row 10's reward; step 11 reads it as its obs.
+            Ok(t) => assert!(t.indices().iter().all(|j| !(8..=11).contains(j))),
+            Err(Error::BadItem { index: 10, .. }) => saw = true,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(saw);
+}
+
 #[test]
 fn random_garbage_as_any_file_never_panics() {
     let (_d, p) = fixture();

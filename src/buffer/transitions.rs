@@ -7,9 +7,12 @@ use rand::RngExt;
 
 use super::ReplayBuffer;
 use crate::batch::Batch;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::row::EPISODE_OFF;
 use crate::priorities::PrioritySpec;
 use crate::schema::Schema;
+use crate::storage::map::RowRun;
 use crate::windows::End;
 
 /// How to draw transitions.
@@ -238,6 +241,29 @@ pub(super) fn with_leading(schema: &Schema, marked: &[bool], k: u64) -> Result<S
 /// Draws per transition before giving up on finding step rows (rows after a reset row).
 const TRIES_PER_DRAW: usize = 64;
 
+/// How many transitions ahead their rows are fetched.
+const TRANSITIONS_AHEAD: usize = 16;
+
+/// The reward of row `r` (a field of `dtype` at `off`, `len` bytes), as f64; f32, the
+/// usual reward type, read directly.
+#[inline(always)]
+fn reward_of(run: &RowRun<'_>, r: u64, off: usize, len: usize, dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        let mut b = [0u8; 4];
+        run.read(r, off, &mut b);
+        return f64::from(f32::from_le_bytes(b));
+    }
+    let mut b = [0u8; 8];
+    run.read(r, off, b.get_mut(..len).unwrap_or(&mut []));
+    crate::episodes::scalar_f64(dtype, &b)
+}
+
+/// Position of frame `f` of item `i` among items of `frames` frames each.
+#[inline(always)]
+fn at(i: usize, frames: u64, f: u64) -> usize {
+    i * frames as usize + f as usize
+}
+
 impl ReplayBuffer {
     /// Draws `spec.n` transitions uniformly over the steps of live episodes.
     ///
@@ -304,27 +330,33 @@ impl ReplayBuffer {
         if self.tail - self.head < 2 {
             return Err(Error::Empty);
         }
-        let cap = self.superblock.capacity;
-        let k = spec.stack;
+        let n = spec.n;
         out.indices.clear();
         out.weights.clear();
+        out.returns.clear();
+        out.discounts.clear();
+        out.terminated.clear();
+        out.truncated.clear();
+        out.next_offsets.clear();
+        out.step.resize(n);
+        let (obs_rows, frame_rows) = if spec.window { (0, n) } else { (n, 0) };
+        out.obs.resize(obs_rows);
+        out.next_obs.resize(obs_rows);
+        out.frames.resize(frame_rows);
         let mut drawn_weights = Vec::new();
-        let mut spans = Vec::with_capacity(spec.n);
         let mut tries = 0usize;
-        let mut candidates = Vec::with_capacity(spec.n);
-        while out.indices.len() < spec.n {
-            let need = spec.n - out.indices.len();
+        let mut candidates = Vec::with_capacity(n);
+        while out.indices.len() < n {
+            let need = n - out.indices.len();
             tries += need;
-            if tries > TRIES_PER_DRAW * spec.n.max(1) {
+            if tries > TRIES_PER_DRAW * n.max(1) {
                 return Err(Error::InvalidSample(format!(
-                    "no step with {k} stored frames found in {} draws: the live rows are \
+                    "no step with {} stored frames found in {} draws: the live rows are \
                      (nearly) all reset rows or too early in partly evicted episodes",
+                    spec.stack,
                     tries - need
                 )));
             }
-            // Draw a round, fetch every row it will read (the frames before, the step
-            // rows up to the n-th), then judge: the lookups and gathers below hit cache
-            // instead of waiting on one miss at a time.
             candidates.clear();
             if let Some(beta) = spec.beta {
                 candidates.resize(need, 0);
@@ -336,54 +368,131 @@ impl ReplayBuffer {
                 candidates
                     .extend((0..need).map(|_| self.rng.random_range(self.head + 1..self.tail)));
             }
-            for &j in &candidates {
-                // A reset row or the head row can be drawn by priority only if a
-                // caller gave it one; the judging below passes it over.
-                let j = j.max(self.head + 1);
-                let from = (j - 1).saturating_sub(k - 1).max(self.head);
-                let last = (j + spec.nstep - 1).min(self.tail - 1);
-                self.ring.prefetch_run(from % cap, last - from + 1);
-            }
-            let table = self.episodes_ref()?;
-            for (c, &j) in candidates.iter().enumerate() {
-                let hint = self.ring.step_header(j % cap).episode;
-                let e = table.of_hinted(j, hint).ok_or_else(|| {
-                    Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
-                })?;
-                let span = e.span(self.head);
-                // A step row whose observation row and its frames are stored.
-                if j > span.first && span.stacks(j - 1, k) {
-                    out.indices.push(j);
-                    spans.push((span, e.id));
-                    if let Some(&w) = drawn_weights.get(c) {
-                        out.weights.push(w);
-                    }
-                }
-            }
+            self.read_transitions(spec, &is_obs, &candidates, &drawn_weights, out)?;
         }
         if spec.beta.is_none() {
-            self.sampled += out.indices.len() as u64;
+            self.sampled += n as u64;
         }
+        for batch in [
+            &mut out.step,
+            &mut out.obs,
+            &mut out.next_obs,
+            &mut out.frames,
+        ] {
+            let (idx, _) = batch.parts_mut();
+            if !idx.is_empty() {
+                idx.copy_from_slice(&out.indices);
+            }
+        }
+        Ok(())
+    }
 
-        let reward_field = self.episodes_ref()?.reward_field();
-        let n = out.indices.len();
-        out.returns.clear();
-        out.discounts.clear();
-        out.terminated.clear();
-        out.truncated.clear();
-        out.next_offsets.clear();
-        let mut prev = Vec::with_capacity(n * k as usize);
-        let mut boot = Vec::with_capacity(n * k as usize);
-        for (&j, &(span, id)) in out.indices.iter().zip(&spans) {
-            let t = span.nstep(j, spec.nstep, spec.gamma).ok_or_else(|| {
-                Error::EpisodeOrder(format!("index {j} does not end a step of episode {id}"))
+    /// Reads the transitions of the drawn step rows `candidates` into `out`, after the
+    /// ones it holds, passing over rows that end no step with its frames stored (reset
+    /// rows, steps too early in a partly evicted episode). One pass per round: each
+    /// transition's rows are fetched a few transitions ahead, then its episode is
+    /// looked up from the step header, and its frames, step fields and rewards are
+    /// copied while in cache, every row checked against its stamp.
+    fn read_transitions(
+        &self,
+        spec: &TransitionSpec<'_>,
+        is_obs: &[bool],
+        candidates: &[u64],
+        drawn_weights: &[f32],
+        out: &mut Transitions,
+    ) -> Result<()> {
+        let (head, tail, k, nstep) = (self.head, self.tail, spec.stack, spec.nstep);
+        let rows = self.ring.reader(head, self.head_slot);
+        let table = self.episodes_ref()?;
+        let layout = self.ring.layout();
+        let reward = table.reward_field().and_then(|(f, dtype)| {
+            let &(off, len) = layout.fields.get(f)?;
+            Some((off, len.min(8), dtype))
+        });
+        let fields = |obs: bool| -> Vec<(usize, usize, usize)> {
+            (layout.fields.iter().zip(is_obs).enumerate())
+                .filter(|&(_, (_, &is))| is == obs)
+                .map(|(f, (&(off, len), _))| (off, len, f))
+                .collect()
+        };
+        let (obs_fields, step_fields) = (fields(true), fields(false));
+        let (_, mut step_outs) = out.step.parts_mut();
+        let (_, mut obs_outs) = out.obs.parts_mut();
+        let (_, mut next_outs) = out.next_obs.parts_mut();
+        let (_, mut frame_outs) = out.frames.parts_mut();
+        // Every row a transition from step row j may read: its first frame to its
+        // n-th step, within the live rows. A reset row or the head row can be drawn by
+        // priority only if a caller gave it one; it is passed over below.
+        let runs: Vec<(u64, RowRun<'_>)> = candidates
+            .iter()
+            .map(|&j| {
+                let j = j.max(head + 1);
+                let from = (j - 1).saturating_sub(k - 1).max(head);
+                (j, rows.run(from, (j + nstep - 1).min(tail - 1) - from + 1))
+            })
+            .collect();
+        let prefetch = |(_, run): &(u64, RowRun<'_>)| run.prefetch();
+        for run in runs.iter().take(TRANSITIONS_AHEAD) {
+            prefetch(run);
+        }
+        for (c, &(j, run)) in runs.iter().enumerate() {
+            if let Some(ahead) = runs.get(c + TRANSITIONS_AHEAD) {
+                prefetch(ahead);
+            }
+            let i = out.indices.len();
+            // The step header names the episode in O(1); the table decides, so a
+            // header read without the stamps' protection can only cost a search.
+            let mut hint = [0u8; 8];
+            run.read(j, EPISODE_OFF, &mut hint);
+            let e = table
+                .of_hinted(j, u64::from_le_bytes(hint))
+                .ok_or_else(|| {
+                    Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+                })?;
+            let span = e.span(head);
+            // A step row whose observation row and its frames are stored.
+            if j <= span.first || !span.stacks(j - 1, k) {
+                continue;
+            }
+            let t = span.nstep(j, nstep, spec.gamma).ok_or_else(|| {
+                Error::EpisodeOrder(format!("index {j} does not end a step of episode {}", e.id))
             })?;
-            let mut g = 0.0;
-            let mut w = 1.0;
-            for row in t.rewards.clone() {
-                g += w * reward_field
-                    .map_or(0.0, |(f, dtype)| self.ring.field_f64(row % cap, f, dtype));
-                w *= spec.gamma;
+            let g = run.checked(|run| {
+                if spec.window {
+                    // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is
+                    // the first k, next_obs the k from the steps taken.
+                    let frames = k + nstep;
+                    for f in 0..frames {
+                        let r = (j - 1 + nstep)
+                            .saturating_sub(frames - 1 - f)
+                            .clamp(span.start, span.last);
+                        run.copy(r, &obs_fields, &mut frame_outs, at(i, frames, f));
+                    }
+                } else {
+                    // The k newest frames up to each row, the reset row's repeated
+                    // before it.
+                    for f in 0..k {
+                        let r = (j - 1).saturating_sub(k - 1 - f).max(span.start);
+                        run.copy(r, &obs_fields, &mut obs_outs, at(i, k, f));
+                        let r = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
+                        run.copy(r, &obs_fields, &mut next_outs, at(i, k, f));
+                    }
+                }
+                run.copy(j, &step_fields, &mut step_outs, i);
+                let mut g = 0.0;
+                if let Some((off, len, dtype)) = reward {
+                    let mut w = 1.0;
+                    for r in t.rewards.clone() {
+                        g += w * reward_of(run, r, off, len, dtype);
+                        w *= spec.gamma;
+                    }
+                }
+                g
+            });
+            let g = g.map_err(|(index, found)| self.stamp_error_at(index, found))?;
+            out.indices.push(j);
+            if let Some(&w) = drawn_weights.get(c) {
+                out.weights.push(w);
             }
             out.returns.push(g);
             out.discounts.push(t.discount);
@@ -391,31 +500,12 @@ impl ReplayBuffer {
             out.truncated
                 .push(t.bootstrap == span.last && span.end == Some(End::Truncated));
             if spec.window {
-                // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is the
-                // first k, next_obs the k from the steps taken.
-                let from = boot.len();
-                span.push_stack(j - 1 + spec.nstep, k + spec.nstep, &mut boot);
-                for r in boot.get_mut(from..).unwrap_or(&mut []) {
-                    *r = (*r).min(span.last);
-                }
                 let steps = t.rewards.end - t.rewards.start;
                 out.next_offsets
                     .push(u32::try_from(steps).unwrap_or(u32::MAX));
-            } else {
-                span.push_stack(j - 1, k, &mut prev);
-                span.push_stack(t.bootstrap, k, &mut boot);
             }
         }
-        let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
-        self.gather_some(&out.indices, &out.indices, &step_fields, &mut out.step)?;
-        if spec.window {
-            out.obs.resize(0);
-            out.next_obs.resize(0);
-            return self.gather_some(&out.indices, &boot, &is_obs, &mut out.frames);
-        }
-        out.frames.resize(0);
-        self.gather_some(&out.indices, &prev, &is_obs, &mut out.obs)?;
-        self.gather_some(&out.indices, &boot, &is_obs, &mut out.next_obs)
+        Ok(())
     }
 
     /// Which schema fields `names` are, as a mask in schema order.

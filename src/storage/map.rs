@@ -407,67 +407,230 @@ pub fn gather(
     indices: &[u64],
     outs: &mut [&mut [u8]],
 ) -> Result<(), StampMismatch> {
-    let row_ptr = |index: u64| -> Option<(&SegmentMap, usize)> {
-        let (s, k) = map.locate(index);
-        segments
-            .get(s)
-            .filter(|seg| k < seg.slots)
-            .map(|seg| (seg, k))
-    };
-    let prefetch_row = |index: u64| {
-        if let Some((seg, k)) = row_ptr(index) {
-            // Every cache line the row touches, up to PREFETCH_BYTES.
-            let p = seg.row(k) as usize;
-            let end = p + seg.stride.min(PREFETCH_BYTES);
-            let mut line = p & !63;
-            while line < end {
-                prefetch(line as *const u8);
-                line += 64;
-            }
-        }
+    let rows = RowReader {
+        segments,
+        map,
+        layout,
     };
     for &index in indices.iter().take(PREFETCH_DISTANCE) {
-        prefetch_row(index);
+        rows.prefetch(index, 1);
     }
     for (i, &index) in indices.iter().enumerate() {
         if let Some(&ahead) = indices.get(i + PREFETCH_DISTANCE) {
-            prefetch_row(ahead);
+            rows.prefetch(ahead, 1);
         }
-        let Some((seg, k)) = row_ptr(index) else {
-            return Err(StampMismatch {
-                position: i,
-                stamp: STAMP_EMPTY,
-            });
+        rows.copy(index, outs, i)
+            .map_err(|stamp| StampMismatch { position: i, stamp })?;
+    }
+    Ok(())
+}
+
+/// Live rows read one at a time, each checked against its stamp: what [`gather`] does
+/// for a list, for samplers that choose the next rows from the previous ones (an n-step
+/// transition reads its episode's rows up to where it ends).
+#[derive(Clone, Copy, Debug)]
+pub struct RowReader<'a> {
+    /// The ring's segments.
+    pub segments: &'a [SegmentMap],
+    /// Where live indices are.
+    pub map: SlotMap,
+    /// The rows' layout.
+    pub layout: &'a RowLayout,
+}
+
+impl RowReader<'_> {
+    #[inline(always)]
+    fn row(&self, index: u64) -> Option<(&SegmentMap, usize)> {
+        let (s, k) = self.map.locate(index);
+        self.segments
+            .get(s)
+            .filter(|seg| k < seg.slots)
+            .map(|seg| (seg, k))
+    }
+
+    /// Hints the CPU to fetch the rows of `count` indices from `index` (the first
+    /// `PREFETCH_BYTES` of each; the rest of a large row streams in by itself).
+    #[inline(always)]
+    pub fn prefetch(&self, index: u64, count: u64) {
+        for index in index..index + count {
+            if let Some((seg, k)) = self.row(index) {
+                let p = seg.row(k) as usize;
+                let end = p + seg.stride.min(PREFETCH_BYTES);
+                let mut line = p & !63;
+                while line < end {
+                    prefetch(line as *const u8);
+                    line += 64;
+                }
+            }
+        }
+    }
+
+    /// Copies the fields of live `index` into position `at` of `outs` (`outs[f]` holds
+    /// items of field `f`'s size; an empty output skips its field), checking the row's
+    /// stamp before and after. `Err` carries the stamp found instead of `index`'s. The
+    /// one-row form of [`RowRun`], kept apart because a plain sample is nothing else.
+    #[inline(always)]
+    pub fn copy(&self, index: u64, outs: &mut [&mut [u8]], at: usize) -> Result<(), u64> {
+        let Some((seg, k)) = self.row(index) else {
+            return Err(STAMP_EMPTY);
         };
         let want = row::stamp_of(index);
         let stamp = seg.stamp_atomic(k);
         let before = stamp.load(Ordering::Acquire);
         if before != want {
-            return Err(StampMismatch {
-                position: i,
-                stamp: before,
-            });
+            return Err(before);
         }
         let src = seg.row(k);
-        for (&(off, len), out) in layout.fields.iter().zip(outs.iter_mut()) {
-            // An empty output skips its field (a gather of some fields only).
-            let Some(dst) = out.get_mut(i * len..(i + 1) * len) else {
+        for (&(off, len), out) in self.layout.fields.iter().zip(outs.iter_mut()) {
+            let Some(dst) = out.get_mut(at * len..(at + 1) * len) else {
                 continue;
             };
-            // SAFETY: off + len lies inside row k (layout fits the stride); `dst` is a
-            // caller buffer of exactly `len` bytes, disjoint from the mapping.
+            // SAFETY: off + len lies inside row k (the layout fits the stride); `dst` is
+            // a caller buffer of exactly `len` bytes, disjoint from the mapping.
             unsafe { copy_small(src.add(off), dst.as_mut_ptr(), len) };
         }
         fence(Ordering::Acquire);
         let after = stamp.load(Ordering::Relaxed);
         if after != want {
-            return Err(StampMismatch {
-                position: i,
-                stamp: after,
-            });
+            return Err(after);
+        }
+        Ok(())
+    }
+}
+
+impl<'a> RowReader<'a> {
+    /// The `count` consecutive live rows from `first`, read as one (see [`RowRun`]).
+    #[inline(always)]
+    pub fn run(&self, first: u64, count: u64) -> RowRun<'a> {
+        let flat = self.row(first).and_then(|(seg, k)| {
+            (k as u64 + count <= seg.slots as u64).then(|| (seg.row(k).cast_const(), seg.stride))
+        });
+        RowRun {
+            rows: *self,
+            first,
+            count,
+            flat,
         }
     }
-    Ok(())
+}
+
+/// Consecutive live rows read as one: each row's stamp is checked once before and once
+/// after everything read from the run (not around each read), so a sampler that reads
+/// several fields of several neighbouring rows (an n-step transition) pays one check
+/// per row. Rows are addressed by stride from the first when one segment holds them
+/// all, as it nearly always does.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRun<'a> {
+    rows: RowReader<'a>,
+    first: u64,
+    count: u64,
+    /// The first row's start and the stride, when one segment holds the whole run.
+    flat: Option<(*const u8, usize)>,
+}
+
+impl RowRun<'_> {
+    /// The start of the row of `index` (`None` outside the run), and the stride.
+    #[inline(always)]
+    fn ptr(&self, index: u64) -> Option<(*const u8, usize)> {
+        let at = index
+            .checked_sub(self.first)
+            .filter(|&at| at < self.count)?;
+        match self.flat {
+            // SAFETY: `run` checked that the segment holds rows k .. k + count, so the
+            // row `at < count` after the first lies inside the mapping.
+            Some((base, stride)) => Some((unsafe { base.add(at as usize * stride) }, stride)),
+            None => self
+                .rows
+                .row(index)
+                .map(|(seg, k)| (seg.row(k).cast_const(), seg.stride)),
+        }
+    }
+
+    /// Hints the CPU to fetch the run's rows (the first `PREFETCH_BYTES` of each: all
+    /// of a small row's lines, one stretch of lines for a run held by one segment).
+    #[inline(always)]
+    pub fn prefetch(&self) {
+        match self.flat {
+            Some((base, stride)) if stride <= PREFETCH_BYTES => {
+                let start = base as usize;
+                let end = start + self.count as usize * stride;
+                let mut line = start & !63;
+                while line < end {
+                    prefetch(line as *const u8);
+                    line += 64;
+                }
+            }
+            _ => self.rows.prefetch(self.first, self.count),
+        }
+    }
+
+    /// Runs `body` between two checks that every row of the run holds its index: `Err`
+    /// names the first row whose stamp did not (index, stamp found), and then what
+    /// `body` read must not be used.
+    #[inline(always)]
+    pub fn checked<T>(&self, body: impl FnOnce(&Self) -> T) -> Result<T, (u64, u64)> {
+        let stamps = |order| {
+            for index in self.first..self.first + self.count {
+                let Some((p, _)) = self.ptr(index) else {
+                    return Err((index, STAMP_EMPTY));
+                };
+                // SAFETY: row starts are 8-aligned and inside the mapping (as in
+                // `SegmentMap::stamp_atomic`); every access to a stamp is atomic.
+                let stamp = unsafe { AtomicU64::from_ptr(p.cast::<u64>().cast_mut()) };
+                let found = stamp.load(order);
+                if found != row::stamp_of(index) {
+                    return Err((index, found));
+                }
+            }
+            Ok(())
+        };
+        stamps(Ordering::Acquire)?;
+        let value = body(self);
+        fence(Ordering::Acquire);
+        stamps(Ordering::Relaxed)?;
+        Ok(value)
+    }
+
+    /// Copies `fields` (each `(offset, len, output)`: a field of the layout and which of
+    /// `outs` takes it) of the row of `index` into position `at` of their outputs.
+    /// Nothing is copied for a row outside the run or an output too short.
+    #[inline(always)]
+    pub fn copy(
+        &self,
+        index: u64,
+        fields: &[(usize, usize, usize)],
+        outs: &mut [&mut [u8]],
+        at: usize,
+    ) {
+        let Some((src, stride)) = self.ptr(index) else {
+            return;
+        };
+        for &(off, len, f) in fields {
+            let Some(dst) = outs
+                .get_mut(f)
+                .and_then(|o| o.get_mut(at * len..(at + 1) * len))
+            else {
+                continue;
+            };
+            if off + len <= stride {
+                // SAFETY: off + len <= stride keeps the source inside the row; `dst` is a
+                // caller buffer of exactly `len` bytes, disjoint from the mapping.
+                unsafe { copy_small(src.add(off), dst.as_mut_ptr(), len) };
+            }
+        }
+    }
+
+    /// Copies the bytes at `off` of the row of `index` into `out` (stopping at the row's
+    /// end; nothing for a row outside the run).
+    #[inline(always)]
+    pub fn read(&self, index: u64, off: usize, out: &mut [u8]) {
+        if let Some((src, stride)) = self.ptr(index) {
+            let len = out.len().min(stride.saturating_sub(off));
+            // SAFETY: off + len <= stride keeps the read inside the row; `out` is a
+            // caller buffer of at least len bytes, disjoint from the mapping.
+            unsafe { copy_small(src.add(off), out.as_mut_ptr(), len) };
+        }
+    }
 }
 
 /// The mapped priorities file: a header page, then the tree's `f64` words.
