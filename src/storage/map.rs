@@ -501,12 +501,12 @@ impl RowReader<'_> {
 impl<'a> RowReader<'a> {
     /// The `count` consecutive live rows from `first`, read as one (see [`RowRun`]).
     #[inline(always)]
-    pub fn run(&self, first: u64, count: u64) -> RowRun<'a> {
+    pub fn run(&'a self, first: u64, count: u64) -> RowRun<'a> {
         let flat = self.row(first).and_then(|(seg, k)| {
             (k as u64 + count <= seg.slots as u64).then(|| (seg.row(k).cast_const(), seg.stride))
         });
         RowRun {
-            rows: *self,
+            rows: self,
             first,
             count,
             flat,
@@ -521,7 +521,7 @@ impl<'a> RowReader<'a> {
 /// all, as it nearly always does.
 #[derive(Clone, Copy, Debug)]
 pub struct RowRun<'a> {
-    rows: RowReader<'a>,
+    rows: &'a RowReader<'a>,
     first: u64,
     count: u64,
     /// The first row's start and the stride, when one segment holds the whole run.
