@@ -525,29 +525,4 @@ impl ReplayBuffer {
         }
         Ok(mask)
     }
-
-    /// Gathers the fields marked in `which` of the rows `rows` into `batch`, whose
-    /// indices become `indices`. The others are not written: they stay as they were,
-    /// zero in a batch that only ever gathered with this `which`. A field of `k`
-    /// stacked frames takes `k` consecutive entries of `rows` per item.
-    pub(crate) fn gather_some(
-        &self,
-        indices: &[u64],
-        rows: &[u64],
-        which: &[bool],
-        batch: &mut Batch,
-    ) -> Result<()> {
-        batch.resize(indices.len());
-        let (idx, mut outs) = batch.parts_mut();
-        idx.clear();
-        idx.extend_from_slice(indices);
-        for (out, &keep) in outs.iter_mut().zip(which) {
-            if !keep {
-                *out = &mut [];
-            }
-        }
-        self.ring
-            .gather(self.head, self.head_slot, rows, &mut outs)
-            .map_err(|m| self.stamp_error(rows, m))
-    }
 }
