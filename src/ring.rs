@@ -181,24 +181,6 @@ impl Ring {
         u32::from_le_bytes(b)
     }
 
-    /// Hints the CPU to fetch the rows of `count` slots from `slot` (wrapping at the
-    /// capacity), each cache line once.
-    #[inline]
-    pub fn prefetch_run(&self, slot: u64, count: u64) {
-        let mut slot = slot;
-        let mut left = count.min(self.capacity);
-        while left > 0 {
-            let (s, k) = self.split(slot);
-            let Some(seg) = self.segments.get(s) else {
-                return;
-            };
-            let n = left.min((seg.slots() - k) as u64);
-            seg.prefetch_rows(k, k + n as usize);
-            left -= n;
-            slot = (slot + n) % self.capacity;
-        }
-    }
-
     /// A scalar numeric field `f` (of `dtype`) of a slot, as f64.
     pub fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
         let mut b = [0u8; 8];

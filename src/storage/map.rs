@@ -197,23 +197,6 @@ impl SegmentMap {
         stamp.store(row::stamp_of(index), Ordering::Release);
     }
 
-    /// Hints the CPU to fetch the cache lines of rows `from..to` (at most 1 KiB of
-    /// them: a prefetch only helps if it does not crowd out the lines in flight).
-    #[inline]
-    pub fn prefetch_rows(&self, from: usize, to: usize) {
-        let to = to.min(self.slots);
-        if from >= to {
-            return;
-        }
-        let p = self.row(from) as usize;
-        let end = p + ((to - from) * self.stride).min(1024);
-        let mut line = p & !63;
-        while line < end {
-            prefetch(line as *const u8);
-            line += 64;
-        }
-    }
-
     /// Copies `out.len()` bytes of row `k` from offset `off` (clamped to the row). Used
     /// for the step header and single fields; a writer elsewhere may be changing the row,
     /// so callers check the stamp around it where that matters.
@@ -438,7 +421,7 @@ pub struct RowReader<'a> {
     pub layout: &'a RowLayout,
 }
 
-impl RowReader<'_> {
+impl<'a> RowReader<'a> {
     #[inline(always)]
     fn row(&self, index: u64) -> Option<(&SegmentMap, usize)> {
         let (s, k) = self.map.locate(index);
@@ -496,9 +479,7 @@ impl RowReader<'_> {
         }
         Ok(())
     }
-}
 
-impl<'a> RowReader<'a> {
     /// The `count` consecutive live rows from `first`, read as one (see [`RowRun`]).
     #[inline(always)]
     pub fn run(&'a self, first: u64, count: u64) -> RowRun<'a> {
