@@ -13,6 +13,7 @@ use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns
 use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
+use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
 use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
@@ -27,7 +28,7 @@ use crate::sample::{SampleSpec, draw_uniform};
 use crate::schema::Schema;
 use crate::snapshot::{self, SnapshotInfo};
 use crate::storage::io::{self, Access, IoRef};
-use crate::storage::map::StampMismatch;
+use crate::storage::map::{ProgressMap, StampMismatch};
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 use crate::windows::End;
 
@@ -297,6 +298,8 @@ pub struct ReplayBuffer {
     /// A segment was copied and renamed since the last commit: the lane folder must be
     /// fsynced before the next commit.
     lane_dirty: bool,
+    /// The progress page readers in other processes follow (the writer's only).
+    progress: Option<ProgressMap>,
 }
 
 impl SlotProbe for Ring {
@@ -310,9 +313,21 @@ impl SlotProbe for Ring {
 
 const INLINE_FIELDS: usize = 16;
 
+/// Who opens a buffer, and so how its files are mapped.
+enum Role {
+    /// The one writer, holding the lock: shared writable mappings.
+    Writer(File),
+    /// A snapshot: private mappings that never change a byte on disk.
+    Frozen,
+    /// A reader of a buffer a writer may be changing: shared read-only mappings.
+    Live,
+}
+
+mod reader;
 mod transitions;
 mod units;
 mod views;
+pub use reader::Reader;
 pub use transitions::{TransitionSpec, Transitions};
 pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
 pub use views::{EpisodeChunk, GetOptions};
@@ -391,7 +406,7 @@ impl ReplayBuffer {
             remove_new_buffer(&dir, &sb);
             return Err(e);
         }
-        ReplayBuffer::open_locked(dir, io, Some(lock), false)
+        ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
     }
 
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
@@ -410,9 +425,12 @@ impl ReplayBuffer {
         Manifest::load(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
         // A set_state a kill interrupted is finished before anything else is read.
+        if snapshot::pending_restore(&*io, &dir)?.is_some() {
+            files_changing(&*io, &dir, &Manifest::load(&*io, &dir)?.superblock)?;
+        }
         snapshot::finish_restore(&*io, &dir)?;
         snapshot::clean_leftovers(&*io, &dir)?;
-        ReplayBuffer::open_locked(dir, io, Some(lock), false)
+        ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
     }
 
     /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
@@ -442,7 +460,7 @@ impl ReplayBuffer {
                 name: name.to_owned(),
             });
         }
-        ReplayBuffer::open_locked(snap, io::os(), None, false).map_err(|e| Error::BadSnapshot {
+        ReplayBuffer::open_as(snap, io::os(), Role::Frozen, false).map_err(|e| Error::BadSnapshot {
             dir: dir.to_path_buf(),
             name: name.to_owned(),
             source: Box::new(e),
@@ -482,27 +500,23 @@ impl ReplayBuffer {
         snapshot::finish_restore(&*io, &dir)?;
         snapshot::clean_leftovers(&*io, &dir)?;
         snapshot::check(&*io, &dir, &sb, state)?;
+        files_changing(&*io, &dir, &sb)?;
         snapshot::write_intent(&*io, &dir, state)?;
         let replaced = snapshot::restore(&*io, &dir, &sb, &state.name)?;
         release_in_background(replaced);
-        ReplayBuffer::open_locked(dir, io, Some(lock), true)
+        ReplayBuffer::open_as(dir, io, Role::Writer(lock), true)
     }
 
-    /// Opens the buffer in `dir` as its writer (holding `lock`), or read-only over
-    /// private mappings when `lock` is `None`. `restored`: this process has just put a
+    /// Opens the buffer in `dir` in `role`. `restored`: this process has just put a
     /// snapshot's files in place, whose commit `restore` already marked open (not clean);
     /// they are exactly the snapshot's, so they need no recovery and no marker commit.
-    fn open_locked(
-        dir: PathBuf,
-        io: IoRef,
-        lock: Option<File>,
-        restored: bool,
-    ) -> Result<ReplayBuffer> {
-        let access = if lock.is_some() {
-            Access::Write
-        } else {
-            Access::Frozen
+    fn open_as(dir: PathBuf, io: IoRef, role: Role, restored: bool) -> Result<ReplayBuffer> {
+        let (access, lock) = match role {
+            Role::Writer(lock) => (Access::Write, Some(lock)),
+            Role::Frozen => (Access::Frozen, None),
+            Role::Live => (Access::Read, None),
         };
+        let live = access == Access::Read;
         let m = Manifest::load(&*io, &dir)?;
         let commit = m.newest_commit()?;
         let sb = m.superblock.clone();
@@ -510,14 +524,18 @@ impl ReplayBuffer {
             .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
-        let mut priorities = if sb.prioritized {
+        // A live reader descends the tree through its own path (`Reader`), and the rows
+        // it would rebuild an episode table from change under it.
+        let mut priorities = if sb.prioritized && !live {
             Some(Priorities::open(&*io, &dir, &sb, access)?)
         } else {
             None
         };
         let (mut head, mut tail) = (commit.head, commit.tail);
         let mut recovered = None;
-        if !commit.is_clean() && !restored {
+        // A live reader takes the live range from the progress page instead, and never
+        // repairs: the writer owns the files.
+        if !commit.is_clean() && !restored && !live {
             let trust_stamps = storage::same_boot(&commit);
             let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail, trust_stamps);
             for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
@@ -543,6 +561,11 @@ impl ReplayBuffer {
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
+        let progress = if access.writes_file() {
+            Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
+        } else {
+            None
+        };
         let manifest_path = dir.join(MANIFEST);
         let manifest = if access.writes_file() {
             Some(
@@ -554,7 +577,7 @@ impl ReplayBuffer {
         };
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
-        let episodes = if sb.episodic {
+        let episodes = if sb.episodic && !live {
             Some(Episodes::from_rows(
                 &m.schema,
                 &ring,
@@ -590,6 +613,7 @@ impl ReplayBuffer {
             order: Vec::new(),
             names: NameCache::new(),
             lane_dirty: false,
+            progress,
             episodes,
             fragments: None,
             zeros: Vec::new(),
@@ -603,6 +627,7 @@ impl ReplayBuffer {
             // the next open and recovered.
             buf.commit(0, true)?;
         }
+        buf.publish_open();
         Ok(buf)
     }
 
@@ -704,6 +729,7 @@ impl ReplayBuffer {
             )?;
             self.ring.replace_segment(s, seg);
             self.lane_dirty = true;
+            self.publish_files_changed();
         }
         Ok(())
     }
@@ -740,6 +766,9 @@ impl ReplayBuffer {
                     self.head_slot = 0;
                 }
             }
+            // Before the slot is overwritten: a reader that finds the slot's stamp
+            // changed then finds its index no longer live, and redraws.
+            self.publish(HEAD_OFF, self.head);
         }
         // The priority leaf is written while the slot is marked "being written": a kill
         // then never leaves a complete item without its priority, nor an intact older
@@ -767,6 +796,43 @@ impl ReplayBuffer {
         if self.tail_slot == cap {
             self.tail_slot = 0;
         }
+        self.publish(TAIL_OFF, self.tail);
+    }
+
+    /// Stores a word of the progress page, if this handle has one (the writer's).
+    #[inline(always)]
+    fn publish(&mut self, off: usize, value: u64) {
+        if let Some(p) = &mut self.progress {
+            p.store(off, value);
+        }
+    }
+
+    /// Tells readers that the lane's files were replaced (they remap): the epoch goes
+    /// to the next even number. Stored before the head and tail that go with the new
+    /// files, so a reader that loads those also sees the new epoch.
+    fn publish_files_changed(&mut self) {
+        if let Some(p) = &mut self.progress {
+            let epoch = (p.load(EPOCH_OFF) | 1).wrapping_add(1);
+            p.store(EPOCH_OFF, epoch);
+        }
+    }
+
+    /// Tells readers that several files are about to be replaced one by one (a
+    /// restore): an odd epoch, which readers wait out rather than map a mix.
+    fn publish_files_changing(&mut self) {
+        if let Some(p) = &mut self.progress {
+            mark_changing(p);
+        }
+    }
+
+    /// What a writer's open publishes: new files possibly (a restore, a recovery),
+    /// the live range, what is sealed, and which process writes.
+    fn publish_open(&mut self) {
+        self.publish_files_changed();
+        self.publish(HEAD_OFF, self.head);
+        self.publish(TAIL_OFF, self.tail);
+        self.publish(SEALED_OFF, self.flushed_tail);
+        self.publish(PID_OFF, u64::from(std::process::id()));
     }
 
     /// After opening: a first episode whose start is evicted (a kill came between a
@@ -822,6 +888,7 @@ impl ReplayBuffer {
         // now (it walks back from the tail over intact rows), not at the last commit's
         // with these rows alive again (`ensure_private_for_push` made their segments
         // private first).
+        self.publish(HEAD_OFF, to);
         for index in self.head + 1..to {
             self.ring.clear_stamp(index % cap);
         }
@@ -1457,6 +1524,7 @@ impl ReplayBuffer {
             }
         }
         self.flushed_tail = self.tail;
+        self.publish(SEALED_OFF, self.flushed_tail);
         Ok(())
     }
 
@@ -1508,6 +1576,7 @@ impl ReplayBuffer {
         self.cleared += self.tail - self.head;
         self.head = self.tail;
         self.head_slot = self.tail_slot;
+        self.publish(HEAD_OFF, self.head);
         if let Some(p) = &mut self.priorities {
             p.clear();
         }
@@ -1594,6 +1663,7 @@ impl ReplayBuffer {
     pub fn set_state(&mut self, state: &State) -> Result<()> {
         self.writable()?;
         snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
+        self.publish_files_changing();
         let restored = snapshot::write_intent(&*self.io, &self.dir, state)
             .and_then(|()| snapshot::restore(&*self.io, &self.dir, &self.superblock, &state.name));
         let replaced = match restored {
@@ -1610,7 +1680,11 @@ impl ReplayBuffer {
         // The live files are (or may be) replaced: this handle's mappings are of the old
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
-        match ReplayBuffer::open_locked(self.dir.clone(), self.io.clone(), self.lock.take(), true) {
+        let role = match self.lock.take() {
+            Some(lock) => Role::Writer(lock),
+            None => Role::Frozen,
+        };
+        match ReplayBuffer::open_as(self.dir.clone(), self.io.clone(), role, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
                 release_in_background((old, replaced));
@@ -1685,6 +1759,7 @@ impl ReplayBuffer {
         self.sync_priorities()?;
         self.commit(FLAG_CLEAN, true)?;
         self.closed = true;
+        self.publish(PID_OFF, 0);
         Ok(())
     }
 }
@@ -1696,6 +1771,21 @@ impl Drop for ReplayBuffer {
             // way, and the next open recovers it if this commit did not land.
             let _ = self.shutdown();
         }
+    }
+}
+
+/// Marks the progress page's epoch odd before a writer without a handle yet (an open
+/// that restores) replaces files one by one; its open makes the epoch even again.
+fn files_changing(io: &dyn io::Io, dir: &Path, sb: &Superblock) -> Result<()> {
+    mark_changing(&mut storage::open_progress(io, dir, sb, Access::Write)?);
+    Ok(())
+}
+
+/// Makes the epoch odd (files being replaced), if it is not already.
+fn mark_changing(p: &mut ProgressMap) {
+    let epoch = p.load(EPOCH_OFF);
+    if epoch.is_multiple_of(2) {
+        p.store(EPOCH_OFF, epoch.wrapping_add(1));
     }
 }
 

@@ -43,12 +43,20 @@ pub enum Error {
     },
 
     /// Another writer holds the buffer's lock.
-    #[error("buffer {} is locked by another writer (lock file {})", dir.display(), lock_file.display())]
+    #[error(
+        "buffer {} is locked by another writer{} (lock file {})",
+        dir.display(),
+        holder.map(|p| format!(", process {p}")).unwrap_or_default(),
+        lock_file.display()
+    )]
     Locked {
         /// The buffer directory.
         dir: PathBuf,
         /// The lock file that is held.
         lock_file: PathBuf,
+        /// The process holding it, as the buffer's progress page names it (`None` when
+        /// the page names none, as for a buffer no writer of this build has opened).
+        holder: Option<u32>,
     },
 
     /// The directory holds no replay buffer (no manifest).

@@ -239,12 +239,25 @@ impl Ring {
         indices: &[u64],
         outs: &mut [&mut [u8]],
     ) -> Result<(), StampMismatch> {
+        self.gather_from(head, head_slot, indices, outs, 0)
+    }
+
+    /// `gather` of the positions from `from` on, leaving those before as they are.
+    pub fn gather_from(
+        &self,
+        head: u64,
+        head_slot: u64,
+        indices: &[u64],
+        outs: &mut [&mut [u8]],
+        from: usize,
+    ) -> Result<(), StampMismatch> {
         map::gather(
             &self.segments,
             self.slot_map(head, head_slot),
             &self.layout,
             indices,
             outs,
+            from,
         )
     }
 

@@ -60,17 +60,7 @@ pub(crate) fn draw_uniform(
     if spec.n == 0 {
         return Err(Error::InvalidSample("n must be at least 1".into()));
     }
-    if spec.newest == Some(0) {
-        return Err(Error::InvalidSample("newest must be at least 1".into()));
-    }
-    let lo = match spec.newest {
-        Some(k) => head.max(tail.saturating_sub(k)),
-        None => head,
-    };
-    let len = tail - lo;
-    if len == 0 {
-        return Err(Error::Empty);
-    }
+    let (lo, len) = range(spec, head, tail)?;
     if spec.replace {
         out.extend((0..spec.n).map(|_| lo + rng.random_range(0..len)));
     } else {
@@ -89,4 +79,43 @@ pub(crate) fn draw_uniform(
         );
     }
     Ok(())
+}
+
+/// The indices `spec` draws from, `lo .. lo + len`, given the live range.
+fn range(spec: &SampleSpec, head: u64, tail: u64) -> Result<(u64, u64)> {
+    if spec.newest == Some(0) {
+        return Err(Error::InvalidSample("newest must be at least 1".into()));
+    }
+    let lo = match spec.newest {
+        Some(k) => head.max(tail.saturating_sub(k)),
+        None => head,
+    };
+    match tail.saturating_sub(lo) {
+        0 => Err(Error::Empty),
+        len => Ok((lo, len)),
+    }
+}
+
+/// Draws one more index as `spec` says from the live range `[head, tail)`: in place of
+/// one that was lost (a reader's draw the writer overwrote). Without replacement it
+/// avoids `taken`.
+pub(crate) fn draw_one(
+    rng: &mut ChaCha8Rng,
+    spec: &SampleSpec,
+    head: u64,
+    tail: u64,
+    taken: &[u64],
+) -> Result<u64> {
+    let (lo, len) = range(spec, head, tail)?;
+    // Without replacement at most `n - 1` of `len >= n` indices are taken, so a free
+    // one is found within a few tries unless nearly all are taken.
+    for _ in 0..1_000 {
+        let i = lo + rng.random_range(0..len);
+        if spec.replace || !taken.contains(&i) {
+            return Ok(i);
+        }
+    }
+    Err(Error::InvalidSample(format!(
+        "no index left to draw without replacement among {len}"
+    )))
 }

@@ -459,8 +459,9 @@ fn a_failed_segment_copy_is_an_error_that_loses_nothing() {
     use std::sync::Arc;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    // Create reserves 4 segments and the tree: the 6th reservation is the first copy.
-    let io = Arc::new(FaultyIo::fail_once(5).only("allocate").errno(28));
+    // Create reserves 4 segments, the tree and the progress page: the 7th reservation
+    // is the first copy.
+    let io = Arc::new(FaultyIo::fail_once(6).only("allocate").errno(28));
     let mut buf = ReplayBuffer::create(&dir, config().io(io)).unwrap();
     add_range(&mut buf, 0, 20);
     buf.get_state_named("s").unwrap();
@@ -474,12 +475,10 @@ fn a_failed_segment_copy_is_an_error_that_loses_nothing() {
     assert_live_items_intact(&ReplayBuffer::open_snapshot(&dir, "s").unwrap());
     drop(buf);
     assert!(
-        std::fs::read_dir(dir.join("lane-0")).unwrap().all(|e| e
-            .unwrap()
-            .path()
-            .extension()
-            .unwrap()
-            == "dat"),
+        std::fs::read_dir(dir.join("lane-0")).unwrap().all(|e| {
+            let path = e.unwrap().path();
+            path.ends_with("progress") || path.extension().unwrap() == "dat"
+        }),
         "no temporary copy is left behind"
     );
     assert_sound(&dir);

@@ -6,6 +6,7 @@
 //! the previous one's plus its size, so a field cannot silently overlap another.
 
 pub mod manifest;
+pub mod progress;
 pub mod row;
 pub mod schema_doc;
 pub mod segment;

@@ -170,7 +170,9 @@ impl SegmentMap {
         debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         let row = self.row(k);
         let stamp = self.stamp_atomic(k);
-        stamp.store(row::writing_stamp(index), Ordering::Relaxed);
+        // Release: what the writer published before (the progress page's head) is
+        // visible to a reader that sees this stamp; the fence keeps it before the fields.
+        stamp.store(row::writing_stamp(index), Ordering::Release);
         fence(Ordering::Release);
         if layout.fragments {
             // SAFETY: the word at FRAGMENT_POS_OFF is 4-aligned (rows are 8-aligned) and
@@ -383,22 +385,27 @@ pub struct StampMismatch {
 /// after its copy. `indices` must be live for `map` (the ring checks); `outs[f]` must be
 /// `indices.len()` times field `f`'s size (the caller checks; a shorter output only makes
 /// the copy stop early).
+/// Positions before `from` are left as they are (a reader that lost a race to the
+/// writer redraws one position and gathers on from there).
 pub fn gather(
     segments: &[SegmentMap],
     map: SlotMap,
     layout: &RowLayout,
     indices: &[u64],
     outs: &mut [&mut [u8]],
+    from: usize,
 ) -> Result<(), StampMismatch> {
     let rows = RowReader {
         segments,
         map,
         layout,
     };
-    for &index in indices.iter().take(PREFETCH_DISTANCE) {
+    let todo = indices.get(from..).unwrap_or(&[]);
+    for &index in todo.iter().take(PREFETCH_DISTANCE) {
         rows.prefetch(index, 1);
     }
-    for (i, &index) in indices.iter().enumerate() {
+    for (i, &index) in todo.iter().enumerate() {
+        let i = from + i;
         if let Some(&ahead) = indices.get(i + PREFETCH_DISTANCE) {
             rows.prefetch(ahead, 1);
         }
@@ -610,6 +617,81 @@ impl RowRun<'_> {
             // SAFETY: off + len <= stride keeps the read inside the row; `out` is a
             // caller buffer of at least len bytes, disjoint from the mapping.
             unsafe { copy_small(src.add(off), out.as_mut_ptr(), len) };
+        }
+    }
+}
+
+/// The mapped progress page (`lane-0/progress`, see `format::progress`): the live
+/// words the writer stores and readers in other processes load, all atomics.
+#[derive(Debug)]
+pub struct ProgressMap {
+    map: MmapRaw,
+    path: PathBuf,
+    writable: bool,
+}
+
+// SAFETY: plain shared memory owned by this value, reached only through atomics.
+unsafe impl Send for ProgressMap {}
+// SAFETY: as above: concurrent access from threads is what atomics are for.
+unsafe impl Sync for ProgressMap {}
+
+impl ProgressMap {
+    /// Wraps a mapping of at least one progress page.
+    pub fn new(map: MmapRaw, path: &Path, writable: bool) -> Result<ProgressMap> {
+        use crate::format::progress::FILE_LEN;
+        if map.len() < FILE_LEN {
+            return Err(Error::Truncated {
+                file: path.to_path_buf(),
+                expected: FILE_LEN as u64,
+                got: map.len() as u64,
+            });
+        }
+        Ok(ProgressMap {
+            map,
+            path: path.to_path_buf(),
+            writable,
+        })
+    }
+
+    /// The file this maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A copy of the static header.
+    pub fn header(&self) -> Vec<u8> {
+        use crate::format::progress::HEADER_LEN;
+        let mut out = vec![0u8; HEADER_LEN];
+        // SAFETY: `new` checked the mapping holds a whole page; `out` is a fresh
+        // allocation. The header is written once, before any reader maps the file.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), HEADER_LEN) };
+        out
+    }
+
+    #[inline(always)]
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= crate::format::progress::FILE_LEN);
+        let off = off.min(crate::format::progress::FILE_LEN - 8) & !7;
+        // SAFETY: `off + 8` is inside the page `new` checked is mapped, and 8-aligned
+        // (the mapping is page-aligned); every process reaches these words only through
+        // atomics.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off).cast::<u64>()) }
+    }
+
+    /// The word at `off` (acquire: what the writer stored before it is visible).
+    #[inline(always)]
+    pub fn load(&self, off: usize) -> u64 {
+        self.word(off).load(Ordering::Acquire)
+    }
+
+    /// Stores the word at `off` (release: everything stored before it, a row's stamp
+    /// included, is visible to a reader that loads this value).
+    #[inline(always)]
+    pub fn store(&mut self, off: usize, value: u64) {
+        if self.writable {
+            self.word(off).store(value, Ordering::Release);
+        } else {
+            debug_assert!(false, "store into a read-only progress page");
         }
     }
 }

@@ -370,6 +370,7 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
     Err(Error::Locked {
         dir: dir.to_path_buf(),
         lock_file: path,
+        holder: writer_pid(io, dir),
     })
 }
 
@@ -503,4 +504,76 @@ pub fn open_tree(
         .map_err(|e| Error::io("mmap", &path, e))?;
     let map = map::TreeMap::new(raw, &path, shape.words, access.can_store())?;
     Ok((map, header, counters))
+}
+
+/// Path of the lane's progress page.
+pub fn progress_path(dir: &Path) -> PathBuf {
+    dir.join(LANE_DIR).join(PROGRESS)
+}
+
+/// File name of the progress page in a lane folder.
+pub const PROGRESS: &str = "progress";
+
+/// Opens the progress page: the writer (`Access::Write`) creates it when missing and
+/// rewrites a damaged header (nothing ever trusts the page for recovery); a reader
+/// (`Access::Read`) maps it read-only and checks its header against the buffer's uuid.
+pub fn open_progress(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    access: Access,
+) -> Result<map::ProgressMap> {
+    use crate::format::progress::{self, FILE_LEN};
+    let path = progress_path(dir);
+    let page = progress::encode(&sb.uuid);
+    let file = if access.writes_file() {
+        match io.open_rw(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let file = create_reserved(io, &path, FILE_LEN as u64, &page)?;
+                io.sync_data(&file)
+                    .map_err(|e| Error::io("fdatasync", &path, e))?;
+                file
+            }
+            Err(e) => return Err(Error::io("open", &path, e)),
+        }
+    } else {
+        io.open_ro(&path).map_err(|e| Error::io("open", &path, e))?
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", &path, e))?
+        .len();
+    if len < FILE_LEN as u64 {
+        if !access.writes_file() {
+            return Err(Error::Truncated {
+                file: path,
+                expected: FILE_LEN as u64,
+                got: len,
+            });
+        }
+        io.allocate(&file, FILE_LEN as u64)
+            .map_err(|e| Error::io("allocate", &path, e))?;
+    }
+    let raw = io
+        .map(&file, FILE_LEN as u64, access)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let map = map::ProgressMap::new(raw, &path, access.writes_file())?;
+    if let Err(p) = progress::check(&map.header(), &sb.uuid) {
+        if !access.writes_file() {
+            return Err(p.into_error(&path, "progress header"));
+        }
+        let header = page.get(..progress::HEADER_LEN).unwrap_or(&[]);
+        io.write_at(&file, 0, header)
+            .map_err(|e| Error::io("write header", &path, e))?;
+    }
+    Ok(map)
+}
+
+/// The process that last opened the buffer in `dir` for writing, as its progress page
+/// says (`None` when the page is missing or names none): for the `Locked` message.
+pub fn writer_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
+    let bytes = io.read(&progress_path(dir)).ok()?;
+    let pid = crate::format::progress::writer_pid(&bytes);
+    u32::try_from(pid).ok().filter(|&p| p != 0)
 }

@@ -1,0 +1,348 @@
+//! Readers: any number of processes sampling one buffer while its writer adds.
+//!
+//! A reader maps the segment files shared and read-only, so every process reads the one
+//! copy in the page cache, and takes the live range from the progress page the writer
+//! keeps (`format::progress`). It never writes a byte and never takes a lock, so it
+//! cannot slow or block the writer. Each row is copied between two loads of its stamp;
+//! when a stamp does not name the index drawn, the reader looks again at the progress
+//! page: an index the writer has since evicted (or files it has since replaced) means
+//! a lost race, and the draw is made again; an index still live means a damaged row,
+//! reported as `BadItem`. See docs/ARCHITECTURE.md, "Many processes".
+
+use std::path::Path;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::{ReplayBuffer, Role, Stats};
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
+use crate::priorities::{Priority, PriorityUpdate};
+use crate::ring::Ring;
+use crate::sample::{SampleSpec, draw_one};
+use crate::schema::Schema;
+use crate::storage::io::{self, Access, IoRef};
+use crate::storage::map::ProgressMap;
+use crate::storage::{self, Manifest};
+
+/// Draws made again after lost races before a call gives up: a writer that overwrites
+/// the drawn items this many times in a row is lapping the whole ring during one call.
+const RACE_TRIES: usize = 64;
+/// Loads of the progress page that may find it between two stores before it counts as
+/// damaged.
+const REFRESH_TRIES: usize = 1_000;
+/// How long a reader waits for a writer replacing several files (a restore) to finish
+/// before it maps whatever is there.
+const CHANGING_WAIT: Duration = Duration::from_secs(5);
+
+/// A read-only view of a buffer that a writer in another process (or this one) may be
+/// adding to: uniform sampling, `get`, `len` and stats, from any number of processes at
+/// once. Every call first looks at where the writer is, so a sample draws from the items
+/// live when it starts, and never returns a torn or overwritten item.
+///
+/// ```
+/// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+/// let mut writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
+/// let mut reader = Reader::open(dir.path().join("b"))?; // usually another process
+/// for x in 0..10u32 {
+///     writer.add(&[Column::scalar("x", &x)])?;
+/// }
+/// let batch = reader.sample(4)?;
+/// for (&i, &x) in batch.indices().iter().zip(batch.get::<u32>("x")?) {
+///     assert_eq!(i, u64::from(x));
+/// }
+/// assert_eq!(reader.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Reader {
+    buf: ReplayBuffer,
+    /// The writer's progress page; `None` for a snapshot, which never changes.
+    progress: Option<ProgressMap>,
+    /// The files epoch the mappings were made at.
+    epoch: u64,
+}
+
+impl Reader {
+    /// Opens the buffer in `dir` for reading while its writer goes on. The sampling RNG
+    /// starts from a fresh random seed (see [`Reader::reseed`]), so readers in several
+    /// processes draw different batches.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Reader> {
+        Reader::open_with(dir, io::os())
+    }
+
+    /// `open` through a given file-operation seam.
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<Reader> {
+        let dir = dir.as_ref().to_path_buf();
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        let progress = storage::open_progress(&*io, &dir, &sb, Access::Read)?;
+        // Loaded before mapping: files replaced after this are remapped by the first
+        // call that sees the epoch move.
+        let epoch = wait_steady(&progress);
+        let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
+        buf.reseed(rand::rng().next_u64());
+        let mut reader = Reader {
+            buf,
+            progress: Some(progress),
+            epoch,
+        };
+        reader.refresh()?;
+        Ok(reader)
+    }
+
+    /// Opens snapshot `name` of the buffer in `dir`: a reader of a state that never
+    /// changes, sampling from the snapshot's RNG position (as
+    /// [`ReplayBuffer::open_snapshot`]).
+    pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Reader> {
+        Ok(Reader {
+            buf: ReplayBuffer::open_snapshot(dir, name)?,
+            progress: None,
+            epoch: 0,
+        })
+    }
+
+    /// Looks at where the writer is now: the live range, what is sealed, and whether
+    /// files were replaced (then they are mapped again). Every sampling and reading
+    /// call does this first; call it before [`Reader::len`] to know the length now.
+    pub fn refresh(&mut self) -> Result<()> {
+        self.refresh_files().map(drop)
+    }
+
+    /// `refresh`, returning whether the files were mapped again.
+    fn refresh_files(&mut self) -> Result<bool> {
+        let Some(p) = &self.progress else {
+            return Ok(false);
+        };
+        let cap = self.buf.superblock.capacity;
+        let mut remapped = false;
+        let mut last = (0, 0);
+        for _ in 0..REFRESH_TRIES {
+            let epoch = wait_steady(p);
+            if epoch != self.epoch {
+                let ring = map_ring(&self.buf)?;
+                self.buf.ring = ring;
+                self.epoch = epoch;
+                remapped = true;
+                // Loads below must pair with the files just mapped: start over.
+                continue;
+            }
+            // Tail first: the writer stores a row's head before its tail, so a tail
+            // loaded first is never ahead of the head loaded after it by more than
+            // the capacity.
+            let tail = p.load(TAIL_OFF);
+            let head = p.load(HEAD_OFF);
+            let sealed = p.load(SEALED_OFF);
+            if p.load(EPOCH_OFF) == epoch && head <= tail && tail - head <= cap {
+                let buf = &mut self.buf;
+                (buf.head, buf.tail) = (head, tail);
+                (buf.head_slot, buf.tail_slot) = (head % cap, tail % cap);
+                buf.flushed_tail = sealed.min(tail);
+                buf.cleared = buf.cleared.min(head);
+                return Ok(remapped);
+            }
+            last = (head, tail);
+            std::thread::yield_now();
+        }
+        Err(Error::Corrupt {
+            file: p.path().to_path_buf(),
+            offset: HEAD_OFF as u64,
+            field: "progress head and tail".into(),
+            expected: format!("head <= tail <= head + {cap}"),
+            got: format!(
+                "head {}, tail {} after {REFRESH_TRIES} loads",
+                last.0, last.1
+            ),
+        })
+    }
+
+    /// After a row's stamp did not name `index`: whether that was a race with the
+    /// writer (the index was evicted, or files replaced, since the draw), not damage.
+    fn lost_race(&mut self, index: u64) -> Result<bool> {
+        // The stamp that did not match may have been loaded relaxed: this fence makes
+        // what the writer published before storing it visible to the loads below.
+        fence(Ordering::Acquire);
+        let remapped = self.refresh_files()?;
+        Ok(remapped || index < self.buf.head)
+    }
+
+    /// Runs `op` on the items live now, again after each lost race.
+    fn retrying<T>(&mut self, mut op: impl FnMut(&mut ReplayBuffer) -> Result<T>) -> Result<T> {
+        self.refresh_files()?;
+        for _ in 0..RACE_TRIES {
+            match op(&mut self.buf) {
+                Err(Error::BadItem { index, .. }) if self.lost_race(index)? => continue,
+                done => return done,
+            }
+        }
+        Err(self.lapped())
+    }
+
+    /// The error of a call that lost every race it ran.
+    fn lapped(&self) -> Error {
+        Error::InvalidSample(format!(
+            "the writer overwrote the items drawn {RACE_TRIES} times in a row: it laps \
+             the ring ({} items) faster than one call reads",
+            self.buf.superblock.capacity
+        ))
+    }
+
+    /// The buffer directory.
+    pub fn dir(&self) -> &Path {
+        self.buf.dir()
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        self.buf.schema()
+    }
+
+    /// Items the ring holds.
+    pub fn capacity(&self) -> u64 {
+        self.buf.capacity()
+    }
+
+    /// Items live as of the last call (or [`Reader::refresh`]).
+    pub fn len(&self) -> u64 {
+        self.buf.len()
+    }
+
+    /// Whether no item was live as of the last call.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Logical indices live as of the last call.
+    pub fn live(&self) -> std::ops::Range<u64> {
+        self.buf.live()
+    }
+
+    /// Counters and sizes now. `sampled` counts this reader's draws; `generation` and
+    /// the priority counters are those of the last commit before the reader opened.
+    pub fn stats(&mut self) -> Result<Stats> {
+        self.refresh()?;
+        Ok(self.buf.stats())
+    }
+
+    /// Restarts this reader's sampling RNG from `seed` (reproducible draws; the writer's
+    /// RNG is not touched).
+    pub fn reseed(&mut self, seed: u64) {
+        self.buf.reseed(seed);
+    }
+
+    /// `n` items drawn uniformly from those live now.
+    pub fn sample(&mut self, n: usize) -> Result<Batch> {
+        let mut batch = Batch::new(self.schema(), 0);
+        self.sample_into(&SampleSpec::new(n), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// Draws as `spec` says into `out`, reusing its storage (see
+    /// [`ReplayBuffer::sample_into`]).
+    ///
+    /// A drawn item that the writer overwrites before it is copied is replaced by a
+    /// new draw from the items live then; the others stay as copied.
+    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.refresh_files()?;
+        if !out.fits(self.buf.schema()) {
+            return Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ));
+        }
+        self.buf.draw_indices(spec, out.indices_mut())?;
+        out.weights_mut().clear();
+        out.resize(spec.n);
+        let (indices, mut outs) = out.parts_mut();
+        let mut from = 0;
+        for _ in 0..RACE_TRIES.saturating_add(spec.n) {
+            let buf = &self.buf;
+            let lost = match buf
+                .ring
+                .gather_from(buf.head, buf.head_slot, indices, &mut outs, from)
+            {
+                Ok(()) => return Ok(()),
+                Err(m) => m,
+            };
+            let index = indices.get(lost.position).copied().unwrap_or(0);
+            if !self.lost_race(index)? {
+                return Err(self.buf.stamp_error(indices, lost));
+            }
+            // The lost draw, and any later one the head has passed since, are drawn
+            // again from the items live now (the gather addresses only live indices).
+            let buf = &mut self.buf;
+            for p in lost.position..indices.len() {
+                let stale = indices.get(p).is_some_and(|&i| i < buf.head);
+                if p == lost.position || stale {
+                    let again = draw_one(&mut buf.rng, spec, buf.head, buf.tail, indices)?;
+                    if let Some(slot) = indices.get_mut(p) {
+                        *slot = again;
+                    }
+                }
+            }
+            from = lost.position;
+        }
+        Err(self.lapped())
+    }
+
+    /// The items at `indices`, checked as [`ReplayBuffer::get_many`] checks them. An
+    /// index the writer has evicted is `Evicted`.
+    pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.retrying(|buf| buf.get_many(indices))
+    }
+
+    /// The item at a logical index, as a batch of one.
+    pub fn get(&mut self, index: u64) -> Result<Batch> {
+        self.get_many(&[index])
+    }
+
+    /// Copies the items at `indices` into per-field outputs, as
+    /// [`ReplayBuffer::gather_into`] does: the fill-in-place path for bindings.
+    pub fn gather_into(&mut self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
+        self.retrying(|buf| buf.gather_into(indices, outs))
+    }
+
+    /// Always `ReadOnly`: the writer's process owns the priorities, and a reader never
+    /// writes a byte of the buffer.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        let _ = (indices, priorities);
+        Err(Error::ReadOnly {
+            dir: self.dir().to_path_buf(),
+            op: "update_priorities (a reader; the writer owns the priorities)",
+        })
+    }
+}
+
+/// The epoch of the progress page once it is even: an odd epoch means a writer is
+/// replacing files one by one, which is waited out (at most [`CHANGING_WAIT`], in case
+/// that writer died part way; its next open evens it).
+fn wait_steady(p: &ProgressMap) -> u64 {
+    let start = Instant::now();
+    loop {
+        let epoch = p.load(EPOCH_OFF);
+        if epoch.is_multiple_of(2) || start.elapsed() > CHANGING_WAIT {
+            return epoch;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The segment files of `buf` mapped again, as they are named now.
+fn map_ring(buf: &ReplayBuffer) -> Result<Ring> {
+    let sb = &buf.superblock;
+    let segments = (0..sb.segment_count)
+        .map(|n| storage::open_segment(&*buf.io, &buf.dir, sb, n, Access::Read))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Ring::new(
+        segments,
+        buf.ring.layout().clone(),
+        sb.capacity,
+        sb.segment_slots,
+    ))
+}

@@ -1,0 +1,325 @@
+//! Promise: any number of readers, in this process or others, sample one buffer while
+//! its writer adds, and never get a torn, overwritten or misattributed item. Items are
+//! a pure function of their logical index (`common::item`), so a wrong byte anywhere is
+//! caught. The writer laps the ring many times and takes snapshots while readers read,
+//! so copy-on-write renames (which readers must follow) happen under them too.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::io::BufRead;
+use std::path::Path;
+
+use common::{add_range, columns, item, item_bytes, schema, spawn_child, xorshift};
+use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, Schema, inspect};
+
+const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
+
+fn create(path: &Path, capacity: u64) {
+    ReplayBuffer::create(
+        path,
+        Config::new(schema(), capacity).segment_slots(256).seed(1),
+    )
+    .unwrap()
+    .close()
+    .unwrap();
+}
+
+/// Samples `n` items and counts those whose bytes are not their index's.
+fn bad_in_sample(reader: &mut Reader, n: usize) -> usize {
+    let batch = reader.sample(n).unwrap();
+    (batch.indices().iter().enumerate())
+        .filter(|&(r, &i)| batch.item_bytes(r) != item_bytes(i))
+        .count()
+}
+
+#[test]
+fn a_reader_sees_each_add_as_it_happens_and_every_item_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 300);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    let mut reader = Reader::open(&path).unwrap();
+    assert!(matches!(reader.sample(4), Err(Error::Empty)));
+    let mut next = 0;
+    let mut s = 7u64;
+    while next < 2_000 {
+        let n = 1 + xorshift(&mut s) % 40;
+        add_range(&mut writer, next, next + n);
+        next += n;
+        reader.refresh().unwrap();
+        assert_eq!(reader.live(), writer.live(), "after adding up to {next}");
+        assert_eq!(bad_in_sample(&mut reader, 64), 0);
+        let newest = reader.get(next - 1).unwrap();
+        assert_eq!(newest.item_bytes(0), item_bytes(next - 1));
+    }
+    // The oldest items are gone for the reader as they are for the writer.
+    assert!(matches!(
+        reader.get(0),
+        Err(Error::Evicted { index: 0, .. })
+    ));
+    let stats = reader.stats().unwrap();
+    assert_eq!((stats.head, stats.tail, stats.len), (next - 300, next, 300));
+}
+
+/// A buffer whose one field says which index and which timeline wrote it.
+fn tagged(path: &Path) -> ReplayBuffer {
+    let schema = Schema::builder()
+        .field("x", DType::U64, &[])
+        .build()
+        .unwrap();
+    ReplayBuffer::create(path, Config::new(schema, 64).segment_slots(16).seed(3)).unwrap()
+}
+
+fn add_tagged(buf: &mut ReplayBuffer, to: u64, timeline: u64) {
+    while buf.live().end < to {
+        let x = buf.live().end * 10 + timeline;
+        buf.add(&[Column::scalar("x", &x)]).unwrap();
+    }
+}
+
+/// Every sampled item of `reader` read back as written by `timeline_of(index)`.
+fn assert_reads(reader: &mut Reader, timeline_of: impl Fn(u64) -> u64) {
+    for _ in 0..20 {
+        let batch = reader.sample(32).unwrap();
+        for (&i, &x) in batch.indices().iter().zip(batch.get::<u64>("x").unwrap()) {
+            assert_eq!(x, i * 10 + timeline_of(i), "item {i}");
+        }
+    }
+}
+
+#[test]
+fn a_reader_follows_copy_on_write_and_set_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    let mut writer = tagged(&path);
+    add_tagged(&mut writer, 50, 0);
+    let state = writer.get_state_named("s").unwrap();
+    let mut reader = Reader::open(&path).unwrap();
+    // Past the capacity: every segment is copied and renamed over its old name, and
+    // the reader's old mappings show the snapshot's files, which stop changing.
+    add_tagged(&mut writer, 150, 0);
+    assert_reads(&mut reader, |_| 0);
+    assert_eq!(reader.live(), 86..150);
+    // Back to the snapshot, then new items under indices the old timeline used.
+    writer.set_state(&state).unwrap();
+    add_tagged(&mut writer, 60, 1);
+    assert_reads(&mut reader, |i| u64::from(i >= 50));
+    assert_eq!(reader.live(), 0..60);
+    assert!(matches!(
+        reader.get(75),
+        Err(Error::Evicted { index: 75, .. })
+    ));
+    // A snapshot reader sees the snapshot, whatever the writer does.
+    let mut frozen = Reader::open_snapshot(&path, "s").unwrap();
+    add_tagged(&mut writer, 200, 1);
+    assert_eq!(frozen.live(), 0..50);
+    assert_reads(&mut frozen, |_| 0);
+}
+
+#[test]
+fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 300);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 0, 100);
+    writer.close().unwrap();
+    let stride = inspect(&path).unwrap().row_stride as usize;
+    let seg = path.join("lane-0").join("seg-00000000.dat");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[4096 + 9 * stride] ^= 1;
+    std::fs::write(&seg, bytes).unwrap();
+    let mut reader = Reader::open(&path).unwrap();
+    let e = reader.get(9).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadItem { index: 9, file, .. } if *file == seg),
+        "{e}"
+    );
+    let mut saw = false;
+    for _ in 0..100 {
+        match reader.sample(64) {
+            Ok(b) => assert!(!b.indices().contains(&9)),
+            Err(Error::BadItem { index: 9, .. }) => saw = true,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(saw, "sampling never reported the damaged item");
+}
+
+#[test]
+fn refusals_are_typed_errors_naming_who_holds_what() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 100);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 0, 10);
+    // A second writer, here or in another process, learns which process writes.
+    let e = ReplayBuffer::open(&path).unwrap_err();
+    assert!(
+        matches!(&e, Error::Locked { holder: Some(pid), .. } if *pid == std::process::id()),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains(&std::process::id().to_string()),
+        "{e}"
+    );
+    let mut reader = Reader::open(&path).unwrap();
+    assert!(matches!(
+        reader.update_priorities(&[0], &[1.0f64]),
+        Err(Error::ReadOnly { .. })
+    ));
+    // Not a buffer, for a reader too.
+    assert!(matches!(
+        Reader::open(tmp.path()),
+        Err(Error::NotABuffer { .. })
+    ));
+}
+
+// ---- many processes ----
+
+/// A child's work, chosen by the parent through `CHILD_ENV`:
+/// - `writer:DIR:SEED`: adds forever (single items and batches, flushes, snapshots
+///   that force copy-on-write), printing `marker=ready` once going;
+/// - `reader:DIR:SAMPLES:SEED`: samples batches of 256 until it has drawn SAMPLES
+///   items, checking each, and prints what it saw.
+#[test]
+fn readers_child() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let args: Vec<&str> = mode.split(':').collect();
+    match args[0] {
+        "writer" => run_writer(args[1], args[2].parse().unwrap()),
+        "reader" => run_reader(args[1], args[2].parse().unwrap(), args[3].parse().unwrap()),
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+fn run_writer(dir: &str, seed: u64) {
+    use std::io::Write;
+    let mut buf = ReplayBuffer::open(dir).unwrap();
+    let mut next = buf.live().end;
+    let mut s = seed;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "marker=ready").unwrap();
+    out.flush().unwrap();
+    let mut snapshots = 0u64;
+    loop {
+        match xorshift(&mut s) % 10_000 {
+            0..=9 => buf.flush().unwrap(),
+            10 => {
+                snapshots += 1;
+                buf.get_state_named(&format!("s{snapshots}")).unwrap();
+                buf.keep_last(1).unwrap();
+            }
+            11..=500 => {
+                let n = 1 + xorshift(&mut s) % 64;
+                next = add_range(&mut buf, next, next + n).end;
+            }
+            _ => {
+                next = buf.add(&columns(&item(next))).unwrap() + 1;
+            }
+        }
+    }
+}
+
+fn run_reader(dir: &str, samples: u64, seed: u64) {
+    let mut reader = Reader::open(dir).unwrap();
+    reader.reseed(seed);
+    let first_tail = reader.live().end;
+    let (mut drawn, mut bad, mut gets, mut evicted) = (0u64, 0u64, 0u64, 0u64);
+    let mut s = seed;
+    while drawn < samples {
+        bad += bad_in_sample(&mut reader, 256) as u64;
+        drawn += 256;
+        // Now and then a get of the oldest live item: the one the writer overwrites
+        // next, so races are common; the answer is the item or `Evicted`, never junk.
+        if xorshift(&mut s).is_multiple_of(8) {
+            let i = reader.live().start + xorshift(&mut s) % 4;
+            gets += 1;
+            match reader.get(i) {
+                Ok(b) => bad += u64::from(b.item_bytes(0) != item_bytes(i)),
+                Err(Error::Evicted { .. }) => evicted += 1,
+                Err(e) => panic!("get({i}): {e}"),
+            }
+        }
+    }
+    let last_tail = reader.live().end;
+    println!(
+        "marker=result drawn={drawn} bad={bad} gets={gets} evicted={evicted} \
+         first_tail={first_tail} last_tail={last_tail}"
+    );
+}
+
+/// What a reader child printed, as `key=value` numbers.
+fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<String, u64> {
+    let mut text = String::new();
+    stdout.read_to_string(&mut text).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("marker=result "))
+        .unwrap_or_else(|| panic!("reader child printed no result: {text}"))
+        .1;
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() {
+    const CAPACITY: u64 = 4_096;
+    const PER_READER: u64 = 500_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, CAPACITY);
+    let dir = path.to_str().unwrap();
+    let (mut writer, mut writer_out) = spawn_child(
+        "readers_child",
+        CHILD_ENV,
+        format!("writer:{dir}:11").as_ref(),
+    );
+    let mut line = String::new();
+    while !line.contains("marker=ready") {
+        line.clear();
+        assert!(writer_out.read_line(&mut line).unwrap() > 0, "writer died");
+    }
+    // Let the ring fill before the readers start.
+    while Reader::open(&path).unwrap().len() < CAPACITY {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            spawn_child(
+                "readers_child",
+                CHILD_ENV,
+                format!("reader:{dir}:{PER_READER}:{r}").as_ref(),
+            )
+        })
+        .collect();
+    let mut total = 0;
+    for (mut child, out) in readers {
+        let result = reader_result(out);
+        assert!(child.wait().unwrap().success(), "reader failed: {result:?}");
+        assert_eq!(result["bad"], 0, "bad items served: {result:?}");
+        let laps = (result["last_tail"] - result["first_tail"]) / CAPACITY;
+        assert!(
+            laps >= 3,
+            "the writer lapped the ring only {laps} times: {result:?}"
+        );
+        total += result["drawn"];
+    }
+    assert!(total >= 1_000_000);
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    // The writer's kill lost nothing it acknowledged, and readers left no trace.
+    let buf = ReplayBuffer::open(&path).unwrap();
+    common::assert_live_items_intact(&buf);
+}
