@@ -196,6 +196,8 @@ fn readers_child() {
     match args[0] {
         "writer" => run_writer(args[1], args[2].parse().unwrap()),
         "reader" => run_reader(args[1], args[2].parse().unwrap(), args[3].parse().unwrap()),
+        "acking-writer" => run_acking_writer(args[1], args[2].parse().unwrap()),
+        "endless-reader" => run_endless_reader(args[1]),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -256,6 +258,175 @@ fn run_reader(dir: &str, samples: u64, seed: u64) {
     );
 }
 
+/// Adds forever, one item at a time, printing each index once `add` returned it (and
+/// now and then a flush or a snapshot, so kills land in those too).
+fn run_acking_writer(dir: &str, seed: u64) {
+    use std::io::Write;
+    let mut buf = ReplayBuffer::open(dir).unwrap();
+    let mut next = buf.live().end;
+    assert_ne!(seed, 0, "xorshift stays at 0");
+    let mut s = seed;
+    let mut out = std::io::stdout().lock();
+    let mut snapshots = 0u64;
+    loop {
+        match xorshift(&mut s) % 2_000 {
+            0..=3 => buf.flush().unwrap(),
+            4 => {
+                snapshots += 1;
+                buf.get_state_named(&format!("k{seed}-{snapshots}"))
+                    .unwrap();
+                buf.keep_last(1).unwrap();
+            }
+            _ => {
+                next = buf.add(&columns(&item(next))).unwrap() + 1;
+                writeln!(out, "ack {}", next - 1).unwrap();
+                out.flush().unwrap();
+            }
+        }
+    }
+}
+
+/// Samples forever, printing how many items it has checked after each batch, or `bad`
+/// and exiting at the first wrong item.
+fn run_endless_reader(dir: &str) {
+    let mut reader = Reader::open(dir).unwrap();
+    let mut checked = 0u64;
+    loop {
+        if bad_in_sample(&mut reader, 64) > 0 {
+            println!("bad");
+            std::process::exit(3);
+        }
+        checked += 64;
+        println!("checked {checked}");
+    }
+}
+
+/// A child whose output a thread drains into the last number it printed, so the child
+/// never blocks on a full pipe while the parent waits on something else.
+struct Drained {
+    child: std::process::Child,
+    last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    bad: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drained {
+    fn spawn(role: &str) -> Drained {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (child, out) = spawn_child("readers_child", CHILD_ENV, role.as_ref());
+        let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bad = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, b) = (last.clone(), bad.clone());
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if line.contains("bad") {
+                    b.store(true, SeqCst);
+                }
+                if let Some(n) = line.split_whitespace().last().and_then(|w| w.parse().ok()) {
+                    l.store(n, SeqCst);
+                }
+            }
+        });
+        Drained { child, last, bad }
+    }
+
+    fn last(&self) -> u64 {
+        self.last.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until the child has printed a number above `above`.
+    fn wait_past(&self, above: u64) {
+        let start = std::time::Instant::now();
+        while self.last() <= above {
+            assert!(
+                !self.bad.load(std::sync::atomic::Ordering::SeqCst),
+                "bad item"
+            );
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "child stalled at {}",
+                self.last()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    fn kill(&mut self) -> u64 {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        // Whatever it printed before dying is in the pipe: let the thread drain it.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !self.bad.load(std::sync::atomic::Ordering::SeqCst),
+            "bad item"
+        );
+        self.last()
+    }
+}
+
+impl Drop for Drained {
+    /// A failing test leaves no child running (killing a dead one is harmless).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Kills readers and writers at random moments: a reader's death never stops the
+/// writer, the writer's death never stops a reader (nor makes it serve a bad item),
+/// a reader keeps going across the next writer's open (recovery, a new epoch), and the
+/// killed writer's buffer reopens with everything it acknowledged.
+#[test]
+fn kill_9_of_readers_and_writers_stops_nobody_else_and_loses_nothing() {
+    let rounds: u64 = std::env::var("REPLAYSTORE_READER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 1_000);
+    add_range(&mut ReplayBuffer::open(&path).unwrap(), 0, 100);
+    let dir = path.to_str().unwrap();
+    let mut s = 99u64;
+    for round in 0..rounds {
+        let mut writer = Drained::spawn(&format!("acking-writer:{dir}:{}", round + 1));
+        writer.wait_past(0);
+        let mut reader = Drained::spawn(&format!("endless-reader:{dir}"));
+        reader.wait_past(xorshift(&mut s) % 2_000);
+        reader.kill();
+        // The writer goes on after the reader's death.
+        let acked = writer.last();
+        writer.wait_past(acked + 50);
+        let mut reader = Drained::spawn(&format!("endless-reader:{dir}"));
+        reader.wait_past(0);
+        writer.wait_past(writer.last() + xorshift(&mut s) % 3_000);
+        let acked = writer.kill();
+        // The reader goes on after the writer's death, and across the next open.
+        let checked = reader.last();
+        reader.wait_past(checked + 1_000);
+        let buf = ReplayBuffer::open(&path).unwrap();
+        assert!(
+            buf.live().end > acked,
+            "round {round}: lost acknowledged {acked}"
+        );
+        common::assert_live_items_intact(&buf);
+        let checked = reader.last();
+        reader.wait_past(checked + 1_000);
+        drop(buf);
+        reader.kill();
+    }
+}
+
+/// A child killed when the test ends, passing or failing.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// What a reader child printed, as `key=value` numbers.
 fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<String, u64> {
     let mut text = String::new();
@@ -281,11 +452,12 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
     let path = tmp.path().join("b");
     create(&path, CAPACITY);
     let dir = path.to_str().unwrap();
-    let (mut writer, mut writer_out) = spawn_child(
+    let (writer, mut writer_out) = spawn_child(
         "readers_child",
         CHILD_ENV,
         format!("writer:{dir}:11").as_ref(),
     );
+    let writer = KillOnDrop(writer);
     let mut line = String::new();
     while !line.contains("marker=ready") {
         line.clear();
@@ -305,9 +477,13 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
         })
         .collect();
     let mut total = 0;
-    for (mut child, out) in readers {
+    for (child, out) in readers {
+        let mut child = KillOnDrop(child);
         let result = reader_result(out);
-        assert!(child.wait().unwrap().success(), "reader failed: {result:?}");
+        assert!(
+            child.0.wait().unwrap().success(),
+            "reader failed: {result:?}"
+        );
         assert_eq!(result["bad"], 0, "bad items served: {result:?}");
         let laps = (result["last_tail"] - result["first_tail"]) / CAPACITY;
         assert!(
@@ -317,8 +493,7 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
         total += result["drawn"];
     }
     assert!(total >= 1_000_000);
-    writer.kill().unwrap();
-    writer.wait().unwrap();
+    drop(writer);
     // The writer's kill lost nothing it acknowledged, and readers left no trace.
     let buf = ReplayBuffer::open(&path).unwrap();
     common::assert_live_items_intact(&buf);
