@@ -227,6 +227,13 @@ impl Batch {
         &mut self.indices
     }
 
+    /// The index list, the weights and one writable byte slice per field: for a gather
+    /// that may draw some rows again (a reader racing the writer).
+    pub(crate) fn drawn_parts_mut(&mut self) -> (&mut Vec<u64>, &mut Vec<f32>, Vec<&mut [u8]>) {
+        let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();
+        (&mut self.indices, &mut self.weights, outs)
+    }
+
     /// The index list and one writable byte slice per field, for a gather.
     pub(crate) fn parts_mut(&mut self) -> (&mut Vec<u64>, Vec<&mut [u8]>) {
         let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();

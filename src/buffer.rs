@@ -20,7 +20,7 @@ use crate::format::schema_doc;
 use crate::format::state::State;
 use crate::fragments::Fragments;
 use crate::priorities::{
-    Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
+    LiveRange, Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
 use crate::recovery::{self, Recovered, SlotProbe};
 use crate::ring::Ring;
@@ -1340,15 +1340,12 @@ impl ReplayBuffer {
                 dir: self.dir.clone(),
             });
         };
-        p.draw(
-            &mut self.rng,
-            spec,
-            self.head,
-            self.head_slot,
-            self.tail,
-            indices,
-            weights,
-        )?;
+        let live = LiveRange {
+            head: self.head,
+            head_slot: self.head_slot,
+            tail: self.tail,
+        };
+        p.draw(&mut self.rng, spec, live, indices, weights)?;
         self.sampled += indices.len() as u64;
         Ok(())
     }

@@ -19,7 +19,7 @@ use crate::format::tree::{
 use crate::storage::io::{Access, Io};
 use crate::storage::map::TreeMap;
 use crate::storage::{self};
-use crate::sumtree::{Mismatch, SumTree};
+use crate::sumtree::{Mismatch, SumTree, Words};
 
 /// Leaves set by adds whose parents are fixed in one pass: bounds how stale the upper
 /// levels get between draws while keeping an add at one store.
@@ -175,10 +175,10 @@ impl Tree {
             Tree::Octal(SumTree::new(shape))
         }
     }
-    pub(crate) fn total(&self, w: &[f64]) -> f64 {
+    pub(crate) fn total<W: Words + ?Sized>(&self, w: &W) -> f64 {
         with_tree!(self, t => t.total(w))
     }
-    pub(crate) fn min(&self, w: &[f64]) -> f64 {
+    pub(crate) fn min<W: Words + ?Sized>(&self, w: &W) -> f64 {
         with_tree!(self, t => t.min(w))
     }
     pub(crate) fn check(&self, w: &[f64], limit: usize) -> Vec<Mismatch> {
@@ -204,9 +204,142 @@ pub(crate) struct Priorities {
     pending: usize,
     capacity: usize,
     scratch: Vec<usize>,
+    descents: Descents,
+}
+
+/// The live rows as a draw sees them: `head` is in `head_slot`, `tail` is next.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LiveRange {
+    pub head: u64,
+    pub head_slot: u64,
+    pub tail: u64,
+}
+
+/// A draw that ended on a slot holding no live item or on a zero leaf: what a writer
+/// reports as damage and a reader (racing the writer) draws again.
+#[derive(Clone, Copy, Debug)]
+struct Miss {
+    position: usize,
+    slot: u64,
+    leaf: f64,
+}
+
+/// The scratch space of descents, kept between draws.
+#[derive(Debug, Default)]
+struct Descents {
+    targets: Vec<f64>,
     slots: Vec<usize>,
     leaves: Vec<f64>,
-    targets: Vec<f64>,
+    misses: Vec<Miss>,
+}
+
+/// Checks a draw's request before anything is drawn.
+fn check_request(spec: &PrioritySpec, n: usize, weights: usize, live: LiveRange) -> Result<()> {
+    if n == 0 || spec.n != n || weights != n {
+        return Err(Error::InvalidSample(format!(
+            "n is {}, with {n} index slots and {weights} weight slots (all must be equal and >= 1)",
+            spec.n
+        )));
+    }
+    if !(spec.beta.is_finite() && spec.beta >= 0.0) {
+        return Err(Error::InvalidSample(format!(
+            "beta {} is not finite and >= 0",
+            spec.beta
+        )));
+    }
+    if live.head == live.tail {
+        return Err(Error::Empty);
+    }
+    Ok(())
+}
+
+/// The root total of `w`, which a draw needs finite and above zero.
+fn drawable_total<W: Words + ?Sized>(tree: &Tree, w: &W, file: &Path, live: u64) -> Result<f64> {
+    let total = tree.total(w);
+    if total == 0.0 {
+        return Err(Error::ZeroTotalPriority { live });
+    }
+    if !(total > 0.0 && total.is_finite()) {
+        return Err(Error::Corrupt {
+            file: file.to_path_buf(),
+            offset: (BODY_OFFSET + tree.shape().levels.first().map_or(0, |l| l.sum) * 8) as u64,
+            field: "priority tree root".into(),
+            expected: "a finite total > 0".into(),
+            got: format!("{total}; run `replaystore verify`"),
+        });
+    }
+    Ok(total)
+}
+
+impl Descents {
+    /// Draws `indices.len()` items by priority over `w` (whose root is `total`),
+    /// writing each index and weight; a draw that misses (see [`Miss`]) is left unset
+    /// and listed in `self.misses`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the tree, its words, the request and the outputs, passed flat"
+    )]
+    fn draw<W: Words + ?Sized>(
+        &mut self,
+        tree: &Tree,
+        w: &W,
+        total: f64,
+        rng: &mut ChaCha8Rng,
+        spec: &PrioritySpec,
+        live: LiveRange,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) {
+        let n = indices.len();
+        self.targets.clear();
+        if spec.stratified {
+            let step = total / n as f64;
+            self.targets
+                .extend((0..n).map(|i| (i as f64 + rng.random::<f64>()) * step));
+        } else {
+            self.targets
+                .extend((0..n).map(|_| rng.random::<f64>() * total));
+        }
+        self.slots.resize(n, 0);
+        self.leaves.resize(n, 0.0);
+        self.misses.clear();
+        with_tree!(tree, t => t.sample(w, &mut self.targets, &mut self.slots, &mut self.leaves));
+        let min = tree.min(w);
+        let beta32 = spec.beta as f32;
+        let cap = tree.shape().capacity as u64;
+        let (head, head_slot) = (live.head, live.head_slot);
+        let count = live.tail - head;
+        for (position, ((&slot, &leaf), (index, weight))) in self
+            .slots
+            .iter()
+            .zip(&self.leaves)
+            .zip(indices.iter_mut().zip(weights.iter_mut()))
+            .enumerate()
+        {
+            let slot = slot as u64;
+            let offset = if slot >= head_slot {
+                slot - head_slot
+            } else {
+                slot + cap - head_slot
+            };
+            if !(leaf > 0.0 && leaf.is_finite()) || offset >= count {
+                self.misses.push(Miss {
+                    position,
+                    slot,
+                    leaf,
+                });
+                continue;
+            }
+            *index = head + offset;
+            // In f32: the weight is returned as f32, and f32 `powf` costs half of f64's
+            // (`pow` was a seventh of a W1-per iteration).
+            *weight = match spec.beta {
+                0.0 => 1.0,
+                1.0 => (min / leaf) as f32,
+                _ => ((min / leaf) as f32).powf(beta32),
+            };
+        }
+    }
 }
 
 impl Priorities {
@@ -257,9 +390,7 @@ impl Priorities {
             pending: 0,
             capacity,
             scratch: Vec::new(),
-            slots: Vec::new(),
-            leaves: Vec::new(),
-            targets: Vec::new(),
+            descents: Descents::default(),
         })
     }
 
@@ -335,96 +466,25 @@ impl Priorities {
     }
 
     /// Draws `indices.len()` live indices by priority with their importance weights.
-    /// `head_slot` is the slot of `head`.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the ring's coordinates, passed flat"
-    )]
     pub(crate) fn draw(
         &mut self,
         rng: &mut ChaCha8Rng,
         spec: &PrioritySpec,
-        head: u64,
-        head_slot: u64,
-        tail: u64,
+        live: LiveRange,
         indices: &mut [u64],
         weights: &mut [f32],
     ) -> Result<()> {
-        let n = indices.len();
-        if n == 0 || spec.n != n || weights.len() != n {
-            return Err(Error::InvalidSample(format!(
-                "n is {}, with {n} index slots and {} weight slots (all must be equal and >= 1)",
-                spec.n,
-                weights.len()
-            )));
-        }
-        if !(spec.beta.is_finite() && spec.beta >= 0.0) {
-            return Err(Error::InvalidSample(format!(
-                "beta {} is not finite and >= 0",
-                spec.beta
-            )));
-        }
-        if head == tail {
-            return Err(Error::Empty);
-        }
+        check_request(spec, indices.len(), weights.len(), live)?;
         self.fix_pending();
         let w = self.map.words();
-        let total = self.tree.total(w);
-        if total == 0.0 {
-            return Err(Error::ZeroTotalPriority { live: tail - head });
+        let total = drawable_total(&self.tree, w, self.map.path(), live.tail - live.head)?;
+        let d = &mut self.descents;
+        d.draw(&self.tree, w, total, rng, spec, live, indices, weights);
+        // The writer's own tree is consistent: a miss is damage.
+        match d.misses.first().copied() {
+            Some(m) => Err(self.inconsistent(m.position, m.slot, m.leaf)),
+            None => Ok(()),
         }
-        if !(total > 0.0 && total.is_finite()) {
-            return Err(Error::Corrupt {
-                file: self.map.path().to_path_buf(),
-                offset: (BODY_OFFSET + self.tree.shape().levels.first().map_or(0, |l| l.sum) * 8)
-                    as u64,
-                field: "priority tree root".into(),
-                expected: "a finite total > 0".into(),
-                got: format!("{total}; run `replaystore verify`"),
-            });
-        }
-        self.targets.clear();
-        if spec.stratified {
-            let step = total / n as f64;
-            self.targets
-                .extend((0..n).map(|i| (i as f64 + rng.random::<f64>()) * step));
-        } else {
-            self.targets
-                .extend((0..n).map(|_| rng.random::<f64>() * total));
-        }
-        self.slots.resize(n, 0);
-        self.leaves.resize(n, 0.0);
-        with_tree!(&self.tree, t => t.sample(w, &mut self.targets, &mut self.slots, &mut self.leaves));
-        let min = self.tree.min(w);
-        let beta32 = spec.beta as f32;
-        let cap = self.capacity as u64;
-        let live = tail - head;
-        for (i, ((&slot, &leaf), (index, weight))) in self
-            .slots
-            .iter()
-            .zip(&self.leaves)
-            .zip(indices.iter_mut().zip(weights.iter_mut()))
-            .enumerate()
-        {
-            let slot = slot as u64;
-            let offset = if slot >= head_slot {
-                slot - head_slot
-            } else {
-                slot + cap - head_slot
-            };
-            if !(leaf > 0.0 && leaf.is_finite()) || offset >= live {
-                return Err(self.inconsistent(i, slot, leaf));
-            }
-            *index = head + offset;
-            // In f32: the weight is returned as f32, and f32 `powf` costs half of f64's
-            // (`pow` was a seventh of a W1-per iteration).
-            *weight = match spec.beta {
-                0.0 => 1.0,
-                1.0 => (min / leaf) as f32,
-                _ => ((min / leaf) as f32).powf(beta32),
-            };
-        }
-        Ok(())
     }
 
     #[cold]
@@ -456,19 +516,8 @@ impl Priorities {
     /// could overflow.
     #[inline]
     fn leaf_for<P: Priority>(&self, position: usize, index: u64, p: P) -> Result<(f64, f64)> {
-        // `+ 0.0` turns -0.0 into +0.0, which the bit-compared descent needs.
-        let value = p.to_f64() + 0.0;
-        let q = value + self.header.eps;
-        let leaf = leaf_of(q, self.header.alpha);
-        if value >= 0.0 && q.is_finite() && leaf <= self.leaf_limit {
-            Ok((q, leaf))
-        } else {
-            Err(Error::InvalidPriority {
-                position,
-                index,
-                value,
-            })
-        }
+        let h = &self.header;
+        leaf_value(h.eps, h.alpha, self.leaf_limit, position, index, p)
     }
 
     /// Sets the priorities of live `indices`; evicted ones are skipped and counted.
@@ -488,13 +537,16 @@ impl Priorities {
                 got: priorities.len(),
             });
         }
-        self.slots.clear();
-        self.leaves.clear();
+        let (eps, alpha, limit) = (self.header.eps, self.header.alpha, self.leaf_limit);
+        let leaf_for = |position, index, p: P| leaf_value(eps, alpha, limit, position, index, p);
+        let (slots, leaves) = (&mut self.descents.slots, &mut self.descents.leaves);
+        slots.clear();
+        leaves.clear();
         let cap = self.capacity as u64;
         let mut max_q = self.counters.max_priority;
         let mut stale = 0u64;
         for (position, (&index, &p)) in indices.iter().zip(priorities).enumerate() {
-            let (q, leaf) = self.leaf_for(position, index, p)?;
+            let (q, leaf) = leaf_for(position, index, p)?;
             if index >= tail {
                 return Err(Error::NotYetAdded { index, tail });
             }
@@ -506,18 +558,19 @@ impl Priorities {
             if slot >= cap {
                 slot -= cap;
             }
-            self.slots.push(slot as usize);
-            self.leaves.push(leaf);
+            slots.push(slot as usize);
+            leaves.push(leaf);
             max_q = max_q.max(q);
         }
         self.fix_pending();
         let w = self.map.words_mut();
-        with_tree!(&self.tree, t => t.update(w, &self.slots, &self.leaves, &mut self.scratch));
+        let d = &self.descents;
+        with_tree!(&self.tree, t => t.update(w, &d.slots, &d.leaves, &mut self.scratch));
         if max_q > self.counters.max_priority {
             self.counters.max_priority = max_q;
             self.max_leaf = leaf_of(max_q, self.header.alpha);
         }
-        let applied = self.slots.len() as u64;
+        let applied = self.descents.slots.len() as u64;
         self.counters.updates += applied;
         self.counters.stale_updates += stale;
         self.write_counters();
@@ -612,6 +665,32 @@ impl Priorities {
     /// Updates applied.
     pub(crate) fn updates(&self) -> u64 {
         self.counters.updates
+    }
+}
+
+/// `(q, leaf)` for priority `p` given at `position` for `index`: `q = p + eps` and its
+/// leaf `q^alpha`, or `InvalidPriority` when `p` is negative, not finite, or its leaf
+/// above `limit`.
+fn leaf_value<P: Priority>(
+    eps: f64,
+    alpha: f64,
+    limit: f64,
+    position: usize,
+    index: u64,
+    p: P,
+) -> Result<(f64, f64)> {
+    // `+ 0.0` turns -0.0 into +0.0, which the bit-compared descent needs.
+    let value = p.to_f64() + 0.0;
+    let q = value + eps;
+    let leaf = leaf_of(q, alpha);
+    if value >= 0.0 && q.is_finite() && leaf <= limit {
+        Ok((q, leaf))
+    } else {
+        Err(Error::InvalidPriority {
+            position,
+            index,
+            value,
+        })
     }
 }
 
@@ -750,7 +829,7 @@ impl PriorityInfo {
             alpha,
             eps: copy.header.eps,
             arity: copy.header.arity,
-            total: copy.tree.total(&copy.words),
+            total: copy.tree.total(copy.words.as_slice()),
             min_max,
             zero: (tail - head) - count,
             max_seen: copy.counters.max_priority,
@@ -758,5 +837,75 @@ impl PriorityInfo {
             stale_updates: copy.counters.stale_updates,
             histogram,
         }
+    }
+}
+
+/// Priorities as a reader in another process sees them: `priorities.tree` mapped
+/// read-only, its words loaded one at a time while the writer changes them. A descent
+/// may meet parents the writer has not fixed yet (at most `FIX_EVERY` adds behind) or
+/// a slot it has just emptied: such a draw is simply made again.
+#[derive(Debug)]
+pub(crate) struct SharedPriorities {
+    map: TreeMap,
+    tree: Tree,
+    descents: Descents,
+}
+
+/// Rounds of drawing again the draws that missed before a reader gives up.
+const MISS_ROUNDS: usize = 64;
+
+impl SharedPriorities {
+    /// Maps `priorities.tree` of the buffer in `dir` for reading.
+    pub(crate) fn open(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<SharedPriorities> {
+        let (map, header, _) = storage::open_tree(io, dir, sb, Access::Read)?;
+        let shape = header
+            .shape()
+            .map_err(|p| p.into_error(map.path(), "priorities header"))?;
+        Ok(SharedPriorities {
+            map,
+            tree: Tree::of(shape),
+            descents: Descents::default(),
+        })
+    }
+
+    /// Draws `indices.len()` live indices by priority with their importance weights,
+    /// drawing again those that land where the writer has just changed the tree.
+    pub(crate) fn draw(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        spec: &PrioritySpec,
+        live: LiveRange,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        check_request(spec, indices.len(), weights.len(), live)?;
+        let w = self.map.shared_words();
+        let total = drawable_total(&self.tree, &w, self.map.path(), live.tail - live.head)?;
+        let d = &mut self.descents;
+        d.draw(&self.tree, &w, total, rng, spec, live, indices, weights);
+        let one = PrioritySpec::new(1, spec.beta);
+        for _ in 0..MISS_ROUNDS {
+            let Some(miss) = d.misses.pop() else {
+                return Ok(());
+            };
+            let (mut i, mut wt) = ([0u64], [0f32]);
+            let mut again = std::mem::take(&mut d.misses);
+            d.draw(&self.tree, &w, total, rng, &one, live, &mut i, &mut wt);
+            if d.misses.is_empty() {
+                if let (Some(x), Some(y)) = (
+                    indices.get_mut(miss.position),
+                    weights.get_mut(miss.position),
+                ) {
+                    (*x, *y) = (i[0], wt[0]);
+                }
+            } else {
+                again.push(miss);
+            }
+            d.misses = again;
+        }
+        Err(Error::InvalidSample(format!(
+            "{} draws by priority kept landing on slots the writer was changing",
+            d.misses.len()
+        )))
     }
 }

@@ -26,6 +26,60 @@ use crate::storage::map::prefetch;
 /// this design, so anything above rounding noise means damage.
 pub const CHECK_TOLERANCE: f64 = 1e-9;
 
+/// Where a descent reads the tree's words from: the writer's own mapping as a slice, or
+/// a reader's view of words another process keeps changing (`storage::map::SharedWords`,
+/// loaded one word at a time, atomically).
+pub trait Words {
+    /// `f` of the `K` words from `at`, or `None` past the end.
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R>;
+    /// Hints that the words from `at` are needed soon.
+    fn prefetch(&self, at: usize);
+}
+
+impl Words for [f64] {
+    #[inline(always)]
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
+        let words = self.get(at..at.checked_add(K)?)?;
+        words.as_chunks::<K>().0.first().map(f)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, at: usize) {
+        prefetch(self.as_ptr().wrapping_add(at).cast());
+    }
+}
+
+impl Words for Vec<f64> {
+    #[inline(always)]
+    fn with_node<const K: usize, R>(
+        &self,
+        at: usize,
+        f: impl FnOnce(&[f64; K]) -> R,
+    ) -> Option<R> {
+        self.as_slice().with_node(at, f)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, at: usize) {
+        self.as_slice().prefetch(at);
+    }
+}
+
+/// `f` of node `j` of a level whose values start at word `start` and number `len`,
+/// read from `w` (`None` past the level's end).
+#[inline(always)]
+fn node_at<const K: usize, W: Words + ?Sized, R>(
+    w: &W,
+    (start, len): (usize, usize),
+    j: usize,
+    f: impl FnOnce(&[f64; K]) -> R,
+) -> Option<R> {
+    if (j + 1) * K > len {
+        return None;
+    }
+    w.with_node::<K, R>(start + j * K, f)
+}
+
 /// A parent that does not match its children, found by [`SumTree::check`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mismatch {
@@ -172,9 +226,9 @@ impl<const K: usize> SumTree<K> {
     }
 
     /// Sum of all leaves.
-    pub fn total(&self, w: &[f64]) -> f64 {
+    pub fn total<W: Words + ?Sized>(&self, w: &W) -> f64 {
         let top = self.top();
-        nodes::<K>(w, top.sum, K).first().map_or(0.0, node_sum)
+        node_at::<K, W, f64>(w, (top.sum, K), 0, node_sum).unwrap_or(0.0)
     }
 
     /// Sum of the leaves before slot `x` (of all of them when `x` is past the last),
@@ -198,14 +252,11 @@ impl<const K: usize> SumTree<K> {
     }
 
     /// Smallest non-zero leaf, or +inf if every leaf is zero.
-    pub fn min(&self, w: &[f64]) -> f64 {
+    pub fn min<W: Words + ?Sized>(&self, w: &W) -> f64 {
         let top = self.top();
-        let node = nodes::<K>(w, top.min, K).first();
-        match (self.shape.levels.len(), node) {
-            (1, Some(n)) => leaf_min(n),
-            (_, Some(n)) => node_min(n),
-            _ => f64::INFINITY,
-        }
+        let leaves = self.shape.levels.len() == 1;
+        let min = |n: &[f64; K]| if leaves { leaf_min(n) } else { node_min(n) };
+        node_at::<K, W, f64>(w, (top.min, K), 0, min).unwrap_or(f64::INFINITY)
     }
 
     /// The leaf of `slot`.
@@ -316,27 +367,33 @@ impl<const K: usize> SumTree<K> {
     /// next level's node prefetched, writing the leaf slot to `slots` and its value to
     /// `values`. A target that rounding carries past the last non-zero child goes to
     /// that child. A returned value of 0 means the tree is inconsistent (or empty).
-    pub fn sample(&self, w: &[f64], u: &mut [f64], slots: &mut [usize], values: &mut [f64]) {
+    pub fn sample<W: Words + ?Sized>(
+        &self,
+        w: &W,
+        u: &mut [f64],
+        slots: &mut [usize],
+        values: &mut [f64],
+    ) {
         let n = u.len().min(slots.len()).min(values.len());
         let (u, slots, values) = (&mut u[..n], &mut slots[..n], &mut values[..n]);
         slots.fill(0);
         let levels = &self.shape.levels;
         for (l, level) in levels.iter().enumerate() {
-            let here = nodes::<K>(w, level.sum, level.len);
-            let next = levels
-                .get(l + 1)
-                .map_or(&[][..], |nl| nodes::<K>(w, nl.sum, nl.len));
+            let next = levels.get(l + 1).map_or(usize::MAX, |nl| nl.sum);
             for ((target, slot), value) in u.iter_mut().zip(slots.iter_mut()).zip(values.iter_mut())
             {
-                let Some(node) = here.get(*slot) else {
+                let picked = node_at::<K, W, _>(w, (level.sum, level.len), *slot, |node| {
+                    let (c, below) = pick(node, *target);
+                    (c, below, node[c])
+                });
+                let Some((c, below, v)) = picked else {
                     *value = 0.0;
                     continue;
                 };
-                let (c, below) = pick(node, *target);
                 *target -= below;
-                *value = node[c];
+                *value = v;
                 *slot = *slot * K + c;
-                prefetch(next.as_ptr().wrapping_add(*slot).cast());
+                w.prefetch(next.wrapping_add(*slot * K));
             }
         }
     }

@@ -20,21 +20,26 @@ use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, Schema, in
 const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
 
 fn create(path: &Path, capacity: u64) {
-    ReplayBuffer::create(
-        path,
-        Config::new(schema(), capacity).segment_slots(256).seed(1),
-    )
-    .unwrap()
-    .close()
-    .unwrap();
+    let config = Config::new(schema(), capacity).segment_slots(256).seed(1);
+    let config = config.prioritized(0.6, 1e-6);
+    ReplayBuffer::create(path, config).unwrap().close().unwrap();
 }
 
-/// Samples `n` items and counts those whose bytes are not their index's.
-fn bad_in_sample(reader: &mut Reader, n: usize) -> usize {
-    let batch = reader.sample(n).unwrap();
-    (batch.indices().iter().enumerate())
+/// Samples `n` items (by priority with `per`) and counts those whose bytes are not
+/// their index's, or whose weight is not a positive number.
+fn bad_in_sample(reader: &mut Reader, n: usize, per: bool) -> usize {
+    let batch = match per {
+        true => reader.sample_prioritized(n, 0.4).unwrap(),
+        false => reader.sample(n).unwrap(),
+    };
+    let bad_weights = (batch.weights().iter())
+        .filter(|w| !(w.is_finite() && **w > 0.0))
+        .count();
+    let bad_items = (batch.indices().iter().enumerate())
         .filter(|&(r, &i)| batch.item_bytes(r) != item_bytes(i))
-        .count()
+        .count();
+    assert_eq!(batch.weights().len(), if per { n } else { 0 });
+    bad_items + bad_weights
 }
 
 #[test]
@@ -51,9 +56,13 @@ fn a_reader_sees_each_add_as_it_happens_and_every_item_whole() {
         let n = 1 + xorshift(&mut s) % 40;
         add_range(&mut writer, next, next + n);
         next += n;
+        // Readers draw by the tree's upper levels, which the writer fixes in runs: at
+        // its own draws, updates and flushes, and every 1,024 adds.
+        writer.flush().unwrap();
         reader.refresh().unwrap();
         assert_eq!(reader.live(), writer.live(), "after adding up to {next}");
-        assert_eq!(bad_in_sample(&mut reader, 64), 0);
+        assert_eq!(bad_in_sample(&mut reader, 64, false), 0);
+        assert_eq!(bad_in_sample(&mut reader, 64, true), 0);
         let newest = reader.get(next - 1).unwrap();
         assert_eq!(newest.item_bytes(0), item_bytes(next - 1));
     }
@@ -122,6 +131,60 @@ fn a_reader_follows_copy_on_write_and_set_state() {
 }
 
 #[test]
+fn a_reader_draws_by_the_priorities_the_writer_sets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    let schema = Schema::builder()
+        .field("x", DType::U64, &[])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 64).prioritized(1.0, 0.0).seed(5);
+    let mut writer = ReplayBuffer::create(&path, config).unwrap();
+    let mut reader = Reader::open(&path).unwrap();
+    assert!(matches!(
+        reader.sample_prioritized(4, 0.4),
+        Err(Error::Empty)
+    ));
+    add_tagged(&mut writer, 40, 0);
+    let only = |reader: &mut Reader, want: &[u64]| {
+        let batch = reader.sample_prioritized(64, 1.0).unwrap();
+        for (&i, &x) in batch.indices().iter().zip(batch.get::<u64>("x").unwrap()) {
+            assert!(want.contains(&i), "drew {i}, expected one of {want:?}");
+            assert_eq!(x, i * 10);
+        }
+    };
+    let zeros = vec![0.0f64; 40];
+    writer
+        .update_priorities(&(0..40).collect::<Vec<_>>(), &zeros)
+        .unwrap();
+    writer.update_priorities(&[7], &[1.0f64]).unwrap();
+    only(&mut reader, &[7]);
+    writer
+        .update_priorities(&[7, 9, 30], &[0.0f64, 1.0, 3.0])
+        .unwrap();
+    only(&mut reader, &[9, 30]);
+    let batch = reader.sample_prioritized(2_000, 1.0).unwrap();
+    let thirty = batch.indices().iter().filter(|&&i| i == 30).count();
+    assert!(
+        (1_350..1_650).contains(&thirty),
+        "30 drawn {thirty} times of 2000"
+    );
+    // Weights (min / leaf)^beta: 1/3 for item 30, 1 for item 9.
+    for (&i, &w) in batch.indices().iter().zip(batch.weights()) {
+        let want = if i == 30 { 1.0 / 3.0 } else { 1.0 };
+        assert!((w - want).abs() < 1e-6, "weight {w} of item {i}");
+    }
+    // New items enter at the largest priority seen (3), once the writer has fixed
+    // the parents of their leaves (before its own draws, and every 1,024 adds).
+    add_tagged(&mut writer, 50, 0);
+    writer.sample_prioritized(1, 0.4).unwrap();
+    only(
+        &mut reader,
+        &[9, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49],
+    );
+}
+
+#[test]
 fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");
@@ -142,7 +205,11 @@ fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
     );
     let mut saw = false;
     for _ in 0..100 {
-        match reader.sample(64) {
+        let drawn = match saw {
+            true => reader.sample(64),
+            false => reader.sample_prioritized(64, 0.4),
+        };
+        match drawn {
             Ok(b) => assert!(!b.indices().contains(&9)),
             Err(Error::BadItem { index: 9, .. }) => saw = true,
             Err(e) => panic!("{e}"),
@@ -185,8 +252,8 @@ fn refusals_are_typed_errors_naming_who_holds_what() {
 /// A child's work, chosen by the parent through `CHILD_ENV`:
 /// - `writer:DIR:SEED`: adds forever (single items and batches, flushes, snapshots
 ///   that force copy-on-write), printing `marker=ready` once going;
-/// - `reader:DIR:SAMPLES:SEED`: samples batches of 256 until it has drawn SAMPLES
-///   items, checking each, and prints what it saw.
+/// - `reader:DIR:SAMPLES:SEED:PER`: samples batches of 256 (by priority if PER is 1)
+///   until it has drawn SAMPLES items, checking each, and prints what it saw.
 #[test]
 fn readers_child() {
     let Ok(mode) = std::env::var(CHILD_ENV) else {
@@ -195,7 +262,12 @@ fn readers_child() {
     let args: Vec<&str> = mode.split(':').collect();
     match args[0] {
         "writer" => run_writer(args[1], args[2].parse().unwrap()),
-        "reader" => run_reader(args[1], args[2].parse().unwrap(), args[3].parse().unwrap()),
+        "reader" => run_reader(
+            args[1],
+            args[2].parse().unwrap(),
+            args[3].parse().unwrap(),
+            args[4] == "1",
+        ),
         "acking-writer" => run_acking_writer(args[1], args[2].parse().unwrap()),
         "endless-reader" => run_endless_reader(args[1]),
         other => panic!("unknown child role {other}"),
@@ -223,6 +295,19 @@ fn run_writer(dir: &str, seed: u64) {
                 let n = 1 + xorshift(&mut s) % 64;
                 next = add_range(&mut buf, next, next + n).end;
             }
+            // The learner's part, here in the writer's process (the owner of the
+            // priorities): new priorities for some live items.
+            501..=1_500 => {
+                let live = buf.live();
+                let picks: Vec<u64> = (0..16)
+                    .map(|_| live.start + xorshift(&mut s) % (live.end - live.start))
+                    .collect();
+                let p: Vec<f64> = picks
+                    .iter()
+                    .map(|_| (xorshift(&mut s) % 100) as f64)
+                    .collect();
+                buf.update_priorities(&picks, &p).unwrap();
+            }
             _ => {
                 next = buf.add(&columns(&item(next))).unwrap() + 1;
             }
@@ -230,14 +315,14 @@ fn run_writer(dir: &str, seed: u64) {
     }
 }
 
-fn run_reader(dir: &str, samples: u64, seed: u64) {
+fn run_reader(dir: &str, samples: u64, seed: u64, per: bool) {
     let mut reader = Reader::open(dir).unwrap();
     reader.reseed(seed);
     let first_tail = reader.live().end;
     let (mut drawn, mut bad, mut gets, mut evicted) = (0u64, 0u64, 0u64, 0u64);
     let mut s = seed;
     while drawn < samples {
-        bad += bad_in_sample(&mut reader, 256) as u64;
+        bad += bad_in_sample(&mut reader, 256, per) as u64;
         drawn += 256;
         // Now and then a get of the oldest live item: the one the writer overwrites
         // next, so races are common; the answer is the item or `Evicted`, never junk.
@@ -292,7 +377,7 @@ fn run_endless_reader(dir: &str) {
     let mut reader = Reader::open(dir).unwrap();
     let mut checked = 0u64;
     loop {
-        if bad_in_sample(&mut reader, 64) > 0 {
+        if bad_in_sample(&mut reader, 64, checked % 128 == 64) > 0 {
             println!("bad");
             std::process::exit(3);
         }
@@ -472,7 +557,7 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
             spawn_child(
                 "readers_child",
                 CHILD_ENV,
-                format!("reader:{dir}:{PER_READER}:{r}").as_ref(),
+                format!("reader:{dir}:{PER_READER}:{r}:{r}").as_ref(),
             )
         })
         .collect();

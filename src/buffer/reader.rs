@@ -19,7 +19,7 @@ use super::{ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
-use crate::priorities::{Priority, PriorityUpdate};
+use crate::priorities::{LiveRange, Priority, PrioritySpec, PriorityUpdate, SharedPriorities};
 use crate::ring::Ring;
 use crate::sample::{SampleSpec, draw_one};
 use crate::schema::Schema;
@@ -61,6 +61,8 @@ const CHANGING_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Reader {
     buf: ReplayBuffer,
+    /// The priorities of a live prioritized buffer (a snapshot's are `buf`'s own).
+    priorities: Option<SharedPriorities>,
     /// The writer's progress page; `None` for a snapshot, which never changes.
     progress: Option<ProgressMap>,
     /// The files epoch the mappings were made at.
@@ -85,8 +87,10 @@ impl Reader {
         let epoch = wait_steady(&progress);
         let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
         buf.reseed(rand::rng().next_u64());
+        let priorities = open_priorities(&buf)?;
         let mut reader = Reader {
             buf,
+            priorities,
             progress: Some(progress),
             epoch,
         };
@@ -100,6 +104,7 @@ impl Reader {
     pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Reader> {
         Ok(Reader {
             buf: ReplayBuffer::open_snapshot(dir, name)?,
+            priorities: None,
             progress: None,
             epoch: 0,
         })
@@ -125,6 +130,7 @@ impl Reader {
             if epoch != self.epoch {
                 let ring = map_ring(&self.buf)?;
                 self.buf.ring = ring;
+                self.priorities = open_priorities(&self.buf)?;
                 self.epoch = epoch;
                 remapped = true;
                 // Loads below must pair with the files just mapped: start over.
@@ -247,17 +253,84 @@ impl Reader {
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.refresh_files()?;
-        if !out.fits(self.buf.schema()) {
-            return Err(Error::InvalidSample(
-                "the output batch was made for another schema".into(),
-            ));
-        }
+        self.check_batch(out)?;
         self.buf.draw_indices(spec, out.indices_mut())?;
         out.weights_mut().clear();
         out.resize(spec.n);
-        let (indices, mut outs) = out.parts_mut();
+        self.gather_drawn(Draw::Uniform(spec), out)
+    }
+
+    /// `n` items drawn by priority from those live now, with importance weights for
+    /// exponent `beta` (see [`ReplayBuffer::sample_prioritized`]).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let config = Config::new(schema, 100).prioritized(1.0, 0.0);
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// writer.add_batch(&[Column::new("x", &[0u32, 1, 2, 3])])?;
+    /// writer.update_priorities(&[0, 1, 2, 3], &[0.0f32, 0.0, 0.0, 1.0])?;
+    /// let mut reader = Reader::open(dir.path().join("b"))?;
+    /// let batch = reader.sample_prioritized(8, 0.4)?;
+    /// assert!(batch.indices().iter().all(|&i| i == 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
+        let mut batch = Batch::new(self.schema(), 0);
+        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// `sample_prioritized` into a reused batch. Priorities are read as the writer
+    /// keeps them, which is at most a thousand adds behind for the tree's upper
+    /// levels: a draw that lands on a slot the writer has just emptied is made again.
+    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        if self.progress.is_none() {
+            // A snapshot: the buffer's own priorities, which never change.
+            return self.buf.sample_prioritized_into(spec, out);
+        }
+        self.refresh_files()?;
+        self.check_batch(out)?;
+        out.resize(spec.n);
+        let (indices, weights, _) = out.drawn_parts_mut();
+        weights.resize(spec.n, 0.0);
+        let live = self.live_range();
+        let Some(p) = &mut self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.buf.dir.clone(),
+            });
+        };
+        p.draw(&mut self.buf.rng, spec, live, indices, weights)?;
+        self.buf.sampled += spec.n as u64;
+        self.gather_drawn(Draw::Prioritized(spec), out)
+    }
+
+    fn check_batch(&self, out: &Batch) -> Result<()> {
+        if out.fits(self.buf.schema()) {
+            Ok(())
+        } else {
+            Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ))
+        }
+    }
+
+    fn live_range(&self) -> LiveRange {
+        LiveRange {
+            head: self.buf.head,
+            head_slot: self.buf.head_slot,
+            tail: self.buf.tail,
+        }
+    }
+
+    /// Gathers the drawn rows of `out`. A drawn item that the writer overwrites before
+    /// it is copied, and any later draw the head has passed by then, is drawn again
+    /// `how` it was drawn, from the items live then; the rows copied before stay.
+    fn gather_drawn(&mut self, how: Draw<'_>, out: &mut Batch) -> Result<()> {
+        let (indices, weights, mut outs) = out.drawn_parts_mut();
         let mut from = 0;
-        for _ in 0..RACE_TRIES.saturating_add(spec.n) {
+        for _ in 0..RACE_TRIES.saturating_add(indices.len()) {
             let buf = &self.buf;
             let lost = match buf
                 .ring
@@ -270,21 +343,51 @@ impl Reader {
             if !self.lost_race(index)? {
                 return Err(self.buf.stamp_error(indices, lost));
             }
-            // The lost draw, and any later one the head has passed since, are drawn
-            // again from the items live now (the gather addresses only live indices).
-            let buf = &mut self.buf;
             for p in lost.position..indices.len() {
-                let stale = indices.get(p).is_some_and(|&i| i < buf.head);
+                let stale = indices.get(p).is_some_and(|&i| i < self.buf.head);
                 if p == lost.position || stale {
-                    let again = draw_one(&mut buf.rng, spec, buf.head, buf.tail, indices)?;
-                    if let Some(slot) = indices.get_mut(p) {
-                        *slot = again;
-                    }
+                    self.draw_again(how, indices, weights, p)?;
                 }
             }
             from = lost.position;
         }
         Err(self.lapped())
+    }
+
+    /// Draws position `p` of `indices` (and `weights`) again, `how` it was drawn.
+    fn draw_again(
+        &mut self,
+        how: Draw<'_>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        p: usize,
+    ) -> Result<()> {
+        let live = self.live_range();
+        let buf = &mut self.buf;
+        let (index, weight) = match (how, &mut self.priorities) {
+            (Draw::Uniform(spec), _) => {
+                let i = draw_one(&mut buf.rng, spec, live.head, live.tail, indices)?;
+                (i, None)
+            }
+            (Draw::Prioritized(spec), Some(pr)) => {
+                let (mut i, mut w) = ([0u64], [0f32]);
+                let one = PrioritySpec::new(1, spec.beta);
+                pr.draw(&mut buf.rng, &one, live, &mut i, &mut w)?;
+                (i.first().copied().unwrap_or(0), w.first().copied())
+            }
+            (Draw::Prioritized(_), None) => {
+                return Err(Error::NotPrioritized {
+                    dir: buf.dir.clone(),
+                });
+            }
+        };
+        if let Some(x) = indices.get_mut(p) {
+            *x = index;
+        }
+        if let (Some(x), Some(w)) = (weights.get_mut(p), weight) {
+            *x = w;
+        }
+        Ok(())
     }
 
     /// The items at `indices`, checked as [`ReplayBuffer::get_many`] checks them. An
@@ -331,6 +434,21 @@ fn wait_steady(p: &ProgressMap) -> u64 {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// How a sample drew its rows, so a lost one is drawn again the same way.
+#[derive(Clone, Copy)]
+enum Draw<'a> {
+    Uniform(&'a SampleSpec),
+    Prioritized(&'a PrioritySpec),
+}
+
+/// The priorities of a prioritized buffer, as its files are named now.
+fn open_priorities(buf: &ReplayBuffer) -> Result<Option<SharedPriorities>> {
+    let sb = &buf.superblock;
+    sb.prioritized
+        .then(|| SharedPriorities::open(&*buf.io, &buf.dir, sb))
+        .transpose()
 }
 
 /// The segment files of `buf` mapped again, as they are named now.

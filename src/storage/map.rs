@@ -816,4 +816,48 @@ impl TreeMap {
     pub fn flush(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, self.map.len())
     }
+
+    /// The tree's words as a reader in another process sees them: loaded one at a
+    /// time, atomically, while the writer may be storing into them.
+    pub fn shared_words(&self) -> SharedWords<'_> {
+        SharedWords {
+            // SAFETY: `new` checked the mapping holds the header page and `words`
+            // words after it; page-aligned plus 4096 is 8-aligned.
+            first: unsafe { self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<AtomicU64>() },
+            len: self.words,
+            _map: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The words of a mapped tree that another process may be changing, each read with a
+/// relaxed atomic load (a plain load on x86-64 and aarch64): a descent over them may
+/// meet a parent not yet fixed, never a torn word.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedWords<'a> {
+    first: *const AtomicU64,
+    len: usize,
+    _map: std::marker::PhantomData<&'a TreeMap>,
+}
+
+impl crate::sumtree::Words for SharedWords<'_> {
+    #[inline(always)]
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
+        if at.checked_add(K)? > self.len {
+            return None;
+        }
+        let node: [f64; K] = std::array::from_fn(|i| {
+            // SAFETY: at + K <= len keeps the word inside the mapped body (`shared_words`),
+            // which lives as long as `'a`; every process stores these words whole (aligned
+            // 8-byte stores), so an atomic load sees one value or another, never a mix.
+            let word = unsafe { &*self.first.add(at + i) };
+            f64::from_bits(word.load(Ordering::Relaxed))
+        });
+        Some(f(&node))
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, at: usize) {
+        prefetch(self.first.wrapping_add(at).cast());
+    }
 }
