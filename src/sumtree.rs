@@ -51,11 +51,7 @@ impl Words for [f64] {
 
 impl Words for Vec<f64> {
     #[inline(always)]
-    fn with_node<const K: usize, R>(
-        &self,
-        at: usize,
-        f: impl FnOnce(&[f64; K]) -> R,
-    ) -> Option<R> {
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
         self.as_slice().with_node(at, f)
     }
 

@@ -24,16 +24,16 @@ use serde_json::json;
 const STEP: u64 = 32;
 
 /// One line of the table.
-struct Row {
-    name: String,
-    values: Vec<f64>,
-    unit: &'static str,
-    data_bytes: u64,
-    written_bytes: Vec<u64>,
+pub(crate) struct Row {
+    pub name: String,
+    pub values: Vec<f64>,
+    pub unit: &'static str,
+    pub data_bytes: u64,
+    pub written_bytes: Vec<u64>,
 }
 
 impl Row {
-    fn new(name: String, unit: &'static str, data_bytes: u64) -> Row {
+    pub fn new(name: String, unit: &'static str, data_bytes: u64) -> Row {
         Row {
             name,
             values: Vec::new(),
@@ -43,7 +43,7 @@ impl Row {
         }
     }
 
-    fn median(&self) -> f64 {
+    pub fn median(&self) -> f64 {
         median(&self.values)
     }
 }
@@ -212,14 +212,15 @@ pub fn run(
     dir: Option<PathBuf>,
     as_json: bool,
 ) -> Result<ExitCode, Error> {
-    let workloads: Vec<Workload> = match workload.to_ascii_lowercase().as_str() {
-        "w1" => vec![Workload::W1],
-        "w2" => vec![Workload::W2],
-        "all" => vec![Workload::W1, Workload::W2],
+    let (workloads, w3): (Vec<Workload>, bool) = match workload.to_ascii_lowercase().as_str() {
+        "w1" => (vec![Workload::W1], false),
+        "w2" => (vec![Workload::W2], false),
+        "w3" => (vec![], true),
+        "all" => (vec![Workload::W1, Workload::W2], true),
         other => {
             return Err(Error::InvalidConfig {
                 field: "workload",
-                problem: format!("{other:?} is not W1, W2 or all"),
+                problem: format!("{other:?} is not W1, W2, W3 or all"),
             });
         }
     };
@@ -250,6 +251,16 @@ pub fn run(
             }
         }
     }
+    if w3 && result.is_ok() {
+        let capacity = Workload::W1.capacity() / if quick { 16 } else { 1 };
+        if !as_json {
+            eprintln!("W3: capacity {capacity}, a writer and 1, 2, 4 reader processes...");
+        }
+        match crate::w3::rows(capacity, &scratch, runs, quick) {
+            Ok(r) => rows.extend(r),
+            Err(e) => result = Err(e),
+        }
+    }
     // The buffers are scratch; an error removing them must not hide the figures.
     let _ = std::fs::remove_dir_all(&scratch);
     result?;
@@ -274,13 +285,13 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<18} {:>10} {:>21} {:<12} {:>12} {:>12}",
+        "{:<22} {:>10} {:>21} {:<12} {:>12} {:>12}",
         "workload", "median", "min-max", "unit", "data", "written"
     );
     for r in &rows {
         let (lo, hi) = min_max(&r.values);
         println!(
-            "{:<18} {:>10.2} {:>21} {:<12} {:>12} {:>12}",
+            "{:<22} {:>10.2} {:>21} {:<12} {:>12} {:>12}",
             r.name,
             r.median(),
             format!("{lo:.2}-{hi:.2}"),

@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod w3;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,9 +64,10 @@ enum Command {
         json: bool,
     },
     /// Time the standard workloads (../shared/WORKLOADS.md) on this machine: W1/W2 add,
-    /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full.
+    /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full; W3 one
+    /// writer with 1, 2 and 4 reader processes.
     Bench {
-        /// W1, W2 or all.
+        /// W1, W2, W3 or all.
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard
@@ -81,6 +83,16 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// W3's reader process (started by `bench`): samples `dir` for `seconds` once a
+    /// line arrives on stdin, then prints batches/s and its anonymous resident bytes.
+    #[command(hide = true)]
+    W3Reader {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// How long to sample.
+        #[arg(long)]
+        seconds: f64,
     },
     /// Check every checksum and stamp; exit 1 with file, offset and problem if damaged.
     Verify {
@@ -105,6 +117,7 @@ fn main() -> ExitCode {
             dir,
             json,
         } => bench::run(&workload, quick, runs, dir, json),
+        Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds),
         Command::Snapshots {
             dir,
             delete,

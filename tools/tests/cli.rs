@@ -243,6 +243,46 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
 }
 
 #[test]
+fn bench_w3_runs_reader_processes_beside_the_writer() {
+    let d = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "bench",
+        "--workload",
+        "w3",
+        "--quick",
+        "--runs",
+        "1",
+        "--json",
+        "--dir",
+        d.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["workload"] == name)
+            .unwrap_or_else(|| panic!("no row {name}: {v}"))
+    };
+    assert_eq!(row("W3 base sample")["unit"], "k batches/s");
+    assert_eq!(row("W3 base add1")["unit"], "M items/s");
+    for r in [1, 2, 4] {
+        // One value per reader process.
+        assert_eq!(row(&format!("W3 R={r} reader"))["runs"], r, "{v}");
+        assert_eq!(row(&format!("W3 R={r} writer"))["runs"], 1, "{v}");
+        for what in ["reader", "writer", "reader/base", "writer/base"] {
+            let x = row(&format!("W3 R={r} {what}"))["min"].as_f64().unwrap();
+            assert!(x > 0.0, "R={r} {what}: {v}");
+        }
+        // The reader's own memory: a batch and a handle, nothing sized by the buffer.
+        let rss = row(&format!("W3 R={r} reader RSS"));
+        assert_eq!(rss["unit"], "MiB anon");
+        assert!(rss["max"].as_f64().unwrap() < 64.0, "{v}");
+    }
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+}
+
+#[test]
 fn info_shows_episode_counts_and_lengths() {
     use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
     let d = tempfile::tempdir().unwrap();
