@@ -218,6 +218,57 @@ fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
     assert!(saw, "sampling never reported the damaged item");
 }
 
+/// A writer that died between making the epoch odd (a restore begins) and its end
+/// leaves the page odd until the next writer's open: readers wait it out once, then go
+/// on with the files as they are, without waiting on every call.
+#[test]
+fn a_writer_dead_mid_restore_costs_readers_one_wait_not_one_per_call() {
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 100);
+    add_range(&mut ReplayBuffer::open(&path).unwrap(), 0, 50);
+    let mut reader = Reader::open(&path).unwrap();
+    let page = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("lane-0").join("progress"))
+        .unwrap();
+    let mut epoch = [0u8; 8];
+    std::fs::File::open(path.join("lane-0").join("progress"))
+        .unwrap()
+        .read_exact_at(&mut epoch, 88)
+        .unwrap();
+    let odd = (u64::from_le_bytes(epoch) | 1).to_le_bytes();
+    page.write_all_at(&odd, 88).unwrap();
+    assert_eq!(bad_in_sample(&mut reader, 16, false), 0);
+    let start = std::time::Instant::now();
+    for _ in 0..10 {
+        assert_eq!(bad_in_sample(&mut reader, 16, false), 0);
+    }
+    // Ten waits would take 50 s.
+    assert!(start.elapsed().as_secs() < 4, "{:?}", start.elapsed());
+    // The next writer's open makes it even again; the reader follows at once.
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 50, 60);
+    reader.refresh().unwrap();
+    assert_eq!(reader.live(), 0..60);
+}
+
+#[test]
+fn readers_can_be_sent_to_threads() {
+    fn send<T: Send>(_: &T) {}
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 100);
+    add_range(&mut ReplayBuffer::open(&path).unwrap(), 0, 50);
+    let mut reader = Reader::open(&path).unwrap();
+    send(&reader);
+    let n = std::thread::spawn(move || bad_in_sample(&mut reader, 64, true))
+        .join()
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
 #[test]
 fn refusals_are_typed_errors_naming_who_holds_what() {
     let tmp = tempfile::tempdir().unwrap();

@@ -84,7 +84,7 @@ impl Reader {
         let progress = storage::open_progress(&*io, &dir, &sb, Access::Read)?;
         // Loaded before mapping: files replaced after this are remapped by the first
         // call that sees the epoch move.
-        let epoch = wait_steady(&progress);
+        let epoch = wait_steady(&progress, None);
         let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
         buf.reseed(rand::rng().next_u64());
         let priorities = open_priorities(&buf)?;
@@ -126,7 +126,7 @@ impl Reader {
         let mut remapped = false;
         let mut last = (0, 0);
         for _ in 0..REFRESH_TRIES {
-            let epoch = wait_steady(p);
+            let epoch = wait_steady(p, Some(self.epoch));
             if epoch != self.epoch {
                 let ring = map_ring(&self.buf)?;
                 self.buf.ring = ring;
@@ -424,12 +424,14 @@ impl Reader {
 
 /// The epoch of the progress page once it is even: an odd epoch means a writer is
 /// replacing files one by one, which is waited out (at most [`CHANGING_WAIT`], in case
-/// that writer died part way; its next open evens it).
-fn wait_steady(p: &ProgressMap) -> u64 {
+/// that writer died part way; its next open evens it). An odd epoch the reader has
+/// already waited out and mapped at (`mapped`) is not waited for again.
+fn wait_steady(p: &ProgressMap, mapped: Option<u64>) -> u64 {
     let start = Instant::now();
     loop {
         let epoch = p.load(EPOCH_OFF);
-        if epoch.is_multiple_of(2) || start.elapsed() > CHANGING_WAIT {
+        let steady = epoch.is_multiple_of(2) || Some(epoch) == mapped;
+        if steady || start.elapsed() > CHANGING_WAIT {
             return epoch;
         }
         std::thread::sleep(Duration::from_millis(1));
