@@ -1262,11 +1262,7 @@ impl ReplayBuffer {
 
     /// Draws as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        if !out.fits(&self.schema) {
-            return Err(Error::InvalidSample(
-                "the output batch was made for another schema".into(),
-            ));
-        }
+        self.check_batch(out)?;
         self.draw_indices(spec, out.indices_mut())?;
         out.weights_mut().clear();
         out.resize(spec.n);
@@ -1274,6 +1270,17 @@ impl ReplayBuffer {
         self.ring
             .gather(self.head, self.head_slot, indices, &mut outs)
             .map_err(|m| self.stamp_error(indices, m))
+    }
+
+    /// Whether `out` was made for this buffer's schema (a sample refills it in place).
+    pub(crate) fn check_batch(&self, out: &Batch) -> Result<()> {
+        if out.fits(&self.schema) {
+            Ok(())
+        } else {
+            Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ))
+        }
     }
 
     /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
@@ -1309,11 +1316,7 @@ impl ReplayBuffer {
 
     /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        if !out.fits(&self.schema) {
-            return Err(Error::InvalidSample(
-                "the output batch was made for another schema".into(),
-            ));
-        }
+        self.check_batch(out)?;
         out.resize(spec.n);
         let mut weights = std::mem::take(out.weights_mut());
         weights.resize(spec.n, 0.0);

@@ -253,7 +253,7 @@ impl Reader {
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.refresh_files()?;
-        self.check_batch(out)?;
+        self.buf.check_batch(out)?;
         self.buf.draw_indices(spec, out.indices_mut())?;
         out.weights_mut().clear();
         out.resize(spec.n);
@@ -291,7 +291,7 @@ impl Reader {
             return self.buf.sample_prioritized_into(spec, out);
         }
         self.refresh_files()?;
-        self.check_batch(out)?;
+        self.buf.check_batch(out)?;
         out.resize(spec.n);
         let (indices, weights, _) = out.drawn_parts_mut();
         weights.resize(spec.n, 0.0);
@@ -304,16 +304,6 @@ impl Reader {
         p.draw(&mut self.buf.rng, spec, live, indices, weights)?;
         self.buf.sampled += spec.n as u64;
         self.gather_drawn(Draw::Prioritized(spec), out)
-    }
-
-    fn check_batch(&self, out: &Batch) -> Result<()> {
-        if out.fits(self.buf.schema()) {
-            Ok(())
-        } else {
-            Err(Error::InvalidSample(
-                "the output batch was made for another schema".into(),
-            ))
-        }
     }
 
     fn live_range(&self) -> LiveRange {

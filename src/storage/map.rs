@@ -699,7 +699,8 @@ impl ProgressMap {
 /// The mapped priorities file: a header page, then the tree's `f64` words.
 ///
 /// Only the writer maps it writable, and the buffer's LOCK makes that writer the only
-/// one, so within its process the words may be borrowed as a slice. Readers copy out.
+/// one, so within its process the words may be borrowed as a slice. Readers elsewhere
+/// load them one at a time ([`TreeMap::shared_words`]) or copy them out.
 #[derive(Debug)]
 pub struct TreeMap {
     map: MmapRaw,
