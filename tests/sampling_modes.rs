@@ -314,6 +314,63 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
 
 /// The frames before the first stored row of a partly evicted episode are gone: no
 /// stack that needs them is drawn, and a buffer holding no complete stack says so.
+/// The reward of step row `t` of the episode below: distinct per step, exact in every
+/// type the test stores it as.
+fn typed_reward(t: u64) -> i16 {
+    (t as i16 % 11) - 5
+}
+
+#[test]
+fn nstep_returns_sum_rewards_of_any_scalar_type() {
+    // f32 rewards are read by a fast path; every other type by the general one.
+    for dtype in [DType::F64, DType::I16, DType::F32] {
+        let tmp = tempfile::tempdir().unwrap();
+        let schema = Schema::builder()
+            .field("obs", DType::F32, &[])
+            .field("reward", dtype, &[])
+            .build()
+            .unwrap();
+        let config = Config::new(schema, 64).segment_slots(16).episodic().seed(5);
+        let mut buf = ReplayBuffer::create(tmp.path().join("b"), config).unwrap();
+        // Episodes of 9 steps (10 rows), the last terminated; the ring wraps over them.
+        for e in 0..12u64 {
+            let base = e * 10;
+            buf.add_reset(&[Column::scalar("obs", &(base as f32))]).unwrap();
+            for t in 1..=9u64 {
+                let r = typed_reward(t);
+                let reward = match dtype {
+                    DType::F64 => f64::from(r).to_le_bytes().to_vec(),
+                    DType::I16 => r.to_le_bytes().to_vec(),
+                    _ => f32::from(r).to_le_bytes().to_vec(),
+                };
+                let obs = (base + t) as f32;
+                buf.add_step(
+                    &[
+                        Column::scalar("obs", &obs),
+                        Column::from_bytes("reward", dtype, &[], &reward),
+                    ],
+                    t == 9,
+                    false,
+                )
+                .unwrap();
+            }
+        }
+        let gamma = 0.5;
+        let spec = TransitionSpec::new(300, &["obs"]).nstep(3, gamma);
+        let got = buf.sample_transitions(&spec).unwrap();
+        let obs = got.obs().get::<f32>("obs").unwrap();
+        for i in 0..got.len() {
+            // The step's first reward belongs to step t (row t of its episode).
+            let t = obs[i] as u64 % 10 + 1;
+            let steps = 3.min(10 - t);
+            let want: f64 = (0..steps)
+                .map(|s| gamma.powi(s as i32) * f64::from(typed_reward(t + s)))
+                .sum();
+            assert_eq!(got.returns()[i], want, "{dtype:?}: step {t}");
+        }
+    }
+}
+
 #[test]
 fn stacks_needing_evicted_frames_are_never_drawn() {
     let tmp = tempfile::tempdir().unwrap();

@@ -244,15 +244,10 @@ const TRIES_PER_DRAW: usize = 64;
 /// How many transitions ahead their rows are fetched.
 const TRANSITIONS_AHEAD: usize = 16;
 
-/// The reward of row `r` (a field of `dtype` at `off`, `len` bytes), as f64; f32, the
-/// usual reward type, read directly.
+/// The reward of row `r` (a field of `dtype` at `off`, `len` bytes), as f64: the
+/// general path for reward types other than f32, which is read down the run directly.
 #[inline(always)]
 fn reward_of(run: &RowRun<'_>, r: u64, off: usize, len: usize, dtype: DType) -> f64 {
-    if dtype == DType::F32 {
-        let mut b = [0u8; 4];
-        run.read(r, off, &mut b);
-        return f64::from(f32::from_le_bytes(b));
-    }
     let mut b = [0u8; 8];
     run.read(r, off, b.get_mut(..len).unwrap_or(&mut []));
     crate::episodes::scalar_f64(dtype, &b)
@@ -442,13 +437,10 @@ impl ReplayBuffer {
             let i = out.indices.len();
             // The step header names the episode in O(1); the table decides, so a
             // header read without the stamps' protection can only cost a search.
-            let mut hint = [0u8; 8];
-            run.read(j, EPISODE_OFF, &mut hint);
-            let e = table
-                .of_hinted(j, u64::from_le_bytes(hint))
-                .ok_or_else(|| {
-                    Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
-                })?;
+            let hint = u64::from_le_bytes(run.read_le(j, EPISODE_OFF));
+            let e = table.of_hinted(j, hint).ok_or_else(|| {
+                Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+            })?;
             let span = e.span(head);
             // A step row whose observation row and its frames are stored.
             if j <= span.first || !span.stacks(j - 1, k) {
@@ -468,6 +460,11 @@ impl ReplayBuffer {
                             .clamp(span.start, span.last);
                         run.copy(r, &obs_fields, &mut frame_outs, at(i, frames, f));
                     }
+                } else if k == 1 {
+                    // No stacking: the two rows themselves, without the clamping
+                    // arithmetic per frame.
+                    run.copy(j - 1, &obs_fields, &mut obs_outs, i);
+                    run.copy(t.bootstrap, &obs_fields, &mut next_outs, i);
                 } else {
                     // The k newest frames up to each row, the reset row's repeated
                     // before it.
@@ -482,9 +479,16 @@ impl ReplayBuffer {
                 let mut g = 0.0;
                 if let Some((off, len, dtype)) = reward {
                     let mut w = 1.0;
-                    for r in t.rewards.clone() {
-                        g += w * reward_of(run, r, off, len, dtype);
-                        w *= spec.gamma;
+                    if dtype == DType::F32 {
+                        run.read_each(t.rewards.clone(), off, |b: [u8; 4]| {
+                            g += w * f64::from(f32::from_le_bytes(b));
+                            w *= spec.gamma;
+                        });
+                    } else {
+                        for r in t.rewards.clone() {
+                            g += w * reward_of(run, r, off, len, dtype);
+                            w *= spec.gamma;
+                        }
                     }
                 }
                 g
