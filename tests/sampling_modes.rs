@@ -335,7 +335,8 @@ fn nstep_returns_sum_rewards_of_any_scalar_type() {
         // Episodes of 9 steps (10 rows), the last terminated; the ring wraps over them.
         for e in 0..12u64 {
             let base = e * 10;
-            buf.add_reset(&[Column::scalar("obs", &(base as f32))]).unwrap();
+            buf.add_reset(&[Column::scalar("obs", &(base as f32))])
+                .unwrap();
             for t in 1..=9u64 {
                 let r = typed_reward(t);
                 let reward = match dtype {
@@ -359,14 +360,15 @@ fn nstep_returns_sum_rewards_of_any_scalar_type() {
         let spec = TransitionSpec::new(300, &["obs"]).nstep(3, gamma);
         let got = buf.sample_transitions(&spec).unwrap();
         let obs = got.obs().get::<f32>("obs").unwrap();
-        for i in 0..got.len() {
+        assert_eq!(got.len(), 300);
+        for (&o, &g) in obs.iter().zip(got.returns()) {
             // The step's first reward belongs to step t (row t of its episode).
-            let t = obs[i] as u64 % 10 + 1;
+            let t = o as u64 % 10 + 1;
             let steps = 3.min(10 - t);
             let want: f64 = (0..steps)
                 .map(|s| gamma.powi(s as i32) * f64::from(typed_reward(t + s)))
                 .sum();
-            assert_eq!(got.returns()[i], want, "{dtype:?}: step {t}");
+            assert_eq!(g, want, "{dtype:?}: step {t}");
         }
     }
 }
