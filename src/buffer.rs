@@ -268,6 +268,10 @@ pub struct ReplayBuffer {
     manifest: Option<File>,
     /// The writer lock (`None` for a read-only snapshot).
     lock: Option<File>,
+    /// `priorities.lock`, held by a writer that owns the priority tree.
+    priority_lock: Option<File>,
+    /// Adds without the priorities, which another process owns (`open_actor`).
+    actor: bool,
     superblock: Superblock,
     schema: Schema,
     ring: Ring,
@@ -317,16 +321,21 @@ const INLINE_FIELDS: usize = 16;
 enum Role {
     /// The one writer, holding the lock: shared writable mappings.
     Writer(File),
+    /// The one writer, adding items while another process owns the priorities (see
+    /// [`crate::PriorityOwner`]): the tree is neither mapped nor written.
+    Actor(File),
     /// A snapshot: private mappings that never change a byte on disk.
     Frozen,
     /// A reader of a buffer a writer may be changing: shared read-only mappings.
     Live,
 }
 
+mod owner;
 mod reader;
 mod transitions;
 mod units;
 mod views;
+pub use owner::PriorityOwner;
 pub use reader::Reader;
 pub use transitions::{TransitionSpec, Transitions};
 pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
@@ -433,6 +442,49 @@ impl ReplayBuffer {
         ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
     }
 
+    /// Opens an existing buffer for adding while another process owns its priorities:
+    /// the actor of an Ape-X style setup, whose learner samples by priority and updates
+    /// them through [`crate::PriorityOwner`]. The actor never maps or writes the tree;
+    /// the owner gives each new item the largest priority seen before its next draw.
+    /// Sampling by priority and updating them here are `NotPriorityOwner` errors.
+    /// Everything else is as [`ReplayBuffer::open`], including the one-writer lock.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Error, PriorityOwner, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6);
+    /// ReplayBuffer::create(dir.path().join("b"), config)?.close()?;
+    /// let mut actor = ReplayBuffer::open_actor(dir.path().join("b"))?;
+    /// let mut learner = PriorityOwner::open(dir.path().join("b"))?; // another process
+    /// actor.add(&[Column::scalar("x", &1.0f32)])?;
+    /// let batch = learner.sample_prioritized(4, 0.4)?;
+    /// learner.update_priorities(batch.indices(), &[2.0f32; 4])?;
+    /// assert!(matches!(actor.update_priorities(&[0], &[1.0f32]), Err(Error::NotPriorityOwner { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_actor(dir: impl AsRef<Path>) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_actor_with(dir, io::os())
+    }
+
+    /// `open_actor` through a given file-operation seam.
+    pub fn open_actor_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
+        let dir = dir.as_ref().to_path_buf();
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        let lock = storage::lock(&*io, &dir)?;
+        if snapshot::pending_restore(&*io, &dir)?.is_some() {
+            // Finishing a restore replaces the tree: no owner may have it mapped.
+            let _owner = sb
+                .prioritized
+                .then(|| storage::lock_priorities(&*io, &dir))
+                .transpose()?;
+            files_changing(&*io, &dir, &sb)?;
+            snapshot::finish_restore(&*io, &dir)?;
+        }
+        snapshot::clean_leftovers(&*io, &dir)?;
+        ReplayBuffer::open_as(dir, io, Role::Actor(lock), false)
+    }
+
     /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
     /// (from the snapshot's RNG position), writes are `ReadOnly` errors. Any number of
     /// processes may do this while the writer goes on; nothing here takes a lock or
@@ -511,13 +563,21 @@ impl ReplayBuffer {
     /// snapshot's files in place, whose commit `restore` already marked open (not clean);
     /// they are exactly the snapshot's, so they need no recovery and no marker commit.
     fn open_as(dir: PathBuf, io: IoRef, role: Role, restored: bool) -> Result<ReplayBuffer> {
-        let (access, lock) = match role {
-            Role::Writer(lock) => (Access::Write, Some(lock)),
-            Role::Frozen => (Access::Frozen, None),
-            Role::Live => (Access::Read, None),
+        let (access, lock, actor) = match role {
+            Role::Writer(lock) => (Access::Write, Some(lock), false),
+            Role::Actor(lock) => (Access::Write, Some(lock), true),
+            Role::Frozen => (Access::Frozen, None, false),
+            Role::Live => (Access::Read, None, false),
         };
         let live = access == Access::Read;
         let m = Manifest::load(&*io, &dir)?;
+        // The writer of a prioritized buffer owns its tree, and says so with a lock a
+        // PriorityOwner process would need; an actor leaves both to that process.
+        let priority_lock = if m.superblock.prioritized && lock.is_some() && !actor {
+            Some(storage::lock_priorities(&*io, &dir)?)
+        } else {
+            None
+        };
         let commit = m.newest_commit()?;
         let sb = m.superblock.clone();
         let segments = (0..sb.segment_count)
@@ -526,7 +586,7 @@ impl ReplayBuffer {
         let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
         // A live reader descends the tree through its own path (`Reader`), and the rows
         // it would rebuild an episode table from change under it.
-        let mut priorities = if sb.prioritized && !live {
+        let mut priorities = if sb.prioritized && !live && !actor {
             Some(Priorities::open(&*io, &dir, &sb, access)?)
         } else {
             None
@@ -561,6 +621,30 @@ impl ReplayBuffer {
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
+        if let Some(p) = &mut priorities {
+            // A restored tree was copied while a PriorityOwner may have been writing it
+            // (an actor's checkpoint): its parents are recomputed from the leaves.
+            if restored {
+                p.repair((head % sb.capacity) as usize, (tail - head) as usize)?;
+            }
+            // Items an actor added while another process owned the tree (or none did):
+            // their leaves are set now. A tree that says it has seen more than the rows
+            // hold lost them to a power cut with the rows.
+            if p.caught_up() > tail {
+                p.note_caught_up(tail);
+            }
+            let caught_up_now = p.caught_up() < tail;
+            if caught_up_now {
+                let is_reset = |i: u64| sb.episodic && ring.step_header(i % sb.capacity).t == 0;
+                p.catch_up(tail.saturating_sub(sb.capacity), head, tail, is_reset);
+            }
+            if priority_lock.is_some() {
+                p.set_owner(std::process::id());
+            }
+            if access.writes_file() && (restored || caught_up_now) {
+                p.flush(&*io)?;
+            }
+        }
         let progress = if access.writes_file() {
             Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
         } else {
@@ -593,6 +677,8 @@ impl ReplayBuffer {
             manifest_path,
             manifest,
             lock,
+            priority_lock,
+            actor,
             schema: m.schema,
             ring,
             head,
@@ -774,6 +860,7 @@ impl ReplayBuffer {
         // then never leaves a complete item without its priority, nor an intact older
         // item with the new item's priority.
         let slot = self.tail_slot;
+        let next_tail = self.tail + 1;
         let priorities = &mut self.priorities;
         if let Some(f) = &mut self.fragments {
             f.on_add(self.tail, fragment_pos);
@@ -789,6 +876,7 @@ impl ReplayBuffer {
                 } else {
                     p.on_add(slot);
                 }
+                p.note_caught_up(next_tail);
             }
         });
         self.tail += 1;
@@ -1050,9 +1138,23 @@ impl ReplayBuffer {
         self.writable()?;
         match &self.priorities {
             Some(p) => p.check_values(self.tail, priorities),
-            None => Err(Error::NotPrioritized {
+            None => Err(self.no_priorities()),
+        }
+    }
+
+    /// Why this handle has no priorities to draw from or update: another process owns
+    /// them (an actor), or the buffer keeps none.
+    fn no_priorities(&self) -> Error {
+        if self.actor && self.superblock.prioritized {
+            Error::NotPriorityOwner {
                 dir: self.dir.clone(),
-            }),
+                lock_file: self.dir.join(storage::PRIORITY_LOCK),
+                holder: storage::tree_owner_pid(&*self.io, &self.dir),
+            }
+        } else {
+            Error::NotPrioritized {
+                dir: self.dir.clone(),
+            }
         }
     }
 
@@ -1339,9 +1441,7 @@ impl ReplayBuffer {
         weights: &mut [f32],
     ) -> Result<()> {
         let Some(p) = &mut self.priorities else {
-            return Err(Error::NotPrioritized {
-                dir: self.dir.clone(),
-            });
+            return Err(self.no_priorities());
         };
         let live = LiveRange {
             head: self.head,
@@ -1366,9 +1466,7 @@ impl ReplayBuffer {
     ) -> Result<PriorityUpdate> {
         self.writable()?;
         let Some(p) = &mut self.priorities else {
-            return Err(Error::NotPrioritized {
-                dir: self.dir.clone(),
-            });
+            return Err(self.no_priorities());
         };
         p.update(self.head, self.head_slot, self.tail, indices, priorities)
     }
@@ -1377,9 +1475,7 @@ impl ReplayBuffer {
     /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
     pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
         let Some(p) = &self.priorities else {
-            return Err(Error::NotPrioritized {
-                dir: self.dir.clone(),
-            });
+            return Err(self.no_priorities());
         };
         let cap = self.superblock.capacity;
         indices
@@ -1579,6 +1675,7 @@ impl ReplayBuffer {
         self.publish(HEAD_OFF, self.head);
         if let Some(p) = &mut self.priorities {
             p.clear();
+            p.note_caught_up(self.tail);
         }
         if let Some(e) = &mut self.episodes {
             e.clear();
@@ -1663,6 +1760,11 @@ impl ReplayBuffer {
     pub fn set_state(&mut self, state: &State) -> Result<()> {
         self.writable()?;
         snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
+        // An actor replaces a tree another process may have mapped: only while no
+        // PriorityOwner runs (it would go on writing the replaced file).
+        let _owner = (self.actor && self.superblock.prioritized)
+            .then(|| storage::lock_priorities(&*self.io, &self.dir))
+            .transpose()?;
         self.publish_files_changing();
         let restored = snapshot::write_intent(&*self.io, &self.dir, state)
             .and_then(|()| snapshot::restore(&*self.io, &self.dir, &self.superblock, &state.name));
@@ -1681,9 +1783,12 @@ impl ReplayBuffer {
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
         let role = match self.lock.take() {
+            Some(lock) if self.actor => Role::Actor(lock),
             Some(lock) => Role::Writer(lock),
             None => Role::Frozen,
         };
+        // The new handle takes the priority lock again (flock is per open file).
+        drop(self.priority_lock.take());
         match ReplayBuffer::open_as(self.dir.clone(), self.io.clone(), role, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
@@ -1756,6 +1861,11 @@ impl ReplayBuffer {
     fn shutdown(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
+        if self.priority_lock.is_some()
+            && let Some(p) = &mut self.priorities
+        {
+            p.set_owner(0);
+        }
         self.sync_priorities()?;
         self.commit(FLAG_CLEAN, true)?;
         self.closed = true;

@@ -59,6 +59,26 @@ pub enum Error {
         holder: Option<u32>,
     },
 
+    /// The buffer's priorities belong to another process, its priority owner
+    /// ([`crate::PriorityOwner`]): this one adds items (an actor) and may not sample by
+    /// priority or update them.
+    #[error(
+        "the priorities of buffer {} are owned by another process{} (lock file {}): \
+         only that PriorityOwner samples by priority and updates them",
+        dir.display(),
+        holder.map(|p| format!(", process {p}")).unwrap_or_default(),
+        lock_file.display()
+    )]
+    NotPriorityOwner {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The priority owner's lock file.
+        lock_file: PathBuf,
+        /// The owning process, as the priorities file names it (`None`: no owner is
+        /// running now, or it did not say).
+        holder: Option<u32>,
+    },
+
     /// The directory holds no replay buffer (no manifest).
     #[error("{} is not a replaystore buffer: no MANIFEST file", dir.display())]
     NotABuffer {

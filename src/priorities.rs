@@ -14,7 +14,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{Error, Result};
 use crate::format::manifest::Superblock;
 use crate::format::tree::{
-    BODY_OFFSET, MAX_PRIORITY_OFF, TreeCounters, TreeHeader, TreeShape, valid_alpha, valid_eps,
+    BODY_OFFSET, CAUGHT_UP_OFF, MAX_PRIORITY_OFF, TreeCounters, TreeHeader, TreeShape, valid_alpha,
+    valid_eps,
 };
 use crate::storage::io::{Access, Io};
 use crate::storage::map::TreeMap;
@@ -447,6 +448,57 @@ impl Priorities {
         }
     }
 
+    /// Records that items below `tail` have their leaves (the writer that owns the tree
+    /// sets each on add); the header word follows at the next fix of parents.
+    #[inline(always)]
+    pub(crate) fn note_caught_up(&mut self, tail: u64) {
+        self.counters.caught_up = tail;
+    }
+
+    /// Items below this index have their leaves set (`caught_up` in the header).
+    pub(crate) fn caught_up(&self) -> u64 {
+        self.counters.caught_up
+    }
+
+    /// Names `pid` as the process owning the tree (0: none), in the header.
+    pub(crate) fn set_owner(&mut self, pid: u32) {
+        self.counters.owner_pid = u64::from(pid);
+        self.write_counters();
+    }
+
+    /// Sets the leaves of items the tree has not seen: those added by a writer that does
+    /// not own the tree (an actor), from `caught_up` to `tail`. New items get the
+    /// largest priority seen, reset rows (`is_reset`) zero. Slots of items evicted since
+    /// `seen_head` that no new item took are zeroed, so no draw lands on them. Parents
+    /// are fixed and the header's `caught_up` moves to `tail`.
+    pub(crate) fn catch_up(
+        &mut self,
+        seen_head: u64,
+        head: u64,
+        tail: u64,
+        mut is_reset: impl FnMut(u64) -> bool,
+    ) {
+        let cap = self.capacity as u64;
+        let oldest_slot_owner = tail.saturating_sub(cap);
+        // Evicted, slot not taken again by an item below `tail`.
+        let dead_from = seen_head.max(oldest_slot_owner);
+        if head > dead_from {
+            self.zero(dead_from, head - dead_from);
+        }
+        let from = self.counters.caught_up.max(oldest_slot_owner).max(head);
+        for index in from..tail {
+            let slot = index % cap.max(1);
+            if is_reset(index) {
+                self.on_add_leaf(slot, 0.0);
+            } else {
+                self.on_add(slot);
+            }
+        }
+        self.fix_pending();
+        self.counters.caught_up = tail;
+        self.write_counters();
+    }
+
     /// Recomputes the parents of the leaves set by adds since the last fix.
     pub(crate) fn fix_pending(&mut self) {
         if self.pending == 0 {
@@ -463,6 +515,8 @@ impl Priorities {
             }
         });
         self.pending = 0;
+        let caught_up = self.counters.caught_up.to_le_bytes();
+        self.map.write_header(CAUGHT_UP_OFF, &caught_up);
     }
 
     /// Draws `indices.len()` live indices by priority with their importance weights.

@@ -60,7 +60,7 @@ const CHANGING_WAIT: Duration = Duration::from_secs(5);
 /// ```
 #[derive(Debug)]
 pub struct Reader {
-    buf: ReplayBuffer,
+    pub(super) buf: ReplayBuffer,
     /// The priorities of a live prioritized buffer (a snapshot's are `buf`'s own).
     priorities: Option<SharedPriorities>,
     /// The writer's progress page; `None` for a snapshot, which never changes.

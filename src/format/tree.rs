@@ -22,6 +22,10 @@
 //! 64  8  max_priority (f64): the largest priority + eps seen, at least 1.0
 //! 72  8  stale_updates: priority updates skipped because their item was gone
 //! 80  8  updates: priority updates applied
+//! 88  8  caught_up: every item below this logical index has had its leaf set by the
+//!        tree's owner (new items at max_priority, reset rows 0); items from here on
+//!        have not, and the owner sets them before its next draw or update
+//! 96  8  owner_pid: the process holding `priorities.lock` (0: none, or unknown)
 //! ```
 //! A level of `n` values is stored as `n` words rounded up to a multiple of the arity
 //! (whole nodes; padding is 0) and starts on a 64-byte boundary. Value `j` of level `l`
@@ -53,8 +57,12 @@ pub const MAX_PRIORITY_OFF: usize = RESERVED_OFF + 4;
 pub const STALE_UPDATES_OFF: usize = MAX_PRIORITY_OFF + 8;
 /// Offset of the mutable `updates` counter.
 pub const UPDATES_OFF: usize = STALE_UPDATES_OFF + 8;
+/// Offset of the mutable `caught_up` index.
+pub const CAUGHT_UP_OFF: usize = UPDATES_OFF + 8;
+/// Offset of the mutable `owner_pid` word.
+pub const OWNER_PID_OFF: usize = CAUGHT_UP_OFF + 8;
 /// Bytes of the header that carry data.
-pub const HEADER_LEN: usize = UPDATES_OFF + 8;
+pub const HEADER_LEN: usize = OWNER_PID_OFF + 8;
 /// Offset of the tree body.
 pub const BODY_OFFSET: usize = 4096;
 /// Arities this build reads and writes.
@@ -86,6 +94,10 @@ pub struct TreeCounters {
     pub stale_updates: u64,
     /// Updates applied.
     pub updates: u64,
+    /// Items below this index have their leaves set by the tree's owner.
+    pub caught_up: u64,
+    /// The process owning the tree now (0: none or unknown).
+    pub owner_pid: u64,
 }
 
 impl Default for TreeCounters {
@@ -94,6 +106,8 @@ impl Default for TreeCounters {
             max_priority: 1.0,
             stale_updates: 0,
             updates: 0,
+            caught_up: 0,
+            owner_pid: 0,
         }
     }
 }
@@ -188,6 +202,8 @@ pub fn encode_counters(page: &mut [u8], c: &TreeCounters) {
     w.u64(MAX_PRIORITY_OFF, c.max_priority.to_bits());
     w.u64(STALE_UPDATES_OFF, c.stale_updates);
     w.u64(UPDATES_OFF, c.updates);
+    w.u64(CAUGHT_UP_OFF, c.caught_up);
+    w.u64(OWNER_PID_OFF, c.owner_pid);
 }
 
 /// Reads the mutable header fields (unchecked; `TreeHeader::decode` checks them).
@@ -197,6 +213,8 @@ pub fn decode_counters(page: &[u8]) -> TreeCounters {
         max_priority: f64::from_bits(r.u64(MAX_PRIORITY_OFF).unwrap_or(0)),
         stale_updates: r.u64(STALE_UPDATES_OFF).unwrap_or(0),
         updates: r.u64(UPDATES_OFF).unwrap_or(0),
+        caught_up: r.u64(CAUGHT_UP_OFF).unwrap_or(0),
+        owner_pid: r.u64(OWNER_PID_OFF).unwrap_or(0),
     }
 }
 
@@ -304,6 +322,8 @@ mod tests {
             max_priority: 5.0,
             stale_updates: 3,
             updates: 9,
+            caught_up: 1 << 40,
+            owner_pid: 4242,
         };
         encode_counters(&mut page, &c);
         assert_eq!(TreeHeader::decode(&page).unwrap().1, c);

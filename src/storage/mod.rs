@@ -334,9 +334,40 @@ pub fn check_segment_file(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> R
     SegmentHeader::check(&bytes, &header).map_err(|p| p.into_error(&path, "segment header"))
 }
 
+/// Lock file of the priority tree's owner: the writer of a prioritized buffer, or a
+/// `PriorityOwner` process while writers add as actors.
+pub const PRIORITY_LOCK: &str = "priorities.lock";
+
 /// Takes the writer lock of `dir`, creating the lock file if needed.
 pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK);
+    lock_named(io, dir, LOCK, writer_pid)
+}
+
+/// Takes the priority owner's lock of `dir` (see [`PRIORITY_LOCK`]).
+pub fn lock_priorities(io: &dyn Io, dir: &Path) -> Result<File> {
+    lock_named(io, dir, PRIORITY_LOCK, tree_owner_pid)
+}
+
+/// The process named as the priority tree's owner in its header, if any.
+pub fn tree_owner_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
+    let path = tree_path(dir);
+    let file = io.open_ro(&path).ok()?;
+    let mut b = [0u8; 8];
+    io.read_at(&file, crate::format::tree::OWNER_PID_OFF as u64, &mut b)
+        .ok()?;
+    u32::try_from(u64::from_le_bytes(b))
+        .ok()
+        .filter(|&p| p != 0)
+}
+
+/// Takes lock file `name` in `dir`; `holder` names the process holding it on conflict.
+fn lock_named(
+    io: &dyn Io,
+    dir: &Path,
+    name: &str,
+    holder: fn(&dyn Io, &Path) -> Option<u32>,
+) -> Result<File> {
+    let path = dir.join(name);
     let file = match io.open_rw(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match io.create_new(&path) {
@@ -370,7 +401,7 @@ pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
     Err(Error::Locked {
         dir: dir.to_path_buf(),
         lock_file: path,
-        holder: writer_pid(io, dir),
+        holder: holder(io, dir),
     })
 }
 

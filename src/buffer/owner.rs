@@ -1,0 +1,186 @@
+//! The priority owner: one process that samples by priority and updates priorities
+//! while writers in other processes add items as actors (`ReplayBuffer::open_actor`).
+//!
+//! The tree keeps a single writer, as it must (two processes storing into the same
+//! words would lose updates). Actors never touch it; the owner catches up before each
+//! draw and update: the items added since it last looked (`caught_up` in the tree's
+//! header) get the largest priority seen (reset rows zero), and slots emptied since
+//! get zero. So "new items enter at the maximum priority" holds from the owner's first
+//! call after the add. See docs/ARCHITECTURE.md, "Many processes".
+
+use std::fs::File;
+use std::path::Path;
+
+use super::Reader;
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+use crate::priorities::{Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate};
+use crate::storage::io::{self, Access, IoRef};
+use crate::storage::{self, Manifest};
+
+/// The one process that owns a prioritized buffer's priorities while actors add: the
+/// learner of an Ape-X style setup. It samples by priority, updates priorities, and
+/// reads like a [`Reader`] (see [`PriorityOwner::reader`]). A second owner, or a
+/// writer opened with [`crate::ReplayBuffer::open`] (which owns the tree itself), is
+/// refused with `Locked` naming the holder.
+///
+/// ```
+/// use replaystore::{Column, Config, DType, PriorityOwner, ReplayBuffer, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+/// let config = Config::new(schema, 100).prioritized(1.0, 0.0);
+/// ReplayBuffer::create(dir.path().join("b"), config)?.close()?;
+/// let mut actor = ReplayBuffer::open_actor(dir.path().join("b"))?;
+/// let mut learner = PriorityOwner::open(dir.path().join("b"))?; // usually another process
+/// actor.add_batch(&[Column::new("x", &[0u32, 1, 2])])?;
+/// learner.update_priorities(&[0, 1, 2], &[0.0f32, 0.0, 3.0])?;
+/// actor.add_batch(&[Column::new("x", &[3u32])])?; // enters at the largest priority, 3
+/// let batch = learner.sample_prioritized(64, 0.4)?;
+/// assert!(batch.indices().iter().all(|&i| i == 2 || i == 3));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct PriorityOwner {
+    reader: Reader,
+    tree: Priorities,
+    /// `priorities.lock`, held for the owner's lifetime.
+    _lock: File,
+    /// The head when the owner last caught up: slots evicted since are zeroed.
+    seen_head: u64,
+    closed: bool,
+}
+
+impl PriorityOwner {
+    /// Takes ownership of the priorities of the buffer in `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<PriorityOwner> {
+        PriorityOwner::open_with(dir, io::os())
+    }
+
+    /// `open` through a given file-operation seam.
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<PriorityOwner> {
+        let dir = dir.as_ref().to_path_buf();
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        if !sb.prioritized {
+            return Err(Error::NotPrioritized { dir });
+        }
+        let lock = storage::lock_priorities(&*io, &dir)?;
+        let mut reader = Reader::open_with(&dir, io.clone())?;
+        let mut tree = Priorities::open(&*io, &dir, &sb, Access::Write)?;
+        reader.refresh()?;
+        let (head, tail) = (reader.buf.head, reader.buf.tail);
+        let cap = sb.capacity;
+        // The previous owner may have been killed between a leaf and its parents, or an
+        // actor restored a checkpoint: zero what is not live, recompute every parent.
+        tree.repair((head % cap) as usize, (tail - head) as usize)?;
+        if tree.caught_up() > tail {
+            tree.note_caught_up(tail);
+        }
+        tree.set_owner(std::process::id());
+        let mut owner = PriorityOwner {
+            reader,
+            tree,
+            _lock: lock,
+            seen_head: head,
+            closed: false,
+        };
+        owner.catch_up()?;
+        Ok(owner)
+    }
+
+    /// Gives the items added since the last call their leaves, and zeroes the slots
+    /// emptied since; every draw and update does this first.
+    pub fn catch_up(&mut self) -> Result<()> {
+        self.reader.refresh()?;
+        let buf = &self.reader.buf;
+        let (head, tail, cap) = (buf.head, buf.tail, buf.superblock.capacity);
+        let (ring, episodic) = (&buf.ring, buf.superblock.episodic);
+        // A row the actor has lapped since the refresh reads as its newer item; that
+        // item is at or past `tail`, so the next catch-up sets its leaf again.
+        let is_reset = |i: u64| episodic && ring.step_header(i % cap).t == 0;
+        self.tree.catch_up(self.seen_head, head, tail, is_reset);
+        self.seen_head = head;
+        Ok(())
+    }
+
+    /// Draws `n` items by priority, with importance weights for exponent `beta`.
+    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
+        let mut batch = Batch::new(self.reader.schema(), 0);
+        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// `sample_prioritized` into a reused batch.
+    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.catch_up()?;
+        self.reader.sample_prioritized_into(spec, out)
+    }
+
+    /// Sets the priorities of live items (as [`crate::ReplayBuffer::update_priorities`]):
+    /// items the actors have overwritten since they were drawn are skipped and counted.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        self.catch_up()?;
+        let buf = &self.reader.buf;
+        self.tree
+            .update(buf.head, buf.head_slot, buf.tail, indices, priorities)
+    }
+
+    /// The current `priority + eps` of each live item in `indices`.
+    pub fn priorities(&mut self, indices: &[u64]) -> Result<Vec<f64>> {
+        self.catch_up()?;
+        let buf = &self.reader.buf;
+        let cap = buf.superblock.capacity;
+        indices
+            .iter()
+            .map(|&index| {
+                if index < buf.head || index >= buf.tail {
+                    return Err(Error::Evicted {
+                        index,
+                        head: buf.head,
+                        tail: buf.tail,
+                    });
+                }
+                Ok(self.tree.priority_of_slot(index % cap))
+            })
+            .collect()
+    }
+
+    /// Priority totals and counters, caught up.
+    pub fn priority_summary(&mut self) -> Result<PrioritySummary> {
+        self.catch_up()?;
+        Ok(self.tree.summary())
+    }
+
+    /// Makes the priorities durable: an msync of the tree (the actors' flushes make
+    /// their items durable, not the priorities).
+    pub fn flush(&mut self) -> Result<()> {
+        self.catch_up()?;
+        self.tree.flush(&*self.reader.buf.io)
+    }
+
+    /// The reading side: uniform sampling, `get`, `len` and stats, as any reader.
+    pub fn reader(&mut self) -> &mut Reader {
+        &mut self.reader
+    }
+
+    /// Flushes and gives up ownership (another owner, or a writer, may open then).
+    pub fn close(mut self) -> Result<()> {
+        self.closed = true;
+        self.tree.set_owner(0);
+        self.flush()
+    }
+}
+
+impl Drop for PriorityOwner {
+    fn drop(&mut self) {
+        if !self.closed {
+            // Parents fixed and the owner named as gone; the page cache keeps both, and
+            // a later owner recomputes the parents anyway.
+            self.tree.fix_pending();
+            self.tree.set_owner(0);
+        }
+    }
+}
