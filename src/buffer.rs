@@ -1477,24 +1477,7 @@ impl ReplayBuffer {
         let Some(p) = &self.priorities else {
             return Err(self.no_priorities());
         };
-        let cap = self.superblock.capacity;
-        indices
-            .iter()
-            .map(|&index| {
-                if index < self.head || index >= self.tail {
-                    return Err(Error::Evicted {
-                        index,
-                        head: self.head,
-                        tail: self.tail,
-                    });
-                }
-                let mut slot = self.head_slot + (index - self.head);
-                if slot >= cap {
-                    slot -= cap;
-                }
-                Ok(p.priority_of_slot(slot))
-            })
-            .collect()
+        p.of_live(self.head, self.tail, indices)
     }
 
     /// Priority totals and counters, if the buffer keeps priorities.

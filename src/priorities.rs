@@ -695,6 +695,20 @@ impl Priorities {
         priority_of_leaf(leaf, self.header.alpha)
     }
 
+    /// `priority + eps` of each of `indices`, which must be live in `head..tail`.
+    pub(crate) fn of_live(&self, head: u64, tail: u64, indices: &[u64]) -> Result<Vec<f64>> {
+        let cap = self.capacity.max(1) as u64;
+        indices
+            .iter()
+            .map(|&index| {
+                if index < head || index >= tail {
+                    return Err(Error::Evicted { index, head, tail });
+                }
+                Ok(self.priority_of_slot(index % cap))
+            })
+            .collect()
+    }
+
     /// Totals and counters.
     pub(crate) fn summary(&mut self) -> PrioritySummary {
         self.fix_pending();

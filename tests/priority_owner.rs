@@ -13,7 +13,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{add_range, item_bytes, schema, spawn_child, xorshift};
+use common::{Drained, add_range, item_bytes, schema, xorshift};
 use replaystore::{Column, Config, DType, Error, PriorityOwner, Reader, ReplayBuffer, Schema};
 
 const CHILD_ENV: &str = "REPLAYSTORE_OWNER_CHILD";
@@ -237,55 +237,6 @@ fn owner_child() {
     }
 }
 
-/// Reads a child's `<word> <n>` lines on a thread, keeping the last n.
-struct Drained {
-    child: std::process::Child,
-    last: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Drained {
-    fn spawn(role: &str) -> Drained {
-        use std::io::BufRead;
-        let (child, out) = spawn_child("owner_child", CHILD_ENV, role.as_ref());
-        let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let l = last.clone();
-        std::thread::spawn(move || {
-            for line in out.lines() {
-                let Ok(line) = line else { break };
-                if let Some(n) = line.split_whitespace().last().and_then(|w| w.parse().ok()) {
-                    l.store(n, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-        });
-        Drained { child, last }
-    }
-
-    fn wait_past(&mut self, above: u64) {
-        let start = std::time::Instant::now();
-        while self.last.load(std::sync::atomic::Ordering::SeqCst) <= above {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("child ended: {status}");
-            }
-            assert!(start.elapsed().as_secs() < 60, "child stalled");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn kill(&mut self) -> u64 {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        self.last.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl Drop for Drained {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Kills the owner at random moments (mid-update, mid-catch-up, mid-flush) while an
 /// actor process keeps adding, and sometimes the actor: the survivor goes on, a new
 /// owner opens with a consistent tree (`verify`), priorities only of live items, and
@@ -301,10 +252,10 @@ fn kill_9_of_the_owner_or_an_actor_leaves_a_sound_tree_and_every_acked_item() {
     create(&path, 500);
     let dir = path.to_str().unwrap();
     let mut s = 5u64;
-    let mut actor = Drained::spawn(&format!("actor:{dir}"));
+    let mut actor = Drained::spawn("owner_child", CHILD_ENV, &format!("actor:{dir}"));
     actor.wait_past(10);
     for round in 0..rounds {
-        let mut owner = Drained::spawn(&format!("owner:{dir}"));
+        let mut owner = Drained::spawn("owner_child", CHILD_ENV, &format!("owner:{dir}"));
         owner.wait_past(xorshift(&mut s) % 400);
         owner.kill();
         if round % 3 == 2 {
@@ -321,7 +272,7 @@ fn kill_9_of_the_owner_or_an_actor_leaves_a_sound_tree_and_every_acked_item() {
                 "round {round}: {:?}",
                 report.problems
             );
-            actor = Drained::spawn(&format!("actor:{dir}"));
+            actor = Drained::spawn("owner_child", CHILD_ENV, &format!("actor:{dir}"));
             actor.wait_past(acked + 1);
         }
         // The next owner repairs what the killed one left: every leaf finite, parents

@@ -14,7 +14,7 @@ mod common;
 use std::io::BufRead;
 use std::path::Path;
 
-use common::{add_range, columns, item, item_bytes, schema, spawn_child, xorshift};
+use common::{Drained, add_range, columns, item, item_bytes, schema, spawn_child, xorshift};
 use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, Schema, inspect};
 
 const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
@@ -437,77 +437,6 @@ fn run_endless_reader(dir: &str) {
     }
 }
 
-/// A child whose output a thread drains into the last number it printed, so the child
-/// never blocks on a full pipe while the parent waits on something else.
-struct Drained {
-    child: std::process::Child,
-    last: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    bad: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Drained {
-    fn spawn(role: &str) -> Drained {
-        use std::sync::atomic::Ordering::SeqCst;
-        let (child, out) = spawn_child("readers_child", CHILD_ENV, role.as_ref());
-        let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let bad = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (l, b) = (last.clone(), bad.clone());
-        std::thread::spawn(move || {
-            for line in out.lines() {
-                let Ok(line) = line else { break };
-                if line.contains("bad") {
-                    b.store(true, SeqCst);
-                }
-                if let Some(n) = line.split_whitespace().last().and_then(|w| w.parse().ok()) {
-                    l.store(n, SeqCst);
-                }
-            }
-        });
-        Drained { child, last, bad }
-    }
-
-    fn last(&self) -> u64 {
-        self.last.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Waits until the child has printed a number above `above`.
-    fn wait_past(&self, above: u64) {
-        let start = std::time::Instant::now();
-        while self.last() <= above {
-            assert!(
-                !self.bad.load(std::sync::atomic::Ordering::SeqCst),
-                "bad item"
-            );
-            assert!(
-                start.elapsed().as_secs() < 60,
-                "child stalled at {}",
-                self.last()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn kill(&mut self) -> u64 {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        // Whatever it printed before dying is in the pipe: let the thread drain it.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(
-            !self.bad.load(std::sync::atomic::Ordering::SeqCst),
-            "bad item"
-        );
-        self.last()
-    }
-}
-
-impl Drop for Drained {
-    /// A failing test leaves no child running (killing a dead one is harmless).
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Kills readers and writers at random moments: a reader's death never stops the
 /// writer, the writer's death never stops a reader (nor makes it serve a bad item),
 /// a reader keeps going across the next writer's open (recovery, a new epoch), and the
@@ -525,15 +454,21 @@ fn kill_9_of_readers_and_writers_stops_nobody_else_and_loses_nothing() {
     let dir = path.to_str().unwrap();
     let mut s = 99u64;
     for round in 0..rounds {
-        let mut writer = Drained::spawn(&format!("acking-writer:{dir}:{}", round + 1));
+        let mut writer = Drained::spawn(
+            "readers_child",
+            CHILD_ENV,
+            &format!("acking-writer:{dir}:{}", round + 1),
+        );
         writer.wait_past(0);
-        let mut reader = Drained::spawn(&format!("endless-reader:{dir}"));
+        let mut reader =
+            Drained::spawn("readers_child", CHILD_ENV, &format!("endless-reader:{dir}"));
         reader.wait_past(xorshift(&mut s) % 2_000);
         reader.kill();
         // The writer goes on after the reader's death.
         let acked = writer.last();
         writer.wait_past(acked + 50);
-        let mut reader = Drained::spawn(&format!("endless-reader:{dir}"));
+        let mut reader =
+            Drained::spawn("readers_child", CHILD_ENV, &format!("endless-reader:{dir}"));
         reader.wait_past(0);
         writer.wait_past(writer.last() + xorshift(&mut s) % 3_000);
         let acked = writer.kill();

@@ -132,20 +132,7 @@ impl PriorityOwner {
     pub fn priorities(&mut self, indices: &[u64]) -> Result<Vec<f64>> {
         self.catch_up()?;
         let buf = &self.reader.buf;
-        let cap = buf.superblock.capacity;
-        indices
-            .iter()
-            .map(|&index| {
-                if index < buf.head || index >= buf.tail {
-                    return Err(Error::Evicted {
-                        index,
-                        head: buf.head,
-                        tail: buf.tail,
-                    });
-                }
-                Ok(self.tree.priority_of_slot(index % cap))
-            })
-            .collect()
+        self.tree.of_live(buf.head, buf.tail, indices)
     }
 
     /// Priority totals and counters, caught up.

@@ -294,3 +294,76 @@ stop_io_forward! {
     copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
     remove_dir(dir: &Path) -> std::io::Result<()>;
 }
+
+/// A child whose output a thread drains into the last number it printed, so the child
+/// never blocks on a full pipe while the parent waits on something else; a line saying
+/// `bad` fails the parent's next wait or kill.
+pub struct Drained {
+    child: std::process::Child,
+    last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    bad: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drained {
+    /// Starts child test `name` with `env` set to `role`.
+    pub fn spawn(name: &str, env: &str, role: &str) -> Drained {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (child, out) = spawn_child(name, env, role.as_ref());
+        let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bad = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, b) = (last.clone(), bad.clone());
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if line.contains("bad") {
+                    b.store(true, SeqCst);
+                }
+                if let Some(n) = line.split_whitespace().last().and_then(|w| w.parse().ok()) {
+                    l.store(n, SeqCst);
+                }
+            }
+        });
+        Drained { child, last, bad }
+    }
+
+    pub fn last(&self) -> u64 {
+        self.last.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until the child has printed a number above `above`.
+    pub fn wait_past(&self, above: u64) {
+        let start = std::time::Instant::now();
+        while self.last() <= above {
+            assert!(
+                !self.bad.load(std::sync::atomic::Ordering::SeqCst),
+                "bad item"
+            );
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "child stalled at {}",
+                self.last()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    pub fn kill(&mut self) -> u64 {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        // Whatever it printed before dying is in the pipe: let the thread drain it.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !self.bad.load(std::sync::atomic::Ordering::SeqCst),
+            "bad item"
+        );
+        self.last()
+    }
+}
+
+impl Drop for Drained {
+    /// A failing test leaves no child running (killing a dead one is harmless).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
