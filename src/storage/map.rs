@@ -652,10 +652,9 @@ impl RowRun<'_> {
                 }
             }
             _ => {
-                for index in rows {
-                    if self.ptr(index).is_some() {
-                        f(self.read_le(index, off));
-                    }
+                let inside = self.first..self.first + self.count;
+                for index in rows.filter(|i| inside.contains(i)) {
+                    f(self.read_le(index, off));
                 }
             }
         }
@@ -777,7 +776,8 @@ pub struct TreeMap {
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; writing goes through
-// `&mut self`, and the writer lock keeps other processes from writing.
+// `&mut self`, and `priorities.lock` (held by the tree's one owner: the writer, or a
+// PriorityOwner beside actors) keeps other processes from writing.
 unsafe impl Send for TreeMap {}
 // SAFETY: `&self` methods only read.
 unsafe impl Sync for TreeMap {}
