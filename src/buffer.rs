@@ -57,6 +57,7 @@ pub struct Config {
     episodic: bool,
     whole_episodes: bool,
     fragments: bool,
+    first_index: u64,
 }
 
 impl Config {
@@ -73,6 +74,7 @@ impl Config {
             episodic: false,
             whole_episodes: false,
             fragments: false,
+            first_index: 0,
         }
     }
 
@@ -330,11 +332,13 @@ enum Role {
     Live,
 }
 
+mod lanes;
 mod owner;
 mod reader;
 mod transitions;
 mod units;
 mod views;
+pub use lanes::{Lane, Lanes};
 pub use owner::PriorityOwner;
 pub use reader::Reader;
 pub use transitions::{TransitionSpec, Transitions};
@@ -410,6 +414,7 @@ impl ReplayBuffer {
             &archive,
             config.seed.unwrap_or_else(|| rand::rng().next_u64()),
             config.priorities.as_ref(),
+            config.first_index,
         );
         if let Err(e) = result {
             remove_new_buffer(&dir, &sb);
@@ -1899,6 +1904,7 @@ fn write_new_buffer(
     archive: &[u8],
     seed: u64,
     priorities: Option<&PriorityConfig>,
+    first_index: u64,
 ) -> Result<()> {
     let lane = dir.join(LANE_DIR);
     io.create_dir_all(&lane)
@@ -1912,6 +1918,8 @@ fn write_new_buffer(
         Priorities::create(io, dir, sb, p)?;
     }
     let first = Commit {
+        head: first_index,
+        tail: first_index,
         rng_seed: seed,
         flags: FLAG_CLEAN,
         ..Commit::default()

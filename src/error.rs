@@ -86,6 +86,32 @@ pub enum Error {
         dir: PathBuf,
     },
 
+    /// The directory holds a buffer made of lanes: it opens with `Lanes`, and each
+    /// lane (`lane-K/`) as a buffer of its own.
+    #[error(
+        "{} is a buffer of {lanes} lanes: open it with Lanes::open (or open_reader, \
+         open_owner), or one lane with Lanes::open_lane",
+        dir.display()
+    )]
+    IsLanes {
+        /// The directory.
+        dir: PathBuf,
+        /// How many lanes it has.
+        lanes: u32,
+    },
+    /// A lane number, or an index whose top byte names a lane, the buffer does not have.
+    #[error("{}: no lane {lane}{}: the buffer has lanes 0..{lanes}", dir.display(),
+        index.map(|i| format!(" (index {i})")).unwrap_or_default())]
+    NoSuchLane {
+        /// The directory.
+        dir: PathBuf,
+        /// The lane asked for.
+        lane: u64,
+        /// The index that named it, if one did.
+        index: Option<u64>,
+        /// How many lanes the buffer has.
+        lanes: u32,
+    },
     /// `create` was asked to make a buffer where one (or other files) already exists.
     #[error("cannot create a buffer in {}: {what}", dir.display())]
     AlreadyExists {

@@ -55,8 +55,8 @@ pub mod workloads;
 
 pub use batch::{Batch, FieldArray};
 pub use buffer::{
-    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, PriorityOwner, Reader,
-    ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions, UnitSpec,
+    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityOwner,
+    Reader, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions, UnitSpec,
 };
 pub use column::Column;
 pub use dtype::{DType, Element};

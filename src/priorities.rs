@@ -574,6 +574,33 @@ impl Priorities {
         leaf_value(h.eps, h.alpha, self.leaf_limit, position, index, p)
     }
 
+    /// Checks one priority meant for `index` (given at `position` of an update) without
+    /// applying it: the checks `update` makes, for callers that update several trees
+    /// and must refuse the whole call before changing any of them.
+    pub(crate) fn check_update_one<P: Priority>(
+        &self,
+        position: usize,
+        index: u64,
+        tail: u64,
+        p: P,
+    ) -> Result<()> {
+        self.leaf_for(position, index, p)?;
+        if index >= tail {
+            return Err(Error::NotYetAdded { index, tail });
+        }
+        Ok(())
+    }
+
+    /// Raises the largest priority seen (what new items get) to at least `q`: trees
+    /// sampled as one (lanes) give new items the largest priority of them all.
+    pub(crate) fn raise_max(&mut self, q: f64) {
+        if q > self.counters.max_priority && q.is_finite() {
+            self.counters.max_priority = q;
+            self.max_leaf = leaf_of(q, self.header.alpha);
+            self.write_counters();
+        }
+    }
+
     /// Sets the priorities of live `indices`; evicted ones are skipped and counted.
     /// Everything is checked before anything is changed.
     pub(crate) fn update<P: Priority>(
@@ -723,6 +750,11 @@ impl Priorities {
             updates: self.counters.updates,
             stale_updates: self.counters.stale_updates,
         }
+    }
+
+    /// The largest `priority + eps` seen: what a new item gets.
+    pub(crate) fn max_priority(&self) -> f64 {
+        self.counters.max_priority
     }
 
     /// Updates skipped because their item was gone.
@@ -934,6 +966,12 @@ impl SharedPriorities {
             tree: Tree::of(shape),
             descents: Descents::default(),
         })
+    }
+
+    /// `(total, smallest non-zero leaf)` as the tree reads now.
+    pub(crate) fn mass(&self) -> (f64, f64) {
+        let w = self.map.shared_words();
+        (self.tree.total(&w), self.tree.min(&w))
     }
 
     /// Draws `indices.len()` live indices by priority with their importance weights,

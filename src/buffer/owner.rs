@@ -148,6 +148,27 @@ impl PriorityOwner {
         self.tree.flush(&*self.reader.buf.io)
     }
 
+    /// Checks one priority of an update as `update_priorities` would, applying nothing.
+    pub(super) fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
+        let tail = self.reader.buf.tail;
+        self.tree.check_update_one(position, index, tail, p)
+    }
+
+    /// The largest `priority + eps` seen.
+    pub(super) fn max_priority(&self) -> f64 {
+        self.tree.max_priority()
+    }
+
+    /// Raises the priority new items get to at least `q`.
+    pub(super) fn raise_max(&mut self, q: f64) {
+        self.tree.raise_max(q);
+    }
+
+    /// The reading side, borrowed shared.
+    pub(super) fn reader_ref(&self) -> &Reader {
+        &self.reader
+    }
+
     /// The reading side: uniform sampling, `get`, `len` and stats, as any reader.
     pub fn reader(&mut self) -> &mut Reader {
         &mut self.reader

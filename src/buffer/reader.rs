@@ -306,6 +306,20 @@ impl Reader {
         self.gather_drawn(Draw::Prioritized(spec), out)
     }
 
+    /// `(total, smallest non-zero leaf)` of the priorities as they read now.
+    pub(super) fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        if let Some(p) = &self.priorities {
+            return Ok(p.mass());
+        }
+        // A snapshot reads its own frozen tree.
+        match self.buf.priority_summary() {
+            Some(s) => Ok((s.total, s.min_leaf)),
+            None => Err(Error::NotPrioritized {
+                dir: self.buf.dir.clone(),
+            }),
+        }
+    }
+
     fn live_range(&self) -> LiveRange {
         LiveRange {
             head: self.buf.head,

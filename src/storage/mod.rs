@@ -8,6 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::format::lanes::{self, LanesFile};
 use crate::format::manifest::{
     COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock,
 };
@@ -64,8 +65,13 @@ impl Manifest {
         let bytes = match io.read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotABuffer {
-                    dir: dir.to_path_buf(),
+                let dir = dir.to_path_buf();
+                return Err(match read_lanes(io, &dir) {
+                    Ok(Some(f)) => Error::IsLanes {
+                        dir,
+                        lanes: f.lanes,
+                    },
+                    _ => Error::NotABuffer { dir },
                 });
             }
             Err(e) => return Err(Error::io("read", &path, e)),
@@ -607,4 +613,39 @@ pub fn writer_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
     let bytes = io.read(&progress_path(dir)).ok()?;
     let pid = crate::format::progress::writer_pid(&bytes);
     u32::try_from(pid).ok().filter(|&p| p != 0)
+}
+
+/// The folder of lane `lane` of a buffer made of lanes: a one-ring buffer of its own.
+pub fn lane_dir(dir: &Path, lane: u32) -> PathBuf {
+    dir.join(format!("lane-{lane}"))
+}
+
+/// Reads and checks the `LANES` file of `dir`; `None` when there is none (a buffer of
+/// one ring, or no buffer).
+pub fn read_lanes(io: &dyn Io, dir: &Path) -> Result<Option<LanesFile>> {
+    let path = dir.join(lanes::FILE_NAME);
+    match io.read(&path) {
+        Ok(bytes) => LanesFile::decode(&bytes)
+            .map(Some)
+            .map_err(|p| p.into_error(&path, "lanes file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", &path, e)),
+    }
+}
+
+/// Writes `LANES` durably under its final name (through a temporary name, then a
+/// rename and an fsync of `dir`): its presence is what makes the lanes one buffer.
+pub fn write_lanes(io: &dyn Io, dir: &Path, file: &LanesFile) -> Result<()> {
+    let tmp = dir.join("LANES.tmp");
+    let f = io
+        .create_new(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&f, 0, &file.encode())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&f)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let path = dir.join(lanes::FILE_NAME);
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
 }

@@ -1,0 +1,936 @@
+//! Lanes: one buffer made of several rings, each with its own writer, sampled as one.
+//!
+//! Lane K is an ordinary one-ring buffer in `lane-K/` whose logical indices start at
+//! `K << 56` (`format::lanes`), so an index says which lane holds it, and everything a
+//! one-ring buffer does (recovery, snapshots, readers, the priority owner, `verify`)
+//! holds for each lane unchanged. What this module adds is the view of all lanes as
+//! one buffer: rows routed to lanes by id, draws split over the lanes by their sizes
+//! (uniform) or their priority mass (prioritized), and updates routed back. Splitting
+//! `n` draws by a multinomial over the lanes and drawing within each lane gives exactly
+//! the distribution of `n` draws over all items at once. See docs/ARCHITECTURE.md,
+//! "Lanes".
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use super::{Config, PriorityOwner, Reader, ReplayBuffer, Stats};
+use crate::batch::Batch;
+use crate::column::{Column, NameCache, match_columns};
+use crate::error::{Error, Result};
+use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
+use crate::priorities::{Priority, PrioritySpec, PriorityUpdate};
+use crate::sample::SampleSpec;
+use crate::schema::Schema;
+use crate::storage::io::{self, IoRef};
+use crate::storage::{self, Manifest};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ReplayBuffer {}
+    impl Sealed for super::Reader {}
+    impl Sealed for super::PriorityOwner {}
+}
+
+/// What one lane of [`Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
+/// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
+/// the plumbing `Lanes` calls.
+pub trait Lane: sealed::Sealed {
+    #[doc(hidden)]
+    fn buffer(&self) -> &ReplayBuffer;
+    #[doc(hidden)]
+    fn buffer_mut(&mut self) -> &mut ReplayBuffer;
+    /// Looks at where the lane's writer is now (a reader), and catches the priorities
+    /// up (the owner).
+    #[doc(hidden)]
+    fn refresh_lane(&mut self) -> Result<()>;
+    #[doc(hidden)]
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()>;
+    #[doc(hidden)]
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()>;
+    /// `(total, smallest non-zero leaf)` of the lane's priorities.
+    #[doc(hidden)]
+    fn priority_mass(&mut self) -> Result<(f64, f64)>;
+    #[doc(hidden)]
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch>;
+    #[doc(hidden)]
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()>;
+    #[doc(hidden)]
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate>;
+    /// The largest `priority + eps` the lane has seen, if this handle owns its tree.
+    #[doc(hidden)]
+    fn max_priority(&self) -> Option<f64>;
+    #[doc(hidden)]
+    fn raise_max(&mut self, q: f64);
+}
+
+impl Lane for ReplayBuffer {
+    fn buffer(&self) -> &ReplayBuffer {
+        self
+    }
+    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
+        self
+    }
+    fn refresh_lane(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        match self.priority_summary() {
+            Some(s) => Ok((s.total, s.min_leaf)),
+            None => Err(self.no_priorities()),
+        }
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.get_many(indices)
+    }
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
+        match &self.priorities {
+            Some(t) => t.check_update_one(position, index, self.tail, p),
+            None => Err(self.no_priorities()),
+        }
+    }
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
+        self.update_priorities(indices, priorities)
+    }
+    fn max_priority(&self) -> Option<f64> {
+        self.priorities.as_ref().map(|p| p.max_priority())
+    }
+    fn raise_max(&mut self, q: f64) {
+        if let Some(p) = &mut self.priorities {
+            p.raise_max(q);
+        }
+    }
+}
+
+impl Lane for Reader {
+    fn buffer(&self) -> &ReplayBuffer {
+        &self.buf
+    }
+    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
+        &mut self.buf
+    }
+    fn refresh_lane(&mut self) -> Result<()> {
+        self.refresh()
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        Reader::priority_mass(self)
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.get_many(indices)
+    }
+    fn check_priority(&self, _: usize, _: u64, _: f64) -> Result<()> {
+        Err(Error::ReadOnly {
+            dir: self.dir().to_path_buf(),
+            op: "update_priorities (a reader; the priority owner or the writer updates)",
+        })
+    }
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
+        self.update_priorities(indices, priorities)
+    }
+    fn max_priority(&self) -> Option<f64> {
+        None
+    }
+    fn raise_max(&mut self, _: f64) {}
+}
+
+impl Lane for PriorityOwner {
+    fn buffer(&self) -> &ReplayBuffer {
+        &self.reader_ref().buf
+    }
+    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
+        &mut self.reader().buf
+    }
+    fn refresh_lane(&mut self) -> Result<()> {
+        self.catch_up()
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.reader().sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        let s = self.priority_summary()?;
+        Ok((s.total, s.min_leaf))
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.reader().get_many(indices)
+    }
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
+        PriorityOwner::check_priority(self, position, index, p)
+    }
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
+        self.update_priorities(indices, priorities)
+    }
+    fn max_priority(&self) -> Option<f64> {
+        Some(PriorityOwner::max_priority(self))
+    }
+    fn raise_max(&mut self, q: f64) {
+        PriorityOwner::raise_max(self, q);
+    }
+}
+
+/// A buffer made of lanes (Tianshou's `VectorReplayBuffer`): `L` rings of
+/// `capacity / L` items (rounded up), each with its own writer lock, so `L` actor
+/// processes add at once, sampled as one buffer. Lane `K`'s logical indices start at
+/// `K << 56`; [`Lanes::lane_edges`] gives each lane's live range, and an episode never
+/// crosses lanes (each lane keeps its own).
+///
+/// Who may do what, each from any process:
+/// - [`Lanes::open`]: writes every lane (and owns every lane's priorities) in one
+///   process, with [`Lanes::add_batch`] routing rows to lanes by id.
+/// - [`Lanes::open_lane`]: one lane's writer, an ordinary [`ReplayBuffer`]; a second
+///   writer on that lane is `Locked`. [`Lanes::open_lane_actor`] leaves the lane's
+///   priorities to the owner.
+/// - [`Lanes::open_reader`]: samples all lanes (uniformly, or by priority with the
+///   trees the lane writers or the owner keep) and never writes.
+/// - [`Lanes::open_owner`]: the learner that samples by priority and updates while
+///   actors add to their lanes; a second owner is `Locked`.
+///
+/// Rows of a sample come grouped by lane, in lane order.
+///
+/// ```
+/// use replaystore::{Column, Config, DType, Lanes, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+/// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 100), 4)?;
+/// // One step from each of four environments, and two more from env 2.
+/// let idx = lanes.add_batch(&[Column::new("x", &[10u32, 11, 12, 13, 14, 15])], &[0, 1, 2, 3, 2, 2])?;
+/// assert_eq!(Lanes::lane_of(idx[4]), 2);
+/// assert_eq!(lanes.len(), 6);
+/// assert_eq!(lanes.lane_edges()[2].clone().count(), 3);
+/// let batch = lanes.sample(32)?;
+/// for (&i, &x) in batch.indices().iter().zip(batch.get::<u32>("x")?) {
+///     assert_eq!(lanes.get(i)?.get::<u32>("x")?[0], x);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Lanes<L: Lane = ReplayBuffer> {
+    dir: PathBuf,
+    schema: Schema,
+    /// Never empty.
+    lanes: Vec<L>,
+    /// One batch per lane that each lane samples into before its rows join the output.
+    scratch: Vec<Batch>,
+    counts: Vec<usize>,
+}
+
+impl Lanes<ReplayBuffer> {
+    /// The lane an index belongs to (its top byte), for a `Lanes` opened any way.
+    pub fn lane_of(index: u64) -> u64 {
+        lane_of(index)
+    }
+
+    /// Creates a buffer of `lanes` lanes in `dir` (absent or empty). Each lane holds
+    /// `config`'s capacity divided by `lanes`, rounded up, with everything else as
+    /// `config` says; a seed in `config` seeds lane `K` with a value derived from it.
+    pub fn create(dir: impl AsRef<Path>, config: Config, lanes: usize) -> Result<Lanes> {
+        let dir = dir.as_ref().to_path_buf();
+        let count = u32::try_from(lanes)
+            .ok()
+            .filter(|l| (1..=MAX_LANES).contains(l))
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "lanes",
+                problem: format!("{lanes} is not in 1..={MAX_LANES}"),
+            })?;
+        if config.capacity == 0 {
+            return Err(Error::InvalidConfig {
+                field: "capacity",
+                problem: "0 items".into(),
+            });
+        }
+        let io = config.io.clone().unwrap_or_else(io::os);
+        io.create_dir_all(&dir)
+            .map_err(|e| Error::io("create directory", &dir, e))?;
+        if let Some(entry) = std::fs::read_dir(&dir)
+            .map_err(|e| Error::io("read directory", &dir, e))?
+            .flatten()
+            .next()
+        {
+            return Err(Error::AlreadyExists {
+                what: format!(
+                    "the directory is not empty (it has {:?})",
+                    entry.file_name()
+                ),
+                dir,
+            });
+        }
+        let lane_capacity = config.capacity.div_ceil(u64::from(count));
+        let mut made = Vec::with_capacity(lanes);
+        for k in 0..count {
+            let mut c = config.clone();
+            c.capacity = lane_capacity;
+            c.first_index = first_index(k);
+            // Distinct streams per lane from one seed (the golden-ratio step of splitmix).
+            c.seed = config
+                .seed
+                .map(|s| s.wrapping_add(u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            match ReplayBuffer::create(storage::lane_dir(&dir, k), c) {
+                Ok(b) => made.push(b),
+                Err(e) => {
+                    remove_new_lanes(&dir, made);
+                    return Err(e);
+                }
+            }
+        }
+        let file = LanesFile {
+            lanes: count,
+            uuid: rand::rng().random(),
+            lane_capacity,
+        };
+        if let Err(e) = storage::write_lanes(&*io, &dir, &file) {
+            remove_new_lanes(&dir, made);
+            return Err(e);
+        }
+        Lanes::of(dir.clone(), made).ok_or(Error::NotABuffer { dir })
+    }
+
+    /// Opens every lane of the buffer in `dir` for writing, each recovered as
+    /// [`ReplayBuffer::open`] recovers. A buffer of one ring opens as one lane.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Lanes> {
+        Lanes::open_with(dir, io::os())
+    }
+
+    /// `open` through a given file-operation seam.
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<Lanes> {
+        open_all(dir.as_ref(), &io, |d, io| ReplayBuffer::open_with(d, io))
+    }
+
+    /// Opens every lane for reading while their writers go on (see [`Reader`]).
+    pub fn open_reader(dir: impl AsRef<Path>) -> Result<Lanes<Reader>> {
+        open_all(dir.as_ref(), &io::os(), |d, io| Reader::open_with(d, io))
+    }
+
+    /// Takes ownership of every lane's priorities while actors add
+    /// ([`Lanes::open_lane_actor`]); see [`PriorityOwner`].
+    pub fn open_owner(dir: impl AsRef<Path>) -> Result<Lanes<PriorityOwner>> {
+        open_all(dir.as_ref(), &io::os(), |d, io| {
+            PriorityOwner::open_with(d, io)
+        })
+    }
+
+    /// Opens lane `lane` alone for writing: the one writer of that lane, in its own
+    /// process. Its indices are the lane's global ones.
+    pub fn open_lane(dir: impl AsRef<Path>, lane: usize) -> Result<ReplayBuffer> {
+        open_one(dir.as_ref(), lane, |d| ReplayBuffer::open(d))
+    }
+
+    /// Opens lane `lane` alone for adding while a [`Lanes::open_owner`] process owns the
+    /// priorities (see [`ReplayBuffer::open_actor`]).
+    pub fn open_lane_actor(dir: impl AsRef<Path>, lane: usize) -> Result<ReplayBuffer> {
+        open_one(dir.as_ref(), lane, |d| ReplayBuffer::open_actor(d))
+    }
+
+    /// The lane of writer `lane`, to add episodes (`add_reset` / `add_step`) or use any
+    /// other one-ring call; its indices are global.
+    pub fn lane_mut(&mut self, lane: usize) -> Result<&mut ReplayBuffer> {
+        let (dir, count) = (self.dir.clone(), self.lanes.len());
+        self.lanes
+            .get_mut(lane)
+            .ok_or_else(|| no_such_lane(dir, lane as u64, None, count))
+    }
+
+    /// Adds one item to lane `lane`; returns its index.
+    pub fn add(&mut self, lane: usize, columns: &[Column<'_>]) -> Result<u64> {
+        self.lane_mut(lane)?.add(columns)
+    }
+
+    /// Adds row `r` of `columns` (each `[rows, field shape...]`) to lane `lanes[r]`, and
+    /// returns the rows' indices in order. The columns and lane ids are checked before
+    /// anything is added; each run of rows for one lane is one `add_batch` of that lane.
+    pub fn add_batch(&mut self, columns: &[Column<'_>], lanes: &[usize]) -> Result<Vec<u64>> {
+        let schema = self.schema();
+        let mut order = Vec::new();
+        let rows = match_columns(schema, columns, true, &mut order, &mut NameCache::new())?;
+        if lanes.len() != rows {
+            return Err(Error::CountMismatch {
+                what: "add_batch: lane ids and rows",
+                expected: rows,
+                got: lanes.len(),
+            });
+        }
+        // (column, bytes per row, field shape) in schema order.
+        let fields: Vec<(&Column<'_>, usize, Vec<usize>)> = schema
+            .fields()
+            .iter()
+            .zip(&order)
+            .filter_map(|(f, &pos)| Some((columns.get(pos)?, f.bytes(), f.shape().to_vec())))
+            .collect();
+        if let Some(&bad) = lanes.iter().find(|&&k| k >= self.lanes.len()) {
+            return Err(no_such_lane(
+                self.dir.clone(),
+                bad as u64,
+                None,
+                self.lanes.len(),
+            ));
+        }
+        for &k in lanes {
+            if let Some(b) = self.lanes.get(k) {
+                b.writable()?;
+            }
+        }
+        let mut out = Vec::with_capacity(rows);
+        let mut r = 0;
+        while let Some(&k) = lanes.get(r) {
+            let end = lanes
+                .iter()
+                .skip(r)
+                .position(|&x| x != k)
+                .map_or(rows, |n| r + n);
+            let run: Vec<Column<'_>> = fields
+                .iter()
+                .map(|(c, size, shape)| {
+                    let mut dims = vec![end - r];
+                    dims.extend_from_slice(shape);
+                    let bytes = c.bytes().get(r * size..end * size).unwrap_or(&[]);
+                    Column::from_bytes(c.name(), c.dtype(), &dims, bytes)
+                })
+                .collect();
+            let lane = self.lane_mut(k)?;
+            out.extend(lane.add_batch(&run)?);
+            r = end;
+        }
+        Ok(out)
+    }
+
+    /// The episode holding `index` (episodic lanes).
+    pub fn episode(&self, index: u64) -> Result<crate::EpisodeInfo> {
+        self.lane_for(index)?.episode(index)
+    }
+
+    /// The step before `index` in its episode (Tianshou's `prev`; see
+    /// [`ReplayBuffer::prev`]).
+    pub fn prev(&self, index: u64) -> Result<u64> {
+        self.lane_for(index)?.prev(index)
+    }
+
+    /// The step after `index` in its episode (see [`ReplayBuffer::next`]).
+    pub fn next(&self, index: u64) -> Result<u64> {
+        self.lane_for(index)?.next(index)
+    }
+
+    /// Makes every lane's items (and priorities) survive a power loss.
+    pub fn flush(&mut self) -> Result<()> {
+        self.lanes.iter_mut().try_for_each(ReplayBuffer::flush)
+    }
+
+    /// Empties every lane (indices are never reused).
+    pub fn clear(&mut self) -> Result<()> {
+        self.lanes.iter_mut().try_for_each(ReplayBuffer::clear)
+    }
+
+    /// Counters and sizes of each lane.
+    pub fn stats(&self) -> Vec<Stats> {
+        self.lanes.iter().map(ReplayBuffer::stats).collect()
+    }
+
+    /// Closes every lane cleanly; the first error is returned after all are closed.
+    pub fn close(self) -> Result<()> {
+        let mut first = Ok(());
+        for lane in self.lanes {
+            let r = lane.close();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Lanes<PriorityOwner> {
+    /// Makes the priorities of every lane durable (see [`PriorityOwner::flush`]).
+    pub fn flush(&mut self) -> Result<()> {
+        self.lanes.iter_mut().try_for_each(PriorityOwner::flush)
+    }
+
+    /// Gives up ownership of every lane's priorities, flushed.
+    pub fn close(self) -> Result<()> {
+        let mut first = Ok(());
+        for lane in self.lanes {
+            let r = lane.close();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl<L: Lane> Lanes<L> {
+    /// `None` for no lanes at all.
+    fn of(dir: PathBuf, lanes: Vec<L>) -> Option<Lanes<L>> {
+        let schema = lanes.first()?.buffer().schema().clone();
+        let scratch = lanes.iter().map(|_| Batch::new(&schema, 0)).collect();
+        let counts = vec![0; lanes.len()];
+        Some(Lanes {
+            dir,
+            schema,
+            lanes,
+            scratch,
+            counts,
+        })
+    }
+
+    /// The buffer directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How many lanes.
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Lane `lane` as opened here.
+    pub fn lane(&self, lane: usize) -> Result<&L> {
+        self.lanes
+            .get(lane)
+            .ok_or_else(|| no_such_lane(self.dir.clone(), lane as u64, None, self.lanes.len()))
+    }
+
+    /// The schema (every lane's).
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn check_batch(&self, out: &Batch) -> Result<()> {
+        if out.fits(&self.schema) {
+            Ok(())
+        } else {
+            Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            ))
+        }
+    }
+
+    /// Items all lanes hold together.
+    pub fn capacity(&self) -> u64 {
+        self.lanes.iter().map(|l| l.buffer().capacity()).sum()
+    }
+
+    /// Items live in all lanes, as of the last call (or [`Lanes::refresh`]).
+    pub fn len(&self) -> u64 {
+        self.lanes.iter().map(|l| l.buffer().len()).sum()
+    }
+
+    /// Whether no lane holds an item.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each lane's live indices, in lane order (Tianshou's `subbuffer_edges`, as index
+    /// ranges: lane `K`'s lie in `K << 56 ..`).
+    pub fn lane_edges(&self) -> Vec<Range<u64>> {
+        self.lanes.iter().map(|l| l.buffer().live()).collect()
+    }
+
+    /// Looks at where every lane's writer is now (a reader), and catches the priorities
+    /// up (the owner). Every sampling and reading call does this first.
+    pub fn refresh(&mut self) -> Result<()> {
+        self.lanes.iter_mut().try_for_each(Lane::refresh_lane)
+    }
+
+    /// Restarts the sampling RNG of every lane from `seed` (reproducible draws).
+    pub fn reseed(&mut self, seed: u64) {
+        for (k, l) in self.lanes.iter_mut().enumerate() {
+            l.buffer_mut()
+                .reseed(seed.wrapping_add((k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        }
+    }
+
+    fn lane_index(&self, index: u64) -> Result<usize> {
+        let k = lane_of(index);
+        usize::try_from(k)
+            .ok()
+            .filter(|&k| k < self.lanes.len())
+            .ok_or_else(|| no_such_lane(self.dir.clone(), k, Some(index), self.lanes.len()))
+    }
+
+    fn lane_for(&self, index: u64) -> Result<&ReplayBuffer> {
+        let k = self.lane_index(index)?;
+        self.lane(k).map(Lane::buffer)
+    }
+
+    /// The split's RNG: lane 0's, so a writer's draws resume after a restart.
+    fn split_rng(&mut self) -> Option<&mut ChaCha8Rng> {
+        self.lanes.first_mut().map(|l| &mut l.buffer_mut().rng)
+    }
+
+    /// `n` items drawn uniformly from all lanes' live items.
+    pub fn sample(&mut self, n: usize) -> Result<Batch> {
+        let mut batch = Batch::new(self.schema(), 0);
+        self.sample_into(&SampleSpec::new(n), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// Draws as `spec` says over all lanes into `out`, reusing its storage. `newest(k)`
+    /// draws from the `k` newest items of each lane; without replacement, no item is
+    /// drawn twice across lanes.
+    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.refresh()?;
+        if let [one] = self.lanes.as_mut_slice() {
+            return one.sample_lane(spec, out);
+        }
+        self.check_batch(out)?;
+        let sizes: Vec<u64> = self
+            .lanes
+            .iter()
+            .map(|l| {
+                let len = l.buffer().len();
+                spec.newest.map_or(len, |k| len.min(k))
+            })
+            .collect();
+        let total: u64 = sizes.iter().sum();
+        if total == 0 {
+            return Err(Error::Empty);
+        }
+        if !spec.replace && spec.n as u64 > total {
+            return Err(Error::InvalidSample(format!(
+                "{} items without replacement from {total} live in all lanes",
+                spec.n
+            )));
+        }
+        let mut counts = std::mem::take(&mut self.counts);
+        if let Some(rng) = self.split_rng() {
+            split_uniform(rng, &sizes, spec.n, spec.replace, &mut counts);
+        }
+        out.resize(spec.n);
+        out.weights_mut().clear();
+        let result = self.gather_split(&counts, out, |_, lane, c, scratch| {
+            lane.sample_lane(&SampleSpec { n: c, ..*spec }, scratch)
+                .map(|()| 1.0)
+        });
+        self.counts = counts;
+        result
+    }
+
+    /// `n` items drawn by priority over all lanes' priorities, with importance weights
+    /// for exponent `beta` against the smallest priority of all lanes.
+    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
+        let mut batch = Batch::new(self.schema(), 0);
+        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+        Ok(batch)
+    }
+
+    /// `sample_prioritized` into a reused batch. A stratified spec stratifies the split
+    /// over the lanes and each lane's draws within it.
+    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.refresh()?;
+        if let [one] = self.lanes.as_mut_slice() {
+            return one.sample_lane_prioritized(spec, out);
+        }
+        self.check_batch(out)?;
+        let masses = self
+            .lanes
+            .iter_mut()
+            .map(Lane::priority_mass)
+            .collect::<Result<Vec<_>>>()?;
+        let totals: Vec<f64> = masses.iter().map(|m| m.0.max(0.0)).collect();
+        let total: f64 = totals.iter().sum();
+        if !(total > 0.0 && total.is_finite()) {
+            return match self.len() {
+                0 => Err(Error::Empty),
+                live => Err(Error::ZeroTotalPriority { live }),
+            };
+        }
+        let min = masses
+            .iter()
+            .filter(|m| m.0 > 0.0)
+            .map(|m| m.1)
+            .fold(f64::INFINITY, f64::min);
+        let mut counts = std::mem::take(&mut self.counts);
+        if let Some(rng) = self.split_rng() {
+            split_by_mass(rng, &totals, total, spec, &mut counts);
+        }
+        out.resize(spec.n);
+        out.weights_mut().resize(spec.n, 0.0);
+        let beta = spec.beta as f32;
+        let result = self.gather_split(&counts, out, |k, lane, c, scratch| {
+            lane.sample_lane_prioritized(&PrioritySpec { n: c, ..*spec }, scratch)?;
+            // The lane weighed against its own smallest leaf; all lanes' is smaller.
+            let lane_min = masses.get(k).map_or(min, |m| m.1);
+            Ok(((min / lane_min) as f32).powf(beta))
+        });
+        self.counts = counts;
+        result
+    }
+
+    /// Has each lane with a count draw into its scratch batch (`draw` returns the factor
+    /// its weights are scaled by), then copies the rows into `out` in lane order.
+    fn gather_split(
+        &mut self,
+        counts: &[usize],
+        out: &mut Batch,
+        mut draw: impl FnMut(usize, &mut L, usize, &mut Batch) -> Result<f32>,
+    ) -> Result<()> {
+        let mut at = 0;
+        let lanes = self.lanes.iter_mut().zip(&mut self.scratch).zip(counts);
+        for (k, ((lane, scratch), &c)) in lanes.enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let scale = draw(k, lane, c, scratch)?;
+            if scale != 1.0 {
+                scratch.weights_mut().iter_mut().for_each(|w| *w *= scale);
+            }
+            out.copy_rows(at, scratch);
+            at += c;
+        }
+        Ok(())
+    }
+
+    /// The items at `indices` (any lanes), in order.
+    pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.refresh()?;
+        if let [one] = self.lanes.as_mut_slice() {
+            return one.get_lane(indices);
+        }
+        let mut out = Batch::new(self.schema(), indices.len());
+        let mut by_lane: Vec<Vec<usize>> = vec![Vec::new(); self.lanes.len()];
+        for (pos, &i) in indices.iter().enumerate() {
+            let k = self.lane_index(i)?;
+            if let Some(v) = by_lane.get_mut(k) {
+                v.push(pos);
+            }
+        }
+        for (lane, positions) in self.lanes.iter_mut().zip(&by_lane) {
+            if positions.is_empty() {
+                continue;
+            }
+            let wanted: Vec<u64> = positions
+                .iter()
+                .filter_map(|&p| indices.get(p).copied())
+                .collect();
+            let got = lane.get_lane(&wanted)?;
+            for (row, &pos) in positions.iter().enumerate() {
+                out.copy_row(pos, &got, row);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The item at `index`, as a batch of one.
+    pub fn get(&mut self, index: u64) -> Result<Batch> {
+        self.get_many(&[index])
+    }
+
+    /// Sets the priorities of the items at `indices` in whichever lanes hold them
+    /// (see [`ReplayBuffer::update_priorities`]): every value and index is checked
+    /// before any lane changes, and afterwards every lane gives new items the largest
+    /// priority seen in any lane. A reader's lanes refuse with `ReadOnly`.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        if indices.len() != priorities.len() {
+            return Err(Error::CountMismatch {
+                what: "update_priorities: indices and priorities",
+                expected: indices.len(),
+                got: priorities.len(),
+            });
+        }
+        self.refresh()?;
+        let mut by_lane: Vec<(Vec<u64>, Vec<f64>)> =
+            vec![(Vec::new(), Vec::new()); self.lanes.len()];
+        for (pos, (&i, p)) in indices.iter().zip(priorities).enumerate() {
+            let k = self.lane_index(i)?;
+            let p = p.to_f64();
+            self.lane(k)?.check_priority(pos, i, p)?;
+            if let Some((is, ps)) = by_lane.get_mut(k) {
+                is.push(i);
+                ps.push(p);
+            }
+        }
+        let mut done = PriorityUpdate::default();
+        for (lane, (is, ps)) in self.lanes.iter_mut().zip(&by_lane) {
+            if is.is_empty() {
+                continue;
+            }
+            let r = lane.update_lane(is, ps)?;
+            done.applied += r.applied;
+            done.stale += r.stale;
+        }
+        let max = self
+            .lanes
+            .iter()
+            .filter_map(Lane::max_priority)
+            .fold(f64::NEG_INFINITY, f64::max);
+        self.lanes.iter_mut().for_each(|l| l.raise_max(max));
+        Ok(done)
+    }
+}
+
+/// Splits `n` uniform draws over lanes of `sizes` items: with replacement each draw
+/// picks a lane with probability size / total; without, with probability remaining /
+/// remaining total, so `n` distinct items are equally likely to be any `n`.
+fn split_uniform(
+    rng: &mut ChaCha8Rng,
+    sizes: &[u64],
+    n: usize,
+    replace: bool,
+    counts: &mut Vec<usize>,
+) {
+    counts.clear();
+    counts.resize(sizes.len(), 0);
+    let mut left = sizes.to_vec();
+    let mut total: u64 = sizes.iter().sum();
+    for _ in 0..n {
+        if total == 0 {
+            break;
+        }
+        let mut u = rng.random_range(0..total);
+        for (k, s) in left.iter_mut().enumerate() {
+            if u < *s {
+                if let Some(c) = counts.get_mut(k) {
+                    *c += 1;
+                }
+                if !replace {
+                    *s -= 1;
+                    total -= 1;
+                }
+                break;
+            }
+            u -= *s;
+        }
+    }
+}
+
+/// Splits `spec.n` draws by priority over lanes of priority mass `totals` (summing to
+/// `total`): independent draws, or one in each of `n` equal slices (stratified).
+fn split_by_mass(
+    rng: &mut ChaCha8Rng,
+    totals: &[f64],
+    total: f64,
+    spec: &PrioritySpec,
+    counts: &mut Vec<usize>,
+) {
+    counts.clear();
+    counts.resize(totals.len(), 0);
+    let n = spec.n;
+    for j in 0..n {
+        let r: f64 = rng.random();
+        let u = if spec.stratified {
+            (j as f64 + r) / n as f64 * total
+        } else {
+            r * total
+        };
+        // The last lane with mass takes what rounding leaves past the end.
+        let mut pick = None;
+        let mut acc = 0.0;
+        for (k, &t) in totals.iter().enumerate() {
+            if t > 0.0 {
+                pick = Some(k);
+                acc += t;
+                if u < acc {
+                    break;
+                }
+            }
+        }
+        if let Some(c) = pick.and_then(|k| counts.get_mut(k)) {
+            *c += 1;
+        }
+    }
+}
+
+fn no_such_lane(dir: PathBuf, lane: u64, index: Option<u64>, lanes: usize) -> Error {
+    Error::NoSuchLane {
+        dir,
+        lane,
+        index,
+        lanes: lanes as u32,
+    }
+}
+
+/// The lane folders of `dir` and their count: `lane-K/` after a `LANES` file, or `dir`
+/// itself for a buffer of one ring.
+fn lane_dirs(io: &IoRef, dir: &Path) -> Result<Vec<PathBuf>> {
+    match storage::read_lanes(&**io, dir)? {
+        Some(f) => Ok((0..f.lanes).map(|k| storage::lane_dir(dir, k)).collect()),
+        None => {
+            Manifest::load(&**io, dir)?;
+            Ok(vec![dir.to_path_buf()])
+        }
+    }
+}
+
+fn open_all<L: Lane>(
+    dir: &Path,
+    io: &IoRef,
+    open: impl Fn(&Path, IoRef) -> Result<L>,
+) -> Result<Lanes<L>> {
+    let dirs = lane_dirs(io, dir)?;
+    let mut lanes = Vec::with_capacity(dirs.len());
+    for (k, d) in dirs.iter().enumerate() {
+        let lane = open(d, io.clone())?;
+        check_lane_range(lane.buffer(), k)?;
+        lanes.push(lane);
+    }
+    Lanes::of(dir.to_path_buf(), lanes).ok_or_else(|| Error::NotABuffer {
+        dir: dir.to_path_buf(),
+    })
+}
+
+fn open_one(
+    dir: &Path,
+    lane: usize,
+    open: impl Fn(&Path) -> Result<ReplayBuffer>,
+) -> Result<ReplayBuffer> {
+    let dirs = lane_dirs(&io::os(), dir)?;
+    let d = dirs
+        .get(lane)
+        .ok_or_else(|| no_such_lane(dir.to_path_buf(), lane as u64, None, dirs.len()))?;
+    let buf = open(d)?;
+    check_lane_range(&buf, lane)?;
+    Ok(buf)
+}
+
+/// A lane's live indices must carry its number: lane folders swapped or copied from
+/// another buffer would otherwise route updates and gets to the wrong items.
+fn check_lane_range(buf: &ReplayBuffer, lane: usize) -> Result<()> {
+    let live = buf.live();
+    let k = lane as u64;
+    let last = if live.is_empty() {
+        live.start
+    } else {
+        live.end - 1
+    };
+    if lane_of(live.start) == k && lane_of(last) == k {
+        return Ok(());
+    }
+    Err(Error::Corrupt {
+        file: buf.dir().join(storage::MANIFEST),
+        offset: 0,
+        field: format!("indices of lane {lane}"),
+        expected: format!(
+            "in {}..{}",
+            first_index(lane as u32),
+            first_index(lane as u32 + 1)
+        ),
+        got: format!("{}..{}", live.start, live.end),
+    })
+}
+
+/// Best-effort removal of the lanes a failed `create` made (the error is what matters).
+fn remove_new_lanes(dir: &Path, made: Vec<ReplayBuffer>) {
+    let n = made.len();
+    drop(made);
+    for k in 0..n {
+        let _ = std::fs::remove_dir_all(storage::lane_dir(dir, k as u32));
+    }
+}
