@@ -371,21 +371,7 @@ impl ReplayBuffer {
                     .into(),
             });
         }
-        io.create_dir_all(&dir)
-            .map_err(|e| Error::io("create directory", &dir, e))?;
-        if let Some(entry) = std::fs::read_dir(&dir)
-            .map_err(|e| Error::io("read directory", &dir, e))?
-            .flatten()
-            .next()
-        {
-            return Err(Error::AlreadyExists {
-                what: format!(
-                    "the directory is not empty (it has {:?})",
-                    entry.file_name()
-                ),
-                dir,
-            });
-        }
+        create_empty_dir(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
         let layout = RowLayout::with_steps(&config.schema, config.is_episodic())
             .with_fragments(config.fragments);
@@ -1937,6 +1923,27 @@ fn write_new_buffer(
     io.rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, e))?;
     io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
+    Ok(())
+}
+
+/// Makes `dir` (if absent) and checks that it is empty: a buffer is only ever created
+/// where it cannot overwrite anything.
+pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
+    io.create_dir_all(dir)
+        .map_err(|e| Error::io("create directory", dir, e))?;
+    if let Some(entry) = std::fs::read_dir(dir)
+        .map_err(|e| Error::io("read directory", dir, e))?
+        .flatten()
+        .next()
+    {
+        return Err(Error::AlreadyExists {
+            what: format!(
+                "the directory is not empty (it has {:?})",
+                entry.file_name()
+            ),
+            dir: dir.to_path_buf(),
+        });
+    }
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{Drained, add_range, columns, item, item_bytes, schema, xorshift};
+use common::{Drained, KillOnDrop, add_range, columns, item, item_bytes, schema, xorshift};
 use replaystore::{
     Column, Config, DType, Error, Lanes, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
     inspect,
@@ -548,32 +548,6 @@ fn run_reader(dir: &str, samples: u64, seed: u64) {
     );
 }
 
-fn reader_result(mut stdout: impl std::io::BufRead) -> std::collections::HashMap<String, u64> {
-    let mut text = String::new();
-    stdout.read_to_string(&mut text).unwrap();
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once("marker=result "))
-        .unwrap_or_else(|| panic!("reader child printed no result: {text}"))
-        .1;
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_owned(), v.parse().unwrap())
-        })
-        .collect()
-}
-
-/// A child killed when the test ends, passing or failing.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn two_lane_writers_and_two_readers_serve_a_million_items_none_bad() {
     use std::io::BufRead;
@@ -619,7 +593,7 @@ fn two_lane_writers_and_two_readers_serve_a_million_items_none_bad() {
     let mut total = 0;
     for (child, out) in readers {
         let mut child = KillOnDrop(child);
-        let result = reader_result(out);
+        let result = common::reader_result(out);
         assert!(
             child.0.wait().unwrap().success(),
             "reader failed: {result:?}"

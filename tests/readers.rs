@@ -14,7 +14,10 @@ mod common;
 use std::io::BufRead;
 use std::path::Path;
 
-use common::{Drained, add_range, columns, item, item_bytes, schema, spawn_child, xorshift};
+use common::{
+    Drained, KillOnDrop, add_range, columns, item, item_bytes, reader_result, schema, spawn_child,
+    xorshift,
+};
 use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, Schema, inspect};
 
 const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
@@ -486,33 +489,6 @@ fn kill_9_of_readers_and_writers_stops_nobody_else_and_loses_nothing() {
         drop(buf);
         reader.kill();
     }
-}
-
-/// A child killed when the test ends, passing or failing.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// What a reader child printed, as `key=value` numbers.
-fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<String, u64> {
-    let mut text = String::new();
-    stdout.read_to_string(&mut text).unwrap();
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once("marker=result "))
-        .unwrap_or_else(|| panic!("reader child printed no result: {text}"))
-        .1;
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_owned(), v.parse().unwrap())
-        })
-        .collect()
 }
 
 #[test]

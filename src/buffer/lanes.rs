@@ -255,21 +255,7 @@ impl Lanes<ReplayBuffer> {
             });
         }
         let io = config.io.clone().unwrap_or_else(io::os);
-        io.create_dir_all(&dir)
-            .map_err(|e| Error::io("create directory", &dir, e))?;
-        if let Some(entry) = std::fs::read_dir(&dir)
-            .map_err(|e| Error::io("read directory", &dir, e))?
-            .flatten()
-            .next()
-        {
-            return Err(Error::AlreadyExists {
-                what: format!(
-                    "the directory is not empty (it has {:?})",
-                    entry.file_name()
-                ),
-                dir,
-            });
-        }
+        super::create_empty_dir(&*io, &dir)?;
         let lane_capacity = config.capacity.div_ceil(u64::from(count));
         let mut made = Vec::with_capacity(lanes);
         for k in 0..count {
@@ -441,14 +427,7 @@ impl Lanes<ReplayBuffer> {
 
     /// Closes every lane cleanly; the first error is returned after all are closed.
     pub fn close(self) -> Result<()> {
-        let mut first = Ok(());
-        for lane in self.lanes {
-            let r = lane.close();
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        close_all(self.lanes, ReplayBuffer::close)
     }
 }
 
@@ -460,14 +439,7 @@ impl Lanes<PriorityOwner> {
 
     /// Gives up ownership of every lane's priorities, flushed.
     pub fn close(self) -> Result<()> {
-        let mut first = Ok(());
-        for lane in self.lanes {
-            let r = lane.close();
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        close_all(self.lanes, PriorityOwner::close)
     }
 }
 
@@ -846,6 +818,11 @@ fn split_by_mass(
             *c += 1;
         }
     }
+}
+
+/// Closes every lane, returning the first error once all are closed.
+fn close_all<L>(lanes: Vec<L>, close: impl Fn(L) -> Result<()>) -> Result<()> {
+    lanes.into_iter().map(close).fold(Ok(()), Result::and)
 }
 
 fn no_such_lane(dir: PathBuf, lane: u64, index: Option<u64>, lanes: usize) -> Error {

@@ -367,3 +367,30 @@ impl Drop for Drained {
         let _ = self.child.wait();
     }
 }
+
+/// A child killed when the test ends, passing or failing.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a reader child printed, as `key=value` numbers.
+pub fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<String, u64> {
+    let mut text = String::new();
+    stdout.read_to_string(&mut text).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("marker=result "))
+        .unwrap_or_else(|| panic!("reader child printed no result: {text}"))
+        .1;
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
