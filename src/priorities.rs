@@ -611,13 +611,7 @@ impl Priorities {
         indices: &[u64],
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
-        if indices.len() != priorities.len() {
-            return Err(Error::CountMismatch {
-                what: "update_priorities: indices and priorities",
-                expected: indices.len(),
-                got: priorities.len(),
-            });
-        }
+        check_update_lengths(indices, priorities)?;
         let (eps, alpha, limit) = (self.header.eps, self.header.alpha, self.leaf_limit);
         let leaf_for = |position, index, p: P| leaf_value(eps, alpha, limit, position, index, p);
         let (slots, leaves) = (&mut self.descents.slots, &mut self.descents.leaves);
@@ -792,6 +786,18 @@ fn leaf_value<P: Priority>(
             value,
         })
     }
+}
+
+/// An update names one priority per index.
+pub(crate) fn check_update_lengths<P>(indices: &[u64], priorities: &[P]) -> Result<()> {
+    if indices.len() == priorities.len() {
+        return Ok(());
+    }
+    Err(Error::CountMismatch {
+        what: "update_priorities: indices and priorities",
+        expected: indices.len(),
+        got: priorities.len(),
+    })
 }
 
 /// `q^alpha`, with the exponents trainers use most taken without `powf`.

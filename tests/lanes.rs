@@ -654,15 +654,7 @@ fn run_owner(dir: &str) {
 
 fn run_endless_reader(dir: &str) {
     let mut lanes = Lanes::open_reader(dir).unwrap();
-    let mut checked = 0u64;
-    loop {
-        if bad_in_sample(&mut lanes, 64, checked % 128 == 64) > 0 {
-            println!("bad");
-            std::process::exit(3);
-        }
-        checked += 64;
-        println!("checked {checked}");
-    }
+    common::check_forever(|checked| bad_in_sample(&mut lanes, 64, checked % 128 == 64))
 }
 
 /// Kills, in turn and at random moments, a lane actor, the priority owner and a reader
@@ -670,10 +662,7 @@ fn run_endless_reader(dir: &str) {
 /// its actor acknowledged, intact.
 #[test]
 fn kill_9_of_lane_actors_the_owner_and_readers_loses_nothing_and_stops_nobody() {
-    let rounds: u64 = std::env::var("REPLAYSTORE_LANE_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
+    let rounds = common::env_count("REPLAYSTORE_LANE_KILLS", 8);
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("v");
     let mut buf = Lanes::create(&path, lanes_config(1_000), 2).unwrap();

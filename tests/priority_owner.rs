@@ -243,10 +243,7 @@ fn owner_child() {
 /// the actor's buffer keeps everything it acknowledged.
 #[test]
 fn kill_9_of_the_owner_or_an_actor_leaves_a_sound_tree_and_every_acked_item() {
-    let rounds: u64 = std::env::var("REPLAYSTORE_OWNER_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+    let rounds = common::env_count("REPLAYSTORE_OWNER_KILLS", 12);
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");
     create(&path, 500);

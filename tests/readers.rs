@@ -429,15 +429,7 @@ fn run_acking_writer(dir: &str, seed: u64) {
 /// and exiting at the first wrong item.
 fn run_endless_reader(dir: &str) {
     let mut reader = Reader::open(dir).unwrap();
-    let mut checked = 0u64;
-    loop {
-        if bad_in_sample(&mut reader, 64, checked % 128 == 64) > 0 {
-            println!("bad");
-            std::process::exit(3);
-        }
-        checked += 64;
-        println!("checked {checked}");
-    }
+    common::check_forever(|checked| bad_in_sample(&mut reader, 64, checked % 128 == 64) as u64)
 }
 
 /// Kills readers and writers at random moments: a reader's death never stops the
@@ -446,10 +438,7 @@ fn run_endless_reader(dir: &str) {
 /// killed writer's buffer reopens with everything it acknowledged.
 #[test]
 fn kill_9_of_readers_and_writers_stops_nobody_else_and_loses_nothing() {
-    let rounds: u64 = std::env::var("REPLAYSTORE_READER_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let rounds = common::env_count("REPLAYSTORE_READER_KILLS", 20);
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");
     create(&path, 1_000);

@@ -21,7 +21,7 @@ use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
-use crate::priorities::{Priority, PrioritySpec, PriorityUpdate};
+use crate::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
 use crate::sample::SampleSpec;
 use crate::schema::Schema;
 use crate::storage::io::{self, IoRef};
@@ -710,13 +710,7 @@ impl<L: Lane> Lanes<L> {
         indices: &[u64],
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
-        if indices.len() != priorities.len() {
-            return Err(Error::CountMismatch {
-                what: "update_priorities: indices and priorities",
-                expected: indices.len(),
-                got: priorities.len(),
-            });
-        }
+        check_update_lengths(indices, priorities)?;
         self.refresh()?;
         let mut by_lane: Vec<(Vec<u64>, Vec<f64>)> =
             vec![(Vec::new(), Vec::new()); self.lanes.len()];

@@ -394,3 +394,26 @@ pub fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<Stri
         })
         .collect()
 }
+
+/// A count a test reads from environment variable `name` (more kill rounds on demand),
+/// or `default`.
+pub fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A child's endless checking loop: `bad_in(checked)` samples 64 items and counts the
+/// bad ones; prints the running count after each batch, or `bad` and exits with 3.
+pub fn check_forever(mut bad_in: impl FnMut(u64) -> u64) -> ! {
+    let mut checked = 0u64;
+    loop {
+        if bad_in(checked) > 0 {
+            println!("bad");
+            std::process::exit(3);
+        }
+        checked += 64;
+        println!("checked {checked}");
+    }
+}
