@@ -286,6 +286,32 @@ fn a_full_disk_is_an_error_at_create_time_and_leaves_nothing_behind() {
     ReplayBuffer::create(&path, Config::new(schema(), 1000)).unwrap();
 }
 
+/// The real seam on a real full file system (a 64 KiB tmpfs, where the test may mount
+/// one): the reservation's error is ENOSPC itself, not a stale errno.
+#[test]
+fn a_really_full_disk_is_disk_full_through_the_os_seam() {
+    let d = tempfile::tempdir().unwrap();
+    let tiny = d.path().join("tiny");
+    std::fs::create_dir(&tiny).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&tiny)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("cannot mount a tmpfs here: the fault-injected test above covers the mapping");
+        return;
+    }
+    let path = tiny.join("buf");
+    let e = ReplayBuffer::create(&path, Config::new(schema(), 100_000).segment_slots(1024));
+    let left = std::fs::read_dir(&tiny).map(Iterator::count).unwrap_or(0);
+    let _ = std::process::Command::new("umount").arg(&tiny).status();
+    let e = e.unwrap_err();
+    assert!(matches!(&e, Error::DiskFull { .. }), "{e}");
+    assert!(e.to_string().starts_with("disk full"), "{e}");
+    assert!(left <= 1, "at most the empty buffer folder is left: {left}");
+}
+
 #[test]
 fn a_failed_msync_is_never_retried_into_success() {
     let d = tempfile::tempdir().unwrap();

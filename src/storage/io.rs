@@ -105,7 +105,7 @@ impl Io for OsIo {
         std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
     }
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
-        fs2::FileExt::allocate(file, len)
+        reserve(file, len)
     }
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
@@ -158,6 +158,25 @@ impl Io for OsIo {
     }
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir(dir)
+    }
+}
+
+/// Reserves disk for the first `len` bytes of `file`. Not fs2's `allocate`: it reads
+/// errno after `posix_fallocate`, which returns its error number and leaves errno
+/// alone (fs2-rs pull request 42, unmerged), so a full disk came back as whatever errno
+/// held before and never as `DiskFull`.
+#[expect(unsafe_code, reason = "posix_fallocate is a C call")]
+fn reserve(file: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::other("file length over the largest off_t"))?;
+    // SAFETY: the descriptor stays open while `file` is borrowed, and the call touches no
+    // memory of this process.
+    let ret = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(ret))
     }
 }
 
