@@ -135,7 +135,7 @@ pub enum Error {
     },
 
     /// A file was written by a format version this build cannot read.
-    #[error("{}: format version {found} is not supported (this build reads version {supported})", file.display())]
+    #[error("{}: {}", file.display(), version_problem(*found, *supported))]
     UnsupportedVersion {
         /// The file.
         file: PathBuf,
@@ -498,5 +498,18 @@ impl Error {
             op,
             source,
         }
+    }
+}
+
+/// Says which side is newer, so a person knows whether to upgrade replaystore or to
+/// look for damage.
+fn version_problem(found: u32, supported: u32) -> String {
+    if found > supported {
+        format!(
+            "written by a newer replaystore (format version {found}); this build reads \
+             version {supported}: upgrade replaystore to open it"
+        )
+    } else {
+        format!("format version {found} is not supported (this build reads version {supported})")
     }
 }

@@ -217,6 +217,8 @@ pub struct Report {
     pub commit: Option<Commit>,
     /// After an unclean shutdown: what open will recover.
     pub recovery: Option<Recovered>,
+    /// For a lane set: how many lanes were checked (each as a buffer of its own).
+    pub lanes: Option<u32>,
 }
 
 impl Report {
@@ -246,8 +248,35 @@ fn finding_of(e: &Error, fallback: &Path) -> Finding {
     }
 }
 
-/// Checks a buffer: manifest, both commit slots, every segment header, and the stamp and
-/// checksum of every live item. `Err` only when `dir` is not a buffer at all.
+/// How far `verify` reads, and who hears about its progress.
+#[derive(Clone, Copy, Default)]
+pub struct VerifyOptions<'a> {
+    /// Also check every item, episode and priority-tree node of each snapshot, as the
+    /// live buffer's are checked. Without it a snapshot's manifest, commit, segment
+    /// headers and priorities header are checked: its segments are mostly hard links to
+    /// the live ones, so reading their items again mostly re-reads the same bytes.
+    pub deep: bool,
+    /// Told how many more items were checked, every [`PROGRESS_EVERY`] items and at the
+    /// end of each buffer (a progress bar's `inc`).
+    pub progress: Option<&'a dyn Fn(u64)>,
+}
+
+impl std::fmt::Debug for VerifyOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyOptions")
+            .field("deep", &self.deep)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// Items between two calls of [`VerifyOptions::progress`].
+pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// Checks a buffer: manifest, both commit slots, every segment header, the stamp and
+/// checksum of every live item, the episode chain and the priority tree, and each
+/// snapshot as thoroughly (`VerifyOptions::deep`). A lane set is checked lane by lane.
+/// `Err` only when `dir` is not a buffer at all.
 ///
 /// ```
 /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema, verify};
@@ -265,9 +294,111 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<Report> {
     verify_with(dir.as_ref(), &io::OsIo)
 }
 
-/// `verify` through a given file-operation seam. Checks the buffer, then each of its
-/// snapshots the same way; findings in a snapshot name files inside its folder.
+/// `verify` through a given file-operation seam.
 pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
+    let deep = VerifyOptions {
+        deep: true,
+        progress: None,
+    };
+    verify_opts_with(dir, io, &deep)
+}
+
+/// `verify` with a choice of depth and a progress callback (what `replaystore verify`
+/// runs: shallow snapshots unless `--deep`).
+///
+/// ```
+/// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+/// use replaystore::inspect::{VerifyOptions, verify_opts};
+/// # let dir = tempfile::tempdir()?;
+/// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+/// # let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+/// # buf.add(&[Column::scalar("x", &3u8)])?;
+/// # buf.close()?;
+/// let seen = std::cell::Cell::new(0);
+/// let count = |n: u64| seen.set(seen.get() + n);
+/// let opts = VerifyOptions { deep: false, progress: Some(&count) };
+/// assert!(verify_opts(dir.path().join("b"), &opts)?.is_sound());
+/// assert_eq!(seen.get(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn verify_opts(dir: impl AsRef<Path>, opts: &VerifyOptions<'_>) -> Result<Report> {
+    verify_opts_with(dir.as_ref(), &io::OsIo, opts)
+}
+
+/// `verify_opts` through a given file-operation seam.
+pub fn verify_opts_with(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Report> {
+    let lanes_path = dir.join(crate::format::lanes::FILE_NAME);
+    let lanes = match storage::read_lanes(io, dir) {
+        Ok(Some(file)) => file.lanes,
+        Ok(None) => return verify_buffer(dir, io, opts),
+        Err(e) => {
+            // The lane folders can still be checked: count the ones that are there.
+            let mut r = Report::default();
+            r.problems.push(finding_of(&e, &lanes_path));
+            let present = (0..crate::format::lanes::MAX_LANES)
+                .take_while(|&k| storage::lane_dir(dir, k).is_dir())
+                .count();
+            merge_lanes(dir, io, opts, u32::try_from(present).unwrap_or(0), &mut r)?;
+            return Ok(r);
+        }
+    };
+    let mut report = Report::default();
+    merge_lanes(dir, io, opts, lanes, &mut report)?;
+    Ok(report)
+}
+
+/// Verifies lanes `0..lanes` of the lane set in `dir` into `report`, and that each lane
+/// holds only its own indices (a swapped or copied lane folder would not).
+fn merge_lanes(
+    dir: &Path,
+    io: &dyn Io,
+    opts: &VerifyOptions<'_>,
+    lanes: u32,
+    report: &mut Report,
+) -> Result<()> {
+    use crate::format::lanes::first_index;
+    report.lanes = Some(lanes);
+    for k in 0..lanes {
+        let lane = storage::lane_dir(dir, k);
+        let sub = match verify_buffer(&lane, io, opts) {
+            Ok(sub) => sub,
+            Err(e @ Error::NotABuffer { .. }) => {
+                report.problems.push(Finding {
+                    file: lane,
+                    offset: 0,
+                    what: format!("lane {k} is missing: {e}"),
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(c) = sub.commit {
+            let own = first_index(k)..first_index(k + 1);
+            if c.head < own.start || c.tail < c.head || c.tail > own.end {
+                report.problems.push(Finding {
+                    file: lane.join(MANIFEST),
+                    offset: 0,
+                    what: format!(
+                        "lane {k} holds indices {}..{}, expected them within {}..{}: \
+                         a lane folder was moved or copied",
+                        c.head, c.tail, own.start, own.end
+                    ),
+                });
+            }
+        }
+        report.problems.extend(sub.problems);
+        report
+            .notes
+            .extend(sub.notes.into_iter().map(|n| format!("lane {k}: {n}")));
+        report.items_checked += sub.items_checked;
+        report.segments_checked += sub.segments_checked;
+        report.snapshots_checked += sub.snapshots_checked;
+    }
+    Ok(())
+}
+
+/// Verifies one buffer of one ring and its snapshots.
+fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Report> {
     let mut report = match crate::snapshot::pending_restore(io, dir) {
         Ok(Some(state)) => {
             // The live files are part old, part restored until the next open finishes:
@@ -286,9 +417,9 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
             }
             r
         }
-        Ok(None) => verify_live(dir, io)?,
+        Ok(None) => verify_live(dir, io, opts.progress, true)?,
         Err(e) => {
-            let mut r = verify_live(dir, io)?;
+            let mut r = verify_live(dir, io, opts.progress, true)?;
             r.problems
                 .push(finding_of(&e, &dir.join(crate::snapshot::RESTORE)));
             r
@@ -304,7 +435,7 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
             });
             continue;
         }
-        let sub = verify_live(&snap.path, io)?;
+        let sub = verify_live(&snap.path, io, opts.progress, opts.deep)?;
         report.problems.extend(sub.problems);
         report.notes.extend(
             sub.notes
@@ -324,7 +455,14 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
     Ok(report)
 }
 
-fn verify_live(dir: &Path, io: &dyn Io) -> Result<Report> {
+/// Checks one set of buffer files (the live buffer or a snapshot). Without `items`,
+/// the manifest, commit, segment headers and priorities header only.
+fn verify_live(
+    dir: &Path,
+    io: &dyn Io,
+    progress: Option<&dyn Fn(u64)>,
+    items: bool,
+) -> Result<Report> {
     let mut report = Report::default();
     let manifest_path = dir.join(MANIFEST);
     let m = match Manifest::load(io, dir) {
@@ -407,9 +545,51 @@ fn verify_live(dir: &Path, io: &dyn Io) -> Result<Report> {
         report.recovery = Some(r);
         (r.head, r.tail, commit.tail)
     };
-    for index in head..tail {
-        let slot = index % sb.capacity;
-        let Some((seg, k)) = ring.locate(slot) else {
+    if !items {
+        if sb.prioritized {
+            // The header (magic, version, layout, checksum) without its nodes.
+            if let Err(e) = TreeCopy::read(io, dir, sb) {
+                report
+                    .problems
+                    .push(finding_of(&e, &storage::tree_path(dir)));
+            }
+        }
+        return Ok(report);
+    }
+    check_items(&ring, head..tail, sealed_to, progress, &mut report);
+    if sb.episodic {
+        // The step headers must chain into whole episodes, as the writer's open needs.
+        if let Err(e) =
+            crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir)
+        {
+            report.problems.push(finding_of(&e, dir));
+        }
+    }
+    if sb.prioritized {
+        verify_priorities(io, dir, sb, &commit, head, tail, &mut report);
+    }
+    Ok(report)
+}
+
+/// Checks the stamp of every item in `live` and the checksum of those below `sealed_to`.
+fn check_items(
+    ring: &Ring,
+    live: std::ops::Range<u64>,
+    sealed_to: u64,
+    progress: Option<&dyn Fn(u64)>,
+    report: &mut Report,
+) {
+    let cap = ring.capacity();
+    let mut unreported = 0;
+    for index in live {
+        if unreported == PROGRESS_EVERY {
+            if let Some(tell) = progress {
+                tell(unreported);
+            }
+            unreported = 0;
+        }
+        unreported += 1;
+        let Some((seg, k)) = ring.locate(index % cap) else {
             continue;
         };
         let c = seg.check_row(k, ring.layout());
@@ -434,18 +614,9 @@ fn verify_live(dir: &Path, io: &dyn Io) -> Result<Report> {
             what,
         });
     }
-    if sb.episodic {
-        // The step headers must chain into whole episodes, as the writer's open needs.
-        if let Err(e) =
-            crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir)
-        {
-            report.problems.push(finding_of(&e, dir));
-        }
+    if let Some(tell) = progress {
+        tell(unreported);
     }
-    if sb.prioritized {
-        verify_priorities(io, dir, sb, &commit, head, tail, &mut report);
-    }
-    Ok(report)
 }
 
 /// Findings past this many in the priorities file are summarized, not listed.

@@ -63,7 +63,7 @@ pub use dtype::{DType, Element};
 pub use episodes::{EpisodeInfo, StepInfo};
 pub use error::{Error, Result};
 pub use format::state::State;
-pub use inspect::{EpisodeStats, Info, Report, inspect, verify};
+pub use inspect::{EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts};
 pub use priorities::{Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate};
 pub use sample::SampleSpec;
 pub use schema::{Field, Schema};

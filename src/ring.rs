@@ -35,6 +35,11 @@ impl Ring {
         }
     }
 
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// The row layout.
     pub fn layout(&self) -> &RowLayout {
         &self.layout
