@@ -296,12 +296,12 @@ pub fn run(
             r.median(),
             format!("{lo:.2}-{hi:.2}"),
             r.unit,
-            crate::human(r.data_bytes),
+            crate::info::human(r.data_bytes),
             r.written_bytes
                 .iter()
                 .copied()
                 .max()
-                .map_or("-".into(), crate::human)
+                .map_or("-".into(), crate::info::human)
         );
     }
     Ok(ExitCode::SUCCESS)

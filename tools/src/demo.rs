@@ -328,7 +328,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         stats.added,
         stats.evicted,
         stats.sampled,
-        crate::human(stats.bytes_on_disk)
+        crate::info::human(stats.bytes_on_disk)
     );
     println!(
         "  next     replaystore info {0}   |   replaystore verify {0}   |   replaystore snapshots {0}",

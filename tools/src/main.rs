@@ -1,19 +1,28 @@
-//! The `replaystore` command: look at, check and try out replay buffers.
-//!
-//! Exit status: 0 success (for `verify`: the buffer is sound); 1 `verify` found damage,
-//! or the demo's own checks failed; 2 an error (not a buffer, locked, unreadable, bad
-//! arguments).
+//! The `replaystore` command: look at, check, move and try out replay buffers. The exit
+//! statuses are in `fail::EXIT_HELP` (and `--help`).
 
 mod bench;
+mod check;
 mod demo;
+mod fail;
+mod info;
+mod npz;
+mod progress;
+mod show;
+mod source;
+mod transfer;
 mod w3;
 
-use std::path::PathBuf;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use replaystore::{Error, Info, ReplayBuffer, inspect, snapshots, verify};
-use serde_json::json;
+use replaystore::{Batch, Lanes, PrioritySpec, Reader, SampleSpec};
+
+use crate::fail::Failure;
+use crate::show::{Format, Printer};
+use crate::source::{Source, Span, select_fields};
 
 #[derive(Parser)]
 #[command(
@@ -21,9 +30,7 @@ use serde_json::json;
     version,
     about = "Inspect, verify and try out replaystore buffers"
 )]
-#[command(
-    after_help = "Exit status: 0 success; 1 damage found (verify) or a failed demo check; 2 error."
-)]
+#[command(after_help = fail::EXIT_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -94,356 +101,311 @@ enum Command {
         #[arg(long)]
         seconds: f64,
     },
-    /// Check every checksum and stamp; exit 1 with file, offset and problem if damaged.
+    /// Check the manifest, both commit slots, every segment header, every item's stamp
+    /// and checksum, the priority tree, the episode chain and each snapshot's files;
+    /// exit 1 listing file, offset and problem if anything is damaged. Never writes.
+    #[command(after_help = fail::EXIT_HELP)]
     Verify {
-        /// The buffer directory.
+        /// The buffer (or lane set) directory.
         dir: PathBuf,
+        /// Also check every snapshot's items, episodes and priority tree, as the live
+        /// buffer's are checked (their segments are mostly shared with the live buffer's).
+        #[arg(long)]
+        deep: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
+    /// Print items by index: all live items, a range of positions, or the newest N.
+    #[command(after_help = fail::EXIT_HELP)]
+    Dump {
+        /// The buffer (or lane set) directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        pick: Pick,
+        /// table (for people), jsonl or csv.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Draw a batch as a trainer would (from a reader: no lock, nothing written) and
+    /// print it.
+    #[command(after_help = fail::EXIT_HELP)]
+    Sample {
+        /// The buffer (or lane set) directory.
+        dir: PathBuf,
+        /// Items to draw.
+        #[arg(short = 'n', long = "n", default_value_t = 8)]
+        n: usize,
+        /// Draw by priority (with importance weights).
+        #[arg(long)]
+        prioritized: bool,
+        /// Importance-weight exponent for --prioritized.
+        #[arg(long, default_value_t = 0.4, requires = "prioritized")]
+        beta: f64,
+        /// Draw without replacement (uniform only).
+        #[arg(long, conflicts_with = "prioritized")]
+        without_replacement: bool,
+        /// Seed of the draw (the same seed draws the same batch from the same items).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Sample this snapshot instead of the live items.
+        #[arg(long, value_name = "NAME")]
+        snapshot: Option<String>,
+        /// Only these fields (comma-separated).
+        #[arg(long, value_name = "F1,F2")]
+        fields: Option<String>,
+        /// table (for people), jsonl or csv.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Write items to NumPy's .npz (one .npy array per field, item dimension first),
+    /// which numpy.load reads. Streams: memory stays at one chunk whatever the size.
+    #[command(after_help = fail::EXIT_HELP)]
+    Export {
+        /// The buffer (or lane set) directory.
+        dir: PathBuf,
+        /// The .npz to write (written under a temporary name, then renamed).
+        out: PathBuf,
+        #[command(flatten)]
+        pick: Pick,
+    },
+    /// Create a buffer from an .npz of arrays of equal length (np.savez), the schema
+    /// inferred from their dtypes and shapes, items in array order.
+    #[command(after_help = fail::EXIT_HELP)]
+    Import {
+        /// The .npz to read.
+        npz: PathBuf,
+        /// The buffer directory to create (must not exist, or be empty).
+        dir: PathBuf,
+        /// Items the buffer holds (default: the arrays' length). With fewer, the newest
+        /// items are kept.
+        #[arg(long)]
+        capacity: Option<u64>,
+        /// Keep priorities, with this alpha (items start at priority 1).
+        #[arg(long, value_name = "ALPHA")]
+        prioritized: Option<f64>,
+    },
+}
+
+/// Which items and fields `dump` and `export` read.
+#[derive(clap::Args)]
+struct Pick {
+    /// Positions A..B (either end may be left out), counted from the ring's first item
+    /// ever (for lane K, from K << 56): what `info` shows as indices.
+    #[arg(long, value_name = "A..B", value_parser = Span::parse, conflicts_with = "last")]
+    range: Option<Span>,
+    /// The newest N items.
+    #[arg(long, value_name = "N")]
+    last: Option<u64>,
+    /// Only these fields (comma-separated).
+    #[arg(long, value_name = "F1,F2")]
+    fields: Option<String>,
+    /// For a lane set: only this lane (default: every lane, one after another).
+    #[arg(long, value_name = "K")]
+    lane: Option<u32>,
+    /// Read this snapshot instead of the live items.
+    #[arg(long, value_name = "NAME")]
+    snapshot: Option<String>,
+}
+
+impl Pick {
+    fn span(&self) -> Span {
+        Span {
+            last: self.last,
+            ..self.range.unwrap_or_default()
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { dir, steps } => demo::run(dir, steps),
-        Command::Info { dir, json } => info(&dir, json),
-        Command::Verify { dir, json } => run_verify(&dir, json),
+        Command::Demo { dir, steps } => demo::run(dir, steps).map_err(Failure::from),
+        Command::Info { dir, json } => info::info(&dir, json),
+        Command::Verify { dir, deep, json } => check::run_verify(&dir, deep, json),
+        Command::Dump { dir, pick, format } => dump(&dir, &pick, format),
+        Command::Sample {
+            dir,
+            n,
+            prioritized,
+            beta,
+            without_replacement,
+            seed,
+            snapshot,
+            fields,
+            format,
+        } => {
+            let draw = Draw {
+                n,
+                beta: prioritized.then_some(beta),
+                without_replacement,
+                seed,
+            };
+            sample(&dir, snapshot.as_deref(), &draw, fields.as_deref(), format)
+        }
+        Command::Export { dir, out, pick } => transfer::export(&transfer::ExportArgs {
+            dir: &dir,
+            out: &out,
+            snapshot: pick.snapshot.as_deref(),
+            lane: pick.lane,
+            span: pick.span(),
+            fields: pick.fields.as_deref(),
+            quiet: false,
+        }),
+        Command::Import {
+            npz,
+            dir,
+            capacity,
+            prioritized,
+        } => transfer::import(&transfer::ImportArgs {
+            npz: &npz,
+            dir: &dir,
+            capacity,
+            prioritized,
+            quiet: false,
+        }),
         Command::Bench {
             workload,
             quick,
             runs,
             dir,
             json,
-        } => bench::run(&workload, quick, runs, dir, json),
-        Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds),
+        } => bench::run(&workload, quick, runs, dir, json).map_err(Failure::from),
+        Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds).map_err(Failure::from),
         Command::Snapshots {
             dir,
             delete,
             keep_last,
             json,
-        } => run_snapshots(&dir, delete.as_deref(), keep_last, json),
+        } => info::run_snapshots(&dir, delete.as_deref(), keep_last, json),
     };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    result.unwrap_or_else(|f| f.report())
 }
 
-fn info_json(info: &Info) -> serde_json::Value {
-    let fields: Vec<_> = info
-        .schema
+/// Rows `dump` reads and prints per call.
+const DUMP_CHUNK: u64 = 1024;
+
+fn dump(dir: &Path, pick: &Pick, format: Format) -> Result<ExitCode, Failure> {
+    let mut source = Source::open(dir, pick.snapshot.as_deref(), pick.lane)?;
+    let runs = source.runs(&pick.span())?;
+    let schema = source.schema().clone();
+    let chosen = select_fields(&schema, pick.fields.as_deref())?;
+    let fields = chosen
+        .iter()
+        .filter_map(|&f| schema.fields().get(f))
+        .collect();
+    let mut printer = Printer::new(
+        BufWriter::new(std::io::stdout().lock()),
+        format,
+        fields,
+        false,
+    );
+    let mut bufs: Vec<Vec<u8>> = schema
         .fields()
         .iter()
-        .map(|f| json!({"name": f.name(), "dtype": f.dtype().name(), "shape": f.shape()}))
+        .map(|f| vec![0; DUMP_CHUNK as usize * f.bytes()])
         .collect();
-    let c = &info.commit;
-    json!({
-        "dir": info.dir,
-        "uuid": info.uuid,
-        "format_version": info.format_version,
-        "schema": fields,
-        "capacity": info.capacity,
-        "len": info.len(),
-        "head": c.head,
-        "tail": c.tail,
-        "added": c.tail,
-        "evicted": c.head - c.cleared,
-        "cleared": c.cleared,
-        "sampled": c.sampled,
-        "generation": c.generation,
-        "clean": c.is_clean(),
-        "segment_slots": info.segment_slots,
-        "segment_count": info.segment_count,
-        "row_stride": info.row_stride,
-        "data_bytes": info.data_bytes,
-        "bytes_on_disk": info.bytes_on_disk,
-        "whole_episodes": info.whole_episodes,
-        "fragments": info.fragments,
-        "episodes": info.episodes.as_ref().map(|e| json!({
-            "count": e.count,
-            "ended": e.ended,
-            "steps_min": e.steps.map(|s| s.0),
-            "steps_mean": e.steps.map(|s| s.1),
-            "steps_max": e.steps.map(|s| s.2),
-            "mean_return": e.mean_return,
-            "problem": e.problem,
-        })),
-        "priorities": info.priorities.as_ref().map(|p| json!({
-            "alpha": p.alpha,
-            "eps": p.eps,
-            "arity": p.arity,
-            "total": p.total,
-            "min": p.min_max.map(|m| m.0),
-            "max": p.min_max.map(|m| m.1),
-            "zero": p.zero,
-            "max_seen": p.max_seen,
-            "updates": p.updates,
-            "stale_updates": p.stale_updates,
-            "histogram": p.histogram.iter()
-                .map(|&(lo, hi, n)| json!({"low": lo, "high": hi, "count": n}))
-                .collect::<Vec<_>>(),
-        })),
-    })
-}
-
-/// Width of the longest histogram bar.
-const BAR: u64 = 40;
-
-fn print_priorities(p: &replaystore::priorities::PriorityInfo) {
-    println!(
-        "priorities alpha {}  eps {}  {}-ary sum-tree, total {:.6e}",
-        p.alpha, p.eps, p.arity, p.total
-    );
-    match p.min_max {
-        Some((lo, hi)) => println!(
-            "           priority+eps of live items: min {lo:.4e}  max {hi:.4e}{}",
-            if p.zero > 0 {
-                format!("  ({} at 0)", p.zero)
-            } else {
-                String::new()
-            }
-        ),
-        None if p.zero > 0 => println!("           all {} live items have priority 0", p.zero),
-        None => println!("           no live items"),
-    }
-    println!(
-        "           new items get {:.4e}; {} updates applied, {} stale skipped",
-        p.max_seen, p.updates, p.stale_updates
-    );
-    let most = p.histogram.iter().map(|b| b.2).max().unwrap_or(0).max(1);
-    for &(lo, hi, n) in &p.histogram {
-        let bar = "#".repeat(((n * BAR).div_ceil(most)) as usize);
-        println!("  {lo:>10.3e} .. {hi:<10.3e} {n:>10} {bar}");
-    }
-}
-
-fn info(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
-    let info = inspect(dir)?;
-    if as_json {
-        println!("{:#}", info_json(&info));
-        return Ok(ExitCode::SUCCESS);
-    }
-    let c = &info.commit;
-    println!("buffer     {}", info.dir.display());
-    println!(
-        "uuid       {}  (format version {})",
-        info.uuid, info.format_version
-    );
-    println!("schema");
-    for f in info.schema.fields() {
-        println!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
-    }
-    let pct = 100.0 * info.len() as f64 / info.capacity as f64;
-    println!(
-        "fill       {} / {} items ({pct:.1}%)",
-        info.len(),
-        info.capacity
-    );
-    println!("indices    {}..{}", c.head, c.tail);
-    println!(
-        "counters   added {}  evicted {}  cleared {}  sampled {}",
-        c.tail,
-        c.head - c.cleared,
-        c.cleared,
-        c.sampled
-    );
-    println!(
-        "commit     generation {}, {}",
-        c.generation,
-        if c.is_clean() {
-            "closed cleanly"
-        } else {
-            "writer open or not closed cleanly (open recovers)"
-        }
-    );
-    println!(
-        "files      MANIFEST + {} segments of {} slots x {} bytes{}",
-        info.segment_count,
-        info.segment_slots,
-        info.row_stride,
-        if info.priorities.is_some() {
-            " + priorities.tree"
-        } else {
-            ""
-        }
-    );
-    println!(
-        "disk       {} on disk, {} of live item data",
-        human(info.bytes_on_disk),
-        human(info.data_bytes)
-    );
-    if info.fragments {
-        println!("units      fragments (each add / add_batch call is drawn whole)");
-    }
-    if let Some(e) = &info.episodes {
-        match (&e.problem, e.steps) {
-            (Some(p), _) => println!("episodes   unreadable: {p}"),
-            (None, Some((lo, mean, hi))) => println!(
-                "episodes   {} ({} ended, {} open); steps min {lo} mean {mean:.1} max {hi}{}",
-                e.count,
-                e.ended,
-                e.count - e.ended,
-                e.mean_return
-                    .map_or(String::new(), |r| format!("; mean return {r:.3}"))
-            ),
-            (None, None) => println!("episodes   none yet"),
-        }
-        if info.whole_episodes {
-            println!("eviction   whole episodes (the oldest episode goes at once)");
+    let mut indices = Vec::new();
+    for (part, run) in source.parts.iter_mut().zip(runs) {
+        let mut at = run.start;
+        while at < run.end {
+            let take = (run.end - at).min(DUMP_CHUNK);
+            indices.clear();
+            indices.extend(at..at + take);
+            let rows = indices.len();
+            let mut outs: Vec<&mut [u8]> = bufs
+                .iter_mut()
+                .zip(schema.fields())
+                .map(|(b, f)| b.get_mut(..rows * f.bytes()).unwrap_or_default())
+                .collect();
+            part.reader
+                .gather_into(&indices, &mut outs)
+                .map_err(|e| transfer::evicted_hint(e, "dump"))?;
+            let cols: Vec<&[u8]> = chosen
+                .iter()
+                .filter_map(|&f| bufs.get(f).map(Vec::as_slice))
+                .collect();
+            printer.rows(&indices, None, &cols)?;
+            at += take;
         }
     }
-    let snaps = snapshots(dir)?;
-    println!(
-        "snapshots  {}{}",
-        snaps.len(),
-        if snaps.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " ({}; `replaystore snapshots` for sizes)",
-                snaps
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
-    );
-    if let Some(p) = &info.priorities {
-        print_priorities(p);
-    }
+    printer.finish()?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_verify(dir: &std::path::Path, as_json: bool) -> Result<ExitCode, Error> {
-    let report = verify(dir)?;
-    if as_json {
-        let problems: Vec<_> = report
-            .problems
-            .iter()
-            .map(|p| json!({"file": p.file, "offset": p.offset, "problem": p.what}))
-            .collect();
-        println!(
-            "{:#}",
-            json!({
-                "sound": report.is_sound(),
-                "problems": problems,
-                "notes": report.notes,
-                "items_checked": report.items_checked,
-                "segments_checked": report.segments_checked,
-                "snapshots_checked": report.snapshots_checked,
-            })
-        );
-    } else {
-        for n in &report.notes {
-            println!("note: {n}");
-        }
-        for p in &report.problems {
-            println!("problem: {p}");
-        }
-        println!(
-            "{}: {} segments, {} items checked ({} snapshots), {} problems",
-            if report.is_sound() {
-                "sound"
-            } else {
-                "DAMAGED"
-            },
-            report.segments_checked,
-            report.items_checked,
-            report.snapshots_checked,
-            report.problems.len()
-        );
-    }
-    Ok(if report.is_sound() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+/// What `sample` draws.
+struct Draw {
+    n: usize,
+    /// Prioritized, with this beta.
+    beta: Option<f64>,
+    without_replacement: bool,
+    seed: Option<u64>,
 }
 
-fn run_snapshots(
-    dir: &std::path::Path,
-    delete: Option<&str>,
-    keep_last: Option<usize>,
-    as_json: bool,
-) -> Result<ExitCode, Error> {
-    // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
-    let mut deleted = Vec::new();
-    if delete.is_some() || keep_last.is_some() {
-        let mut buf = ReplayBuffer::open(dir)?;
-        if let Some(name) = delete {
-            buf.delete_snapshot(name)?;
-            deleted.push(name.to_owned());
-        }
-        if let Some(k) = keep_last {
-            deleted.extend(buf.keep_last(k)?);
-        }
-        buf.close()?;
+fn sample(
+    dir: &Path,
+    snapshot: Option<&str>,
+    draw: &Draw,
+    fields: Option<&str>,
+    format: Format,
+) -> Result<ExitCode, Failure> {
+    let lanes = replaystore::storage::read_lanes(&replaystore::storage::io::OsIo, dir)?;
+    if lanes.is_some() && snapshot.is_some() {
+        return Err(Failure::Usage(
+            "a lane set has no snapshots of its own: sample a lane's (lane-K/) instead".into(),
+        ));
+    }
+    let uniform = if draw.without_replacement {
+        SampleSpec::new(draw.n).without_replacement()
     } else {
-        // Fails as "not a buffer" rather than listing nothing.
-        inspect(dir)?;
-    }
-    let list = snapshots(dir)?;
-    if as_json {
-        let items: Vec<_> = list
-            .iter()
-            .map(|s| {
-                json!({
-                    "name": s.name,
-                    "generation": s.commit.map(|c| c.generation),
-                    "head": s.commit.map(|c| c.head),
-                    "tail": s.commit.map(|c| c.tail),
-                    "len": s.len(),
-                    "bytes_shared": s.bytes_shared,
-                    "bytes_owned": s.bytes_owned,
-                    "created_unix": s.created
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map(|d| d.as_secs()),
-                    "problem": s.problem,
-                })
-            })
-            .collect();
-        println!("{:#}", json!({"snapshots": items, "deleted": deleted}));
-        return Ok(ExitCode::SUCCESS);
-    }
-    for name in &deleted {
-        println!("deleted {name}");
-    }
-    if list.is_empty() {
-        println!("no snapshots in {}", dir.display());
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:<24} {:>10} {:>12} {:>12} {:>12}  status",
-        "name", "generation", "items", "shared", "owned"
+        SampleSpec::new(draw.n)
+    };
+    let (schema, batch) = if lanes.is_some() {
+        let mut r = Lanes::open_reader(dir)?;
+        if let Some(seed) = draw.seed {
+            r.reseed(seed);
+        }
+        let mut out = Batch::new(r.schema(), draw.n);
+        match draw.beta {
+            Some(beta) => r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?,
+            None => r.sample_into(&uniform, &mut out)?,
+        }
+        (r.schema().clone(), out)
+    } else {
+        let mut r = match snapshot {
+            Some(name) => Reader::open_snapshot(dir, name)?,
+            None => Reader::open(dir)?,
+        };
+        if let Some(seed) = draw.seed {
+            r.reseed(seed);
+        }
+        let mut out = Batch::new(r.schema(), draw.n);
+        match draw.beta {
+            Some(beta) => r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?,
+            None => r.sample_into(&uniform, &mut out)?,
+        }
+        (r.schema().clone(), out)
+    };
+    let chosen = select_fields(&schema, fields)?;
+    let picked = chosen
+        .iter()
+        .filter_map(|&f| schema.fields().get(f))
+        .collect();
+    let cols: Vec<&[u8]> = chosen
+        .iter()
+        .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
+        .collect();
+    let mut printer = Printer::new(
+        BufWriter::new(std::io::stdout().lock()),
+        format,
+        picked,
+        draw.beta.is_some(),
     );
-    for s in &list {
-        println!(
-            "{:<24} {:>10} {:>12} {:>12} {:>12}  {}",
-            s.name,
-            s.commit.map_or("-".into(), |c| c.generation.to_string()),
-            s.len(),
-            human(s.bytes_shared),
-            human(s.bytes_owned),
-            s.problem.as_deref().unwrap_or("ok")
-        );
-    }
+    printer.rows(
+        batch.indices(),
+        draw.beta.is_some().then(|| batch.weights()),
+        &cols,
+    )?;
+    printer.finish()?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Bytes in binary units, for people.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS.get(u).unwrap_or(&"B"))
 }

@@ -1,0 +1,197 @@
+//! Why a command failed, and the exit status that tells a script which kind of failure
+//! it was (the table is in `--help`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use replaystore::Error;
+
+/// The exit statuses, as `--help` lists them.
+pub const EXIT_HELP: &str = "\
+Exit status:
+  0  success (verify: the buffer is sound)
+  1  verify found damage, or a demo check failed
+  2  bad arguments (unknown option, bad range or field name, nothing to read)
+  3  not a buffer: no MANIFEST (or no LANES) in the folder, or no such folder
+  4  written by a newer replaystore (format version): upgrade to read it
+  5  locked: another process writes the buffer (its pid is in the message)
+  6  damaged: a file failed a check (which file, which offset, which check)
+  7  disk full
+  8  any other error (I/O, bad input), with the file it concerns";
+
+/// A command's failure.
+#[derive(Debug)]
+pub enum Failure {
+    /// The engine refused or failed.
+    Engine(Error),
+    /// A file the command itself reads or writes (an `.npz`).
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file the command reads is not what it must be.
+    BadInput {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with field, offset, expected and got where they apply.
+        what: String,
+    },
+    /// Writing to standard output failed (a closed pipe ends the command quietly).
+    Stdout(std::io::Error),
+    /// The arguments ask for something that cannot be done.
+    Usage(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Engine(e)
+    }
+}
+
+impl Failure {
+    /// A `File` failure.
+    pub fn file(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Failure {
+        Failure::File {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+
+    /// A `BadInput` failure.
+    pub fn input(path: impl Into<PathBuf>, what: impl Into<String>) -> Failure {
+        Failure::BadInput {
+            path: path.into(),
+            what: what.into(),
+        }
+    }
+
+    /// The exit status for this failure.
+    pub fn code(&self) -> u8 {
+        match self {
+            Failure::Engine(e) => engine_code(e),
+            Failure::File { source, .. } if is_disk_full(source) => 7,
+            Failure::File { .. } | Failure::Stdout(_) => 8,
+            Failure::BadInput { .. } => 6,
+            Failure::Usage(_) => 2,
+        }
+    }
+
+    /// Prints the message (nothing for a closed output pipe) and gives the exit status.
+    pub fn report(&self) -> ExitCode {
+        if let Failure::Stdout(e) = self
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            // `dump | head`: the reader has what it wanted.
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("error: {self}");
+        ExitCode::from(self.code())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Engine(e) => write!(f, "{e}"),
+            Failure::File { path, op, source } if is_disk_full(source) => {
+                write!(f, "disk full: {op} {}: {source}", path.display())
+            }
+            Failure::File { path, op, source } => write!(f, "{op} {}: {source}", path.display()),
+            Failure::BadInput { path, what } => write!(f, "{}: {what}", path.display()),
+            Failure::Stdout(e) => write!(f, "writing to standard output: {e}"),
+            Failure::Usage(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+fn is_disk_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+}
+
+/// The exit status for an engine error.
+pub fn engine_code(e: &Error) -> u8 {
+    match e {
+        Error::NotABuffer { .. } => 3,
+        Error::UnsupportedVersion {
+            found, supported, ..
+        } if found > supported => 4,
+        Error::Locked { .. } | Error::NotPriorityOwner { .. } => 5,
+        Error::BadMagic { .. }
+        | Error::UnsupportedVersion { .. }
+        | Error::Truncated { .. }
+        | Error::ChecksumMismatch { .. }
+        | Error::Corrupt { .. }
+        | Error::NoValidCommit { .. }
+        | Error::BadItem { .. }
+        | Error::BadSnapshot { .. }
+        | Error::Poisoned { .. } => 6,
+        Error::DiskFull { .. } => 7,
+        Error::Io { source, .. } if is_disk_full(source) => 7,
+        Error::InvalidConfig { .. }
+        | Error::InvalidSchema(_)
+        | Error::NoSuchLane { .. }
+        | Error::NoSuchSnapshot { .. }
+        | Error::Empty
+        | Error::NotPrioritized { .. }
+        | Error::NotEpisodic { .. }
+        | Error::InvalidName { .. }
+        | Error::AlreadyExists { .. }
+        | Error::Evicted { .. }
+        | Error::NotYetAdded { .. } => 2,
+        _ => 8,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn each_failure_kind_has_its_documented_exit_status() {
+        let p = PathBuf::from("/b/seg-0");
+        let full = std::io::Error::from_raw_os_error(28);
+        assert_eq!(
+            engine_code(&Error::DiskFull {
+                path: p.clone(),
+                bytes: 1
+            }),
+            7
+        );
+        assert_eq!(Failure::file("write", &p, full).code(), 7);
+        assert!(
+            Failure::file("write", &p, std::io::Error::from_raw_os_error(28))
+                .to_string()
+                .starts_with("disk full")
+        );
+        assert_eq!(
+            Failure::file("write", &p, std::io::Error::from_raw_os_error(13)).code(),
+            8
+        );
+        let newer = Error::UnsupportedVersion {
+            file: p.clone(),
+            found: 9,
+            supported: 1,
+        };
+        assert_eq!(engine_code(&newer), 4);
+        assert!(newer.to_string().contains("newer replaystore"), "{newer}");
+        let older = Error::UnsupportedVersion {
+            file: p.clone(),
+            found: 0,
+            supported: 1,
+        };
+        assert_eq!(engine_code(&older), 6);
+        assert_eq!(engine_code(&Error::NotABuffer { dir: p.clone() }), 3);
+        assert_eq!(Failure::Usage("x".into()).code(), 2);
+        assert_eq!(Failure::input(&p, "bad").code(), 6);
+        // Every status named in the help text, and only those.
+        for code in 0..=8 {
+            assert!(EXIT_HELP.contains(&format!("\n  {code}  ")), "{code}");
+        }
+    }
+}

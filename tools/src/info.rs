@@ -1,0 +1,375 @@
+//! `info` and `snapshots`: what a buffer's files say, for people and for scripts.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use replaystore::format::lanes::{LanesFile, first_index};
+use replaystore::format::segment::hex;
+use replaystore::priorities::PriorityInfo;
+use replaystore::storage::{self, io::OsIo};
+use replaystore::{Info, ReplayBuffer, inspect, snapshots};
+use serde_json::json;
+
+use crate::fail::Failure;
+
+fn info_json(info: &Info) -> serde_json::Value {
+    let fields = schema_json(info);
+    let c = &info.commit;
+    json!({
+        "dir": info.dir,
+        "uuid": info.uuid,
+        "format_version": info.format_version,
+        "schema": fields,
+        "capacity": info.capacity,
+        "len": info.len(),
+        "head": c.head,
+        "tail": c.tail,
+        "added": c.tail,
+        "evicted": c.head - c.cleared,
+        "cleared": c.cleared,
+        "sampled": c.sampled,
+        "generation": c.generation,
+        "clean": c.is_clean(),
+        "segment_slots": info.segment_slots,
+        "segment_count": info.segment_count,
+        "row_stride": info.row_stride,
+        "data_bytes": info.data_bytes,
+        "bytes_on_disk": info.bytes_on_disk,
+        "whole_episodes": info.whole_episodes,
+        "fragments": info.fragments,
+        "episodes": info.episodes.as_ref().map(|e| json!({
+            "count": e.count,
+            "ended": e.ended,
+            "steps_min": e.steps.map(|s| s.0),
+            "steps_mean": e.steps.map(|s| s.1),
+            "steps_max": e.steps.map(|s| s.2),
+            "mean_return": e.mean_return,
+            "problem": e.problem,
+        })),
+        "priorities": info.priorities.as_ref().map(|p| json!({
+            "alpha": p.alpha,
+            "eps": p.eps,
+            "arity": p.arity,
+            "total": p.total,
+            "min": p.min_max.map(|m| m.0),
+            "max": p.min_max.map(|m| m.1),
+            "zero": p.zero,
+            "max_seen": p.max_seen,
+            "updates": p.updates,
+            "stale_updates": p.stale_updates,
+            "histogram": p.histogram.iter()
+                .map(|&(lo, hi, n)| json!({"low": lo, "high": hi, "count": n}))
+                .collect::<Vec<_>>(),
+        })),
+    })
+}
+
+/// Width of the longest histogram bar.
+const BAR: u64 = 40;
+
+fn print_priorities(p: &PriorityInfo) {
+    println!(
+        "priorities alpha {}  eps {}  {}-ary sum-tree, total {:.6e}",
+        p.alpha, p.eps, p.arity, p.total
+    );
+    match p.min_max {
+        Some((lo, hi)) => println!(
+            "           priority+eps of live items: min {lo:.4e}  max {hi:.4e}{}",
+            if p.zero > 0 {
+                format!("  ({} at 0)", p.zero)
+            } else {
+                String::new()
+            }
+        ),
+        None if p.zero > 0 => println!("           all {} live items have priority 0", p.zero),
+        None => println!("           no live items"),
+    }
+    println!(
+        "           new items get {:.4e}; {} updates applied, {} stale skipped",
+        p.max_seen, p.updates, p.stale_updates
+    );
+    let most = p.histogram.iter().map(|b| b.2).max().unwrap_or(0).max(1);
+    for &(lo, hi, n) in &p.histogram {
+        let bar = "#".repeat(((n * BAR).div_ceil(most)) as usize);
+        println!("  {lo:>10.3e} .. {hi:<10.3e} {n:>10} {bar}");
+    }
+}
+
+/// `replaystore info`: a buffer, or a lane set lane by lane.
+pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
+    if let Some(lanes) = storage::read_lanes(&OsIo, dir)? {
+        return lanes_info(dir, &lanes, as_json);
+    }
+    let info = inspect(dir)?;
+    if as_json {
+        println!("{:#}", info_json(&info));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let c = &info.commit;
+    println!("buffer     {}", info.dir.display());
+    println!(
+        "uuid       {}  (format version {})",
+        info.uuid, info.format_version
+    );
+    print_schema(&info);
+    let pct = 100.0 * info.len() as f64 / info.capacity as f64;
+    println!(
+        "fill       {} / {} items ({pct:.1}%)",
+        info.len(),
+        info.capacity
+    );
+    println!("indices    {}..{}", c.head, c.tail);
+    println!(
+        "counters   added {}  evicted {}  cleared {}  sampled {}",
+        c.tail,
+        c.head - c.cleared,
+        c.cleared,
+        c.sampled
+    );
+    println!(
+        "commit     generation {}, {}",
+        c.generation,
+        if c.is_clean() {
+            "closed cleanly"
+        } else {
+            "writer open or not closed cleanly (open recovers)"
+        }
+    );
+    println!(
+        "files      MANIFEST + {} segments of {} slots x {} bytes{}",
+        info.segment_count,
+        info.segment_slots,
+        info.row_stride,
+        if info.priorities.is_some() {
+            " + priorities.tree"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "disk       {} on disk, {} of live item data",
+        human(info.bytes_on_disk),
+        human(info.data_bytes)
+    );
+    if info.fragments {
+        println!("units      fragments (each add / add_batch call is drawn whole)");
+    }
+    if let Some(e) = &info.episodes {
+        match (&e.problem, e.steps) {
+            (Some(p), _) => println!("episodes   unreadable: {p}"),
+            (None, Some((lo, mean, hi))) => println!(
+                "episodes   {} ({} ended, {} open); steps min {lo} mean {mean:.1} max {hi}{}",
+                e.count,
+                e.ended,
+                e.count - e.ended,
+                e.mean_return
+                    .map_or(String::new(), |r| format!("; mean return {r:.3}"))
+            ),
+            (None, None) => println!("episodes   none yet"),
+        }
+        if info.whole_episodes {
+            println!("eviction   whole episodes (the oldest episode goes at once)");
+        }
+    }
+    let snaps = snapshots(dir)?;
+    println!(
+        "snapshots  {}{}",
+        snaps.len(),
+        if snaps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({}; `replaystore snapshots` for sizes)",
+                snaps
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    if let Some(p) = &info.priorities {
+        print_priorities(p);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A lane set: the schema once, then each lane's fill, counters and priorities.
+fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, Failure> {
+    let infos = (0..file.lanes)
+        .map(|k| inspect(storage::lane_dir(dir, k)))
+        .collect::<Result<Vec<Info>, _>>()?;
+    let len: u64 = infos.iter().map(Info::len).sum();
+    let capacity: u64 = infos.iter().map(|i| i.capacity).sum();
+    let on_disk: u64 = infos.iter().map(|i| i.bytes_on_disk).sum();
+    let data: u64 = infos.iter().map(|i| i.data_bytes).sum();
+    if as_json {
+        let lanes: Vec<_> = infos
+            .iter()
+            .zip(0u32..)
+            .map(|(i, k)| {
+                let mut v = info_json(i);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("lane".into(), k.into());
+                    o.insert("first_index".into(), first_index(k).into());
+                }
+                v
+            })
+            .collect();
+        let fields = infos.first().map(schema_json).unwrap_or_default();
+        println!(
+            "{:#}",
+            json!({
+                "dir": dir,
+                "uuid": hex(&file.uuid),
+                "lanes": file.lanes,
+                "lane_capacity": file.lane_capacity,
+                "schema": fields,
+                "capacity": capacity,
+                "len": len,
+                "bytes_on_disk": on_disk,
+                "data_bytes": data,
+                "lane": lanes,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("lane set   {}", dir.display());
+    println!(
+        "uuid       {}  ({} lanes of {} items; lane K's indices start at K << 56)",
+        hex(&file.uuid),
+        file.lanes,
+        file.lane_capacity
+    );
+    if let Some(first) = infos.first() {
+        print_schema(first);
+    }
+    println!(
+        "fill       {len} / {capacity} items ({:.1}%)",
+        100.0 * len as f64 / capacity.max(1) as f64
+    );
+    println!(
+        "  {:>4}  {:>21}  {:>12}  {:>12}  {:<7}  priorities / episodes",
+        "lane", "positions", "items", "added", "closed"
+    );
+    for (i, k) in infos.iter().zip(0u32..) {
+        let base = first_index(k);
+        let c = &i.commit;
+        let extra = match (&i.priorities, &i.episodes) {
+            (Some(p), _) => format!("total {:.4e}, max {:.4e}", p.total, p.max_seen),
+            (None, Some(e)) => format!("{} episodes, {} ended", e.count, e.ended),
+            (None, None) => String::new(),
+        };
+        println!(
+            "  {k:>4}  {:>21}  {:>12}  {:>12}  {:<7}  {extra}",
+            format!("{}..{}", c.head - base, c.tail - base),
+            i.len(),
+            c.tail - base,
+            if c.is_clean() { "yes" } else { "no" },
+        );
+    }
+    println!(
+        "disk       {} on disk, {} of live item data",
+        human(on_disk),
+        human(data)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schema_json(info: &Info) -> serde_json::Value {
+    info.schema
+        .fields()
+        .iter()
+        .map(|f| json!({"name": f.name(), "dtype": f.dtype().name(), "shape": f.shape()}))
+        .collect()
+}
+
+fn print_schema(info: &Info) {
+    println!("schema");
+    for f in info.schema.fields() {
+        println!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
+    }
+}
+
+/// `replaystore snapshots`: list, delete one, or keep the newest K.
+pub fn run_snapshots(
+    dir: &Path,
+    delete: Option<&str>,
+    keep_last: Option<usize>,
+    as_json: bool,
+) -> Result<ExitCode, Failure> {
+    // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
+    let mut deleted = Vec::new();
+    if delete.is_some() || keep_last.is_some() {
+        let mut buf = ReplayBuffer::open(dir)?;
+        if let Some(name) = delete {
+            buf.delete_snapshot(name)?;
+            deleted.push(name.to_owned());
+        }
+        if let Some(k) = keep_last {
+            deleted.extend(buf.keep_last(k)?);
+        }
+        buf.close()?;
+    } else {
+        // Fails as "not a buffer" rather than listing nothing.
+        inspect(dir)?;
+    }
+    let list = snapshots(dir)?;
+    if as_json {
+        let items: Vec<_> = list
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "generation": s.commit.map(|c| c.generation),
+                    "head": s.commit.map(|c| c.head),
+                    "tail": s.commit.map(|c| c.tail),
+                    "len": s.len(),
+                    "bytes_shared": s.bytes_shared,
+                    "bytes_owned": s.bytes_owned,
+                    "created_unix": s.created
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_secs()),
+                    "problem": s.problem,
+                })
+            })
+            .collect();
+        println!("{:#}", json!({"snapshots": items, "deleted": deleted}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for name in &deleted {
+        println!("deleted {name}");
+    }
+    if list.is_empty() {
+        println!("no snapshots in {}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:>10} {:>12} {:>12} {:>12}  status",
+        "name", "generation", "items", "shared", "owned"
+    );
+    for s in &list {
+        println!(
+            "{:<24} {:>10} {:>12} {:>12} {:>12}  {}",
+            s.name,
+            s.commit.map_or("-".into(), |c| c.generation.to_string()),
+            s.len(),
+            human(s.bytes_shared),
+            human(s.bytes_owned),
+            s.problem.as_deref().unwrap_or("ok")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes in binary units, for people.
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS.get(u).unwrap_or(&"B"))
+}

@@ -1,0 +1,234 @@
+//! What `dump` and `export` read: a buffer, one of its snapshots, or the lanes of a lane
+//! set, each through a `Reader` (no lock, nothing written, a writer may run beside it).
+
+use std::ops::Range;
+use std::path::Path;
+
+use replaystore::format::lanes::first_index;
+use replaystore::storage::{self, io::OsIo};
+use replaystore::{Error, Reader, Schema};
+
+use crate::fail::Failure;
+
+/// Items by position: `A..B`, `A..`, `..B` or `..`, positions counted from the ring's
+/// first index (a lane's `K << 56`), or the newest `last` items.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    /// First position (inclusive).
+    pub start: Option<u64>,
+    /// End position (exclusive).
+    pub end: Option<u64>,
+    /// The newest this many items instead.
+    pub last: Option<u64>,
+}
+
+impl Span {
+    /// Parses `A..B` with either end left out.
+    pub fn parse(s: &str) -> Result<Span, String> {
+        let (a, b) = s
+            .split_once("..")
+            .ok_or_else(|| format!("range {s:?}: expected A..B, A.., ..B or .."))?;
+        let num = |t: &str| -> Result<Option<u64>, String> {
+            let t = t.trim();
+            if t.is_empty() {
+                return Ok(None);
+            }
+            t.replace('_', "")
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("range {s:?}: {t:?} is not an index"))
+        };
+        let span = Span {
+            start: num(a)?,
+            end: num(b)?,
+            last: None,
+        };
+        if let (Some(a), Some(b)) = (span.start, span.end)
+            && b < a
+        {
+            return Err(format!("range {s:?}: the end is before the start"));
+        }
+        Ok(span)
+    }
+
+    /// The absolute indices of this span within `live`, where positions count from
+    /// `base`.
+    fn within(&self, base: u64, live: Range<u64>) -> Range<u64> {
+        if let Some(n) = self.last {
+            return live.end.saturating_sub(n).max(live.start)..live.end;
+        }
+        let a = self
+            .start
+            .map_or(live.start, |p| base.saturating_add(p).max(live.start));
+        let b = self
+            .end
+            .map_or(live.end, |p| base.saturating_add(p).min(live.end));
+        a..b.max(a)
+    }
+}
+
+/// One ring to read: a buffer, a snapshot, or a lane.
+pub struct Part {
+    /// Its lane, for a lane set.
+    pub lane: Option<u32>,
+    /// The reader.
+    pub reader: Reader,
+}
+
+impl Part {
+    /// Index of the ring's first item ever (positions count from here).
+    pub fn base(&self) -> u64 {
+        self.lane.map_or(0, first_index)
+    }
+}
+
+/// The rings a command reads, in order.
+pub struct Source {
+    /// Each ring.
+    pub parts: Vec<Part>,
+    schema: Schema,
+}
+
+impl Source {
+    /// Opens `dir` (or its snapshot `snapshot`); for a lane set, lane `lane` or all lanes.
+    pub fn open(dir: &Path, snapshot: Option<&str>, lane: Option<u32>) -> Result<Source, Failure> {
+        let open = |d: &Path| match snapshot {
+            Some(name) => Reader::open_snapshot(d, name),
+            None => Reader::open(d),
+        };
+        let Some(lanes) = storage::read_lanes(&OsIo, dir)? else {
+            if let Some(k) = lane.filter(|&k| k != 0) {
+                return Err(Error::NoSuchLane {
+                    dir: dir.to_path_buf(),
+                    lane: u64::from(k),
+                    index: None,
+                    lanes: 1,
+                }
+                .into());
+            }
+            let reader = open(dir)?;
+            return Ok(Source {
+                schema: reader.schema().clone(),
+                parts: vec![Part { lane: None, reader }],
+            });
+        };
+        let chosen = match lane {
+            Some(k) if k >= lanes.lanes => {
+                return Err(Error::NoSuchLane {
+                    dir: dir.to_path_buf(),
+                    lane: u64::from(k),
+                    index: None,
+                    lanes: lanes.lanes,
+                }
+                .into());
+            }
+            Some(k) => k..k + 1,
+            None => 0..lanes.lanes,
+        };
+        let parts = chosen
+            .map(|k| {
+                Ok(Part {
+                    lane: Some(k),
+                    reader: open(&storage::lane_dir(dir, k))?,
+                })
+            })
+            .collect::<Result<Vec<Part>, Error>>()?;
+        let schema = parts
+            .first()
+            .map(|p| p.reader.schema().clone())
+            .ok_or_else(|| Failure::Usage(format!("{} has no lanes", dir.display())))?;
+        Ok(Source { parts, schema })
+    }
+
+    /// The schema (every lane has the same).
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The absolute index runs of `span` in each part (as live now), and a refusal when
+    /// they hold nothing although items are live.
+    pub fn runs(&mut self, span: &Span) -> Result<Vec<Range<u64>>, Failure> {
+        let mut runs = Vec::with_capacity(self.parts.len());
+        let mut live_total = 0;
+        let mut described = Vec::new();
+        for part in &mut self.parts {
+            part.reader.refresh()?;
+            let live = part.reader.live();
+            live_total += live.end - live.start;
+            let base = part.base();
+            described.push(format!("{}..{}", live.start - base, live.end - base));
+            runs.push(span.within(base, live));
+        }
+        let chosen: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        if chosen == 0 && live_total > 0 {
+            return Err(Failure::Usage(format!(
+                "no live item in the range asked for: the live positions are {}",
+                described.join(", ")
+            )));
+        }
+        Ok(runs)
+    }
+}
+
+/// The schema fields a `--fields a,b` list names, in the list's order (all when `None`).
+pub fn select_fields(schema: &Schema, list: Option<&str>) -> Result<Vec<usize>, Failure> {
+    let Some(list) = list else {
+        return Ok((0..schema.fields().len()).collect());
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|name| {
+            schema
+                .fields()
+                .iter()
+                .position(|f| f.name() == name)
+                .ok_or_else(|| {
+                    Failure::Usage(format!(
+                        "--fields: no field {name:?} (the schema has {})",
+                        schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn spans_parse_and_clip_to_the_live_range() {
+        let s = Span::parse("10..20").unwrap();
+        assert_eq!(s.within(0, 0..100), 10..20);
+        assert_eq!(s.within(0, 15..100), 15..20);
+        assert_eq!(s.within(0, 30..100), 30..30);
+        assert_eq!(Span::parse("..").unwrap().within(0, 5..9), 5..9);
+        assert_eq!(
+            Span::parse("3..")
+                .unwrap()
+                .within(1 << 56, (1 << 56)..(1 << 56) + 10),
+            (1 << 56) + 3..(1 << 56) + 10
+        );
+        assert_eq!(Span::parse("..1_000").unwrap().end, Some(1000));
+        let last = Span {
+            last: Some(4),
+            ..Span::default()
+        };
+        assert_eq!(last.within(0, 5..100), 96..100);
+        assert_eq!(last.within(0, 98..100), 98..100);
+        assert!(Span::parse("5").is_err());
+        assert!(
+            Span::parse("9..3")
+                .unwrap_err()
+                .contains("before the start")
+        );
+        assert!(Span::parse("a..3").unwrap_err().contains("not an index"));
+    }
+}

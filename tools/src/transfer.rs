@@ -1,0 +1,517 @@
+//! `export` (a buffer's items to NumPy's `.npz`) and `import` (an `.npz` to a new buffer).
+//!
+//! Both stream: export reads the items once, in chunks, and writes each field's chunk at
+//! the offset its array has in the archive (the layout is fixed before the first byte,
+//! since every size is known); import reads each array's rows in chunks by offset. Neither
+//! holds more than a chunk in memory, whatever the buffer's size. Each writes under a
+//! temporary name and renames when complete, so a failure or a kill never leaves a
+//! partial `.npz` or buffer under the name asked for.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+
+use flate2::read::DeflateDecoder;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use replaystore::{Column, Config, DType, Error, ReplayBuffer, Schema};
+
+use crate::fail::Failure;
+use crate::npz::{self, Entry};
+use crate::progress;
+use crate::source::{Source, Span, select_fields};
+
+/// Bytes of item data per chunk (all fields together).
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// What `export` was asked for.
+pub struct ExportArgs<'a> {
+    /// The buffer.
+    pub dir: &'a Path,
+    /// The archive to write.
+    pub out: &'a Path,
+    /// A snapshot of the buffer instead of its live items.
+    pub snapshot: Option<&'a str>,
+    /// One lane of a lane set (all lanes, one after another, when `None`).
+    pub lane: Option<u32>,
+    /// Which items.
+    pub span: Span,
+    /// Which fields (`a,b`), all when `None`.
+    pub fields: Option<&'a str>,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+/// One array of the archive being written.
+struct Array {
+    entry: Entry,
+    /// The `.npy` header.
+    header: Vec<u8>,
+    /// Where the array's item data starts in the archive.
+    data_at: u64,
+    /// Bytes per item.
+    item_bytes: usize,
+    /// Index of the field in the schema.
+    field: usize,
+    crc: crc32fast::Hasher,
+}
+
+/// Writes the chosen items of `args.dir` to `args.out`, one `.npy` per field.
+pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
+    let mut source = Source::open(args.dir, args.snapshot, args.lane)?;
+    let runs = source.runs(&args.span)?;
+    let n: u64 = runs.iter().map(|r| r.end - r.start).sum();
+    let schema = source.schema().clone();
+    let chosen = select_fields(&schema, args.fields)?;
+    let mut arrays = Vec::with_capacity(chosen.len());
+    let mut offset = 0u64;
+    for &f in &chosen {
+        let field = schema
+            .fields()
+            .get(f)
+            .ok_or_else(|| Failure::Usage(format!("no field {f}")))?;
+        let mut shape = vec![n];
+        shape.extend(field.shape().iter().map(|&d| d as u64));
+        let header = npz::npy_header(field.dtype(), &shape);
+        let size = header.len() as u64 + n * field.bytes() as u64;
+        let name = format!("{}.npy", field.name());
+        let data_at = offset + npz::Entry::local_len(&name, size, offset) as u64;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        arrays.push(Array {
+            entry: Entry::stored(&name, size, offset),
+            data_at: data_at + header.len() as u64,
+            header,
+            item_bytes: field.bytes(),
+            field: f,
+            crc,
+        });
+        offset = data_at + size;
+    }
+    let tmp = temp_name(args.out)?;
+    let file = File::create_new(&tmp).map_err(|e| Failure::file("create", &tmp, e))?;
+    let result = write_archive(
+        &file,
+        &tmp,
+        &mut source,
+        &runs,
+        &schema,
+        &mut arrays,
+        offset,
+        n,
+        args.quiet,
+    );
+    let result = result.and_then(|()| {
+        file.sync_all()
+            .map_err(|e| Failure::file("sync", &tmp, e))?;
+        std::fs::rename(&tmp, args.out).map_err(|e| Failure::file("rename", args.out, e))
+    });
+    if let Err(e) = result {
+        // Best effort: the temporary file is ours and partial.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    eprintln!(
+        "exported {n} items x {} fields to {}",
+        arrays.len(),
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are the export's state"
+)]
+fn write_archive(
+    file: &File,
+    path: &Path,
+    source: &mut Source,
+    runs: &[std::ops::Range<u64>],
+    schema: &Schema,
+    arrays: &mut [Array],
+    directory_at: u64,
+    n: u64,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let write = |at: u64, bytes: &[u8]| {
+        file.write_all_at(bytes, at)
+            .map_err(|e| Failure::file("write", path, e))
+    };
+    for a in arrays.iter() {
+        write(a.data_at - a.header.len() as u64, &a.header)?;
+    }
+    let row_bytes: usize = schema.fields().iter().map(|f| f.bytes()).sum();
+    let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16);
+    let mut bufs: Vec<Vec<u8>> = schema
+        .fields()
+        .iter()
+        .map(|f| vec![0u8; chunk * f.bytes()])
+        .collect();
+    let bar = progress::bar(n, "export", quiet);
+    let mut row = 0u64;
+    let mut indices = Vec::with_capacity(chunk);
+    for (part, run) in source.parts.iter_mut().zip(runs) {
+        let mut at = run.start;
+        while at < run.end {
+            let take = (run.end - at).min(chunk as u64);
+            indices.clear();
+            indices.extend(at..at + take);
+            let rows = indices.len();
+            let mut outs: Vec<&mut [u8]> = bufs
+                .iter_mut()
+                .zip(schema.fields())
+                .map(|(b, f)| b.get_mut(..rows * f.bytes()).unwrap_or_default())
+                .collect();
+            part.reader
+                .gather_into(&indices, &mut outs)
+                .map_err(|e| evicted_hint(e, "export"))?;
+            for a in arrays.iter_mut() {
+                let bytes = bufs
+                    .get(a.field)
+                    .and_then(|b| b.get(..rows * a.item_bytes))
+                    .unwrap_or_default();
+                a.crc.update(bytes);
+                write(a.data_at + row * a.item_bytes as u64, bytes)?;
+            }
+            row += take;
+            at += take;
+            bar.inc(take);
+        }
+    }
+    bar.finish_and_clear();
+    let mut entries = Vec::with_capacity(arrays.len());
+    for a in arrays.iter_mut() {
+        a.entry.crc = a.crc.clone().finalize();
+        write(a.entry.header_offset, &a.entry.local_header())?;
+        entries.push(a.entry.clone());
+    }
+    write(directory_at, &npz::directory(&entries, directory_at))
+}
+
+/// Tells a person what to do when a running writer evicts an item mid-read.
+pub fn evicted_hint(e: Error, what: &str) -> Failure {
+    match e {
+        Error::Evicted { .. } => Failure::Usage(format!(
+            "{e}: the running writer evicted it during the {what}; {what} a snapshot \
+             (--snapshot NAME) or the newest items (--last N) instead"
+        )),
+        e => e.into(),
+    }
+}
+
+/// A sibling of `path` to write under before renaming into place.
+fn temp_name(path: &Path) -> Result<PathBuf, Failure> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Failure::Usage(format!("{}: not a file name", path.display())))?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    Ok(path.with_file_name(tmp))
+}
+
+/// What `import` was asked for.
+pub struct ImportArgs<'a> {
+    /// The archive.
+    pub npz: &'a Path,
+    /// The buffer to create.
+    pub dir: &'a Path,
+    /// Items the new buffer holds (default: the arrays' length).
+    pub capacity: Option<u64>,
+    /// Keep priorities with this alpha (new items get priority 1).
+    pub prioritized: Option<f64>,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+/// One array of the archive being read.
+struct Input {
+    name: String,
+    dtype: DType,
+    item_shape: Vec<usize>,
+    item_bytes: usize,
+    /// Where its `.npy` starts in the archive.
+    npy_at: u64,
+    entry: Entry,
+    /// Its bytes after the header, in order.
+    stream: Stream,
+    crc: crc32fast::Hasher,
+}
+
+/// An archive member's bytes, read in order from its start: by offset when stored, or
+/// through an inflater over its own file handle when deflated (`np.savez_compressed`).
+enum Stream {
+    Stored { file: File, at: u64, end: u64 },
+    Deflated(Box<DeflateDecoder<std::io::Take<BufReader<File>>>>),
+}
+
+impl Stream {
+    fn open(path: &Path, entry: &Entry, start: u64) -> Result<Stream, Failure> {
+        let mut file = File::open(path).map_err(|e| Failure::file("open", path, e))?;
+        match entry.method {
+            npz::STORED => Ok(Stream::Stored {
+                file,
+                at: start,
+                end: start + entry.size,
+            }),
+            npz::DEFLATED => {
+                file.seek(SeekFrom::Start(start))
+                    .map_err(|e| Failure::file("seek", path, e))?;
+                let raw = BufReader::new(file).take(entry.compressed);
+                Ok(Stream::Deflated(Box::new(DeflateDecoder::new(raw))))
+            }
+            m => Err(Failure::input(
+                path,
+                format!(
+                    "{}: compression method {m} is not supported (stored and deflated are)",
+                    entry.name
+                ),
+            )),
+        }
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Stored { file, at, end } => {
+                if *at + buf.len() as u64 > *end {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                file.read_exact_at(buf, *at)?;
+                *at += buf.len() as u64;
+                Ok(())
+            }
+            Stream::Deflated(d) => d.read_exact(buf),
+        }
+    }
+}
+
+/// Reads the archive's directory and every array's header, checking that they make
+/// one schema of arrays with equal lengths.
+fn read_inputs(file: &File, path: &Path) -> Result<(Vec<Input>, u64), Failure> {
+    let bad = |what: String| Failure::input(path, what);
+    let read = |at: u64, len: u64| -> Result<Vec<u8>, Failure> {
+        let mut b =
+            vec![0u8; usize::try_from(len).map_err(|_| bad(format!("{len} bytes at {at}")))?];
+        file.read_exact_at(&mut b, at)
+            .map_err(|e| Failure::file("read", path, e))?;
+        Ok(b)
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Failure::file("stat", path, e))?
+        .len();
+    let tail_at = len.saturating_sub(npz::TAIL_SEARCH);
+    let tail = read(tail_at, len - tail_at)?;
+    let span = npz::find_directory(&tail, tail_at).map_err(bad)?;
+    if span
+        .offset
+        .checked_add(span.size)
+        .is_none_or(|end| end > len)
+    {
+        return Err(bad(format!(
+            "the central directory ({} bytes at offset {}) runs past the end ({len} bytes)",
+            span.size, span.offset
+        )));
+    }
+    let entries = npz::parse_directory(&read(span.offset, span.size)?, span.count).map_err(bad)?;
+    if entries.is_empty() {
+        return Err(bad("the archive holds no arrays".into()));
+    }
+    let mut inputs: Vec<Input> = Vec::with_capacity(entries.len());
+    let mut rows: Option<(u64, String)> = None;
+    for entry in entries {
+        let name = entry
+            .name
+            .strip_suffix(".npy")
+            .ok_or_else(|| bad(format!("member {:?} is not an .npy array", entry.name)))?
+            .to_string();
+        let local = read(entry.header_offset, npz::LOCAL_LEN as u64)?;
+        let npy_at = npz::data_start(&local, entry.header_offset).map_err(bad)?;
+        if npy_at.checked_add(entry.compressed).is_none_or(|e| e > len) {
+            return Err(bad(format!(
+                "{}: {} bytes at offset {npy_at} run past the end ({len} bytes)",
+                entry.name, entry.compressed
+            )));
+        }
+        let member = |e: String| bad(format!("{}: {e}", entry.name));
+        let mut stream = Stream::open(path, &entry, npy_at)?;
+        let mut head = vec![0u8; 10];
+        let more = |stream: &mut Stream, head: &mut Vec<u8>, n: usize| {
+            let at = head.len();
+            head.resize(at + n, 0);
+            stream
+                .read_exact(head.get_mut(at..).unwrap_or_default())
+                .map_err(|e| member(format!("reading its header: {e}")))
+        };
+        stream
+            .read_exact(&mut head)
+            .map_err(|e| member(format!("reading its header: {e}")))?;
+        let prefix = npz::npy_prefix_len(&head).map_err(member)?;
+        let have = head.len();
+        more(&mut stream, &mut head, prefix - have)?;
+        let header_len = npz::npy_dict_len(&head).map_err(member)?;
+        more(&mut stream, &mut head, header_len)?;
+        let h = npz::parse_npy_header(&head).map_err(member)?;
+        let dtype = npz::dtype_of(&h.descr).map_err(member)?;
+        let Some((&n, item)) = h.shape.split_first() else {
+            return Err(member(
+                "a 0-d array; every array needs the item dimension first".into(),
+            ));
+        };
+        if h.fortran_order && item.iter().any(|&d| d > 1) {
+            return Err(member(
+                "Fortran order; save np.ascontiguousarray(arr) instead".into(),
+            ));
+        }
+        let item_shape: Vec<usize> = item.iter().map(|&d| d as usize).collect();
+        let item_bytes = item_shape.iter().product::<usize>() * dtype.size();
+        let expected = (h.data_offset as u64).saturating_add(n.saturating_mul(item_bytes as u64));
+        if entry.size != expected {
+            return Err(member(format!(
+                "shape {:?} of {} needs {expected} bytes with its header, the member has {}",
+                h.shape,
+                dtype.name(),
+                entry.size
+            )));
+        }
+        match &rows {
+            Some((m, first)) if *m != n => {
+                return Err(bad(format!(
+                    "arrays of unequal length: {first} has {m} items, {} has {n}",
+                    entry.name
+                )));
+            }
+            Some(_) => {}
+            None => rows = Some((n, entry.name.clone())),
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        inputs.push(Input {
+            name,
+            dtype,
+            item_shape,
+            item_bytes,
+            npy_at,
+            entry,
+            stream,
+            crc,
+        });
+    }
+    Ok((inputs, rows.map_or(0, |r| r.0)))
+}
+
+/// Creates a buffer in `args.dir` from the arrays of `args.npz`, the schema inferred
+/// from their dtypes and shapes in archive order.
+pub fn import(args: &ImportArgs<'_>) -> Result<ExitCode, Failure> {
+    let path = args.npz;
+    let file = File::open(path).map_err(|e| Failure::file("open", path, e))?;
+    let (mut inputs, n) = read_inputs(&file, path)?;
+    let mut builder = Schema::builder();
+    for i in &inputs {
+        builder = builder.field(&i.name, i.dtype, &i.item_shape);
+    }
+    let schema = builder.build()?;
+    let capacity = match args.capacity {
+        Some(c) => c,
+        None if n > 0 => n,
+        None => {
+            return Err(Failure::Usage(
+                "the arrays hold no items: give --capacity for the empty buffer".into(),
+            ));
+        }
+    };
+    let mut config = Config::new(schema.clone(), capacity);
+    if let Some(alpha) = args.prioritized {
+        config = config.prioritized(alpha, 1e-6);
+    }
+    if std::fs::read_dir(args.dir).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(Error::AlreadyExists {
+            dir: args.dir.to_path_buf(),
+            what: "the folder is not empty".into(),
+        }
+        .into());
+    }
+    let tmp = temp_name(args.dir)?;
+    let result = fill(path, &tmp, config, &mut inputs, n, args.quiet).and_then(|()| {
+        if args.dir.is_dir() {
+            // An empty folder the user made: rename cannot replace it on every system.
+            std::fs::remove_dir(args.dir).map_err(|e| Failure::file("replace", args.dir, e))?;
+        }
+        std::fs::rename(&tmp, args.dir).map_err(|e| Failure::file("rename", args.dir, e))
+    });
+    if let Err(e) = result {
+        // Best effort: the half-made buffer is ours.
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    eprintln!(
+        "imported {n} items x {} fields into {} (capacity {capacity})",
+        inputs.len(),
+        args.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fill(
+    path: &Path,
+    tmp: &Path,
+    config: Config,
+    inputs: &mut [Input],
+    n: u64,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let mut buf = ReplayBuffer::create(tmp, config)?;
+    let row_bytes: usize = inputs.iter().map(|i| i.item_bytes).sum();
+    let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
+    let mut bufs: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|i| vec![0u8; chunk as usize * i.item_bytes])
+        .collect();
+    let bar = progress::bar(n, "import", quiet);
+    let mut at = 0;
+    while at < n {
+        let rows = (n - at).min(chunk);
+        for (i, b) in inputs.iter_mut().zip(bufs.iter_mut()) {
+            let len = rows as usize * i.item_bytes;
+            let dst = b.get_mut(..len).unwrap_or_default();
+            i.stream.read_exact(dst).map_err(|e| {
+                Failure::input(path, format!("{}: reading item {at}: {e}", i.entry.name))
+            })?;
+            i.crc.update(dst);
+        }
+        let cols: Vec<Column<'_>> = inputs
+            .iter()
+            .zip(&bufs)
+            .map(|(i, b)| {
+                let mut shape = vec![rows as usize];
+                shape.extend(&i.item_shape);
+                Column::from_bytes(
+                    &i.name,
+                    i.dtype,
+                    &shape,
+                    b.get(..rows as usize * i.item_bytes).unwrap_or_default(),
+                )
+            })
+            .collect();
+        buf.add_batch(&cols)?;
+        at += rows;
+        bar.inc(rows);
+    }
+    bar.finish_and_clear();
+    for i in inputs.iter() {
+        let got = i.crc.clone().finalize();
+        if got != i.entry.crc {
+            return Err(Failure::input(
+                path,
+                format!(
+                    "{}: CRC-32 mismatch at offset {}: the archive says {:#010x}, the bytes give {got:#010x}",
+                    i.entry.name, i.npy_at, i.entry.crc
+                ),
+            ));
+        }
+    }
+    buf.close()?;
+    Ok(())
+}
