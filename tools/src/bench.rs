@@ -229,20 +229,25 @@ pub fn run(
     let scratch = parent.join(format!("replaystore-bench-{}", std::process::id()));
     let mut rows = Vec::new();
     let mut result = Ok(());
+    // One step per workload: the bar redraws only between timed phases, never inside one.
+    let bar = crate::progress::bar(workloads.len() as u64 + u64::from(w3), "bench", as_json);
     for &w in &workloads {
         // --quick: a sixteenth of the standard capacity.
         let capacity = w.capacity() / if quick { 16 } else { 1 };
         if !as_json {
-            eprintln!(
-                "{}: capacity {capacity}, filling and timing {runs} runs per figure...",
-                w.name()
-            );
+            bar.suspend(|| {
+                eprintln!(
+                    "{}: capacity {capacity}, filling and timing {runs} runs per figure...",
+                    w.name()
+                );
+            });
         }
         let batches = if quick { 10_000 / 16 } else { 10_000 };
         let measured = throughput(w, capacity, &scratch, runs, batches).and_then(|mut r| {
             r.extend(checkpoints(w, capacity, &scratch, runs)?);
             Ok(r)
         });
+        bar.inc(1);
         match measured {
             Ok(r) => rows.extend(r),
             Err(e) => {
@@ -254,13 +259,17 @@ pub fn run(
     if w3 && result.is_ok() {
         let capacity = Workload::W1.capacity() / if quick { 16 } else { 1 };
         if !as_json {
-            eprintln!("W3: capacity {capacity}, a writer and 1, 2, 4 reader processes...");
+            bar.suspend(|| {
+                eprintln!("W3: capacity {capacity}, a writer and 1, 2, 4 reader processes...");
+            });
         }
         match crate::w3::rows(capacity, &scratch, runs, quick) {
             Ok(r) => rows.extend(r),
             Err(e) => result = Err(e),
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     // The buffers are scratch; an error removing them must not hide the figures.
     let _ = std::fs::remove_dir_all(&scratch);
     result?;

@@ -49,7 +49,7 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
             println!("problem: {p}");
         }
         println!(
-            "{}: {}{} segments, {} items checked ({} snapshots{}), {} problems",
+            "{}: {}{} segments, {} items checked ({} snapshot{}{}), {} problems",
             if report.is_sound() {
                 "sound"
             } else {
@@ -61,10 +61,15 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
             report.segments_checked,
             report.items_checked,
             report.snapshots_checked,
-            if deep || report.snapshots_checked == 0 {
+            if report.snapshots_checked == 1 {
                 ""
             } else {
-                ": headers; --deep checks their items"
+                "s"
+            },
+            match (deep, report.snapshots_checked) {
+                (true, _) | (_, 0) => "",
+                (false, 1) => ": headers; --deep checks its items",
+                (false, _) => ": headers; --deep checks their items",
             },
             report.problems.len()
         );
