@@ -4,8 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use replaystore::format::lanes::MAX_LANES;
-use replaystore::storage;
-use replaystore::{VerifyOptions, inspect, snapshots, verify_opts};
+use replaystore::storage::{self, Manifest, io::OsIo};
+use replaystore::{VerifyOptions, snapshots, verify_opts};
 use serde_json::json;
 
 use crate::fail::Failure;
@@ -14,7 +14,12 @@ use crate::progress;
 /// `replaystore verify`: every check `VerifyOptions` names, with a progress bar over the
 /// items; exit 1 when anything is damaged. Reads only: a damaged buffer stays as it is.
 pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Failure> {
-    let bar = progress::bar(items_to_check(dir, deep), "verify", as_json);
+    let quiet = as_json || !progress::visible();
+    let bar = progress::bar(
+        if quiet { 0 } else { items_to_check(dir, deep) },
+        "verify",
+        quiet,
+    );
     let tell = |n: u64| bar.inc(n);
     let opts = VerifyOptions {
         deep,
@@ -81,11 +86,13 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
     })
 }
 
-/// About how many items `verify` will check: the progress bar's length (0 when the
-/// files cannot say; verify then reports why).
+/// About how many items `verify` will check: the progress bar's length, from the
+/// manifests alone (0 when they cannot say; verify then reports why).
 fn items_to_check(dir: &Path, deep: bool) -> u64 {
     let one = |d: &Path| -> u64 {
-        let live = inspect(d).map_or(0, |i| i.len());
+        let live = Manifest::load(&OsIo, d)
+            .and_then(|m| m.newest_commit())
+            .map_or(0, |c| c.tail - c.head);
         let snaps = if deep {
             snapshots(d).map_or(0, |s| s.iter().map(|s| s.len()).sum())
         } else {

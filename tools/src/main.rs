@@ -300,35 +300,13 @@ fn dump(dir: &Path, pick: &Pick, format: Format) -> Result<ExitCode, Failure> {
         fields,
         false,
     );
-    let mut bufs: Vec<Vec<u8>> = schema
-        .fields()
-        .iter()
-        .map(|f| vec![0; DUMP_CHUNK as usize * f.bytes()])
-        .collect();
-    let mut indices = Vec::new();
-    for (part, run) in source.parts.iter_mut().zip(runs) {
-        let mut at = run.start;
-        while at < run.end {
-            let take = (run.end - at).min(DUMP_CHUNK);
-            indices.clear();
-            indices.extend(at..at + take);
-            let rows = indices.len();
-            let mut outs: Vec<&mut [u8]> = bufs
-                .iter_mut()
-                .zip(schema.fields())
-                .map(|(b, f)| b.get_mut(..rows * f.bytes()).unwrap_or_default())
-                .collect();
-            part.reader
-                .gather_into(&indices, &mut outs)
-                .map_err(|e| transfer::evicted_hint(e, "dump"))?;
-            let cols: Vec<&[u8]> = chosen
-                .iter()
-                .filter_map(|&f| bufs.get(f).map(Vec::as_slice))
-                .collect();
-            printer.rows(&indices, None, &cols)?;
-            at += take;
-        }
-    }
+    source.read_chunks(&runs, DUMP_CHUNK, "dump", |indices, cols| {
+        let picked: Vec<&[u8]> = chosen
+            .iter()
+            .filter_map(|&f| cols.get(f).copied())
+            .collect();
+        printer.rows(indices, None, &picked)
+    })?;
     printer.finish()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -360,31 +338,27 @@ fn sample(
     } else {
         SampleSpec::new(draw.n)
     };
-    let (schema, batch) = if lanes.is_some() {
-        let mut r = Lanes::open_reader(dir)?;
-        if let Some(seed) = draw.seed {
-            r.reseed(seed);
-        }
-        let mut out = Batch::new(r.schema(), draw.n);
-        match draw.beta {
-            Some(beta) => r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?,
-            None => r.sample_into(&uniform, &mut out)?,
-        }
-        (r.schema().clone(), out)
-    } else {
-        let mut r = match snapshot {
-            Some(name) => Reader::open_snapshot(dir, name)?,
-            None => Reader::open(dir)?,
-        };
-        if let Some(seed) = draw.seed {
-            r.reseed(seed);
-        }
-        let mut out = Batch::new(r.schema(), draw.n);
-        match draw.beta {
-            Some(beta) => r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?,
-            None => r.sample_into(&uniform, &mut out)?,
-        }
-        (r.schema().clone(), out)
+    // `Reader` and `Lanes<Reader>` have these methods alike, through no common trait.
+    macro_rules! draw_from {
+        ($reader:expr) => {{
+            let mut r = $reader;
+            if let Some(seed) = draw.seed {
+                r.reseed(seed);
+            }
+            let mut out = Batch::new(r.schema(), draw.n);
+            match draw.beta {
+                Some(beta) => {
+                    r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?
+                }
+                None => r.sample_into(&uniform, &mut out)?,
+            }
+            (r.schema().clone(), out)
+        }};
+    }
+    // A buffer of one ring opens as a lane set of one lane.
+    let (schema, batch) = match snapshot {
+        Some(name) => draw_from!(Reader::open_snapshot(dir, name)?),
+        None => draw_from!(Lanes::open_reader(dir)?),
     };
     let chosen = select_fields(&schema, fields)?;
     let picked = chosen

@@ -5,15 +5,20 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// Whether bars are drawn at all: standard error is a terminal.
+pub fn visible() -> bool {
+    std::io::stderr().is_terminal()
+}
+
 /// A bar over `len` units of `what` (items, figures), or a hidden one when `quiet` or
 /// when standard error is not a terminal.
 pub fn bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
-    if quiet || !std::io::stderr().is_terminal() {
+    if quiet || !visible() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(len);
     if let Ok(style) = ProgressStyle::with_template(
-        "{msg:>10} [{wide_bar}] {human_pos}/{human_len} ({per_sec}, {eta} left)",
+        "{msg:>10} [{wide_bar}] {human_pos}/{human_len} ({elapsed} so far, {eta} left)",
     ) {
         bar.set_style(style.progress_chars("=> "));
     }

@@ -168,6 +168,58 @@ impl Source {
         }
         Ok(runs)
     }
+
+    /// Reads `runs` (one per part, from [`Source::runs`]) in chunks of at most `chunk`
+    /// items, oldest first, and hands each chunk's indices and each field's bytes (rows
+    /// back to back) to `each`. `what` names the command in the hint an eviction gets.
+    pub fn read_chunks(
+        &mut self,
+        runs: &[Range<u64>],
+        chunk: u64,
+        what: &str,
+        mut each: impl FnMut(&[u64], &[&[u8]]) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
+        let chunk = chunk.max(1);
+        let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
+        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0; chunk as usize * b]).collect();
+        let mut indices = Vec::with_capacity(chunk as usize);
+        for (part, run) in self.parts.iter_mut().zip(runs) {
+            let mut at = run.start;
+            while at < run.end {
+                let take = (run.end - at).min(chunk);
+                indices.clear();
+                indices.extend(at..at + take);
+                let rows = indices.len();
+                let mut outs: Vec<&mut [u8]> = bufs
+                    .iter_mut()
+                    .zip(&sizes)
+                    .map(|(b, &size)| b.get_mut(..rows * size).unwrap_or_default())
+                    .collect();
+                part.reader
+                    .gather_into(&indices, &mut outs)
+                    .map_err(|e| evicted_hint(e, what))?;
+                let cols: Vec<&[u8]> = bufs
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(b, &size)| b.get(..rows * size).unwrap_or_default())
+                    .collect();
+                each(&indices, &cols)?;
+                at += take;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Tells a person what to do when a running writer evicts an item mid-read.
+fn evicted_hint(e: Error, what: &str) -> Failure {
+    match e {
+        Error::Evicted { .. } => Failure::Usage(format!(
+            "{e}: the running writer evicted it during the {what}; {what} a snapshot \
+             (--snapshot NAME) or the newest items (--last N) instead"
+        )),
+        e => e.into(),
+    }
 }
 
 /// The schema fields a `--fields a,b` list names, in the list's order (all when `None`).

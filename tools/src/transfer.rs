@@ -143,43 +143,19 @@ fn write_archive(
         write(a.data_at - a.header.len() as u64, &a.header)?;
     }
     let row_bytes: usize = schema.fields().iter().map(|f| f.bytes()).sum();
-    let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16);
-    let mut bufs: Vec<Vec<u8>> = schema
-        .fields()
-        .iter()
-        .map(|f| vec![0u8; chunk * f.bytes()])
-        .collect();
+    let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
     let bar = progress::bar(n, "export", quiet);
     let mut row = 0u64;
-    let mut indices = Vec::with_capacity(chunk);
-    for (part, run) in source.parts.iter_mut().zip(runs) {
-        let mut at = run.start;
-        while at < run.end {
-            let take = (run.end - at).min(chunk as u64);
-            indices.clear();
-            indices.extend(at..at + take);
-            let rows = indices.len();
-            let mut outs: Vec<&mut [u8]> = bufs
-                .iter_mut()
-                .zip(schema.fields())
-                .map(|(b, f)| b.get_mut(..rows * f.bytes()).unwrap_or_default())
-                .collect();
-            part.reader
-                .gather_into(&indices, &mut outs)
-                .map_err(|e| evicted_hint(e, "export"))?;
-            for a in arrays.iter_mut() {
-                let bytes = bufs
-                    .get(a.field)
-                    .and_then(|b| b.get(..rows * a.item_bytes))
-                    .unwrap_or_default();
-                a.crc.update(bytes);
-                write(a.data_at + row * a.item_bytes as u64, bytes)?;
-            }
-            row += take;
-            at += take;
-            bar.inc(take);
+    source.read_chunks(runs, chunk, "export", |indices, cols| {
+        for a in arrays.iter_mut() {
+            let bytes = cols.get(a.field).copied().unwrap_or_default();
+            a.crc.update(bytes);
+            write(a.data_at + row * a.item_bytes as u64, bytes)?;
         }
-    }
+        row += indices.len() as u64;
+        bar.inc(indices.len() as u64);
+        Ok(())
+    })?;
     bar.finish_and_clear();
     let mut entries = Vec::with_capacity(arrays.len());
     for a in arrays.iter_mut() {
@@ -188,17 +164,6 @@ fn write_archive(
         entries.push(a.entry.clone());
     }
     write(directory_at, &npz::directory(&entries, directory_at))
-}
-
-/// Tells a person what to do when a running writer evicts an item mid-read.
-pub fn evicted_hint(e: Error, what: &str) -> Failure {
-    match e {
-        Error::Evicted { .. } => Failure::Usage(format!(
-            "{e}: the running writer evicted it during the {what}; {what} a snapshot \
-             (--snapshot NAME) or the newest items (--last N) instead"
-        )),
-        e => e.into(),
-    }
 }
 
 /// A sibling of `path` to write under before renaming into place.

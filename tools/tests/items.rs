@@ -13,20 +13,8 @@ use std::process::{Command, Output, Stdio};
 
 use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_replaystore"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{run, text};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
