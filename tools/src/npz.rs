@@ -31,6 +31,8 @@ const LOCATOR64_LEN: usize = 20;
 const ZIP64_EXTRA: u16 = 0x0001;
 /// A 32-bit size or offset field that says "see the ZIP64 extra field".
 const FULL32: u32 = u32::MAX;
+/// General-purpose flag bit 11: the name is UTF-8.
+const UTF8_NAME: u16 = 1 << 11;
 /// MS-DOS date of 1980-01-01, the earliest a ZIP can say: fixed so bytes are repeatable.
 const DOS_DATE: u16 = (1 << 5) | 1;
 /// "Version needed to extract": 2.0 for stored entries, 4.5 for ZIP64.
@@ -362,6 +364,12 @@ impl Entry {
         }
     }
 
+    /// General-purpose flags: bit 11 says the name is UTF-8 (readers take it as CP437
+    /// otherwise, and field names may be any Unicode).
+    fn flags(&self) -> u16 {
+        if self.name.is_ascii() { 0 } else { UTF8_NAME }
+    }
+
     /// Whether the entry needs ZIP64 fields.
     fn zip64(&self) -> bool {
         self.size >= u64::from(FULL32) || self.header_offset >= u64::from(FULL32)
@@ -379,7 +387,7 @@ impl Entry {
         let mut out = Vec::with_capacity(LOCAL_LEN + self.name.len() + 20);
         put32(&mut out, LOCAL_SIG);
         put16(&mut out, if zip64 { VERSION_45 } else { VERSION_20 });
-        put16(&mut out, 0); // flags
+        put16(&mut out, self.flags());
         put16(&mut out, STORED);
         put16(&mut out, 0); // time 00:00
         put16(&mut out, DOS_DATE);
@@ -404,9 +412,9 @@ impl Entry {
         put32(out, CENTRAL_SIG);
         put16(out, if zip64 { VERSION_45 } else { VERSION_20 }); // made by (MS-DOS)
         put16(out, if zip64 { VERSION_45 } else { VERSION_20 });
-        put16(out, 0);
+        put16(out, self.flags());
         put16(out, STORED);
-        put16(out, 0);
+        put16(out, 0); // time 00:00
         put16(out, DOS_DATE);
         put32(out, self.crc);
         let size32 = if zip64 { FULL32 } else { self.size as u32 };
@@ -681,6 +689,18 @@ mod tests {
         );
         let cut = &npy_header(DType::F32, &[4])[..20];
         assert!(parse_npy_header(cut).unwrap_err().contains("runs past"));
+    }
+
+    #[test]
+    fn a_unicode_member_name_is_marked_utf8_so_python_reads_it() {
+        let flags = |name: &str| {
+            let h = Entry::stored(name, 1, 0).local_header();
+            u16::from_le_bytes([h[6], h[7]])
+        };
+        assert_eq!(flags("obs.npy"), 0);
+        assert_eq!(flags("观测.npy"), 1 << 11);
+        let d = directory(&[Entry::stored("观测.npy", 1, 0)], 100);
+        assert_eq!(u16::from_le_bytes([d[8], d[9]]), 1 << 11);
     }
 
     #[test]
