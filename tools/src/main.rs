@@ -194,7 +194,7 @@ struct Pick {
     /// ever (for lane K, from K << 56): what `info` shows as indices.
     #[arg(long, value_name = "A..B", value_parser = Span::parse, conflicts_with = "last")]
     range: Option<Span>,
-    /// The newest N items.
+    /// The newest N items (of each lane, for a lane set).
     #[arg(long, value_name = "N")]
     last: Option<u64>,
     /// Only these fields (comma-separated).
