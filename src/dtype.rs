@@ -121,6 +121,53 @@ impl DType {
             DType::F64 => "f64",
         }
     }
+
+    /// NumPy's `dtype.str` for this type: little-endian, or `|` where byte order is moot
+    /// (what `.npy` headers and the Python package use).
+    ///
+    /// ```
+    /// use replaystore::DType;
+    /// assert_eq!(DType::F32.numpy_str(), "<f4");
+    /// assert_eq!(DType::from_numpy_str("|b1"), Ok(DType::Bool));
+    /// assert!(DType::from_numpy_str(">f4").is_err());
+    /// ```
+    pub const fn numpy_str(self) -> &'static str {
+        match self {
+            DType::Bool => "|b1",
+            DType::U8 => "|u1",
+            DType::I8 => "|i1",
+            DType::U16 => "<u2",
+            DType::I16 => "<i2",
+            DType::U32 => "<u4",
+            DType::I32 => "<i4",
+            DType::U64 => "<u8",
+            DType::I64 => "<i8",
+            DType::F32 => "<f4",
+            DType::F64 => "<f8",
+        }
+    }
+
+    /// The type a NumPy `dtype.str` names, accepting every spelling of little-endian or
+    /// no byte order (`<`, `|`, `=`, and `>` for one-byte types); the error says why not.
+    pub fn from_numpy_str(s: &str) -> std::result::Result<DType, String> {
+        let (order, code) = s.split_at(s.len().min(1));
+        if order == ">" && !matches!(code, "b1" | "u1" | "i1") {
+            return Err(format!(
+                "dtype {s:?} is big-endian: convert it with arr.astype(arr.dtype.newbyteorder('<'))"
+            ));
+        }
+        if !matches!(order, "<" | "|" | "=" | ">") {
+            return Err(format!("dtype {s:?} is not a plain numeric dtype"));
+        }
+        DType::ALL
+            .into_iter()
+            .find(|d| d.numpy_str().get(1..) == Some(code))
+            .ok_or_else(|| {
+                format!(
+                    "dtype {s:?} has no replaystore equivalent (bool, u8..u64, i8..i64, f32, f64)"
+                )
+            })
+    }
 }
 
 impl fmt::Display for DType {

@@ -43,49 +43,6 @@ const VERSION_45: u16 = 45;
 pub const STORED: u16 = 0;
 pub const DEFLATED: u16 = 8;
 
-/// The `descr` NumPy writes for a dtype (little-endian, `|` where byte order is moot).
-pub fn descr(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Bool => "|b1",
-        DType::U8 => "|u1",
-        DType::I8 => "|i1",
-        DType::U16 => "<u2",
-        DType::I16 => "<i2",
-        DType::U32 => "<u4",
-        DType::I32 => "<i4",
-        DType::U64 => "<u8",
-        DType::I64 => "<i8",
-        DType::F32 => "<f4",
-        DType::F64 => "<f8",
-    }
-}
-
-/// The dtype of a `descr`, accepting every spelling of little-endian or no byte order
-/// (`<`, `|`, `=` on this little-endian build).
-pub fn dtype_of(descr: &str) -> Result<DType, String> {
-    let (order, code) = descr.split_at(descr.len().min(1));
-    if order == ">" && !matches!(code, "b1" | "u1" | "i1") {
-        return Err(format!(
-            "dtype {descr:?} is big-endian: convert it with arr.astype(arr.dtype.newbyteorder('<'))"
-        ));
-    }
-    if !matches!(order, "<" | "|" | "=" | ">") {
-        return Err(format!("dtype {descr:?} is not a plain numeric dtype"));
-    }
-    DType::ALL
-        .into_iter()
-        .find(|&d| descr_code(d) == code)
-        .ok_or_else(|| {
-            format!(
-                "dtype {descr:?} has no replaystore equivalent (bool, u8..u64, i8..i64, f32, f64)"
-            )
-        })
-}
-
-fn descr_code(dtype: DType) -> &'static str {
-    descr(dtype).get(1..).unwrap_or("")
-}
-
 /// What an `.npy` header says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NpyHeader {
@@ -115,7 +72,7 @@ pub fn npy_header(dtype: DType, shape: &[u64]) -> Vec<u8> {
     };
     let dict = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}",
-        descr(dtype)
+        dtype.numpy_str()
     );
     let build = |len_bytes: usize, version: u8| {
         let fixed = NPY_MAGIC.len() + 2 + len_bytes;
@@ -650,10 +607,10 @@ mod tests {
             assert_eq!(h.last(), Some(&b'\n'));
             let p = parse_npy_header(&h).unwrap();
             assert_eq!(p.shape, shape);
-            assert_eq!(p.descr, descr(dtype));
+            assert_eq!(p.descr, dtype.numpy_str());
             assert!(!p.fortran_order);
             assert_eq!(p.data_offset, h.len());
-            assert_eq!(dtype_of(&p.descr).unwrap(), dtype);
+            assert_eq!(DType::from_numpy_str(&p.descr).unwrap(), dtype);
         }
         let one = npy_header(DType::F32, &[7]);
         assert!(String::from_utf8_lossy(&one).contains("'shape': (7,)"));
@@ -669,17 +626,21 @@ mod tests {
         b.extend_from_slice(text.as_bytes());
         let p = parse_npy_header(&b).unwrap();
         assert_eq!(
-            (p.shape.as_slice(), dtype_of(&p.descr)),
+            (p.shape.as_slice(), DType::from_numpy_str(&p.descr)),
             (&[2u64, 3][..], Ok(DType::F64))
         );
-        assert!(dtype_of(">f4").unwrap_err().contains("big-endian"));
-        assert_eq!(dtype_of(">u1"), Ok(DType::U8));
         assert!(
-            dtype_of("<c8")
+            DType::from_numpy_str(">f4")
+                .unwrap_err()
+                .contains("big-endian")
+        );
+        assert_eq!(DType::from_numpy_str(">u1"), Ok(DType::U8));
+        assert!(
+            DType::from_numpy_str("<c8")
                 .unwrap_err()
                 .contains("no replaystore equivalent")
         );
-        assert!(dtype_of("<U5").is_err());
+        assert!(DType::from_numpy_str("<U5").is_err());
         let rec = b"\x93NUMPY\x01\x00\x30\x00{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }";
         assert!(parse_npy_header(rec).unwrap_err().contains("structured"));
         assert!(

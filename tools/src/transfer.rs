@@ -319,7 +319,7 @@ fn read_inputs(file: &File, path: &Path) -> Result<(Vec<Input>, u64), Failure> {
         let header_len = npz::npy_dict_len(&head).map_err(member)?;
         more(&mut stream, &mut head, header_len)?;
         let h = npz::parse_npy_header(&head).map_err(member)?;
-        let dtype = npz::dtype_of(&h.descr).map_err(member)?;
+        let dtype = DType::from_numpy_str(&h.descr).map_err(member)?;
         let Some((&n, item)) = h.shape.split_first() else {
             return Err(member(
                 "a 0-d array; every array needs the item dimension first".into(),
