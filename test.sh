@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test of the project: unit, integration (persistence, kill -9, bad files,
-# semantics), CLI and doc tests. REPLAYSTORE_KILLS sets the kill -9 cycles (default 150).
+# semantics), CLI and doc tests, then the Python package's tests (pytest) against the
+# extension built into target/py-venv. REPLAYSTORE_KILLS sets the kill -9 cycles.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Benches are compiled by clippy --all-targets in CI; running them is `cargo bench`.
 cargo test --workspace --lib --bins --tests
 cargo test --workspace --doc
+
+# Python: a virtualenv that sees the machine's packages, numpy, pytest and maturin in it
+# (installed only when missing), the extension built in place, then pytest.
+VENV="$PWD/target/py-venv"
+[ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
+export PATH="$VENV/bin:$PATH"
+"$VENV/bin/python" -c 'import numpy, pytest' 2>/dev/null \
+  || "$VENV/bin/python" -m pip install --quiet numpy pytest
+command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
+(cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
+"$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

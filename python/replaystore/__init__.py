@@ -1,0 +1,53 @@
+"""replaystore: a replay buffer for reinforcement learning kept in memory-mapped files.
+
+The buffer *is* its folder: nothing is pickled to checkpoint it, a ``kill -9`` of the
+writer loses nothing ``add`` acknowledged, and any number of processes sample it from one
+copy in the page cache.
+
+>>> import numpy as np, replaystore, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "buf")
+>>> schema = replaystore.Schema({"obs": ("float32", (3,)), "reward": "float32"})
+>>> with replaystore.ReplayBuffer.create(path, schema, capacity=100, seed=0) as buf:
+...     _ = buf.add(obs=np.zeros(3, np.float32), reward=1.0)
+...     batch = buf.sample(4)
+>>> batch["obs"].shape, batch["indices"].tolist()
+((4, 3), [0, 0, 0, 0])
+"""
+
+from ._native import (
+    FORMAT_VERSION,
+    CorruptError,
+    DiskFullError,
+    EmptyError,
+    Error,
+    EvictedError,
+    LockedError,
+    NotABufferError,
+    Reader,
+    ReadOnlyError,
+    ReplayBuffer,
+    Schema,
+    SchemaError,
+    StateError,
+    VersionError,
+)
+from .spaces import schema_from_spaces
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CorruptError",
+    "DiskFullError",
+    "EmptyError",
+    "Error",
+    "EvictedError",
+    "LockedError",
+    "NotABufferError",
+    "Reader",
+    "ReadOnlyError",
+    "ReplayBuffer",
+    "Schema",
+    "SchemaError",
+    "StateError",
+    "VersionError",
+    "schema_from_spaces",
+]

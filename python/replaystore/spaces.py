@@ -1,0 +1,55 @@
+"""Schemas from Gymnasium spaces (Box, Discrete, MultiDiscrete, MultiBinary, Dict).
+
+The spaces are read by their class name and attributes, so Gymnasium itself is needed
+only to make them, never to import replaystore.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from ._native import Schema, SchemaError
+
+FieldSpec = Tuple[str, Tuple[int, ...]]
+
+
+def _space_fields(name: str, space: Any) -> Dict[str, FieldSpec]:
+    kind = type(space).__name__
+    if kind == "Box":
+        return {name: (np.dtype(space.dtype).str, tuple(int(d) for d in space.shape))}
+    if kind == "Discrete":
+        return {name: ("<i8", ())}
+    if kind == "MultiDiscrete":
+        return {name: ("<i8", tuple(int(d) for d in np.shape(space.nvec)))}
+    if kind == "MultiBinary":
+        n = space.n
+        shape = (int(n),) if np.isscalar(n) else tuple(int(d) for d in n)
+        return {name: ("|i1", shape)}
+    if kind == "Dict":
+        fields: Dict[str, FieldSpec] = {}
+        for key, sub in space.spaces.items():
+            fields.update(_space_fields(f"{name}.{key}", sub))
+        return fields
+    raise SchemaError(
+        f"{name}: a {kind} space has no fixed-size array form "
+        "(Box, Discrete, MultiDiscrete, MultiBinary and Dict of those do)"
+    )
+
+
+def schema_from_spaces(observation_space: Any, action_space: Any) -> Schema:
+    """The schema of a transition for an environment with these spaces.
+
+    Fields: ``obs`` and ``next_obs`` (``obs.<key>`` / ``next_obs.<key>`` for a Dict
+    space), ``action``, ``reward`` (float32), ``terminated`` and ``truncated`` (bool).
+    Discrete and MultiDiscrete actions are int64, MultiBinary int8, Box keeps its dtype.
+    """
+    fields: Dict[str, FieldSpec] = {}
+    fields.update(_space_fields("obs", observation_space))
+    fields.update(_space_fields("action", action_space))
+    fields["reward"] = ("<f4", ())
+    fields.update(_space_fields("next_obs", observation_space))
+    fields["terminated"] = ("|b1", ())
+    fields["truncated"] = ("|b1", ())
+    return Schema(fields)

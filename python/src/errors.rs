@@ -1,0 +1,114 @@
+//! Every engine error as a Python exception under one base class, chosen by what the
+//! caller can do about it; the message is the engine's (file, field, index, expected,
+//! got).
+
+use pyo3::PyErr;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use replaystore::Error as E;
+
+create_exception!(
+    replaystore,
+    Error,
+    PyException,
+    "Base class of every replaystore error."
+);
+create_exception!(
+    replaystore,
+    NotABufferError,
+    Error,
+    "The folder holds no buffer (no MANIFEST), or a lane set where one ring was asked for."
+);
+create_exception!(
+    replaystore,
+    VersionError,
+    Error,
+    "The files were written by a newer replaystore: upgrade to read them."
+);
+create_exception!(
+    replaystore,
+    LockedError,
+    Error,
+    "Another process writes the buffer (or owns its priorities); the message names it."
+);
+create_exception!(
+    replaystore,
+    CorruptError,
+    Error,
+    "A file failed a check: the message names the file, the offset and the check."
+);
+create_exception!(
+    replaystore,
+    DiskFullError,
+    Error,
+    "The disk could not hold the buffer's files (reserved up front, never mid-write)."
+);
+create_exception!(
+    replaystore,
+    SchemaError,
+    Error,
+    "Arrays that do not fit the schema: missing or unknown field, dtype, shape, length, layout."
+);
+create_exception!(
+    replaystore,
+    EmptyError,
+    Error,
+    "Nothing to draw from: the buffer is empty, or every priority is 0."
+);
+create_exception!(
+    replaystore,
+    EvictedError,
+    Error,
+    "An index that is no longer (or not yet) live."
+);
+create_exception!(
+    replaystore,
+    StateError,
+    Error,
+    "A state that does not belong to this buffer, or names a snapshot it no longer has."
+);
+create_exception!(
+    replaystore,
+    ReadOnlyError,
+    Error,
+    "A write through a read-only handle (a Reader, a snapshot), or after a failed sync."
+);
+
+/// The Python exception for an engine error.
+pub fn to_py(e: E) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        E::NotABuffer { .. } | E::IsLanes { .. } => NotABufferError::new_err(msg),
+        E::UnsupportedVersion {
+            found, supported, ..
+        } if found > supported => VersionError::new_err(msg),
+        E::Locked { .. } | E::NotPriorityOwner { .. } => LockedError::new_err(msg),
+        E::BadMagic { .. }
+        | E::UnsupportedVersion { .. }
+        | E::Truncated { .. }
+        | E::ChecksumMismatch { .. }
+        | E::Corrupt { .. }
+        | E::NoValidCommit { .. }
+        | E::BadItem { .. }
+        | E::BadSnapshot { .. } => CorruptError::new_err(msg),
+        E::DiskFull { .. } => DiskFullError::new_err(msg),
+        E::InvalidSchema(_)
+        | E::MissingField { .. }
+        | E::UnknownField { .. }
+        | E::DuplicateField { .. }
+        | E::DTypeMismatch { .. }
+        | E::ShapeMismatch { .. }
+        | E::LengthMismatch { .. }
+        | E::RaggedBatch { .. }
+        | E::OutputSize { .. } => SchemaError::new_err(msg),
+        E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
+        E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
+        E::BadState(_)
+        | E::StateMismatch { .. }
+        | E::NoSuchSnapshot { .. }
+        | E::SnapshotExists { .. }
+        | E::InvalidName { .. } => StateError::new_err(msg),
+        E::ReadOnly { .. } | E::Poisoned { .. } => ReadOnlyError::new_err(msg),
+        _ => Error::new_err(msg),
+    }
+}

@@ -1,0 +1,32 @@
+//! `replaystore._native`: the engine for Python. Thin on purpose: arrays go in and come
+//! out through `arrays` (no per-field Python loop, no hidden copy), the GIL is released
+//! around every call that touches the files, and errors map to one exception family.
+
+mod arrays;
+mod buffer;
+mod errors;
+mod schema;
+
+use pyo3::prelude::*;
+
+/// The module `replaystore._native`; `replaystore/__init__.py` re-exports it.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<schema::PySchema>()?;
+    m.add_class::<buffer::PyBuffer>()?;
+    m.add_class::<buffer::PyReader>()?;
+    m.add("Error", py.get_type::<errors::Error>())?;
+    m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
+    m.add("VersionError", py.get_type::<errors::VersionError>())?;
+    m.add("LockedError", py.get_type::<errors::LockedError>())?;
+    m.add("CorruptError", py.get_type::<errors::CorruptError>())?;
+    m.add("DiskFullError", py.get_type::<errors::DiskFullError>())?;
+    m.add("SchemaError", py.get_type::<errors::SchemaError>())?;
+    m.add("EmptyError", py.get_type::<errors::EmptyError>())?;
+    m.add("EvictedError", py.get_type::<errors::EvictedError>())?;
+    m.add("StateError", py.get_type::<errors::StateError>())?;
+    m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
+    m.add("FORMAT_VERSION", replaystore::format::FORMAT_VERSION)?;
+    Ok(())
+}

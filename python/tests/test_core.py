@@ -1,0 +1,301 @@
+"""Promise: the Python package stores and returns exactly what it was given, refuses bad
+arrays before writing anything, keeps everything acknowledged across reopen and kill -9,
+checkpoints into a small picklable state, and lets other processes read while it writes
+(issue 9)."""
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+
+SCHEMA = {"obs": ("float32", (3,)), "action": "int64", "done": "bool", "frame": ("uint8", (2, 2))}
+
+
+def item(i):
+    """Item i's values: every field is derived from its index, so any row can be checked."""
+    return {
+        "obs": np.array([i, i + 0.5, -i], np.float32),
+        "action": np.int64(3 * i - 7),
+        "done": bool(i % 3 == 0),
+        "frame": (np.arange(4, dtype=np.uint8) + np.uint8(i % 256)).reshape(2, 2),
+    }
+
+
+def items(lo, hi):
+    rows = [item(i) for i in range(lo, hi)]
+    return {k: np.stack([r[k] for r in rows]) for k in SCHEMA}
+
+
+def check_batch(batch, base=0):
+    """Every row equals the item its index names (index - base is the item number)."""
+    for r, idx in enumerate(batch["indices"]):
+        want = item(int(idx) - base)
+        for k in SCHEMA:
+            np.testing.assert_array_equal(batch[k][r], want[k], err_msg=f"{k} of {idx}")
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "buf")
+
+
+def test_add_and_add_batch_store_exactly_what_sample_returns(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=50, seed=0) as buf:
+        assert buf.add(**item(0)) == 0
+        idx = buf.add_batch(items(1, 80))  # wraps: live 30..80
+        assert idx.tolist() == list(range(1, 80))
+        assert len(buf) == 50
+        batch = buf.sample(256)
+        assert batch["obs"].shape == (256, 3) and batch["obs"].dtype == np.float32
+        assert batch["frame"].shape == (256, 2, 2) and batch["done"].dtype == np.bool_
+        assert batch["indices"].dtype == np.uint64
+        assert set(batch["indices"].tolist()) <= set(range(30, 80))
+        check_batch(batch)
+        every = buf.sample(50, replace=False)
+        assert sorted(every["indices"].tolist()) == list(range(30, 80))
+        assert all(a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"] for a in every.values())
+        stats = buf.stats()
+        assert (stats["added"], stats["evicted"], stats["len"]) == (80, 30, 50)
+
+
+def test_reopen_gives_the_same_items_and_the_same_next_batch(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=100, seed=7)
+    buf.add_batch(items(0, 60))
+    buf.close()
+    with rs.ReplayBuffer.open(path) as a:
+        first = a.sample(16)
+        check_batch(first)
+        state = a.get_state()
+        after = a.sample(16)
+    with rs.ReplayBuffer.open(path) as b:
+        b.set_state(state)
+        again = b.sample(16)
+    np.testing.assert_array_equal(after["indices"], again["indices"])
+
+
+def test_bad_arrays_raise_before_anything_is_written(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=10) as buf:
+        good = items(0, 4)
+        cases = {
+            "wrong dtype": dict(good, obs=good["obs"].astype(np.float64)),
+            "non-contiguous": dict(good, frame=np.zeros((4, 2, 2, 2), np.uint8)[..., 0]),
+            "wrong shape": dict(good, obs=np.zeros((4, 4), np.float32)),
+            "ragged": dict(good, action=np.zeros(3, np.int64)),
+            "missing": {k: v for k, v in good.items() if k != "done"},
+            "unknown": dict(good, extra=np.zeros(4, np.float32)),
+        }
+        for what, batch in cases.items():
+            with pytest.raises(rs.SchemaError) as e:
+                buf.add_batch(batch)
+            assert len(buf) == 0, what
+            assert isinstance(e.value, rs.Error)
+        msg = str(pytest.raises(rs.SchemaError, buf.add_batch, cases["wrong dtype"]).value)
+        assert "obs" in msg and "<f8" in msg and "<f4" in msg, msg
+        msg = str(pytest.raises(rs.SchemaError, buf.add_batch, cases["ragged"]).value)
+        assert "action" in msg, msg
+        with pytest.raises(rs.SchemaError, match="reserved"):
+            rs.Schema({"indices": "int64"})
+        with pytest.raises(rs.SchemaError, match="no replaystore equivalent"):
+            rs.Schema({"x": "complex64"})
+        buf.add_batch(good)
+        assert len(buf) == 4
+
+
+def test_errors_name_the_problem_and_share_one_base_class(path, tmp_path):
+    with pytest.raises(rs.NotABufferError, match="no MANIFEST"):
+        rs.ReplayBuffer.open(str(tmp_path / "nothing"))
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=10)
+    with pytest.raises(rs.LockedError, match="LOCK"):
+        rs.ReplayBuffer.open(path)
+    with pytest.raises(rs.EmptyError):
+        buf.sample(1)
+    with pytest.raises(rs.Error, match="no priorities"):
+        buf.sample(1, beta=0.4)
+    buf.close()
+    with pytest.raises(rs.ReadOnlyError, match="closed"):
+        buf.add(**item(0))
+    buf.close()  # twice is fine
+    manifest = os.path.join(path, "MANIFEST")
+    data = bytearray(open(manifest, "rb").read())
+    data[40] ^= 0xFF
+    open(manifest, "wb").write(bytes(data))
+    with pytest.raises(rs.CorruptError, match="MANIFEST"):
+        rs.ReplayBuffer.open(path)
+    for cls in (rs.NotABufferError, rs.LockedError, rs.CorruptError, rs.SchemaError,
+                rs.EmptyError, rs.EvictedError, rs.StateError, rs.ReadOnlyError,
+                rs.DiskFullError, rs.VersionError):
+        assert issubclass(cls, rs.Error)
+
+
+def test_state_is_small_picklable_and_restores_exactly(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=0.6, seed=3) as buf:
+        buf.add_batch(items(0, 40))
+        b = buf.sample(8, beta=0.4)
+        buf.update_priorities(b["indices"], np.arange(1, 9))
+        state = pickle.loads(pickle.dumps(buf.get_state()))
+        assert len(pickle.dumps(state)) < 1024
+        expect = buf.sample(32, beta=0.4)
+        buf.add_batch(items(40, 70))
+        buf.update_priorities(np.arange(40), np.full(40, 5.0))
+        buf.set_state(state)
+        assert len(buf) == 40
+        got = buf.sample(32, beta=0.4)
+        np.testing.assert_array_equal(got["indices"], expect["indices"])
+        np.testing.assert_array_equal(got["weights"], expect["weights"])
+        with pytest.raises(rs.StateError):
+            buf.set_state({"something": b"else"})
+
+
+def test_priorities_steer_draws_and_weights_come_back(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=1.0, eps=0.0, seed=1) as buf:
+        buf.add_batch(items(0, 10))
+        done = buf.update_priorities(np.arange(10), [0] * 9 + [1.0])
+        assert done == {"applied": 10, "stale": 0}
+        b = buf.sample(64, beta=0.5)
+        assert set(b["indices"].tolist()) == {9}
+        assert b["weights"].dtype == np.float32 and b["weights"].shape == (64,)
+        check_batch(b)
+
+
+def _reader(path, n, out):
+    r = rs.Reader.open(path)
+    bad = draws = 0
+    deadline = time.time() + 20
+    while draws < n and time.time() < deadline:
+        if len(r) == 0:
+            continue
+        b = r.sample(64)
+        for row, idx in enumerate(b["indices"]):
+            want = item(int(idx))
+            if any(not np.array_equal(b[k][row], want[k]) for k in SCHEMA):
+                bad += 1
+        draws += 64
+    out.put((draws, bad))
+
+
+def test_a_reader_process_samples_while_the_writer_adds_and_never_sees_a_torn_item(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=256)
+    buf.add_batch(items(0, 256))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_reader, args=(path, 20_000, out))
+    child.start()
+    i = 256
+    while child.is_alive() and i < 200_000:
+        buf.add_batch(items(i, i + 64))
+        i += 64
+    draws, bad = out.get(timeout=60)
+    child.join(timeout=30)
+    buf.close()
+    assert draws >= 20_000, draws
+    assert bad == 0
+    assert i > 512, "the ring lapped while the reader read"
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np, replaystore as rs
+    sys.path.insert(0, sys.argv[2])
+    from test_core import items, SCHEMA
+    buf = rs.ReplayBuffer.open(sys.argv[1])
+    i = len(buf)
+    while True:
+        buf.add_batch(items(i, i + 10))
+        i += 10
+        print(i, flush=True)
+    """
+)
+
+
+def test_kill_9_of_a_python_writer_loses_nothing_acknowledged(path):
+    rs.ReplayBuffer.create(path, SCHEMA, capacity=100_000).close()
+    here = os.path.dirname(__file__)
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, "-c", WRITER, path, here], stdout=subprocess.PIPE, text=True)
+        start = len(rs.Reader.open(path))
+        acked = 0
+        for line in p.stdout:
+            acked = int(line)
+            if acked >= start + 2_000:
+                break
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        with rs.ReplayBuffer.open(path) as buf:
+            assert len(buf) >= acked
+            check_batch(buf.sample(512))
+            got = buf.sample(len(buf), replace=False)
+            assert sorted(got["indices"].tolist()) == list(range(len(buf)))
+
+
+class Box:
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+
+
+class Discrete:
+    n = 4
+
+
+class Dict:
+    def __init__(self, spaces):
+        self.spaces = spaces
+
+
+def test_schema_from_gymnasium_like_spaces():
+    s = rs.Schema.from_spaces(Box((4, 84, 84), np.uint8), Discrete())
+    assert s.fields == [
+        ("obs", "|u1", (4, 84, 84)),
+        ("action", "<i8", ()),
+        ("reward", "<f4", ()),
+        ("next_obs", "|u1", (4, 84, 84)),
+        ("terminated", "|b1", ()),
+        ("truncated", "|b1", ()),
+    ]
+    d = rs.schema_from_spaces(Dict({"pos": Box((2,), np.float32), "img": Box((3, 3), np.uint8)}), Box((6,), np.float32))
+    assert d.names[:3] == ["obs.pos", "obs.img", "action"]
+    assert pickle.loads(pickle.dumps(d)) == d
+    gym = pytest.importorskip("gymnasium")
+    g = rs.Schema.from_spaces(gym.spaces.Box(-1, 1, (17,)), gym.spaces.MultiDiscrete([3, 4]))
+    assert g.fields[1] == ("action", "<i8", (2,))
+
+
+def test_the_gil_is_released_while_the_engine_works(path):
+    """Another Python thread runs during add_batch and sample: it stamps the clock in a
+    loop, and some stamps fall well inside each call. Holding the GIL, none could."""
+    import threading
+
+    schema = {"frame": ("uint8", (64, 1024))}
+    frames = np.ones((1024, 64, 1024), np.uint8)  # 64 MiB
+    stamps, stop = [], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        with rs.ReplayBuffer.create(path, schema, capacity=2048) as buf:
+            for call in (lambda: buf.add_batch({"frame": frames}), lambda: buf.sample(1024)):
+                time.sleep(0.01)
+                a = time.perf_counter()
+                call()
+                b = time.perf_counter()
+                inside = [x for x in stamps if a + 0.005 < x < b - 0.005]
+                assert b - a > 0.02, f"the call took {b - a:.4f} s: too short to tell"
+                assert inside, f"no other thread ran during a {b - a:.3f} s call"
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
