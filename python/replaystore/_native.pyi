@@ -85,8 +85,18 @@ class ReplayBuffer:
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
     def add(self, **fields: Any) -> int:
         """Adds one item; returns its index."""
-    def add_batch(self, batch: Mapping[str, npt.ArrayLike]) -> npt.NDArray[np.uint64]:
-        """Adds ``n`` items (batch dimension first); returns their indices."""
+    def add_batch(
+        self, batch: Mapping[str, npt.ArrayLike], *, priorities: Optional[npt.ArrayLike] = None
+    ) -> npt.NDArray[np.uint64]:
+        """Adds ``n`` items (batch dimension first), with initial priorities if given;
+        returns their indices."""
+    def get(self, indices: npt.ArrayLike) -> _Batch:
+        """The live items at ``indices`` (``EvictedError`` for one that is not)."""
+    def clear(self) -> None:
+        """Drops every item."""
+    @property
+    def max_priority(self) -> Optional[float]:
+        """The ``priority + eps`` new items get (``None`` without priorities)."""
     def sample(
         self,
         n: int,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use replaystore::{
@@ -79,6 +79,32 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("priority_updates", s.priority_updates)?;
     d.set_item("stale_updates", s.stale_updates)?;
     Ok(d)
+}
+
+/// `indices` as a contiguous u64 array (a copy only when it is not one already).
+fn u64s<'py>(
+    py: Python<'py>,
+    indices: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArrayDyn<'py, u64>> {
+    let a = py
+        .import("numpy")?
+        .call_method1("ascontiguousarray", (indices, "<u8"))?;
+    Ok(a.cast_into::<PyArrayDyn<u64>>()
+        .map_err(PyErr::from)?
+        .readonly())
+}
+
+/// `values` as a contiguous f64 array (a copy only when it is not one already).
+fn f64s<'py>(
+    py: Python<'py>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArrayDyn<'py, f64>> {
+    let a = py
+        .import("numpy")?
+        .call_method1("ascontiguousarray", (values, "<f8"))?;
+    Ok(a.cast_into::<PyArrayDyn<f64>>()
+        .map_err(PyErr::from)?
+        .readonly())
 }
 
 /// A uniform draw of `n`, with or without replacement.
@@ -175,19 +201,73 @@ impl PyBuffer {
     }
 
     /// Adds `n` items from a dict of arrays with the batch dimension first
-    /// (`{"obs": (n, 17) float32, ...}`). Every array is checked before anything is
-    /// written. Returns the new items' indices.
+    /// (`{"obs": (n, 17) float32, ...}`), with their initial `priorities` if given
+    /// (otherwise the largest seen). Every array is checked before anything is written.
+    /// Returns the new items' indices.
+    #[pyo3(signature = (batch, *, priorities=None))]
     fn add_batch<'py>(
         &mut self,
         py: Python<'py>,
         batch: &Bound<'py, PyDict>,
+        priorities: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let priorities = priorities.map(|p| f64s(py, p)).transpose()?;
         let buf = self.buf()?;
         let schema = buf.schema().clone();
         let inputs = inputs(&schema, batch)?;
         let cols = columns(&schema, &inputs)?;
-        let range = py.detach(|| buf.add_batch(&cols)).map_err(to_py)?;
+        let range = match &priorities {
+            Some(p) => {
+                let p = p.as_slice()?;
+                py.detach(|| buf.add_batch_with_priorities(&cols, p))
+            }
+            None => py.detach(|| buf.add_batch(&cols)),
+        }
+        .map_err(to_py)?;
         Ok(PyArray1::from_vec(py, range.collect()))
+    }
+
+    /// The items at `indices` (live ones; an evicted index raises `EvictedError`), as a
+    /// dict of arrays plus `indices`.
+    fn get<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = u64s(py, indices)?;
+        let idx = idx.as_slice()?.to_vec();
+        let buf = self.buf()?;
+        let schema = buf.schema().clone();
+        let n = idx.len();
+        let outs: Vec<_> = schema
+            .fields()
+            .iter()
+            .map(|f| arrays::output(py, f, n))
+            .collect();
+        let mut guards = outs.iter().map(|o| o.readwrite()).collect::<Vec<_>>();
+        let mut slices = guards
+            .iter_mut()
+            .map(|g| g.as_slice_mut())
+            .collect::<Result<Vec<&mut [u8]>, _>>()?;
+        py.detach(|| buf.gather_into(&idx, &mut slices))
+            .map_err(to_py)?;
+        drop(slices);
+        drop(guards);
+        arrays::batch_dict(py, &schema, &outs, n, idx, None)
+    }
+
+    /// Drops every item (indices go on from where they were; priorities of new items
+    /// start again from the largest seen).
+    fn clear(&mut self, py: Python<'_>) -> PyResult<()> {
+        let buf = self.buf()?;
+        py.detach(|| buf.clear()).map_err(to_py)
+    }
+
+    /// The priority new items get: the largest `priority + eps` seen so far (`None`
+    /// when the buffer keeps no priorities).
+    #[getter]
+    fn max_priority(&mut self) -> PyResult<Option<f64>> {
+        Ok(self.buf()?.priority_summary().map(|s| s.max_priority))
     }
 
     /// Draws `n` items: uniformly (with replacement unless `replace=False`), or by
@@ -244,11 +324,8 @@ impl PyBuffer {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let numpy = py.import("numpy")?;
-        let idx = numpy.call_method1("ascontiguousarray", (indices, "<u8"))?;
-        let pr = numpy.call_method1("ascontiguousarray", (priorities, "<f8"))?;
-        let idx = idx.cast::<numpy::PyArrayDyn<u64>>()?.readonly();
-        let pr = pr.cast::<numpy::PyArrayDyn<f64>>()?.readonly();
+        let idx = u64s(py, indices)?;
+        let pr = f64s(py, priorities)?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
         let buf = self.buf()?;
         let done = py

@@ -299,3 +299,18 @@ def test_the_gil_is_released_while_the_engine_works(path):
         stop.set()
         t.join()
         sys.setswitchinterval(old)
+
+
+def test_get_reads_live_items_by_index_and_refuses_evicted_ones(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=10, alpha=0.6) as buf:
+        buf.add_batch(items(0, 15), priorities=np.arange(1, 16))
+        got = buf.get([5, 14, 9])
+        assert got["indices"].tolist() == [5, 14, 9]
+        check_batch(got)
+        with pytest.raises(rs.EvictedError, match="4"):
+            buf.get([4])
+        assert buf.max_priority == pytest.approx(15.0 + 1e-6)
+        buf.clear()
+        assert len(buf) == 0
+        with pytest.raises(rs.EvictedError):
+            buf.get([14])
