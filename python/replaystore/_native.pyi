@@ -48,7 +48,8 @@ class ReadOnlyError(Error):
 
 class Schema:
     """The fields every item has: ``Schema({"obs": ("float32", (17,)), "reward": "float32"})``
-    or a list of ``(name, dtype, shape)``. ``indices`` and ``weights`` are reserved."""
+    or a list of ``(name, dtype, shape)``. ``indices``, ``weights`` and ``offsets`` are
+    reserved."""
 
     def __init__(
         self, fields: Union[Mapping[str, _FieldSpec], Iterable[Tuple[Any, ...]], "Schema"]
@@ -78,8 +79,10 @@ class ReplayBuffer:
         eps: float = 1e-6,
         seed: Optional[int] = None,
         segment_slots: Optional[int] = None,
+        fragments: bool = False,
     ) -> "ReplayBuffer":
-        """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized."""
+        """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
+        ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
@@ -106,6 +109,11 @@ class ReplayBuffer:
         replace: bool = True,
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``)."""
+    def sample_fragments(
+        self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None
+    ) -> _Batch:
+        """``n`` whole fragments: rows concatenated, ``indices``, ``offsets`` (n + 1) and,
+        with ``beta``, one weight per fragment."""
     def update_priorities(
         self, indices: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> Dict[str, int]:

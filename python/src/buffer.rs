@@ -7,7 +7,8 @@ use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use replaystore::{
-    Batch, Column, Config, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema, State, Stats,
+    Batch, Column, Config, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
+    State, Stats, UnitSpec,
 };
 
 use crate::arrays::{self, Input};
@@ -136,9 +137,11 @@ impl PyBuffer {
 #[pymethods]
 impl PyBuffer {
     /// Creates a buffer of `capacity` items in the folder `path` (which must not exist or
-    /// be empty). `alpha` makes it prioritized (new items get the largest priority seen).
+    /// be empty). `alpha` makes it prioritized (new items get the largest priority seen);
+    /// `fragments=True` remembers each `add` / `add_batch` call as one unit for
+    /// `sample_fragments` (RLlib's fragments, sequences and episodes).
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -152,9 +155,13 @@ impl PyBuffer {
         eps: f64,
         seed: Option<u64>,
         segment_slots: Option<u64>,
+        fragments: bool,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = Config::new(schema, capacity);
+        if fragments {
+            config = config.fragments();
+        }
         if let Some(a) = alpha {
             config = config.prioritized(a, eps);
         }
@@ -313,6 +320,51 @@ impl PyBuffer {
         drop(slices);
         drop(guards);
         arrays::batch_dict(py, &schema, &outs, n, indices, weights)
+    }
+
+    /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that
+    /// eviction has cut): uniformly, or by the mean priority of their rows with `beta`.
+    /// Returns the rows concatenated (one array per field, plus `indices`), `offsets`
+    /// (fragment `i` is rows `offsets[i]:offsets[i+1]`) and, with `beta`, one weight per
+    /// fragment in `weights`.
+    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    fn sample_fragments<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let buf = self.buf()?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        let schema = buf.schema().clone();
+        let mut out = FragmentBatch::new(&schema);
+        let spec = match beta {
+            Some(b) => UnitSpec::new(n).prioritized(b),
+            None => UnitSpec::new(n),
+        };
+        py.detach(|| buf.sample_fragments_into(&spec, &mut out))
+            .map_err(to_py)?;
+        let rows = out.rows();
+        let outs: Vec<_> = rows
+            .fields()
+            .iter()
+            .map(|f| PyArray1::from_slice(py, f.bytes()))
+            .collect();
+        let weights = beta.map(|_| out.weights().to_vec());
+        let d = arrays::batch_dict(
+            py,
+            &schema,
+            &outs,
+            rows.len(),
+            rows.indices().to_vec(),
+            weights,
+        )?;
+        let offsets: Vec<u64> = out.offsets().iter().map(|&o| o as u64).collect();
+        d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
+        Ok(d)
     }
 
     /// Sets the priorities of the items at `indices` (typically |TD error|). Items

@@ -7,7 +7,7 @@ use replaystore::{DType, Schema};
 use crate::errors::{SchemaError, to_py};
 
 /// Keys a sample's dict uses besides the fields, so no field may take them.
-pub const RESERVED: [&str; 2] = ["indices", "weights"];
+pub const RESERVED: [&str; 3] = ["indices", "weights", "offsets"];
 
 /// The fields every item has: `Schema({"obs": ("float32", (17,)), "reward": "float32"})`,
 /// or a list of `(name, dtype, shape)`. A dtype is anything `numpy.dtype` takes.
@@ -83,8 +83,8 @@ impl PySchema {
         for (name, dtype, shape) in &entries {
             if RESERVED.contains(&name.as_str()) {
                 return Err(SchemaError::new_err(format!(
-                    "field {name:?}: the name is reserved (a sample's dict holds `indices` and \
-                     `weights` beside the fields)"
+                    "field {name:?}: the name is reserved (a sample's dict holds `indices`, \
+                     `weights` and `offsets` beside the fields)"
                 )));
             }
             b = b.field(name, *dtype, shape);

@@ -102,7 +102,7 @@ def test_prioritized_weights_indexes_and_updates(tmp_path):
         with pytest.raises(TypeError):
             rb.update_priorities([0], None)
         # A priority given at add; wrong count is a ValueError.
-        rb.add(**transition(8), priorities=[100.0])  # position 0
+        rb.add(**transition(8), priorities=[1e7])  # position 0: 3 in 10 million draws elsewhere
         s = rb.sample(16)
         assert set(s["indexes"].tolist()) == {0}
         with pytest.raises(ValueError, match="incompatible"):

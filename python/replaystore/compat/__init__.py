@@ -4,6 +4,8 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
 - ``replaystore.compat.cpprb``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer``.
 - ``replaystore.compat.tianshou``: ``ReplayBuffer`` and ``VectorReplayBuffer`` on dicts
   of arrays.
+- ``replaystore.compat.rllib``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` with
+  storage units timesteps, sequences, episodes and fragments, on dicts of arrays.
 
 Each module's docstring lists where it follows the library and where it cannot.
 """
