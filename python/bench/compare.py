@@ -1,0 +1,280 @@
+"""W1 and W2 (../shared/WORKLOADS.md) through replaystore's Python API and, when they are
+installed, through cpprb, side by side in one run, with ratios.
+
+    python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb]
+
+Each (library, workload) runs in its own child process, so peak memory is its own and
+one library's page cache use does not tilt the next one's figures more than the machine
+already does. Medians of --runs runs with min-max; --quick divides capacities and
+iteration counts by 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+W1 = {"obs": ("<f4", (17,)), "next_obs": ("<f4", (17,)), "action": ("<f4", (6,)),
+      "reward": ("<f4", ()), "done": ("|b1", ())}
+W2 = {"obs": ("|u1", (4, 84, 84)), "action": ("<i8", ()), "reward": ("<f4", ()), "done": ("|b1", ())}
+SPEC = {"W1": (W1, 1_000_000, 256), "W2": (W2, 100_000, 32)}
+
+
+def data(fields, n, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, (dt, shape) in fields.items():
+        dt = np.dtype(dt)
+        if dt == np.bool_:
+            out[k] = rng.random((n, *shape)) < 0.01
+        elif dt.kind == "f":
+            out[k] = rng.standard_normal((n, *shape), dtype=np.float32)
+        else:
+            out[k] = rng.integers(0, 200, (n, *shape), dtype=dt)
+    return out
+
+
+def anon_rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- the libraries, each behind the same few calls --------------------------------------
+
+class Replaystore:
+    name = "replaystore"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        import replaystore as rs
+        self.rs = rs
+        self.path = path
+        self.buf = rs.ReplayBuffer.create(path, fields, capacity, alpha=0.6 if prioritized else None, seed=0)
+
+    def add1(self, row):
+        self.buf.add(**row)
+
+    def add_batch(self, batch):
+        self.buf.add_batch(batch)
+
+    def sample(self, n):
+        return self.buf.sample(n)
+
+    def per(self, n, new):
+        b = self.buf.sample(n, beta=0.4)
+        self.buf.update_priorities(b["indices"], new)
+
+    def save(self, where):
+        state = self.buf.get_state()
+        with open(where, "wb") as f:
+            import pickle
+            pickle.dump(state, f)
+
+    IMPORTS = "import pickle, replaystore as rs\n"
+    LOAD = ("state = pickle.load(open(STATE, 'rb'))\n"
+            "buf = rs.ReplayBuffer.open(PATH); buf.set_state(state); buf.sample(1)\n")
+
+    def close(self):
+        self.buf.close()
+
+    def reopen(self):
+        self.buf = self.rs.ReplayBuffer.open(self.path)
+
+
+class Cpprb:
+    name = "cpprb"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        import cpprb
+        env = {k: {"shape": shape or 1, "dtype": np.dtype(dt)} for k, (dt, shape) in fields.items()}
+        cls = cpprb.PrioritizedReplayBuffer if prioritized else cpprb.ReplayBuffer
+        self.rb = cls(capacity, env, **({"alpha": 0.6} if prioritized else {}))
+        self.env = env
+        self.capacity = capacity
+
+    def add1(self, row):
+        self.rb.add(**row)
+
+    def add_batch(self, batch):
+        self.rb.add(**batch)
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def per(self, n, new):
+        b = self.rb.sample(n, beta=0.4)
+        self.rb.update_priorities(b["indexes"], new)
+
+    def save(self, where):
+        self.rb.save_transitions(where)
+
+    IMPORTS = "import cpprb, numpy as np, json\n"
+    LOAD = ("env = {k: {'shape': tuple(v['shape']) or 1, 'dtype': np.dtype(v['dtype'])} for k, v in json.loads(ENV).items()}\n"
+            "rb = cpprb.ReplayBuffer(CAP, env); rb.load_transitions(STATE); rb.sample(1)\n")
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+LIBS = {"replaystore": Replaystore, "cpprb": Cpprb}
+
+
+def available(name):
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False
+
+
+# -- one child: one library, one workload, all its figures -----------------------------
+
+def child(lib_name, workload, quick, runs, scratch):
+    fields, capacity, batch_n = SPEC[workload]
+    div = 16 if quick else 1
+    capacity //= div
+    iters = 10_000 // div
+    lib = LIBS[lib_name]
+    rows = data(fields, capacity)
+    one = [{k: v[i] for k, v in rows.items()} for i in range(min(capacity, 200_000 // div))]
+    results = {}
+
+    def fresh(prioritized):
+        path = os.path.join(scratch, f"{lib_name}-{workload}-{time.monotonic_ns()}")
+        return lib(fields, capacity, path, prioritized)
+
+    def timed(key, fn, units):
+        vals = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            vals.append(units / (time.perf_counter() - t))
+        results[key] = vals
+
+    b = fresh(False)
+    timed("add1", lambda: [b.add1(one[i % len(one)]) for i in range(capacity)], capacity)
+    b.close()
+    b = fresh(False)
+    chunk = 1000
+    timed("addB", lambda: [b.add_batch({k: v[i:i + chunk] for k, v in rows.items()}) for i in range(0, capacity, chunk)], capacity)
+    timed("sample", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
+    b.close()
+    p = fresh(True)
+    p.add_batch(rows)
+    new = np.random.default_rng(1).random(batch_n)
+    timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)
+    saves, loads = [], []
+    for r in range(runs):
+        where = os.path.join(scratch, f"state-{lib_name}-{workload}-{r}.npz")
+        t = time.perf_counter()
+        p.save(where)
+        saves.append(time.perf_counter() - t)
+        env = json.dumps({k: {"shape": list(s), "dtype": d} for k, (d, s) in fields.items()})
+        # Timed from after the imports (a trainer has them loaded already) to ready to sample.
+        code = (lib.IMPORTS + f"import time\nSTATE = {where!r}\nPATH = {getattr(p, 'path', '')!r}\n"
+                f"ENV = {env!r}\nCAP = {capacity}\nt = time.perf_counter()\n" + lib.LOAD
+                + "print(time.perf_counter() - t)")
+        # The process that saved is gone when a run resumes: the writer's lock with it.
+        p.close()
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr)
+        loads.append(float(out.stdout.strip().splitlines()[-1]))
+        p.reopen()
+    results["save"] = saves
+    results["load"] = loads
+    if lib_name == "replaystore":
+        # Another process sampling the same files: its own memory, not the buffer's.
+        code = ("import replaystore as rs\n"
+                f"r = rs.Reader.open({p.path!r})\n"
+                f"for _ in range({iters}): r.sample({batch_n})\n"
+                "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+                "print(int(status['RssAnon'].split()[0]) / 1024, int(status['VmHWM'].split()[0]) / 1024)")
+        p.close()
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr)
+        anon, hwm = (float(x) for x in out.stdout.split())
+        results["reader_anon_mib"] = [anon]
+        results["reader_peak_mib"] = [hwm]
+        p.reopen()
+    p.close()
+    results["peak_rss_mib"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]
+    print(json.dumps(results))
+
+
+UNITS = {"add1": "items/s", "addB": "items/s", "sample": "batches/s", "per": "it/s",
+         "save": "s", "load": "s", "peak_rss_mib": "MiB", "reader_anon_mib": "MiB",
+         "reader_peak_mib": "MiB"}
+
+
+def fmt(vals):
+    med = statistics.median(vals)
+    return f"{med:.4g} ({min(vals):.3g}-{max(vals):.3g})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="replaystore,cpprb")
+    ap.add_argument("--workloads", default="W1,W2")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
+        return
+    libs = [n for n in args.only.split(",") if n in LIBS and available(n)]
+    skipped = [n for n in args.only.split(",") if n not in libs]
+    scratch = tempfile.mkdtemp(prefix="replaystore-compare-")
+    table = {}
+    try:
+        for w in args.workloads.split(","):
+            for lib in libs:
+                cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
+                if args.quick:
+                    cmd.append("--quick")
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise SystemExit(f"{lib} {w} failed:\n{out.stderr}")
+                table[(w, lib)] = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        print(json.dumps({f"{w}/{lib}": r for (w, lib), r in table.items()}))
+        return
+    print(f"{'figure':<16} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs) + (f"{'ratio':>10}" if "cpprb" in libs and len(libs) > 1 else ""))
+    for w in args.workloads.split(","):
+        for key, unit in UNITS.items():
+            cells = [table[(w, lib)].get(key) for lib in libs]
+            line = f"{w + '-' + key:<16} {unit:<10}" + "".join(f"{fmt(c) if c else '-':>28}" for c in cells)
+            if "cpprb" in libs and len(libs) > 1 and all(cells):
+                a = statistics.median(table[(w, "replaystore")][key])
+                b = statistics.median(table[(w, "cpprb")][key])
+                ratio = (b / a) if unit in ("s", "MiB") else (a / b)
+                line += f"{ratio:>9.2f}x"
+            print(line)
+    if skipped:
+        print(f"(not installed, left out: {', '.join(skipped)})")
+    print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
+
+
+if __name__ == "__main__":
+    main()
