@@ -24,13 +24,12 @@ What differs, on purpose or not yet:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from .._native import ReplayBuffer as _Buffer
+from ._folder import Folder
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer"]
 
@@ -39,7 +38,7 @@ def _shape(defs: Dict[str, Any]) -> tuple:
     return tuple(int(d) for d in np.atleast_1d(np.asarray(defs.get("shape", 1))))
 
 
-class ReplayBuffer:
+class ReplayBuffer(Folder):
     """cpprb's ``ReplayBuffer(size, env_dict)``, kept in the folder ``path``."""
 
     _alpha: Optional[float] = None
@@ -67,8 +66,7 @@ class ReplayBuffer:
             name: (np.dtype(defs.get("dtype", default_dtype)), _shape(defs))
             for name, defs in (env_dict or {}).items()
         }
-        self._own_dir = path is None
-        self._path = path or tempfile.mkdtemp(prefix="replaystore-cpprb-")
+        self._take_folder(path, "replaystore-cpprb-")
         schema = {name: (dtype.str, shape) for name, (dtype, shape) in self._fields.items()}
         create = {"alpha": self._alpha, "eps": self._eps} if self._alpha is not None else {}
         self._buf = _Buffer.create(self._path, schema, self._size, **create)
@@ -152,24 +150,6 @@ class ReplayBuffer:
         self._episode_len = 0
 
     def is_Nstep(self) -> bool:
-        return False
-
-    @property
-    def path(self) -> str:
-        """The folder the buffer lives in."""
-        return self._path
-
-    def close(self) -> None:
-        """Closes the buffer (durable); a temporary folder is removed."""
-        self._buf.close()
-        if self._own_dir:
-            shutil.rmtree(self._path, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *args: Any) -> bool:
-        self.close()
         return False
 
 

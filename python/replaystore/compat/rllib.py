@@ -32,13 +32,12 @@ What differs, on purpose:
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from .._native import ReplayBuffer as _Buffer
+from ._folder import Folder
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "StorageUnit"]
 
@@ -65,7 +64,7 @@ def _ended(eps: Dict[str, np.ndarray]) -> bool:
     return False
 
 
-class ReplayBuffer:
+class ReplayBuffer(Folder):
     """RLlib's ``ReplayBuffer(capacity=10000, storage_unit="timesteps")``."""
 
     _alpha: Optional[float] = None
@@ -78,8 +77,7 @@ class ReplayBuffer:
             raise ValueError(f"Capacity of replay buffer has to be greater than zero but was set to {capacity}.")
         self.capacity = int(capacity)
         self.storage_unit = unit
-        self._own_dir = path is None
-        self._path = path or tempfile.mkdtemp(prefix="replaystore-rllib-")
+        self._take_folder(path, "replaystore-rllib-")
         self._buf: Optional[_Buffer] = None
         self._items: Dict[int, int] = {}  # first index -> timesteps, for multi-step units
         self._num_timesteps_added = 0
@@ -201,15 +199,6 @@ class ReplayBuffer:
         self._num_timesteps_added = state["added_count"]
         self._num_timesteps_sampled = state["sampled_count"]
 
-    @property
-    def path(self) -> str:
-        return self._path
-
-    def close(self) -> None:
-        if self._buf is not None:
-            self._buf.close()
-        if self._own_dir:
-            shutil.rmtree(self._path, ignore_errors=True)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

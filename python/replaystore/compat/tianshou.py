@@ -26,13 +26,12 @@ What differs, on purpose or not yet:
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .._native import ReplayBuffer as _Buffer
+from ._folder import Folder
 
 __all__ = ["ReplayBuffer", "VectorReplayBuffer"]
 
@@ -41,7 +40,7 @@ _STORED = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next")
 Index = Union[int, Sequence[int], np.ndarray]
 
 
-class ReplayBuffer:
+class ReplayBuffer(Folder):
     """Tianshou's ``ReplayBuffer(size)``: a ring of ``size`` transitions in a folder."""
 
     def __init__(
@@ -62,8 +61,7 @@ class ReplayBuffer:
         self.maxsize = int(size)
         self.stack_num = 1
         self._save_obs_next = not ignore_obs_next
-        self._own_dir = path is None
-        self._path = path or tempfile.mkdtemp(prefix="replaystore-tianshou-")
+        self._take_folder(path, "replaystore-tianshou-")
         self._buf: Optional[_Buffer] = None
         self._done = np.zeros(self.maxsize, bool)
         self.reset()
@@ -185,25 +183,15 @@ class ReplayBuffer:
             out["obs_next"] = self._buf.get(self._logical(self.next(index)))["obs"]
         return out
 
-    @property
-    def path(self) -> str:
-        return self._path
-
-    def close(self) -> None:
-        if self._buf is not None:
-            self._buf.close()
-        if self._own_dir:
-            shutil.rmtree(self._path, ignore_errors=True)
 
 
-class VectorReplayBuffer:
+class VectorReplayBuffer(Folder):
     """Tianshou's ``VectorReplayBuffer(total_size, buffer_num)``: one ring per env."""
 
     def __init__(self, total_size: int, buffer_num: int, *, path: Optional[str] = None, **kwargs: Any) -> None:
         assert buffer_num > 0
         size = int(np.ceil(total_size / buffer_num))
-        self._own_dir = path is None
-        self._path = path or tempfile.mkdtemp(prefix="replaystore-tianshou-")
+        self._take_folder(path, "replaystore-tianshou-")
         self.buffer_num = buffer_num
         self.buffers = [
             ReplayBuffer(size, path=os.path.join(self._path, f"sub-{k}"), **kwargs) for k in range(buffer_num)
@@ -298,8 +286,5 @@ class VectorReplayBuffer:
             out[key] = arr
         return out
 
-    def close(self) -> None:
-        for b in self.buffers:
-            b.close()
-        if self._own_dir:
-            shutil.rmtree(self._path, ignore_errors=True)
+    def _open_buffers(self) -> list:
+        return self.buffers
