@@ -245,6 +245,7 @@ def main():
     skipped = [n for n in args.only.split(",") if n not in libs]
     scratch = tempfile.mkdtemp(prefix="replaystore-compare-")
     table = {}
+    failed = {}
     try:
         for w in args.workloads.split(","):
             for lib in libs:
@@ -252,9 +253,15 @@ def main():
                 if args.quick:
                     cmd.append("--quick")
                 out = subprocess.run(cmd, capture_output=True, text=True)
-                if out.returncode != 0:
-                    raise SystemExit(f"{lib} {w} failed:\n{out.stderr}")
-                table[(w, lib)] = json.loads(out.stdout.strip().splitlines()[-1])
+                if out.returncode == 0:
+                    table[(w, lib)] = json.loads(out.stdout.strip().splitlines()[-1])
+                else:
+                    # A library that cannot run a workload here is a result too (cpprb's
+                    # save of W2 runs out of memory on a 24 GB machine).
+                    why = "killed (out of memory?)" if out.returncode == -9 else f"exit {out.returncode}"
+                    failed[(w, lib)] = why
+                    print(f"{lib} {w}: {why}\n{out.stderr[-2000:]}", file=sys.stderr)
+                    table[(w, lib)] = {}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
@@ -264,7 +271,8 @@ def main():
     for w in args.workloads.split(","):
         for key, unit in UNITS.items():
             cells = [table[(w, lib)].get(key) for lib in libs]
-            line = f"{w + '-' + key:<16} {unit:<10}" + "".join(f"{fmt(c) if c else '-':>28}" for c in cells)
+            shown = [fmt(c) if c else ("failed" if (w, lib) in failed else "-") for c, lib in zip(cells, libs)]
+            line = f"{w + '-' + key:<16} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
             if "cpprb" in libs and len(libs) > 1 and all(cells):
                 a = statistics.median(table[(w, "replaystore")][key])
                 b = statistics.median(table[(w, "cpprb")][key])
@@ -273,6 +281,8 @@ def main():
             print(line)
     if skipped:
         print(f"(not installed, left out: {', '.join(skipped)})")
+    for (w, lib), why in failed.items():
+        print(f"({lib} could not run {w}: {why})")
     print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
 
 

@@ -82,30 +82,43 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// `indices` as a contiguous u64 array (a copy only when it is not one already).
-fn u64s<'py>(
+/// `values` as a contiguous array of `T` with NumPy dtype `descr` (a copy only when it
+/// is not one already: indices and priorities are small).
+fn contiguous<'py, T: numpy::Element>(
     py: Python<'py>,
-    indices: &Bound<'py, PyAny>,
-) -> PyResult<PyReadonlyArrayDyn<'py, u64>> {
+    values: &Bound<'py, PyAny>,
+    descr: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
     let a = py
         .import("numpy")?
-        .call_method1("ascontiguousarray", (indices, "<u8"))?;
-    Ok(a.cast_into::<PyArrayDyn<u64>>()
+        .call_method1("ascontiguousarray", (values, descr))?;
+    Ok(a.cast_into::<PyArrayDyn<T>>()
         .map_err(PyErr::from)?
         .readonly())
 }
 
-/// `values` as a contiguous f64 array (a copy only when it is not one already).
-fn f64s<'py>(
+/// One new output array per field for `rows` items, filled by `fill` with the GIL
+/// released.
+fn filled<'py>(
     py: Python<'py>,
-    values: &Bound<'py, PyAny>,
-) -> PyResult<PyReadonlyArrayDyn<'py, f64>> {
-    let a = py
-        .import("numpy")?
-        .call_method1("ascontiguousarray", (values, "<f8"))?;
-    Ok(a.cast_into::<PyArrayDyn<f64>>()
-        .map_err(PyErr::from)?
-        .readonly())
+    schema: &Schema,
+    rows: usize,
+    fill: impl FnOnce(&mut [&mut [u8]]) -> replaystore::Result<()> + Send,
+) -> PyResult<Vec<Bound<'py, PyArray1<u8>>>> {
+    let outs: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| arrays::output(py, f, rows))
+        .collect();
+    let mut guards = outs.iter().map(|o| o.readwrite()).collect::<Vec<_>>();
+    let mut slices = guards
+        .iter_mut()
+        .map(|g| g.as_slice_mut())
+        .collect::<Result<Vec<&mut [u8]>, _>>()?;
+    py.detach(|| fill(&mut slices)).map_err(to_py)?;
+    drop(slices);
+    drop(guards);
+    Ok(outs)
 }
 
 /// A uniform draw of `n`, with or without replacement.
@@ -218,7 +231,9 @@ impl PyBuffer {
         batch: &Bound<'py, PyDict>,
         priorities: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let priorities = priorities.map(|p| f64s(py, p)).transpose()?;
+        let priorities = priorities
+            .map(|p| contiguous::<f64>(py, p, "<f8"))
+            .transpose()?;
         let buf = self.buf()?;
         let schema = buf.schema().clone();
         let inputs = inputs(&schema, batch)?;
@@ -241,25 +256,12 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = u64s(py, indices)?;
+        let idx = contiguous::<u64>(py, indices, "<u8")?;
         let idx = idx.as_slice()?.to_vec();
         let buf = self.buf()?;
         let schema = buf.schema().clone();
         let n = idx.len();
-        let outs: Vec<_> = schema
-            .fields()
-            .iter()
-            .map(|f| arrays::output(py, f, n))
-            .collect();
-        let mut guards = outs.iter().map(|o| o.readwrite()).collect::<Vec<_>>();
-        let mut slices = guards
-            .iter_mut()
-            .map(|g| g.as_slice_mut())
-            .collect::<Result<Vec<&mut [u8]>, _>>()?;
-        py.detach(|| buf.gather_into(&idx, &mut slices))
-            .map_err(to_py)?;
-        drop(slices);
-        drop(guards);
+        let outs = filled(py, &schema, n, |slices| buf.gather_into(&idx, slices))?;
         arrays::batch_dict(py, &schema, &outs, n, idx, None)
     }
 
@@ -295,30 +297,17 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let schema = buf.schema().clone();
-        let outs: Vec<_> = schema
-            .fields()
-            .iter()
-            .map(|f| arrays::output(py, f, n))
-            .collect();
-        let mut guards = outs.iter().map(|o| o.readwrite()).collect::<Vec<_>>();
-        let mut slices = guards
-            .iter_mut()
-            .map(|g| g.as_slice_mut())
-            .collect::<Result<Vec<&mut [u8]>, _>>()?;
         let mut indices = vec![0u64; n];
         let mut weights = beta.map(|_| vec![0f32; n]);
-        py.detach(|| {
+        let outs = filled(py, &schema, n, |slices| {
             match (beta, weights.as_mut()) {
                 (Some(b), Some(w)) => {
                     buf.draw_prioritized(&PrioritySpec::new(n, b), &mut indices, w)?
                 }
                 _ => buf.draw_indices(&uniform(n, replace), &mut indices)?,
             }
-            buf.gather_into(&indices, &mut slices)
-        })
-        .map_err(to_py)?;
-        drop(slices);
-        drop(guards);
+            buf.gather_into(&indices, slices)
+        })?;
         arrays::batch_dict(py, &schema, &outs, n, indices, weights)
     }
 
@@ -376,8 +365,8 @@ impl PyBuffer {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = u64s(py, indices)?;
-        let pr = f64s(py, priorities)?;
+        let idx = contiguous::<u64>(py, indices, "<u8")?;
+        let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
         let buf = self.buf()?;
         let done = py
