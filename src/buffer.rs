@@ -1366,6 +1366,28 @@ impl ReplayBuffer {
     }
 
     /// Whether `out` was made for this buffer's schema (a sample refills it in place).
+    /// Checks that `outs` has one output per field, each `rows` items long.
+    pub(crate) fn check_outputs(&self, rows: usize, outs: &[&mut [u8]]) -> Result<()> {
+        if outs.len() != self.schema.len() {
+            return Err(Error::InvalidSample(format!(
+                "{} outputs for {} fields",
+                outs.len(),
+                self.schema.len()
+            )));
+        }
+        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
+            let expected = f.bytes() * rows;
+            if out.len() != expected {
+                return Err(Error::OutputSize {
+                    field: f.name().to_owned(),
+                    expected,
+                    got: out.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_batch(&self, out: &Batch) -> Result<()> {
         if out.fits(&self.schema) {
             Ok(())
@@ -1479,23 +1501,7 @@ impl ReplayBuffer {
     /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
     /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.
     pub fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
-        if outs.len() != self.schema.len() {
-            return Err(Error::InvalidSample(format!(
-                "{} outputs for {} fields",
-                outs.len(),
-                self.schema.len()
-            )));
-        }
-        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
-            let expected = f.bytes() * indices.len();
-            if out.len() != expected {
-                return Err(Error::OutputSize {
-                    field: f.name().to_owned(),
-                    expected,
-                    got: out.len(),
-                });
-            }
-        }
+        self.check_outputs(indices.len(), outs)?;
         if let Some(&index) = indices.iter().find(|&&i| i < self.head || i >= self.tail) {
             return Err(Error::Evicted {
                 index,

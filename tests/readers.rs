@@ -188,6 +188,63 @@ fn a_reader_draws_by_the_priorities_the_writer_sets() {
 }
 
 #[test]
+fn filling_caller_arrays_draws_and_copies_what_sample_into_does() {
+    use replaystore::{Batch, PrioritySpec, SampleSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 256);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 0, 300);
+    // The tree's upper levels reach readers at a flush (or every thousand adds).
+    writer.flush().unwrap();
+    let mut a = Reader::open(&path).unwrap();
+    let mut b = Reader::open(&path).unwrap();
+    let sizes: Vec<usize> = schema().fields().iter().map(|f| f.bytes()).collect();
+    for per in [false, true] {
+        a.reseed(9);
+        b.reseed(9);
+        let n = 64;
+        let mut batch = Batch::new(&schema(), n);
+        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|s| vec![0; s * n]).collect();
+        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+        let (mut indices, mut weights) = (vec![0u64; n], vec![0f32; n]);
+        if per {
+            a.sample_prioritized_into(&PrioritySpec::new(n, 0.4), &mut batch)
+                .unwrap();
+            b.sample_prioritized_fill(
+                &PrioritySpec::new(n, 0.4),
+                &mut indices,
+                &mut weights,
+                &mut outs,
+            )
+            .unwrap();
+            assert_eq!(batch.weights(), weights.as_slice());
+        } else {
+            a.sample_into(&SampleSpec::new(n), &mut batch).unwrap();
+            b.sample_fill(&SampleSpec::new(n), &mut indices, &mut outs)
+                .unwrap();
+        }
+        assert_eq!(batch.indices(), indices.as_slice());
+        for (r, &i) in indices.iter().enumerate() {
+            let row: Vec<u8> = bufs
+                .iter()
+                .zip(&sizes)
+                .flat_map(|(b, &s)| b[r * s..(r + 1) * s].to_vec())
+                .collect();
+            assert_eq!(row, item_bytes(i), "row {r}, index {i}");
+        }
+    }
+    // Outputs of the wrong size are refused before anything is drawn.
+    let mut short = vec![0u8; 3];
+    let mut outs: Vec<&mut [u8]> = vec![&mut short[..]];
+    assert!(matches!(
+        b.sample_fill(&SampleSpec::new(4), &mut Vec::new(), &mut outs),
+        Err(Error::InvalidSample(_))
+    ));
+    writer.close().unwrap();
+}
+
+#[test]
 fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");

@@ -7,8 +7,8 @@ use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use replaystore::{
-    Batch, Column, Config, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
-    State, Stats, UnitSpec,
+    Column, Config, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema, State,
+    Stats, UnitSpec,
 };
 
 use crate::arrays::{self, Input};
@@ -488,8 +488,6 @@ impl PyBuffer {
 #[pyclass(module = "replaystore", name = "Reader")]
 pub struct PyReader {
     inner: Reader,
-    /// Reused between draws; each draw's arrays are new.
-    batch: Option<Batch>,
 }
 
 #[pymethods]
@@ -504,7 +502,7 @@ impl PyReader {
                 None => Reader::open(&path),
             })
             .map_err(to_py)?;
-        Ok(PyReader { inner, batch: None })
+        Ok(PyReader { inner })
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.
@@ -521,25 +519,18 @@ impl PyReader {
             self.inner.reseed(s);
         }
         let schema = self.inner.schema().clone();
-        let mut batch = self.batch.take().unwrap_or_else(|| Batch::new(&schema, n));
         let reader = &mut self.inner;
-        let drawn = py.detach(|| match beta {
-            Some(b) => reader.sample_prioritized_into(&PrioritySpec::new(n, b), &mut batch),
-            None => reader.sample_into(&uniform(n, replace), &mut batch),
-        });
-        let result = drawn.map_err(to_py).and_then(|()| {
-            // The reader re-draws items the writer overwrites mid-copy, so it fills its
-            // own batch; the arrays handed out are new (one copy of the batch).
-            let outs: Vec<_> = batch
-                .fields()
-                .iter()
-                .map(|f| PyArray1::from_slice(py, f.bytes()))
-                .collect();
-            let weights = beta.map(|_| batch.weights().to_vec());
-            arrays::batch_dict(py, &schema, &outs, n, batch.indices().to_vec(), weights)
-        });
-        self.batch = Some(batch);
-        result
+        let mut indices = vec![0u64; n];
+        let mut weights = beta.map(|_| vec![0f32; n]);
+        // The reader re-draws an item the writer overwrites mid-copy, straight into
+        // these arrays: no batch in between.
+        let outs = filled(py, &schema, n, |slices| match (beta, weights.as_mut()) {
+            (Some(b), Some(w)) => {
+                reader.sample_prioritized_fill(&PrioritySpec::new(n, b), &mut indices, w, slices)
+            }
+            _ => reader.sample_fill(&uniform(n, replace), &mut indices, slices),
+        })?;
+        arrays::batch_dict(py, &schema, &outs, n, indices, weights)
     }
 
     /// Items live now.

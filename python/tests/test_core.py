@@ -314,3 +314,19 @@ def test_get_reads_live_items_by_index_and_refuses_evicted_ones(path):
         assert len(buf) == 0
         with pytest.raises(rs.EvictedError):
             buf.get([14])
+
+
+def test_a_reader_fills_new_arrays_repeatably_and_by_priority(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=1.0, eps=0.0) as buf:
+        buf.add_batch(items(0, 50))
+        buf.update_priorities(np.arange(50), [0.0] * 49 + [1.0])
+        buf.flush()
+        a, b = rs.Reader.open(path), rs.Reader.open(path)
+        x, y = a.sample(32, seed=4), b.sample(32, seed=4)
+        np.testing.assert_array_equal(x["indices"], y["indices"])
+        check_batch(x)
+        assert not np.shares_memory(x["obs"], a.sample(32)["obs"])
+        p = a.sample(16, beta=0.5)
+        assert set(p["indices"].tolist()) == {49} and p["weights"].shape == (16,)
+        check_batch(p)
+        assert len(a) == 50

@@ -306,6 +306,69 @@ impl Reader {
         self.gather_drawn(Draw::Prioritized(spec), out)
     }
 
+    /// [`Reader::sample_into`] for a binding that owns its arrays: draws into `indices`
+    /// and gathers into `outs` (one per field, `spec.n` rows each), with no batch in
+    /// between. An item the writer overwrites mid-copy is drawn again, as there.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, SampleSpec, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
+    /// writer.add_batch(&[Column::new("x", &[7u32, 8, 9])])?;
+    /// let mut reader = Reader::open(dir.path().join("b"))?;
+    /// let (mut indices, mut x) = (Vec::new(), vec![0u8; 4 * 16]);
+    /// reader.sample_fill(&SampleSpec::new(16), &mut indices, &mut [&mut x[..]])?;
+    /// assert!(x.chunks(4).all(|v| [7, 8, 9].contains(&v[0])));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_fill(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut Vec<u64>,
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.refresh_files()?;
+        self.buf.check_outputs(spec.n, outs)?;
+        self.buf.draw_indices(spec, indices)?;
+        self.gather_drawn_into(Draw::Uniform(spec), indices, &mut [], outs)
+    }
+
+    /// [`Reader::sample_prioritized_into`] into caller-owned `indices`, `weights` (both
+    /// `spec.n` long) and `outs`.
+    pub fn sample_prioritized_fill(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        if indices.len() != spec.n || weights.len() != spec.n {
+            return Err(Error::InvalidSample(format!(
+                "{} indices and {} weights for a draw of {}",
+                indices.len(),
+                weights.len(),
+                spec.n
+            )));
+        }
+        self.buf.check_outputs(spec.n, outs)?;
+        if self.progress.is_none() {
+            // A snapshot: its own priorities, which never change.
+            self.buf.draw_prioritized(spec, indices, weights)?;
+            return self.buf.gather_into(indices, outs);
+        }
+        self.refresh_files()?;
+        let live = self.live_range();
+        let Some(p) = &mut self.priorities else {
+            return Err(Error::NotPrioritized {
+                dir: self.buf.dir.clone(),
+            });
+        };
+        p.draw(&mut self.buf.rng, spec, live, indices, weights)?;
+        self.buf.sampled += spec.n as u64;
+        self.gather_drawn_into(Draw::Prioritized(spec), indices, weights, outs)
+    }
+
     /// `(total, smallest non-zero leaf)` of the priorities as they read now.
     pub(super) fn priority_mass(&mut self) -> Result<(f64, f64)> {
         if let Some(p) = &self.priorities {
@@ -333,12 +396,23 @@ impl Reader {
     /// `how` it was drawn, from the items live then; the rows copied before stay.
     fn gather_drawn(&mut self, how: Draw<'_>, out: &mut Batch) -> Result<()> {
         let (indices, weights, mut outs) = out.drawn_parts_mut();
+        self.gather_drawn_into(how, indices, weights, &mut outs)
+    }
+
+    /// `gather_drawn` into caller-owned slices (`weights` empty for a uniform draw).
+    fn gather_drawn_into(
+        &mut self,
+        how: Draw<'_>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
         let mut from = 0;
         for _ in 0..RACE_TRIES.saturating_add(indices.len()) {
             let buf = &self.buf;
             let lost = match buf
                 .ring
-                .gather_from(buf.head, buf.head_slot, indices, &mut outs, from)
+                .gather_from(buf.head, buf.head_slot, indices, outs, from)
             {
                 Ok(()) => return Ok(()),
                 Err(m) => m,
