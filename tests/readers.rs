@@ -235,7 +235,7 @@ fn filling_caller_arrays_draws_and_copies_what_sample_into_does() {
         }
     }
     // Outputs of the wrong size are refused before anything is drawn.
-    let mut short = vec![0u8; 3];
+    let mut short = [0u8; 3];
     let mut outs: Vec<&mut [u8]> = vec![&mut short[..]];
     assert!(matches!(
         b.sample_fill(&SampleSpec::new(4), &mut Vec::new(), &mut outs),
