@@ -3,64 +3,189 @@
 //! else raises, so no silent copy or cast), and outputs are allocated once and filled by
 //! the engine, then viewed with the field's dtype and shape.
 
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
 use replaystore::{DType, Field, Schema};
 
 use crate::errors::SchemaError;
 
-/// The bytes of one field's value, read in place, with the value's shape.
+/// One field's value, held for as long as the engine reads it.
+pub enum Held<'py> {
+    /// An ndarray of the field's dtype, borrowed in place.
+    Array(Typed<'py>),
+    /// A Python scalar, encoded.
+    Scalar([u8; 8], usize),
+}
+
+/// A NumPy array borrowed with its element type (one variant per engine dtype).
+pub enum Typed<'py> {
+    Bool(PyReadonlyArrayDyn<'py, bool>),
+    U8(PyReadonlyArrayDyn<'py, u8>),
+    I8(PyReadonlyArrayDyn<'py, i8>),
+    U16(PyReadonlyArrayDyn<'py, u16>),
+    I16(PyReadonlyArrayDyn<'py, i16>),
+    U32(PyReadonlyArrayDyn<'py, u32>),
+    I32(PyReadonlyArrayDyn<'py, i32>),
+    U64(PyReadonlyArrayDyn<'py, u64>),
+    I64(PyReadonlyArrayDyn<'py, i64>),
+    F32(PyReadonlyArrayDyn<'py, f32>),
+    F64(PyReadonlyArrayDyn<'py, f64>),
+}
+
+/// The bytes of one field's value, with the value's shape.
 pub struct Input<'py> {
-    /// The array's bytes, borrowed from NumPy for as long as this lives.
-    pub bytes: PyReadonlyArray1<'py, u8>,
+    /// What holds the bytes.
+    pub held: Held<'py>,
     /// Its shape.
     pub shape: Vec<usize>,
 }
 
-/// Reads `value` for `field`: an ndarray must already have the field's dtype and be
-/// C-contiguous; Python scalars and lists are converted to the field's dtype.
-pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
-    let py = value.py();
-    let numpy = py.import("numpy")?;
-    let array = match value.cast::<PyUntypedArray>() {
-        Ok(a) => {
-            let got = a.getattr("dtype")?.getattr("str")?.extract::<String>()?;
-            if DType::from_numpy_str(&got).ok() != Some(field.dtype()) {
-                return Err(SchemaError::new_err(format!(
-                    "field {:?}: wrong dtype: expected {} ({}), got {got} (no silent cast: \
-                     convert with .astype({:?}))",
-                    field.name(),
-                    field.dtype().numpy_str(),
-                    field.dtype(),
-                    field.dtype().numpy_str()
-                )));
-            }
-            if !a.is_c_contiguous() {
-                return Err(SchemaError::new_err(format!(
-                    "field {:?}: the array is not C-contiguous (no silent copy: pass \
-                     numpy.ascontiguousarray(x))",
-                    field.name()
-                )));
-            }
-            a.clone()
+impl Input<'_> {
+    /// The value's bytes (an array that is not C-contiguous is refused earlier).
+    pub fn bytes(&self) -> PyResult<&[u8]> {
+        macro_rules! raw {
+            ($a:expr) => {
+                bytemuck::cast_slice($a.as_slice()?)
+            };
         }
-        Err(_) => numpy
-            .call_method1("asarray", (value, field.dtype().numpy_str()))?
-            .cast_into::<PyUntypedArray>()
-            .map_err(PyErr::from)?,
+        Ok(match &self.held {
+            Held::Scalar(b, n) => b.get(..*n).unwrap_or_default(),
+            Held::Array(t) => match t {
+                Typed::Bool(a) => raw!(a),
+                Typed::U8(a) => raw!(a),
+                Typed::I8(a) => raw!(a),
+                Typed::U16(a) => raw!(a),
+                Typed::I16(a) => raw!(a),
+                Typed::U32(a) => raw!(a),
+                Typed::I32(a) => raw!(a),
+                Typed::U64(a) => raw!(a),
+                Typed::I64(a) => raw!(a),
+                Typed::F32(a) => raw!(a),
+                Typed::F64(a) => raw!(a),
+            },
+        })
+    }
+}
+
+/// `array` borrowed as `dtype`'s element type; `None` when its dtype is another.
+fn borrow_as<'py>(array: &Bound<'py, PyUntypedArray>, dtype: DType) -> Option<Typed<'py>> {
+    macro_rules! as_ {
+        ($t:ty, $v:ident) => {
+            array
+                .cast::<PyArrayDyn<$t>>()
+                .ok()
+                .map(|a| Typed::$v(a.readonly()))
+        };
+    }
+    match dtype {
+        DType::Bool => as_!(bool, Bool),
+        DType::U8 => as_!(u8, U8),
+        DType::I8 => as_!(i8, I8),
+        DType::U16 => as_!(u16, U16),
+        DType::I16 => as_!(i16, I16),
+        DType::U32 => as_!(u32, U32),
+        DType::I32 => as_!(i32, I32),
+        DType::U64 => as_!(u64, U64),
+        DType::I64 => as_!(i64, I64),
+        DType::F32 => as_!(f32, F32),
+        DType::F64 => as_!(f64, F64),
+    }
+}
+
+/// A Python float, int or bool for a scalar field, encoded without NumPy; `None` when
+/// the value is something else or does not fit exactly (then NumPy converts it, and
+/// says why not).
+fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
+    if !field.shape().is_empty() {
+        return None;
+    }
+    let dtype = field.dtype();
+    if value.is_instance_of::<PyBool>() {
+        let b = value.extract::<bool>().ok()?;
+        return (dtype == DType::Bool).then(|| dtype.encode_f64(f64::from(u8::from(b))));
+    }
+    if value.is_instance_of::<PyFloat>() {
+        let v = value.extract::<f64>().ok()?;
+        return matches!(dtype, DType::F32 | DType::F64).then(|| dtype.encode_f64(v));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if matches!(dtype, DType::F32 | DType::F64) {
+            return Some(dtype.encode_f64(value.extract::<f64>().ok()?));
+        }
+        let v = value.extract::<i128>().ok()?;
+        let fits = |lo: i128, hi: i128| (lo..=hi).contains(&v);
+        let ok = match dtype {
+            DType::U8 => fits(0, u8::MAX.into()),
+            DType::I8 => fits(i8::MIN.into(), i8::MAX.into()),
+            DType::U16 => fits(0, u16::MAX.into()),
+            DType::I16 => fits(i16::MIN.into(), i16::MAX.into()),
+            DType::U32 => fits(0, u32::MAX.into()),
+            DType::I32 => fits(i32::MIN.into(), i32::MAX.into()),
+            DType::U64 => fits(0, u64::MAX.into()),
+            DType::I64 => fits(i64::MIN.into(), i64::MAX.into()),
+            DType::Bool | DType::F32 | DType::F64 => false,
+        };
+        // Two's complement little-endian: the low bytes are the value for every width.
+        return ok.then(|| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(v.to_le_bytes().get(..8).unwrap_or(&[0; 8]));
+            b
+        });
+    }
+    None
+}
+
+/// Reads `value` for `field`: an ndarray must already have the field's dtype and be
+/// C-contiguous (it is then read in place); Python scalars and lists are converted to
+/// the field's dtype.
+pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
+    if let Some(bytes) = scalar(field, value) {
+        return Ok(Input {
+            held: Held::Scalar(bytes, field.dtype().size()),
+            shape: Vec::new(),
+        });
+    }
+    let converted;
+    let array = match value.cast::<PyUntypedArray>() {
+        Ok(a) => a,
+        Err(_) => {
+            converted = value
+                .py()
+                .import("numpy")?
+                .call_method1("asarray", (value, field.dtype().numpy_str()))?
+                .cast_into::<PyUntypedArray>()
+                .map_err(PyErr::from)?;
+            &converted
+        }
     };
-    let shape = array.shape().to_vec();
-    // A view of the same memory as flat bytes: reshape(-1) of a C-contiguous array and
-    // view(uint8) of a 1-d one never copy.
-    let flat = array
-        .call_method1("reshape", (-1,))?
-        .call_method1("view", (numpy.getattr("uint8")?,))?;
-    let bytes = flat
-        .cast_into::<PyArray1<u8>>()
-        .map_err(PyErr::from)?
-        .readonly();
-    Ok(Input { bytes, shape })
+    let Some(held) = borrow_as(array, field.dtype()) else {
+        let got = array
+            .getattr("dtype")?
+            .getattr("str")?
+            .extract::<String>()?;
+        return Err(SchemaError::new_err(format!(
+            "field {:?}: wrong dtype: expected {} ({}), got {got} (no silent cast: \
+             convert with .astype({:?}))",
+            field.name(),
+            field.dtype().numpy_str(),
+            field.dtype(),
+            field.dtype().numpy_str()
+        )));
+    };
+    if !array.is_c_contiguous() {
+        return Err(SchemaError::new_err(format!(
+            "field {:?}: the array is not C-contiguous (no silent copy: pass \
+             numpy.ascontiguousarray(x))",
+            field.name()
+        )));
+    }
+    Ok(Input {
+        shape: array.shape().to_vec(),
+        held: Held::Array(held),
+    })
 }
 
 /// A zeroed byte array for `rows` items of `field` (calloc'd: pages are touched only

@@ -59,7 +59,7 @@ fn columns<'a>(schema: &'a Schema, inputs: &'a [Input<'_>]) -> PyResult<Vec<Colu
                 f.name(),
                 f.dtype(),
                 &i.shape,
-                i.bytes.as_slice()?,
+                i.bytes()?,
             ))
         })
         .collect()
