@@ -252,12 +252,11 @@ impl Reader {
     /// A drawn item that the writer overwrites before it is copied is replaced by a
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.refresh_files()?;
         self.buf.check_batch(out)?;
-        self.buf.draw_indices(spec, out.indices_mut())?;
-        out.weights_mut().clear();
         out.resize(spec.n);
-        self.gather_drawn(Draw::Uniform(spec), out)
+        let (indices, weights, mut outs) = out.drawn_parts_mut();
+        weights.clear();
+        self.sample_fill(spec, indices, &mut outs)
     }
 
     /// `n` items drawn by priority from those live now, with importance weights for
@@ -286,24 +285,11 @@ impl Reader {
     /// keeps them, which is at most a thousand adds behind for the tree's upper
     /// levels: a draw that lands on a slot the writer has just emptied is made again.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        if self.progress.is_none() {
-            // A snapshot: the buffer's own priorities, which never change.
-            return self.buf.sample_prioritized_into(spec, out);
-        }
-        self.refresh_files()?;
         self.buf.check_batch(out)?;
         out.resize(spec.n);
-        let (indices, weights, _) = out.drawn_parts_mut();
+        let (indices, weights, mut outs) = out.drawn_parts_mut();
         weights.resize(spec.n, 0.0);
-        let live = self.live_range();
-        let Some(p) = &mut self.priorities else {
-            return Err(Error::NotPrioritized {
-                dir: self.buf.dir.clone(),
-            });
-        };
-        p.draw(&mut self.buf.rng, spec, live, indices, weights)?;
-        self.buf.sampled += spec.n as u64;
-        self.gather_drawn(Draw::Prioritized(spec), out)
+        self.sample_prioritized_fill(spec, indices, weights, &mut outs)
     }
 
     /// [`Reader::sample_into`] for a binding that owns its arrays: draws into `indices`
@@ -391,15 +377,10 @@ impl Reader {
         }
     }
 
-    /// Gathers the drawn rows of `out`. A drawn item that the writer overwrites before
+    /// Gathers the drawn rows into `outs`. A drawn item that the writer overwrites before
     /// it is copied, and any later draw the head has passed by then, is drawn again
     /// `how` it was drawn, from the items live then; the rows copied before stay.
-    fn gather_drawn(&mut self, how: Draw<'_>, out: &mut Batch) -> Result<()> {
-        let (indices, weights, mut outs) = out.drawn_parts_mut();
-        self.gather_drawn_into(how, indices, weights, &mut outs)
-    }
-
-    /// `gather_drawn` into caller-owned slices (`weights` empty for a uniform draw).
+    /// `weights` is empty for a uniform draw.
     fn gather_drawn_into(
         &mut self,
         how: Draw<'_>,
