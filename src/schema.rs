@@ -133,7 +133,14 @@ impl Schema {
     }
 
     /// The field names joined by commas, for error messages.
-    pub(crate) fn names(&self) -> String {
+    ///
+    /// ```
+    /// use replaystore::{DType, Schema};
+    /// let s = Schema::builder().field("obs", DType::F32, &[3]).field("done", DType::Bool, &[]).build()?;
+    /// assert_eq!(s.names(), "obs, done");
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn names(&self) -> String {
         let names: Vec<&str> = self.fields.iter().map(|f| f.name.as_str()).collect();
         names.join(", ")
     }

@@ -7,12 +7,12 @@ use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use replaystore::{
-    Column, Config, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema, State,
-    Stats, UnitSpec,
+    Column, Config, Error, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
+    State, Stats, UnitSpec,
 };
 
 use crate::arrays::{self, Input};
-use crate::errors::{ReadOnlyError, SchemaError, StateError, to_py};
+use crate::errors::{ReadOnlyError, StateError, to_py};
 use crate::schema::PySchema;
 
 /// The key a state dict carries its bytes under, with the format they follow.
@@ -22,17 +22,12 @@ const STATE_KEY: &str = "replaystore_state";
 /// refusing unknown names before anything is written.
 fn inputs<'py>(schema: &Schema, values: &Bound<'py, PyDict>) -> PyResult<Vec<Input<'py>>> {
     for key in values.keys() {
-        let name: String = key.extract()?;
-        if schema.fields().iter().all(|f| f.name() != name) {
-            return Err(SchemaError::new_err(format!(
-                "unknown field {name:?}: not in the schema (schema fields: {})",
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+        let field: String = key.extract()?;
+        if schema.fields().iter().all(|f| f.name() != field) {
+            return Err(to_py(Error::UnknownField {
+                field,
+                known: schema.names(),
+            }));
         }
     }
     schema
@@ -40,10 +35,9 @@ fn inputs<'py>(schema: &Schema, values: &Bound<'py, PyDict>) -> PyResult<Vec<Inp
         .iter()
         .map(|f| match values.get_item(f.name())? {
             Some(v) => arrays::input(f, &v),
-            None => Err(SchemaError::new_err(format!(
-                "missing field {:?}: the schema has it, the batch does not",
-                f.name()
-            ))),
+            None => Err(to_py(Error::MissingField {
+                field: f.name().to_owned(),
+            })),
         })
         .collect()
 }

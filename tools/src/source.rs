@@ -238,12 +238,7 @@ pub fn select_fields(schema: &Schema, list: Option<&str>) -> Result<Vec<usize>, 
                 .ok_or_else(|| {
                     Failure::Usage(format!(
                         "--fields: no field {name:?} (the schema has {})",
-                        schema
-                            .fields()
-                            .iter()
-                            .map(|f| f.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        schema.names()
                     ))
                 })
         })
