@@ -614,9 +614,12 @@ impl ReplayBuffer {
         }
         if let Some(p) = &mut priorities {
             // A restored tree was copied while a PriorityOwner may have been writing it
-            // (an actor's checkpoint): its parents are recomputed from the leaves.
-            if restored {
-                p.repair((head % sb.capacity) as usize, (tail - head) as usize)?;
+            // (an actor's checkpoint): its parents are recomputed from the leaves. A
+            // copy its owner made is sound and is left untouched (and unflushed).
+            let live_slots = ((head % sb.capacity) as usize, (tail - head) as usize);
+            let repaired = restored && !p.is_sound(live_slots.0, live_slots.1);
+            if repaired {
+                p.repair(live_slots.0, live_slots.1)?;
             }
             // Items an actor added while another process owned the tree (or none did):
             // their leaves are set now. A tree that says it has seen more than the rows
@@ -632,7 +635,7 @@ impl ReplayBuffer {
             if priority_lock.is_some() {
                 p.set_owner(std::process::id());
             }
-            if access.writes_file() && (restored || caught_up_now) {
+            if access.writes_file() && (repaired || caught_up_now) {
                 p.flush(&*io)?;
             }
         }
@@ -1667,15 +1670,18 @@ impl ReplayBuffer {
         self.commit(0, true)
     }
 
-    /// Checkpoints the buffer: flushes, then freezes the state as a new snapshot named
+    /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
     /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
     pub fn get_state(&mut self) -> Result<State> {
         let name = format!("gen-{:012}", self.generation + 1);
         self.get_state_named(&name)
     }
 
-    /// Checkpoints the buffer as snapshot `name`: flushes, then links every segment file
-    /// into `snapshots/<name>/` and copies the manifest and the priorities. No item is
+    /// Checkpoints the buffer as snapshot `name`: makes the items durable and commits,
+    /// then links every segment file into `snapshots/<name>/` and copies the manifest
+    /// and the priorities (the copy is durable; the live tree is not msynced, so after
+    /// a power cut the live buffer's priorities are those of its last
+    /// [`ReplayBuffer::flush`], and the snapshot's are these). No item is
     /// copied, so the cost does not grow with the data: the writer copies a segment
     /// only when it is about to store into one a snapshot still links (copy-on-write).
     /// The returned [`State`] is small; put it in the training checkpoint and hand it to
@@ -1706,7 +1712,16 @@ impl ReplayBuffer {
                 name: name.to_owned(),
             });
         }
-        self.flush()?;
+        // The items must be durable (the snapshot links their files); the live tree need
+        // not be: the snapshot gets its own copy, taken from the page cache and synced.
+        // Msyncing the live tree too would write every page a priority update touched
+        // (a whole 1M-leaf tree after a few thousand PER batches: tens of ms) and
+        // make each next update take a write-protect fault.
+        self.sync_rows()?;
+        if let Some(p) = &mut self.priorities {
+            p.settle();
+        }
+        self.commit(0, true)?;
         let frozen = self.commit_record(self.generation, FLAG_CLEAN);
         let made = snapshot::create(&*self.io, &self.dir, &self.superblock, &frozen, name);
         match made {

@@ -424,6 +424,30 @@ impl Priorities {
         Ok(())
     }
 
+    /// Whether [`Priorities::repair`] would leave the tree as it is: every dead leaf zero,
+    /// every live leaf finite and non-negative, every parent its children's sum and min.
+    /// Read-only, so a sound tree (a restored copy its owner made) is neither written
+    /// nor dirtied: a repair would store into every page and the flush after it would
+    /// write the whole file back (at 1M leaves, ~10 ms of each, against ~2 ms here).
+    pub(crate) fn is_sound(&self, first_slot: usize, live: usize) -> bool {
+        let leaves = self.tree.shape().leaves();
+        let cap = self.capacity;
+        let w = self.map.words();
+        let is_live = |slot: usize| (slot + cap - first_slot) % cap.max(1) < live;
+        let dead_leaves_zero = (0..cap)
+            .filter(|&slot| !is_live(slot))
+            .all(|slot| w.get(leaves.sum + slot).is_some_and(|&x| x == 0.0));
+        dead_leaves_zero && with_tree!(&self.tree, t => t.check(w, 1)).is_empty()
+    }
+
+    /// Fixes pending parents and writes the counters into the mapping, without an
+    /// msync: for a copy of the tree taken from the page cache (a snapshot), which is
+    /// made durable on its own.
+    pub(crate) fn settle(&mut self) {
+        self.fix_pending();
+        self.write_counters();
+    }
+
     /// Gives the item just stored in `slot` the largest priority seen. Only the leaf is
     /// written; its parents are fixed in runs (before any draw, update or flush).
     #[inline(always)]
@@ -702,8 +726,7 @@ impl Priorities {
 
     /// Fixes pending parents, writes the counters and msyncs the file.
     pub(crate) fn flush(&mut self, io: &dyn Io) -> Result<()> {
-        self.fix_pending();
-        self.write_counters();
+        self.settle();
         self.map
             .flush(io)
             .map_err(|e| Error::io("msync", self.map.path(), e))

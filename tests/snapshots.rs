@@ -178,6 +178,38 @@ fn set_state_right_after_get_state_and_twice_in_a_row_is_exact() {
     assert_sound(&dir);
 }
 
+/// A tree copied while another process wrote it (an actor's checkpoint) can have
+/// parents that do not match their leaves; restoring it recomputes them. (A sound copy
+/// is left as it is: that is what keeps `set_state` from rewriting the whole tree.)
+#[test]
+fn a_restored_tree_whose_parents_disagree_with_its_leaves_is_repaired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 40);
+    let live: Vec<u64> = buf.live().collect();
+    let new: Vec<f64> = live.iter().map(|&i| 1.0 + (i % 5) as f64).collect();
+    buf.update_priorities(&live, &new).unwrap();
+    let state = buf.get_state().unwrap();
+    let before = priorities_of(&buf);
+    // The sum-tree's root is the first word of the body (FORMAT.md, priorities.tree).
+    let tree = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let mut bytes = std::fs::read(&tree).unwrap();
+    bytes[4096..4104].copy_from_slice(&12_345.0f64.to_le_bytes());
+    std::fs::write(&tree, &bytes).unwrap();
+    add_range(&mut buf, 40, 50);
+    buf.set_state(&state).unwrap();
+    assert_eq!(priorities_of(&buf), before);
+    let p = buf.priority_summary().unwrap();
+    let leaves: f64 = before.iter().map(|x| x.powf(0.6)).sum();
+    assert!(
+        (p.total - leaves).abs() < 1e-6 * leaves,
+        "{} vs {leaves}",
+        p.total
+    );
+    assert_sound(&dir);
+}
+
 const PROCESS_ENV: &str = "REPLAYSTORE_SNAPSHOT_READER";
 
 /// Reads the snapshot "fixed" over and over from another process; announces how many
