@@ -1,7 +1,7 @@
 """Type stubs of the native module (re-exported by ``replaystore``)."""
 
 from os import PathLike
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +80,8 @@ class ReplayBuffer:
         seed: Optional[int] = None,
         segment_slots: Optional[int] = None,
         fragments: bool = False,
+        episodic: bool = False,
+        whole_episodes: bool = False,
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
         ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``."""
@@ -118,7 +120,56 @@ class ReplayBuffer:
         self, indices: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> Dict[str, int]:
         """Sets priorities; returns ``{"applied": .., "stale": ..}``."""
-    def get_state(self) -> Dict[str, Any]:
+    def add_reset(self, **fields: Any) -> Dict[str, Any]:
+        """Starts an episode with the observation fields `env.reset()` returned."""
+    def add_step(
+        self, *, terminated: bool = False, truncated: bool = False, **fields: Any
+    ) -> Dict[str, Any]:
+        """Adds one step to the open episode; `ended` is (return, steps, start) at its end."""
+    def episode(self, index: int) -> Dict[str, Any]:
+        """The episode holding item `index`."""
+    def episodes(self) -> List[Dict[str, Any]]:
+        """Episodes with a live row, oldest first."""
+    def unfinished_episodes(self) -> List[Dict[str, Any]]:
+        """Episodes not ended yet."""
+    def prev(self, indices: Union[int, npt.ArrayLike]) -> Any:
+        """The step before each index in its episode (an episode's first stays put)."""
+    def next(self, indices: Union[int, npt.ArrayLike]) -> Any:
+        """The step after each index in its episode (an episode's last stays put)."""
+    def sample_transitions(
+        self,
+        n: int,
+        obs: Union[str, Sequence[str]],
+        *,
+        beta: Optional[float] = None,
+        stack: int = 1,
+        nstep: int = 1,
+        gamma: float = 1.0,
+        seed: Optional[int] = None,
+    ) -> _Batch:
+        """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ..."""
+    def sample_sequences(
+        self,
+        n: int,
+        length: int,
+        obs: Union[str, Sequence[str]],
+        *,
+        burn_in: int = 0,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+    ) -> _Batch:
+        """Sequences `[n, burn_in + length, ...]` with `mask`."""
+    def sample_episodes(
+        self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None
+    ) -> _Batch:
+        """Whole episodes: rows, `offsets`, `episodes` (ids)."""
+    def snapshots(self) -> List[Dict[str, Any]]:
+        """This buffer's snapshots, oldest first."""
+    def delete_snapshot(self, name: str) -> None:
+        """Deletes snapshot `name`."""
+    def keep_last(self, k: int) -> List[str]:
+        """Deletes all but the `k` newest snapshots; returns the names deleted."""
+    def get_state(self, name: Optional[str] = None) -> Dict[str, Any]:
         """A small picklable checkpoint of the buffer, taken in milliseconds."""
     def set_state(self, state: Union[Mapping[str, Any], bytes]) -> None:
         """Puts the buffer back to a state from ``get_state``."""
@@ -158,4 +209,52 @@ class Reader:
     def schema(self) -> Schema: ...
     def __len__(self) -> int: ...
     def __enter__(self) -> "Reader": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Lanes:
+    """Rings sampled as one buffer (Tianshou's VectorReplayBuffer); lane k's indices start at k << 56."""
+
+    @staticmethod
+    def create(
+        path: _Path,
+        schema: Any,
+        capacity: int,
+        lanes: int,
+        *,
+        alpha: Optional[float] = None,
+        eps: float = 1e-6,
+        seed: Optional[int] = None,
+        segment_slots: Optional[int] = None,
+        episodic: bool = False,
+    ) -> "Lanes":
+        """Creates `lanes` lanes of `capacity / lanes` items each."""
+    @staticmethod
+    def open(path: _Path, *, reader: bool = False) -> "Lanes":
+        """Opens every lane for writing, or with `reader=True` for sampling only."""
+    def add(self, lane: int, **fields: Any) -> int:
+        """Adds one item to lane `lane`."""
+    def add_batch(self, batch: Mapping[str, npt.ArrayLike], lanes: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+        """Adds row r of `batch` to lane `lanes[r]`."""
+    def sample(self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None) -> _Batch:
+        """Draws over all lanes, grouped by lane."""
+    def get(self, indices: npt.ArrayLike) -> _Batch:
+        """The items at `indices`."""
+    def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> Dict[str, int]:
+        """Sets priorities in whichever lanes hold `indices`."""
+    def lane_edges(self) -> List[Tuple[int, int]]:
+        """Each lane's live indices as (start, stop)."""
+    @property
+    def lane_count(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def schema(self) -> Schema: ...
+    def stats(self) -> List[Dict[str, int]]:
+        """Each lane's counters."""
+    def flush(self) -> None:
+        """Makes every lane durable."""
+    def close(self) -> None:
+        """Flushes and closes."""
+    def __len__(self) -> int: ...
+    def __enter__(self) -> "Lanes": ...
     def __exit__(self, *args: Any) -> bool: ...

@@ -5,22 +5,27 @@ use std::path::PathBuf;
 
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
-    Column, Config, Error, FragmentBatch, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
-    State, Stats, UnitSpec,
+    Column, Config, EpisodeBatch, Error, FragmentBatch, PrioritySpec, Reader, ReplayBuffer,
+    SampleSpec, Schema, SequenceSpec, Sequences, State, Stats, TransitionSpec, Transitions,
+    UnitSpec,
 };
 
 use crate::arrays::{self, Input};
-use crate::errors::{ReadOnlyError, StateError, to_py};
+use crate::errors::{ReadOnlyError, SchemaError, StateError, to_py};
 use crate::schema::PySchema;
+use crate::units;
 
 /// The key a state dict carries its bytes under, with the format they follow.
 const STATE_KEY: &str = "replaystore_state";
 
 /// Reads one field per schema field from `values` (keyword arguments or a dict),
 /// refusing unknown names before anything is written.
-fn inputs<'py>(schema: &Schema, values: &Bound<'py, PyDict>) -> PyResult<Vec<Input<'py>>> {
+pub(crate) fn inputs<'py>(
+    schema: &Schema,
+    values: &Bound<'py, PyDict>,
+) -> PyResult<Vec<Input<'py>>> {
     for key in values.keys() {
         let field: String = key.extract()?;
         if schema.fields().iter().all(|f| f.name() != field) {
@@ -42,8 +47,70 @@ fn inputs<'py>(schema: &Schema, values: &Bound<'py, PyDict>) -> PyResult<Vec<Inp
         .collect()
 }
 
+/// Reads the fields present in `values` (a reset row carries only observations),
+/// refusing unknown names; the rest of the schema is left to the engine's defaults.
+fn some_inputs<'s, 'py>(
+    schema: &'s Schema,
+    values: &Bound<'py, PyDict>,
+) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
+    for key in values.keys() {
+        let field: String = key.extract()?;
+        if schema.fields().iter().all(|f| f.name() != field) {
+            return Err(to_py(Error::UnknownField {
+                field,
+                known: schema.names(),
+            }));
+        }
+    }
+    let mut out = Vec::new();
+    for f in schema.fields() {
+        if let Some(v) = values.get_item(f.name())? {
+            out.push((f, arrays::input(f, &v)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Engine columns over some fields' borrowed inputs.
+fn some_columns<'a>(
+    inputs: &'a [(&'a replaystore::Field, Input<'_>)],
+) -> PyResult<Vec<Column<'a>>> {
+    inputs
+        .iter()
+        .map(|(f, i)| {
+            Ok(Column::from_bytes(
+                f.name(),
+                f.dtype(),
+                &i.shape,
+                i.bytes()?,
+            ))
+        })
+        .collect()
+}
+
+/// Indices from an int or an array-like, and whether it was a lone int (so the answer
+/// is one too).
+fn index_list<'py>(py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<(Vec<u64>, bool)> {
+    if let Ok(i) = indices.extract::<u64>() {
+        return Ok((vec![i], true));
+    }
+    let idx = index_array(py, indices, "indices")?;
+    Ok((idx.as_slice()?.to_vec(), false))
+}
+
+/// Names from a str or a sequence of str.
+fn names(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    match value.extract::<String>() {
+        Ok(one) => Ok(vec![one]),
+        Err(_) => value.extract(),
+    }
+}
+
 /// Engine columns over the borrowed inputs.
-fn columns<'a>(schema: &'a Schema, inputs: &'a [Input<'_>]) -> PyResult<Vec<Column<'a>>> {
+pub(crate) fn columns<'a>(
+    schema: &'a Schema,
+    inputs: &'a [Input<'_>],
+) -> PyResult<Vec<Column<'a>>> {
     schema
         .fields()
         .iter()
@@ -59,7 +126,7 @@ fn columns<'a>(schema: &'a Schema, inputs: &'a [Input<'_>]) -> PyResult<Vec<Colu
         .collect()
 }
 
-fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("len", s.len)?;
     d.set_item("capacity", s.capacity)?;
@@ -78,7 +145,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
 
 /// `values` as a contiguous array of `T` with NumPy dtype `descr` (a copy only when it
 /// is not one already: indices and priorities are small).
-fn contiguous<'py, T: numpy::Element>(
+pub(crate) fn contiguous<'py, T: numpy::Element>(
     py: Python<'py>,
     values: &Bound<'py, PyAny>,
     descr: &str,
@@ -89,6 +156,35 @@ fn contiguous<'py, T: numpy::Element>(
     Ok(a.cast_into::<PyArrayDyn<T>>()
         .map_err(PyErr::from)?
         .readonly())
+}
+
+/// `values` (an int array or sequence) as a contiguous `u64` array. Anything but
+/// integers is refused, not cast: indices reach 2^56 and more (lane `k` starts at
+/// `k << 56`), which a float cannot hold, so a cast would silently name other items
+/// (`np.concatenate([uint64_array, [python_int]])` is float64).
+pub(crate) fn index_array<'py>(
+    py: Python<'py>,
+    values: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, u64>> {
+    let np = py.import("numpy")?;
+    let a = np.call_method1("asarray", (values,))?;
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    let empty = a.getattr("size")?.extract::<usize>()? == 0;
+    if !(kind == "u" || kind == "i" || empty) {
+        let got: String = a.getattr("dtype")?.getattr("name")?.extract()?;
+        return Err(SchemaError::new_err(format!(
+            "{what}: expected integers, got {got} (no silent cast: an index above 2**53 \
+             does not survive a float; keep indices as the uint64 arrays the buffer returns)"
+        )));
+    }
+    if kind == "i" && !empty && a.call_method0("min")?.extract::<i64>()? < 0 {
+        return Err(SchemaError::new_err(format!(
+            "{what}: expected indices >= 0, got {}",
+            a.call_method0("min")?
+        )));
+    }
+    contiguous::<u64>(py, &a, "<u8")
 }
 
 /// One new output array per field for `rows` items, filled by `fill` with the GIL
@@ -113,6 +209,14 @@ fn filled<'py>(
     drop(slices);
     drop(guards);
     Ok(outs)
+}
+
+/// `values` as an int when the question was one, else as an array.
+fn one_or_many<'py>(py: Python<'py>, values: Vec<u64>, lone: bool) -> PyResult<Bound<'py, PyAny>> {
+    match (lone, values.first()) {
+        (true, Some(&v)) => Ok(v.into_pyobject(py)?.into_any()),
+        _ => Ok(PyArray1::from_vec(py, values).into_any()),
+    }
 }
 
 /// A uniform draw of `n`, with or without replacement.
@@ -147,8 +251,11 @@ impl PyBuffer {
     /// be empty). `alpha` makes it prioritized (new items get the largest priority seen);
     /// `fragments=True` remembers each `add` / `add_batch` call as one unit for
     /// `sample_fragments` (RLlib's fragments, sequences and episodes).
+    /// `episodic=True` stores episodes step by step (`add_reset`, `add_step`) for
+    /// `prev` / `next`, n-step and stacked transitions, sequences and whole episodes;
+    /// `whole_episodes=True` also evicts whole episodes only.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -163,9 +270,16 @@ impl PyBuffer {
         seed: Option<u64>,
         segment_slots: Option<u64>,
         fragments: bool,
+        episodic: bool,
+        whole_episodes: bool,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = Config::new(schema, capacity);
+        if whole_episodes {
+            config = config.whole_episodes();
+        } else if episodic {
+            config = config.episodic();
+        }
         if fragments {
             config = config.fragments();
         }
@@ -250,7 +364,7 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = contiguous::<u64>(py, indices, "<u8")?;
+        let idx = index_array(py, indices, "indices")?;
         let idx = idx.as_slice()?.to_vec();
         let buf = self.buf()?;
         let schema = buf.schema().clone();
@@ -350,6 +464,230 @@ impl PyBuffer {
         Ok(d)
     }
 
+    /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
+    /// observation fields; others stay zero). An episode still open is cut (truncated).
+    /// Returns `{"index", "episode", "t", "ended"}`.
+    #[pyo3(signature = (**fields))]
+    fn add_reset<'py>(
+        &mut self,
+        py: Python<'py>,
+        fields: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let empty = PyDict::new(py);
+        let fields = fields.unwrap_or(&empty);
+        let buf = self.buf()?;
+        let schema = buf.schema().clone();
+        let inputs = some_inputs(&schema, fields)?;
+        let cols = some_columns(&inputs)?;
+        let info = py.detach(|| buf.add_reset(&cols)).map_err(to_py)?;
+        units::step_dict(py, &info)
+    }
+
+    /// Adds what `env.step()` returned to the open episode: every field (the action,
+    /// its reward, the observation it led to) and whether the episode `terminated` or
+    /// was `truncated` here (stored as the step's flags, so these two names are not
+    /// field names here). Returns `{"index", "episode", "t", "ended"}`, `ended` being
+    /// `(return, steps, start index)` on the step that ends the episode.
+    #[pyo3(signature = (*, terminated=false, truncated=false, **fields))]
+    fn add_step<'py>(
+        &mut self,
+        py: Python<'py>,
+        terminated: bool,
+        truncated: bool,
+        fields: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let empty = PyDict::new(py);
+        let fields = fields.unwrap_or(&empty);
+        let buf = self.buf()?;
+        let schema = buf.schema().clone();
+        let inputs = inputs(&schema, fields)?;
+        let cols = columns(&schema, &inputs)?;
+        let info = py
+            .detach(|| buf.add_step(&cols, terminated, truncated))
+            .map_err(to_py)?;
+        units::step_dict(py, &info)
+    }
+
+    /// The episode holding item `index`: `{"id", "start", "rows", "steps",
+    /// "terminated", "truncated", "ret", "ret_complete"}`.
+    fn episode<'py>(&mut self, py: Python<'py>, index: u64) -> PyResult<Bound<'py, PyDict>> {
+        let e = self.buf()?.episode(index).map_err(to_py)?;
+        units::episode_dict(py, &e)
+    }
+
+    /// The episodes with a live row, oldest first (as `episode` describes them).
+    fn episodes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = self.buf()?.episodes().map_err(to_py)?;
+        units::episode_list(py, &list)
+    }
+
+    /// The episodes not ended yet (at most one: the open one).
+    fn unfinished_episodes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = self.buf()?.unfinished_episodes().map_err(to_py)?;
+        units::episode_list(py, &list)
+    }
+
+    /// The step before each of `indices` in its episode; an episode's first live step
+    /// stays put (Tianshou's `prev`). An int gives an int, an array an array.
+    fn prev<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (idx, lone) = index_list(py, indices)?;
+        let buf = self.buf()?;
+        let out = idx
+            .iter()
+            .map(|&i| buf.prev(i))
+            .collect::<replaystore::Result<Vec<u64>>>()
+            .map_err(to_py)?;
+        one_or_many(py, out, lone)
+    }
+
+    /// The step after each of `indices` in its episode; an episode's last stored step
+    /// stays put (Tianshou's `next`). An int gives an int, an array an array.
+    fn next<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (idx, lone) = index_list(py, indices)?;
+        let buf = self.buf()?;
+        let out = idx
+            .iter()
+            .map(|&i| buf.next(i))
+            .collect::<replaystore::Result<Vec<u64>>>()
+            .map_err(to_py)?;
+        one_or_many(py, out, lone)
+    }
+
+    /// Draws `n` transitions of an episodic buffer: uniformly, or by priority with
+    /// `beta`. `obs` names the observation field(s): each comes back before the step
+    /// under its name and after it as `next_<name>`; every other field is the step's.
+    /// `stack=k` stacks the `k` newest frames of each observation (repeating an
+    /// episode's first); `nstep=n` sums `n` rewards with discount `gamma` into
+    /// `returns` and bootstraps from the observation `n` steps on (`discounts` is
+    /// `gamma**k`, 0 after a termination). Also `terminated`, `truncated`, `indices`
+    /// (the rows ending each transition's first step) and `weights` by priority.
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each a TransitionSpec option"
+    )]
+    fn sample_transitions<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+        obs: &Bound<'py, PyAny>,
+        beta: Option<f64>,
+        stack: u64,
+        nstep: u64,
+        gamma: f64,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let obs = names(obs)?;
+        let buf = self.buf()?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let mut spec = TransitionSpec::new(n, &obs_refs)
+            .stack(stack)
+            .nstep(nstep, gamma);
+        if let Some(b) = beta {
+            spec = spec.prioritized(b);
+        }
+        let mut out = Transitions::new(buf.schema());
+        py.detach(|| buf.sample_transitions_into(&spec, &mut out))
+            .map_err(to_py)?;
+        units::transitions_dict(py, &out, &obs, beta.is_some())
+    }
+
+    /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a
+    /// recurrent state) from an episodic buffer: uniformly, or by priority with `beta`.
+    /// Arrays are `[n, burn_in + length, ...]`, named as `sample_transitions` names
+    /// them, with `mask` false on positions past an episode's end.
+    #[pyo3(signature = (n, length, obs, *, burn_in=0, beta=None, seed=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each a SequenceSpec option"
+    )]
+    fn sample_sequences<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+        length: u64,
+        obs: &Bound<'py, PyAny>,
+        burn_in: u64,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let obs = names(obs)?;
+        let buf = self.buf()?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let mut spec = SequenceSpec::new(n, length, &obs_refs).burn_in(burn_in);
+        if let Some(b) = beta {
+            spec = spec.prioritized(b);
+        }
+        let mut out = Sequences::new(buf.schema());
+        py.detach(|| buf.sample_sequences_into(&spec, &mut out))
+            .map_err(to_py)?;
+        let steps = usize::try_from(burn_in + length).unwrap_or(usize::MAX);
+        units::sequences_dict(py, &out, &obs, steps, beta.is_some())
+    }
+
+    /// Draws `n` whole episodes (ended ones with every row live): uniformly, or by the
+    /// mean priority of their rows with `beta`. Returns the rows one episode after
+    /// another (each field, `indices`), `offsets` (episode `i` is rows
+    /// `offsets[i]:offsets[i+1]`), `episodes` (ids) and `weights` by priority.
+    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    fn sample_episodes<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let buf = self.buf()?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        let spec = match beta {
+            Some(b) => UnitSpec::new(n).prioritized(b),
+            None => UnitSpec::new(n),
+        };
+        let mut out = EpisodeBatch::new(buf.schema());
+        py.detach(|| buf.sample_episodes_into(&spec, &mut out))
+            .map_err(to_py)?;
+        units::episodes_dict(py, &out, beta.is_some())
+    }
+
+    /// This buffer's snapshots (checkpoints), oldest first: `{"name", "path",
+    /// "generation", "len", "bytes_shared", "bytes_owned", "created", "problem"}`.
+    fn snapshots<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = self.buf()?.snapshots().map_err(to_py)?;
+        let items = list
+            .iter()
+            .map(|s| units::snapshot_dict(py, s))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Deletes snapshot `name` (the files it shares with the buffer stay).
+    fn delete_snapshot(&mut self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let buf = self.buf()?;
+        py.detach(|| buf.delete_snapshot(name)).map_err(to_py)
+    }
+
+    /// Deletes all but the `k` newest snapshots; returns the names deleted.
+    fn keep_last(&mut self, py: Python<'_>, k: usize) -> PyResult<Vec<String>> {
+        let buf = self.buf()?;
+        py.detach(|| buf.keep_last(k)).map_err(to_py)
+    }
+
     /// Sets the priorities of the items at `indices` (typically |TD error|). Items
     /// evicted since they were sampled are skipped and counted. Returns
     /// `{"applied": .., "stale": ..}`.
@@ -359,7 +697,7 @@ impl PyBuffer {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = contiguous::<u64>(py, indices, "<u8")?;
+        let idx = index_array(py, indices, "indices")?;
         let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
         let buf = self.buf()?;
@@ -375,9 +713,20 @@ impl PyBuffer {
     /// A checkpoint of the buffer as it is now, in milliseconds whatever its size: a
     /// small picklable dict (`torch.save` it with the model). The buffer may run ahead
     /// afterwards; `set_state` brings it back.
-    fn get_state<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// `name` names the snapshot it keeps (default `gen-<generation>`).
+    #[pyo3(signature = (name=None))]
+    fn get_state<'py>(
+        &mut self,
+        py: Python<'py>,
+        name: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let buf = self.buf()?;
-        let state = py.detach(|| buf.get_state()).map_err(to_py)?;
+        let state = py
+            .detach(|| match name {
+                Some(n) => buf.get_state_named(n),
+                None => buf.get_state(),
+            })
+            .map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item(STATE_KEY, PyBytes::new(py, &state.to_bytes()))?;
         d.set_item("name", &state.name)?;

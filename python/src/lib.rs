@@ -5,7 +5,9 @@
 mod arrays;
 mod buffer;
 mod errors;
+mod lanes;
 mod schema;
+mod units;
 
 use pyo3::prelude::*;
 
@@ -16,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<schema::PySchema>()?;
     m.add_class::<buffer::PyBuffer>()?;
     m.add_class::<buffer::PyReader>()?;
+    m.add_class::<lanes::PyLanes>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

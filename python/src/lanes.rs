@@ -1,0 +1,311 @@
+//! `replaystore.Lanes`: one buffer made of lanes (Tianshou's `VectorReplayBuffer`), each
+//! a ring with its own writer lock, so that environments or actor processes add at once
+//! and a learner samples them as one buffer. Lane `k`'s indices start at `k << 56`.
+
+use std::path::PathBuf;
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use replaystore::{Config, Lane, Lanes, Reader, ReplayBuffer};
+
+use crate::buffer::{columns, contiguous, index_array, inputs, stats_dict};
+use crate::errors::{ReadOnlyError, to_py};
+use crate::schema::PySchema;
+use crate::units;
+
+/// The lanes, opened for writing (every lane, in this process) or for reading.
+enum Opened {
+    Writer(Lanes<ReplayBuffer>),
+    Reader(Lanes<Reader>),
+}
+
+/// A buffer of `lanes` rings sampled as one: `Lanes.create(path, schema, capacity,
+/// lanes)` splits `capacity` evenly; `add(lane, **fields)` / `add_batch(batch, lanes)`
+/// route rows to lanes; `sample`, `get` and `update_priorities` span every lane.
+/// `Lanes.open(path, reader=True)` samples from another process without a lock.
+#[pyclass(module = "replaystore", name = "Lanes")]
+pub struct PyLanes {
+    inner: Option<Opened>,
+}
+
+impl PyLanes {
+    fn opened(&mut self) -> PyResult<&mut Opened> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| ReadOnlyError::new_err("the lanes are closed"))
+    }
+
+    fn writer(&mut self) -> PyResult<&mut Lanes<ReplayBuffer>> {
+        match self.opened()? {
+            Opened::Writer(w) => Ok(w),
+            Opened::Reader(r) => Err(ReadOnlyError::new_err(format!(
+                "{}: opened with reader=True, which never writes",
+                r.dir().display()
+            ))),
+        }
+    }
+}
+
+/// Draws from any kind of lanes into a dict.
+fn sample_lanes<'py, L: Lane + Send>(
+    py: Python<'py>,
+    lanes: &mut Lanes<L>,
+    n: usize,
+    beta: Option<f64>,
+    seed: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    if let Some(s) = seed {
+        lanes.reseed(s);
+    }
+    let batch = py
+        .detach(|| match beta {
+            Some(b) => lanes.sample_prioritized(n, b),
+            None => lanes.sample(n),
+        })
+        .map_err(to_py)?;
+    units::batch_dict(py, &batch, beta.is_some())
+}
+
+#[pymethods]
+impl PyLanes {
+    /// Creates `lanes` lanes of `capacity / lanes` items each (rounded up) in `path`;
+    /// the options are `ReplayBuffer.create`'s.
+    #[staticmethod]
+    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each a Config option"
+    )]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        schema: &Bound<'_, PyAny>,
+        capacity: u64,
+        lanes: usize,
+        alpha: Option<f64>,
+        eps: f64,
+        seed: Option<u64>,
+        segment_slots: Option<u64>,
+        episodic: bool,
+    ) -> PyResult<PyLanes> {
+        let schema = PySchema::from_py(schema)?.inner;
+        let mut config = Config::new(schema, capacity);
+        if episodic {
+            config = config.episodic();
+        }
+        if let Some(a) = alpha {
+            config = config.prioritized(a, eps);
+        }
+        if let Some(s) = seed {
+            config = config.seed(s);
+        }
+        if let Some(s) = segment_slots {
+            config = config.segment_slots(s);
+        }
+        let made = py
+            .detach(|| Lanes::create(path, config, lanes))
+            .map_err(to_py)?;
+        Ok(PyLanes {
+            inner: Some(Opened::Writer(made)),
+        })
+    }
+
+    /// Opens the lanes in `path`: for writing every lane (one process), or with
+    /// `reader=True` for sampling only (any number of processes, no lock).
+    #[staticmethod]
+    #[pyo3(signature = (path, *, reader=false))]
+    fn open(py: Python<'_>, path: PathBuf, reader: bool) -> PyResult<PyLanes> {
+        let opened = py
+            .detach(|| {
+                if reader {
+                    Lanes::open_reader(path).map(Opened::Reader)
+                } else {
+                    Lanes::open(path).map(Opened::Writer)
+                }
+            })
+            .map_err(to_py)?;
+        Ok(PyLanes {
+            inner: Some(opened),
+        })
+    }
+
+    /// Adds one item to lane `lane`; returns its index.
+    #[pyo3(signature = (lane, **fields))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        lane: usize,
+        fields: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        let empty = PyDict::new(py);
+        let fields = fields.unwrap_or(&empty);
+        let w = self.writer()?;
+        let schema = w.schema().clone();
+        let inputs = inputs(&schema, fields)?;
+        let cols = columns(&schema, &inputs)?;
+        py.detach(|| w.add(lane, &cols)).map_err(to_py)
+    }
+
+    /// Adds row `r` of `batch` (a dict of arrays, batch dimension first) to lane
+    /// `lanes[r]`; every array and lane id is checked first. Returns the indices.
+    fn add_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyDict>,
+        lanes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let ids = index_array(py, lanes, "lanes")?;
+        let ids: Vec<usize> = ids
+            .as_slice()?
+            .iter()
+            .map(|&k| usize::try_from(k).unwrap_or(usize::MAX))
+            .collect();
+        let w = self.writer()?;
+        let schema = w.schema().clone();
+        let inputs = inputs(&schema, batch)?;
+        let cols = columns(&schema, &inputs)?;
+        let idx = py.detach(|| w.add_batch(&cols, &ids)).map_err(to_py)?;
+        Ok(PyArray1::from_vec(py, idx))
+    }
+
+    /// Draws `n` items over all lanes: uniformly, or by priority with `beta` (then
+    /// `weights`). Rows come grouped by lane. Returns a dict of arrays plus `indices`.
+    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    fn sample<'py>(
+        &mut self,
+        py: Python<'py>,
+        n: usize,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        match self.opened()? {
+            Opened::Writer(w) => sample_lanes(py, w, n, beta, seed),
+            Opened::Reader(r) => sample_lanes(py, r, n, beta, seed),
+        }
+    }
+
+    /// The items at `indices`, in whichever lanes hold them.
+    fn get<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = index_array(py, indices, "indices")?;
+        let idx = idx.as_slice()?;
+        let batch = match self.opened()? {
+            Opened::Writer(w) => py.detach(|| w.get_many(idx)),
+            Opened::Reader(r) => py.detach(|| r.get_many(idx)),
+        }
+        .map_err(to_py)?;
+        units::batch_dict(py, &batch, false)
+    }
+
+    /// Sets priorities in whichever lanes hold `indices`; returns `{"applied",
+    /// "stale"}`.
+    fn update_priorities<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+        priorities: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = index_array(py, indices, "indices")?;
+        let pr = contiguous::<f64>(py, priorities, "<f8")?;
+        let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
+        let w = self.writer()?;
+        let done = py.detach(|| w.update_priorities(idx, pr)).map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("applied", done.applied)?;
+        d.set_item("stale", done.stale)?;
+        Ok(d)
+    }
+
+    /// Each lane's live indices as `(start, stop)`.
+    fn lane_edges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let edges = match self.opened()? {
+            Opened::Writer(w) => w.lane_edges(),
+            Opened::Reader(r) => {
+                r.refresh().map_err(to_py)?;
+                r.lane_edges()
+            }
+        };
+        let pairs = edges
+            .into_iter()
+            .map(|e| PyTuple::new(py, [e.start, e.end]))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, pairs)
+    }
+
+    /// Lanes in the set.
+    #[getter]
+    fn lane_count(&mut self) -> PyResult<usize> {
+        Ok(match self.opened()? {
+            Opened::Writer(w) => w.lane_count(),
+            Opened::Reader(r) => r.lane_count(),
+        })
+    }
+
+    /// Items all lanes hold together.
+    #[getter]
+    fn capacity(&mut self) -> PyResult<u64> {
+        Ok(match self.opened()? {
+            Opened::Writer(w) => w.capacity(),
+            Opened::Reader(r) => r.capacity(),
+        })
+    }
+
+    /// The schema.
+    #[getter]
+    fn schema(&mut self) -> PyResult<PySchema> {
+        let inner = match self.opened()? {
+            Opened::Writer(w) => w.schema().clone(),
+            Opened::Reader(r) => r.schema().clone(),
+        };
+        Ok(PySchema { inner })
+    }
+
+    /// Each lane's counters, as `ReplayBuffer.stats` gives them (a writer's view).
+    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let all = self.writer()?.stats();
+        let items = all
+            .iter()
+            .map(|s| stats_dict(py, s))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Makes every lane durable (see `ReplayBuffer.flush`).
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
+        let w = self.writer()?;
+        py.detach(|| w.flush()).map_err(to_py)
+    }
+
+    /// Flushes (a writer) and closes every lane. Closing twice is fine.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.inner.take() {
+            Some(Opened::Writer(w)) => py.detach(|| w.close()).map_err(to_py),
+            Some(Opened::Reader(_)) | None => Ok(()),
+        }
+    }
+
+    fn __len__(&mut self) -> PyResult<usize> {
+        let n = match self.opened()? {
+            Opened::Writer(w) => w.len(),
+            Opened::Reader(r) => {
+                r.refresh().map_err(to_py)?;
+                r.len()
+            }
+        };
+        Ok(n as usize)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+}
