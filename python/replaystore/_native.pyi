@@ -163,6 +163,8 @@ class ReplayBuffer:
         self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None
     ) -> _Batch:
         """Whole episodes: rows, `offsets`, `episodes` (ids)."""
+    def priorities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """The stored priority (priority + eps) of each live item at `indices`."""
     def snapshots(self) -> List[Dict[str, Any]]:
         """This buffer's snapshots, oldest first."""
     def delete_snapshot(self, name: str) -> None:

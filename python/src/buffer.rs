@@ -710,6 +710,18 @@ impl PyBuffer {
         Ok(d)
     }
 
+    /// The priority (`priority + eps`, as stored) of each live item at `indices`.
+    fn priorities<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let idx = index_array(py, indices, "indices")?;
+        let idx = idx.as_slice()?;
+        let p = self.buf()?.priorities(idx).map_err(to_py)?;
+        Ok(PyArray1::from_vec(py, p))
+    }
+
     /// A checkpoint of the buffer as it is now, in milliseconds whatever its size: a
     /// small picklable dict (`torch.save` it with the model). The buffer may run ahead
     /// afterwards; `set_state` brings it back.

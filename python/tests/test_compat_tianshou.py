@@ -1,7 +1,7 @@
 """Promise: replaystore.compat.tianshou behaves as Tianshou's documentation says its
-ReplayBuffer and VectorReplayBuffer do: add's return values, positions and wrap-around,
+ReplayBuffer, VectorReplayBuffer and PrioritizedReplayBuffer do: add's return values, positions and wrap-around,
 sample(0) oldest first, prev/next at episode and buffer boundaries, unfinished_index,
-sub-buffer edges and proportional draws."""
+sub-buffer edges and proportional draws, importance weights and new items' priority."""
 
 import numpy as np
 import pytest
@@ -94,3 +94,47 @@ def test_vector_buffer_with_an_empty_ring_and_more_draws_than_items(tmp_path):
     assert idx.tolist() == [2] * 10
     assert vb.unfinished_index().tolist() == [2]
     vb.close()
+
+
+def test_prioritized_weights_follow_tianshous_formula_and_new_items_get_the_max(tmp_path):
+    alpha, beta = 0.5, 0.4
+    buf = ts.PrioritizedReplayBuffer(8, alpha, beta, path=str(tmp_path / "p"))
+    with pytest.raises(ValueError):  # as Tianshou: np.random.choice(0, n) on an empty ring
+        buf.sample(4)
+    for t in range(5):
+        buf.add(step(t))
+    # Every priority starts at 1: every weight is 1.
+    b, idx = buf.sample(0)
+    assert idx.tolist() == [0, 1, 2, 3, 4] and b["weight"].tolist() == [1.0] * 5
+    buf.update_weight([1, 3], np.array([-4.0, 0.25]))
+    eps = np.finfo(np.float32).eps
+    prio = {0: 1.0, 1: 4.0 + eps, 2: 1.0, 3: 0.25 + eps, 4: 1.0}
+    min_prio = 0.25 + eps
+    raw = np.array([(prio[i] ** alpha / min_prio) ** -beta for i in range(5)])
+    np.testing.assert_allclose(buf.get_weight(np.arange(5)), raw)
+    np.testing.assert_allclose(buf[np.arange(5)]["weight"], raw / raw.max())
+    # A new transition gets the largest priority ever set.
+    buf.add(step(5))
+    np.testing.assert_allclose(buf.get_weight([5]), raw[1])
+    # Draws follow priority ** alpha: position 1 and 5 hold 2 / (2 + 2 + 3 + 0.5) of it.
+    buf.update_weight([0, 2, 3, 4], np.zeros(4))
+    b, idx = buf.sample(2000)
+    share = np.isin(idx, [1, 5]).mean()
+    assert share > 0.99, share
+    np.testing.assert_array_equal(b["obs"][:, 0], idx)  # rows are the drawn positions
+    buf.set_beta(0.0)
+    assert np.all(buf[np.arange(6)]["weight"] == 1.0)
+    buf.close()
+
+
+def test_prioritized_weights_without_norm_and_across_wrap_around(tmp_path):
+    buf = ts.PrioritizedReplayBuffer(4, 1.0, 1.0, weight_norm=False, path=str(tmp_path / "p"))
+    for t in range(6):  # positions 0 and 1 are overwritten by t = 4, 5
+        buf.add(step(t))
+    assert buf[np.arange(4)]["obs"][:, 0].tolist() == [4, 5, 2, 3]
+    buf.update_weight([0], [2.0])
+    eps = np.finfo(np.float32).eps
+    np.testing.assert_allclose(buf[[0, 1]]["weight"], [1.0 / (2.0 + eps), 1.0])
+    buf.update_weight([2], [0.5])
+    np.testing.assert_allclose(buf[[0, 1, 2]]["weight"], [(0.5 + eps) / (2.0 + eps), 0.5 + eps, 1.0])
+    buf.close()

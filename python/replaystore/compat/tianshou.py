@@ -1,4 +1,5 @@
-"""Tianshou's ``ReplayBuffer`` and ``VectorReplayBuffer``, backed by replaystore, on
+"""Tianshou's ``ReplayBuffer``, ``VectorReplayBuffer`` and ``PrioritizedReplayBuffer``,
+backed by replaystore, on
 plain dicts of arrays (no Tianshou ``Batch`` needed).
 
 Follows Tianshou's documented behaviour: positions are ring positions in ``[0, size)``;
@@ -33,7 +34,7 @@ import numpy as np
 from .._native import ReplayBuffer as _Buffer
 from ._folder import Folder
 
-__all__ = ["ReplayBuffer", "VectorReplayBuffer"]
+__all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "VectorReplayBuffer"]
 
 _REQUIRED = ("obs", "act", "rew", "terminated", "truncated")
 _STORED = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next")
@@ -98,8 +99,11 @@ class ReplayBuffer(Folder):
     def _layout(self, row: Dict[str, np.ndarray]) -> None:
         """Creates the ring from the first transition's fields."""
         schema = {k: (v.dtype.str, v.shape) for k, v in row.items()}
-        self._buf = _Buffer.create(os.path.join(self._path, "ring"), schema, self.maxsize)
+        self._buf = _Buffer.create(os.path.join(self._path, "ring"), schema, self.maxsize, **self._ring_options())
         self._base = 0
+
+    def _ring_options(self) -> Dict[str, Any]:
+        return {}
 
     def _row(self, batch: Dict[str, Any], i: Optional[int]) -> Dict[str, np.ndarray]:
         """One transition's stored fields, from ``batch`` (row ``i`` of it if given)."""
@@ -134,6 +138,10 @@ class ReplayBuffer(Folder):
         return tuple(np.array([x]) for x in self._store(row))
 
     # -- positions ------------------------------------------------------------------------
+
+    def _position(self, logical: np.ndarray) -> np.ndarray:
+        """The ring positions of logical indices (``_logical``'s inverse)."""
+        return ((np.asarray(logical, np.uint64) - np.uint64(self._base)) % np.uint64(self.maxsize)).astype(np.int64)
 
     def _logical(self, index: np.ndarray) -> np.ndarray:
         s = self._buf.stats()
@@ -288,3 +296,66 @@ class VectorReplayBuffer(Folder):
 
     def _open_buffers(self) -> list:
         return self.buffers
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Tianshou's ``PrioritizedReplayBuffer(size, alpha, beta, weight_norm=True)``.
+
+    As Tianshou: a new transition gets the largest priority seen (1 at first);
+    ``update_weight(index, w)`` sets priorities ``|w| + eps`` (float32 eps) and draws
+    follow ``priority ** alpha``; ``__getitem__`` and ``sample`` add ``weight``, the
+    importance weight ``(priority ** alpha / min_prio) ** -beta`` with ``min_prio`` the
+    smallest priority ever set (1 at first), divided by the batch's largest when
+    ``weight_norm``; ``sample_indices(0)`` is every position, oldest first;
+    ``set_beta`` changes beta.
+
+    What differs: the draw by priority is the engine's sum-tree walk with its own RNG
+    (seeded through the ring), not ``np.random``; the priorities live in the ring's
+    folder (a reopened ring keeps them), while ``min_prio`` and ``max_prio`` are this
+    object's.
+    """
+
+    def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, **kwargs: Any) -> None:
+        assert alpha > 0.0 and beta >= 0.0
+        self._alpha, self._beta = float(alpha), float(beta)
+        self._max_prio = self._min_prio = 1.0
+        self._eps = float(np.finfo(np.float32).eps)
+        self._weight_norm = weight_norm
+        super().__init__(size, **kwargs)
+
+    def _ring_options(self) -> Dict[str, Any]:
+        return {"alpha": self._alpha, "eps": self._eps}
+
+    def set_beta(self, beta: float) -> None:
+        self._beta = beta
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """``batch_size`` positions drawn by priority; 0: all, oldest first."""
+        if batch_size > 0 and len(self) > 0:
+            drawn = self._buf.sample(batch_size, beta=self._beta)["indices"]
+            return self._position(drawn)
+        return super().sample_indices(batch_size)
+
+    def get_weight(self, index: Index) -> np.ndarray:
+        """``(priority ** alpha / min_prio) ** -beta`` of each position."""
+        index = np.atleast_1d(np.asarray(index, np.int64))
+        leaf = self._buf.priorities(self._logical(index)) ** self._alpha
+        return (leaf / self._min_prio) ** (-self._beta)
+
+    def update_weight(self, index: Index, new_weight: Any) -> None:
+        """Sets the priorities of ``index`` to ``|new_weight| + eps``."""
+        weight = np.abs(np.asarray(new_weight, np.float64)).reshape(-1)
+        index = np.atleast_1d(np.asarray(index, np.int64))
+        self._buf.update_priorities(self._logical(index), weight)
+        self._max_prio = max(self._max_prio, float((weight + self._eps).max()))
+        self._min_prio = min(self._min_prio, float((weight + self._eps).min()))
+
+    def __getitem__(self, index: Union[slice, Index]) -> Dict[str, np.ndarray]:
+        if isinstance(index, slice):
+            index = self.sample_indices(0) if index == slice(None) else np.arange(self._size)[index]
+        index = np.atleast_1d(np.asarray(index, dtype=np.int64))
+        out = super().__getitem__(index)
+        if out:
+            weight = self.get_weight(index)
+            out["weight"] = weight / np.max(weight) if self._weight_norm else weight
+        return out
