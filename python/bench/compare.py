@@ -1,7 +1,8 @@
 """W1 and W2 (../shared/WORKLOADS.md) through replaystore's Python API and, when they are
-installed, through cpprb, side by side in one run, with ratios.
+installed, through cpprb, TorchRL (LazyMemmapStorage) and Tianshou, side by side in one
+run, with ratios (how many times better replaystore is than each).
 
-    python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb]
+    python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
 
 Each (library, workload) runs in its own child process, so peak memory is its own and
 one library's page cache use does not tilt the next one's figures more than the machine
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -44,10 +44,11 @@ def data(fields, n, seed=0):
     return out
 
 
-def anon_rss_mib():
+def status_mib(key):
+    """A memory figure of this process from /proc/self/status, in MiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("RssAnon:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -131,7 +132,112 @@ class Cpprb:
         pass
 
 
-LIBS = {"replaystore": Replaystore, "cpprb": Cpprb}
+def _td(torch, TensorDict, rows, batch_size):
+    return TensorDict({k: torch.as_tensor(v) for k, v in rows.items()}, batch_size=batch_size)
+
+
+class TorchRL:
+    """TorchRL's TensorDictReplayBuffer over LazyMemmapStorage (memory-mapped files, the
+    closest to replaystore), with a PrioritizedSampler for PER; dumps/loads to save."""
+
+    name = "torchrl"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import LazyMemmapStorage, PrioritizedSampler, TensorDictReplayBuffer
+        self.torch, self.TensorDict = torch, TensorDict
+        kw = {}
+        if prioritized:
+            kw = {"sampler": PrioritizedSampler(capacity, alpha=0.6, beta=0.4), "priority_key": "td_error"}
+        self.rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=path), **kw)
+        self.path = path
+
+    def add1(self, row):
+        self.rb.add(_td(self.torch, self.TensorDict, row, []))
+
+    def add_batch(self, batch):
+        n = len(next(iter(batch.values())))
+        self.rb.extend(_td(self.torch, self.TensorDict, batch, [n]))
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def per(self, n, new):
+        s = self.rb.sample(n)
+        self.rb.update_priority(s["index"], self.torch.as_tensor(new, dtype=self.torch.float32))
+
+    def save(self, where):
+        self.rb.dumps(where)
+
+    IMPORTS = ("import torch\nfrom torchrl.data import LazyMemmapStorage, PrioritizedSampler, "
+               "TensorDictReplayBuffer\n")
+    LOAD = ("rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=PATH + '-load'), "
+            "sampler=PrioritizedSampler(CAP, alpha=0.6, beta=0.4), priority_key='td_error')\n"
+            "rb.loads(STATE); rb.sample(1)\n")
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+# Tianshou's reserved keys for the workloads' fields.
+_TIANSHOU_KEYS = {"obs": "obs", "next_obs": "obs_next", "action": "act", "reward": "rew", "done": "terminated"}
+
+
+class Tianshou:
+    """Tianshou's ReplayBuffer / PrioritizedReplayBuffer (NumPy arrays in the process);
+    pickle is how Tianshou saves a buffer. A single ring has no batched add, so addB
+    is left out."""
+
+    name = "tianshou"
+    NO_BATCH_ADD = True
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from tianshou.data import Batch, PrioritizedReplayBuffer, ReplayBuffer
+        self.Batch = Batch
+        kw = {"ignore_obs_next": "next_obs" not in fields}
+        self.rb = (PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, **kw) if prioritized
+                   else ReplayBuffer(capacity, **kw))
+
+    def _batch(self, row):
+        b = {_TIANSHOU_KEYS[k]: v for k, v in row.items()}
+        b["truncated"] = np.zeros_like(b["terminated"])
+        return self.Batch(**b)
+
+    def add1(self, row):
+        self.rb.add(self._batch(row))
+
+    def add_batch(self, batch):
+        n = len(next(iter(batch.values())))
+        for i in range(n):
+            self.rb.add(self._batch({k: v[i] for k, v in batch.items()}))
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def per(self, n, new):
+        _, idx = self.rb.sample(n)
+        self.rb.update_weight(idx, new)
+
+    def save(self, where):
+        import pickle
+        with open(where, "wb") as f:
+            pickle.dump(self.rb, f)
+
+    IMPORTS = "import pickle\nimport tianshou.data\n"
+    LOAD = "rb = pickle.load(open(STATE, 'rb')); rb.sample(1)\n"
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou}
 
 
 def available(name):
@@ -167,15 +273,22 @@ def child(lib_name, workload, quick, runs, scratch):
         results[key] = vals
 
     b = fresh(False)
-    timed("add1", lambda: [b.add1(one[i % len(one)]) for i in range(capacity)], capacity)
+    # A rate: 100k single adds say it as well as a full ring (TorchRL adds ~2.5k/s).
+    n1 = min(capacity, 100_000 // div)
+    timed("add1", lambda: [b.add1(one[i % len(one)]) for i in range(n1)], n1)
     b.close()
     b = fresh(False)
     chunk = 1000
-    timed("addB", lambda: [b.add_batch({k: v[i:i + chunk] for k, v in rows.items()}) for i in range(0, capacity, chunk)], capacity)
+    fill = lambda: [b.add_batch({k: v[i:i + chunk] for k, v in rows.items()}) for i in range(0, capacity, chunk)]
+    if getattr(lib, "NO_BATCH_ADD", False):
+        fill()  # filled row by row for the sampling figures, not timed as a batch add
+    else:
+        timed("addB", fill, capacity)
     timed("sample", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
     b.close()
     p = fresh(True)
-    p.add_batch(rows)
+    for i in range(0, capacity, chunk):
+        p.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
     new = np.random.default_rng(1).random(batch_n)
     timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)
     saves, loads = [], []
@@ -214,7 +327,9 @@ def child(lib_name, workload, quick, runs, scratch):
         results["reader_peak_mib"] = [hwm]
         p.reopen()
     p.close()
-    results["peak_rss_mib"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child would report its
+    # parent's peak when that is higher.
+    results["peak_rss_mib"] = [status_mib("VmHWM")]
     print(json.dumps(results))
 
 
@@ -232,7 +347,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="replaystore,cpprb")
+    ap.add_argument("--only", default="replaystore,cpprb,torchrl,tianshou")
     ap.add_argument("--workloads", default="W1,W2")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -267,17 +382,26 @@ def main():
     if args.json:
         print(json.dumps({f"{w}/{lib}": r for (w, lib), r in table.items()}))
         return
-    print(f"{'figure':<16} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs) + (f"{'ratio':>10}" if "cpprb" in libs and len(libs) > 1 else ""))
+    others = [lib for lib in libs if lib != "replaystore"]
+    ratio_cols = [f"vs {lib}" for lib in others] if "replaystore" in libs else []
+    print(f"{'figure':<18} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs)
+          + "".join(f"{c:>13}" for c in ratio_cols))
     for w in args.workloads.split(","):
         for key, unit in UNITS.items():
             cells = [table[(w, lib)].get(key) for lib in libs]
+            if not any(cells):
+                continue
             shown = [fmt(c) if c else ("failed" if (w, lib) in failed else "-") for c, lib in zip(cells, libs)]
-            line = f"{w + '-' + key:<16} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
-            if "cpprb" in libs and len(libs) > 1 and all(cells):
-                a = statistics.median(table[(w, "replaystore")][key])
-                b = statistics.median(table[(w, "cpprb")][key])
-                ratio = (b / a) if unit in ("s", "MiB") else (a / b)
-                line += f"{ratio:>9.2f}x"
+            line = f"{w + '-' + key:<18} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
+            ours = table[(w, "replaystore")].get(key) if "replaystore" in libs else None
+            for lib in others if ratio_cols else []:
+                theirs = table[(w, lib)].get(key)
+                if ours and theirs:
+                    a, b = statistics.median(ours), statistics.median(theirs)
+                    ratio = (b / a) if unit in ("s", "MiB") else (a / b)
+                    line += f"{ratio:>12.2f}x"
+                else:
+                    line += f"{'-':>13}"
             print(line)
     if skipped:
         print(f"(not installed, left out: {', '.join(skipped)})")
