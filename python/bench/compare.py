@@ -172,7 +172,8 @@ class TorchRL:
 
     IMPORTS = ("import torch\nfrom torchrl.data import LazyMemmapStorage, PrioritizedSampler, "
                "TensorDictReplayBuffer\n")
-    LOAD = ("rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=PATH + '-load'), "
+    # A fresh scratch folder per load: TorchRL refuses to memmap over existing files.
+    LOAD = ("rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(CAP, scratch_dir=f'{PATH}-load-{time.monotonic_ns()}'), "
             "sampler=PrioritizedSampler(CAP, alpha=0.6, beta=0.4), priority_key='td_error')\n"
             "rb.loads(STATE); rb.sample(1)\n")
 
@@ -271,6 +272,9 @@ def child(lib_name, workload, quick, runs, scratch):
             fn()
             vals.append(units / (time.perf_counter() - t))
         results[key] = vals
+        # Every figure so far, at once: a library killed later (cpprb's W2 save runs out
+        # of memory) keeps the figures it did finish.
+        print(json.dumps(results), flush=True)
 
     b = fresh(False)
     # A rate: 100k single adds say it as well as a full ring (TorchRL adds ~2.5k/s).
@@ -368,15 +372,15 @@ def main():
                 if args.quick:
                     cmd.append("--quick")
                 out = subprocess.run(cmd, capture_output=True, text=True)
-                if out.returncode == 0:
-                    table[(w, lib)] = json.loads(out.stdout.strip().splitlines()[-1])
-                else:
+                lines = out.stdout.strip().splitlines()
+                table[(w, lib)] = json.loads(lines[-1]) if lines else {}
+                if out.returncode != 0:
                     # A library that cannot run a workload here is a result too (cpprb's
-                    # save of W2 runs out of memory on a 24 GB machine).
+                    # save of W2 runs out of memory on a 24 GB machine); the figures it
+                    # finished before stay in the table.
                     why = "killed (out of memory?)" if out.returncode == -9 else f"exit {out.returncode}"
                     failed[(w, lib)] = why
                     print(f"{lib} {w}: {why}\n{out.stderr[-2000:]}", file=sys.stderr)
-                    table[(w, lib)] = {}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
