@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
@@ -20,38 +20,14 @@ use crate::units;
 /// The key a state dict carries its bytes under, with the format they follow.
 const STATE_KEY: &str = "replaystore_state";
 
-/// Reads one field per schema field from `values` (keyword arguments or a dict),
-/// refusing unknown names before anything is written.
-pub(crate) fn inputs<'py>(
-    schema: &Schema,
-    values: &Bound<'py, PyDict>,
-) -> PyResult<Vec<Input<'py>>> {
-    for key in values.keys() {
-        let field: String = key.extract()?;
-        if schema.fields().iter().all(|f| f.name() != field) {
-            return Err(to_py(Error::UnknownField {
-                field,
-                known: schema.names(),
-            }));
-        }
-    }
-    schema
-        .fields()
-        .iter()
-        .map(|f| match values.get_item(f.name())? {
-            Some(v) => arrays::input(f, &v),
-            None => Err(to_py(Error::MissingField {
-                field: f.name().to_owned(),
-            })),
-        })
-        .collect()
-}
-
-/// Reads the fields present in `values` (a reset row carries only observations),
-/// refusing unknown names; the rest of the schema is left to the engine's defaults.
-fn some_inputs<'s, 'py>(
+/// The fields of `values` (keyword arguments or a dict) with their schema fields, in
+/// schema order, refusing unknown names before anything is written. With `required`,
+/// every field must be there; without, absent ones are left to the engine (a reset row
+/// carries only observations).
+pub(crate) fn inputs<'s, 'py>(
     schema: &'s Schema,
     values: &Bound<'py, PyDict>,
+    required: bool,
 ) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
     for key in values.keys() {
         let field: String = key.extract()?;
@@ -62,17 +38,23 @@ fn some_inputs<'s, 'py>(
             }));
         }
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
-        if let Some(v) = values.get_item(f.name())? {
-            out.push((f, arrays::input(f, &v)?));
+        match values.get_item(f.name())? {
+            Some(v) => out.push((f, arrays::input(f, &v)?)),
+            None if required => {
+                return Err(to_py(Error::MissingField {
+                    field: f.name().to_owned(),
+                }));
+            }
+            None => {}
         }
     }
     Ok(out)
 }
 
-/// Engine columns over some fields' borrowed inputs.
-fn some_columns<'a>(
+/// Engine columns over the borrowed inputs.
+pub(crate) fn columns<'a>(
     inputs: &'a [(&'a replaystore::Field, Input<'_>)],
 ) -> PyResult<Vec<Column<'a>>> {
     inputs
@@ -86,6 +68,28 @@ fn some_columns<'a>(
             ))
         })
         .collect()
+}
+
+/// The engine configuration the Python `create` calls share.
+pub(crate) fn config(
+    schema: Schema,
+    capacity: u64,
+    alpha: Option<f64>,
+    eps: f64,
+    seed: Option<u64>,
+    segment_slots: Option<u64>,
+) -> Config {
+    let mut config = Config::new(schema, capacity);
+    if let Some(a) = alpha {
+        config = config.prioritized(a, eps);
+    }
+    if let Some(s) = seed {
+        config = config.seed(s);
+    }
+    if let Some(s) = segment_slots {
+        config = config.segment_slots(s);
+    }
+    config
 }
 
 /// Indices from an int or an array-like, and whether it was a lone int (so the answer
@@ -104,26 +108,6 @@ fn names(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         Ok(one) => Ok(vec![one]),
         Err(_) => value.extract(),
     }
-}
-
-/// Engine columns over the borrowed inputs.
-pub(crate) fn columns<'a>(
-    schema: &'a Schema,
-    inputs: &'a [Input<'_>],
-) -> PyResult<Vec<Column<'a>>> {
-    schema
-        .fields()
-        .iter()
-        .zip(inputs)
-        .map(|(f, i)| {
-            Ok(Column::from_bytes(
-                f.name(),
-                f.dtype(),
-                &i.shape,
-                i.bytes()?,
-            ))
-        })
-        .collect()
 }
 
 pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
@@ -167,6 +151,13 @@ pub(crate) fn index_array<'py>(
     values: &Bound<'py, PyAny>,
     what: &str,
 ) -> PyResult<PyReadonlyArrayDyn<'py, u64>> {
+    // What `sample` returned, handed straight back to `update_priorities`: no NumPy
+    // call on the PER hot path.
+    if let Ok(a) = values.cast::<PyArrayDyn<u64>>()
+        && a.is_c_contiguous()
+    {
+        return Ok(a.readonly());
+    }
     let np = py.import("numpy")?;
     let a = np.call_method1("asarray", (values,))?;
     let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
@@ -243,6 +234,23 @@ impl PyBuffer {
             .as_mut()
             .ok_or_else(|| ReadOnlyError::new_err("the buffer is closed"))
     }
+
+    /// `step` (prev or next) of each of `indices`, as one int or an array.
+    fn step_each<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+        step: fn(&ReplayBuffer, u64) -> replaystore::Result<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (idx, lone) = index_list(py, indices)?;
+        let buf = self.buf()?;
+        let out = idx
+            .iter()
+            .map(|&i| step(buf, i))
+            .collect::<replaystore::Result<Vec<u64>>>()
+            .map_err(to_py)?;
+        one_or_many(py, out, lone)
+    }
 }
 
 #[pymethods]
@@ -274,7 +282,7 @@ impl PyBuffer {
         whole_episodes: bool,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
-        let mut config = Config::new(schema, capacity);
+        let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
         if whole_episodes {
             config = config.whole_episodes();
         } else if episodic {
@@ -282,15 +290,6 @@ impl PyBuffer {
         }
         if fragments {
             config = config.fragments();
-        }
-        if let Some(a) = alpha {
-            config = config.prioritized(a, eps);
-        }
-        if let Some(s) = seed {
-            config = config.seed(s);
-        }
-        if let Some(s) = segment_slots {
-            config = config.segment_slots(s);
         }
         let buf = py
             .detach(|| ReplayBuffer::create(path, config))
@@ -323,8 +322,8 @@ impl PyBuffer {
         let fields = fields.unwrap_or(&empty);
         let buf = self.buf()?;
         let schema = buf.schema().clone();
-        let inputs = inputs(&schema, fields)?;
-        let cols = columns(&schema, &inputs)?;
+        let inputs = inputs(&schema, fields, true)?;
+        let cols = columns(&inputs)?;
         py.detach(|| buf.add(&cols)).map_err(to_py)
     }
 
@@ -344,8 +343,8 @@ impl PyBuffer {
             .transpose()?;
         let buf = self.buf()?;
         let schema = buf.schema().clone();
-        let inputs = inputs(&schema, batch)?;
-        let cols = columns(&schema, &inputs)?;
+        let inputs = inputs(&schema, batch, true)?;
+        let cols = columns(&inputs)?;
         let range = match &priorities {
             Some(p) => {
                 let p = p.as_slice()?;
@@ -477,8 +476,8 @@ impl PyBuffer {
         let fields = fields.unwrap_or(&empty);
         let buf = self.buf()?;
         let schema = buf.schema().clone();
-        let inputs = some_inputs(&schema, fields)?;
-        let cols = some_columns(&inputs)?;
+        let inputs = inputs(&schema, fields, false)?;
+        let cols = columns(&inputs)?;
         let info = py.detach(|| buf.add_reset(&cols)).map_err(to_py)?;
         units::step_dict(py, &info)
     }
@@ -500,8 +499,8 @@ impl PyBuffer {
         let fields = fields.unwrap_or(&empty);
         let buf = self.buf()?;
         let schema = buf.schema().clone();
-        let inputs = inputs(&schema, fields)?;
-        let cols = columns(&schema, &inputs)?;
+        let inputs = inputs(&schema, fields, true)?;
+        let cols = columns(&inputs)?;
         let info = py
             .detach(|| buf.add_step(&cols, terminated, truncated))
             .map_err(to_py)?;
@@ -534,14 +533,7 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (idx, lone) = index_list(py, indices)?;
-        let buf = self.buf()?;
-        let out = idx
-            .iter()
-            .map(|&i| buf.prev(i))
-            .collect::<replaystore::Result<Vec<u64>>>()
-            .map_err(to_py)?;
-        one_or_many(py, out, lone)
+        self.step_each(py, indices, ReplayBuffer::prev)
     }
 
     /// The step after each of `indices` in its episode; an episode's last stored step
@@ -551,14 +543,7 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (idx, lone) = index_list(py, indices)?;
-        let buf = self.buf()?;
-        let out = idx
-            .iter()
-            .map(|&i| buf.next(i))
-            .collect::<replaystore::Result<Vec<u64>>>()
-            .map_err(to_py)?;
-        one_or_many(py, out, lone)
+        self.step_each(py, indices, ReplayBuffer::next)
     }
 
     /// Draws `n` transitions of an episodic buffer: uniformly, or by priority with

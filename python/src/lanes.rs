@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::{Config, Lane, Lanes, Reader, ReplayBuffer};
+use replaystore::{Lane, Lanes, Reader, ReplayBuffer};
 
-use crate::buffer::{columns, contiguous, index_array, inputs, stats_dict};
+use crate::buffer::{columns, config, contiguous, index_array, inputs, stats_dict};
 use crate::errors::{ReadOnlyError, to_py};
 use crate::schema::PySchema;
 use crate::units;
@@ -90,18 +90,9 @@ impl PyLanes {
         episodic: bool,
     ) -> PyResult<PyLanes> {
         let schema = PySchema::from_py(schema)?.inner;
-        let mut config = Config::new(schema, capacity);
+        let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
         if episodic {
             config = config.episodic();
-        }
-        if let Some(a) = alpha {
-            config = config.prioritized(a, eps);
-        }
-        if let Some(s) = seed {
-            config = config.seed(s);
-        }
-        if let Some(s) = segment_slots {
-            config = config.segment_slots(s);
         }
         let made = py
             .detach(|| Lanes::create(path, config, lanes))
@@ -142,8 +133,8 @@ impl PyLanes {
         let fields = fields.unwrap_or(&empty);
         let w = self.writer()?;
         let schema = w.schema().clone();
-        let inputs = inputs(&schema, fields)?;
-        let cols = columns(&schema, &inputs)?;
+        let inputs = inputs(&schema, fields, true)?;
+        let cols = columns(&inputs)?;
         py.detach(|| w.add(lane, &cols)).map_err(to_py)
     }
 
@@ -163,8 +154,8 @@ impl PyLanes {
             .collect();
         let w = self.writer()?;
         let schema = w.schema().clone();
-        let inputs = inputs(&schema, batch)?;
-        let cols = columns(&schema, &inputs)?;
+        let inputs = inputs(&schema, batch, true)?;
+        let cols = columns(&inputs)?;
         let idx = py.detach(|| w.add_batch(&cols, &ids)).map_err(to_py)?;
         Ok(PyArray1::from_vec(py, idx))
     }

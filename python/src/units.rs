@@ -43,6 +43,19 @@ fn put_fields(
     Ok(())
 }
 
+/// The fields of a transition-shaped draw (`[obs, step, next_obs]` batches): each
+/// observation field under its name and as `next_<name>`, every other field the step's.
+fn put_steps(
+    d: &Bound<'_, PyDict>,
+    [before, step, after]: [&Batch; 3],
+    obs: &[String],
+) -> PyResult<()> {
+    let is_obs = |name: &str| obs.iter().any(|o| o == name);
+    put_fields(d, before, "", is_obs)?;
+    put_fields(d, step, "", |n| !is_obs(n))?;
+    put_fields(d, after, "next_", is_obs)
+}
+
 /// A batch the engine filled as a dict: each field, `indices` and, when `weighted`,
 /// `weights`.
 pub fn batch_dict<'py>(
@@ -79,11 +92,8 @@ pub fn transitions_dict<'py>(
     obs: &[String],
     weighted: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let is_obs = |name: &str| obs.iter().any(|o| o == name);
     let d = PyDict::new(py);
-    put_fields(&d, t.obs(), "", is_obs)?;
-    put_fields(&d, t.step(), "", |n| !is_obs(n))?;
-    put_fields(&d, t.next_obs(), "next_", is_obs)?;
+    put_steps(&d, [t.obs(), t.step(), t.next_obs()], obs)?;
     d.set_item("returns", PyArray1::from_slice(py, t.returns()))?;
     d.set_item("discounts", PyArray1::from_slice(py, t.discounts()))?;
     d.set_item("terminated", PyArray1::from_slice(py, t.terminated()))?;
@@ -104,11 +114,8 @@ pub fn sequences_dict<'py>(
     steps: usize,
     weighted: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let is_obs = |name: &str| obs.iter().any(|o| o == name);
     let d = PyDict::new(py);
-    put_fields(&d, s.obs(), "", is_obs)?;
-    put_fields(&d, s.step(), "", |n| !is_obs(n))?;
-    put_fields(&d, s.next_obs(), "next_", is_obs)?;
+    put_steps(&d, [s.obs(), s.step(), s.next_obs()], obs)?;
     let grid = [s.len(), steps];
     d.set_item("mask", shaped(py, s.mask(), &grid)?)?;
     d.set_item("terminated", shaped(py, s.terminated(), &grid)?)?;
