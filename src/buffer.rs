@@ -28,7 +28,8 @@ use crate::sample::{SampleSpec, draw_uniform};
 use crate::schema::Schema;
 use crate::snapshot::{self, SnapshotInfo};
 use crate::storage::io::{self, Access, IoRef};
-use crate::storage::map::{ProgressMap, StampMismatch};
+use crate::storage::map::ProgressMap;
+use crate::storage::pread::Missed;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 use crate::windows::End;
 
@@ -1550,8 +1551,13 @@ impl ReplayBuffer {
         self.get_many(&[index])
     }
 
-    fn stamp_error(&self, indices: &[u64], m: StampMismatch) -> Error {
-        self.stamp_error_at(indices.get(m.position).copied().unwrap_or(0), m.stamp)
+    fn stamp_error(&self, indices: &[u64], missed: Missed) -> Error {
+        match missed {
+            Missed::Stamp(m) => {
+                self.stamp_error_at(indices.get(m.position).copied().unwrap_or(0), m.stamp)
+            }
+            Missed::Read(e) => e,
+        }
     }
 
     /// The error for live `index` whose slot's stamp was found to be `stamp`.

@@ -68,3 +68,4 @@ pub use priorities::{Priority, PriorityConfig, PrioritySpec, PrioritySummary, Pr
 pub use sample::SampleSpec;
 pub use schema::{Field, Schema};
 pub use snapshot::{SnapshotInfo, snapshots};
+pub use storage::pread::RowAccess;

@@ -3,7 +3,8 @@
 
 use crate::format::row::{EPISODE_OFF, RowLayout, RowTags, STEP_HEADER_LEN, StepHeader};
 use crate::storage::io::Io;
-use crate::storage::map::{self, RowCheck, RowReader, SegmentMap, SlotMap, StampMismatch};
+use crate::storage::map::{self, RowCheck, RowReader, SegmentMap, SlotMap};
+use crate::storage::pread::{Missed, RowFiles};
 
 /// The ring's mapped segments and how slots divide among them.
 #[derive(Debug)]
@@ -15,6 +16,8 @@ pub struct Ring {
     mask: u64,
     /// Segments another name links (copy before storing into them).
     shared: usize,
+    /// Set: gathers copy rows with `pread` from these files instead of the mappings.
+    files: Option<RowFiles>,
 }
 
 impl Ring {
@@ -32,7 +35,19 @@ impl Ring {
             capacity,
             shift: segment_slots.trailing_zeros(),
             mask: segment_slots - 1,
+            files: None,
         }
+    }
+
+    /// Gathers from now on copy rows with `pread` from `files` (the segments' files);
+    /// `None` goes back to the mappings.
+    pub fn read_rows_from(&mut self, files: Option<RowFiles>) {
+        self.files = files;
+    }
+
+    /// The mapped segments.
+    pub fn segments(&self) -> &[SegmentMap] {
+        &self.segments
     }
 
     /// Slots in the ring.
@@ -243,7 +258,7 @@ impl Ring {
         head_slot: u64,
         indices: &[u64],
         outs: &mut [&mut [u8]],
-    ) -> Result<(), StampMismatch> {
+    ) -> Result<(), Missed> {
         self.gather_from(head, head_slot, indices, outs, 0)
     }
 
@@ -255,15 +270,13 @@ impl Ring {
         indices: &[u64],
         outs: &mut [&mut [u8]],
         from: usize,
-    ) -> Result<(), StampMismatch> {
-        map::gather(
-            &self.segments,
-            self.slot_map(head, head_slot),
-            &self.layout,
-            indices,
-            outs,
-            from,
-        )
+    ) -> Result<(), Missed> {
+        let at = self.slot_map(head, head_slot);
+        match &self.files {
+            Some(files) => files.gather(at, &self.layout, indices, outs, from),
+            None => map::gather(&self.segments, at, &self.layout, indices, outs, from)
+                .map_err(Missed::Stamp),
+        }
     }
 
     /// Reads live rows one at a time (with `head` at `head_slot`).

@@ -18,7 +18,7 @@ use common::{
     Drained, KillOnDrop, add_range, columns, item, item_bytes, reader_result, schema, spawn_child,
     xorshift,
 };
-use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, Schema, inspect};
+use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, RowAccess, Schema, inspect};
 
 const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
 
@@ -106,12 +106,19 @@ fn assert_reads(reader: &mut Reader, timeline_of: impl Fn(u64) -> u64) {
 
 #[test]
 fn a_reader_follows_copy_on_write_and_set_state() {
+    for access in [RowAccess::Mapped, RowAccess::Pread] {
+        follows_copy_on_write_and_set_state(access);
+    }
+}
+
+fn follows_copy_on_write_and_set_state(access: RowAccess) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");
     let mut writer = tagged(&path);
     add_tagged(&mut writer, 50, 0);
     let state = writer.get_state_named("s").unwrap();
     let mut reader = Reader::open(&path).unwrap();
+    reader.set_row_access(access).unwrap();
     // Past the capacity: every segment is copied and renamed over its old name, and
     // the reader's old mappings show the snapshot's files, which stop changing.
     add_tagged(&mut writer, 150, 0);
@@ -128,6 +135,7 @@ fn a_reader_follows_copy_on_write_and_set_state() {
     ));
     // A snapshot reader sees the snapshot, whatever the writer does.
     let mut frozen = Reader::open_snapshot(&path, "s").unwrap();
+    frozen.set_row_access(access).unwrap();
     add_tagged(&mut writer, 200, 1);
     assert_eq!(frozen.live(), 0..50);
     assert_reads(&mut frozen, |_| 0);
@@ -257,10 +265,17 @@ fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[4096 + 9 * stride] ^= 1;
     std::fs::write(&seg, bytes).unwrap();
-    let mut reader = Reader::open(&path).unwrap();
+    for access in [RowAccess::Mapped, RowAccess::Pread] {
+        damaged_stamp_is_reported(&path, &seg, access);
+    }
+}
+
+fn damaged_stamp_is_reported(path: &Path, seg: &Path, access: RowAccess) {
+    let mut reader = Reader::open(path).unwrap();
+    reader.set_row_access(access).unwrap();
     let e = reader.get(9).unwrap_err();
     assert!(
-        matches!(&e, Error::BadItem { index: 9, file, .. } if *file == seg),
+        matches!(&e, Error::BadItem { index: 9, file, .. } if file == seg),
         "{e}"
     );
     let mut saw = false;
@@ -275,7 +290,72 @@ fn a_damaged_stamp_is_an_error_for_a_reader_not_a_redraw() {
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(saw, "sampling never reported the damaged item");
+    assert!(saw, "{access:?}: sampling never reported the damaged item");
+}
+
+/// Bytes of `dir`'s segment files (not the progress page) mapped in this process right now, as
+/// `/proc/self/smaps` counts them (its `Rss` lines).
+fn resident_segment_bytes(dir: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let lane = dir.join("lane-0");
+    let mut ours = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header line: range, perms, offset, dev, inode, path.
+            ours = words.nth(4).is_some_and(|p| {
+                let p = Path::new(p);
+                p.starts_with(&lane) && p.extension().is_some_and(|x| x == "dat")
+            });
+        } else if first == "Rss:" && ours {
+            total += words.next().unwrap().parse::<u64>().unwrap() * 1024;
+        }
+    }
+    total
+}
+
+/// Promise: a reader set to `RowAccess::Pread` keeps none of the rows it samples
+/// mapped, so its resident memory does not grow with the buffer; the same sampling
+/// through the mappings (the control) does show up in RSS.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_pread_reader_keeps_no_sampled_row_resident() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    let schema = Schema::builder()
+        .field("obs", DType::U8, &[4096])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 2_048).segment_slots(256).seed(5);
+    let mut writer = ReplayBuffer::create(&path, config).unwrap();
+    let obs: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+    for _ in 0..2_048 {
+        writer.add(&[Column::new("obs", &obs)]).unwrap();
+    }
+    // The writer's own mappings would count too.
+    writer.close().unwrap();
+    for access in [RowAccess::Pread, RowAccess::Mapped] {
+        let mut reader = Reader::open(&path).unwrap();
+        reader.set_row_access(access).unwrap();
+        assert_eq!(reader.row_access(), access);
+        for _ in 0..64 {
+            let batch = reader.sample(64).unwrap();
+            assert!(
+                batch
+                    .get::<u8>("obs")
+                    .unwrap()
+                    .chunks(4096)
+                    .all(|row| row == obs)
+            );
+        }
+        let resident = resident_segment_bytes(&path);
+        match access {
+            RowAccess::Pread => assert_eq!(resident, 0, "a pread reader mapped rows"),
+            RowAccess::Mapped => assert!(resident >= 1 << 20, "control: {resident} bytes"),
+        }
+    }
 }
 
 /// A writer that died between making the epoch odd (a restore begins) and its end
@@ -378,6 +458,7 @@ fn readers_child() {
             args[2].parse().unwrap(),
             args[3].parse().unwrap(),
             args[4] == "1",
+            args[5] == "pread",
         ),
         "acking-writer" => run_acking_writer(args[1], args[2].parse().unwrap()),
         "endless-reader" => run_endless_reader(args[1]),
@@ -426,8 +507,11 @@ fn run_writer(dir: &str, seed: u64) {
     }
 }
 
-fn run_reader(dir: &str, samples: u64, seed: u64, per: bool) {
+fn run_reader(dir: &str, samples: u64, seed: u64, per: bool, pread: bool) {
     let mut reader = Reader::open(dir).unwrap();
+    if pread {
+        reader.set_row_access(RowAccess::Pread).unwrap();
+    }
     reader.reseed(seed);
     let first_tail = reader.live().end;
     let (mut drawn, mut bad, mut gets, mut evicted) = (0u64, 0u64, 0u64, 0u64);
@@ -565,7 +649,12 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
             spawn_child(
                 "readers_child",
                 CHILD_ENV,
-                format!("reader:{dir}:{PER_READER}:{r}:{r}").as_ref(),
+                // One uniform reader through the mappings, one by priority with pread.
+                format!(
+                    "reader:{dir}:{PER_READER}:{r}:{r}:{}",
+                    ["mapped", "pread"][r]
+                )
+                .as_ref(),
             )
         })
         .collect();

@@ -25,6 +25,7 @@ use crate::sample::{SampleSpec, draw_one};
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::ProgressMap;
+use crate::storage::pread::{Missed, RowAccess, RowFiles};
 use crate::storage::{self, Manifest};
 
 /// Draws made again after lost races before a call gives up: a writer that overwrites
@@ -67,6 +68,8 @@ pub struct Reader {
     progress: Option<ProgressMap>,
     /// The files epoch the mappings were made at.
     epoch: u64,
+    /// How rows are copied out (kept across remaps).
+    rows: RowAccess,
 }
 
 impl Reader {
@@ -93,6 +96,7 @@ impl Reader {
             priorities,
             progress: Some(progress),
             epoch,
+            rows: RowAccess::Mapped,
         };
         reader.refresh()?;
         Ok(reader)
@@ -107,7 +111,43 @@ impl Reader {
             priorities: None,
             progress: None,
             epoch: 0,
+            rows: RowAccess::Mapped,
         })
+    }
+
+    /// Chooses how samples and `get` copy rows out of the files: through the shared
+    /// mappings (the default, at memory speed) or with `pread`, which maps nothing, so
+    /// the process's resident memory stays flat however much of the buffer it samples.
+    /// The page cache is shared either way; `Pread` is for workers whose RSS is watched
+    /// (it costs a system call or two per row; see [`crate::storage::pread`]). Sampling
+    /// by episode (steps, sequences) and item checksums still read through the mappings.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, RowAccess, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
+    /// for x in 0..10u32 {
+    ///     writer.add(&[Column::scalar("x", &x)])?;
+    /// }
+    /// let mut reader = Reader::open(dir.path().join("b"))?;
+    /// reader.set_row_access(RowAccess::Pread)?;
+    /// let batch = reader.sample(4)?;
+    /// for (&i, &x) in batch.indices().iter().zip(batch.get::<u32>("x")?) {
+    ///     assert_eq!(i, u64::from(x));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_row_access(&mut self, rows: RowAccess) -> Result<()> {
+        let files = row_files(&self.buf, &self.buf.ring, rows)?;
+        self.buf.ring.read_rows_from(files);
+        self.rows = rows;
+        Ok(())
+    }
+
+    /// How rows are copied out (see [`Reader::set_row_access`]).
+    pub fn row_access(&self) -> RowAccess {
+        self.rows
     }
 
     /// Looks at where the writer is now: the live range, what is sealed, and whether
@@ -128,7 +168,8 @@ impl Reader {
         for _ in 0..REFRESH_TRIES {
             let epoch = wait_steady(p, Some(self.epoch));
             if epoch != self.epoch {
-                let ring = map_ring(&self.buf)?;
+                let mut ring = map_ring(&self.buf)?;
+                ring.read_rows_from(row_files(&self.buf, &ring, self.rows)?);
                 self.buf.ring = ring;
                 self.priorities = open_priorities(&self.buf)?;
                 self.epoch = epoch;
@@ -396,11 +437,12 @@ impl Reader {
                 .gather_from(buf.head, buf.head_slot, indices, outs, from)
             {
                 Ok(()) => return Ok(()),
-                Err(m) => m,
+                Err(Missed::Stamp(m)) => m,
+                Err(Missed::Read(e)) => return Err(e),
             };
             let index = indices.get(lost.position).copied().unwrap_or(0);
             if !self.lost_race(index)? {
-                return Err(self.buf.stamp_error(indices, lost));
+                return Err(self.buf.stamp_error(indices, Missed::Stamp(lost)));
             }
             for p in lost.position..indices.len() {
                 let stale = indices.get(p).is_some_and(|&i| i < self.buf.head);
@@ -510,6 +552,21 @@ fn open_priorities(buf: &ReplayBuffer) -> Result<Option<SharedPriorities>> {
     sb.prioritized
         .then(|| SharedPriorities::open(&*buf.io, &buf.dir, sb))
         .transpose()
+}
+
+/// The files `rows` reads with `pread`, if it does: those `ring` mapped, opened again
+/// by name. A file replaced in between (a restore) has other stamps, which the reads
+/// catch as a lost race, and then the epoch has moved and everything is opened again.
+fn row_files(buf: &ReplayBuffer, ring: &Ring, rows: RowAccess) -> Result<Option<RowFiles>> {
+    match rows {
+        RowAccess::Mapped => Ok(None),
+        RowAccess::Pread => RowFiles::open(
+            buf.io.clone(),
+            ring.segments(),
+            buf.superblock.row_stride as usize,
+        )
+        .map(Some),
+    }
 }
 
 /// The segment files of `buf` mapped again, as they are named now.

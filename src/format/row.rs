@@ -140,6 +140,13 @@ pub const fn stamp_of(index: u64) -> u64 {
     index + 1
 }
 
+/// The stamp at the start of a row's bytes as copied out of the file (little-endian, as
+/// every word of the format); `STAMP_EMPTY` when fewer than 8 bytes were copied.
+pub fn read_stamp(row: &[u8]) -> u64 {
+    row.first_chunk::<8>()
+        .map_or(STAMP_EMPTY, |b| u64::from_le_bytes(*b))
+}
+
 /// The stamp of a slot while logical index `index` is being written into it.
 pub const fn writing_stamp(index: u64) -> u64 {
     (index + 1) | WRITING_BIT

@@ -3,6 +3,7 @@
 
 pub mod io;
 pub mod map;
+pub mod pread;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use crate::format::manifest::{
     COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock,
 };
 use crate::format::row::RowLayout;
-use crate::format::segment::SegmentHeader;
+use crate::format::segment::{DATA_OFFSET, SegmentHeader};
 use crate::format::{Problem, crc32, schema_doc};
 use crate::schema::Schema;
 use io::{Access, Io};
@@ -255,6 +256,12 @@ pub fn open_segment(
             got: len,
         });
     }
+    // Read, not loaded through the mapping: a mapped load would leave the header's page
+    // (a 2 MiB folio on ext4) resident in a reader that reads its rows with pread.
+    let mut head = vec![0u8; DATA_OFFSET];
+    io.read_at(&file, 0, &mut head)
+        .map_err(|e| Error::io("read", &path, e))?;
+    SegmentHeader::check(&head, &header).map_err(|p| p.into_error(&path, "segment header"))?;
     let raw = io
         .map(&file, header.file_len(), access)
         .map_err(|e| Error::io("mmap", &path, e))?;
@@ -267,8 +274,6 @@ pub fn open_segment(
     )?;
     // Only stores that reach the file can change a byte another name shows.
     seg.set_shared(access.writes_file() && links > 1);
-    SegmentHeader::check(&seg.header(), &header)
-        .map_err(|p| p.into_error(&path, "segment header"))?;
     Ok(seg)
 }
 
