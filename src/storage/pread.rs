@@ -11,14 +11,15 @@
 //! an Atari row takes to copy, and the same order as a whole small row, so it is a
 //! choice ([`RowAccess`]), not the default.
 //!
-//! The stamp protocol is the mapped one with the first stamp load taken from the copy:
-//! one `pread` copies the row with its stamp, a second reads the stamp again. Only
-//! indices the writer has published are drawn, and it publishes an index (progress
-//! page, release) after its final stamp, so the item's bytes are complete before the
-//! first copy starts. The stamp in the copy catches a slot overwritten before the copy;
-//! the later stamp read catches an overwrite that began during it. An overwrite stamps
-//! "being written" before it changes a byte, so a copy that saw any new byte is followed
-//! by a stamp read that sees that stamp or a later index.
+//! The stamp protocol needs only the stamp load after the copy here: one `pread` copies
+//! the row, a second reads its stamp again. Only indices the writer has published are
+//! drawn, and it publishes an index (progress page, release) after its final stamp, so
+//! the item's bytes are complete before the copy starts. Stamps only move forward
+//! (a slot's next stamp names a later index), so a slot overwritten before or during the
+//! copy never shows the drawn index's stamp again: an overwrite stamps "being written"
+//! before it changes a byte, so a copy that saw any new byte is followed by a stamp read
+//! that sees that stamp or a later one. (A restore reuses indices, but in new files:
+//! these stay open on the old ones until the reader sees the epoch move.)
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -104,12 +105,7 @@ impl RowFiles {
                     .read_at(file, at, buf)
                     .map_err(|e| Missed::Read(Error::io("read", path, e)))
             };
-            let want = row::stamp_of(index);
             read(&mut row)?;
-            let before = row::read_stamp(&row);
-            if before != want {
-                return Err(mismatch(before));
-            }
             for (&(off, len), out) in layout.fields.iter().zip(outs.iter_mut()) {
                 if let (Some(dst), Some(src)) =
                     (out.get_mut(i * len..(i + 1) * len), row.get(off..off + len))
@@ -118,8 +114,8 @@ impl RowFiles {
                 }
             }
             read(&mut stamp)?;
-            let after = u64::from_le_bytes(stamp);
-            if after != want {
+            let after = row::read_stamp(&stamp);
+            if after != row::stamp_of(index) {
                 return Err(mismatch(after));
             }
         }
