@@ -195,8 +195,13 @@ class Reader:
     """A read-only view of a buffer another process writes: no lock, nothing written."""
 
     @staticmethod
-    def open(path: _Path, *, snapshot: Optional[str] = None) -> "Reader":
-        """Opens the buffer (or its snapshot) for reading."""
+    def open(path: _Path, *, snapshot: Optional[str] = None, pread: bool = False) -> "Reader":
+        """Opens the buffer (or its snapshot) for reading. ``pread=True`` copies rows
+        with pread instead of through shared mappings, so the process's RSS stays flat
+        however much of the buffer it samples (a system call or two more per row)."""
+    @property
+    def pread(self) -> bool:
+        """Whether rows are copied out with pread."""
     def sample(
         self,
         n: int,

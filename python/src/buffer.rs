@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
     Column, Config, EpisodeBatch, Error, FragmentBatch, PrioritySpec, Reader, ReplayBuffer,
-    SampleSpec, Schema, SequenceSpec, Sequences, State, Stats, TransitionSpec, Transitions,
-    UnitSpec,
+    RowAccess, SampleSpec, Schema, SequenceSpec, Sequences, State, Stats, TransitionSpec,
+    Transitions, UnitSpec,
 };
 
 use crate::arrays::{self, Input};
@@ -832,17 +832,38 @@ pub struct PyReader {
 
 #[pymethods]
 impl PyReader {
-    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading.
+    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
+    /// `pread=True` rows are copied out with pread instead of through the shared
+    /// mappings: the process's resident memory then stays flat however much of the
+    /// buffer it samples (mapped pages count in RSS although every process shares them),
+    /// for a system call or two more per row.
     #[staticmethod]
-    #[pyo3(signature = (path, *, snapshot=None))]
-    fn open(py: Python<'_>, path: PathBuf, snapshot: Option<String>) -> PyResult<PyReader> {
+    #[pyo3(signature = (path, *, snapshot=None, pread=false))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        snapshot: Option<String>,
+        pread: bool,
+    ) -> PyResult<PyReader> {
         let inner = py
-            .detach(|| match &snapshot {
-                Some(name) => Reader::open_snapshot(&path, name),
-                None => Reader::open(&path),
+            .detach(|| {
+                let mut reader = match &snapshot {
+                    Some(name) => Reader::open_snapshot(&path, name),
+                    None => Reader::open(&path),
+                }?;
+                if pread {
+                    reader.set_row_access(RowAccess::Pread)?;
+                }
+                Ok(reader)
             })
             .map_err(to_py)?;
         Ok(PyReader { inner })
+    }
+
+    /// Whether rows are copied out with pread (see `open`).
+    #[getter]
+    fn pread(&self) -> bool {
+        self.inner.row_access() == RowAccess::Pread
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.

@@ -166,8 +166,9 @@ def test_priorities_steer_draws_and_weights_come_back(path):
         check_batch(b)
 
 
-def _reader(path, n, out):
-    r = rs.Reader.open(path)
+def _reader(path, n, out, pread=False):
+    r = rs.Reader.open(path, pread=pread)
+    assert r.pread is pread
     bad = draws = 0
     deadline = time.time() + 20
     while draws < n and time.time() < deadline:
@@ -182,12 +183,13 @@ def _reader(path, n, out):
     out.put((draws, bad))
 
 
-def test_a_reader_process_samples_while_the_writer_adds_and_never_sees_a_torn_item(path):
+@pytest.mark.parametrize("pread", [False, True], ids=["mapped", "pread"])
+def test_a_reader_process_samples_while_the_writer_adds_and_never_sees_a_torn_item(path, pread):
     buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=256)
     buf.add_batch(items(0, 256))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    child = ctx.Process(target=_reader, args=(path, 20_000, out))
+    child = ctx.Process(target=_reader, args=(path, 20_000, out, pread))
     child.start()
     i = 256
     while child.is_alive() and i < 200_000:
