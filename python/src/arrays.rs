@@ -1,10 +1,11 @@
 //! NumPy arrays in and out, without per-element Python work or hidden copies: an input
 //! array is read in place when it is C-contiguous and of the field's dtype (anything
-//! else raises, so no silent copy or cast), and outputs are allocated once and filled by
-//! the engine, then viewed with the field's dtype and shape.
+//! else raises, so no silent copy or cast), and outputs are allocated once, with the
+//! field's dtype and shape, and filled by the engine.
 
 use numpy::{
-    PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
+    PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
@@ -188,10 +189,83 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
     })
 }
 
-/// A zeroed byte array for `rows` items of `field` (calloc'd: pages are touched only
-/// when the engine fills them).
-pub fn output<'py>(py: Python<'py>, field: &Field, rows: usize) -> Bound<'py, PyArray1<u8>> {
-    PyArray1::zeros(py, rows * field.bytes(), false)
+/// An output array borrowed for writing, with its element type. Bool fields are written
+/// as `u8` (the engine stores 0 or 1) and viewed as bool once written: a `&mut [bool]`
+/// must never be handed bytes it did not check.
+pub enum Writing<'py> {
+    U8(PyReadwriteArrayDyn<'py, u8>),
+    I8(PyReadwriteArrayDyn<'py, i8>),
+    U16(PyReadwriteArrayDyn<'py, u16>),
+    I16(PyReadwriteArrayDyn<'py, i16>),
+    U32(PyReadwriteArrayDyn<'py, u32>),
+    I32(PyReadwriteArrayDyn<'py, i32>),
+    U64(PyReadwriteArrayDyn<'py, u64>),
+    I64(PyReadwriteArrayDyn<'py, i64>),
+    F32(PyReadwriteArrayDyn<'py, f32>),
+    F64(PyReadwriteArrayDyn<'py, f64>),
+}
+
+impl Writing<'_> {
+    /// The array's bytes (C-contiguous: it was made so).
+    pub fn bytes(&mut self) -> PyResult<&mut [u8]> {
+        macro_rules! raw {
+            ($a:expr) => {
+                bytemuck::cast_slice_mut($a.as_slice_mut()?)
+            };
+        }
+        Ok(match self {
+            Writing::U8(a) => raw!(a),
+            Writing::I8(a) => raw!(a),
+            Writing::U16(a) => raw!(a),
+            Writing::I16(a) => raw!(a),
+            Writing::U32(a) => raw!(a),
+            Writing::I32(a) => raw!(a),
+            Writing::U64(a) => raw!(a),
+            Writing::I64(a) => raw!(a),
+            Writing::F32(a) => raw!(a),
+            Writing::F64(a) => raw!(a),
+        })
+    }
+}
+
+/// A zeroed (calloc'd: pages are touched only when the engine fills them) array for
+/// `rows` items of `field`, made with its element type and shape `[rows, *shape]` by
+/// NumPy's C API: no Python-level `view` or `reshape` per field and call. Returns the
+/// array and its write borrow; a bool field's array is `u8` until [`finished`].
+pub fn typed_output<'py>(
+    py: Python<'py>,
+    field: &Field,
+    rows: usize,
+) -> PyResult<(Bound<'py, PyAny>, Writing<'py>)> {
+    let mut shape = vec![rows];
+    shape.extend_from_slice(field.shape());
+    macro_rules! make {
+        ($t:ty, $v:ident) => {{
+            let a = PyArrayDyn::<$t>::zeros(py, shape, false);
+            let w = Writing::$v(a.try_readwrite()?);
+            (a.into_any(), w)
+        }};
+    }
+    Ok(match field.dtype() {
+        DType::Bool | DType::U8 => make!(u8, U8),
+        DType::I8 => make!(i8, I8),
+        DType::U16 => make!(u16, U16),
+        DType::I16 => make!(i16, I16),
+        DType::U32 => make!(u32, U32),
+        DType::I32 => make!(i32, I32),
+        DType::U64 => make!(u64, U64),
+        DType::I64 => make!(i64, I64),
+        DType::F32 => make!(f32, F32),
+        DType::F64 => make!(f64, F64),
+    })
+}
+
+/// An array from [`typed_output`], once written, as the caller gets it.
+pub fn finished<'py>(array: Bound<'py, PyAny>, field: &Field) -> PyResult<Bound<'py, PyAny>> {
+    match field.dtype() {
+        DType::Bool => array.call_method1("view", (numpy::dtype::<bool>(array.py()),)),
+        _ => Ok(array),
+    }
 }
 
 /// `bytes` (filled with `rows` items of `field`) seen with the field's dtype and shape
@@ -212,14 +286,13 @@ pub fn typed<'py>(
 pub fn batch_dict<'py>(
     py: Python<'py>,
     schema: &Schema,
-    outs: &[Bound<'py, PyArray1<u8>>],
-    rows: usize,
+    outs: Vec<Bound<'py, PyAny>>,
     indices: Vec<u64>,
     weights: Option<Vec<f32>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (f, out) in schema.fields().iter().zip(outs) {
-        d.set_item(f.name(), typed(out, f, rows)?)?;
+        d.set_item(f.name(), out)?;
     }
     d.set_item("indices", PyArray1::from_vec(py, indices))?;
     if let Some(w) = weights {

@@ -178,28 +178,34 @@ pub(crate) fn index_array<'py>(
     contiguous::<u64>(py, &a, "<u8")
 }
 
-/// One new output array per field for `rows` items, filled by `fill` with the GIL
-/// released.
+/// One new output array per field for `rows` items (the field's dtype and shape),
+/// filled by `fill` with the GIL released.
 fn filled<'py>(
     py: Python<'py>,
     schema: &Schema,
     rows: usize,
     fill: impl FnOnce(&mut [&mut [u8]]) -> replaystore::Result<()> + Send,
-) -> PyResult<Vec<Bound<'py, PyArray1<u8>>>> {
-    let outs: Vec<_> = schema
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let (outs, mut writing): (Vec<_>, Vec<_>) = schema
         .fields()
         .iter()
-        .map(|f| arrays::output(py, f, rows))
-        .collect();
-    let mut guards = outs.iter().map(|o| o.readwrite()).collect::<Vec<_>>();
-    let mut slices = guards
+        .map(|f| arrays::typed_output(py, f, rows))
+        .collect::<PyResult<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let mut slices = writing
         .iter_mut()
-        .map(|g| g.as_slice_mut())
-        .collect::<Result<Vec<&mut [u8]>, _>>()?;
+        .map(arrays::Writing::bytes)
+        .collect::<PyResult<Vec<&mut [u8]>>>()?;
     py.detach(|| fill(&mut slices)).map_err(to_py)?;
     drop(slices);
-    drop(guards);
-    Ok(outs)
+    drop(writing);
+    schema
+        .fields()
+        .iter()
+        .zip(outs)
+        .map(|(f, a)| arrays::finished(a, f))
+        .collect()
 }
 
 /// `values` as an int when the question was one, else as an array.
@@ -369,7 +375,7 @@ impl PyBuffer {
         let schema = buf.schema().clone();
         let n = idx.len();
         let outs = filled(py, &schema, n, |slices| buf.gather_into(&idx, slices))?;
-        arrays::batch_dict(py, &schema, &outs, n, idx, None)
+        arrays::batch_dict(py, &schema, outs, idx, None)
     }
 
     /// Drops every item (indices go on from where they were; priorities of new items
@@ -415,7 +421,7 @@ impl PyBuffer {
             }
             buf.gather_into(&indices, slices)
         })?;
-        arrays::batch_dict(py, &schema, &outs, n, indices, weights)
+        arrays::batch_dict(py, &schema, outs, indices, weights)
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that
@@ -444,20 +450,12 @@ impl PyBuffer {
         py.detach(|| buf.sample_fragments_into(&spec, &mut out))
             .map_err(to_py)?;
         let rows = out.rows();
-        let outs: Vec<_> = rows
-            .fields()
-            .iter()
-            .map(|f| PyArray1::from_slice(py, f.bytes()))
-            .collect();
+        let outs = (rows.fields().iter())
+            .zip(schema.fields())
+            .map(|(a, f)| arrays::typed(&PyArray1::from_slice(py, a.bytes()), f, rows.len()))
+            .collect::<PyResult<Vec<_>>>()?;
         let weights = beta.map(|_| out.weights().to_vec());
-        let d = arrays::batch_dict(
-            py,
-            &schema,
-            &outs,
-            rows.len(),
-            rows.indices().to_vec(),
-            weights,
-        )?;
+        let d = arrays::batch_dict(py, &schema, outs, rows.indices().to_vec(), weights)?;
         let offsets: Vec<u64> = out.offsets().iter().map(|&o| o as u64).collect();
         d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
         Ok(d)
@@ -891,7 +889,7 @@ impl PyReader {
             }
             _ => reader.sample_fill(&uniform(n, replace), &mut indices, slices),
         })?;
-        arrays::batch_dict(py, &schema, &outs, n, indices, weights)
+        arrays::batch_dict(py, &schema, outs, indices, weights)
     }
 
     /// Items live now.
