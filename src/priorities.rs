@@ -374,6 +374,7 @@ impl Priorities {
         access: Access,
     ) -> Result<Priorities> {
         let (map, header, counters) = storage::open_tree(io, dir, sb, access)?;
+        map.populate();
         let path = map.path().to_path_buf();
         let shape = header
             .shape()
@@ -433,9 +434,7 @@ impl Priorities {
         let leaves = self.tree.shape().leaves();
         let cap = self.capacity;
         let w = self.map.words();
-        let is_live = |slot: usize| (slot + cap - first_slot) % cap.max(1) < live;
-        let dead_leaves_zero = (0..cap)
-            .filter(|&slot| !is_live(slot))
+        let dead_leaves_zero = dead_slots(cap, first_slot, live)
             .all(|slot| w.get(leaves.sum + slot).is_some_and(|&x| x == 0.0));
         dead_leaves_zero && with_tree!(&self.tree, t => t.check(w, 1)).is_empty()
     }
@@ -823,6 +822,19 @@ pub(crate) fn check_update_lengths<P>(indices: &[u64], priorities: &[P]) -> Resu
     })
 }
 
+/// The slots of a ring of `cap` slots that hold no live item, when the `live` items
+/// start at `first_slot`: the `cap - live` slots after them, wrapping once. A range
+/// pair, not a scan of the whole ring with a division per slot.
+fn dead_slots(cap: usize, first_slot: usize, live: usize) -> impl Iterator<Item = usize> {
+    let from = if cap == 0 {
+        0
+    } else {
+        (first_slot + live) % cap
+    };
+    let end = from + cap.saturating_sub(live);
+    (from..end.min(cap)).chain(0..end.saturating_sub(cap))
+}
+
 /// `q^alpha`, with the exponents trainers use most taken without `powf`.
 #[inline]
 pub(crate) fn leaf_of(q: f64, alpha: f64) -> f64 {
@@ -1042,5 +1054,26 @@ impl SharedPriorities {
             "{} draws by priority kept landing on slots the writer was changing",
             d.misses.len()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dead_slots;
+
+    #[test]
+    fn dead_slots_are_exactly_those_outside_the_live_run_wrapping_or_not() {
+        for cap in 0..12 {
+            for first in 0..cap.max(1) {
+                for live in 0..=cap {
+                    let mut got: Vec<usize> = dead_slots(cap, first, live).collect();
+                    got.sort_unstable();
+                    let want: Vec<usize> = (0..cap)
+                        .filter(|&s| (s + cap - first) % cap >= live)
+                        .collect();
+                    assert_eq!(got, want, "cap {cap}, first {first}, live {live}");
+                }
+            }
+        }
     }
 }
