@@ -363,6 +363,12 @@ def main():
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--scratch", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    # None of the workloads calls BLAS, but NumPy's OpenBLAS starts a thread per core at
+    # import that spins waiting for work: on a 2-core machine it takes a core from the
+    # library being measured (18% of a W1 load's samples in perf). One thread, for every
+    # library alike; the grandchildren (load, reader) inherit it. Torch's own thread
+    # pools are left as they are.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.child:
         child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
         return
