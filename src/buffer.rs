@@ -12,7 +12,7 @@ use crate::batch::Batch;
 use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns};
 use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
 use crate::error::{Error, Result};
-use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
+use crate::format::manifest::{Commit, Eviction, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
 use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
@@ -307,6 +307,17 @@ pub struct ReplayBuffer {
     lane_dirty: bool,
     /// The progress page readers in other processes follow (the writer's only).
     progress: Option<ProgressMap>,
+    /// The newest commit's head and tail. After a power cut, recovery may serve the
+    /// items in between, so overwriting one needs an eviction record first.
+    committed: (u64, u64),
+    /// Items below this index may be overwritten without another eviction record: the
+    /// newest commit's head, or the last record written since it.
+    evict_mark: u64,
+    /// Eviction records written since the newest commit (their slot pages alternate).
+    evict_writes: u64,
+    /// Items below this index have durable priority leaves (the tree was msynced, or
+    /// copied durably, with them): a commit covering later ones msyncs theirs first.
+    tree_tail: u64,
 }
 
 impl SlotProbe for Ring {
@@ -589,7 +600,12 @@ impl ReplayBuffer {
         // repairs: the writer owns the files.
         if !commit.is_clean() && !restored && !live {
             let trust_stamps = storage::same_boot(&commit);
-            let r = recovery::recover(&ring, sb.capacity, commit.head, commit.tail, trust_stamps);
+            // In another boot, items an eviction record names may hold newer bytes on disk.
+            let head_c = match trust_stamps {
+                true => commit.head,
+                false => m.evicted_below(&commit),
+            };
+            let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
             for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
                 ring.clear_stamp(slot);
             }
@@ -701,6 +717,10 @@ impl ReplayBuffer {
             superblock: sb,
             dir,
             io,
+            committed: (commit.head, commit.tail),
+            evict_mark: commit.head,
+            evict_writes: 0,
+            tree_tail: tail,
         };
         buf.settle_first_episode();
         if buf.lock.is_some() && !restored {
@@ -999,10 +1019,56 @@ impl ReplayBuffer {
         whole.unwrap_or(self.head + 1)
     }
 
+    /// Before storing `rows` more rows: when they will overwrite items the newest
+    /// commit covers, an eviction record saying so is made durable first (FORMAT.md,
+    /// "Eviction records"). Without it, a power cut could leave such an item's old row
+    /// on disk beside the new item's priority leaf (or some of its new bytes), and
+    /// recovery would serve a mix. One record covers the next `capacity / 32` evictions
+    /// (at least the batch's), so a lap of the ring past a commit costs 32 fdatasyncs;
+    /// a power cut may then lose up to that many of the oldest committed items, which
+    /// acknowledged adds were about to evict.
+    #[inline(always)]
+    fn guard_evictions(&mut self, rows: u64) -> Result<()> {
+        let cap = self.superblock.capacity;
+        let mut to = (self.tail + rows).saturating_sub(cap);
+        if self.superblock.whole_episodes && self.tail - self.head == cap {
+            // The head may jump past the oldest episode.
+            to = to.max(self.eviction_target());
+        }
+        if to <= self.evict_mark || self.evict_mark >= self.committed.1 {
+            return Ok(());
+        }
+        self.write_eviction(to)
+    }
+
+    #[cold]
+    fn write_eviction(&mut self, to: u64) -> Result<()> {
+        let cap = self.superblock.capacity;
+        let head = to.max(self.head + cap.div_ceil(32)).min(self.committed.1);
+        let Some(manifest) = &self.manifest else {
+            return Ok(());
+        };
+        let e = Eviction {
+            generation: self.generation,
+            head,
+        };
+        // Alternate pages: a record torn by a power cut leaves the one before it whole.
+        let slot = ((self.generation + 1 + self.evict_writes) % 2) as usize;
+        match storage::write_eviction(&*self.io, manifest, &self.manifest_path, slot, &e) {
+            Ok(()) => {
+                self.evict_mark = head;
+                self.evict_writes += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.poison(e)),
+        }
+    }
+
     /// Copy-on-write before storing one row: the tail's segment, and with whole-episode
     /// eviction the segments of the rows the head will pass over (their stamps change).
     fn ensure_private_for_push(&mut self) -> Result<()> {
         self.ensure_private(self.tail_slot, 1)?;
+        self.guard_evictions(1)?;
         let cap = self.superblock.capacity;
         if self.superblock.whole_episodes && self.tail - self.head == cap {
             let passed = self.eviction_target() - self.head;
@@ -1022,7 +1088,8 @@ impl ReplayBuffer {
         self.not_episodic("add")?;
         let mut order = std::mem::take(&mut self.order);
         let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
-            .and_then(|_| self.ensure_private(self.tail_slot, 1));
+            .and_then(|_| self.ensure_private(self.tail_slot, 1))
+            .and_then(|()| self.guard_evictions(1));
         let result = checked.map(|_| {
             let index = self.tail;
             let nf = order.len();
@@ -1054,6 +1121,7 @@ impl ReplayBuffer {
         let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names)
             .and_then(|rows| {
                 self.ensure_private(self.tail_slot, rows as u64)?;
+                self.guard_evictions(rows as u64)?;
                 Ok(rows)
             });
         let result = checked.map(|rows| {
@@ -1592,6 +1660,7 @@ impl ReplayBuffer {
         {
             return Err(self.poison(e));
         }
+        self.tree_tail = self.tail;
         Ok(())
     }
 
@@ -1649,6 +1718,9 @@ impl ReplayBuffer {
         match storage::write_commit(&*self.io, manifest, &self.manifest_path, &c, durable) {
             Ok(()) => {
                 self.generation = c.generation;
+                self.committed = (c.head, c.tail);
+                self.evict_mark = c.head;
+                self.evict_writes = 0;
                 Ok(())
             }
             Err(e) => Err(self.poison(e)),
@@ -1726,6 +1798,15 @@ impl ReplayBuffer {
         self.sync_rows()?;
         if let Some(p) = &mut self.priorities {
             p.settle();
+        }
+        // The commit covers the items added since the last flush: their leaves must be
+        // durable with it (only theirs; the rest of the live tree stays as of that flush).
+        if let Some(p) = &self.priorities {
+            let (from, count) = (self.tree_tail, self.tail - self.tree_tail);
+            if let Err(e) = p.flush_leaves(&*self.io, from % self.superblock.capacity, count) {
+                return Err(self.poison(e));
+            }
+            self.tree_tail = self.tail;
         }
         self.commit(0, true)?;
         let frozen = self.commit_record(self.generation, FLAG_CLEAN);

@@ -731,6 +731,24 @@ impl Priorities {
             .map_err(|e| Error::io("msync", self.map.path(), e))
     }
 
+    /// Makes durable the leaves of the `count` slots from `first_slot` (wrapping): for
+    /// a commit that covers new items while the rest of the tree stays as of the last
+    /// flush. After a power cut, recovery recomputes the parents from the leaves.
+    pub(crate) fn flush_leaves(&self, io: &dyn Io, first_slot: u64, count: u64) -> Result<()> {
+        let cap = self.capacity as u64;
+        let leaves = self.tree.shape().leaves().sum;
+        let count = count.min(cap);
+        let first = first_slot % cap.max(1);
+        let head = count.min(cap - first);
+        let msync = |from: u64, n: u64| {
+            self.map
+                .flush_words(io, leaves + from as usize, n as usize)
+                .map_err(|e| Error::io("msync", self.map.path(), e))
+        };
+        msync(first, head)?;
+        msync(0, count - head)
+    }
+
     /// `priority + eps` of the item in `slot`, as far as the leaf tells (`alpha` 0 keeps
     /// no priorities: every leaf is 1).
     pub(crate) fn priority_of_slot(&self, slot: u64) -> f64 {

@@ -399,9 +399,91 @@ impl Commit {
     }
 }
 
+/// Offset, within each commit slot's page, of that page's eviction record: a sector
+/// away from the commit slot, so a write torn in one sector never reaches both.
+pub const EVICT_OFFSET: usize = 2048;
+const E_MAGIC_OFF: usize = 0;
+const E_RESERVED_OFF: usize = E_MAGIC_OFF + 4;
+const E_GENERATION_OFF: usize = E_RESERVED_OFF + 4;
+const E_HEAD_OFF: usize = E_GENERATION_OFF + 8;
+const E_CRC_OFF: usize = E_HEAD_OFF + 8;
+/// Bytes of an eviction record.
+pub const EVICT_LEN: usize = E_CRC_OFF + 4;
+/// Magic of an eviction record.
+pub const EVICT_MAGIC: [u8; 4] = *b"EVCT";
+
+/// "After commit `generation`, items below `head` may have been overwritten in place":
+/// written durably before the writer overwrites an item the newest commit still
+/// covers, so that after a power cut recovery never serves an item whose slot (or
+/// priority leaf) may hold a newer item's bytes. Only recovery in another boot reads
+/// it: in the same boot the stamps tell. See FORMAT.md, "Eviction records".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// The commit it extends.
+    pub generation: u64,
+    /// Items below this index may be gone.
+    pub head: u64,
+}
+
+impl Eviction {
+    /// The record's bytes.
+    pub fn encode(&self) -> [u8; EVICT_LEN] {
+        let mut b = [0u8; EVICT_LEN];
+        let mut w = BytesMut(&mut b);
+        w.put(E_MAGIC_OFF, &EVICT_MAGIC);
+        w.u64(E_GENERATION_OFF, self.generation);
+        w.u64(E_HEAD_OFF, self.head);
+        let crc = crc32(b.get(..E_CRC_OFF).unwrap_or(&[]));
+        BytesMut(&mut b).u32(E_CRC_OFF, crc);
+        b
+    }
+
+    /// The record in `bytes`: `Ok(None)` where none was ever written (all zero, as in
+    /// buffers from before records existed), a `Problem` when one is damaged. A damaged
+    /// record is one a power cut tore while it was written, which is before any item
+    /// it guards was overwritten: recovery may ignore it, `verify` reports it.
+    pub fn decode(bytes: &[u8]) -> Result<Option<Eviction>, Problem> {
+        need(bytes, EVICT_LEN)?;
+        if bytes
+            .get(..EVICT_LEN)
+            .is_some_and(|b| b.iter().all(|&x| x == 0))
+        {
+            return Ok(None);
+        }
+        magic(bytes, E_MAGIC_OFF, &EVICT_MAGIC)?;
+        checksum(bytes, 0, E_CRC_OFF, E_CRC_OFF)?;
+        let r = Bytes(bytes);
+        Ok(Some(Eviction {
+            generation: r.u64(E_GENERATION_OFF).unwrap_or(0),
+            head: r.u64(E_HEAD_OFF).unwrap_or(0),
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_eviction_record_round_trips_and_any_flipped_bit_or_cut_is_detected() {
+        let e = Eviction {
+            generation: 41,
+            head: 1_000_003,
+        };
+        let good = e.encode();
+        assert_eq!(Eviction::decode(&good), Ok(Some(e)));
+        assert_eq!(Eviction::decode(&[0u8; EVICT_LEN]), Ok(None));
+        for byte in 0..EVICT_LEN {
+            for bit in 0..8 {
+                let mut bad = good;
+                bad[byte] ^= 1 << bit;
+                assert!(Eviction::decode(&bad).is_err(), "byte {byte} bit {bit}");
+            }
+        }
+        for len in 0..EVICT_LEN {
+            assert!(Eviction::decode(&good[..len]).is_err(), "length {len}");
+        }
+    }
 
     fn sb() -> Superblock {
         Superblock {

@@ -893,6 +893,16 @@ impl TreeMap {
         io.flush_map(&self.map, 0, self.map.len())
     }
 
+    /// msync of the pages holding body words `from..from + words`.
+    pub fn flush_words(&self, io: &dyn Io, from: usize, words: usize) -> std::io::Result<()> {
+        let start = TREE_BODY_OFFSET + from * 8;
+        let len = (words * 8).min(self.map.len().saturating_sub(start));
+        if len == 0 {
+            return Ok(());
+        }
+        io.flush_map(&self.map, start, len)
+    }
+
     /// The tree's words as a reader in another process sees them: loaded one at a
     /// time, atomically, while the writer may be storing into them.
     pub fn shared_words(&self) -> SharedWords<'_> {

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::format::lanes::{self, LanesFile};
 use crate::format::manifest::{
-    COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, PAGE, SCHEMA_OFFSET, Superblock,
+    COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, EVICT_LEN, EVICT_OFFSET, Eviction, PAGE, SCHEMA_OFFSET,
+    Superblock,
 };
 use crate::format::row::RowLayout;
 use crate::format::segment::{DATA_OFFSET, SegmentHeader};
@@ -57,6 +58,8 @@ pub struct Manifest {
     pub layout: RowLayout,
     /// Each slot: its commit, or why it was rejected.
     pub slots: [Result<Commit, Problem>; 2],
+    /// Each slot page's eviction record: none written, one, or why it was rejected.
+    pub evictions: [Result<Option<Eviction>, Problem>; 2],
 }
 
 impl Manifest {
@@ -129,13 +132,29 @@ impl Manifest {
             let b = bytes.get(off..off + COMMIT_LEN).unwrap_or(&[]);
             Commit::decode(b, i, superblock.capacity)
         };
+        let eviction = |i: usize| {
+            let off = COMMIT_SLOT_OFFSET.get(i).copied().unwrap_or(0) + EVICT_OFFSET;
+            Eviction::decode(bytes.get(off..off + EVICT_LEN).unwrap_or(&[]))
+        };
         Ok(Manifest {
             path,
             slots: [slot(0), slot(1)],
+            evictions: [eviction(0), eviction(1)],
             superblock,
             schema,
             layout,
         })
+    }
+
+    /// How far overwrites may have gone past commit `generation` (its head when no
+    /// sound eviction record extends it): the lowest index recovery in another boot
+    /// may serve. Damaged records are passed over (see [`Eviction::decode`]).
+    pub fn evicted_below(&self, commit: &Commit) -> u64 {
+        (self.evictions.iter())
+            .filter_map(|e| e.as_ref().ok().copied().flatten())
+            .filter(|e| e.generation == commit.generation)
+            .map(|e| e.head.min(commit.tail))
+            .fold(commit.head, u64::max)
     }
 
     /// The newest valid commit.
@@ -185,6 +204,22 @@ pub fn write_commit(
             .map_err(|e| Error::io("fdatasync", path, e))?;
     }
     Ok(())
+}
+
+/// Writes eviction record `e` into the page of slot `slot` and makes it durable: it
+/// must be on disk before any item it names is overwritten.
+pub fn write_eviction(
+    io: &dyn Io,
+    manifest: &File,
+    path: &Path,
+    slot: usize,
+    e: &Eviction,
+) -> Result<()> {
+    let off = COMMIT_SLOT_OFFSET.get(slot).copied().unwrap_or(PAGE) + EVICT_OFFSET;
+    io.write_at(manifest, off as u64, &e.encode())
+        .map_err(|err| Error::io("write eviction record", path, err))?;
+    io.sync_data(manifest)
+        .map_err(|err| Error::io("fdatasync", path, err))
 }
 
 /// Opens an existing file (read-write for the writer) and returns it with its length.
