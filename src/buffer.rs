@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rand::{Rng, RngExt};
 use rand_chacha::ChaCha8Rng;
@@ -315,6 +316,9 @@ pub struct ReplayBuffer {
     evict_mark: u64,
     /// Eviction records written since the newest commit (their slot pages alternate).
     evict_writes: u64,
+    /// Evictions the next record covers past the head, and when the last was written.
+    evict_chunk: u64,
+    evict_at: Option<Instant>,
     /// Items below this index have durable priority leaves (the tree was msynced, or
     /// copied durably, with them): a commit covering later ones msyncs theirs first.
     tree_tail: u64,
@@ -330,6 +334,10 @@ impl SlotProbe for Ring {
 }
 
 const INLINE_FIELDS: usize = 16;
+
+/// Eviction records closer together than this make the next one cover twice as many
+/// evictions (see `ReplayBuffer::write_eviction`): at most ~2% of a fast writer's time.
+const EVICT_SPACING: Duration = Duration::from_millis(20);
 
 /// Who opens a buffer, and so how its files are mapped.
 enum Role {
@@ -720,6 +728,8 @@ impl ReplayBuffer {
             committed: (commit.head, commit.tail),
             evict_mark: commit.head,
             evict_writes: 0,
+            evict_chunk: 0,
+            evict_at: None,
             tree_tail: tail,
         };
         buf.settle_first_episode();
@@ -1023,10 +1033,11 @@ impl ReplayBuffer {
     /// commit covers, an eviction record saying so is made durable first (FORMAT.md,
     /// "Eviction records"). Without it, a power cut could leave such an item's old row
     /// on disk beside the new item's priority leaf (or some of its new bytes), and
-    /// recovery would serve a mix. One record covers the next `capacity / 32` evictions
-    /// (at least the batch's), so a lap of the ring past a commit costs 32 fdatasyncs;
-    /// a power cut may then lose up to that many of the oldest committed items, which
-    /// acknowledged adds were about to evict.
+    /// recovery would serve a mix. One record covers the next `capacity / 32` to
+    /// `capacity / 4` evictions (more when records come fast; at least the batch's), so
+    /// a lap of the ring past a commit costs at most 32 fdatasyncs; a power cut may then
+    /// lose up to that many of the oldest committed items, which acknowledged adds were
+    /// about to evict.
     #[inline(always)]
     fn guard_evictions(&mut self, rows: u64) -> Result<()> {
         let cap = self.superblock.capacity;
@@ -1044,7 +1055,19 @@ impl ReplayBuffer {
     #[cold]
     fn write_eviction(&mut self, to: u64) -> Result<()> {
         let cap = self.superblock.capacity;
-        let head = to.max(self.head + cap.div_ceil(32)).min(self.committed.1);
+        // Records cost an fdatasync each (~0.1-0.4 ms). A writer adding fast enough to
+        // need one within EVICT_SPACING of the last covers twice as many evictions with
+        // the next, up to a quarter of the ring; a slow one, 1/32 of it.
+        let now = Instant::now();
+        let quick = self
+            .evict_at
+            .is_some_and(|t| now.duration_since(t) < EVICT_SPACING);
+        self.evict_chunk = match quick {
+            true => (self.evict_chunk * 2).min(cap.div_ceil(4)),
+            false => cap.div_ceil(32),
+        };
+        self.evict_at = Some(now);
+        let head = to.max(self.head + self.evict_chunk).min(self.committed.1);
         let Some(manifest) = &self.manifest else {
             return Ok(());
         };

@@ -492,6 +492,14 @@ fn verify_live(
             }
         }
     }
+    for (i, e) in m.evictions.iter().enumerate() {
+        if let Err(p) = e {
+            report.notes.push(format!(
+                "the eviction record of commit page {} is not valid ({p}): a power cut tore                  it while it was written, before anything it covers was overwritten; ignored",
+                ["A", "B"].get(i).unwrap_or(&"?")
+            ));
+        }
+    }
     let commit = match m.newest_commit() {
         Ok(c) => c,
         Err(e) => {

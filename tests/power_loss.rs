@@ -197,9 +197,9 @@ impl Driver {
         // later than that commit's: adds after it overwrote the oldest items in place,
         // and a power cut loses those adds but not the overwriting (the items were being
         // evicted by acknowledged adds anyway), or that an eviction record names: at most
-        // `capacity / 32` past the head reached (FORMAT.md, "Eviction records").
+        // `capacity / 4` past the head reached (FORMAT.md, "Eviction records").
         let states: Vec<&Seen> = self.history[acked..=p].iter().chain(restored).collect();
-        let reached = states.iter().map(|s| s.live.start).max().unwrap() + CAPACITY.div_ceil(32);
+        let reached = states.iter().map(|s| s.live.start).max().unwrap() + CAPACITY.div_ceil(4);
         assert!(
             states
                 .iter()
