@@ -28,7 +28,7 @@ use crate::ring::Ring;
 use crate::sample::{SampleSpec, draw_uniform};
 use crate::schema::Schema;
 use crate::snapshot::{self, SnapshotInfo};
-use crate::storage::io::{self, Access, IoRef};
+use crate::storage::io::{self, Access, Io, IoRef};
 use crate::storage::map::ProgressMap;
 use crate::storage::pread::Missed;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
@@ -423,7 +423,7 @@ impl ReplayBuffer {
             config.first_index,
         );
         if let Err(e) = result {
-            remove_new_buffer(&dir, &sb);
+            remove_new_buffer(&*io, &dir, &sb);
             return Err(e);
         }
         ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
@@ -2079,12 +2079,12 @@ pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
 }
 
 /// Best-effort removal of a buffer whose creation failed (the error is what matters).
-fn remove_new_buffer(dir: &Path, sb: &Superblock) {
+fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     for n in 0..sb.segment_count {
-        let _ = std::fs::remove_file(storage::segment_path(dir, n));
+        let _ = io.remove_file(&storage::segment_path(dir, n));
     }
-    let _ = std::fs::remove_dir(dir.join(LANE_DIR));
-    let _ = std::fs::remove_file(dir.join("MANIFEST.tmp"));
-    let _ = std::fs::remove_file(storage::tree_path(dir));
-    let _ = std::fs::remove_file(dir.join(storage::LOCK));
+    let _ = io.remove_dir(&dir.join(LANE_DIR));
+    let _ = io.remove_file(&dir.join("MANIFEST.tmp"));
+    let _ = io.remove_file(&storage::tree_path(dir));
+    let _ = io.remove_file(&dir.join(storage::LOCK));
 }

@@ -170,7 +170,7 @@ fn files_of(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Removes a folder written by the engine (files, then one level of folders).
-fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

@@ -24,7 +24,7 @@ use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
 use crate::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
 use crate::sample::SampleSpec;
 use crate::schema::Schema;
-use crate::storage::io::{self, IoRef};
+use crate::storage::io::{self, Io, IoRef};
 use crate::storage::{self, Manifest};
 
 mod sealed {
@@ -269,7 +269,7 @@ impl Lanes<ReplayBuffer> {
             match ReplayBuffer::create(storage::lane_dir(&dir, k), c) {
                 Ok(b) => made.push(b),
                 Err(e) => {
-                    remove_new_lanes(&dir, made);
+                    remove_new_lanes(&*io, &dir, made);
                     return Err(e);
                 }
             }
@@ -280,7 +280,7 @@ impl Lanes<ReplayBuffer> {
             lane_capacity,
         };
         if let Err(e) = storage::write_lanes(&*io, &dir, &file) {
-            remove_new_lanes(&dir, made);
+            remove_new_lanes(&*io, &dir, made);
             return Err(e);
         }
         Lanes::of(dir.clone(), made).ok_or(Error::NotABuffer { dir })
@@ -898,10 +898,10 @@ fn check_lane_range(buf: &ReplayBuffer, lane: usize) -> Result<()> {
 }
 
 /// Best-effort removal of the lanes a failed `create` made (the error is what matters).
-fn remove_new_lanes(dir: &Path, made: Vec<ReplayBuffer>) {
+fn remove_new_lanes(io: &dyn Io, dir: &Path, made: Vec<ReplayBuffer>) {
     let n = made.len();
     drop(made);
     for k in 0..n {
-        let _ = std::fs::remove_dir_all(storage::lane_dir(dir, k as u32));
+        let _ = crate::snapshot::remove_tree(io, &storage::lane_dir(dir, k as u32));
     }
 }
