@@ -903,6 +903,7 @@ impl ReplayBuffer {
                 }
                 p.note_caught_up(next_tail);
             }
+            crate::killpoint::hit("before-stamp");
         });
         self.tail += 1;
         self.tail_slot += 1;
@@ -1905,6 +1906,49 @@ impl ReplayBuffer {
                 Err(e)
             }
         }
+    }
+
+    /// The state that restores snapshot `name`, read from the snapshot itself: for a
+    /// run that lost the dict `get_state` returned (a crash before the checkpoint was
+    /// saved) and resumes from the newest snapshot instead.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &3u8)])?;
+    /// let state = buf.get_state_named("ckpt")?;
+    /// assert_eq!(buf.snapshot_state("ckpt")?, state);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot_state(&self, name: &str) -> Result<State> {
+        snapshot::valid_name(name)?;
+        let snap = snapshot::snapshot_dir(&self.dir, name);
+        if !snap.is_dir() {
+            return Err(Error::NoSuchSnapshot {
+                dir: self.dir.clone(),
+                name: name.to_owned(),
+            });
+        }
+        let c = Manifest::load(&*self.io, &snap)
+            .and_then(|m| m.newest_commit())
+            .map_err(|e| Error::BadSnapshot {
+                dir: self.dir.clone(),
+                name: name.to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(State {
+            name: name.to_owned(),
+            uuid: self.superblock.uuid,
+            generation: c.generation,
+            head: c.head,
+            tail: c.tail,
+            cleared: c.cleared,
+            sampled: c.sampled,
+            rng_seed: c.rng_seed,
+            rng_word_pos: c.rng_word_pos,
+        })
     }
 
     /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).

@@ -41,6 +41,7 @@ pub mod error;
 pub mod format;
 pub(crate) mod fragments;
 pub mod inspect;
+mod killpoint;
 pub mod lookback;
 pub mod priorities;
 pub mod recovery;

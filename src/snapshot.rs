@@ -261,6 +261,7 @@ pub(crate) fn create(
         );
         io.hard_link(&from, &to)
             .map_err(|e| Error::io("hard link", &to, e))?;
+        crate::killpoint::hit("snapshot-mid-links");
     }
     if sb.prioritized {
         let (from, to) = (storage::tree_path(dir), storage::tree_path(&tmp));
@@ -469,6 +470,7 @@ pub(crate) fn restore(
             .map_err(|e| Error::io("hard link", &tmp, e))?;
         io.rename(&tmp, &live)
             .map_err(|e| Error::io("rename", &live, e))?;
+        crate::killpoint::hit("restore-mid-links");
     }
     if sb.prioritized {
         replace_with_copy(io, &storage::tree_path(&snap), &storage::tree_path(dir))?;

@@ -199,6 +199,7 @@ pub fn write_commit(
         .unwrap_or(PAGE);
     io.write_at(manifest, off as u64, &commit.encode())
         .map_err(|e| Error::io("write commit slot", path, e))?;
+    crate::killpoint::hit("commit-written");
     if durable {
         io.sync_data(manifest)
             .map_err(|e| Error::io("fdatasync", path, e))?;
@@ -218,6 +219,7 @@ pub fn write_eviction(
     let off = COMMIT_SLOT_OFFSET.get(slot).copied().unwrap_or(PAGE) + EVICT_OFFSET;
     io.write_at(manifest, off as u64, &e.encode())
         .map_err(|err| Error::io("write eviction record", path, err))?;
+    crate::killpoint::hit("eviction-written");
     io.sync_data(manifest)
         .map_err(|err| Error::io("fdatasync", path, err))
 }

@@ -128,6 +128,22 @@ pub fn spawn_child(
     (child, stdout)
 }
 
+/// `spawn_child` with several environment variables.
+pub fn spawn_child_env(
+    name: &str,
+    envs: &[(&str, String)],
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdout)
+}
+
 /// Runs the child test `name` of this binary with `env` set to the buffer path, collects
 /// what it prints as `marker=...` until `marker=done`, then kills it with SIGKILL.
 pub fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec<String> {

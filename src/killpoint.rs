@@ -1,0 +1,37 @@
+//! Named points where a test build kills its own process (`--features kill-points`):
+//! with `REPLAYSTORE_KILL_POINT=name:n` the process aborts the `n`-th time (from 1) it
+//! reaches point `name`, so a crash test lands exactly between two steps that no
+//! timing of a `kill -9` hits reliably. Without the feature `hit` is empty and inlined
+//! away, so release builds pay nothing.
+//!
+//! Points: `before-stamp` (an item's bytes and priority leaf written, its final stamp
+//! not), `commit-written` (a commit slot written, not yet fdatasynced),
+//! `eviction-written` (an eviction record written, not yet fdatasynced),
+//! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
+//! `restore-mid-links` (a restore's first segment replaced, the others not).
+
+/// Kills the process here if the environment names this point and count.
+#[cfg(feature = "kill-points")]
+pub(crate) fn hit(name: &str) {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let target = TARGET.get_or_init(|| {
+        let v = std::env::var("REPLAYSTORE_KILL_POINT").ok()?;
+        let (point, n) = v.rsplit_once(':')?;
+        Some((point.to_owned(), n.parse().ok()?))
+    });
+    if let Some((point, n)) = target
+        && point == name
+        && SEEN.fetch_add(1, Ordering::Relaxed) + 1 == *n
+    {
+        // As a kill -9 would: no unwinding, no destructor, no flush.
+        std::process::abort();
+    }
+}
+
+/// Without the feature: nothing.
+#[cfg(not(feature = "kill-points"))]
+#[inline(always)]
+pub(crate) fn hit(_name: &str) {}

@@ -1,0 +1,340 @@
+//! Promise: `kill -9` of a writer doing anything (adding, flushing, updating
+//! priorities, taking and pruning snapshots, restoring one, sampling) loses nothing it
+//! acknowledged and serves nothing it did not: hundreds of kill cycles per run, at
+//! random moments, and (with `--features kill-points`) at named points between steps
+//! that no timing hits reliably (src/killpoint.rs).
+//!
+//! The child (this binary re-executed) reports the state it acknowledged after every
+//! call (`live a b`), announces each call before making it (`start ...`), and lists the
+//! snapshots it found on opening. After each kill the parent checks: `verify` passes,
+//! the buffer opens with the acknowledged live range (or, for the call in flight, one it
+//! may leave), every item is intact, and every acknowledged snapshot is whole.
+//! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 800).
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::ops::Range;
+use std::path::Path;
+
+use common::{
+    add_range, assert_live_items_intact, columns, item, run_child_and_kill_after, xorshift,
+};
+use replaystore::{Config, ReplayBuffer, snapshots, verify};
+
+const CHILD_ENV: &str = "REPLAYSTORE_KILL_LOOP_CHILD";
+const CAPACITY: u64 = 120;
+
+fn create(dir: &Path) {
+    let config = Config::new(common::schema(), CAPACITY)
+        .segment_slots(16)
+        .prioritized(0.6, 1e-6)
+        .seed(9);
+    ReplayBuffer::create(dir, config).unwrap().close().unwrap();
+}
+
+fn say(out: &mut impl Write, line: &str) {
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
+}
+
+fn live_line(buf: &ReplayBuffer) -> String {
+    let l = buf.live();
+    format!("live {} {}", l.start, l.end)
+}
+
+/// The child: opens the buffer, says what it found, then works until killed (or, with
+/// `ops`, for that many calls: the kill-points test runs it to an end).
+#[test]
+fn kill_loop_child() {
+    let Ok(arg) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (dir, rest) = arg.split_once(':').unwrap();
+    let (seed, ops) = rest.split_once(':').unwrap();
+    let (mut rng, ops): (u64, u64) = (seed.parse().unwrap(), ops.parse().unwrap());
+    rng |= 1;
+    let mut buf = ReplayBuffer::open(dir).unwrap();
+    let mut out = std::io::stdout().lock();
+    for s in buf.snapshots().unwrap() {
+        let c = s.commit.unwrap();
+        say(&mut out, &format!("have {} {} {}", s.name, c.head, c.tail));
+    }
+    say(&mut out, &live_line(&buf));
+    let mut next_snap = buf.snapshots().unwrap().len() as u64 + rng % 1000 * 100;
+    for _ in 0..ops {
+        let end = buf.live().end;
+        match xorshift(&mut rng) % 100 {
+            0..=54 => {
+                say(&mut out, "start add 1");
+                buf.add(&columns(&item(end))).unwrap();
+            }
+            55..=69 => {
+                let n = 1 + xorshift(&mut rng) % 30;
+                say(&mut out, &format!("start add {n}"));
+                add_range(&mut buf, end, end + n);
+            }
+            70..=79 => {
+                say(&mut out, "start update");
+                let live = buf.live();
+                if !live.is_empty() {
+                    let picks: Vec<u64> = (0..8)
+                        .map(|_| live.start + xorshift(&mut rng) % (live.end - live.start))
+                        .collect();
+                    let p: Vec<f64> = picks.iter().map(|&i| 0.1 + (i % 13) as f64).collect();
+                    buf.update_priorities(&picks, &p).unwrap();
+                }
+            }
+            80..=84 => {
+                say(&mut out, "start flush");
+                buf.flush().unwrap();
+            }
+            85..=89 => {
+                next_snap += 1;
+                let name = format!("k{next_snap}");
+                let l = buf.live();
+                say(
+                    &mut out,
+                    &format!("start snap {name} {} {}", l.start, l.end),
+                );
+                buf.get_state_named(&name).unwrap();
+                say(&mut out, &format!("snap {name} {} {}", l.start, l.end));
+                say(&mut out, "start keep");
+                for gone in buf.keep_last(2).unwrap() {
+                    say(&mut out, &format!("deleted {gone}"));
+                }
+            }
+            90..=92 => {
+                let list = buf.snapshots().unwrap();
+                if let Some(s) = list.last().filter(|s| s.commit.is_some()) {
+                    let c = s.commit.unwrap();
+                    let state = buf.snapshot_state(&s.name).unwrap();
+                    say(
+                        &mut out,
+                        &format!("start restore {} {} {}", s.name, c.head, c.tail),
+                    );
+                    buf.set_state(&state).unwrap();
+                } else {
+                    say(&mut out, "start none");
+                }
+            }
+            _ => {
+                say(&mut out, "start sample");
+                if !buf.live().is_empty() {
+                    buf.sample_prioritized(16, 0.4).unwrap();
+                }
+            }
+        }
+        say(&mut out, &live_line(&buf));
+    }
+    say(&mut out, "finished");
+}
+
+/// What the parent knows from the child's lines.
+#[derive(Debug, Default)]
+struct Seen {
+    live: Option<Range<u64>>,
+    pending: Option<Vec<String>>,
+    snaps: BTreeMap<String, Range<u64>>,
+    finished: bool,
+}
+
+impl Seen {
+    fn note(&mut self, line: &str) {
+        let w: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let range = |a: &str, b: &str| a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap();
+        match w.first().map(String::as_str) {
+            Some("have") => {
+                self.snaps.insert(w[1].clone(), range(&w[2], &w[3]));
+            }
+            Some("live") => {
+                self.live = Some(range(&w[1], &w[2]));
+                self.pending = None;
+            }
+            Some("start") => self.pending = Some(w[1..].to_vec()),
+            Some("snap") => {
+                self.snaps.insert(w[1].clone(), range(&w[2], &w[3]));
+            }
+            Some("deleted") => {
+                self.snaps.remove(&w[1]);
+            }
+            Some("finished") => self.finished = true,
+            _ => {}
+        }
+    }
+}
+
+/// The checks after a kill (or an abort at a kill point).
+fn check(dir: &Path, seen: &Seen, ctx: &str) {
+    let report = verify(dir).unwrap();
+    assert!(report.is_sound(), "{ctx}: verify: {:?}", report.problems);
+    let buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let got = buf.live();
+    assert_live_items_intact(&buf);
+    drop(buf);
+    let Some(acked) = seen.live.clone() else {
+        // Killed before it said anything: nothing new was acknowledged.
+        return;
+    };
+    let pending: Vec<&str> = seen.pending.iter().flatten().map(String::as_str).collect();
+    match pending.as_slice() {
+        ["add", n] => {
+            let n: u64 = n.parse().unwrap();
+            // Rows of the add in flight may be there; the oldest items it was evicting
+            // may be gone; everything else acknowledged is there.
+            let keep_from = acked.start.max((acked.end + n).saturating_sub(CAPACITY));
+            assert!(
+                (acked.end..=acked.end + n).contains(&got.end)
+                    && (acked.start..=keep_from).contains(&got.start),
+                "{ctx}: live {got:?}, acknowledged {acked:?}, add of {n} in flight"
+            );
+        }
+        ["restore", _, a, b] => {
+            let snap = a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap();
+            assert!(
+                got == acked || got == snap,
+                "{ctx}: live {got:?}, acknowledged {acked:?} or {snap:?}"
+            );
+        }
+        _ => assert_eq!(got, acked, "{ctx}: in flight {pending:?}"),
+    }
+    // Acknowledged snapshots are listed and whole, unless a prune was in flight; one in
+    // the making may be there (whole) or not.
+    let listed: BTreeMap<String, replaystore::SnapshotInfo> = snapshots(dir)
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name.clone(), s))
+        .collect();
+    let pruning = pending.first() == Some(&"keep");
+    for (name, range) in &seen.snaps {
+        match listed.get(name) {
+            None => assert!(pruning, "{ctx}: acknowledged snapshot {name} is gone"),
+            Some(info) => {
+                let c = info
+                    .commit
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{ctx}: {name} damaged: {info:?}"));
+                assert_eq!(c.head..c.tail, *range, "{ctx}: snapshot {name}");
+            }
+        }
+    }
+    for (name, info) in &listed {
+        let making = pending.first() == Some(&"snap") && pending.get(1) == Some(&name.as_str());
+        assert!(
+            seen.snaps.contains_key(name) || making,
+            "{ctx}: unknown snapshot {name}"
+        );
+        let snap =
+            ReplayBuffer::open_snapshot(dir, name).unwrap_or_else(|e| panic!("{ctx}: {name}: {e}"));
+        let c = info.commit.as_ref().unwrap();
+        assert_eq!(snap.live(), c.head..c.tail, "{ctx}: snapshot {name}");
+        assert_live_items_intact(&snap);
+    }
+}
+
+#[test]
+fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
+    let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 800);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    create(&dir);
+    let mut rng = 0xfeed_beefu64;
+    let mut in_flight = BTreeMap::<String, u64>::new();
+    // Snapshots on disk after the last check: a child killed before it listed them
+    // still has them.
+    let mut known = BTreeMap::new();
+    for cycle in 0..kills {
+        let lines = xorshift(&mut rng) % 120;
+        let seed = xorshift(&mut rng);
+        let mut seen = Seen {
+            snaps: known.clone(),
+            ..Seen::default()
+        };
+        run_child_and_kill_after(
+            "kill_loop_child",
+            CHILD_ENV,
+            &format!("{}:{seed}:{}", dir.display(), u64::MAX),
+            lines,
+            |l| seen.note(l),
+        );
+        let what = seen
+            .pending
+            .as_ref()
+            .and_then(|p| p.first().cloned())
+            .unwrap_or("none".into());
+        *in_flight.entry(what).or_default() += 1;
+        check(&dir, &seen, &format!("cycle {cycle}"));
+        known = snapshots(&dir)
+            .unwrap()
+            .into_iter()
+            .map(|s| {
+                let c = s.commit.unwrap();
+                (s.name, c.head..c.tail)
+            })
+            .collect();
+    }
+    println!("kill cycles {kills}; call in flight at the kill: {in_flight:?}");
+    // The kills must have landed inside calls of several kinds, not only between them.
+    for kind in ["add", "flush", "snap", "update"] {
+        assert!(
+            in_flight.get(kind).copied().unwrap_or(0) > 0,
+            "no kill inside a {kind}: {in_flight:?}"
+        );
+    }
+}
+
+/// Kills at each named point, at several counts: the child aborts exactly there.
+#[cfg(feature = "kill-points")]
+#[test]
+fn kill_at_each_named_point_loses_nothing_acknowledged() {
+    let points = [
+        "before-stamp",
+        "commit-written",
+        "eviction-written",
+        "snapshot-mid-links",
+        "restore-mid-links",
+    ];
+    let mut landed = BTreeMap::<&str, u64>::new();
+    for point in points {
+        for n in [1u64, 2, 5, 13] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("b");
+            create(&dir);
+            let mut seen = Seen::default();
+            let (mut child, mut out) = common::spawn_child_env(
+                "kill_loop_child",
+                &[
+                    (CHILD_ENV, format!("{}:{}:{}", dir.display(), 7 + n, 600)),
+                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}")),
+                ],
+            );
+            let mut line = String::new();
+            while std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0 {
+                seen.note(line.trim());
+                line.clear();
+            }
+            let status = child.wait().unwrap();
+            if !seen.finished {
+                assert!(
+                    !status.success(),
+                    "{point}:{n}: the child stopped early but cleanly"
+                );
+                *landed.entry(point).or_default() += 1;
+            }
+            check(&dir, &seen, &format!("kill point {point}:{n}"));
+        }
+    }
+    println!("kills at named points: {landed:?}");
+    for point in points {
+        assert!(
+            landed.get(point).copied().unwrap_or(0) > 0,
+            "{point} was never reached"
+        );
+    }
+}
