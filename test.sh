@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test of the project: unit, integration (persistence, kill -9, bad files,
-# semantics), CLI and doc tests, then the Python package's tests (pytest) against the
+# semantics, power loss, fault and metadata sweeps, kill loops), CLI and doc tests, then the Python package's tests (pytest) against the
 # extension built into target/py-venv. REPLAYSTORE_KILLS sets the kill -9 cycles.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Benches are compiled by clippy --all-targets in CI; running them is `cargo bench`.
 cargo test --workspace --lib --bins --tests
 cargo test --workspace --doc
+# Kills at named points between steps (src/killpoint.rs): a build with the feature.
+cargo test --features kill-points --test kill_loop kill_at_each_named_point
 
 # Python: a virtualenv that sees the machine's packages, numpy, pytest and maturin in it
 # (installed only when missing), the extension built in place, then pytest.

@@ -1908,6 +1908,27 @@ impl ReplayBuffer {
         }
     }
 
+    /// Lets go of the handle as `kill -9` would: no flush, no commit, nothing written;
+    /// the page cache keeps what the calls so far stored, and the next open recovers
+    /// from it exactly as after a killed process. For crash tests and fuzzers that run
+    /// many crashes inside one process.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &3u8)])?;
+    /// buf.abandon();
+    /// let buf = ReplayBuffer::open(dir.path().join("b"))?;
+    /// assert_eq!(buf.live(), 0..1);
+    /// assert!(buf.recovery().is_some()); // opened as after a killed writer
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn abandon(mut self) {
+        self.closed = true;
+    }
+
     /// The state that restores snapshot `name`, read from the snapshot itself: for a
     /// run that lost the dict `get_state` returned (a crash before the checkpoint was
     /// saved) and resumes from the newest snapshot instead.
