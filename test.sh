@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test of the project: unit, integration (persistence, kill -9, bad files,
-# semantics, power loss, fault and metadata sweeps, kill loops), CLI and doc tests, then the Python package's tests (pytest) against the
-# extension built into target/py-venv. REPLAYSTORE_KILLS sets the kill -9 cycles.
+# Runs every test of the project: unit, integration (persistence, kill -9 loops, power
+# loss, fault and metadata sweeps, bad files, semantics), CLI and doc tests, then the
+# Python package's tests (pytest) against the extension built into target/py-venv.
+# REPLAYSTORE_KILLS, REPLAYSTORE_LOOP_KILLS and REPLAYSTORE_CRASH_IMAGES scale the
+# crash tests up.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Benches are compiled by clippy --all-targets in CI; running them is `cargo bench`.
