@@ -391,6 +391,7 @@ impl ReplayBuffer {
                     .into(),
             });
         }
+        storage::refuse_network_fs(&*io, &dir)?;
         create_empty_dir(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
         let layout = RowLayout::with_steps(&config.schema, config.is_episodic())
@@ -581,6 +582,9 @@ impl ReplayBuffer {
             Role::Live => (Access::Read, None, false),
         };
         let live = access == Access::Read;
+        if access.writes_file() {
+            storage::refuse_network_fs(&*io, &dir)?;
+        }
         let m = Manifest::load(&*io, &dir)?;
         // The writer of a prioritized buffer owns its tree, and says so with a lock a
         // PriorityOwner process would need; an actor leaves both to that process.

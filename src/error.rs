@@ -485,6 +485,21 @@ pub enum Error {
     #[error("not a replaystore state: {0}")]
     BadState(String),
 
+    /// The buffer's folder is on a network file system, where shared mappings are not
+    /// coherent between machines and `flock` may not exclude a second writer.
+    #[error(
+        "{}: {fs} is a network file system: a writer's mapped pages are not coherent between \
+         machines there and its lock may not keep a second writer out; put the buffer on a \
+         local disk (or set REPLAYSTORE_ALLOW_NETWORK_FS=1 if only this machine ever opens it)",
+        dir.display()
+    )]
+    NetworkFileSystem {
+        /// The buffer directory.
+        dir: PathBuf,
+        /// The file system found (`nfs`, `cifs`, ...).
+        fs: &'static str,
+    },
+
     /// The platform cannot hold this format (it is little-endian by definition).
     #[error("unsupported platform: {0}")]
     Unsupported(&'static str),

@@ -53,6 +53,25 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes an empty directory.
     fn remove_dir(&self, dir: &Path) -> io::Result<()>;
+    /// The `statfs` magic number of the file system holding `dir` (0 where unknown).
+    fn fs_magic(&self, dir: &Path) -> io::Result<i64>;
+}
+
+/// The name of a network file system, by `statfs` magic: where a writer must not run
+/// (its shared mappings are not coherent between machines, its flock may not lock).
+pub fn network_fs(magic: i64) -> Option<&'static str> {
+    match magic {
+        0x6969 => Some("nfs"),
+        0x517b => Some("smb"),
+        0xff53_4d42 => Some("cifs"),
+        0xfe53_4d42 => Some("smb2"),
+        0x0102_1997 => Some("9p"),
+        0x564c => Some("ncp"),
+        0x6b41_4653 => Some("afs"),
+        0x0bd0_0bd0 => Some("lustre"),
+        0x4750_4653 => Some("gpfs"),
+        _ => None,
+    }
 }
 
 /// How a file is opened and mapped.
@@ -159,6 +178,33 @@ impl Io for OsIo {
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir(dir)
     }
+    fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
+        statfs_magic(dir)
+    }
+}
+
+/// `statfs(2)`'s `f_type` for `dir`.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "statfs is a C call")]
+fn statfs_magic(dir: &Path) -> io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::other("a path with a NUL byte"))?;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is writable memory of
+    // the type statfs fills.
+    let ret = unsafe { libc::statfs(path.as_ptr(), st.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statfs returned 0, so it filled `st` (and it was zeroed before anyway).
+    let st = unsafe { st.assume_init() };
+    Ok(i64::from(st.f_type))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn statfs_magic(_dir: &Path) -> io::Result<i64> {
+    Ok(0)
 }
 
 /// Reserves disk for the first `len` bytes of `file`. Not fs2's `allocate`: it reads
@@ -214,6 +260,7 @@ pub struct FaultyIo {
     sticky: bool,
     only: Option<&'static str>,
     errno: Option<i32>,
+    fs_magic: Option<i64>,
 }
 
 impl FaultyIo {
@@ -226,6 +273,7 @@ impl FaultyIo {
             sticky: false,
             only: None,
             errno: None,
+            fs_magic: None,
         }
     }
 
@@ -246,6 +294,13 @@ impl FaultyIo {
     /// Fails with this OS error number (e.g. 28, ENOSPC) instead of a generic error.
     pub fn errno(mut self, errno: i32) -> Self {
         self.errno = Some(errno);
+        self
+    }
+
+    /// Reports every folder as on the file system with this `statfs` magic (e.g.
+    /// 0x6969, NFS), to test what a writer refuses.
+    pub fn fs_magic(mut self, magic: i64) -> Self {
+        self.fs_magic = Some(magic);
         self
     }
 
@@ -342,5 +397,12 @@ impl Io for FaultyIo {
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         self.tick("remove_dir")?;
         self.inner.remove_dir(dir)
+    }
+    fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
+        // A question, not an operation on a file: never counted, never failed.
+        match self.fs_magic {
+            Some(m) => Ok(m),
+            None => self.inner.fs_magic(dir),
+        }
     }
 }

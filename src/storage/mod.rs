@@ -207,6 +207,25 @@ pub fn write_commit(
     Ok(())
 }
 
+/// Refuses a writer whose buffer folder `dir` (or, before it exists, its nearest
+/// existing parent) is on a network file system, unless `REPLAYSTORE_ALLOW_NETWORK_FS=1`.
+/// A file system that cannot be asked is let through.
+pub fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
+    if std::env::var("REPLAYSTORE_ALLOW_NETWORK_FS").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let Some(existing) = dir.ancestors().find(|p| p.exists()) else {
+        return Ok(());
+    };
+    match io.fs_magic(existing).ok().and_then(io::network_fs) {
+        Some(fs) => Err(Error::NetworkFileSystem {
+            dir: dir.to_path_buf(),
+            fs,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Writes eviction record `e` into the page of slot `slot` and makes it durable: it
 /// must be on disk before any item it names is overwritten.
 pub fn write_eviction(

@@ -308,6 +308,7 @@ stop_io_forward! {
     remove_file(path: &Path) -> std::io::Result<()>;
     hard_link(original: &Path, link: &Path) -> std::io::Result<()>;
     copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
+    fs_magic(dir: &Path) -> std::io::Result<i64>;
     remove_dir(dir: &Path) -> std::io::Result<()>;
 }
 

@@ -437,6 +437,9 @@ impl Io for SimIo {
         }
         Ok(())
     }
+    fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
+        self.inner.fs_magic(dir)
+    }
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.remove_dir(dir)?;
         if let Some(rel) = self.inside(dir) {
