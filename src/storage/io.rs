@@ -199,6 +199,10 @@ fn statfs_magic(dir: &Path) -> io::Result<i64> {
     }
     // SAFETY: statfs returned 0, so it filled `st` (and it was zeroed before anyway).
     let st = unsafe { st.assume_init() };
+    #[allow(
+        clippy::useless_conversion,
+        reason = "f_type is i64 on x86_64 glibc, a 32-bit type on other Linux targets"
+    )]
     Ok(i64::from(st.f_type))
 }
 
