@@ -217,6 +217,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_naming_an_index_of_another_slot_bounds_nothing() {
+        // Slot 3 holds a stamp for index 25 (slot 5), complete or being written: bytes
+        // from elsewhere, not this ring's writer. Neither raises the bound.
+        for stray in [stamp_of(25), writing_stamp(26)] {
+            let mut m = written(10, 7);
+            if let Some(s) = m.0.get_mut(3) {
+                *s = (stray, true);
+            }
+            let r = recover(&m, 10, 0, 2, true);
+            assert_eq!(r.tail, 7, "stray stamp {stray:#x}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_newest_committed_item_leaves_nothing_contiguous_but_keeps_its_index() {
+        // Another boot: committed 0..9, item 8's checksum fails. The range cannot end
+        // before the committed tail (its indices were handed out durably), and it cannot
+        // reach back past the damaged item: it is empty at 9.
+        let mut m = written(10, 9);
+        if let Some(s) = m.0.get_mut(8) {
+            s.1 = false;
+        }
+        let r = recover(&m, 10, 0, 9, false);
+        assert_eq!((r.head, r.tail, r.dropped), (9, 9, 9));
+    }
+
+    #[test]
     fn the_committed_head_is_never_moved_back() {
         let m = written(10, 9);
         let r = recover(&m, 10, 6, 9, true);
