@@ -464,6 +464,80 @@ impl Eviction {
 mod tests {
     use super::*;
 
+    /// `bytes` with `value` at `off` and the superblock checksum made right again: a
+    /// well-formed superblock that breaks one rule (no bit flip reaches these checks:
+    /// the checksum catches it first).
+    fn resealed(bytes: &[u8], off: usize, value: u64) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        match off {
+            VERSION_OFF | FLAGS_OFF => BytesMut(&mut b).u32(off, value as u32),
+            _ => BytesMut(&mut b).u64(off, value),
+        }
+        let crc = crc32(&b[..SUPERBLOCK_CRC_OFF]);
+        BytesMut(&mut b).u32(SUPERBLOCK_CRC_OFF, crc);
+        b
+    }
+
+    #[test]
+    fn each_superblock_rule_refuses_a_well_checksummed_superblock_that_breaks_it() {
+        let good = sb().encode();
+        let max_cap = super::super::row::MAX_CAPACITY;
+        let max_stride = super::super::row::MAX_ROW_STRIDE;
+        let cases: [(usize, u64); 15] = [
+            (FLAGS_OFF, 1 << 7),
+            (FLAGS_OFF, u64::from(SB_FLAG_WHOLE_EPISODES)),
+            (FLAGS_OFF, u64::from(SB_FLAG_FRAGMENTS | SB_FLAG_EPISODES)),
+            (CAPACITY_OFF, 0),
+            (CAPACITY_OFF, max_cap + 1),
+            (SEGMENT_SLOTS_OFF, 3),
+            (SEGMENT_COUNT_OFF, 5),
+            (ROW_STRIDE_OFF, 201),
+            (ROW_STRIDE_OFF, 16),
+            (ROW_STRIDE_OFF, (max_stride + 8) / 8 * 8),
+            (SCHEMA_OFFSET_OFF, 4096),
+            (SCHEMA_LEN_OFF, 0),
+            (SCHEMA_LEN_OFF, MAX_SCHEMA_LEN + 1),
+            (CAPACITY_OFF, 1000),
+            (VERSION_OFF, 2),
+        ];
+        for (off, value) in cases {
+            let got = Superblock::decode(&resealed(&good, off, value));
+            match (off, value) {
+                // The control: a legal value, resealed, still decodes.
+                (CAPACITY_OFF, 1000) => assert_eq!(got, Ok(sb())),
+                (VERSION_OFF, v) => assert_eq!(got, Err(Problem::Version(v as u32))),
+                _ => assert!(
+                    matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
+                    "offset {off} value {value}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn each_commit_rule_refuses_a_well_checksummed_slot_that_breaks_it() {
+        let ok = Commit {
+            generation: 6,
+            head: 10,
+            tail: 20,
+            cleared: 4,
+            ..Commit::default()
+        };
+        assert_eq!(Commit::decode(&ok.encode(), 0, 100), Ok(ok));
+        let refused = |c: Commit, slot: usize, off: usize| {
+            let got = Commit::decode(&c.encode(), slot, 100);
+            assert!(
+                matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
+                "{c:?} in slot {slot}: {got:?}"
+            );
+        };
+        refused(ok, 1, C_GENERATION_OFF);
+        refused(Commit { head: 21, ..ok }, 0, C_HEAD_OFF);
+        refused(Commit { tail: 200, ..ok }, 0, C_HEAD_OFF);
+        refused(Commit { cleared: 11, ..ok }, 0, C_CLEARED_OFF);
+        refused(Commit { flags: 2, ..ok }, 0, C_FLAGS_OFF);
+    }
+
     #[test]
     fn an_eviction_record_round_trips_and_any_flipped_bit_or_cut_is_detected() {
         let e = Eviction {
