@@ -308,6 +308,62 @@ mod tests {
     }
 
     #[test]
+    fn each_header_rule_refuses_a_well_checksummed_header_that_breaks_it() {
+        // encode() checksums what it is given: each header is well-formed but for one rule.
+        let cases = [
+            (
+                TreeHeader {
+                    arity: 4,
+                    ..header()
+                },
+                ARITY_OFF,
+            ),
+            (
+                TreeHeader {
+                    capacity: 0,
+                    ..header()
+                },
+                CAPACITY_OFF,
+            ),
+            (
+                TreeHeader {
+                    capacity: super::super::row::MAX_CAPACITY + 1,
+                    ..header()
+                },
+                CAPACITY_OFF,
+            ),
+            (
+                TreeHeader {
+                    alpha: -0.5,
+                    ..header()
+                },
+                ALPHA_OFF,
+            ),
+            (
+                TreeHeader {
+                    alpha: f64::NAN,
+                    ..header()
+                },
+                ALPHA_OFF,
+            ),
+            (
+                TreeHeader {
+                    eps: f64::INFINITY,
+                    ..header()
+                },
+                EPS_OFF,
+            ),
+        ];
+        for (h, off) in cases {
+            let got = TreeHeader::decode(&h.encode());
+            assert!(
+                matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
+                "{h:?}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
     fn header_round_trips_with_default_counters() {
         let page = header().encode();
         let (h, c) = TreeHeader::decode(&page).unwrap();
