@@ -731,9 +731,12 @@ impl Priorities {
             .map_err(|e| Error::io("msync", self.map.path(), e))
     }
 
-    /// Makes durable the leaves of the `count` slots from `first_slot` (wrapping): for
-    /// a commit that covers new items while the rest of the tree stays as of the last
-    /// flush. After a power cut, recovery recomputes the parents from the leaves.
+    /// Makes durable the leaves of the `count` slots from `first_slot` (wrapping), and
+    /// the header: for a commit that covers new items while the rest of the tree stays
+    /// as of the last flush. After a power cut, recovery recomputes the parents from the
+    /// leaves. The header's `caught_up` must cover the new items too, or recovery would
+    /// give them the largest priority again (as of that older header), over the leaves
+    /// just made durable.
     pub(crate) fn flush_leaves(&self, io: &dyn Io, first_slot: u64, count: u64) -> Result<()> {
         let cap = self.capacity as u64;
         let leaves = self.tree.shape().leaves().sum;
@@ -746,7 +749,10 @@ impl Priorities {
                 .map_err(|e| Error::io("msync", self.map.path(), e))
         };
         msync(first, head)?;
-        msync(0, count - head)
+        msync(0, count - head)?;
+        self.map
+            .flush_header(io)
+            .map_err(|e| Error::io("msync", self.map.path(), e))
     }
 
     /// `priority + eps` of the item in `slot`, as far as the leaf tells (`alpha` 0 keeps

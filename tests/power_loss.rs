@@ -334,3 +334,191 @@ fn every_crash_image_at_every_sync_point_opens_verifies_and_holds_an_acknowledge
     );
     assert_eq!(driver.checked, points * (2 + random as u64));
 }
+
+/// The buffer right after each call of the episodic workload.
+struct EpisodeSeen {
+    live: Range<u64>,
+    episodes: Vec<replaystore::EpisodeInfo>,
+    priorities: BTreeMap<u64, f64>,
+    /// The call made the commit durable (flush, get_state, close) or the whole tree.
+    commits: bool,
+    syncs_tree: bool,
+}
+
+fn episode_obs(i: u64) -> [u64; 2] {
+    [i, i.wrapping_mul(0x2545_f491_4f6c_dd1d)]
+}
+
+/// Checks one image of the episodic workload: it verifies and opens; live range and
+/// priorities as in the ring workload; every row holds its own bytes; every episode the
+/// table lists is one the writer had (same id and start), with at most the rows it had,
+/// and with an end only where it had that end at that length.
+fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64) {
+    let p = image.phase;
+    let ctx = format!("episodic call {p}, {}", image.what);
+    let dir = scratch.join(format!("ep-{n}"));
+    sim::materialize(image, &dir);
+    if !dir.join("MANIFEST").exists() {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    let buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let live = buf.live();
+    let acked = (0..p).rev().find(|&j| history[j].commits).unwrap_or(0);
+    let tree = (0..p).rev().find(|&j| history[j].syncs_tree).unwrap_or(0);
+    let window = &history[acked..=p];
+    let reached = window.iter().map(|s| s.live.start).max().unwrap() + 32u64.div_ceil(4);
+    assert!(
+        window
+            .iter()
+            .any(|s| s.live.end == live.end && (s.live.start..=reached).contains(&live.start)),
+        "{ctx}: live {live:?}, acknowledged {:?}",
+        window.iter().map(|s| s.live.clone()).collect::<Vec<_>>()
+    );
+    let idx: Vec<u64> = live.clone().collect();
+    if !idx.is_empty() {
+        let b = buf.get_many(&idx).unwrap();
+        let obs = b.get::<u64>("obs").unwrap();
+        for (r, &i) in idx.iter().enumerate() {
+            assert_eq!(&obs[2 * r..2 * r + 2], &episode_obs(i), "{ctx}: row {i}");
+        }
+        let got = buf.priorities(&idx).unwrap();
+        for (&i, g) in idx.iter().zip(got) {
+            assert!(
+                history[tree.min(acked)..=p]
+                    .iter()
+                    .any(|s| s.priorities.get(&i) == Some(&g)),
+                "{ctx}: row {i} has priority {g}, never set since the last durable tree \
+                 (call {tree}); it had {:?}; live then {:?}, episodes now {:?}",
+                history[..=p].iter().map(|s| s.priorities.get(&i)).collect::<Vec<_>>(),
+                history[..=p].iter().map(|s| s.live.clone()).collect::<Vec<_>>(),
+                buf.episodes().unwrap()
+            );
+        }
+    }
+    for e in buf.episodes().unwrap() {
+        let had: Vec<&replaystore::EpisodeInfo> = history[..=p]
+            .iter()
+            .flat_map(|s| s.episodes.iter())
+            .filter(|h| h.id == e.id)
+            .collect();
+        assert!(
+            had.iter().any(|h| h.start == e.start && h.rows >= e.rows),
+            "{ctx}: episode {e:?} never had those rows: {had:?}"
+        );
+        if e.end.is_some() {
+            assert!(
+                had.iter().any(|h| h.end == e.end && h.rows == e.rows),
+                "{ctx}: episode {e:?} never ended so: {had:?}"
+            );
+        }
+    }
+    drop(buf);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mixed() {
+    let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("e");
+    let scratch = tempfile::tempdir().unwrap();
+    let io = Arc::new(SimIo::new(&dir, 0xe915, random));
+    let schema = replaystore::Schema::builder()
+        .field("obs", replaystore::DType::U64, &[2])
+        .field("reward", replaystore::DType::F32, &[])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 32)
+        .segment_slots(8)
+        .whole_episodes()
+        .prioritized(0.6, 1e-6)
+        .seed(4)
+        .io(io.clone());
+    let mut history: Vec<EpisodeSeen> = Vec::new();
+    let mut checked = 0;
+    let mut rng = 31u64;
+    let mut buf = Some(ReplayBuffer::create(&dir, config).unwrap());
+    let seen = |b: &ReplayBuffer, commits: bool, syncs_tree: bool| {
+        let idx: Vec<u64> = b.live().collect();
+        let p = b.priorities(&idx).unwrap();
+        EpisodeSeen {
+            live: b.live(),
+            episodes: b.episodes().unwrap(),
+            priorities: idx.into_iter().zip(p).collect(),
+            commits,
+            syncs_tree,
+        }
+    };
+    history.push(seen(buf.as_ref().unwrap(), true, true));
+    for image in io.take_images() {
+        check_episodes(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    for episode in 0..14u64 {
+        let steps = 1 + xorshift(&mut rng) % 6;
+        for t in 0..=steps {
+            let phase = history.len();
+            io.set_phase(phase);
+            let b = buf.as_mut().unwrap();
+            let i = b.live().end;
+            let obs = episode_obs(i);
+            let (mut commits, mut syncs_tree) = (false, false);
+            if t == 0 {
+                b.add_reset(&[replaystore::Column::new("obs", &obs)])
+                    .unwrap();
+            } else {
+                let reward = (i % 5) as f32;
+                let cols = [
+                    replaystore::Column::new("obs", &obs),
+                    replaystore::Column::scalar("reward", &reward),
+                ];
+                // Every third episode is cut off (truncated) rather than terminated.
+                let last = t == steps;
+                b.add_step(&cols, last && episode % 3 != 0, last && episode % 3 == 0)
+                    .unwrap();
+            }
+            if t == steps {
+                match episode % 4 {
+                    0 => {
+                        b.flush().unwrap();
+                        (commits, syncs_tree) = (true, true);
+                    }
+                    1 => {
+                        let live = b.live();
+                        let picks = [live.start + 1, live.end - 1];
+                        b.update_priorities(&picks, &[0.5 + episode as f64, 2.0])
+                            .unwrap();
+                    }
+                    2 => {
+                        b.get_state_named(&format!("e{episode}")).unwrap();
+                        commits = true;
+                    }
+                    _ => {}
+                }
+            }
+            history.push(seen(b, commits, syncs_tree));
+            for image in io.take_images() {
+                check_episodes(&image, &history, scratch.path(), checked);
+                checked += 1;
+            }
+        }
+    }
+    let phase = history.len();
+    io.set_phase(phase);
+    let last = seen(buf.as_ref().unwrap(), true, true);
+    buf.take().unwrap().close().unwrap();
+    history.push(last);
+    io.capture("after close");
+    for image in io.take_images() {
+        check_episodes(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    println!(
+        "episodic: sync points {}, crash images checked {checked}",
+        io.points()
+    );
+    assert!(io.points() >= 20, "only {} sync points", io.points());
+}

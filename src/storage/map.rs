@@ -893,6 +893,11 @@ impl TreeMap {
         io.flush_map(&self.map, 0, self.map.len())
     }
 
+    /// msync of the header page (the counters, `caught_up` among them).
+    pub fn flush_header(&self, io: &dyn Io) -> std::io::Result<()> {
+        io.flush_map(&self.map, 0, TREE_BODY_OFFSET.min(self.map.len()))
+    }
+
     /// msync of the pages holding body words `from..from + words`.
     pub fn flush_words(&self, io: &dyn Io, from: usize, words: usize) -> std::io::Result<()> {
         let start = TREE_BODY_OFFSET + from * 8;
