@@ -392,8 +392,14 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
                     .any(|s| s.priorities.get(&i) == Some(&g)),
                 "{ctx}: row {i} has priority {g}, never set since the last durable tree \
                  (call {tree}); it had {:?}; live then {:?}, episodes now {:?}",
-                history[..=p].iter().map(|s| s.priorities.get(&i)).collect::<Vec<_>>(),
-                history[..=p].iter().map(|s| s.live.clone()).collect::<Vec<_>>(),
+                history[..=p]
+                    .iter()
+                    .map(|s| s.priorities.get(&i))
+                    .collect::<Vec<_>>(),
+                history[..=p]
+                    .iter()
+                    .map(|s| s.live.clone())
+                    .collect::<Vec<_>>(),
                 buf.episodes().unwrap()
             );
         }

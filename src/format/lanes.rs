@@ -111,6 +111,53 @@ impl LanesFile {
 mod tests {
     use super::*;
 
+    #[test]
+    fn each_range_rule_refuses_a_well_checksummed_file_that_breaks_it() {
+        let ok = LanesFile {
+            lanes: 4,
+            uuid: [3; 16],
+            lane_capacity: 100,
+        };
+        assert_eq!(LanesFile::decode(&ok.encode()), Ok(ok.clone()));
+        let max_cap = super::super::row::MAX_CAPACITY;
+        for (f, off) in [
+            (
+                LanesFile {
+                    lanes: 0,
+                    ..ok.clone()
+                },
+                LANES_OFF,
+            ),
+            (
+                LanesFile {
+                    lanes: MAX_LANES + 1,
+                    ..ok.clone()
+                },
+                LANES_OFF,
+            ),
+            (
+                LanesFile {
+                    lane_capacity: 0,
+                    ..ok.clone()
+                },
+                CAPACITY_OFF,
+            ),
+            (
+                LanesFile {
+                    lane_capacity: max_cap + 1,
+                    ..ok.clone()
+                },
+                CAPACITY_OFF,
+            ),
+        ] {
+            let got = LanesFile::decode(&f.encode());
+            assert!(
+                matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
+                "{f:?}: {got:?}"
+            );
+        }
+    }
+
     fn file() -> LanesFile {
         LanesFile {
             lanes: 4,

@@ -99,6 +99,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_well_checksummed_page_with_a_reserved_word_or_another_uuid_is_refused() {
+        let uuid = [9; 16];
+        assert_eq!(check(&encode(&uuid), &uuid), Ok(()));
+        let mut page = encode(&uuid);
+        BytesMut(&mut page).u32(RESERVED_OFF, 1);
+        let crc = super::super::crc32(&page[..CRC_OFF]);
+        BytesMut(&mut page).u32(CRC_OFF, crc);
+        let got = check(&page, &uuid);
+        assert!(
+            matches!(&got, Err(Problem::Field { offset, .. }) if *offset == RESERVED_OFF as u64),
+            "{got:?}"
+        );
+        let got = check(&encode(&[8; 16]), &uuid);
+        assert!(
+            matches!(&got, Err(Problem::Field { offset, .. }) if *offset == UUID_OFF as u64),
+            "{got:?}"
+        );
+    }
+
+    #[test]
     fn header_detects_every_flipped_bit_and_a_foreign_uuid() {
         let page = encode(&[7; 16]);
         assert_eq!(check(&page, &[7; 16]), Ok(()));

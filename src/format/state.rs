@@ -160,6 +160,40 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_well_checksummed_state_with_a_bad_length_version_or_name_is_refused() {
+        let ok = State {
+            name: "s1".into(),
+            ..State::default()
+        };
+        assert_eq!(State::decode(&ok.to_bytes()), Ok(ok.clone()));
+        let reseal = |mut b: Vec<u8>| {
+            let end = b.len() - 4;
+            let crc = crc32(&b[..end]);
+            BytesMut(&mut b).u32(end, crc);
+            b
+        };
+        let mut long = ok.to_bytes();
+        BytesMut(&mut long).u32(NAME_LEN_OFF, MAX_NAME_LEN as u32 + 1);
+        let got = State::decode(&long);
+        assert!(
+            matches!(&got, Err(Problem::Field { offset, .. }) if *offset == NAME_LEN_OFF as u64),
+            "{got:?}"
+        );
+        let mut v2 = ok.to_bytes();
+        BytesMut(&mut v2).u32(VERSION_OFF, 2);
+        assert_eq!(State::decode(&reseal(v2)), Err(Problem::Version(2)));
+        let unnamed = State {
+            name: String::new(),
+            ..State::default()
+        };
+        let got = State::decode(&unnamed.to_bytes());
+        assert!(
+            matches!(&got, Err(Problem::Field { offset, .. }) if *offset == NAME_OFF as u64),
+            "{got:?}"
+        );
+    }
+
     fn state() -> State {
         State {
             name: "ckpt-0042".into(),
