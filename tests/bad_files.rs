@@ -12,13 +12,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{add_range, assert_live_items_intact, schema};
+use common::{
+    COMMIT_LEN, COMMIT_SLOTS, SEGMENT_HEADER_LEN, SUPERBLOCK_LEN, add_range,
+    assert_live_items_intact, schema,
+};
 use replaystore::{Config, Error, ReplayBuffer, inspect, verify};
 
-const SUPERBLOCK_LEN: usize = 96;
-const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
-const COMMIT_LEN: usize = 96;
-const SEGMENT_HEADER_LEN: usize = 68;
 const ROW_HEADER: usize = 16;
 
 /// A closed buffer of 300 items in 5 segments of 64 slots, and its directory.

@@ -310,8 +310,11 @@ fn kill_at_each_named_point_loses_nothing_acknowledged() {
             let (mut child, mut out) = common::spawn_child_env(
                 "kill_loop_child",
                 &[
-                    (CHILD_ENV, format!("{}:{}:{}", dir.display(), 7 + n, 600)),
-                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}")),
+                    (
+                        CHILD_ENV,
+                        format!("{}:{}:{}", dir.display(), 7 + n, 600).into(),
+                    ),
+                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}").into()),
                 ],
             );
             let mut line = String::new();

@@ -13,15 +13,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{add_range, assert_live_items_intact, schema};
+use common::{
+    COMMIT_LEN, COMMIT_SLOTS, SEGMENT_HEADER_LEN, SUPERBLOCK_LEN, add_range,
+    assert_live_items_intact, schema,
+};
 use replaystore::storage::io::{Access, OsIo};
 use replaystore::storage::{self, Manifest};
 use replaystore::{Config, Error, ReplayBuffer, State};
-
-const SUPERBLOCK_LEN: usize = 96;
-const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
-const COMMIT_LEN: usize = 96;
-const SEGMENT_HEADER_LEN: usize = 68;
 
 /// A closed buffer of 30 items in segments of 8 with snapshot `s` of the first 20.
 fn fixture(dir: &Path) -> State {

@@ -117,21 +117,13 @@ pub fn spawn_child(
     env: &str,
     value: &std::ffi::OsStr,
 ) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(env, value)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    (child, stdout)
+    spawn_child_env(name, &[(env, value.to_os_string())])
 }
 
 /// `spawn_child` with several environment variables.
 pub fn spawn_child_env(
     name: &str,
-    envs: &[(&str, String)],
+    envs: &[(&str, std::ffi::OsString)],
 ) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
@@ -170,7 +162,12 @@ pub fn run_child_then_kill(name: &str, env: &str, path: &std::path::Path) -> Vec
     said
 }
 
-const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
+/// Offsets FORMAT.md gives: the superblock's bytes, the commit slots and their length,
+/// a segment header's length.
+pub const SUPERBLOCK_LEN: usize = 96;
+pub const COMMIT_SLOTS: [usize; 2] = [4096, 8192];
+pub const COMMIT_LEN: usize = 96;
+pub const SEGMENT_HEADER_LEN: usize = 68;
 const BOOT_ID_OFF: usize = 72;
 const COMMIT_CRC_OFF: usize = 92;
 
