@@ -2,8 +2,8 @@
 # Runs every test of the project: unit, integration (persistence, kill -9 loops, power
 # loss, fault and metadata sweeps, bad files, semantics), CLI and doc tests, then the
 # Python package's tests (pytest) against the extension built into target/py-venv.
-# REPLAYSTORE_KILLS, REPLAYSTORE_LOOP_KILLS and REPLAYSTORE_CRASH_IMAGES scale the
-# crash tests up.
+# REPLAYSTORE_KILLS, REPLAYSTORE_LOOP_KILLS, REPLAYSTORE_CRASH_EXHAUSTIVE and
+# REPLAYSTORE_CRASH_IMAGES scale the crash tests up.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Benches are compiled by clippy --all-targets in CI; running them is `cargo bench`.

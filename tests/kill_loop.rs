@@ -9,7 +9,7 @@
 //! snapshots it found on opening. After each kill the parent checks: `verify` passes,
 //! the buffer opens with the acknowledged live range (or, for the call in flight, one it
 //! may leave), every item is intact, and every acknowledged snapshot is whole.
-//! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 800).
+//! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 1,000).
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
@@ -240,7 +240,7 @@ fn check(dir: &Path, seen: &Seen, ctx: &str) {
 
 #[test]
 fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
-    let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 800);
+    let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 1000);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
     create(&dir);

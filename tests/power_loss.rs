@@ -6,8 +6,11 @@
 //! delete runs through `sim::SimIo`, which takes crash images before every msync,
 //! fdatasync, directory fsync and durable copy (`sim.rs` says how). Each image is
 //! checked once the operation in flight returned, against the states seen after each
-//! operation. `REPLAYSTORE_CRASH_IMAGES=N` takes N random images per sync point besides
-//! the two fixed ones (all pending pages and names written, none of them); CI takes 2.
+//! operation. At a sync point with at most `REPLAYSTORE_CRASH_EXHAUSTIVE` (default 64)
+//! possible images (every prefix of the pending name operations times every subset of
+//! the dirty pages) all of them are checked; at a larger one, the two fixed ones (all
+//! written, none of it). `REPLAYSTORE_CRASH_IMAGES=N` adds N random images per point,
+//! every second with a torn sector (default 2).
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
@@ -72,6 +75,34 @@ fn seen(op: Op, buf: &ReplayBuffer) -> Seen {
         live: buf.live(),
         priorities: live.into_iter().zip(p).collect(),
     }
+}
+
+/// The seam for a workload under `dir`: at each sync point every crash image where
+/// they number at most `REPLAYSTORE_CRASH_EXHAUSTIVE` (default 64), else the two fixed
+/// ones, and `REPLAYSTORE_CRASH_IMAGES` random ones besides (default 2).
+fn sim_io(dir: &Path, seed: u64) -> Arc<SimIo> {
+    let exhaustive = env_count("REPLAYSTORE_CRASH_EXHAUSTIVE", 64) as usize;
+    let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
+    Arc::new(SimIo::new(dir, seed, exhaustive, random))
+}
+
+/// Prints what a workload checked, and fails if the seam saw too few syncs or an image
+/// went unchecked.
+fn report(workload: &str, io: &SimIo, checked: u64) {
+    let points = io.points();
+    println!(
+        "{workload}: sync points {points} ({} enumerated exhaustively), crash images checked {checked}",
+        io.exhaustive_points()
+    );
+    assert!(
+        points >= 20,
+        "only {points} sync points: the seam missed syncs"
+    );
+    assert_eq!(
+        checked,
+        io.taken(),
+        "{workload}: every image taken is checked"
+    );
 }
 
 struct Snap {
@@ -301,10 +332,9 @@ fn workload() -> Vec<Op> {
 
 #[test]
 fn every_crash_image_at_every_sync_point_opens_verifies_and_holds_an_acknowledged_state() {
-    let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let io = Arc::new(SimIo::new(&dir, 0x5eed, random));
+    let io = sim_io(&dir, 0x5eed);
     let mut driver = Driver {
         io: io.clone(),
         dir,
@@ -323,16 +353,7 @@ fn every_crash_image_at_every_sync_point_opens_verifies_and_holds_an_acknowledge
     for image in io.take_images() {
         driver.check(&image);
     }
-    let points = io.points();
-    println!(
-        "sync points {points}, crash images checked {}",
-        driver.checked
-    );
-    assert!(
-        points >= 50,
-        "only {points} sync points: the seam missed syncs"
-    );
-    assert_eq!(driver.checked, points * (2 + random as u64));
+    report("ring", &io, driver.checked);
 }
 
 /// The buffer right after each call of the episodic workload.
@@ -427,11 +448,10 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
 
 #[test]
 fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mixed() {
-    let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("e");
     let scratch = tempfile::tempdir().unwrap();
-    let io = Arc::new(SimIo::new(&dir, 0xe915, random));
+    let io = sim_io(&dir, 0xe915);
     let schema = replaystore::Schema::builder()
         .field("obs", replaystore::DType::U64, &[2])
         .field("reward", replaystore::DType::F32, &[])
@@ -522,11 +542,7 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
         check_episodes(&image, &history, scratch.path(), checked);
         checked += 1;
     }
-    println!(
-        "episodic: sync points {}, crash images checked {checked}",
-        io.points()
-    );
-    assert!(io.points() >= 20, "only {} sync points", io.points());
+    report("episodic", &io, checked);
 }
 
 /// The lanes right after each call of the lanes workload: per lane, live range and
@@ -602,11 +618,10 @@ fn check_lanes(image: &Image, history: &[LanesSeen], scratch: &Path, n: u64) {
 
 #[test]
 fn every_crash_image_of_a_lane_set_opens_with_each_lane_at_an_acknowledged_state() {
-    let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("l");
     let scratch = tempfile::tempdir().unwrap();
-    let io = Arc::new(SimIo::new(&dir, 0x1a9e, random));
+    let io = sim_io(&dir, 0x1a9e);
     let config = Config::new(schema(), 48)
         .segment_slots(8)
         .prioritized(0.6, 1e-6)
@@ -667,9 +682,5 @@ fn every_crash_image_of_a_lane_set_opens_with_each_lane_at_an_acknowledged_state
         check_lanes(&image, &history, scratch.path(), checked);
         checked += 1;
     }
-    println!(
-        "lanes: sync points {}, crash images checked {checked}",
-        io.points()
-    );
-    assert!(io.points() >= 20, "only {} sync points", io.points());
+    report("lanes", &io, checked);
 }

@@ -123,8 +123,14 @@ struct Sim {
     maps: HashMap<usize, Ino>,
     phase: usize,
     seed: u64,
-    /// Random images per capture point, besides the two fixed ones.
+    /// Random images per capture point, besides the exhaustive or fixed ones.
     random: usize,
+    /// The most images a capture point may take to enumerate every combination.
+    exhaustive: usize,
+    /// Capture points enumerated exhaustively.
+    exhaustive_points: u64,
+    /// Images taken in all.
+    taken: u64,
     images: Vec<Image>,
     /// Capture points seen.
     points: u64,
@@ -149,15 +155,17 @@ fn next(seed: &mut u64) -> u64 {
 }
 
 impl SimIo {
-    /// A simulation of everything under `root` (which must not exist yet), taking
-    /// `random` random images per sync besides the all-written and durable-only ones.
-    pub fn new(root: &Path, seed: u64, random: usize) -> SimIo {
+    /// A simulation of everything under `root` (which must not exist yet), taking at
+    /// each sync every image there is where they number at most `exhaustive`, else the
+    /// all-written and durable-only ones, and `random` random images besides.
+    pub fn new(root: &Path, seed: u64, exhaustive: usize, random: usize) -> SimIo {
         SimIo {
             inner: OsIo,
             sim: Mutex::new(Sim {
                 root: root.to_path_buf(),
                 seed: seed | 1,
                 random,
+                exhaustive,
                 ..Sim::default()
             }),
         }
@@ -176,6 +184,16 @@ impl SimIo {
     /// Capture points seen so far.
     pub fn points(&self) -> u64 {
         self.sim.lock().unwrap().points
+    }
+
+    /// Capture points whose every image was taken.
+    pub fn exhaustive_points(&self) -> u64 {
+        self.sim.lock().unwrap().exhaustive_points
+    }
+
+    /// Images taken so far.
+    pub fn taken(&self) -> u64 {
+        self.sim.lock().unwrap().taken
     }
 
     /// Takes images now, as if the power were cut at this moment.
@@ -244,64 +262,111 @@ impl Sim {
         }
     }
 
-    /// Images of a power cut now: all pending names and pages written; none of them;
-    /// and `random` random choices, every second one with a torn sector.
+    /// Images of a power cut now. Where every combination of a prefix of the pending
+    /// name operations and a subset of the dirty pages comes to at most `exhaustive`
+    /// images, all of them (the small workloads' usual case); otherwise the two fixed
+    /// ones (everything pending written, nothing of it). Then `random` random choices
+    /// either way, every second one with a torn sector.
     fn capture(&mut self, what: &str) {
         self.points += 1;
-        let variants = 2 + self.random;
-        for v in 0..variants {
-            let (prefix, pages, torn) = match v {
-                0 => (self.pending.len(), 1.0, false),
-                1 => (0, 0.0, false),
-                _ => {
-                    let n = self.pending.len() as u64 + 1;
-                    let prefix = (next(&mut self.seed) % n) as usize;
-                    (prefix, 0.5, v % 2 == 1)
+        let prefixes = self.pending.len() + 1;
+        let dirty: Vec<usize> = (0..prefixes).map(|k| self.dirty_pages(k)).collect();
+        let combos = dirty.iter().try_fold(0usize, |sum, &d| {
+            1usize
+                .checked_shl(u32::try_from(d).ok()?)
+                .and_then(|n| sum.checked_add(n))
+        });
+        if combos.is_some_and(|n| n <= self.exhaustive) {
+            self.exhaustive_points += 1;
+            for (prefix, &d) in dirty.iter().enumerate() {
+                for mask in 0..1u64 << d {
+                    let label = format!("{what}, names {prefix}, pages {mask:#b}");
+                    let mut k = 0;
+                    self.image(&label, prefix, false, || {
+                        k += 1;
+                        mask >> (k - 1) & 1 == 1
+                    });
                 }
-            };
-            let mut names = self.durable.clone();
-            for op in &self.pending[..prefix] {
-                names.apply(op);
             }
-            let mut files = Vec::new();
-            for (path, &ino) in &names.files {
-                let now = self.current(ino);
-                let mut img = self.bytes.get(&ino).cloned().unwrap_or_default();
-                img.resize(now.len(), 0);
-                let mut written = Vec::new();
-                for p in (0..now.len()).step_by(PAGE) {
-                    let end = (p + PAGE).min(now.len());
-                    if img[p..end] == now[p..end] {
-                        continue;
-                    }
-                    let take =
-                        pages >= 1.0 || (pages > 0.0 && next(&mut self.seed).is_multiple_of(2));
-                    if take {
-                        img[p..end].copy_from_slice(&now[p..end]);
-                        written.push(p);
-                    }
-                }
-                if torn && !written.is_empty() {
-                    // Half of one sector of a written page keeps its old bytes.
-                    let p = written[(next(&mut self.seed) % written.len() as u64) as usize];
-                    let sectors = (now.len() - p).min(PAGE) / SECTOR;
-                    if sectors > 0 {
-                        let s = p + (next(&mut self.seed) % sectors as u64) as usize * SECTOR;
-                        let mut old = self.bytes.get(&ino).cloned().unwrap_or_default();
-                        old.resize(now.len(), 0);
-                        let half = s + SECTOR / 2..s + SECTOR;
-                        img[half.clone()].copy_from_slice(&old[half]);
-                    }
-                }
-                files.push((path.clone(), img));
-            }
-            self.images.push(Image {
-                phase: self.phase,
-                what: format!("{what}, variant {v}"),
-                dirs: names.dirs.iter().cloned().collect(),
-                files,
+        } else {
+            self.image(
+                &format!("{what}, all written"),
+                self.pending.len(),
+                false,
+                || true,
+            );
+            self.image(&format!("{what}, durable only"), 0, false, || false);
+        }
+        for v in 0..self.random {
+            let prefix = (next(&mut self.seed) % prefixes as u64) as usize;
+            let mut seed = next(&mut self.seed);
+            self.image(&format!("{what}, random {v}"), prefix, v % 2 == 1, || {
+                next(&mut seed).is_multiple_of(2)
             });
         }
+    }
+
+    /// The namespace after the durable names and the first `prefix` pending ones.
+    fn names_after(&self, prefix: usize) -> Names {
+        let mut names = self.durable.clone();
+        for op in &self.pending[..prefix] {
+            names.apply(op);
+        }
+        names
+    }
+
+    /// How many 4 KiB pages differ from their durable bytes, over the files named after
+    /// `prefix` pending name operations (in the order `image` visits them).
+    fn dirty_pages(&self, prefix: usize) -> usize {
+        let mut n = 0;
+        for &ino in self.names_after(prefix).files.values() {
+            let now = self.current(ino);
+            let mut img = self.bytes.get(&ino).cloned().unwrap_or_default();
+            img.resize(now.len(), 0);
+            n += (0..now.len())
+                .step_by(PAGE)
+                .filter(|&p| img[p..(p + PAGE).min(now.len())] != now[p..(p + PAGE).min(now.len())])
+                .count();
+        }
+        n
+    }
+
+    /// One image: names up to `prefix`, each dirty page (in file and page order) written
+    /// where `take` says so, and with `torn`, half of one sector of a written page old.
+    fn image(&mut self, what: &str, prefix: usize, torn: bool, mut take: impl FnMut() -> bool) {
+        let names = self.names_after(prefix);
+        let mut files = Vec::new();
+        for (path, &ino) in &names.files {
+            let now = self.current(ino);
+            let mut old = self.bytes.get(&ino).cloned().unwrap_or_default();
+            old.resize(now.len(), 0);
+            let mut img = old.clone();
+            let mut written = Vec::new();
+            for p in (0..now.len()).step_by(PAGE) {
+                let end = (p + PAGE).min(now.len());
+                if img[p..end] != now[p..end] && take() {
+                    img[p..end].copy_from_slice(&now[p..end]);
+                    written.push(p);
+                }
+            }
+            if torn && !written.is_empty() {
+                let p = written[(next(&mut self.seed) % written.len() as u64) as usize];
+                let sectors = (now.len() - p).min(PAGE) / SECTOR;
+                if sectors > 0 {
+                    let s = p + (next(&mut self.seed) % sectors as u64) as usize * SECTOR;
+                    let half = s + SECTOR / 2..s + SECTOR;
+                    img[half.clone()].copy_from_slice(&old[half]);
+                }
+            }
+            files.push((path.clone(), img));
+        }
+        self.images.push(Image {
+            phase: self.phase,
+            what: what.to_owned(),
+            dirs: names.dirs.iter().cloned().collect(),
+            files,
+        });
+        self.taken += 1;
     }
 }
 
