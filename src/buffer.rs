@@ -5,7 +5,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rand::{Rng, RngExt};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
@@ -399,7 +398,7 @@ impl ReplayBuffer {
         let stride = layout.stride as u64;
         let segment_slots = config.slots_per_segment(stride)?;
         let archive = schema_doc::encode(&config.schema);
-        let uuid: [u8; 16] = rand::rng().random();
+        let uuid = crate::entropy::uuid();
         let sb = Superblock {
             uuid,
             capacity: config.capacity,
@@ -419,7 +418,7 @@ impl ReplayBuffer {
             &dir,
             &sb,
             &archive,
-            config.seed.unwrap_or_else(|| rand::rng().next_u64()),
+            config.seed.unwrap_or_else(crate::entropy::seed),
             config.priorities.as_ref(),
             config.first_index,
         );

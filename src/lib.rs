@@ -36,6 +36,7 @@ pub mod batch;
 pub mod buffer;
 pub mod column;
 pub mod dtype;
+mod entropy;
 pub mod episodes;
 pub mod error;
 pub mod format;

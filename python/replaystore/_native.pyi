@@ -67,7 +67,9 @@ class Schema:
     def __eq__(self, other: object) -> bool: ...
 
 class ReplayBuffer:
-    """A replay buffer in a folder, opened by the one process that writes it."""
+    """A replay buffer in a folder, opened by the one process that writes it.
+
+    It cannot be pickled (a copy would be a second writer): hand workers a ``Reader``."""
 
     @staticmethod
     def create(
@@ -192,7 +194,13 @@ class ReplayBuffer:
     def __exit__(self, *args: Any) -> bool: ...
 
 class Reader:
-    """A read-only view of a buffer another process writes: no lock, nothing written."""
+    """A read-only view of a buffer another process writes: no lock, nothing written.
+
+    A Reader pickles as its path and options: a ``torch.utils.data`` worker or a
+    ``multiprocessing`` child that receives one opens the same files (one copy in the
+    page cache), with a sampling RNG of its own. A Reader copied by ``fork`` reseeds
+    itself in the child, so forked workers never draw the same batches (unless a seed
+    was given to ``sample``, which then stays the caller's to vary per worker)."""
 
     @staticmethod
     def open(path: _Path, *, snapshot: Optional[str] = None, pread: bool = False) -> "Reader":
@@ -219,7 +227,9 @@ class Reader:
     def __exit__(self, *args: Any) -> bool: ...
 
 class Lanes:
-    """Rings sampled as one buffer (Tianshou's VectorReplayBuffer); lane k's indices start at k << 56."""
+    """Rings sampled as one buffer (Tianshou's VectorReplayBuffer); lane k's indices start at k << 56.
+
+    Lanes opened with ``reader=True`` pickle as their path, like ``Reader``; the writer refuses."""
 
     @staticmethod
     def create(

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
@@ -769,6 +770,21 @@ impl PyBuffer {
         }
     }
 
+    /// Refuses: the writer holds the buffer's lock, and a copy in another process would
+    /// be a second writer (or a copy of the data). Workers open a `Reader`.
+    fn __reduce__(&self) -> PyResult<()> {
+        let what = self
+            .inner
+            .as_ref()
+            .map_or("a closed ReplayBuffer".to_owned(), |b| {
+                format!("the ReplayBuffer writing {}", b.dir().display())
+            });
+        Err(PyTypeError::new_err(format!(
+            "{what} cannot be pickled: it is the buffer's one writer. Give a worker \
+             replaystore.Reader.open(path) instead (it pickles as its path and reopens the files)"
+        )))
+    }
+
     /// The schema.
     #[getter]
     fn schema(&mut self) -> PyResult<PySchema> {
@@ -826,18 +842,13 @@ impl PyBuffer {
 #[pyclass(module = "replaystore", name = "Reader")]
 pub struct PyReader {
     inner: Reader,
+    /// What `open` was given, so that a pickled reader reopens the same files.
+    path: PathBuf,
+    snapshot: Option<String>,
 }
 
-#[pymethods]
 impl PyReader {
-    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
-    /// `pread=True` rows are copied out with pread instead of through the shared
-    /// mappings: the process's resident memory then stays flat however much of the
-    /// buffer it samples (mapped pages count in RSS although every process shares them),
-    /// for a system call or two more per row.
-    #[staticmethod]
-    #[pyo3(signature = (path, *, snapshot=None, pread=false))]
-    fn open(
+    fn opened(
         py: Python<'_>,
         path: PathBuf,
         snapshot: Option<String>,
@@ -855,7 +866,55 @@ impl PyReader {
                 Ok(reader)
             })
             .map_err(to_py)?;
-        Ok(PyReader { inner })
+        Ok(PyReader {
+            inner,
+            path,
+            snapshot,
+        })
+    }
+}
+
+/// What a pickled `Reader` holds: path, snapshot name, pread.
+type ReaderArgs = (PathBuf, Option<String>, bool);
+
+/// Reopens a pickled `Reader` (its `__reduce__` names this): the files, never the data.
+#[pyfunction]
+pub fn _open_reader(
+    py: Python<'_>,
+    path: PathBuf,
+    snapshot: Option<String>,
+    pread: bool,
+) -> PyResult<PyReader> {
+    PyReader::opened(py, path, snapshot, pread)
+}
+
+#[pymethods]
+impl PyReader {
+    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
+    /// `pread=True` rows are copied out with pread instead of through the shared
+    /// mappings: the process's resident memory then stays flat however much of the
+    /// buffer it samples (mapped pages count in RSS although every process shares them),
+    /// for a system call or two more per row.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, snapshot=None, pread=false))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        snapshot: Option<String>,
+        pread: bool,
+    ) -> PyResult<PyReader> {
+        PyReader::opened(py, path, snapshot, pread)
+    }
+
+    /// Pickles as its path and options: the process that unpickles it opens the same
+    /// files (a data-loader worker, a `multiprocessing` child), with a sampling RNG of
+    /// its own; no row is copied.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, ReaderArgs)> {
+        let reopen = py.import("replaystore._native")?.getattr("_open_reader")?;
+        Ok((
+            reopen,
+            (self.path.clone(), self.snapshot.clone(), self.pread()),
+        ))
     }
 
     /// Whether rows are copied out with pread (see `open`).

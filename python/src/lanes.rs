@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use numpy::PyArray1;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, Reader, ReplayBuffer};
@@ -13,6 +14,15 @@ use crate::buffer::{columns, config, contiguous, index_array, inputs, stats_dict
 use crate::errors::{ReadOnlyError, to_py};
 use crate::schema::PySchema;
 use crate::units;
+
+/// Reopens pickled lanes opened with `reader=True` (their `__reduce__` names this).
+#[pyfunction]
+pub fn _open_lanes_reader(py: Python<'_>, path: PathBuf) -> PyResult<PyLanes> {
+    let opened = py.detach(|| Lanes::open_reader(path)).map_err(to_py)?;
+    Ok(PyLanes {
+        inner: Some(Opened::Reader(opened)),
+    })
+}
 
 /// The lanes, opened for writing (every lane, in this process) or for reading.
 enum Opened {
@@ -100,6 +110,25 @@ impl PyLanes {
         Ok(PyLanes {
             inner: Some(Opened::Writer(made)),
         })
+    }
+
+    /// Pickles a reader (`reader=True`) as its path, reopened where it is unpickled;
+    /// refuses for the writer, which holds every lane's lock.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (PathBuf,))> {
+        match &self.inner {
+            Some(Opened::Reader(r)) => {
+                let reopen = py
+                    .import("replaystore._native")?
+                    .getattr("_open_lanes_reader")?;
+                Ok((reopen, (r.dir().to_path_buf(),)))
+            }
+            Some(Opened::Writer(w)) => Err(PyTypeError::new_err(format!(
+                "the Lanes writing {} cannot be pickled: they hold every lane's lock. Give a \
+                 worker replaystore.Lanes.open(path, reader=True) instead (it pickles as its path)",
+                w.dir().display()
+            ))),
+            None => Err(PyTypeError::new_err("closed Lanes cannot be pickled")),
+        }
     }
 
     /// Opens the lanes in `path`: for writing every lane (one process), or with

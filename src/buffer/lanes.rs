@@ -46,6 +46,12 @@ pub trait Lane: sealed::Sealed {
     /// up (the owner).
     #[doc(hidden)]
     fn refresh_lane(&mut self) -> Result<()>;
+    /// Restarts the lane's sampling RNG from `seed` (a reader then keeps that stream in
+    /// a forked child, as [`Reader::reseed`] says).
+    #[doc(hidden)]
+    fn reseed_lane(&mut self, seed: u64) {
+        self.buffer_mut().reseed(seed);
+    }
     #[doc(hidden)]
     fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()>;
     #[doc(hidden)]
@@ -120,6 +126,9 @@ impl Lane for Reader {
     fn refresh_lane(&mut self) -> Result<()> {
         self.refresh()
     }
+    fn reseed_lane(&mut self, seed: u64) {
+        self.reseed(seed);
+    }
     fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.sample_into(spec, out)
     }
@@ -156,6 +165,9 @@ impl Lane for PriorityOwner {
     }
     fn refresh_lane(&mut self) -> Result<()> {
         self.catch_up()
+    }
+    fn reseed_lane(&mut self, seed: u64) {
+        self.reader().reseed(seed);
     }
     fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.reader().sample_into(spec, out)
@@ -276,7 +288,7 @@ impl Lanes<ReplayBuffer> {
         }
         let file = LanesFile {
             lanes: count,
-            uuid: rand::rng().random(),
+            uuid: crate::entropy::uuid(),
             lane_capacity,
         };
         if let Err(e) = storage::write_lanes(&*io, &dir, &file) {
@@ -520,8 +532,7 @@ impl<L: Lane> Lanes<L> {
     /// Restarts the sampling RNG of every lane from `seed` (reproducible draws).
     pub fn reseed(&mut self, seed: u64) {
         for (k, l) in self.lanes.iter_mut().enumerate() {
-            l.buffer_mut()
-                .reseed(seed.wrapping_add((k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            l.reseed_lane(seed.wrapping_add((k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         }
     }
 

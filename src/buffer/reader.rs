@@ -13,8 +13,6 @@ use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-
 use super::{ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -70,6 +68,12 @@ pub struct Reader {
     epoch: u64,
     /// How rows are copied out (kept across remaps).
     rows: RowAccess,
+    /// The process that seeded the RNG, when the reader seeded it itself (`None` once a
+    /// caller chose a seed, and for a snapshot, which replays its checkpoint's stream).
+    /// A fork copies the RNG with the rest of the reader; a copy that finds itself in
+    /// another process draws a new seed, or every data-loader worker forked from one
+    /// reader would sample the same batches.
+    seeded_in: Option<u32>,
 }
 
 impl Reader {
@@ -89,7 +93,7 @@ impl Reader {
         // call that sees the epoch move.
         let epoch = wait_steady(&progress, None);
         let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
-        buf.reseed(rand::rng().next_u64());
+        buf.reseed(crate::entropy::seed());
         let priorities = open_priorities(&buf)?;
         let mut reader = Reader {
             buf,
@@ -97,6 +101,7 @@ impl Reader {
             progress: Some(progress),
             epoch,
             rows: RowAccess::Mapped,
+            seeded_in: Some(std::process::id()),
         };
         reader.refresh()?;
         Ok(reader)
@@ -112,6 +117,7 @@ impl Reader {
             progress: None,
             epoch: 0,
             rows: RowAccess::Mapped,
+            seeded_in: None,
         })
     }
 
@@ -159,6 +165,13 @@ impl Reader {
 
     /// `refresh`, returning whether the files were mapped again.
     fn refresh_files(&mut self) -> Result<bool> {
+        if let Some(pid) = self.seeded_in {
+            let now = std::process::id();
+            if now != pid {
+                self.buf.reseed(crate::entropy::seed());
+                self.seeded_in = Some(now);
+            }
+        }
         let Some(p) = &self.progress else {
             return Ok(false);
         };
@@ -275,9 +288,11 @@ impl Reader {
     }
 
     /// Restarts this reader's sampling RNG from `seed` (reproducible draws; the writer's
-    /// RNG is not touched).
+    /// RNG is not touched). A reader seeded this way keeps its stream in a forked child
+    /// too: choosing seeds per worker is then the caller's part.
     pub fn reseed(&mut self, seed: u64) {
         self.buf.reseed(seed);
+        self.seeded_in = None;
     }
 
     /// `n` items drawn uniformly from those live now.
