@@ -290,9 +290,14 @@ def child(lib_name, workload, quick, runs, scratch):
         timed("addB", fill, capacity)
     timed("sample", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
     b.close()
+    # Only one buffer and no source rows alive from here on: a library's save may need
+    # memory of its own (cpprb's and Tianshou's W2 saves were killed for want of it
+    # while the uniform buffer and 2.8 GB of source rows were still held).
+    del b, fill
     p = fresh(True)
     for i in range(0, capacity, chunk):
         p.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
+    del rows, one
     new = np.random.default_rng(1).random(batch_n)
     timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)
     saves, loads = [], []
