@@ -17,8 +17,9 @@ cargo test --features kill-points --test kill_loop kill_at_each_named_point
 VENV="$PWD/target/py-venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 export PATH="$VENV/bin:$PATH"
-"$VENV/bin/python" -c 'import numpy, pytest' 2>/dev/null \
-  || "$VENV/bin/python" -m pip install --quiet numpy pytest
+# gymnasium: Schema.from_spaces is tested against real spaces, not skipped.
+"$VENV/bin/python" -c 'import numpy, pytest, gymnasium' 2>/dev/null \
+  || "$VENV/bin/python" -m pip install --quiet numpy pytest gymnasium
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 "$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

@@ -270,6 +270,37 @@ def test_schema_from_gymnasium_like_spaces():
     assert g.fields[1] == ("action", "<i8", (2,))
 
 
+def test_schema_from_real_gymnasium_spaces_stores_what_the_spaces_sample(path):
+    gym = pytest.importorskip("gymnasium")
+    sp = gym.spaces
+    obs_space = sp.Dict({"pos": sp.Box(-1, 1, (3,)), "flags": sp.MultiBinary(5),
+                         "room": sp.Discrete(9), "keys": sp.MultiDiscrete([2, 3])})
+    act_space = sp.MultiBinary((2, 3))
+    schema = rs.Schema.from_spaces(obs_space, act_space)
+    assert dict((n, (d, s)) for n, d, s in schema.fields) == {
+        "obs.pos": ("<f4", (3,)), "obs.flags": ("|i1", (5,)), "obs.room": ("<i8", ()),
+        "obs.keys": ("<i8", (2,)), "action": ("|i1", (2, 3)), "reward": ("<f4", ()),
+        "next_obs.pos": ("<f4", (3,)), "next_obs.flags": ("|i1", (5,)),
+        "next_obs.room": ("<i8", ()), "next_obs.keys": ("<i8", (2,)),
+        "terminated": ("|b1", ()), "truncated": ("|b1", ()),
+    }
+    obs_space.seed(0)
+    act_space.seed(0)
+    steps = []
+    with rs.ReplayBuffer.create(path, schema, capacity=16, seed=0) as buf:
+        for _ in range(8):
+            o, o2, a = obs_space.sample(), obs_space.sample(), act_space.sample()
+            row = {f"obs.{k}": v for k, v in o.items()}
+            row.update({f"next_obs.{k}": v for k, v in o2.items()})
+            row.update(action=a, reward=0.5, terminated=False, truncated=False)
+            buf.add(**row)  # the spaces' own dtypes, no cast
+            steps.append(row)
+        got = buf.get(np.arange(8))
+    for i, row in enumerate(steps):
+        for k, v in row.items():
+            np.testing.assert_array_equal(got[k][i], v, err_msg=f"{k} of step {i}")
+
+
 def test_the_gil_is_released_while_the_engine_works(path):
     """Another Python thread runs during add_batch and sample: it stamps the clock in a
     loop, and some stamps fall well inside each call. Holding the GIL, none could."""
