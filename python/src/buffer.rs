@@ -854,6 +854,8 @@ impl PyReader {
         snapshot: Option<String>,
         pread: bool,
     ) -> PyResult<PyReader> {
+        // Absolute, so that a worker with another working directory reopens these files.
+        let path = std::path::absolute(&path)?;
         let inner = py
             .detach(|| {
                 let mut reader = match &snapshot {

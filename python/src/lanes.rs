@@ -136,6 +136,8 @@ impl PyLanes {
     #[staticmethod]
     #[pyo3(signature = (path, *, reader=false))]
     fn open(py: Python<'_>, path: PathBuf, reader: bool) -> PyResult<PyLanes> {
+        // Absolute, so that a pickled reader reopens these files from any directory.
+        let path = std::path::absolute(&path)?;
         let opened = py
             .detach(|| {
                 if reader {

@@ -47,6 +47,14 @@ def test_a_reader_pickles_as_its_path_and_reopens_the_same_files(path):
         assert _rows_match(again.sample(64))
 
 
+def test_a_reader_opened_by_a_relative_path_reopens_from_another_directory(path, monkeypatch):
+    folder, name = os.path.split(path)
+    monkeypatch.chdir(folder)
+    data = pickle.dumps(rs.Reader.open(name))
+    monkeypatch.chdir(os.path.dirname(folder))  # a worker started elsewhere
+    assert len(pickle.loads(data)) == N
+
+
 def test_a_snapshot_reader_pickles_with_its_snapshot(path):
     with rs.ReplayBuffer.open(path) as buf:
         buf.add_batch({"x": np.array([N], np.int64), "obs": np.array([[N, -N]], np.float32)})
