@@ -847,8 +847,29 @@ pub struct PyReader {
     snapshot: Option<String>,
 }
 
+/// `functools.partial(open, path, **kwargs)` with no further arguments: what `__reduce__`
+/// returns for a handle that pickles as "open these files again" (`open` pickles by
+/// reference, so no row travels).
+pub(crate) fn reopen_later<'py>(
+    py: Python<'py>,
+    open: Bound<'py, PyAny>,
+    path: PathBuf,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<(Bound<'py, PyAny>, ())> {
+    let partial = py.import("functools")?.getattr("partial")?;
+    Ok((partial.call((open, path), Some(kwargs))?, ()))
+}
+
+#[pymethods]
 impl PyReader {
-    fn opened(
+    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
+    /// `pread=True` rows are copied out with pread instead of through the shared
+    /// mappings: the process's resident memory then stays flat however much of the
+    /// buffer it samples (mapped pages count in RSS although every process shares them),
+    /// for a system call or two more per row.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, snapshot=None, pread=false))]
+    fn open(
         py: Python<'_>,
         path: PathBuf,
         snapshot: Option<String>,
@@ -874,49 +895,18 @@ impl PyReader {
             snapshot,
         })
     }
-}
-
-/// What a pickled `Reader` holds: path, snapshot name, pread.
-type ReaderArgs = (PathBuf, Option<String>, bool);
-
-/// Reopens a pickled `Reader` (its `__reduce__` names this): the files, never the data.
-#[pyfunction]
-pub fn _open_reader(
-    py: Python<'_>,
-    path: PathBuf,
-    snapshot: Option<String>,
-    pread: bool,
-) -> PyResult<PyReader> {
-    PyReader::opened(py, path, snapshot, pread)
-}
-
-#[pymethods]
-impl PyReader {
-    /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
-    /// `pread=True` rows are copied out with pread instead of through the shared
-    /// mappings: the process's resident memory then stays flat however much of the
-    /// buffer it samples (mapped pages count in RSS although every process shares them),
-    /// for a system call or two more per row.
-    #[staticmethod]
-    #[pyo3(signature = (path, *, snapshot=None, pread=false))]
-    fn open(
-        py: Python<'_>,
-        path: PathBuf,
-        snapshot: Option<String>,
-        pread: bool,
-    ) -> PyResult<PyReader> {
-        PyReader::opened(py, path, snapshot, pread)
-    }
 
     /// Pickles as its path and options: the process that unpickles it opens the same
     /// files (a data-loader worker, a `multiprocessing` child), with a sampling RNG of
     /// its own; no row is copied.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, ReaderArgs)> {
-        let reopen = py.import("replaystore._native")?.getattr("_open_reader")?;
-        Ok((
-            reopen,
-            (self.path.clone(), self.snapshot.clone(), self.pread()),
-        ))
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, ())> {
+        let py = slf.py();
+        let me = slf.borrow();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("snapshot", me.snapshot.clone())?;
+        kwargs.set_item("pread", me.pread())?;
+        let open = slf.get_type().getattr("open")?;
+        reopen_later(py, open, me.path.clone(), &kwargs)
     }
 
     /// Whether rows are copied out with pread (see `open`).

@@ -10,19 +10,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, Reader, ReplayBuffer};
 
-use crate::buffer::{columns, config, contiguous, index_array, inputs, stats_dict};
+use crate::buffer::{columns, config, contiguous, index_array, inputs, reopen_later, stats_dict};
 use crate::errors::{ReadOnlyError, to_py};
 use crate::schema::PySchema;
 use crate::units;
-
-/// Reopens pickled lanes opened with `reader=True` (their `__reduce__` names this).
-#[pyfunction]
-pub fn _open_lanes_reader(py: Python<'_>, path: PathBuf) -> PyResult<PyLanes> {
-    let opened = py.detach(|| Lanes::open_reader(path)).map_err(to_py)?;
-    Ok(PyLanes {
-        inner: Some(Opened::Reader(opened)),
-    })
-}
 
 /// The lanes, opened for writing (every lane, in this process) or for reading.
 enum Opened {
@@ -114,13 +105,14 @@ impl PyLanes {
 
     /// Pickles a reader (`reader=True`) as its path, reopened where it is unpickled;
     /// refuses for the writer, which holds every lane's lock.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (PathBuf,))> {
-        match &self.inner {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, ())> {
+        let py = slf.py();
+        match &slf.borrow().inner {
             Some(Opened::Reader(r)) => {
-                let reopen = py
-                    .import("replaystore._native")?
-                    .getattr("_open_lanes_reader")?;
-                Ok((reopen, (r.dir().to_path_buf(),)))
+                let kwargs = PyDict::new(py);
+                kwargs.set_item("reader", true)?;
+                let open = slf.get_type().getattr("open")?;
+                reopen_later(py, open, r.dir().to_path_buf(), &kwargs)
             }
             Some(Opened::Writer(w)) => Err(PyTypeError::new_err(format!(
                 "the Lanes writing {} cannot be pickled: they hold every lane's lock. Give a \

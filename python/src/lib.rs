@@ -19,8 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::PyBuffer>()?;
     m.add_class::<buffer::PyReader>()?;
     m.add_class::<lanes::PyLanes>()?;
-    m.add_function(wrap_pyfunction!(buffer::_open_reader, m)?)?;
-    m.add_function(wrap_pyfunction!(lanes::_open_lanes_reader, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;
