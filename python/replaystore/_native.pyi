@@ -219,6 +219,10 @@ class Reader:
         replace: bool = True,
     ) -> _Batch:
         """``n`` of the items live now, as ``ReplayBuffer.sample``."""
+    def get(self, indices: npt.ArrayLike) -> _Batch:
+        """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
+        that a sampler elsewhere chose. An index evicted (or overwritten while it was
+        copied) raises ``EvictedError``; a returned row is always its index's item."""
     def stats(self) -> Dict[str, int]: ...
     @property
     def schema(self) -> Schema: ...

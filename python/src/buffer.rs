@@ -943,6 +943,25 @@ impl PyReader {
         arrays::batch_dict(py, &schema, outs, indices, weights)
     }
 
+    /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
+    /// sampler elsewhere chose (a torch `Sampler` in the learner, say). An index the
+    /// writer has evicted, or overwrites while it is copied, raises `EvictedError`; the
+    /// rows returned are always the items their indices name.
+    fn get<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = index_array(py, indices, "indices")?;
+        let idx = idx.as_slice()?.to_vec();
+        let schema = self.inner.schema().clone();
+        let reader = &mut self.inner;
+        let outs = filled(py, &schema, idx.len(), |slices| {
+            reader.gather_into(&idx, slices)
+        })?;
+        arrays::batch_dict(py, &schema, outs, idx, None)
+    }
+
     /// Items live now.
     fn __len__(&mut self, py: Python<'_>) -> PyResult<usize> {
         let reader = &mut self.inner;

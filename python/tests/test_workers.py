@@ -135,3 +135,43 @@ def test_readers_opened_after_a_fork_draw_different_batches(path):
     got = _in_two_forks(_open_and_draw, path)
     assert all(ok for _, ok in got)
     assert got[0][0] != got[1][0], "readers opened in forked workers drew the same batch"
+
+
+def _fetch_newest(reader, rounds, out):
+    """Fetches the 32 newest indices `rounds` times; counts whole, evicted and wrong rows."""
+    whole = evicted = wrong = 0
+    for _ in range(rounds):
+        tail = reader.stats()["tail"]
+        try:
+            b = reader.get(np.arange(max(0, tail - 32), tail, dtype=np.uint64))
+        except rs.EvictedError:
+            evicted += 1
+            continue
+        whole += 1
+        wrong += 0 if _rows_match(b) else 1
+    out.put((whole, evicted, wrong))
+
+
+def test_a_worker_gets_rows_by_index_while_the_writer_laps_and_never_a_wrong_one(tmp_path):
+    p = str(tmp_path / "ring")
+    buf = rs.ReplayBuffer.create(p, SCHEMA, capacity=64)
+
+    def rows(lo, hi):
+        x = np.arange(lo, hi, dtype=np.int64)
+        return {"x": x, "obs": np.stack([x, -x], axis=1).astype(np.float32)}
+
+    buf.add_batch(rows(0, 64))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    worker = ctx.Process(target=_fetch_newest, args=(rs.Reader.open(p), 3000, out))
+    worker.start()
+    i = 64
+    while worker.is_alive() and i < 2_000_000:
+        buf.add_batch(rows(i, i + 16))
+        i += 16
+    whole, evicted, wrong = out.get(timeout=60)
+    worker.join(timeout=30)
+    buf.close()
+    assert wrong == 0
+    assert whole > 0, (whole, evicted)
+    assert i > 64 * 10, "the writer lapped the ring while the worker read"
