@@ -370,13 +370,11 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let idx = idx.as_slice()?.to_vec();
         let buf = self.buf()?;
         let schema = buf.schema().clone();
-        let n = idx.len();
-        let outs = filled(py, &schema, n, |slices| buf.gather_into(&idx, slices))?;
-        arrays::batch_dict(py, &schema, outs, idx, None)
+        get_items(py, &schema, indices, |idx, slices| {
+            buf.gather_into(idx, slices)
+        })
     }
 
     /// Drops every item (indices go on from where they were; priorities of new items
@@ -847,6 +845,20 @@ pub struct PyReader {
     snapshot: Option<String>,
 }
 
+/// The items at `indices` as a dict of arrays plus `indices`, filled in place by
+/// `gather` (the writer's or a reader's) with the GIL released.
+fn get_items<'py>(
+    py: Python<'py>,
+    schema: &Schema,
+    indices: &Bound<'py, PyAny>,
+    gather: impl FnOnce(&[u64], &mut [&mut [u8]]) -> replaystore::Result<()> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
+    let idx = index_array(py, indices, "indices")?;
+    let idx = idx.as_slice()?.to_vec();
+    let outs = filled(py, schema, idx.len(), |slices| gather(&idx, slices))?;
+    arrays::batch_dict(py, schema, outs, idx, None)
+}
+
 /// `functools.partial(open, path, **kwargs)` with no further arguments: what `__reduce__`
 /// returns for a handle that pickles as "open these files again" (`open` pickles by
 /// reference, so no row travels).
@@ -952,14 +964,11 @@ impl PyReader {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let idx = idx.as_slice()?.to_vec();
         let schema = self.inner.schema().clone();
         let reader = &mut self.inner;
-        let outs = filled(py, &schema, idx.len(), |slices| {
-            reader.gather_into(&idx, slices)
-        })?;
-        arrays::batch_dict(py, &schema, outs, idx, None)
+        get_items(py, &schema, indices, |idx, slices| {
+            reader.gather_into(idx, slices)
+        })
     }
 
     /// Items live now.
