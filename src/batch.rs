@@ -196,6 +196,26 @@ impl Batch {
             .collect()
     }
 
+    /// Sets the number of rows as [`Batch::resize`] does, after checking that they fit
+    /// (see [`check_rows`]): a request for more rows than memory can hold is an error,
+    /// never an abort.
+    ///
+    /// ```
+    /// # use replaystore::{Batch, DType, Schema};
+    /// let schema = Schema::builder().field("x", DType::F32, &[84, 84]).build()?;
+    /// let mut batch = Batch::new(&schema, 0);
+    /// batch.try_resize(32)?;
+    /// assert!(matches!(batch.try_resize(1 << 40), Err(replaystore::Error::TooLarge { .. })));
+    /// assert_eq!(batch.len(), 32);
+    /// # Ok::<(), replaystore::Error>(())
+    /// ```
+    pub fn try_resize(&mut self, rows: usize) -> Result<()> {
+        let row_bytes = self.fields.iter().map(|f| f.item_bytes).sum();
+        check_rows(rows, row_bytes)?;
+        self.resize(rows);
+        Ok(())
+    }
+
     /// Sets the number of rows, growing storage if needed (never shrinking it).
     pub fn resize(&mut self, rows: usize) {
         self.indices.resize(rows, 0);
@@ -283,5 +303,35 @@ impl Batch {
     pub(crate) fn parts_mut(&mut self) -> (&mut Vec<u64>, Vec<&mut [u8]>) {
         let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();
         (&mut self.indices, outs)
+    }
+}
+
+/// Checks that a draw of `rows` rows of `row_bytes` bytes each (plus its index and
+/// weight) can be held: the total fits the address space and this machine's memory.
+/// Every draw checks this before it allocates, so `sample(2**45)` is a typed error
+/// ([`Error::TooLarge`]) and not an aborted process.
+///
+/// ```
+/// use replaystore::batch::check_rows;
+/// assert!(check_rows(256, 200).is_ok());
+/// assert!(check_rows(usize::MAX, 1).is_err());
+/// ```
+pub fn check_rows(rows: usize, row_bytes: usize) -> Result<()> {
+    let limit = crate::storage::physical_memory();
+    let per_row = u64::try_from(row_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(12);
+    let bytes = u64::try_from(rows)
+        .ok()
+        .and_then(|r| r.checked_mul(per_row));
+    match bytes {
+        Some(b) if b <= limit && usize::try_from(b).is_ok_and(|b| b <= isize::MAX as usize) => {
+            Ok(())
+        }
+        _ => Err(Error::TooLarge {
+            rows: rows as u64,
+            bytes,
+            limit,
+        }),
     }
 }

@@ -371,7 +371,7 @@ impl ReplayBuffer {
         if cfg!(target_endian = "big") {
             return Err(Error::Unsupported("the file format is little-endian"));
         }
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let io = config.io.clone().unwrap_or_else(io::os);
         if config.capacity == 0 || config.capacity > MAX_CAPACITY {
             return Err(Error::InvalidConfig {
@@ -413,20 +413,28 @@ impl ReplayBuffer {
             whole_episodes: config.whole_episodes,
             fragments: config.fragments,
         };
-        let result = write_new_buffer(
-            &*io,
-            &dir,
-            &sb,
-            &archive,
-            config.seed.unwrap_or_else(crate::entropy::seed),
-            config.priorities.as_ref(),
-            config.first_index,
-        );
+        let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
+            write_new_buffer(
+                &*io,
+                &dir,
+                &sb,
+                &archive,
+                config.seed.unwrap_or_else(crate::entropy::seed),
+                config.priorities.as_ref(),
+                config.first_index,
+            )
+        });
         if let Err(e) = result {
             remove_new_buffer(&*io, &dir, &sb);
             return Err(e);
         }
-        ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
+        // A buffer that cannot be opened (its mappings refused: ENOMEM) is removed too:
+        // it holds nothing yet, and its reserved files would only fill the disk.
+        ReplayBuffer::open_as(dir.clone(), io.clone(), Role::Writer(lock), false).inspect_err(
+            |_| {
+                remove_new_buffer(&*io, &dir, &sb);
+            },
+        )
     }
 
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
@@ -440,7 +448,7 @@ impl ReplayBuffer {
         if cfg!(target_endian = "big") {
             return Err(Error::Unsupported("the file format is little-endian"));
         }
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         // Check that this is a buffer before creating a lock file in it.
         Manifest::load(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
@@ -480,7 +488,7 @@ impl ReplayBuffer {
 
     /// `open_actor` through a given file-operation seam.
     pub fn open_actor_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let sb = Manifest::load(&*io, &dir)?.superblock;
         let lock = storage::lock(&*io, &dir)?;
         if snapshot::pending_restore(&*io, &dir)?.is_some() {
@@ -514,10 +522,10 @@ impl ReplayBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<ReplayBuffer> {
-        let dir = dir.as_ref();
+        let dir = &storage::resolve_root(dir.as_ref());
         snapshot::valid_name(name)?;
         let snap = snapshot::snapshot_dir(dir, name);
-        if !snap.is_dir() {
+        if !snapshot::exists(&io::OsIo, dir, name)? {
             return Err(Error::NoSuchSnapshot {
                 dir: dir.to_path_buf(),
                 name: name.to_owned(),
@@ -557,7 +565,7 @@ impl ReplayBuffer {
         state: &State,
         io: IoRef,
     ) -> Result<ReplayBuffer> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let sb = Manifest::load(&*io, &dir)?.superblock;
         let lock = storage::lock(&*io, &dir)?;
         snapshot::finish_restore(&*io, &dir)?;
@@ -1080,7 +1088,11 @@ impl ReplayBuffer {
             head,
         };
         // Alternate pages: a record torn by a power cut leaves the one before it whole.
-        let slot = ((self.generation + 1 + self.evict_writes) % 2) as usize;
+        let slot = (self
+            .generation
+            .wrapping_add(1)
+            .wrapping_add(self.evict_writes)
+            % 2) as usize;
         match storage::write_eviction(&*self.io, manifest, &self.manifest_path, slot, &e) {
             Ok(()) => {
                 self.evict_mark = head;
@@ -1455,6 +1467,7 @@ impl ReplayBuffer {
     /// Draws as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.check_batch(out)?;
+        out.try_resize(spec.n)?;
         self.draw_indices(spec, out.indices_mut())?;
         out.weights_mut().clear();
         out.resize(spec.n);
@@ -1531,7 +1544,7 @@ impl ReplayBuffer {
     /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
         self.check_batch(out)?;
-        out.resize(spec.n);
+        out.try_resize(spec.n)?;
         let mut weights = std::mem::take(out.weights_mut());
         weights.resize(spec.n, 0.0);
         let drawn = self.draw_prioritized(spec, out.indices_mut(), &mut weights);
@@ -1741,7 +1754,18 @@ impl ReplayBuffer {
             }
             self.lane_dirty = false;
         }
-        let c = self.commit_record(self.generation + 1, flags);
+        let Some(next) = self.generation.checked_add(1) else {
+            // Only a crafted MANIFEST gets here (2^64 commits take no real writer):
+            // wrapping would make the older slot win at the next open.
+            return Err(Error::Corrupt {
+                file: self.manifest_path.clone(),
+                offset: 0,
+                field: "commit generation".into(),
+                expected: "below 2^64 - 1".into(),
+                got: self.generation.to_string(),
+            });
+        };
+        let c = self.commit_record(next, flags);
         match storage::write_commit(&*self.io, manifest, &self.manifest_path, &c, durable) {
             Ok(()) => {
                 self.generation = c.generation;
@@ -1778,7 +1802,7 @@ impl ReplayBuffer {
     /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
     /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
     pub fn get_state(&mut self) -> Result<State> {
-        let name = format!("gen-{:012}", self.generation + 1);
+        let name = format!("gen-{:012}", self.generation.wrapping_add(1));
         self.get_state_named(&name)
     }
 
@@ -1811,7 +1835,7 @@ impl ReplayBuffer {
     pub fn get_state_named(&mut self, name: &str) -> Result<State> {
         self.writable()?;
         snapshot::valid_name(name)?;
-        if snapshot::snapshot_dir(&self.dir, name).exists() {
+        if snapshot::exists(&*self.io, &self.dir, name)? {
             return Err(Error::SnapshotExists {
                 dir: self.dir.clone(),
                 name: name.to_owned(),
@@ -1949,7 +1973,7 @@ impl ReplayBuffer {
     pub fn snapshot_state(&self, name: &str) -> Result<State> {
         snapshot::valid_name(name)?;
         let snap = snapshot::snapshot_dir(&self.dir, name);
-        if !snap.is_dir() {
+        if !snapshot::exists(&*self.io, &self.dir, name)? {
             return Err(Error::NoSuchSnapshot {
                 dir: self.dir.clone(),
                 name: name.to_owned(),
@@ -2097,6 +2121,10 @@ fn write_new_buffer(
     for n in 0..sb.segment_count {
         storage::create_segment(io, dir, sb, n)?;
     }
+    // The progress page too, durable before MANIFEST is published: a reader that finds
+    // MANIFEST always finds the page (even after a power cut), so a sound new buffer is
+    // never one whose readers refuse it.
+    drop(storage::open_progress(io, dir, sb, Access::Write)?);
     io.sync_dir(&lane)
         .map_err(|e| Error::io("fsync", &lane, e))?;
     if let Some(p) = priorities {
@@ -2130,27 +2158,72 @@ fn write_new_buffer(
 pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
     io.create_dir_all(dir)
         .map_err(|e| Error::io("create directory", dir, e))?;
-    if let Some(entry) = std::fs::read_dir(dir)
+    if let Some((name, _)) = io
+        .list_dir(dir)
         .map_err(|e| Error::io("read directory", dir, e))?
-        .flatten()
+        .into_iter()
         .next()
     {
         return Err(Error::AlreadyExists {
-            what: format!(
-                "the directory is not empty (it has {:?})",
-                entry.file_name()
-            ),
+            what: format!("the directory is not empty (it has {name:?})"),
             dir: dir.to_path_buf(),
         });
     }
     Ok(())
 }
 
-/// Best-effort removal of a buffer whose creation failed (the error is what matters).
-fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
-    for n in 0..sb.segment_count {
-        let _ = io.remove_file(&storage::segment_path(dir, n));
+/// Refuses, before a byte is reserved, a buffer whose files the disk cannot hold (or
+/// whose mappings no address space can): `capacity=2**40` is an error at once, not a
+/// disk filled by fallocate and then emptied.
+fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
+    let rows = sb.capacity.saturating_mul(sb.row_stride);
+    let headers = sb
+        .segment_count
+        .saturating_mul(crate::format::segment::DATA_OFFSET as u64);
+    // The tree: at most two f64 words per slot plus its header page.
+    let tree = if sb.prioritized {
+        sb.capacity.saturating_mul(16).saturating_add(4096)
+    } else {
+        0
+    };
+    let bytes = rows.saturating_add(headers).saturating_add(tree);
+    // 2^46: the user half of a 47-bit address space, where every segment is mapped.
+    if bytes > 1 << 46 {
+        return Err(Error::InvalidConfig {
+            field: "capacity",
+            problem: format!(
+                "{} items of {} bytes need {bytes} bytes of mappings, more than a 64-bit \
+                 process can map",
+                sb.capacity, sb.row_stride
+            ),
+        });
     }
+    let Some(existing) = dir.ancestors().find(|p| p.exists()) else {
+        return Ok(());
+    };
+    match fs2::available_space(existing) {
+        Ok(free) if free < bytes => Err(Error::DiskFull {
+            path: dir.to_path_buf(),
+            bytes,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Best-effort removal of a buffer whose creation failed (the error is what matters).
+/// Segments are made in order, so the first missing one ends the walk: a refused
+/// `capacity=2**40` does not try 2^40 / slots names.
+fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
+    // MANIFEST first: a kill during the removal leaves no buffer rather than a MANIFEST
+    // over missing segments.
+    let _ = io.remove_file(&dir.join(MANIFEST));
+    for n in 0..sb.segment_count {
+        let gone = io.remove_file(&storage::segment_path(dir, n));
+        if gone.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            break;
+        }
+    }
+    let _ = io.remove_file(&storage::progress_path(dir));
     let _ = io.remove_dir(&dir.join(LANE_DIR));
     let _ = io.remove_file(&dir.join("MANIFEST.tmp"));
     let _ = io.remove_file(&storage::tree_path(dir));

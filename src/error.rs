@@ -503,11 +503,55 @@ pub enum Error {
     /// The platform cannot hold this format (it is little-endian by definition).
     #[error("unsupported platform: {0}")]
     Unsupported(&'static str),
+
+    /// A draw asks for more rows than this machine's memory can hold (checked before
+    /// anything is allocated).
+    #[error(
+        "a draw of {rows} rows needs {} bytes, more than this machine's memory ({limit} \
+         bytes): draw fewer rows at a time",
+        bytes.map_or_else(|| "over 2^64".to_owned(), |b| b.to_string())
+    )]
+    TooLarge {
+        /// Rows asked for.
+        rows: u64,
+        /// Bytes they need (`None`: more than a `u64` counts).
+        bytes: Option<u64>,
+        /// The machine's memory, in bytes.
+        limit: u64,
+    },
+
+    /// A path inside a buffer names something the engine did not make: a symbolic link
+    /// (anywhere on the way), a FIFO, a device, a socket, or a folder where a file
+    /// belongs. Refused before anything is read, written or removed through it.
+    #[error(
+        "refused to {op} {}: it is {found}, not {expected} (the engine never follows a \
+         link, opens a special file or removes what it did not make)",
+        path.display()
+    )]
+    ForeignFile {
+        /// The path refused.
+        path: PathBuf,
+        /// What was about to be done.
+        op: &'static str,
+        /// What is there (`a symbolic link`, `a named pipe (FIFO)`, ...).
+        found: &'static str,
+        /// What the engine keeps there (`a regular file`, `a directory`, `a name the
+        /// engine writes`).
+        expected: &'static str,
+    },
 }
 
 impl Error {
     /// Wraps an I/O error with the path and operation it came from.
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if let Some(f) = crate::storage::confined::foreign_of(&source) {
+            return Error::ForeignFile {
+                path: path.into(),
+                op,
+                found: f.found.describe(),
+                expected: f.expected.describe(),
+            };
+        }
         Error::Io {
             path: path.into(),
             op,

@@ -119,7 +119,7 @@ impl Info {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
-    let dir = dir.as_ref();
+    let dir = &storage::resolve_root(dir.as_ref());
     let m = Manifest::load(&io::OsIo, dir)?;
     let commit = m.newest_commit()?;
     let sb = &m.superblock;
@@ -238,7 +238,7 @@ fn finding_of(e: &Error, fallback: &Path) -> Finding {
         Error::UnsupportedVersion { file, .. } | Error::NoValidCommit { file, .. } => {
             (file.clone(), 0)
         }
-        Error::Io { path, .. } => (path.clone(), 0),
+        Error::Io { path, .. } | Error::ForeignFile { path, .. } => (path.clone(), 0),
         _ => (fallback.to_path_buf(), 0),
     };
     Finding {
@@ -327,6 +327,7 @@ pub fn verify_opts(dir: impl AsRef<Path>, opts: &VerifyOptions<'_>) -> Result<Re
 
 /// `verify_opts` through a given file-operation seam.
 pub fn verify_opts_with(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Report> {
+    let dir = &storage::resolve_root(dir);
     let lanes_path = dir.join(crate::format::lanes::FILE_NAME);
     let lanes = match storage::read_lanes(io, dir) {
         Ok(Some(file)) => file.lanes,
@@ -336,7 +337,7 @@ pub fn verify_opts_with(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Re
             let mut r = Report::default();
             r.problems.push(finding_of(&e, &lanes_path));
             let present = (0..crate::format::lanes::MAX_LANES)
-                .take_while(|&k| storage::lane_dir(dir, k).is_dir())
+                .take_while(|&k| matches!(io.kind(&storage::lane_dir(dir, k)), Ok(io::Kind::Dir)))
                 .count();
             merge_lanes(dir, io, opts, u32::try_from(present).unwrap_or(0), &mut r)?;
             return Ok(r);
@@ -408,7 +409,7 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
                 "a set_state to snapshot {:?} was interrupted; the next open finishes it",
                 state.name
             ));
-            if !crate::snapshot::snapshot_dir(dir, &state.name).is_dir() {
+            if !crate::snapshot::exists(io, dir, &state.name).unwrap_or(false) {
                 r.problems.push(Finding {
                     file: dir.join(crate::snapshot::RESTORE),
                     offset: 0,
@@ -425,6 +426,7 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
             r
         }
     };
+    check_progress(dir, io, &mut report);
     for snap in crate::snapshot::snapshots(dir)? {
         report.snapshots_checked += 1;
         if let Some(problem) = &snap.problem {
@@ -453,6 +455,29 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
         }
     }
     Ok(report)
+}
+
+/// Checks the live buffer's progress page, which readers and every writer open: a
+/// damaged header is what they would refuse, so verify must not call it sound. A
+/// missing page is fine (no writer of this build has opened the buffer yet).
+fn check_progress(dir: &Path, io: &dyn Io, report: &mut Report) {
+    let Ok(m) = Manifest::load(io, dir) else {
+        return; // verify_live reported the MANIFEST already.
+    };
+    let path = storage::progress_path(dir);
+    match io.read(&path) {
+        Ok(bytes) => {
+            if let Err(p) = crate::format::progress::check(&bytes, &m.superblock.uuid) {
+                report
+                    .problems
+                    .push(finding_of(&p.into_error(&path, "progress page"), &path));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => report
+            .problems
+            .push(finding_of(&Error::io("read", &path, e), &path)),
+    }
 }
 
 /// Checks one set of buffer files (the live buffer or a snapshot). Without `items`,

@@ -156,7 +156,13 @@ impl Ring {
     pub fn refresh_shared(&mut self) {
         use std::os::unix::fs::MetadataExt;
         for seg in &mut self.segments {
-            let links = std::fs::metadata(seg.path()).map_or(2, |m| m.nlink());
+            // Not followed: anything but a regular file there (a link planted in place of
+            // the segment) counts as shared, so the writer copies rather than stores
+            // through a name it did not make.
+            let links = std::fs::symlink_metadata(seg.path())
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map_or(2, |m| m.nlink());
             seg.set_shared(links > 1);
         }
         self.shared = self.segments.iter().filter(|s| s.is_shared()).count();

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use crate::error::{Error, Result};
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, Superblock};
 use crate::format::state::{State, check_name};
-use crate::storage::io::{Access, Io};
+use crate::storage::io::{Access, Io, Kind};
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 
 /// Folder of a buffer's snapshots.
@@ -99,31 +99,36 @@ impl SnapshotInfo {
 /// ```
 pub fn snapshots(dir: impl AsRef<Path>) -> Result<Vec<SnapshotInfo>> {
     use std::os::unix::fs::MetadataExt;
-    let dir = dir.as_ref();
+    let dir = &storage::resolve_root(dir.as_ref());
+    let io = &crate::storage::io::OsIo;
     let root = dir.join(SNAPSHOTS_DIR);
-    let entries = match std::fs::read_dir(&root) {
+    let entries = match io.list_dir(&root) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io("read directory", &root, e)),
     };
     let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io("read directory", &root, e))?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+    for (name, kind) in entries {
+        let Some(name) = name.to_str().map(str::to_owned) else {
             continue;
         };
-        if name.starts_with('.') {
+        // Only folders with a MANIFEST are snapshots (one that is not a regular file is
+        // listed with that problem): anything else in here (a link, a stray file, a
+        // folder someone made) is not listed, so nothing that lists and then deletes
+        // (keep_last) ever touches it.
+        if name.starts_with('.') || kind != Kind::Dir {
             continue;
         }
-        let path = entry.path();
-        let (commit, problem) = match Manifest::load(&crate::storage::io::OsIo, &path)
-            .and_then(|m| m.newest_commit())
-        {
+        let path = root.join(&name);
+        if io.kind(&path.join(MANIFEST)).is_err() {
+            continue;
+        }
+        let (commit, problem) = match Manifest::load(io, &path).and_then(|m| m.newest_commit()) {
             Ok(c) => (Some(c), None),
             Err(e) => (None, Some(e.to_string())),
         };
         let (mut shared, mut owned) = (0, 0);
-        for file in files_of(&path) {
+        for file in files_of(io, &path) {
             if let Ok(meta) = std::fs::symlink_metadata(&file) {
                 let bytes = meta.blocks() * 512;
                 if meta.nlink() > 1 {
@@ -135,7 +140,9 @@ pub fn snapshots(dir: impl AsRef<Path>) -> Result<Vec<SnapshotInfo>> {
         }
         out.push(SnapshotInfo {
             name,
-            created: std::fs::metadata(&path).and_then(|m| m.modified()).ok(),
+            created: std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .ok(),
             path,
             commit,
             bytes_shared: shared,
@@ -150,18 +157,19 @@ pub fn snapshots(dir: impl AsRef<Path>) -> Result<Vec<SnapshotInfo>> {
     Ok(out)
 }
 
-/// The regular files under `dir`, one level of folders deep (a snapshot's layout).
-fn files_of(dir: &Path) -> Vec<PathBuf> {
+/// The regular files under `dir`, one level of folders deep (a snapshot's layout),
+/// links not followed.
+fn files_of(io: &dyn Io, dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), 0)];
     while let Some((d, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+        let Ok(entries) = io.list_dir(&d) else {
             continue;
         };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() && depth < 1 => stack.push((e.path(), depth + 1)),
-                Ok(t) if t.is_file() => out.push(e.path()),
+        for (name, kind) in entries {
+            match kind {
+                Kind::Dir if depth < 1 => stack.push((d.join(name), depth + 1)),
+                Kind::File => out.push(d.join(name)),
                 _ => {}
             }
         }
@@ -169,25 +177,119 @@ fn files_of(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Removes a folder written by the engine (files, then one level of folders).
-pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("read directory", dir, e)),
+/// Whether the engine writes an entry called `name` of kind `kind` at `depth` below a
+/// buffer or snapshot folder. Only such entries are ever removed, so a folder holding
+/// anything else (a link, a FIFO, a folder of someone's) is refused whole.
+fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
+    let segment = |n: &str| {
+        let n = [COW_EXT, RESTORE_EXT]
+            .iter()
+            .find_map(|e| n.strip_suffix(e).and_then(|n| n.strip_suffix('.')))
+            .unwrap_or(n);
+        n.strip_prefix("seg-")
+            .and_then(|n| n.strip_suffix(".dat"))
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
     };
-    for e in entries {
-        let e = e.map_err(|err| Error::io("read directory", dir, err))?;
-        let path = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(io, &path)?;
+    let restore_copy = |n: &str| {
+        n.strip_suffix(RESTORE_EXT)
+            .and_then(|n| n.strip_suffix('.'))
+            .is_some_and(|n| n == MANIFEST || n == crate::format::tree::FILE_NAME)
+    };
+    match (depth, kind) {
+        (0, Kind::Dir) => name == LANE_DIR,
+        (0, Kind::File) => {
+            [
+                MANIFEST,
+                "MANIFEST.tmp",
+                storage::LOCK,
+                storage::PRIORITY_LOCK,
+                RESTORE,
+                "RESTORE.tmp",
+                crate::format::tree::FILE_NAME,
+            ]
+            .contains(&name)
+                || restore_copy(name)
+        }
+        (1, Kind::File) => name == storage::PROGRESS || segment(name),
+        _ => false,
+    }
+}
+
+/// Every entry under `dir` in the order to remove them (contents before their folder),
+/// or an error naming the first entry the engine did not write.
+fn removal_plan(
+    io: &dyn Io,
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<(PathBuf, Kind)>,
+) -> Result<()> {
+    let entries = io
+        .list_dir(dir)
+        .map_err(|e| Error::io("read directory", dir, e))?;
+    for (name, kind) in entries {
+        let path = dir.join(&name);
+        if !name.to_str().is_some_and(|n| engine_entry(depth, n, kind)) {
+            return Err(Error::ForeignFile {
+                path,
+                op: "remove",
+                found: kind.describe(),
+                expected: "a name the engine writes",
+            });
+        }
+        if kind == Kind::Dir {
+            removal_plan(io, &path, depth + 1, out)?;
+        }
+        out.push((path, kind));
+    }
+    Ok(())
+}
+
+/// Removes a folder written by the engine (files, then one level of folders). Nothing
+/// is removed unless every entry is one the engine writes (see [`engine_entry`]); a
+/// link is never followed, and a folder that is itself a link is refused.
+pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+    match io.kind(dir) {
+        Ok(Kind::Dir) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Ok(found) => {
+            return Err(Error::ForeignFile {
+                path: dir.to_path_buf(),
+                op: "remove",
+                found: found.describe(),
+                expected: Kind::Dir.describe(),
+            });
+        }
+        Err(e) => return Err(Error::io("inspect", dir, e)),
+    }
+    let mut plan = Vec::new();
+    removal_plan(io, dir, 0, &mut plan)?;
+    for (path, kind) in plan {
+        let done = if kind == Kind::Dir {
+            io.remove_dir(&path)
         } else {
             io.remove_file(&path)
-                .map_err(|err| Error::io("remove", &path, err))?;
-        }
+        };
+        done.map_err(|e| Error::io("remove", &path, e))?;
     }
     io.remove_dir(dir)
         .map_err(|e| Error::io("remove directory", dir, e))
+}
+
+/// Whether snapshot `name` of the buffer in `dir` exists: a folder, which is its
+/// snapshot; nothing there, which is none; anything else is refused.
+pub(crate) fn exists(io: &dyn Io, dir: &Path, name: &str) -> Result<bool> {
+    let snap = snapshot_dir(dir, name);
+    match io.kind(&snap) {
+        Ok(Kind::Dir) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Ok(found) => Err(Error::ForeignFile {
+            path: snap,
+            op: "open snapshot",
+            found: found.describe(),
+            expected: Kind::Dir.describe(),
+        }),
+        Err(e) => Err(Error::io("inspect", &snap, e)),
+    }
 }
 
 /// Removes `path` if it exists (a leftover of an interrupted operation).
@@ -294,7 +396,7 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
     valid_name(&state.name)
         .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
     let snap = snapshot_dir(dir, &state.name);
-    if !snap.is_dir() {
+    if !exists(io, dir, &state.name)? {
         return Err(Error::NoSuchSnapshot {
             dir: dir.to_path_buf(),
             name: state.name.clone(),
@@ -447,8 +549,18 @@ pub(crate) fn restore(
     // Marked open (not clean), as the writer's own first commit would: the writer that
     // made this restore goes on from it without another commit, and a crash from here
     // on is recovered like any other.
+    let generation = used
+        .max(frozen.generation)
+        .checked_add(1)
+        .ok_or_else(|| Error::Corrupt {
+            file: snap.join(MANIFEST),
+            offset: 0,
+            field: "commit generation".into(),
+            expected: "below 2^64 - 1".into(),
+            got: u64::MAX.to_string(),
+        })?;
     let renumbered = Commit {
-        generation: used.max(frozen.generation) + 1,
+        generation,
         flags: 0,
         boot_id: storage::boot_id(),
         ..frozen
@@ -507,12 +619,14 @@ pub(crate) fn finish_restore(io: &dyn Io, dir: &Path) -> Result<()> {
 pub(crate) fn delete(io: &dyn Io, dir: &Path, name: &str) -> Result<()> {
     let root = dir.join(SNAPSHOTS_DIR);
     let snap = root.join(name);
-    if !snap.is_dir() {
+    if !exists(io, dir, name)? {
         return Err(Error::NoSuchSnapshot {
             dir: dir.to_path_buf(),
             name: name.to_owned(),
         });
     }
+    // Refused before anything moves if the folder holds what the engine did not write.
+    removal_plan(io, &snap, 0, &mut Vec::new())?;
     let doomed = root.join(format!("{DEL_PREFIX}{name}"));
     remove_tree(io, &doomed)?;
     io.rename(&snap, &doomed)
@@ -526,24 +640,32 @@ pub(crate) fn delete(io: &dyn Io, dir: &Path, name: &str) -> Result<()> {
 /// deleted, segment copies never renamed into place, restore temporaries. Only the
 /// writer calls this, after finishing any restore.
 pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
+    let listed = |d: &Path| match io.list_dir(d) {
+        Ok(entries) => Ok(entries),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io("read directory", d, e)),
+    };
     let root = dir.join(SNAPSHOTS_DIR);
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with(TMP_PREFIX) || name.starts_with(DEL_PREFIX) {
-                remove_tree(io, &e.path())?;
-            }
+    for (name, _) in listed(&root)? {
+        let text = name.to_string_lossy();
+        if text.starts_with(TMP_PREFIX) || text.starts_with(DEL_PREFIX) {
+            remove_tree(io, &root.join(&name))?;
         }
     }
     let lane = dir.join(LANE_DIR);
-    if let Ok(entries) = std::fs::read_dir(&lane) {
-        for e in entries.flatten() {
-            let path = e.path();
-            let ext = path.extension().and_then(|x| x.to_str());
-            if matches!(ext, Some(COW_EXT | RESTORE_EXT)) {
-                remove_if_present(io, &path)?;
+    for (name, kind) in listed(&lane)? {
+        let path = lane.join(&name);
+        let ext = path.extension().and_then(|x| x.to_str());
+        if matches!(ext, Some(COW_EXT | RESTORE_EXT)) {
+            if kind != Kind::File {
+                return Err(Error::ForeignFile {
+                    path,
+                    op: "remove",
+                    found: kind.describe(),
+                    expected: Kind::File.describe(),
+                });
             }
+            remove_if_present(io, &path)?;
         }
     }
     for leftover in [

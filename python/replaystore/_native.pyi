@@ -28,6 +28,10 @@ class LockedError(Error):
 class CorruptError(Error):
     """A file failed a check: the message names the file, the offset and the check."""
 
+class ForeignFileError(CorruptError):
+    """A path in the buffer is not one replaystore made (a symbolic link, a FIFO, a device,
+    a stray folder): refused before anything is read, written or removed through it."""
+
 class DiskFullError(Error):
     """The disk could not hold the buffer's files (reserved up front, never mid-write)."""
 

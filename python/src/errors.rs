@@ -39,6 +39,13 @@ create_exception!(
 );
 create_exception!(
     replaystore,
+    ForeignFileError,
+    CorruptError,
+    "A path inside a buffer names something replaystore did not make (a symbolic link, a \
+     FIFO, a device, a stray folder): refused before anything is read, written or removed."
+);
+create_exception!(
+    replaystore,
     DiskFullError,
     Error,
     "The disk could not hold the buffer's files (reserved up front, never mid-write)."
@@ -91,6 +98,9 @@ pub fn to_py(e: E) -> PyErr {
         | E::NoValidCommit { .. }
         | E::BadItem { .. }
         | E::BadSnapshot { .. } => CorruptError::new_err(msg),
+        E::ForeignFile { .. } => ForeignFileError::new_err(msg),
+        // As NumPy answers np.empty(2**45): the size, not the buffer, is at fault.
+        E::TooLarge { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
         E::DiskFull { .. } => DiskFullError::new_err(msg),
         E::InvalidSchema(_)
         | E::MissingField { .. }

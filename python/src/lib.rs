@@ -24,6 +24,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VersionError", py.get_type::<errors::VersionError>())?;
     m.add("LockedError", py.get_type::<errors::LockedError>())?;
     m.add("CorruptError", py.get_type::<errors::CorruptError>())?;
+    m.add(
+        "ForeignFileError",
+        py.get_type::<errors::ForeignFileError>(),
+    )?;
     m.add("DiskFullError", py.get_type::<errors::DiskFullError>())?;
     m.add("SchemaError", py.get_type::<errors::SchemaError>())?;
     m.add("EmptyError", py.get_type::<errors::EmptyError>())?;

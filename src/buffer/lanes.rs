@@ -252,7 +252,7 @@ impl Lanes<ReplayBuffer> {
     /// `config`'s capacity divided by `lanes`, rounded up, with everything else as
     /// `config` says; a seed in `config` seeds lane `K` with a value derived from it.
     pub fn create(dir: impl AsRef<Path>, config: Config, lanes: usize) -> Result<Lanes> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let count = u32::try_from(lanes)
             .ok()
             .filter(|l| (1..=MAX_LANES).contains(l))
@@ -588,6 +588,7 @@ impl<L: Lane> Lanes<L> {
                 spec.n
             )));
         }
+        out.try_resize(spec.n)?;
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
             split_uniform(rng, &sizes, spec.n, spec.replace, &mut counts);
@@ -636,6 +637,7 @@ impl<L: Lane> Lanes<L> {
             .filter(|m| m.0 > 0.0)
             .map(|m| m.1)
             .fold(f64::INFINITY, f64::min);
+        out.try_resize(spec.n)?;
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
             split_by_mass(rng, &totals, total, spec, &mut counts);
@@ -856,6 +858,7 @@ fn open_all<L: Lane>(
     io: &IoRef,
     open: impl Fn(&Path, IoRef) -> Result<L>,
 ) -> Result<Lanes<L>> {
+    let dir = &storage::resolve_root(dir);
     let dirs = lane_dirs(io, dir)?;
     let mut lanes = Vec::with_capacity(dirs.len());
     for (k, d) in dirs.iter().enumerate() {
@@ -873,6 +876,7 @@ fn open_one(
     lane: usize,
     open: impl Fn(&Path) -> Result<ReplayBuffer>,
 ) -> Result<ReplayBuffer> {
+    let dir = &storage::resolve_root(dir);
     let dirs = lane_dirs(&io::os(), dir)?;
     let d = dirs
         .get(lane)

@@ -58,7 +58,7 @@ impl PriorityOwner {
 
     /// `open` through a given file-operation seam.
     pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<PriorityOwner> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let sb = Manifest::load(&*io, &dir)?.superblock;
         if !sb.prioritized {
             return Err(Error::NotPrioritized { dir });

@@ -86,7 +86,7 @@ impl Reader {
 
     /// `open` through a given file-operation seam.
     pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<Reader> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = storage::resolve_root(dir.as_ref());
         let sb = Manifest::load(&*io, &dir)?.superblock;
         let progress = storage::open_progress(&*io, &dir, &sb, Access::Read)?;
         // Loaded before mapping: files replaced after this are remapped by the first
@@ -309,7 +309,7 @@ impl Reader {
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
         self.buf.check_batch(out)?;
-        out.resize(spec.n);
+        out.try_resize(spec.n)?;
         let (indices, weights, mut outs) = out.drawn_parts_mut();
         weights.clear();
         self.sample_fill(spec, indices, &mut outs)
@@ -342,7 +342,7 @@ impl Reader {
     /// levels: a draw that lands on a slot the writer has just emptied is made again.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
         self.buf.check_batch(out)?;
-        out.resize(spec.n);
+        out.try_resize(spec.n)?;
         let (indices, weights, mut outs) = out.drawn_parts_mut();
         weights.resize(spec.n, 0.0);
         self.sample_prioritized_fill(spec, indices, weights, &mut outs)

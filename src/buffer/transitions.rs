@@ -333,11 +333,11 @@ impl ReplayBuffer {
         out.terminated.clear();
         out.truncated.clear();
         out.next_offsets.clear();
-        out.step.resize(n);
+        out.step.try_resize(n)?;
         let (obs_rows, frame_rows) = if spec.window { (0, n) } else { (n, 0) };
-        out.obs.resize(obs_rows);
-        out.next_obs.resize(obs_rows);
-        out.frames.resize(frame_rows);
+        out.obs.try_resize(obs_rows)?;
+        out.next_obs.try_resize(obs_rows)?;
+        out.frames.try_resize(frame_rows)?;
         let mut drawn_weights = Vec::new();
         let mut tries = 0usize;
         let mut candidates = Vec::with_capacity(n);

@@ -323,7 +323,7 @@ impl ReplayBuffer {
         which: &[bool],
         batch: &mut Batch,
     ) -> Result<()> {
-        batch.resize(indices.len());
+        batch.try_resize(indices.len())?;
         let (idx, mut outs) = batch.parts_mut();
         idx.clear();
         idx.extend_from_slice(indices);
@@ -406,7 +406,11 @@ impl ReplayBuffer {
         out.mask.clear();
         out.terminated.clear();
         out.truncated.clear();
-        let mut rows = Vec::with_capacity(spec.n * positions);
+        crate::batch::check_rows(
+            spec.n,
+            positions.saturating_mul(self.schema.item_bytes().saturating_add(8)),
+        )?;
+        let mut rows = Vec::with_capacity(spec.n.saturating_mul(positions));
         let mut tries = 0usize;
         while out.indices.len() < spec.n {
             tries += 1;
@@ -544,6 +548,7 @@ impl ReplayBuffer {
         }
         // An episode's priority lives in its step rows.
         let runs: Vec<(u64, u64)> = whole.iter().map(|e| (e.start + 1, e.steps())).collect();
+        crate::batch::check_rows(spec.n, 0)?;
         let mut picks = Vec::with_capacity(spec.n);
         self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
         out.episodes
@@ -619,6 +624,7 @@ impl ReplayBuffer {
             )));
         }
         let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
+        crate::batch::check_rows(spec.n, 0)?;
         let mut picks = Vec::with_capacity(spec.n);
         self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
         out.fragments

@@ -4,14 +4,18 @@
 //! from then on) and check that each failure becomes a typed error that loses nothing
 //! already committed. Mappings are made here too, so a failed map is a fault point.
 
+use std::ffi::OsString;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
+
+use super::confined;
+pub use super::confined::Kind;
 
 /// File operations, named for what the engine needs of them.
 pub trait Io: Send + Sync + fmt::Debug {
@@ -55,7 +59,20 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn remove_dir(&self, dir: &Path) -> io::Result<()>;
     /// The `statfs` magic number of the file system holding `dir` (0 where unknown).
     fn fs_magic(&self, dir: &Path) -> io::Result<i64>;
+    /// The entries of a directory with their kinds, links not followed.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+        confined::list_dir(dir)
+    }
+    /// What a name is, without following a link.
+    fn kind(&self, path: &Path) -> io::Result<Kind> {
+        confined::kind(path)
+    }
 }
+
+/// The largest file [`Io::read`] reads whole: a MANIFEST, a LANES file or a restore
+/// intent is a few pages; a file claiming more is not one the engine wrote, and reading
+/// it (or a device behind it) must not eat the memory.
+pub const MAX_WHOLE_READ: u64 = 64 << 20;
 
 /// The name of a network file system, by `statfs` magic: where a writer must not run
 /// (its shared mappings are not coherent between machines, its flock may not lock).
@@ -99,26 +116,38 @@ impl Access {
     }
 }
 
-/// The real file system.
+/// The real file system, held to the engine's rule for files (see
+/// [`super::confined`]): no path is resolved through a symbolic link, only regular
+/// files are opened, and removals never follow a name.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsIo;
 
 impl Io for OsIo {
     fn create_new(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
+        confined::open_file(path, true, true)
     }
     fn open_rw(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new().read(true).write(true).open(path)
+        confined::open_file(path, true, false)
     }
     fn open_ro(&self, path: &Path) -> io::Result<File> {
-        File::open(path)
+        confined::open_file(path, false, false)
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        std::fs::read(path)
+        let file = confined::open_file(path, false, false)?;
+        let len = file.metadata()?.len();
+        if len > MAX_WHOLE_READ {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the file is {len} bytes, more than any file the engine reads whole \
+                     ({MAX_WHOLE_READ})"
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        // `take`: a file growing under us still cannot make this read unbounded.
+        file.take(MAX_WHOLE_READ).read_to_end(&mut out)?;
+        Ok(out)
     }
     fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
@@ -133,7 +162,7 @@ impl Io for OsIo {
         file.sync_data()
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        confined::sync_dir(dir)
     }
     fn map(&self, file: &File, len: u64, access: Access) -> io::Result<MmapRaw> {
         let len = usize::try_from(len)
@@ -154,29 +183,29 @@ impl Io for OsIo {
         map.flush_range(offset, len)
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(dir)
+        confined::create_dir_all(dir)
     }
     fn try_lock_exclusive(&self, file: &File) -> io::Result<()> {
         fs2::FileExt::try_lock_exclusive(file)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::rename(from, to)
+        confined::rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
+        confined::remove_file(path)
     }
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
-        std::fs::hard_link(original, link)
+        confined::hard_link(original, link)
     }
     fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut src = File::open(from)?;
+        let mut src = self.open_ro(from)?;
         let mut dst = self.create_new(to)?;
         // `io::copy` between two files uses copy_file_range on Linux: no user-space pass.
         io::copy(&mut src, &mut dst)?;
         dst.sync_data()
     }
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
-        std::fs::remove_dir(dir)
+        confined::remove_dir(dir)
     }
     fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
         statfs_magic(dir)
@@ -401,6 +430,14 @@ impl Io for FaultyIo {
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
         self.tick("remove_dir")?;
         self.inner.remove_dir(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+        self.tick("list_dir")?;
+        self.inner.list_dir(dir)
+    }
+    fn kind(&self, path: &Path) -> io::Result<Kind> {
+        self.tick("kind")?;
+        self.inner.kind(path)
     }
     fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
         // A question, not an operation on a file: never counted, never failed.

@@ -1,6 +1,7 @@
 //! The buffer's files: names, creation with reserved disk, the manifest's commit slots,
 //! mapped segments and the writer lock. Every call goes through the [`io::Io`] seam.
 
+pub mod confined;
 pub mod io;
 pub mod map;
 pub mod pread;
@@ -27,6 +28,58 @@ pub const MANIFEST: &str = "MANIFEST";
 pub const LOCK: &str = "LOCK";
 /// Folder of the ring's segment files.
 pub const LANE_DIR: &str = "lane-0";
+
+/// The buffer folder `dir` as the engine holds it: absolute, with every symbolic link
+/// the caller's path goes through resolved (the user chose those). Everything the
+/// engine then opens below it is resolved with no link at all (see [`confined`]), so a
+/// link planted inside a buffer is refused, never followed. A part of the path that does
+/// not exist yet (a buffer about to be created) is kept as given.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// std::os::unix::fs::symlink(dir.path(), dir.path().join("link"))?;
+/// let root = replaystore::storage::resolve_root(&dir.path().join("link").join("new-buffer"));
+/// assert_eq!(root, dir.path().canonicalize()?.join("new-buffer"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn resolve_root(dir: &Path) -> PathBuf {
+    let absolute = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        match std::env::current_dir() {
+            Ok(cwd) => cwd.join(dir),
+            Err(_) => return dir.to_path_buf(),
+        }
+    };
+    let mut missing = Vec::new();
+    let mut cur = absolute.as_path();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            return missing.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
+/// This machine's memory in bytes (`MemTotal`), the bound no single draw may exceed;
+/// half the address space where it cannot be read.
+pub fn physical_memory() -> u64 {
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map_or(u64::MAX >> 1, |kb| kb.saturating_mul(1024))
+    })
+}
 
 /// Path of segment `n` of a buffer.
 pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
@@ -499,7 +552,13 @@ pub fn same_boot(commit: &Commit) -> bool {
 /// Bytes the files of a buffer occupy on disk (allocated blocks).
 pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let file = |p: PathBuf| std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0);
+    // Links not followed: a planted link counts for nothing, not for its target.
+    let file = |p: PathBuf| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map_or(0, |m| m.blocks() * 512)
+    };
     file(dir.join(MANIFEST))
         + file(tree_path(dir))
         + (0..segments)

@@ -129,6 +129,7 @@ pub fn engine_code(e: &Error) -> u8 {
         | Error::NoValidCommit { .. }
         | Error::BadItem { .. }
         | Error::BadSnapshot { .. }
+        | Error::ForeignFile { .. }
         | Error::Poisoned { .. } => 6,
         Error::DiskFull { .. } => 7,
         Error::Io { source, .. } if is_disk_full(source) => 7,
@@ -142,6 +143,8 @@ pub fn engine_code(e: &Error) -> u8 {
         | Error::InvalidName { .. }
         | Error::AlreadyExists { .. }
         | Error::Evicted { .. }
+        | Error::InvalidSample(_)
+        | Error::TooLarge { .. }
         | Error::NotYetAdded { .. } => 2,
         _ => 8,
     }

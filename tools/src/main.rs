@@ -345,7 +345,9 @@ fn sample(
             if let Some(seed) = draw.seed {
                 r.reseed(seed);
             }
-            let mut out = Batch::new(r.schema(), draw.n);
+            // Sized by the draw itself, which checks the size first (an error, not an
+            // abort, for `-n 2^45`).
+            let mut out = Batch::new(r.schema(), 0);
             match draw.beta {
                 Some(beta) => {
                     r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?

@@ -59,6 +59,7 @@ struct Array {
 
 /// Writes the chosen items of `args.dir` to `args.out`, one `.npy` per field.
 pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
+    refuse_special_output(args.out)?;
     let mut source = Source::open(args.dir, args.snapshot, args.lane)?;
     let runs = source.runs(&args.span)?;
     let n: u64 = runs.iter().map(|r| r.end - r.start).sum();
@@ -167,6 +168,36 @@ fn write_archive(
 }
 
 /// A sibling of `path` to write under before renaming into place.
+/// Export writes a new file and renames it over `out`: an existing FIFO, device, socket,
+/// link or folder there would be replaced, not written through, so it is refused
+/// before any work.
+fn refuse_special_output(out: &Path) -> Result<(), Failure> {
+    let Ok(meta) = std::fs::symlink_metadata(out) else {
+        return Ok(());
+    };
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let what = if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(Failure::Usage(format!(
+        "{}: it is {what}, not a regular file; export writes a new .npz and renames it into \
+         place, which would replace it: choose another path or remove it first",
+        out.display()
+    )))
+}
+
 fn temp_name(path: &Path) -> Result<PathBuf, Failure> {
     let name = path
         .file_name()

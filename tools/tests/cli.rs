@@ -635,3 +635,82 @@ fn info_names_the_fragments_unit() {
     assert!(text(&o).contains("units      fragments"), "{}", text(&o));
     assert!(run(&["verify", dir.to_str().unwrap()]).status.success());
 }
+
+#[test]
+fn export_never_replaces_a_fifo_link_or_folder_and_snapshot_commands_never_leave_the_buffer() {
+    use std::os::unix::fs::{FileTypeExt, symlink};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let dir_s = dir.to_str().unwrap();
+    let mut buf = small_buffer(&dir);
+    buf.get_state_named("first").unwrap();
+    buf.close().unwrap();
+
+    // export: an existing FIFO, link or folder at OUT is refused (exit 2), left as it was.
+    let fifo = d.path().join("out.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let decoy = d.path().join("decoy.txt");
+    std::fs::write(&decoy, b"keep me").unwrap();
+    let link = d.path().join("out-link.npz");
+    symlink(&decoy, &link).unwrap();
+    let folder = d.path().join("out-dir.npz");
+    std::fs::create_dir(&folder).unwrap();
+    for (out, what) in [
+        (&fifo, "named pipe"),
+        (&link, "symbolic link"),
+        (&folder, "directory"),
+    ] {
+        let o = run(&["export", dir_s, out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(what), "{}", text(&o));
+    }
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(folder.is_dir());
+    assert_eq!(std::fs::read(&decoy).unwrap(), b"keep me");
+
+    // snapshots: a link in snapshots/ and a folder of someone's are never deleted.
+    let outside = d.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("thesis.tex"), b"five years").unwrap();
+    symlink(&outside, dir.join("snapshots/evil")).unwrap();
+    std::fs::create_dir(dir.join("snapshots/stranger")).unwrap();
+    let o = run(&["snapshots", dir_s, "--delete", "evil"]);
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    assert!(text(&o).contains("symbolic link"), "{}", text(&o));
+    let o = run(&["snapshots", dir_s, "--keep-last", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(outside.join("thesis.tex")).unwrap(),
+        b"five years"
+    );
+    assert!(dir.join("snapshots/stranger").is_dir());
+    assert!(!dir.join("snapshots/first").exists());
+
+    // sample: a size no memory holds is a bad argument (exit 2), not a panic or abort.
+    for n in [
+        "35184372088832",
+        "9223372036854775808",
+        "18446744073709551615",
+    ] {
+        let o = run(&["sample", dir_s, "-n", n]);
+        assert_eq!(o.status.code(), Some(2), "-n {n}: {}", text(&o));
+        assert!(text(&o).contains("rows"), "{}", text(&o));
+    }
+}
