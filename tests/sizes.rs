@@ -13,7 +13,8 @@ mod common;
 use common::{COMMIT_LEN, COMMIT_SLOTS, add_range, schema};
 use replaystore::format::manifest::Commit;
 use replaystore::{
-    Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Schema, SequenceSpec, TransitionSpec,
+    Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Schema, SequenceSpec,
+    TransitionSpec, verify,
 };
 
 /// Sizes no machine holds: past memory, past the address space, past `usize` products.
@@ -189,4 +190,38 @@ fn a_buffer_the_disk_cannot_hold_is_refused_before_a_byte_is_reserved() {
         .unwrap()
         .close()
         .unwrap();
+}
+
+#[test]
+fn a_superblock_declaring_millions_of_segments_is_one_finding_not_an_hour_of_verify() {
+    use replaystore::format::manifest::Superblock;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&path, Config::new(schema(), 128).segment_slots(64)).unwrap();
+    add_range(&mut buf, 0, 10);
+    buf.close().unwrap();
+    let manifest = path.join("MANIFEST");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let sb = Superblock::decode(&bytes[..4096]).unwrap();
+    // A well-checksummed superblock: 2^26 segments of 64 slots.
+    let huge = Superblock {
+        capacity: 1 << 32,
+        segment_count: Superblock::segments_for(1 << 32, 64),
+        ..sb
+    };
+    bytes[..4096].copy_from_slice(&huge.encode());
+    std::fs::write(&manifest, &bytes).unwrap();
+    let report = verify(&path).unwrap();
+    assert!(!report.is_sound());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.what.contains("declares 67108864 segments")),
+        "{:?}",
+        report.problems
+    );
+    let e = ReplayBuffer::open(&path).map(drop).unwrap_err();
+    assert!(!matches!(e, Error::TooLarge { .. }), "{e}");
 }

@@ -125,6 +125,11 @@ pub fn npy_dict_len(bytes: &[u8]) -> Result<usize, String> {
     }
 }
 
+/// The longest `.npy` header `import` reads: NumPy pads its headers to 64 bytes and
+/// caps what it reads at 10,000 bytes by default; this leaves room for any dict it
+/// writes while keeping a crafted length from becoming a huge allocation.
+pub const MAX_HEADER_LEN: usize = 1 << 16;
+
 /// Reads an `.npy` header from the start of `bytes` (which must hold all of it).
 pub fn parse_npy_header(bytes: &[u8]) -> Result<NpyHeader, String> {
     let start = npy_prefix_len(bytes)?;

@@ -348,6 +348,15 @@ fn read_inputs(file: &File, path: &Path) -> Result<(Vec<Input>, u64), Failure> {
         let have = head.len();
         more(&mut stream, &mut head, prefix - have)?;
         let header_len = npz::npy_dict_len(&head).map_err(member)?;
+        // NumPy itself refuses headers over 10,000 bytes (max_header_size): a length
+        // near 4 GiB in 126 bytes of file must not become a 4 GiB allocation.
+        if header_len > npz::MAX_HEADER_LEN {
+            return Err(member(format!(
+                "its header claims {header_len} bytes; NumPy writes at most {} (and reads \
+                 at most 10,000 by default)",
+                npz::MAX_HEADER_LEN
+            )));
+        }
         more(&mut stream, &mut head, header_len)?;
         let h = npz::parse_npy_header(&head).map_err(member)?;
         let dtype = DType::from_numpy_str(&h.descr).map_err(member)?;

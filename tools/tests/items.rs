@@ -535,6 +535,18 @@ fn import_refuses_a_bad_archive_and_leaves_no_buffer() {
             "reading its header",
         ),
         (
+            // Version 2.0 with a 4 GiB header length in a file of ~130 bytes: refused
+            // before it is allocated (it peaked at 4.2 GB).
+            "huge-header",
+            zip(&[("a.npy", {
+                let mut b = b"\x93NUMPY\x02\x00".to_vec();
+                b.extend_from_slice(&u32::MAX.to_le_bytes());
+                b.extend_from_slice(b"{'descr': '<f4'}");
+                b
+            })]),
+            "header claims 4294967295 bytes",
+        ),
+        (
             "complex",
             zip(&[(
                 "a.npy",
