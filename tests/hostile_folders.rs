@@ -355,10 +355,15 @@ fn apply(path: &Path, decoy: &Path, p: &Plant) {
         Plant::Folder(x) => (x, 3),
     };
     let at = path.join(place);
-    let Some(parent) = at.parent() else { return };
-    // Only inside folders that are real folders of the buffer: a plant below an
-    // earlier plant would be outside it.
-    if !std::fs::symlink_metadata(parent).is_ok_and(|m| m.is_dir()) {
+    // Only inside folders that are real folders of the buffer, every one of them: a
+    // plant below an earlier linked plant would land in the decoy (the test's own write,
+    // which the check at the end would then blame on the engine).
+    let inside = at
+        .ancestors()
+        .skip(1)
+        .take_while(|a| a.starts_with(path))
+        .all(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.is_dir()));
+    if !inside {
         return;
     }
     let _ = std::fs::remove_file(&at);
