@@ -1470,7 +1470,6 @@ impl ReplayBuffer {
         out.try_resize(spec.n)?;
         self.draw_indices(spec, out.indices_mut())?;
         out.weights_mut().clear();
-        out.resize(spec.n);
         let (indices, mut outs) = out.parts_mut();
         self.ring
             .gather(self.head, self.head_slot, indices, &mut outs)
@@ -2138,7 +2137,7 @@ fn write_new_buffer(
         ..Commit::default()
     };
     let bytes = storage::manifest_bytes(sb, archive, &first);
-    let tmp = dir.join("MANIFEST.tmp");
+    let tmp = dir.join(storage::MANIFEST_TMP);
     let file = io
         .create_new(&tmp)
         .map_err(|e| Error::io("create", &tmp, e))?;
@@ -2198,7 +2197,7 @@ fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
             ),
         });
     }
-    let Some(existing) = dir.ancestors().find(|p| p.exists()) else {
+    let Some(existing) = storage::nearest_existing(dir) else {
         return Ok(());
     };
     match fs2::available_space(existing) {
@@ -2225,7 +2224,7 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     }
     let _ = io.remove_file(&storage::progress_path(dir));
     let _ = io.remove_dir(&dir.join(LANE_DIR));
-    let _ = io.remove_file(&dir.join("MANIFEST.tmp"));
+    let _ = io.remove_file(&dir.join(storage::MANIFEST_TMP));
     let _ = io.remove_file(&storage::tree_path(dir));
     let _ = io.remove_file(&dir.join(storage::LOCK));
 }

@@ -159,10 +159,7 @@ impl Ring {
             // Not followed: anything but a regular file there (a link planted in place of
             // the segment) counts as shared, so the writer copies rather than stores
             // through a name it did not make.
-            let links = std::fs::symlink_metadata(seg.path())
-                .ok()
-                .filter(std::fs::Metadata::is_file)
-                .map_or(2, |m| m.nlink());
+            let links = crate::storage::regular_file_meta(seg.path()).map_or(2, |m| m.nlink());
             seg.set_shared(links > 1);
         }
         self.shared = self.segments.iter().filter(|s| s.is_shared()).count();

@@ -28,6 +28,8 @@ pub const SNAPSHOTS_DIR: &str = "snapshots";
 /// Intent file of a `set_state` under way: a serialized [`State`]. While it exists, the
 /// live files may be part old, part restored; the next open finishes the restore.
 pub const RESTORE: &str = "RESTORE";
+/// The intent file while it is written, before its rename to [`RESTORE`].
+const RESTORE_TMP: &str = "RESTORE.tmp";
 /// Prefix of a snapshot folder being written by `get_state`.
 const TMP_PREFIX: &str = ".tmp-";
 /// Prefix of a snapshot folder being deleted.
@@ -177,6 +179,16 @@ fn files_of(io: &dyn Io, dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `path` refused: `found` stands where the engine keeps `expected`.
+fn refused(path: PathBuf, op: &'static str, found: Kind, expected: Kind) -> Error {
+    Error::ForeignFile {
+        path,
+        op,
+        found: found.describe(),
+        expected: expected.describe(),
+    }
+}
+
 /// Whether the engine writes an entry called `name` of kind `kind` at `depth` below a
 /// buffer or snapshot folder. Only such entries are ever removed, so a folder holding
 /// anything else (a link, a FIFO, a folder of someone's) is refused whole.
@@ -200,11 +212,11 @@ fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
         (0, Kind::File) => {
             [
                 MANIFEST,
-                "MANIFEST.tmp",
+                storage::MANIFEST_TMP,
                 storage::LOCK,
                 storage::PRIORITY_LOCK,
                 RESTORE,
-                "RESTORE.tmp",
+                RESTORE_TMP,
                 crate::format::tree::FILE_NAME,
             ]
             .contains(&name)
@@ -251,14 +263,7 @@ pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
     match io.kind(dir) {
         Ok(Kind::Dir) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Ok(found) => {
-            return Err(Error::ForeignFile {
-                path: dir.to_path_buf(),
-                op: "remove",
-                found: found.describe(),
-                expected: Kind::Dir.describe(),
-            });
-        }
+        Ok(found) => return Err(refused(dir.to_path_buf(), "remove", found, Kind::Dir)),
         Err(e) => return Err(Error::io("inspect", dir, e)),
     }
     let mut plan = Vec::new();
@@ -282,12 +287,7 @@ pub(crate) fn exists(io: &dyn Io, dir: &Path, name: &str) -> Result<bool> {
     match io.kind(&snap) {
         Ok(Kind::Dir) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Ok(found) => Err(Error::ForeignFile {
-            path: snap,
-            op: "open snapshot",
-            found: found.describe(),
-            expected: Kind::Dir.describe(),
-        }),
+        Ok(found) => Err(refused(snap, "open snapshot", found, Kind::Dir)),
         Err(e) => Err(Error::io("inspect", &snap, e)),
     }
 }
@@ -466,7 +466,7 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
 /// Writes the intent to restore `state` durably: from here on, the restore happens,
 /// whether this process finishes it or the next open does.
 pub(crate) fn write_intent(io: &dyn Io, dir: &Path, state: &State) -> Result<()> {
-    let tmp = dir.join(format!("{RESTORE}.tmp"));
+    let tmp = dir.join(RESTORE_TMP);
     remove_if_present(io, &tmp)?;
     let file = io
         .create_new(&tmp)
@@ -658,12 +658,7 @@ pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
         let ext = path.extension().and_then(|x| x.to_str());
         if matches!(ext, Some(COW_EXT | RESTORE_EXT)) {
             if kind != Kind::File {
-                return Err(Error::ForeignFile {
-                    path,
-                    op: "remove",
-                    found: kind.describe(),
-                    expected: Kind::File.describe(),
-                });
+                return Err(refused(path, "remove", kind, Kind::File));
             }
             remove_if_present(io, &path)?;
         }
@@ -671,7 +666,7 @@ pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
     for leftover in [
         with_ext(&dir.join(MANIFEST), RESTORE_EXT),
         with_ext(&storage::tree_path(dir), RESTORE_EXT),
-        dir.join(format!("{RESTORE}.tmp")),
+        dir.join(RESTORE_TMP),
     ] {
         remove_if_present(io, &leftover)?;
     }

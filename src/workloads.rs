@@ -1,4 +1,4 @@
-//! The standard benchmark workloads of `../shared/WORKLOADS.md` (W1 vector transitions,
+//! The standard benchmark workloads of `docs/WORKLOADS.md` (W1 vector transitions,
 //! W2 Atari frames), defined once so that criterion benches and `replaystore bench`
 //! measure exactly the same items.
 

@@ -593,7 +593,6 @@ impl<L: Lane> Lanes<L> {
         if let Some(rng) = self.split_rng() {
             split_uniform(rng, &sizes, spec.n, spec.replace, &mut counts);
         }
-        out.resize(spec.n);
         out.weights_mut().clear();
         let result = self.gather_split(&counts, out, |_, lane, c, scratch| {
             lane.sample_lane(&SampleSpec { n: c, ..*spec }, scratch)
@@ -642,7 +641,6 @@ impl<L: Lane> Lanes<L> {
         if let Some(rng) = self.split_rng() {
             split_by_mass(rng, &totals, total, spec, &mut counts);
         }
-        out.resize(spec.n);
         out.weights_mut().resize(spec.n, 0.0);
         let beta = spec.beta as f32;
         let result = self.gather_split(&counts, out, |k, lane, c, scratch| {

@@ -432,7 +432,6 @@ pub fn sync_dir(path: &Path) -> io::Result<()> {
 pub fn list_dir(path: &Path) -> io::Result<Vec<(OsString, Kind)>> {
     let fd = open_dir(path)?;
     let raw = fd.as_raw_fd();
-    // A second descriptor for fstatat: fdopendir takes the first.
     // SAFETY: fdopendir takes ownership of the descriptor on success; on failure it is
     // still ours, so `fd` is forgotten only once the call succeeded.
     let stream = unsafe { libc::fdopendir(raw) };

@@ -24,6 +24,8 @@ use map::SegmentMap;
 
 /// Name of the manifest file.
 pub const MANIFEST: &str = "MANIFEST";
+/// Name of a new buffer's MANIFEST before `create` publishes it by a rename.
+pub const MANIFEST_TMP: &str = "MANIFEST.tmp";
 /// Name of the writer's lock file.
 pub const LOCK: &str = "LOCK";
 /// Folder of the ring's segment files.
@@ -267,7 +269,7 @@ pub fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
     if std::env::var("REPLAYSTORE_ALLOW_NETWORK_FS").is_ok_and(|v| v == "1") {
         return Ok(());
     }
-    let Some(existing) = dir.ancestors().find(|p| p.exists()) else {
+    let Some(existing) = nearest_existing(dir) else {
         return Ok(());
     };
     match io.fs_magic(existing).ok().and_then(io::network_fs) {
@@ -277,6 +279,12 @@ pub fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
         }),
         None => Ok(()),
     }
+}
+
+/// `dir` or its nearest existing parent: where questions about a folder about to be
+/// created (its file system, its free space) are asked.
+pub fn nearest_existing(dir: &Path) -> Option<&Path> {
+    dir.ancestors().find(|p| p.exists())
 }
 
 /// Writes eviction record `e` into the page of slot `slot` and makes it durable: it
@@ -549,16 +557,18 @@ pub fn same_boot(commit: &Commit) -> bool {
     now != [0; 16] && commit.boot_id == now
 }
 
+/// The metadata of `path` if it is a regular file, the name itself (a link is not
+/// followed: a planted link is nothing of the engine's, whatever it points to).
+pub fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+}
+
 /// Bytes the files of a buffer occupy on disk (allocated blocks).
 pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    // Links not followed: a planted link counts for nothing, not for its target.
-    let file = |p: PathBuf| {
-        std::fs::symlink_metadata(p)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .map_or(0, |m| m.blocks() * 512)
-    };
+    let file = |p: PathBuf| regular_file_meta(&p).map_or(0, |m| m.blocks() * 512);
     file(dir.join(MANIFEST))
         + file(tree_path(dir))
         + (0..segments)
