@@ -1,5 +1,5 @@
 //! Episode benches (issue 6): W1 transitions read from episodic rows against the plain
-//! W1 buffer of ../shared/WORKLOADS.md.
+//! W1 buffer of docs/WORKLOADS.md.
 //! - `w1_plain/sample256`: the plain W1 buffer (obs and next_obs stored in each row);
 //! - `w1_episodic/transitions256`: episodes of 1,000 steps stored one row per step
 //!   (obs once, the step header instead of next_obs), `sample_transitions` of 256;

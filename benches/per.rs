@@ -1,4 +1,4 @@
-//! Prioritized replay benches (issue 4, ../shared/WORKLOADS.md):
+//! Prioritized replay benches (issue 4, docs/WORKLOADS.md):
 //! - `tree/...`: the sum-tree alone, binary against 8-ary, at 2^20 and 2^24 leaves:
 //!   sample-256 (level-synchronous descent), update-256, and a whole PER iteration
 //!   (sample 256 + importance weights + 256 new priorities, `powf` included);

@@ -1,4 +1,4 @@
-//! Checkpoint benches (issue 5, ../shared/WORKLOADS.md W1-save/W1-load, W2-save/W2-load):
+//! Checkpoint benches (issue 5, docs/WORKLOADS.md W1-save/W1-load, W2-save/W2-load):
 //! prioritized W1 (10^6 x 192 B) and W2 (10^5 x 28 KB) buffers at 1/16, 1/4 and full.
 //!
 //! - `save/<workload>/<fill>`: `get_state()` after 32 new items (the flush of those items

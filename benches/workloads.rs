@@ -1,4 +1,4 @@
-//! Criterion benches of the standard workloads (../shared/WORKLOADS.md): W1 (vector
+//! Criterion benches of the standard workloads (docs/WORKLOADS.md): W1 (vector
 //! transitions, capacity 10^6) and W2 (Atari frames, capacity 10^5).
 //!
 //! `cargo bench --bench workloads` runs all; `-- w1/` or `-- w2/` one family.

@@ -1,4 +1,4 @@
-//! What the benches share: the W1 and W2 schemas and data of ../shared/WORKLOADS.md.
+//! What the benches share: the W1 and W2 schemas and data of docs/WORKLOADS.md.
 #![allow(dead_code, reason = "each bench uses a different subset")]
 #![allow(
     clippy::indexing_slicing,

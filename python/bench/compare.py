@@ -1,4 +1,4 @@
-"""W1 and W2 (../shared/WORKLOADS.md) through replaystore's Python API and, when they are
+"""W1 and W2 (docs/WORKLOADS.md) through replaystore's Python API and, when they are
 installed, through cpprb, TorchRL (LazyMemmapStorage) and Tianshou, side by side in one
 run, with ratios (how many times better replaystore is than each).
 

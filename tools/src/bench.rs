@@ -1,4 +1,4 @@
-//! `replaystore bench`: the workloads of ../shared/WORKLOADS.md on this machine, one
+//! `replaystore bench`: the workloads of docs/WORKLOADS.md on this machine, one
 //! table, each figure the median of `--runs` runs with min–max:
 //! - add1 / addB (W1): a capacity's worth of items one at a time / in chunks of 1,000
 //!   (the first run fills an empty ring, later runs wrap it);

@@ -70,7 +70,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Time the standard workloads (../shared/WORKLOADS.md) on this machine: W1/W2 add,
+    /// Time the standard workloads (docs/WORKLOADS.md) on this machine: W1/W2 add,
     /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full; W3 one
     /// writer with 1, 2 and 4 reader processes.
     Bench {

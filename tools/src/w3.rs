@@ -1,4 +1,4 @@
-//! W3 of ../shared/WORKLOADS.md, many processes on one buffer: the W1 buffer full, this
+//! W3 of docs/WORKLOADS.md, many processes on one buffer: the W1 buffer full, this
 //! process adding one item at a time while R reader processes (this binary again, the
 //! hidden `w3-reader` command) each sample batches of 256 uniformly. Measured in the
 //! same run: the single-process baselines (W1 sample with nothing else running, W1 add1
