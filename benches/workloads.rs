@@ -61,9 +61,17 @@ fn w1(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let spec = SampleSpec::new(256);
     let mut batch = Batch::new(buf.schema(), 0);
+    // Sealed, so every sampled row is checked against its checksum; then the same draws
+    // unchecked, for the check's cost.
+    buf.flush().expect("flush");
     g.bench_function("sample256", |b| {
         b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
     });
+    buf.set_read_checks(false);
+    g.bench_function("sample256_unchecked", |b| {
+        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+    });
+    buf.set_read_checks(true);
     g.finish();
     drop(buf);
 
@@ -131,14 +139,19 @@ fn w2(c: &mut Criterion) {
     g.sample_size(50).measurement_time(Duration::from_secs(5));
     g.throughput(Throughput::Elements(1));
     let spec = SampleSpec::new(32);
-    g.bench_function("sample32", |b| {
-        full(&mut state);
-        let Some((buf, _)) = state.as_mut() else {
-            return;
-        };
-        let mut batch = Batch::new(buf.schema(), 0);
-        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
-    });
+    for (checks, name) in [(true, "sample32"), (false, "sample32_unchecked")] {
+        g.bench_function(name, |b| {
+            full(&mut state);
+            let Some((buf, _)) = state.as_mut() else {
+                return;
+            };
+            // Sealed: every sampled row is checked against its checksum, or not.
+            buf.flush().expect("flush");
+            buf.set_read_checks(checks);
+            let mut batch = Batch::new(buf.schema(), 0);
+            b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+        });
+    }
     g.finish();
 }
 

@@ -23,12 +23,12 @@ use crate::priorities::{
     LiveRange, Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
 use crate::recovery::{self, Recovered, SlotProbe};
-use crate::ring::Ring;
+use crate::ring::{Live, Ring};
 use crate::sample::{SampleSpec, draw_uniform};
 use crate::schema::Schema;
 use crate::snapshot::{self, SnapshotInfo};
 use crate::storage::io::{self, Access, Io, IoRef};
-use crate::storage::map::ProgressMap;
+use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::Missed;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 use crate::windows::End;
@@ -290,6 +290,8 @@ pub struct ReplayBuffer {
     generation: u64,
     /// Items below this index are sealed (checksummed) and covered by a commit.
     flushed_tail: u64,
+    /// Reads check sealed rows against their checksums (see `set_read_checks`).
+    read_checks: bool,
     poisoned: Option<String>,
     closed: bool,
     recovered: Option<Recovered>,
@@ -722,6 +724,7 @@ impl ReplayBuffer {
             boot_id: storage::boot_id(),
             generation: commit.generation,
             flushed_tail: tail,
+            read_checks: true,
             poisoned: None,
             closed: false,
             recovered,
@@ -1472,7 +1475,7 @@ impl ReplayBuffer {
         out.weights_mut().clear();
         let (indices, mut outs) = out.parts_mut();
         self.ring
-            .gather(self.head, self.head_slot, indices, &mut outs)
+            .gather(self.live_rows(), indices, &mut outs)
             .map_err(|m| self.stamp_error(indices, m))
     }
 
@@ -1551,7 +1554,7 @@ impl ReplayBuffer {
         drawn?;
         let (indices, mut outs) = out.parts_mut();
         self.ring
-            .gather(self.head, self.head_slot, indices, &mut outs)
+            .gather(self.live_rows(), indices, &mut outs)
             .map_err(|m| self.stamp_error(indices, m))
     }
 
@@ -1621,35 +1624,18 @@ impl ReplayBuffer {
             });
         }
         self.ring
-            .gather(self.head, self.head_slot, indices, outs)
+            .gather(self.live_rows(), indices, outs)
             .map_err(|m| self.stamp_error(indices, m))
     }
 
-    /// The items at `indices`, as a batch. Unlike sampling (which checks stamps only, to
-    /// stay at memory speed), this also checks the checksum of every item a flush has
-    /// sealed: a damaged item is an error naming its file and offset, never returned.
+    /// The items at `indices`, as a batch. Every read checks what it copies: each item's
+    /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
+    /// error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
         let mut batch = Batch::new(&self.schema, indices.len());
         let (idx, mut outs) = batch.parts_mut();
         idx.copy_from_slice(indices);
         self.gather_into(indices, &mut outs)?;
-        for &index in indices.iter().filter(|&&i| i < self.flushed_tail) {
-            let slot = index % self.superblock.capacity;
-            if let Some((seg, k)) = self.ring.locate(slot) {
-                let c = seg.check_row(k, self.ring.layout());
-                if !c.crc_ok {
-                    return Err(Error::BadItem {
-                        file: seg.path().to_path_buf(),
-                        offset: seg.row_offset(k),
-                        index,
-                        problem: format!(
-                            "checksum mismatch: stored {:#010x}, computed {:#010x}",
-                            c.stored_crc, c.computed_crc
-                        ),
-                    });
-                }
-            }
-        }
         Ok(batch)
     }
 
@@ -1660,27 +1646,71 @@ impl ReplayBuffer {
 
     fn stamp_error(&self, indices: &[u64], missed: Missed) -> Error {
         match missed {
-            Missed::Stamp(m) => {
-                self.stamp_error_at(indices.get(m.position).copied().unwrap_or(0), m.stamp)
+            Missed::Row(m) => {
+                self.row_error(indices.get(m.position).copied().unwrap_or(0), m.found)
             }
             Missed::Read(e) => e,
         }
     }
 
-    /// The error for live `index` whose slot's stamp was found to be `stamp`.
-    pub(crate) fn stamp_error_at(&self, index: u64, stamp: u64) -> Error {
+    /// The error for live `index` whose row held `found` instead.
+    pub(crate) fn row_error(&self, index: u64, found: Found) -> Error {
         let slot = index % self.superblock.capacity;
         let (file, offset) = self.ring.place(slot, &self.dir);
-        Error::BadItem {
-            file,
-            offset,
-            index,
-            problem: format!(
+        let problem = match found {
+            Found::Stamp(stamp) => format!(
                 "the slot's stamp is {:#x}, expected {:#x}",
                 stamp,
                 crate::format::row::stamp_of(index)
             ),
+            Found::Checksum { stored, computed } => {
+                format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+        };
+        Error::BadItem {
+            file,
+            offset,
+            index,
+            problem,
         }
+    }
+
+    /// Where reads find the live rows, and below which index they check checksums.
+    pub(crate) fn live_rows(&self) -> Live {
+        Live {
+            head: self.head,
+            head_slot: self.head_slot,
+            sealed: if self.read_checks {
+                self.flushed_tail
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Whether reads check each sealed item against its checksum (the default). Turning
+    /// it off saves the checksum's cost on every sample and get (see the closing figures
+    /// in ARCHITECTURE), and is unsafe on damaged media: a flipped bit in a row is then
+    /// returned as data. Stamps are still checked, so a race with the writer is still
+    /// caught. For benchmarks, and for buffers verified since they were last written.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8))?;
+    /// assert!(buf.read_checks());
+    /// buf.set_read_checks(false);
+    /// assert!(!buf.read_checks());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_read_checks(&mut self, on: bool) {
+        self.read_checks = on;
+    }
+
+    /// Whether reads check sealed items against their checksums.
+    pub fn read_checks(&self) -> bool {
+        self.read_checks
     }
 
     /// Makes everything added so far, the counters and the RNG position survive a power

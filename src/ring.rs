@@ -2,6 +2,7 @@
 //! operations the buffer and recovery need. Head/tail bookkeeping lives in the buffer.
 
 use crate::format::row::{EPISODE_OFF, RowLayout, RowTags, STEP_HEADER_LEN, StepHeader};
+use crate::storage::crc::SpanCrc;
 use crate::storage::io::Io;
 use crate::storage::map::{self, RowCheck, RowReader, SegmentMap, SlotMap};
 use crate::storage::pread::{Missed, RowFiles};
@@ -18,6 +19,20 @@ pub struct Ring {
     shared: usize,
     /// Set: gathers copy rows with `pread` from these files instead of the mappings.
     files: Option<RowFiles>,
+    /// The checksum routine for the layout's payload span (reads check sealed rows).
+    crc: SpanCrc,
+}
+
+/// Where a read finds the live rows, and which of them it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    /// The oldest live index...
+    pub head: u64,
+    /// ...and its slot.
+    pub head_slot: u64,
+    /// Rows of indices below this are checked against their checksums as they are read
+    /// (the sealed bound, or 0 where the caller opted out of the checks).
+    pub sealed: u64,
 }
 
 impl Ring {
@@ -31,11 +46,12 @@ impl Ring {
         Ring {
             shared: segments.iter().filter(|s| s.is_shared()).count(),
             segments,
-            layout,
             capacity,
             shift: segment_slots.trailing_zeros(),
             mask: segment_slots - 1,
             files: None,
+            crc: SpanCrc::new(layout.payload_span().len()),
+            layout,
         }
     }
 
@@ -254,50 +270,50 @@ impl Ring {
         }
     }
 
-    /// Gathers `indices` (live, with `head` at `head_slot`) into per-field outputs.
-    pub fn gather(
-        &self,
-        head: u64,
-        head_slot: u64,
-        indices: &[u64],
-        outs: &mut [&mut [u8]],
-    ) -> Result<(), Missed> {
-        self.gather_from(head, head_slot, indices, outs, 0)
+    /// Gathers `indices` (live as `at` says) into per-field outputs.
+    pub fn gather(&self, at: Live, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<(), Missed> {
+        self.gather_from(at, indices, outs, 0)
     }
 
     /// `gather` of the positions from `from` on, leaving those before as they are.
     pub fn gather_from(
         &self,
-        head: u64,
-        head_slot: u64,
+        at: Live,
         indices: &[u64],
         outs: &mut [&mut [u8]],
         from: usize,
     ) -> Result<(), Missed> {
-        let at = self.slot_map(head, head_slot);
         match &self.files {
-            Some(files) => files.gather(at, &self.layout, indices, outs, from),
-            None => map::gather(&self.segments, at, &self.layout, indices, outs, from)
-                .map_err(Missed::Stamp),
+            Some(files) => files.gather(
+                self.slot_map(at),
+                &self.layout,
+                at.sealed,
+                indices,
+                outs,
+                from,
+            ),
+            None => map::gather(self.reader(at), indices, outs, from).map_err(Missed::Row),
         }
     }
 
-    /// Reads live rows one at a time (with `head` at `head_slot`).
-    pub fn reader(&self, head: u64, head_slot: u64) -> RowReader<'_> {
+    /// Reads live rows one at a time (live as `at` says).
+    pub fn reader(&self, at: Live) -> RowReader<'_> {
         RowReader {
             segments: &self.segments,
-            map: self.slot_map(head, head_slot),
+            map: self.slot_map(at),
             layout: &self.layout,
+            sealed: at.sealed,
+            crc: &self.crc,
         }
     }
 
-    fn slot_map(&self, head: u64, head_slot: u64) -> SlotMap {
+    fn slot_map(&self, at: Live) -> SlotMap {
         SlotMap {
             shift: self.shift,
             mask: self.mask,
             capacity: self.capacity,
-            base_index: head,
-            base_slot: head_slot,
+            base_index: at.head,
+            base_slot: at.head_slot,
         }
     }
 

@@ -73,6 +73,12 @@ class Replaystore:
     def sample(self, n):
         return self.buf.sample(n)
 
+    def settle(self):
+        # Sealed, as after a trainer's first checkpoint: every sampled row is then
+        # checked against its checksum, the cost a user pays (docs/ARCHITECTURE.md,
+        # "Checked reads"); rows added since the last flush are read on their stamps.
+        self.buf.flush()
+
     def per(self, n, new):
         b = self.buf.sample(n, beta=0.4)
         self.buf.update_priorities(b["indices"], new)
@@ -288,6 +294,7 @@ def child(lib_name, workload, quick, runs, scratch):
         fill()  # filled row by row for the sampling figures, not timed as a batch add
     else:
         timed("addB", fill, capacity)
+    getattr(b, "settle", lambda: None)()
     timed("sample", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
     b.close()
     # Only one buffer and no source rows alive from here on: a library's save may need
@@ -297,6 +304,7 @@ def child(lib_name, workload, quick, runs, scratch):
     p = fresh(True)
     for i in range(0, capacity, chunk):
         p.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
+    getattr(p, "settle", lambda: None)()
     del rows, one
     new = np.random.default_rng(1).random(batch_n)
     timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)

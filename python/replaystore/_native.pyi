@@ -106,6 +106,13 @@ class ReplayBuffer:
     def clear(self) -> None:
         """Drops every item."""
     @property
+    def read_checks(self) -> bool:
+        """Whether every read checks each item a flush has sealed against its checksum
+        (default True; a damaged row raises ``CorruptError``). False saves the check's
+        cost and serves a flipped bit as data."""
+    @read_checks.setter
+    def read_checks(self, on: bool) -> None: ...
+    @property
     def max_priority(self) -> Optional[float]:
         """The ``priority + eps`` new items get (``None`` without priorities)."""
     def sample(
@@ -214,6 +221,12 @@ class Reader:
     @property
     def pread(self) -> bool:
         """Whether rows are copied out with pread."""
+    @property
+    def read_checks(self) -> bool:
+        """Whether every read checks each sealed item against its checksum (default
+        True; a pickled reader reopens with the checks on)."""
+    @read_checks.setter
+    def read_checks(self, on: bool) -> None: ...
     def sample(
         self,
         n: int,

@@ -384,6 +384,21 @@ impl PyBuffer {
         py.detach(|| buf.clear()).map_err(to_py)
     }
 
+    /// Whether every read checks each item a flush has sealed against its checksum
+    /// (default True): a damaged row raises CorruptError naming its file and offset.
+    /// Setting it False saves the check's cost on every sample and get, and serves a
+    /// flipped bit as data: for benchmarks, or buffers verified since last written.
+    #[getter]
+    fn read_checks(&mut self) -> PyResult<bool> {
+        Ok(self.buf()?.read_checks())
+    }
+
+    #[setter]
+    fn set_read_checks(&mut self, on: bool) -> PyResult<()> {
+        self.buf()?.set_read_checks(on);
+        Ok(())
+    }
+
     /// The priority new items get: the largest `priority + eps` seen so far (`None`
     /// when the buffer keeps no priorities).
     #[getter]
@@ -927,6 +942,18 @@ impl PyReader {
     #[getter]
     fn pread(&self) -> bool {
         self.inner.row_access() == RowAccess::Pread
+    }
+
+    /// Whether every read checks each sealed item against its checksum (default True;
+    /// see `ReplayBuffer.read_checks`). A pickled reader reopens with the checks on.
+    #[getter]
+    fn read_checks(&self) -> bool {
+        self.inner.read_checks()
+    }
+
+    #[setter]
+    fn set_read_checks(&mut self, on: bool) {
+        self.inner.set_read_checks(on);
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.

@@ -56,3 +56,83 @@ def test_a_fifo_in_place_of_the_manifest_is_refused_without_hanging(tmp_path):
         rs.ReplayBuffer.open(str(tmp_path / "b"))
     with pytest.raises(rs.ForeignFileError):
         rs.Reader.open(str(tmp_path / "b"))
+
+
+def _damage_one_item(path):
+    """A sealed buffer of 40 items whose item 17 has one flipped bit on disk."""
+    with rs.ReplayBuffer.create(str(path), SCHEMA, capacity=64) as buf:
+        obs = np.arange(160, dtype=np.float32).reshape(40, 4)
+        obs[17] = 12345.5
+        buf.add_batch({"obs": obs, "reward": np.zeros(40, np.float32)})
+        buf.flush()
+    seg = path / "lane-0" / "seg-00000000.dat"
+    data = bytearray(seg.read_bytes())
+    at = data.find(np.full(4, 12345.5, np.float32).tobytes())
+    assert at > 0
+    data[at + 2] ^= 0x10
+    seg.write_bytes(bytes(data))
+    return seg
+
+
+@pytest.mark.parametrize("pread", [False, True])
+def test_a_flipped_bit_in_a_sealed_row_is_never_served(tmp_path, pread):
+    seg = _damage_one_item(tmp_path / "b")
+    with rs.ReplayBuffer.open(str(tmp_path / "b")) as buf:
+        assert buf.read_checks
+        with pytest.raises(rs.CorruptError, match="checksum mismatch") as e:
+            buf.get([17])
+        assert str(seg) in str(e.value) and "17" in str(e.value)
+        assert buf.get([16])["obs"][0][0] == 64.0
+        saw = 0
+        for _ in range(300):
+            try:
+                assert 17 not in buf.sample(16)["indices"]
+            except rs.CorruptError as err:
+                assert "checksum mismatch" in str(err)
+                saw += 1
+        assert saw > 0
+        # The opt-out serves the flipped bit as data.
+        buf.read_checks = False
+        assert not np.array_equal(buf.get([17])["obs"][0], np.full(4, 12345.5, np.float32))
+    reader = rs.Reader.open(str(tmp_path / "b"), pread=pread)
+    with pytest.raises(rs.CorruptError, match="checksum mismatch"):
+        reader.get([17])
+    reader.read_checks = False
+    assert reader.get([17])["obs"].shape == (1, 4)
+
+
+@pytest.mark.parametrize(
+    "field,value,says",
+    [
+        ("done", "yes", "expected bool values"),
+        ("done", 2, "a bool field takes True/False"),
+        ("done", [0, 1, 2], "a bool field takes True/False"),
+        ("done", 0.5, "a bool field takes True/False"),
+        ("reward", 1e300, "too large for float32"),
+        ("reward", [1.0, -1e300], "too large for float32"),
+        ("action", 1.5, "would be truncated"),
+        ("action", [1, 2**40], "does not fit int32"),
+        ("action", "3", "expected int32 values"),
+    ],
+)
+def test_a_python_value_that_would_change_on_conversion_is_refused(tmp_path, field, value, says):
+    schema = {"done": "bool", "reward": "float32", "action": "int32"}
+    with rs.ReplayBuffer.create(str(tmp_path / "b"), schema, capacity=8) as buf:
+        good = {"done": True, "reward": 0.5, "action": 3}
+        buf.add(**good)
+        with pytest.raises(rs.SchemaError, match=says):
+            if np.ndim(value) == 0:
+                buf.add(**{**good, field: value})
+            else:
+                n = len(value)
+                batch = {k: np.full(n, v, dtype=schema[k]) for k, v in good.items()}
+                buf.add_batch({**batch, field: value})
+        assert len(buf) == 1
+        # The values Python users write every day still convert.
+        buf.add(done=1, reward=1, action=np.int64(7))
+        buf.add(done=np.bool_(False), reward=float("inf"), action=True)
+        buf.add(done=0.0, reward=np.float64(0.25), action=4.0)
+        got = buf.get([1, 2, 3])
+        assert got["done"].tolist() == [True, False, False]
+        assert got["reward"].tolist() == [1.0, float("inf"), 0.25]
+        assert got["action"].tolist() == [7, 1, 4]

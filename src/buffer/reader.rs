@@ -22,7 +22,7 @@ use crate::ring::Ring;
 use crate::sample::{SampleSpec, draw_one};
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, IoRef};
-use crate::storage::map::ProgressMap;
+use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::{Missed, RowAccess, RowFiles};
 use crate::storage::{self, Manifest};
 
@@ -149,6 +149,28 @@ impl Reader {
         self.buf.ring.read_rows_from(files);
         self.rows = rows;
         Ok(())
+    }
+
+    /// Whether reads check each sealed item against its checksum (the default; see
+    /// [`ReplayBuffer::set_read_checks`], and what turning it off risks).
+    ///
+    /// ```
+    /// # use replaystore::{Config, DType, Reader, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// # let _writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8))?;
+    /// let mut reader = Reader::open(dir.path().join("b"))?;
+    /// reader.set_read_checks(false);
+    /// assert!(!reader.read_checks());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_read_checks(&mut self, on: bool) {
+        self.buf.set_read_checks(on);
+    }
+
+    /// Whether reads check sealed items against their checksums.
+    pub fn read_checks(&self) -> bool {
+        self.buf.read_checks()
     }
 
     /// How rows are copied out (see [`Reader::set_row_access`]).
@@ -447,17 +469,16 @@ impl Reader {
         let mut from = 0;
         for _ in 0..RACE_TRIES.saturating_add(indices.len()) {
             let buf = &self.buf;
-            let lost = match buf
-                .ring
-                .gather_from(buf.head, buf.head_slot, indices, outs, from)
-            {
+            let lost = match buf.ring.gather_from(buf.live_rows(), indices, outs, from) {
                 Ok(()) => return Ok(()),
-                Err(Missed::Stamp(m)) => m,
-                Err(Missed::Read(e)) => return Err(e),
+                // A stamp that moved may be the writer's; a checksum that failed under a
+                // steady stamp never is.
+                Err(Missed::Row(m)) if matches!(m.found, Found::Stamp(_)) => m,
+                Err(missed) => return Err(self.buf.stamp_error(indices, missed)),
             };
             let index = indices.get(lost.position).copied().unwrap_or(0);
             if !self.lost_race(index)? {
-                return Err(self.buf.stamp_error(indices, Missed::Stamp(lost)));
+                return Err(self.buf.stamp_error(indices, Missed::Row(lost)));
             }
             for p in lost.position..indices.len() {
                 let stale = indices.get(p).is_some_and(|&i| i < self.buf.head);

@@ -397,7 +397,7 @@ impl ReplayBuffer {
         out: &mut Transitions,
     ) -> Result<()> {
         let (head, tail, k, nstep) = (self.head, self.tail, spec.stack, spec.nstep);
-        let rows = self.ring.reader(head, self.head_slot);
+        let rows = self.ring.reader(self.live_rows());
         let table = self.episodes_ref()?;
         let layout = self.ring.layout();
         let reward = table.reward_field().and_then(|(f, dtype)| {
@@ -493,7 +493,7 @@ impl ReplayBuffer {
                 }
                 g
             });
-            let g = g.map_err(|(index, found)| self.stamp_error_at(index, found))?;
+            let g = g.map_err(|(index, found)| self.row_error(index, found))?;
             out.indices.push(j);
             if let Some(&w) = drawn_weights.get(c) {
                 out.weights.push(w);

@@ -333,7 +333,7 @@ impl ReplayBuffer {
             }
         }
         self.ring
-            .gather(self.head, self.head_slot, rows, &mut outs)
+            .gather(self.live_rows(), rows, &mut outs)
             .map_err(|m| self.stamp_error(rows, m))
     }
 

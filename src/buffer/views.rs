@@ -190,7 +190,12 @@ impl ReplayBuffer {
         let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
         let elem = spec.dtype().size();
         let first_entry = chunk.t0 - window.lookback;
-        let cap = self.superblock.capacity;
+        let rows = self.ring.reader(self.live_rows());
+        let read = [(
+            self.ring.layout().fields.get(f).map_or(0, |&(off, _)| off),
+            size,
+            0,
+        )];
         let bytes = out.bytes_mut();
         for (i, p) in positions.iter().enumerate() {
             let Some(dst) = bytes.get_mut(i * size..(i + 1) * size) else {
@@ -198,8 +203,11 @@ impl ReplayBuffer {
             };
             match *p {
                 Pos::At(p) => {
+                    // Read as every row is: its stamp, and its checksum if sealed.
                     let row = e.start + first_entry + p + shift;
-                    self.ring.read_field(row % cap, f, dst);
+                    rows.run(row, 1)
+                        .checked(|run| run.copy(row, &read, &mut [dst], 0))
+                        .map_err(|(index, found)| self.row_error(index, found))?;
                 }
                 Pos::Fill => {
                     if let Some(v) = &fill {

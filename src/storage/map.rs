@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::row::{self, ROW_CRC_OFFSET, RowLayout, STAMP_EMPTY};
 use crate::format::segment::DATA_OFFSET;
 use crate::format::tree::BODY_OFFSET as TREE_BODY_OFFSET;
+use crate::storage::crc::SpanCrc;
 use crate::storage::io::Io;
 
 /// One mapped segment file.
@@ -374,35 +375,68 @@ impl SlotMap {
     }
 }
 
-/// A row whose stamp did not name the index asked for.
+/// What a row read found in place of the item asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// The slot's stamp (before or after the copy), which did not name the index: a race
+    /// with the writer, or damage.
+    Stamp(u64),
+    /// The stamp named the index, and stayed, but the sealed row's checksum did not match
+    /// its bytes: damage, never a race (a writer stamps "being written" before it
+    /// changes a byte, and the stamp was checked after the checksum was computed).
+    Checksum {
+        /// The checksum in the row.
+        stored: u32,
+        /// The checksum of the bytes as they are.
+        computed: u32,
+    },
+}
+
+/// A row that did not hold the item asked for, and where in the index list it was.
 #[derive(Debug, Clone, Copy)]
-pub struct StampMismatch {
+pub struct RowMiss {
     /// Position in the index list.
     pub position: usize,
-    /// The stamp found (before or after the copy).
-    pub stamp: u64,
+    /// What the row held instead.
+    pub found: Found,
+}
+
+/// Checks the row at `src` against the checksum it stores for item `index`; `crc` is
+/// the routine for the layout's payload span, which starts at `from`.
+///
+/// # Safety
+/// `src` must be the start of a row of the layout, valid for reads of its stride.
+#[inline]
+unsafe fn verify_row(index: u64, src: *const u8, from: usize, crc: &SpanCrc) -> Result<(), Found> {
+    // SAFETY: the payload span ends at payload_end <= stride, and the checksum word is
+    // in the row header; both inside the row the caller vouched for.
+    let (computed, stored) = unsafe {
+        (
+            crc.crc_at(row::item_seed(index), src.add(from)),
+            u32::from_le(src.add(ROW_CRC_OFFSET).cast::<u32>().read_unaligned()),
+        )
+    };
+    if computed == stored {
+        Ok(())
+    } else {
+        Err(Found::Checksum { stored, computed })
+    }
 }
 
 /// Copies every field of the rows holding `indices` into `outs` (field-major: `outs[f]`
 /// holds field `f` of every row, row after row). Each row's stamp is checked before and
-/// after its copy. `indices` must be live for `map` (the ring checks); `outs[f]` must be
+/// after its copy, and a row below `rows.sealed` is checked against its checksum.
+/// `indices` must be live for `rows.map` (the ring checks); `outs[f]` must be
 /// `indices.len()` times field `f`'s size (the caller checks; a shorter output only makes
 /// the copy stop early).
 /// Positions before `from` are left as they are (a reader that lost a race to the
 /// writer redraws one position and gathers on from there).
 pub fn gather(
-    segments: &[SegmentMap],
-    map: SlotMap,
-    layout: &RowLayout,
+    rows: RowReader<'_>,
     indices: &[u64],
     outs: &mut [&mut [u8]],
     from: usize,
-) -> Result<(), StampMismatch> {
-    let rows = RowReader {
-        segments,
-        map,
-        layout,
-    };
+) -> Result<(), RowMiss> {
     let todo = indices.get(from..).unwrap_or(&[]);
     for &index in todo.iter().take(PREFETCH_DISTANCE) {
         rows.prefetch(index, 1);
@@ -413,7 +447,7 @@ pub fn gather(
             rows.prefetch(ahead, 1);
         }
         rows.copy(index, outs, i)
-            .map_err(|stamp| StampMismatch { position: i, stamp })?;
+            .map_err(|found| RowMiss { position: i, found })?;
     }
     Ok(())
 }
@@ -429,6 +463,11 @@ pub struct RowReader<'a> {
     pub map: SlotMap,
     /// The rows' layout.
     pub layout: &'a RowLayout,
+    /// Rows of indices below this carry their checksum (sealed by a flush), and each is
+    /// checked against it as it is read; 0 checks none.
+    pub sealed: u64,
+    /// The checksum routine for the layout's payload span.
+    pub crc: &'a SpanCrc,
 }
 
 impl<'a> RowReader<'a> {
@@ -460,18 +499,18 @@ impl<'a> RowReader<'a> {
 
     /// Copies the fields of live `index` into position `at` of `outs` (`outs[f]` holds
     /// items of field `f`'s size; an empty output skips its field), checking the row's
-    /// stamp before and after. `Err` carries the stamp found instead of `index`'s. The
-    /// one-row form of [`RowRun`], kept apart because a plain sample is nothing else.
+    /// stamp before and after, and its checksum if sealed. The one-row form of
+    /// [`RowRun`], kept apart because a plain sample is nothing else.
     #[inline(always)]
-    pub fn copy(&self, index: u64, outs: &mut [&mut [u8]], at: usize) -> Result<(), u64> {
+    pub fn copy(&self, index: u64, outs: &mut [&mut [u8]], at: usize) -> Result<(), Found> {
         let Some((seg, k)) = self.row(index) else {
-            return Err(STAMP_EMPTY);
+            return Err(Found::Stamp(STAMP_EMPTY));
         };
         let want = row::stamp_of(index);
         let stamp = seg.stamp_atomic(k);
         let before = stamp.load(Ordering::Acquire);
         if before != want {
-            return Err(before);
+            return Err(Found::Stamp(before));
         }
         let src = seg.row(k);
         for (&(off, len), out) in self.layout.fields.iter().zip(outs.iter_mut()) {
@@ -482,12 +521,18 @@ impl<'a> RowReader<'a> {
             // a caller buffer of exactly `len` bytes, disjoint from the mapping.
             unsafe { copy_small(src.add(off), dst.as_mut_ptr(), len) };
         }
+        let sound = if index < self.sealed {
+            // SAFETY: `src` is row k of a segment of this layout's stride.
+            unsafe { verify_row(index, src, self.layout.payload_span().start, self.crc) }
+        } else {
+            Ok(())
+        };
         fence(Ordering::Acquire);
         let after = stamp.load(Ordering::Relaxed);
         if after != want {
-            return Err(after);
+            return Err(Found::Stamp(after));
         }
-        Ok(())
+        sound
     }
 
     /// The `count` consecutive live rows from `first`, read as one (see [`RowRun`]).
@@ -555,11 +600,13 @@ impl RowRun<'_> {
         }
     }
 
-    /// Runs `body` between two checks that every row of the run holds its index: `Err`
-    /// names the first row whose stamp did not (index, stamp found), and then what
-    /// `body` read must not be used.
+    /// Runs `body` between two checks that every row of the run holds its index, and
+    /// checks each sealed row of the run against its checksum after `body` read it:
+    /// `Err` names the first row that did not hold its item (index, what it held), and
+    /// then what `body` read must not be used. A stamp that moved is reported before a
+    /// checksum that failed: the writer was there, so the bytes were not damage.
     #[inline(always)]
-    pub fn checked<T>(&self, body: impl FnOnce(&Self) -> T) -> Result<T, (u64, u64)> {
+    pub fn checked<T>(&self, body: impl FnOnce(&Self) -> T) -> Result<T, (u64, Found)> {
         let stamps = |order| {
             if let Some((base, stride)) = self.flat {
                 // One segment holds the run: walk it by stride, no lookup per row.
@@ -591,11 +638,24 @@ impl RowRun<'_> {
             }
             Ok(())
         };
-        stamps(Ordering::Acquire)?;
+        let stamp_found = |(index, stamp)| (index, Found::Stamp(stamp));
+        stamps(Ordering::Acquire).map_err(stamp_found)?;
         let value = body(self);
+        let sealed =
+            self.first..self.first + self.count.min(self.rows.sealed.saturating_sub(self.first));
+        let sound = sealed
+            .into_iter()
+            .try_for_each(|index| match self.ptr(index) {
+                Some((p, _)) => {
+                    let from = self.rows.layout.payload_span().start;
+                    // SAFETY: `ptr` gives the start of a mapped row of the layout's stride.
+                    unsafe { verify_row(index, p, from, self.rows.crc) }.map_err(|f| (index, f))
+                }
+                None => Err((index, Found::Stamp(STAMP_EMPTY))),
+            });
         fence(Ordering::Acquire);
-        stamps(Ordering::Relaxed)?;
-        Ok(value)
+        stamps(Ordering::Relaxed).map_err(stamp_found)?;
+        sound.map(|()| value)
     }
 
     /// Copies `fields` (each `(offset, len, output)`: a field of the layout and which of

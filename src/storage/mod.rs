@@ -2,6 +2,7 @@
 //! mapped segments and the writer lock. Every call goes through the [`io::Io`] seam.
 
 pub mod confined;
+pub mod crc;
 pub mod io;
 pub mod map;
 pub mod pread;

@@ -25,10 +25,10 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::format::row::{self, RowLayout, STAMP_EMPTY};
+use crate::format::row::{self, ROW_CRC_OFFSET, RowLayout, STAMP_EMPTY};
 use crate::format::segment::DATA_OFFSET;
 use crate::storage::io::IoRef;
-use crate::storage::map::{SegmentMap, SlotMap, StampMismatch};
+use crate::storage::map::{Found, RowMiss, SegmentMap, SlotMap};
 
 /// How a reader copies rows out of the segment files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,8 +45,9 @@ pub enum RowAccess {
 /// Why a gather stopped.
 #[derive(Debug)]
 pub enum Missed {
-    /// A row's stamp did not name the index drawn (a race with the writer, or damage).
-    Stamp(StampMismatch),
+    /// A row did not hold the index drawn: its stamp did not name it (a race with the
+    /// writer, or damage) or its checksum failed (damage).
+    Row(RowMiss),
     /// A read failed.
     Read(Error),
 }
@@ -75,29 +76,28 @@ impl RowFiles {
     }
 
     /// What [`crate::storage::map::gather`] does, with `pread`: the fields of the rows
-    /// holding `indices` into `outs` (field-major), from position `from` on.
+    /// holding `indices` into `outs` (field-major), from position `from` on, each row
+    /// below `sealed` checked against its checksum.
     pub fn gather(
         &self,
         map: SlotMap,
         layout: &RowLayout,
+        sealed: u64,
         indices: &[u64],
         outs: &mut [&mut [u8]],
         from: usize,
     ) -> Result<(), Missed> {
-        let span = layout
-            .fields
-            .iter()
-            .map(|&(off, len)| off + len)
-            .max()
-            .unwrap_or(0)
-            .clamp(8, self.stride);
+        // The row from its stamp to its last field: the checksum word and the whole
+        // payload span (header fields included) are in it.
+        let span = layout.payload_end.clamp(8, self.stride);
+        let payload = layout.payload_span();
         let mut row = vec![0u8; span];
         let mut stamp = [0u8; 8];
         for (i, &index) in indices.iter().enumerate().skip(from) {
             let (s, k) = map.locate(index);
-            let mismatch = |stamp| Missed::Stamp(StampMismatch { position: i, stamp });
+            let miss = |found| Missed::Row(RowMiss { position: i, found });
             let Some((file, path, _)) = self.files.get(s).filter(|f| k < f.2) else {
-                return Err(mismatch(STAMP_EMPTY));
+                return Err(miss(Found::Stamp(STAMP_EMPTY)));
             };
             let at = (DATA_OFFSET + k * self.stride) as u64;
             let read = |buf: &mut [u8]| {
@@ -113,11 +113,24 @@ impl RowFiles {
                     dst.copy_from_slice(src);
                 }
             }
+            let sound = if index < sealed {
+                let stored = row.get(ROW_CRC_OFFSET..ROW_CRC_OFFSET + 4);
+                let stored = stored
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u32::from_le_bytes);
+                let computed = row::item_crc(index, row.get(payload.clone()).unwrap_or(&[]));
+                (stored == computed)
+                    .then_some(())
+                    .ok_or(Found::Checksum { stored, computed })
+            } else {
+                Ok(())
+            };
             read(&mut stamp)?;
             let after = row::read_stamp(&stamp);
             if after != row::stamp_of(index) {
-                return Err(mismatch(after));
+                return Err(miss(Found::Stamp(after)));
             }
+            sound.map_err(miss)?;
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! table, each figure the median of `--runs` runs with min–max:
 //! - add1 / addB (W1): a capacity's worth of items one at a time / in chunks of 1,000
 //!   (the first run fills an empty ring, later runs wrap it);
-//! - sample: 10,000 uniform batches (W1 256, W2 32) from the full buffer;
+//! - sample: 10,000 uniform batches (W1 256, W2 32) from the full, flushed buffer, every
+//!   row checked against its checksum; "sample unchecked" the same with the checks off;
 //! - per: 10,000 iterations of a prioritized batch (alpha 0.6, beta 0.4) with weights
 //!   plus as many new priorities;
 //! - save / load / set_state at 1/16, 1/4 and full, on a prioritized buffer: save is
@@ -93,19 +94,25 @@ fn throughput(
         rows.push(add_b);
     }
     let n = if w == Workload::W1 { 256 } else { 32 };
-    let mut sample = Row::new(format!("{}-sample", w.name()), "k batches/s", data);
+    // Sealed, as a buffer is after its first checkpoint: every sampled row is checked
+    // against its checksum. The same draws unchecked give the check's cost in one sitting.
+    buf.flush()?;
     let spec = SampleSpec::new(n);
     let mut batch = Batch::new(buf.schema(), 0);
-    for _ in 0..runs {
-        let t = Instant::now();
-        for _ in 0..batches {
-            buf.sample_into(&spec, &mut batch)?;
+    for (checks, name) in [(true, "sample"), (false, "sample unchecked")] {
+        buf.set_read_checks(checks);
+        let mut sample = Row::new(format!("{}-{name}", w.name()), "k batches/s", data);
+        for _ in 0..runs {
+            let t = Instant::now();
+            for _ in 0..batches {
+                buf.sample_into(&spec, &mut batch)?;
+            }
+            sample
+                .values
+                .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
         }
-        sample
-            .values
-            .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
+        rows.push(sample);
     }
-    rows.push(sample);
     buf.close()?;
 
     let path = dir.join(format!("{}-per", w.name()));
@@ -114,6 +121,7 @@ fn throughput(
         .seed(2);
     let mut buf = ReplayBuffer::create(&path, config)?;
     w.fill(&mut buf, capacity)?;
+    buf.flush()?;
     let mut per = Row::new(format!("{}-per", w.name()), "k it/s", data);
     let spec = PrioritySpec::new(n, 0.4);
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;

@@ -480,6 +480,7 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
             "W1-add1",
             "W1-addB",
             "W1-sample",
+            "W1-sample unchecked",
             "W1-per",
             "W1-save 1/16",
             "W1-load 1/16",
