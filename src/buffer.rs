@@ -936,8 +936,9 @@ impl ReplayBuffer {
     }
 
     /// Tells readers that the lane's files were replaced (they remap): the epoch goes
-    /// to the next even number. Stored before the head and tail that go with the new
-    /// files, so a reader that loads those also sees the new epoch.
+    /// to the next even number. Whatever goes with the new files (a restore's head,
+    /// tail and sealed bound) is stored before it, under an odd epoch: a reader that
+    /// loads the new epoch then loads those, never the old range over the new files.
     fn publish_files_changed(&mut self) {
         if let Some(p) = &mut self.progress {
             let epoch = (p.load(EPOCH_OFF) | 1).wrapping_add(1);
@@ -955,12 +956,17 @@ impl ReplayBuffer {
 
     /// What a writer's open publishes: new files possibly (a restore, a recovery),
     /// the live range, what is sealed, and which process writes.
+    /// The range goes out while the epoch is odd (readers wait), then the even epoch
+    /// releases it with the files: published the other way round, a reader could map
+    /// the restored files at the new epoch and still load the old head and tail, and
+    /// take the rows those name for damage.
     fn publish_open(&mut self) {
-        self.publish_files_changed();
+        self.publish_files_changing();
         self.publish(HEAD_OFF, self.head);
         self.publish(TAIL_OFF, self.tail);
         self.publish(SEALED_OFF, self.flushed_tail);
         self.publish(PID_OFF, u64::from(std::process::id()));
+        self.publish_files_changed();
     }
 
     /// After opening: a first episode whose start is evicted (a kill came between a

@@ -141,6 +141,68 @@ fn follows_copy_on_write_and_set_state(access: RowAccess) {
     assert_reads(&mut frozen, |_| 0);
 }
 
+/// Issue 26, point 5: readers sampling while the writer restores a checkpoint over and
+/// over. A restore replaces the files and moves the live range back; a reader that saw
+/// the new files with the old range took the rows the old range named for damage
+/// ("the slot's stamp is 0x0"). Now every call succeeds, and every row holds its index.
+#[test]
+fn readers_racing_set_state_never_report_damage() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    let mut writer = tagged(&path);
+    add_tagged(&mut writer, 50, 0);
+    let state = writer.get_state_named("s").unwrap();
+    add_tagged(&mut writer, 100, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = [RowAccess::Mapped, RowAccess::Mapped, RowAccess::Pread]
+        .into_iter()
+        .map(|access| {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reader = Reader::open(&path).unwrap();
+                reader.set_row_access(access).unwrap();
+                let (mut calls, mut errors) = (0u64, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    calls += 1;
+                    match reader.sample(32) {
+                        Ok(batch) => {
+                            let xs = batch.get::<u64>("x").unwrap();
+                            for (&i, &x) in batch.indices().iter().zip(xs) {
+                                assert_eq!(x / 10, i, "{access:?}: item {i} holds {x}");
+                            }
+                        }
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                (calls, errors)
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut restores = 0u64;
+    while restores < 400 || started.elapsed() < std::time::Duration::from_secs(2) {
+        writer.set_state(&state).unwrap();
+        add_tagged(&mut writer, 50 + restores % 60, restores % 10);
+        restores += 1;
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        let (calls, errors) = r.join().unwrap();
+        assert!(calls > 0);
+        assert!(
+            errors.is_empty(),
+            "{} of {calls} calls failed over {restores} restores, first: {}",
+            errors.len(),
+            errors[0]
+        );
+    }
+}
+
 #[test]
 fn a_reader_draws_by_the_priorities_the_writer_sets() {
     let tmp = tempfile::tempdir().unwrap();
@@ -407,6 +469,48 @@ fn readers_can_be_sent_to_threads() {
         .join()
         .unwrap();
     assert_eq!(n, 0);
+}
+
+/// Issue 26, point 5: a reader opening a folder while its buffer is being created sees
+/// either the whole buffer or "not a buffer yet", never a missing file: the progress
+/// page is durable before MANIFEST makes the folder a buffer.
+#[test]
+fn a_reader_opening_during_create_sees_a_buffer_or_not_a_buffer() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Arc::new(tmp.path().to_path_buf());
+    let done = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (root, done) = (root.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (mut opened, mut not_yet) = (0u64, 0u64);
+            while !done.load(Ordering::Relaxed) {
+                for n in 0..200 {
+                    match Reader::open(root.join(format!("b{n}"))) {
+                        Ok(r) => {
+                            assert_eq!(r.live(), 0..0);
+                            opened += 1;
+                        }
+                        Err(Error::NotABuffer { .. }) => not_yet += 1,
+                        Err(e) => panic!("b{n}: {e}"),
+                    }
+                }
+            }
+            (opened, not_yet)
+        })
+    };
+    for n in 0..200 {
+        let config = Config::new(schema(), 64).segment_slots(16);
+        let path = root.join(format!("b{n}"));
+        ReplayBuffer::create(&path, config)
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let (opened, not_yet) = opener.join().unwrap();
+    assert!(opened + not_yet > 0);
 }
 
 #[test]

@@ -242,13 +242,14 @@ impl Reader {
     }
 
     /// After a row's stamp did not name `index`: whether that was a race with the
-    /// writer (the index was evicted, or files replaced, since the draw), not damage.
+    /// writer (the index was evicted, or files replaced, or a restore moved the tail
+    /// back below it, since the draw), not damage.
     fn lost_race(&mut self, index: u64) -> Result<bool> {
         // The stamp that did not match may have been loaded relaxed: this fence makes
         // what the writer published before storing it visible to the loads below.
         fence(Ordering::Acquire);
         let remapped = self.refresh_files()?;
-        Ok(remapped || index < self.buf.head)
+        Ok(remapped || index < self.buf.head || index >= self.buf.tail)
     }
 
     /// Runs `op` on the items live now, again after each lost race.
@@ -480,8 +481,11 @@ impl Reader {
             if !self.lost_race(index)? {
                 return Err(self.buf.stamp_error(indices, Missed::Row(lost)));
             }
+            // Live now, or drawn again: the head may have passed an index, and a restore
+            // may have moved the tail back below it.
+            let (head, tail) = (self.buf.head, self.buf.tail);
             for p in lost.position..indices.len() {
-                let stale = indices.get(p).is_some_and(|&i| i < self.buf.head);
+                let stale = indices.get(p).is_some_and(|&i| i < head || i >= tail);
                 if p == lost.position || stale {
                     self.draw_again(how, indices, weights, p)?;
                 }
