@@ -1896,7 +1896,15 @@ impl ReplayBuffer {
         }
         self.commit(0, true)?;
         let frozen = self.commit_record(self.generation, FLAG_CLEAN);
-        let made = snapshot::create(&*self.io, &self.dir, &self.superblock, &frozen, name);
+        let owned_tree = self.priorities.is_some();
+        let made = snapshot::create(
+            &*self.io,
+            &self.dir,
+            &self.superblock,
+            &frozen,
+            name,
+            owned_tree,
+        );
         match made {
             Ok(()) => self.ring.mark_all_shared(),
             // Some links may exist (in the temporary folder, or published but not yet

@@ -713,8 +713,19 @@ fn verify_priorities(
     report.problems.extend(leaves.iter().map(finding));
     // The tree is settled when its last owner closed it (a writer that owns it, or a
     // PriorityOwner beside actors) and the rows were closed too. An owner named in the
-    // header is running, or was killed: the next one recomputes the parents.
-    let owner = copy.counters.owner_pid;
+    // header is running, or was killed: the next one recomputes the parents. An owner
+    // word that fails its check names nobody: it is damage, and the tree is judged.
+    let owner = match &copy.owner_damage {
+        Some(p) => {
+            report.problems.push(Finding {
+                file: copy.path.clone(),
+                offset: crate::format::tree::OWNER_PID_OFF as u64,
+                what: p.to_string(),
+            });
+            0
+        }
+        None => copy.counters.owner_pid,
+    };
     let caught_up = copy.counters.caught_up;
     let settled = commit.is_clean() && owner == 0;
     if settled && caught_up < tail {

@@ -887,6 +887,8 @@ pub(crate) struct TreeCopy {
     pub path: std::path::PathBuf,
     pub header: TreeHeader,
     pub counters: TreeCounters,
+    /// Why the owner word cannot be believed (it or its check word was damaged).
+    pub owner_damage: Option<crate::format::Problem>,
     pub tree: Tree,
     pub words: Vec<f64>,
 }
@@ -898,12 +900,15 @@ impl TreeCopy {
         let shape = header
             .shape()
             .map_err(|p| p.into_error(&path, "priorities header"))?;
+        let owner_damage =
+            crate::format::tree::check_owner(&map.header(crate::format::tree::HEADER_LEN)).err();
         Ok(TreeCopy {
             words: map.copy_words(),
             tree: Tree::of(shape),
             path,
             header,
             counters,
+            owner_damage,
         })
     }
 

@@ -341,13 +341,15 @@ fn write_durable(io: &dyn Io, path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Writes snapshot `name` of the buffer in `dir`, whose newest durable commit is
-/// `commit` (already flushed: every live row sealed and synced, the tree synced).
+/// `commit` (already flushed: every live row sealed and synced, the tree synced);
+/// `owned_tree` when the caller owns the priority tree and settled it.
 pub(crate) fn create(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
     commit: &Commit,
     name: &str,
+    owned_tree: bool,
 ) -> Result<()> {
     let root = dir.join(SNAPSHOTS_DIR);
     let tmp = root.join(format!("{TMP_PREFIX}{name}"));
@@ -369,6 +371,12 @@ pub(crate) fn create(
         let (from, to) = (storage::tree_path(dir), storage::tree_path(&tmp));
         io.copy_file(&from, &to)
             .map_err(|e| Error::io("copy", &to, e))?;
+        if owned_tree {
+            // The writer settled the tree it owns before the copy: the copy names no
+            // owner, so `verify` judges its parents (an actor's copy keeps the owner's
+            // pid: it may have been taken mid-update, and is repaired when restored).
+            clear_owner(io, &to)?;
+        }
     }
     let manifest = frozen_manifest(io, dir, commit)?;
     write_durable(io, &tmp.join(MANIFEST), &manifest)?;
@@ -378,6 +386,20 @@ pub(crate) fn create(
     io.rename(&tmp, &target)
         .map_err(|e| Error::io("rename", &target, e))?;
     sync_dir(io, &root)
+}
+
+/// Zeroes the owner word (and its check word) of the tree file at `path`, durably.
+fn clear_owner(io: &dyn Io, path: &Path) -> Result<()> {
+    use crate::format::tree::{HEADER_LEN, OWNER_PID_OFF};
+    let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
+    io.write_at(
+        &file,
+        OWNER_PID_OFF as u64,
+        &[0; HEADER_LEN - OWNER_PID_OFF],
+    )
+    .map_err(|e| Error::io("write", path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", path, e))
 }
 
 /// Checks that `state` is of the buffer described by `sb` and that its snapshot exists,

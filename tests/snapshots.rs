@@ -207,7 +207,71 @@ fn a_restored_tree_whose_parents_disagree_with_its_leaves_is_repaired() {
         "{} vs {leaves}",
         p.total
     );
-    assert_sound(&dir);
+    // The live tree is sound again; the snapshot's copy is still damaged, and said so
+    // (it names no owner, so its parents are judged).
+    let report = verify(&dir).unwrap();
+    assert!(!report.problems.is_empty());
+    assert!(
+        report.problems.iter().all(|f| f.file == tree),
+        "{:#?}",
+        report.problems
+    );
+}
+
+/// Issue 26, point 6: `verify` judges what it can prove. A snapshot's copy of the tree
+/// names no owner (the writer owned and settled it), so damaged parents in it are
+/// problems, not a note about a running owner; and an owner word that fails its check
+/// is damage, so setting it cannot make a damaged live tree pass.
+#[test]
+fn verify_judges_snapshot_trees_and_trees_whose_owner_word_was_damaged() {
+    use replaystore::format::tree::{BODY_OFFSET, OWNER_CHECK_OFF, OWNER_PID_OFF};
+    use replaystore::{VerifyOptions, verify_opts};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    add_range(&mut buf, 0, 40);
+    let live: Vec<u64> = buf.live().collect();
+    let new: Vec<f64> = live.iter().map(|&i| 1.0 + (i % 5) as f64).collect();
+    buf.update_priorities(&live, &new).unwrap();
+    let state = buf.get_state().unwrap();
+    let copy = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let mut bytes = std::fs::read(&copy).unwrap();
+    assert!(
+        bytes[OWNER_PID_OFF..OWNER_CHECK_OFF + 4]
+            .iter()
+            .all(|&b| b == 0)
+    );
+    bytes[BODY_OFFSET..BODY_OFFSET + 8].copy_from_slice(&12_345.0f64.to_le_bytes());
+    std::fs::write(&copy, &bytes).unwrap();
+    let deep = VerifyOptions {
+        deep: true,
+        ..VerifyOptions::default()
+    };
+    let report = verify_opts(&dir, &deep).unwrap();
+    assert!(
+        (report.problems.iter()).any(|p| p.file == copy && p.what.contains("stored 12345")),
+        "{report:#?}"
+    );
+    buf.close().unwrap();
+
+    // The live tree of a closed buffer: a damaged root is a problem; naming an owner
+    // without its check word hides nothing.
+    let tree = dir.join("priorities.tree");
+    let mut bytes = std::fs::read(&tree).unwrap();
+    bytes[BODY_OFFSET..BODY_OFFSET + 8].copy_from_slice(&12_345.0f64.to_le_bytes());
+    std::fs::write(&tree, &bytes).unwrap();
+    let parent_found = |r: &replaystore::Report| {
+        (r.problems.iter()).any(|p| p.file == tree && p.what.contains("stored 12345"))
+    };
+    assert!(parent_found(&verify(&dir).unwrap()));
+    bytes[OWNER_PID_OFF..OWNER_PID_OFF + 8].copy_from_slice(&4242u64.to_le_bytes());
+    std::fs::write(&tree, &bytes).unwrap();
+    let report = verify(&dir).unwrap();
+    assert!(parent_found(&report), "{report:#?}");
+    assert!(
+        (report.problems.iter()).any(|p| p.file == tree && p.what.contains("owner_pid")),
+        "{report:#?}"
+    );
 }
 
 const PROCESS_ENV: &str = "REPLAYSTORE_SNAPSHOT_READER";

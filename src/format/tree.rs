@@ -26,7 +26,13 @@
 //!        tree's owner (new items at max_priority, reset rows 0); items from here on
 //!        have not, and the owner sets them before its next draw or update
 //! 96  8  owner_pid: the process holding `priorities.lock` (0: none, or unknown)
+//! 104 4  owner_check: crc32(owner_pid) ^ crc32(eight zero bytes), so 0 with no owner:
+//!        written with owner_pid. A flipped bit in either word is damage, not an owner
+//!        (a named owner makes `verify` hold back its judgement of the parents)
 //! ```
+//! A snapshot's copy of the tree names no owner when the writer that took it owned the
+//! tree (the copy is settled); an actor's checkpoint, copied while a `PriorityOwner` may
+//! have been writing, keeps that owner's pid, and is repaired when restored.
 //! A level of `n` values is stored as `n` words rounded up to a multiple of the arity
 //! (whole nodes; padding is 0) and starts on a 64-byte boundary. Value `j` of level `l`
 //! is the sum (min) of values `j*K .. j*K+K` of level `l+1`. The root total is the sum
@@ -61,8 +67,10 @@ pub const UPDATES_OFF: usize = STALE_UPDATES_OFF + 8;
 pub const CAUGHT_UP_OFF: usize = UPDATES_OFF + 8;
 /// Offset of the mutable `owner_pid` word.
 pub const OWNER_PID_OFF: usize = CAUGHT_UP_OFF + 8;
+/// Offset of the check word of `owner_pid` (see [`owner_check`]).
+pub const OWNER_CHECK_OFF: usize = OWNER_PID_OFF + 8;
 /// Bytes of the header that carry data.
-pub const HEADER_LEN: usize = OWNER_PID_OFF + 8;
+pub const HEADER_LEN: usize = OWNER_CHECK_OFF + 4;
 /// Offset of the tree body.
 pub const BODY_OFFSET: usize = 4096;
 /// Arities this build reads and writes.
@@ -204,6 +212,37 @@ pub fn encode_counters(page: &mut [u8], c: &TreeCounters) {
     w.u64(UPDATES_OFF, c.updates);
     w.u64(CAUGHT_UP_OFF, c.caught_up);
     w.u64(OWNER_PID_OFF, c.owner_pid);
+    w.u32(OWNER_CHECK_OFF, owner_check(c.owner_pid));
+}
+
+/// The check word stored beside `owner_pid`: its CRC-32, shifted so that no owner (0)
+/// checks as 0, which is what every file made before the word existed holds.
+///
+/// ```
+/// use replaystore::format::tree::owner_check;
+/// assert_eq!(owner_check(0), 0);
+/// assert_ne!(owner_check(1), 0);
+/// ```
+pub fn owner_check(pid: u64) -> u32 {
+    crc32(&pid.to_le_bytes()) ^ crc32(&[0; 8])
+}
+
+/// Checks the owner word of a header page against its check word: `Err` when either
+/// was damaged (then the owner it names means nothing).
+pub fn check_owner(page: &[u8]) -> Result<(), Problem> {
+    let r = Bytes(page);
+    let pid = r.u64(OWNER_PID_OFF).unwrap_or(0);
+    let stored = r.u32(OWNER_CHECK_OFF).unwrap_or(0);
+    if stored == owner_check(pid) {
+        Ok(())
+    } else {
+        Err(Problem::Field {
+            offset: OWNER_PID_OFF as u64,
+            name: "owner_pid",
+            expected: format!("an owner whose check word is {stored:#010x}"),
+            got: format!("{pid}, whose check word is {:#010x}", owner_check(pid)),
+        })
+    }
 }
 
 /// Reads the mutable header fields (unchecked; `TreeHeader::decode` checks them).
@@ -383,6 +422,31 @@ mod tests {
         };
         encode_counters(&mut page, &c);
         assert_eq!(TreeHeader::decode(&page).unwrap().1, c);
+        assert_eq!(check_owner(&page), Ok(()));
+        // A flipped bit in the owner or its check word is damage.
+        for off in [
+            OWNER_PID_OFF,
+            OWNER_PID_OFF + 7,
+            OWNER_CHECK_OFF,
+            OWNER_CHECK_OFF + 3,
+        ] {
+            let mut bad = page.clone();
+            bad[off] ^= 0x10;
+            assert!(
+                matches!(
+                    check_owner(&bad),
+                    Err(Problem::Field {
+                        name: "owner_pid",
+                        ..
+                    })
+                ),
+                "byte {off}"
+            );
+        }
+        // A page of a build before the word: no owner, check 0.
+        let mut old = page.clone();
+        old[OWNER_PID_OFF..OWNER_CHECK_OFF + 4].fill(0);
+        assert_eq!(check_owner(&old), Ok(()));
         encode_counters(
             &mut page,
             &TreeCounters {
