@@ -336,6 +336,9 @@ impl SlotProbe for Ring {
 
 const INLINE_FIELDS: usize = 16;
 
+/// Names a field may not have: what every sample returns beside the fields.
+pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
+
 /// Eviction records closer together than this make the next one cover twice as many
 /// evictions (see `ReplayBuffer::write_eviction`): at most ~2% of a fast writer's time.
 const EVICT_SPACING: Duration = Duration::from_millis(20);
@@ -383,6 +386,17 @@ impl ReplayBuffer {
         }
         if let Some(p) = &config.priorities {
             p.check()?;
+        }
+        let fields = config.schema.fields().iter();
+        if let Some(name) = fields
+            .map(|f| f.name())
+            .find(|n| RESERVED_NAMES.contains(n))
+        {
+            return Err(Error::InvalidSchema(format!(
+                "field {name:?}: every sample returns its own {name:?} beside the fields \
+                 (a dict key in Python, which the field would hide or be hidden by): \
+                 rename the field"
+            )));
         }
         if config.fragments && config.is_episodic() {
             return Err(Error::InvalidConfig {

@@ -225,6 +225,19 @@ pub(crate) fn match_some_columns(
                 got: c.bytes.len(),
             });
         }
+        // A bool is stored as the byte 0 or 1, and read back as a Rust or NumPy bool,
+        // which must never see another byte (bytes from `Column::from_bytes`, an
+        // imported `.npy` or a reinterpreted array can hold anything).
+        if field.dtype() == DType::Bool
+            && let Some(element) = c.bytes.iter().position(|&b| b > 1)
+        {
+            return Err(Error::BadValue {
+                field: field.name().to_owned(),
+                element,
+                expected: "a bool: byte 0 or 1",
+                got: format!("byte {}", c.bytes.get(element).copied().unwrap_or(0)),
+            });
+        }
         match rows {
             None => rows = Some((n, field.name())),
             Some((first, first_field)) if first != n => {

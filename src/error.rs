@@ -272,6 +272,19 @@ pub enum Error {
         got: usize,
     },
 
+    /// A value no item of the field may hold (a bool byte other than 0 or 1).
+    #[error("field {field:?}, element {element}: expected {expected}, got {got}")]
+    BadValue {
+        /// The field.
+        field: String,
+        /// Position of the value in the column, elements from its start.
+        element: usize,
+        /// What the field's values may be.
+        expected: &'static str,
+        /// What was given.
+        got: String,
+    },
+
     /// The columns of a batch have different lengths.
     #[error("ragged batch: field {field:?} has {got} rows, field {first_field:?} has {expected}")]
     RaggedBatch {

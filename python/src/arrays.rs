@@ -108,13 +108,17 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
         let b = value.extract::<bool>().ok()?;
         return (dtype == DType::Bool).then(|| dtype.encode_f64(f64::from(u8::from(b))));
     }
+    // A finite value float32 cannot hold is left to the checked conversion, which
+    // refuses it (stored, it would read back as infinity).
+    let fits = |v: f64| dtype != DType::F32 || !v.is_finite() || (v as f32).is_finite();
     if value.is_instance_of::<PyFloat>() {
         let v = value.extract::<f64>().ok()?;
-        return matches!(dtype, DType::F32 | DType::F64).then(|| dtype.encode_f64(v));
+        return (matches!(dtype, DType::F32 | DType::F64) && fits(v)).then(|| dtype.encode_f64(v));
     }
     if value.is_instance_of::<PyInt>() {
         if matches!(dtype, DType::F32 | DType::F64) {
-            return Some(dtype.encode_f64(value.extract::<f64>().ok()?));
+            let v = value.extract::<f64>().ok()?;
+            return fits(v).then(|| dtype.encode_f64(v));
         }
         let v = value.extract::<i128>().ok()?;
         let fits = |lo: i128, hi: i128| (lo..=hi).contains(&v);
@@ -141,7 +145,7 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
 
 /// Reads `value` for `field`: an ndarray must already have the field's dtype and be
 /// C-contiguous (it is then read in place); Python scalars and lists are converted to
-/// the field's dtype.
+/// the field's dtype when no value changes (`replaystore._convert`).
 pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
     if let Some(bytes) = scalar(field, value) {
         return Ok(Input {
@@ -153,10 +157,15 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
     let array = match value.cast::<PyUntypedArray>() {
         Ok(a) => a,
         Err(_) => {
+            // Checked: NumPy's own conversion would store "yes" or 2 as True and 1e300
+            // as float32 infinity.
             converted = value
                 .py()
-                .import("numpy")?
-                .call_method1("asarray", (value, field.dtype().numpy_str()))?
+                .import("replaystore._convert")?
+                .call_method1(
+                    "field_array",
+                    (value, field.dtype().numpy_str(), field.name()),
+                )?
                 .cast_into::<PyUntypedArray>()
                 .map_err(PyErr::from)?;
             &converted

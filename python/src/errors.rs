@@ -109,6 +109,7 @@ pub fn to_py(e: E) -> PyErr {
         | E::DTypeMismatch { .. }
         | E::ShapeMismatch { .. }
         | E::LengthMismatch { .. }
+        | E::BadValue { .. }
         | E::RaggedBatch { .. }
         | E::OutputSize { .. } => SchemaError::new_err(msg),
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),

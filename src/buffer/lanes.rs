@@ -260,10 +260,14 @@ impl Lanes<ReplayBuffer> {
                 field: "lanes",
                 problem: format!("{lanes} is not in 1..={MAX_LANES}"),
             })?;
-        if config.capacity == 0 {
+        if config.capacity < u64::from(count) {
             return Err(Error::InvalidConfig {
                 field: "capacity",
-                problem: "0 items".into(),
+                problem: format!(
+                    "{} items for {count} lanes: each lane holds at least one, so the \
+                     buffer would hold {count}",
+                    config.capacity
+                ),
             });
         }
         let io = config.io.clone().unwrap_or_else(io::os);

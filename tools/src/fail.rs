@@ -145,6 +145,7 @@ pub fn engine_code(e: &Error) -> u8 {
         | Error::Evicted { .. }
         | Error::InvalidSample(_)
         | Error::TooLarge { .. }
+        | Error::BadValue { .. }
         | Error::NotYetAdded { .. } => 2,
         _ => 8,
     }

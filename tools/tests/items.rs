@@ -616,6 +616,34 @@ fn import_refuses_a_bad_archive_and_leaves_no_buffer() {
             .collect();
         assert!(leftovers.is_empty(), "{name}: {leftovers:?}");
     }
+    // Arrays that are well formed but hold what no buffer may: a field named as a
+    // sample's own key, a bool byte other than 0 or 1. Refused as bad input (exit 2),
+    // leaving nothing behind.
+    let bools = npy(
+        "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
+        &[0, 2, 1],
+    );
+    let refused: [(&str, Vec<u8>, &str); 2] = [
+        (
+            "indices-field",
+            zip(&[("indices.npy", f4(4))]),
+            "every sample returns its own \"indices\"",
+        ),
+        (
+            "bool-byte-2",
+            zip(&[("done.npy", bools)]),
+            "element 1: expected a bool",
+        ),
+    ];
+    for (name, bytes, says) in refused {
+        let src = d.path().join(format!("{name}.npz"));
+        std::fs::write(&src, bytes).unwrap();
+        let dir = d.path().join(name);
+        let o = run(&["import", s(&src), s(&dir)]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", text(&o));
+        assert!(text(&o).contains(says), "{name}: {}", text(&o));
+        assert!(!dir.exists(), "{name}: no buffer left behind");
+    }
     // The good archive imports; a second import onto the buffer is refused and the
     // buffer keeps its items.
     let src = d.path().join("good.npz");
