@@ -2105,7 +2105,10 @@ impl ReplayBuffer {
     /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
     /// (A read-only snapshot has nothing to flush.)
     pub fn close(mut self) -> Result<()> {
-        if self.lock.is_none() {
+        if self.lock.is_none() || self.closed {
+            // Read-only, or already let go by a set_state that failed part way: its
+            // files are the next open's to finish (the restore intent says how), and
+            // nothing of this handle is left to commit.
             self.closed = true;
             return Ok(());
         }
@@ -2203,6 +2206,7 @@ fn write_new_buffer(
         .map_err(|e| Error::io("write", &tmp, e))?;
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    crate::killpoint::hit("create-before-manifest");
     let path = dir.join(MANIFEST);
     io.rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, e))?;
@@ -2215,18 +2219,30 @@ fn write_new_buffer(
 pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
     io.create_dir_all(dir)
         .map_err(|e| Error::io("create directory", dir, e))?;
-    if let Some((name, _)) = io
+    let entries = io
         .list_dir(dir)
-        .map_err(|e| Error::io("read directory", dir, e))?
-        .into_iter()
-        .next()
-    {
-        return Err(Error::AlreadyExists {
-            what: format!("the directory is not empty (it has {name:?})"),
-            dir: dir.to_path_buf(),
-        });
+        .map_err(|e| Error::io("read directory", dir, e))?;
+    let Some((name, _)) = entries.first() else {
+        return Ok(());
+    };
+    let has = |n: &str| entries.iter().any(|(e, _)| e == n);
+    if !has(MANIFEST) && has(storage::LOCK) {
+        // A create killed before it published MANIFEST: its files and no buffer, so
+        // neither open (no MANIFEST) nor create (not empty) would take the folder.
+        // Its lock says whether that create still runs (then this is `Locked`); if
+        // not, the folder is cleared (only if it holds nothing but the engine's own
+        // names) and made again.
+        let lock = storage::lock(io, dir)?;
+        crate::snapshot::remove_tree(io, dir)?;
+        drop(lock);
+        return io
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir, e));
     }
-    Ok(())
+    Err(Error::AlreadyExists {
+        what: format!("the directory is not empty (it has {name:?})"),
+        dir: dir.to_path_buf(),
+    })
 }
 
 /// Refuses, before a byte is reserved, a buffer whose files the disk cannot hold (or

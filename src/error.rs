@@ -80,7 +80,11 @@ pub enum Error {
     },
 
     /// The directory holds no replay buffer (no manifest).
-    #[error("{} is not a replaystore buffer: no MANIFEST file", dir.display())]
+    #[error(
+        "{} is not a replaystore buffer: no MANIFEST file (where a create was cut short, \
+         creating the buffer again reuses the folder)",
+        dir.display()
+    )]
     NotABuffer {
         /// The directory that was opened.
         dir: PathBuf,
@@ -556,6 +560,30 @@ pub enum Error {
 
 impl Error {
     /// Wraps an I/O error with the path and operation it came from.
+    /// Whether the disk was full: `DiskFull` (a reservation refused up front), or a
+    /// write, copy or sync that failed with ENOSPC (a checkpoint's copy, a restore's
+    /// files). Either way, freeing space and trying again is the remedy.
+    ///
+    /// ```
+    /// use replaystore::Error;
+    /// let e = Error::Io {
+    ///     path: "b/MANIFEST".into(),
+    ///     op: "write",
+    ///     source: std::io::Error::from_raw_os_error(28),
+    /// };
+    /// assert!(e.is_disk_full());
+    /// ```
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::DiskFull { .. } => true,
+            Error::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.raw_os_error() == Some(28)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         if let Some(f) = crate::storage::confined::foreign_of(&source) {
             return Error::ForeignFile {

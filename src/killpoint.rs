@@ -8,7 +8,8 @@
 //! not), `commit-written` (a commit slot written, not yet fdatasynced),
 //! `eviction-written` (an eviction record written, not yet fdatasynced),
 //! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
-//! `restore-mid-links` (a restore's first segment replaced, the others not).
+//! `restore-mid-links` (a restore's first segment replaced, the others not),
+//! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published).
 
 /// Kills the process here if the environment names this point and count.
 #[cfg(feature = "kill-points")]

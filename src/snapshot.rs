@@ -355,20 +355,41 @@ pub(crate) fn create(
     let tmp = root.join(format!("{TMP_PREFIX}{name}"));
     // A kill during an earlier attempt at this name may have left a partial folder.
     remove_tree(io, &tmp)?;
+    let made = write_snapshot(io, dir, sb, commit, &tmp, name, owned_tree);
+    if made.is_err() {
+        // A failure before the rename (a full disk mid-copy) leaves the partial folder's
+        // links counting against every segment until the next open cleans it: remove
+        // it now. Best effort: the error that stopped the snapshot is the one to report.
+        let _ = remove_tree(io, &tmp);
+    }
+    made
+}
+
+/// The steps of [`create`] after the temporary folder `tmp` is cleared.
+fn write_snapshot(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    commit: &Commit,
+    tmp: &Path,
+    name: &str,
+    owned_tree: bool,
+) -> Result<()> {
+    let root = dir.join(SNAPSHOTS_DIR);
     let lane = tmp.join(LANE_DIR);
     io.create_dir_all(&lane)
         .map_err(|e| Error::io("create directory", &lane, e))?;
     for n in 0..sb.segment_count {
         let (from, to) = (
             storage::segment_path(dir, n),
-            storage::segment_path(&tmp, n),
+            storage::segment_path(tmp, n),
         );
         io.hard_link(&from, &to)
             .map_err(|e| Error::io("hard link", &to, e))?;
         crate::killpoint::hit("snapshot-mid-links");
     }
     if sb.prioritized {
-        let (from, to) = (storage::tree_path(dir), storage::tree_path(&tmp));
+        let (from, to) = (storage::tree_path(dir), storage::tree_path(tmp));
         io.copy_file(&from, &to)
             .map_err(|e| Error::io("copy", &to, e))?;
         if owned_tree {
@@ -381,9 +402,9 @@ pub(crate) fn create(
     let manifest = frozen_manifest(io, dir, commit)?;
     write_durable(io, &tmp.join(MANIFEST), &manifest)?;
     sync_dir(io, &lane)?;
-    sync_dir(io, &tmp)?;
+    sync_dir(io, tmp)?;
     let target = root.join(name);
-    io.rename(&tmp, &target)
+    io.rename(tmp, &target)
         .map_err(|e| Error::io("rename", &target, e))?;
     sync_dir(io, &root)
 }

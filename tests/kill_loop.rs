@@ -289,6 +289,47 @@ fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
     }
 }
 
+/// The child of the create kill: creates the buffer `dir` (and is killed before its
+/// MANIFEST is published).
+#[test]
+fn kill_create_child() {
+    if let Ok(dir) = std::env::var(CREATE_CHILD_ENV) {
+        create(Path::new(&dir));
+    }
+}
+
+const CREATE_CHILD_ENV: &str = "REPLAYSTORE_KILL_CREATE_CHILD";
+
+/// Issue 26, point 7: a create killed before MANIFEST leaves a folder that open calls
+/// "not a buffer" (saying that creating again reuses it), and that create takes back
+/// once no process holds its lock; the buffer made then is sound.
+#[cfg(feature = "kill-points")]
+#[test]
+fn a_create_killed_before_its_manifest_is_created_again_in_the_same_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let (mut child, mut out) = common::spawn_child_env(
+        "kill_create_child",
+        &[
+            (CREATE_CHILD_ENV, dir.clone().into_os_string()),
+            ("REPLAYSTORE_KILL_POINT", "create-before-manifest:1".into()),
+        ],
+    );
+    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    assert!(!child.wait().unwrap().success(), "the child was not killed");
+    assert!(dir.join("LOCK").exists() && !dir.join("MANIFEST").exists());
+    let e = ReplayBuffer::open(&dir).unwrap_err();
+    assert!(
+        e.to_string().contains("creating the buffer again reuses"),
+        "{e}"
+    );
+    create(&dir);
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(buf.live(), 0..0);
+    drop(buf);
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+}
+
 /// Kills at each named point, at several counts: the child aborts exactly there.
 #[cfg(feature = "kill-points")]
 #[test]

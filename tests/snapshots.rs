@@ -871,3 +871,44 @@ fn open_at_state_refuses_a_damaged_snapshot_and_changes_nothing() {
     let buf = ReplayBuffer::open_at_state(&dir, &state).unwrap();
     assert_eq!(buf.live(), 0..30);
 }
+
+/// Issue 26, point 7: a checkpoint that meets a full disk is a disk-full error (Python's
+/// `DiskFullError`, the CLI's exit 7), leaves no partial snapshot behind, and costs
+/// nothing stored; a restore that meets one leaves a handle that closes quietly, and
+/// the next open finishes the restore.
+#[test]
+fn a_full_disk_during_get_state_or_set_state_is_disk_full_and_leaves_nothing_behind() {
+    use replaystore::storage::io::FaultyIo;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    // The first tree copy (get_state) fails with ENOSPC.
+    let io = Arc::new(FaultyIo::fail_once(0).only("copy_file").errno(28));
+    let mut buf = ReplayBuffer::create(&dir, config().io(io)).unwrap();
+    add_range(&mut buf, 0, 20);
+    let e = buf.get_state_named("full").unwrap_err();
+    assert!(e.is_disk_full(), "{e}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.join("snapshots"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Nothing is shared with a half-made snapshot: the ring goes on, and the next
+    // checkpoint works.
+    add_range(&mut buf, 20, 30);
+    let state = buf.get_state_named("s").unwrap();
+    add_range(&mut buf, 30, 40);
+    assert_live_items_intact(&buf);
+    buf.close().unwrap();
+
+    // The first link of a restore fails with ENOSPC.
+    let io = Arc::new(FaultyIo::fail_once(0).only("hard_link").errno(28));
+    let mut buf = ReplayBuffer::open_with(&dir, io).unwrap();
+    let e = buf.set_state(&state).unwrap_err();
+    assert!(e.is_disk_full(), "{e}");
+    buf.close().unwrap();
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(buf.live(), 0..30, "the next open finishes the restore");
+    assert_live_items_intact(&buf);
+    drop(buf);
+    assert_sound(&dir);
+}

@@ -131,8 +131,7 @@ pub fn engine_code(e: &Error) -> u8 {
         | Error::BadSnapshot { .. }
         | Error::ForeignFile { .. }
         | Error::Poisoned { .. } => 6,
-        Error::DiskFull { .. } => 7,
-        Error::Io { source, .. } if is_disk_full(source) => 7,
+        e if e.is_disk_full() => 7,
         Error::InvalidConfig { .. }
         | Error::InvalidSchema(_)
         | Error::NoSuchLane { .. }

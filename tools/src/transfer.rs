@@ -198,14 +198,55 @@ fn refuse_special_output(out: &Path) -> Result<(), Failure> {
     )))
 }
 
+/// `.NAME.tmp-PID` beside `path`: where an export or import writes before its rename.
+/// Such names left by a killed run (its process gone) are removed first, so a killed
+/// import leaves no half-made buffer behind for longer than the next run.
 fn temp_name(path: &Path) -> Result<PathBuf, Failure> {
     let name = path
         .file_name()
         .ok_or_else(|| Failure::Usage(format!("{}: not a file name", path.display())))?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".tmp-{}", std::process::id()));
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(".tmp-");
+    clear_stale_temps(path, &prefix);
+    let mut tmp = prefix;
+    tmp.push(std::process::id().to_string());
     Ok(path.with_file_name(tmp))
+}
+
+/// Removes `PREFIX<pid>` entries beside `path` whose process no longer runs. Best
+/// effort: one that cannot be removed stays, as before. A live process's is never
+/// touched (another import running now), nor is any name that does not end in a pid.
+fn clear_stale_temps(path: &Path, prefix: &std::ffi::OsStr) {
+    use std::os::unix::ffi::OsStrExt;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .as_bytes()
+            .strip_prefix(prefix.as_bytes())
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let stale = entry.path();
+        // Never through a link: a link in its place is removed as the link.
+        let _ = match std::fs::symlink_metadata(&stale) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&stale),
+            Ok(_) => std::fs::remove_file(&stale),
+            Err(e) => Err(e),
+        };
+    }
 }
 
 /// What `import` was asked for.

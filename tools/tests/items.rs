@@ -644,6 +644,22 @@ fn import_refuses_a_bad_archive_and_leaves_no_buffer() {
         assert!(text(&o).contains(says), "{name}: {}", text(&o));
         assert!(!dir.exists(), "{name}: no buffer left behind");
     }
+    // A killed import's half-made buffer (its process gone) is cleared by the next
+    // import to the same place; a running one's is left alone.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = d.path().join(format!(".again.tmp-{dead}"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("MANIFEST.tmp"), b"half").unwrap();
+    let running = d.path().join(format!(".again.tmp-{}", std::process::id()));
+    std::fs::create_dir(&running).unwrap();
+    let src = d.path().join("again.npz");
+    std::fs::write(&src, &good).unwrap();
+    let o = run(&["import", s(&src), s(&d.path().join("again"))]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stale.exists(), "the dead import's folder was cleared");
+    assert!(running.exists(), "a live process's folder is never touched");
     // The good archive imports; a second import onto the buffer is refused and the
     // buffer keeps its items.
     let src = d.path().join("good.npz");
