@@ -84,6 +84,11 @@ create_exception!(
 /// The Python exception for an engine error.
 pub fn to_py(e: E) -> PyErr {
     let msg = e.to_string();
+    if e.is_disk_full() {
+        // A reservation refused up front, or a checkpoint's write that hit ENOSPC: the
+        // same remedy, so the same class.
+        return DiskFullError::new_err(msg);
+    }
     match e {
         E::NotABuffer { .. } | E::IsLanes { .. } => NotABufferError::new_err(msg),
         E::UnsupportedVersion {
@@ -101,7 +106,6 @@ pub fn to_py(e: E) -> PyErr {
         E::ForeignFile { .. } => ForeignFileError::new_err(msg),
         // As NumPy answers np.empty(2**45): the size, not the buffer, is at fault.
         E::TooLarge { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
-        E::DiskFull { .. } => DiskFullError::new_err(msg),
         E::InvalidSchema(_)
         | E::MissingField { .. }
         | E::UnknownField { .. }
