@@ -15,7 +15,7 @@ trap 'rm -rf "$scratch"' EXIT
 for t in $(cargo fuzz list); do
   mkdir -p "corpus/$t" "$scratch/$t"
   cargo fuzz run -O "$t" "$scratch/$t" "corpus/$t" -- \
-    -max_total_time="$secs" -max_len=512 -rss_limit_mb=2048 -print_final_stats=1 \
+    -max_total_time="$secs" -max_len=512 -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
     2>"$scratch/$t.log" || { tail -40 "$scratch/$t.log"; exit 1; }
   runs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$scratch/$t.log" | grep -o '[0-9]*$')"
   echo "fuzz $t: $runs executions in ${secs}s, no crash"

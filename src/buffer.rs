@@ -698,6 +698,8 @@ impl ReplayBuffer {
         };
         let manifest_path = dir.join(MANIFEST);
         let manifest = if access.writes_file() {
+            // Commits are written in place: never into another name of the file.
+            storage::sole_name(&*io, &manifest_path)?;
             Some(
                 io.open_rw(&manifest_path)
                     .map_err(|e| Error::io("open", &manifest_path, e))?,

@@ -35,7 +35,7 @@ const TMP_PREFIX: &str = ".tmp-";
 /// Prefix of a snapshot folder being deleted.
 const DEL_PREFIX: &str = ".del-";
 /// Extension of a live file being put in place by a restore.
-const RESTORE_EXT: &str = "restore";
+pub(crate) const RESTORE_EXT: &str = "restore";
 /// Extension of a segment being copied before its first store (copy-on-write).
 pub(crate) const COW_EXT: &str = "cow";
 
@@ -380,10 +380,7 @@ fn write_snapshot(
     io.create_dir_all(&lane)
         .map_err(|e| Error::io("create directory", &lane, e))?;
     for n in 0..sb.segment_count {
-        let (from, to) = (
-            storage::segment_path(dir, n),
-            storage::segment_path(tmp, n),
-        );
+        let (from, to) = (storage::segment_path(dir, n), storage::segment_path(tmp, n));
         io.hard_link(&from, &to)
             .map_err(|e| Error::io("hard link", &to, e))?;
         crate::killpoint::hit("snapshot-mid-links");

@@ -311,6 +311,42 @@ fn a_buffer_reached_through_links_the_user_chose_works_in_full() {
     assert!(root.path().join("new/MANIFEST").is_file());
 }
 
+/// A buffer copied with `cp -al` (every file a hard link to the original's) is written
+/// without changing a byte of the original: segments are copied before their first
+/// store, MANIFEST and the tree are given a name of their own before any write in
+/// place, and the progress page is made anew. The fuzz target `folder_tree` found the
+/// progress page written through a hard link to a file outside the buffer.
+#[test]
+fn a_hard_linked_copy_of_a_buffer_never_writes_into_the_original() {
+    let root = tempfile::tempdir().unwrap();
+    let original = fixture(root.path());
+    let copy = root.path().join("copy");
+    let status = std::process::Command::new("cp")
+        .args(["-al"])
+        .arg(&original)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let before = fingerprint(&original);
+    let mut buf = ReplayBuffer::open(&copy).unwrap();
+    add_range(&mut buf, 100, 130);
+    let live: Vec<u64> = buf.live().collect();
+    buf.update_priorities(&live, &vec![2.0f64; live.len()])
+        .unwrap();
+    buf.get_state_named("s2").unwrap();
+    buf.close().unwrap();
+    let after = fingerprint(&original);
+    let changed: Vec<_> = (before.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert!(changed.is_empty(), "the original changed: {changed:?}");
+    assert!(verify(&original).unwrap().is_sound());
+    assert!(verify(&copy).unwrap().is_sound());
+    assert_eq!(ReplayBuffer::open(&original).unwrap().live(), 0..100);
+    assert_eq!(ReplayBuffer::open(&copy).unwrap().live(), 30..130);
+}
+
 /// One planted entry: where, and what.
 #[derive(Debug, Clone)]
 enum Plant {

@@ -221,3 +221,99 @@ fn every_bit_flip_and_cut_of_the_metadata_is_detected() {
         flips.detected, flips.tried, cuts.detected, cuts.tried
     );
 }
+
+/// Every file of a buffer and its snapshot (MANIFEST, every segment, the tree, the
+/// progress page, the lock, the snapshot's MANIFEST, segments and tree), replaced in
+/// turn by a symbolic link to a copy of itself outside the buffer, a FIFO or a folder:
+/// inspect, verify, open and a reader's open each return (within 20 s: a FIFO must not
+/// hang them) a value or a typed error, and whatever refuses names the replaced path as
+/// a foreign file. Issue 26: the sweep of kinds, beside the sweep of bits.
+#[test]
+fn every_file_replaced_by_a_link_a_fifo_or_a_folder_is_refused_naming_it() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    fixture(&dir);
+    let mut files = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                files.push(e.path());
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let (mut tried, mut refused) = (0, 0);
+    for file in &files {
+        let good = std::fs::read(file).unwrap();
+        for kind in ["link", "fifo", "folder"] {
+            std::fs::remove_file(file).unwrap();
+            match kind {
+                "link" => {
+                    let target = outside.join(file.file_name().unwrap());
+                    std::fs::write(&target, &good).unwrap();
+                    symlink(&target, file).unwrap();
+                }
+                "fifo" => {
+                    let ok = std::process::Command::new("mkfifo").arg(file).status();
+                    assert!(ok.unwrap().success());
+                }
+                _ => std::fs::create_dir(file).unwrap(),
+            }
+            let d = dir.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let errors: Vec<Error> = [
+                    replaystore::inspect(&d).err(),
+                    replaystore::verify(&d).err(),
+                    ReplayBuffer::open(&d).err(),
+                    replaystore::Reader::open(&d).err(),
+                    ReplayBuffer::open_snapshot(&d, "s").err(),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                let _ = tx.send(errors);
+            });
+            let errors = rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{kind} at {}: a call hung", file.display()));
+            tried += 1;
+            // A snapshot's file is refused inside the snapshot's error.
+            let foreign = |e: &Error| match e {
+                Error::BadSnapshot { source, .. } => match &**source {
+                    Error::ForeignFile { path, .. } => Some(path.clone()),
+                    _ => None,
+                },
+                Error::ForeignFile { path, .. } => Some(path.clone()),
+                _ => None,
+            };
+            for e in &errors {
+                if let Some(path) = foreign(e) {
+                    assert_eq!(&path, file, "{kind}: {e}");
+                }
+            }
+            let named = errors.iter().any(|e| foreign(e).as_ref() == Some(file));
+            assert!(named, "{kind} at {}: {errors:?}", file.display());
+            refused += 1;
+            // Put the file back for the next case.
+            if std::fs::symlink_metadata(file).unwrap().is_dir() {
+                std::fs::remove_dir(file).unwrap();
+            } else {
+                std::fs::remove_file(file).unwrap();
+            }
+            std::fs::write(file, &good).unwrap();
+        }
+    }
+    println!(
+        "files {} x kinds 3: {tried} tried, {refused} refused naming the path",
+        files.len()
+    );
+    assert_eq!(refused, tried);
+}

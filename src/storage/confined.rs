@@ -302,7 +302,13 @@ pub fn open_file(path: &Path, write: bool, create: bool) -> io::Result<File> {
     if create {
         flags |= libc::O_CREAT | libc::O_EXCL;
     }
-    let fd = resolve(path, flags, 0o644, Kind::File)?;
+    let fd = match resolve(path, flags, 0o644, Kind::File) {
+        // A folder refuses O_RDWR before any fstat could say what it is.
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(foreign(Kind::Dir, Kind::File));
+        }
+        other => other?,
+    };
     let st = fstat(fd.as_raw_fd())?;
     let kind = Kind::of_mode(st.st_mode);
     if kind != Kind::File {

@@ -558,6 +558,36 @@ pub fn same_boot(commit: &Commit) -> bool {
     now != [0; 16] && commit.boot_id == now
 }
 
+/// Makes `path`, a file the engine writes in place (MANIFEST, `priorities.tree`), the
+/// only name of its bytes. A file with other hard links (a buffer copied with `cp -al`,
+/// or a link someone planted to a file elsewhere) would carry the engine's writes to
+/// those names, so it is replaced by a copy of itself first (copy with fdatasync,
+/// rename over the name, fsync of the folder), leaving the other names as they were.
+/// Segments need none of this: a linked segment is copied before any store (see
+/// `Ring::refresh_shared`), which is how snapshots share them.
+pub fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if regular_file_meta(path).is_none_or(|m| m.nlink() <= 1) {
+        // One name, or not a regular file at all (the open then refuses it).
+        return Ok(());
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".");
+    tmp.push(crate::snapshot::RESTORE_EXT);
+    let tmp = PathBuf::from(tmp);
+    match io.remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &tmp, e)),
+    }
+    io.copy_file(path, &tmp)
+        .map_err(|e| Error::io("copy", &tmp, e))?;
+    io.rename(&tmp, path)
+        .map_err(|e| Error::io("rename", path, e))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
+}
+
 /// The metadata of `path` if it is a regular file, the name itself (a link is not
 /// followed: a planted link is nothing of the engine's, whatever it points to).
 pub fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
@@ -620,6 +650,9 @@ pub fn open_tree(
 )> {
     use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
     let path = tree_path(dir);
+    if access.writes_file() {
+        sole_name(io, &path)?;
+    }
     let (file, len) = open_with_len(io, &path, access)?;
     if len < BODY_OFFSET as u64 {
         return Err(Error::Truncated {
@@ -692,8 +725,15 @@ pub fn open_progress(
     access: Access,
 ) -> Result<map::ProgressMap> {
     use crate::format::progress::{self, FILE_LEN};
+    use std::os::unix::fs::MetadataExt;
     let path = progress_path(dir);
     let page = progress::encode(&sb.uuid);
+    if access.writes_file() && regular_file_meta(&path).is_some_and(|m| m.nlink() > 1) {
+        // The page holds nothing to keep (recovery never reads it): a page with other
+        // names loses its own, and a new one is made below, so no write reaches them.
+        io.remove_file(&path)
+            .map_err(|e| Error::io("remove", &path, e))?;
+    }
     let file = if access.writes_file() {
         match io.open_rw(&path) {
             Ok(file) => file,
