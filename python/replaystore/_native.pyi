@@ -73,7 +73,8 @@ class Schema:
 class ReplayBuffer:
     """A replay buffer in a folder, opened by the one process that writes it.
 
-    It cannot be pickled (a copy would be a second writer): hand workers a ``Reader``."""
+    It cannot be pickled (a copy would be a second writer): hand workers a ``Reader``.
+    Threads of that process may share it: calls run one at a time."""
 
     @staticmethod
     def create(

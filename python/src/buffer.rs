@@ -16,6 +16,7 @@ use replaystore::{
 use crate::arrays::{self, Input};
 use crate::errors::{ReadOnlyError, SchemaError, StateError, to_py};
 use crate::schema::PySchema;
+use crate::shared::Shared;
 use crate::units;
 
 /// The key a state dict carries its bytes under, with the format they follow.
@@ -230,27 +231,32 @@ fn uniform(n: usize, replace: bool) -> SampleSpec {
 ///
 /// Create it with `ReplayBuffer.create(path, schema, capacity)`, reopen it with
 /// `ReplayBuffer.open(path)`; `with` closes it (and makes it durable).
-#[pyclass(module = "replaystore", name = "ReplayBuffer")]
+#[pyclass(module = "replaystore", name = "ReplayBuffer", frozen)]
 pub struct PyBuffer {
-    inner: Option<ReplayBuffer>,
+    /// Taken by each call in turn (see `shared`); `None` once closed.
+    inner: Shared<Option<ReplayBuffer>>,
+    /// The buffer's schema (it never changes): arrays are checked against it before
+    /// the lock is taken, so no Python conversion runs while other threads wait.
+    schema: Schema,
+}
+
+/// The open buffer behind a taken lock.
+fn open_buf(held: &mut Option<ReplayBuffer>) -> PyResult<&mut ReplayBuffer> {
+    held.as_mut()
+        .ok_or_else(|| ReadOnlyError::new_err("the buffer is closed"))
 }
 
 impl PyBuffer {
-    fn buf(&mut self) -> PyResult<&mut ReplayBuffer> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| ReadOnlyError::new_err("the buffer is closed"))
-    }
-
     /// `step` (prev or next) of each of `indices`, as one int or an array.
     fn step_each<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
         step: fn(&ReplayBuffer, u64) -> replaystore::Result<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (idx, lone) = index_list(py, indices)?;
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let out = idx
             .iter()
             .map(|&i| step(buf, i))
@@ -301,7 +307,10 @@ impl PyBuffer {
         let buf = py
             .detach(|| ReplayBuffer::create(path, config))
             .map_err(to_py)?;
-        Ok(PyBuffer { inner: Some(buf) })
+        Ok(PyBuffer {
+            schema: buf.schema().clone(),
+            inner: Shared::new(Some(buf)),
+        })
     }
 
     /// Opens the buffer in `path` for writing; `actor=True` adds beside a priority owner
@@ -318,19 +327,22 @@ impl PyBuffer {
                 }
             })
             .map_err(to_py)?;
-        Ok(PyBuffer { inner: Some(buf) })
+        Ok(PyBuffer {
+            schema: buf.schema().clone(),
+            inner: Shared::new(Some(buf)),
+        })
     }
 
     /// Adds one item: `buf.add(obs=o, action=a, reward=1.0, done=False)`. Returns its
     /// index.
     #[pyo3(signature = (**fields))]
-    fn add(&mut self, py: Python<'_>, fields: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    fn add(&self, py: Python<'_>, fields: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let buf = self.buf()?;
-        let schema = buf.schema().clone();
-        let inputs = inputs(&schema, fields, true)?;
+        let inputs = inputs(&self.schema, fields, true)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.add(&cols)).map_err(to_py)
     }
 
@@ -340,7 +352,7 @@ impl PyBuffer {
     /// Returns the new items' indices.
     #[pyo3(signature = (batch, *, priorities=None))]
     fn add_batch<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         batch: &Bound<'py, PyDict>,
         priorities: Option<&Bound<'py, PyAny>>,
@@ -348,10 +360,10 @@ impl PyBuffer {
         let priorities = priorities
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
-        let buf = self.buf()?;
-        let schema = buf.schema().clone();
-        let inputs = inputs(&schema, batch, true)?;
+        let inputs = inputs(&self.schema, batch, true)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let range = match &priorities {
             Some(p) => {
                 let p = p.as_slice()?;
@@ -366,11 +378,12 @@ impl PyBuffer {
     /// The items at `indices` (live ones; an evicted index raises `EvictedError`), as a
     /// dict of arrays plus `indices`.
     fn get<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let schema = buf.schema().clone();
         get_items(py, &schema, indices, |idx, slices| {
             buf.gather_into(idx, slices)
@@ -379,8 +392,9 @@ impl PyBuffer {
 
     /// Drops every item (indices go on from where they were; priorities of new items
     /// start again from the largest seen).
-    fn clear(&mut self, py: Python<'_>) -> PyResult<()> {
-        let buf = self.buf()?;
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.clear()).map_err(to_py)
     }
 
@@ -389,21 +403,23 @@ impl PyBuffer {
     /// Setting it False saves the check's cost on every sample and get, and serves a
     /// flipped bit as data: for benchmarks, or buffers verified since last written.
     #[getter]
-    fn read_checks(&mut self) -> PyResult<bool> {
-        Ok(self.buf()?.read_checks())
+    fn read_checks(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(open_buf(&mut self.inner.lock(py))?.read_checks())
     }
 
     #[setter]
-    fn set_read_checks(&mut self, on: bool) -> PyResult<()> {
-        self.buf()?.set_read_checks(on);
+    fn set_read_checks(&self, py: Python<'_>, on: bool) -> PyResult<()> {
+        open_buf(&mut self.inner.lock(py))?.set_read_checks(on);
         Ok(())
     }
 
     /// The priority new items get: the largest `priority + eps` seen so far (`None`
     /// when the buffer keeps no priorities).
     #[getter]
-    fn max_priority(&mut self) -> PyResult<Option<f64>> {
-        Ok(self.buf()?.priority_summary().map(|s| s.max_priority))
+    fn max_priority(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        Ok(open_buf(&mut self.inner.lock(py))?
+            .priority_summary()
+            .map(|s| s.max_priority))
     }
 
     /// Draws `n` items: uniformly (with replacement unless `replace=False`), or by
@@ -412,14 +428,15 @@ impl PyBuffer {
     /// `seed` restarts the sampling RNG first, for a repeatable draw.
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true))]
     fn sample<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
@@ -447,13 +464,14 @@ impl PyBuffer {
     /// fragment in `weights`.
     #[pyo3(signature = (n, *, beta=None, seed=None))]
     fn sample_fragments<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
@@ -482,16 +500,16 @@ impl PyBuffer {
     /// Returns `{"index", "episode", "t", "ended"}`.
     #[pyo3(signature = (**fields))]
     fn add_reset<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         fields: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let buf = self.buf()?;
-        let schema = buf.schema().clone();
-        let inputs = inputs(&schema, fields, false)?;
+        let inputs = inputs(&self.schema, fields, false)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let info = py.detach(|| buf.add_reset(&cols)).map_err(to_py)?;
         units::step_dict(py, &info)
     }
@@ -503,7 +521,7 @@ impl PyBuffer {
     /// `(return, steps, start index)` on the step that ends the episode.
     #[pyo3(signature = (*, terminated=false, truncated=false, **fields))]
     fn add_step<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         terminated: bool,
         truncated: bool,
@@ -511,10 +529,10 @@ impl PyBuffer {
     ) -> PyResult<Bound<'py, PyDict>> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let buf = self.buf()?;
-        let schema = buf.schema().clone();
-        let inputs = inputs(&schema, fields, true)?;
+        let inputs = inputs(&self.schema, fields, true)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let info = py
             .detach(|| buf.add_step(&cols, terminated, truncated))
             .map_err(to_py)?;
@@ -523,27 +541,33 @@ impl PyBuffer {
 
     /// The episode holding item `index`: `{"id", "start", "rows", "steps",
     /// "terminated", "truncated", "ret", "ret_complete"}`.
-    fn episode<'py>(&mut self, py: Python<'py>, index: u64) -> PyResult<Bound<'py, PyDict>> {
-        let e = self.buf()?.episode(index).map_err(to_py)?;
+    fn episode<'py>(&self, py: Python<'py>, index: u64) -> PyResult<Bound<'py, PyDict>> {
+        let e = open_buf(&mut self.inner.lock(py))?
+            .episode(index)
+            .map_err(to_py)?;
         units::episode_dict(py, &e)
     }
 
     /// The episodes with a live row, oldest first (as `episode` describes them).
-    fn episodes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = self.buf()?.episodes().map_err(to_py)?;
+    fn episodes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = open_buf(&mut self.inner.lock(py))?
+            .episodes()
+            .map_err(to_py)?;
         units::episode_list(py, &list)
     }
 
     /// The episodes not ended yet (at most one: the open one).
-    fn unfinished_episodes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = self.buf()?.unfinished_episodes().map_err(to_py)?;
+    fn unfinished_episodes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = open_buf(&mut self.inner.lock(py))?
+            .unfinished_episodes()
+            .map_err(to_py)?;
         units::episode_list(py, &list)
     }
 
     /// The step before each of `indices` in its episode; an episode's first live step
     /// stays put (Tianshou's `prev`). An int gives an int, an array an array.
     fn prev<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -553,7 +577,7 @@ impl PyBuffer {
     /// The step after each of `indices` in its episode; an episode's last stored step
     /// stays put (Tianshou's `next`). An int gives an int, an array an array.
     fn next<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -574,7 +598,7 @@ impl PyBuffer {
         reason = "Python keyword arguments, each a TransitionSpec option"
     )]
     fn sample_transitions<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         obs: &Bound<'py, PyAny>,
@@ -585,7 +609,8 @@ impl PyBuffer {
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let obs = names(obs)?;
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
@@ -612,7 +637,7 @@ impl PyBuffer {
         reason = "Python keyword arguments, each a SequenceSpec option"
     )]
     fn sample_sequences<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         length: u64,
@@ -622,7 +647,8 @@ impl PyBuffer {
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let obs = names(obs)?;
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
@@ -644,13 +670,14 @@ impl PyBuffer {
     /// `offsets[i]:offsets[i+1]`), `episodes` (ids) and `weights` by priority.
     #[pyo3(signature = (n, *, beta=None, seed=None))]
     fn sample_episodes<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
@@ -666,8 +693,10 @@ impl PyBuffer {
 
     /// This buffer's snapshots (checkpoints), oldest first: `{"name", "path",
     /// "generation", "len", "bytes_shared", "bytes_owned", "created", "problem"}`.
-    fn snapshots<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = self.buf()?.snapshots().map_err(to_py)?;
+    fn snapshots<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = open_buf(&mut self.inner.lock(py))?
+            .snapshots()
+            .map_err(to_py)?;
         let items = list
             .iter()
             .map(|s| units::snapshot_dict(py, s))
@@ -676,14 +705,16 @@ impl PyBuffer {
     }
 
     /// Deletes snapshot `name` (the files it shares with the buffer stay).
-    fn delete_snapshot(&mut self, py: Python<'_>, name: &str) -> PyResult<()> {
-        let buf = self.buf()?;
+    fn delete_snapshot(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.delete_snapshot(name)).map_err(to_py)
     }
 
     /// Deletes all but the `k` newest snapshots; returns the names deleted.
-    fn keep_last(&mut self, py: Python<'_>, k: usize) -> PyResult<Vec<String>> {
-        let buf = self.buf()?;
+    fn keep_last(&self, py: Python<'_>, k: usize) -> PyResult<Vec<String>> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.keep_last(k)).map_err(to_py)
     }
 
@@ -691,7 +722,7 @@ impl PyBuffer {
     /// evicted since they were sampled are skipped and counted. Returns
     /// `{"applied": .., "stale": ..}`.
     fn update_priorities<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
@@ -699,7 +730,8 @@ impl PyBuffer {
         let idx = index_array(py, indices, "indices")?;
         let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let done = py
             .detach(|| buf.update_priorities(idx, pr))
             .map_err(to_py)?;
@@ -711,13 +743,15 @@ impl PyBuffer {
 
     /// The priority (`priority + eps`, as stored) of each live item at `indices`.
     fn priorities<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let idx = index_array(py, indices, "indices")?;
         let idx = idx.as_slice()?;
-        let p = self.buf()?.priorities(idx).map_err(to_py)?;
+        let p = open_buf(&mut self.inner.lock(py))?
+            .priorities(idx)
+            .map_err(to_py)?;
         Ok(PyArray1::from_vec(py, p))
     }
 
@@ -726,12 +760,9 @@ impl PyBuffer {
     /// afterwards; `set_state` brings it back.
     /// `name` names the snapshot it keeps (default `gen-<generation>`).
     #[pyo3(signature = (name=None))]
-    fn get_state<'py>(
-        &mut self,
-        py: Python<'py>,
-        name: Option<&str>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf()?;
+    fn get_state<'py>(&self, py: Python<'py>, name: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         let state = py
             .detach(|| match name {
                 Some(n) => buf.get_state_named(n),
@@ -749,7 +780,7 @@ impl PyBuffer {
 
     /// Puts the buffer back to a state from `get_state`: the same items, priorities,
     /// counters and RNG position.
-    fn set_state(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_state(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
         let bytes: Vec<u8> = match state.cast::<PyDict>() {
             Ok(d) => d
                 .get_item(STATE_KEY)?
@@ -760,26 +791,30 @@ impl PyBuffer {
             Err(_) => state.extract()?,
         };
         let state = State::from_bytes(&bytes).map_err(to_py)?;
-        let buf = self.buf()?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.set_state(&state)).map_err(to_py)
     }
 
     /// Counters and sizes: len, capacity, head, tail, added, evicted, sampled, ...
-    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.buf()?.stats();
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = open_buf(&mut self.inner.lock(py))?.stats();
         stats_dict(py, &s)
     }
 
     /// Makes everything added so far survive power loss (a kill -9 loses nothing
     /// acknowledged even without it).
-    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
-        let buf = self.buf()?;
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
         py.detach(|| buf.flush()).map_err(to_py)
     }
 
     /// Flushes and closes; the buffer then refuses every call. Closing twice is fine.
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self.inner.take() {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // Taken out under the lock, closed without it (a close flushes).
+        let taken = self.inner.lock(py).take();
+        match taken {
             Some(buf) => py.detach(|| buf.close()).map_err(to_py),
             None => Ok(()),
         }
@@ -787,9 +822,10 @@ impl PyBuffer {
 
     /// Refuses: the writer holds the buffer's lock, and a copy in another process would
     /// be a second writer (or a copy of the data). Workers open a `Reader`.
-    fn __reduce__(&self) -> PyResult<()> {
+    fn __reduce__(&self, py: Python<'_>) -> PyResult<()> {
         let what = self
             .inner
+            .lock(py)
             .as_ref()
             .map_or("a closed ReplayBuffer".to_owned(), |b| {
                 format!("the ReplayBuffer writing {}", b.dir().display())
@@ -802,26 +838,26 @@ impl PyBuffer {
 
     /// The schema.
     #[getter]
-    fn schema(&mut self) -> PyResult<PySchema> {
+    fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
         Ok(PySchema {
-            inner: self.buf()?.schema().clone(),
+            inner: open_buf(&mut self.inner.lock(py))?.schema().clone(),
         })
     }
 
     /// The buffer's folder.
     #[getter]
-    fn path(&mut self) -> PyResult<PathBuf> {
-        Ok(self.buf()?.dir().to_path_buf())
+    fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        Ok(open_buf(&mut self.inner.lock(py))?.dir().to_path_buf())
     }
 
     /// Items the ring holds.
     #[getter]
-    fn capacity(&mut self) -> PyResult<u64> {
-        Ok(self.buf()?.capacity())
+    fn capacity(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(open_buf(&mut self.inner.lock(py))?.capacity())
     }
 
-    fn __len__(&mut self) -> PyResult<usize> {
-        Ok(self.buf()?.len() as usize)
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(open_buf(&mut self.inner.lock(py))?.len() as usize)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -829,24 +865,21 @@ impl PyBuffer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(
-        &mut self,
-        py: Python<'_>,
-        _args: &Bound<'_, pyo3::types::PyTuple>,
-    ) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         self.close(py)?;
         Ok(false)
     }
 
     fn __repr__(&self) -> String {
-        match &self.inner {
-            Some(b) => format!(
+        match self.inner.try_lock().as_deref() {
+            Some(Some(b)) => format!(
                 "ReplayBuffer({:?}, {} / {} items)",
                 b.dir().display().to_string(),
                 b.len(),
                 b.capacity()
             ),
-            None => "ReplayBuffer(closed)".into(),
+            Some(None) => "ReplayBuffer(closed)".into(),
+            None => "ReplayBuffer(in use by another thread)".into(),
         }
     }
 }
@@ -854,9 +887,10 @@ impl PyBuffer {
 /// A read-only view of a buffer that another process writes: any number of readers
 /// sample the same files (one copy in the page cache); a reader takes no lock and
 /// writes nothing. Open one in each data-loader worker rather than pickling a buffer.
-#[pyclass(module = "replaystore", name = "Reader")]
+#[pyclass(module = "replaystore", name = "Reader", frozen)]
 pub struct PyReader {
-    inner: Reader,
+    /// Taken by each call in turn (see `shared`).
+    inner: Shared<Reader>,
     /// What `open` was given, so that a pickled reader reopens the same files.
     path: PathBuf,
     snapshot: Option<String>,
@@ -919,7 +953,7 @@ impl PyReader {
             })
             .map_err(to_py)?;
         Ok(PyReader {
-            inner,
+            inner: Shared::new(inner),
             path,
             snapshot,
         })
@@ -933,33 +967,33 @@ impl PyReader {
         let me = slf.borrow();
         let kwargs = PyDict::new(py);
         kwargs.set_item("snapshot", me.snapshot.clone())?;
-        kwargs.set_item("pread", me.pread())?;
+        kwargs.set_item("pread", me.pread(py))?;
         let open = slf.get_type().getattr("open")?;
         reopen_later(py, open, me.path.clone(), &kwargs)
     }
 
     /// Whether rows are copied out with pread (see `open`).
     #[getter]
-    fn pread(&self) -> bool {
-        self.inner.row_access() == RowAccess::Pread
+    fn pread(&self, py: Python<'_>) -> bool {
+        self.inner.lock(py).row_access() == RowAccess::Pread
     }
 
     /// Whether every read checks each sealed item against its checksum (default True;
     /// see `ReplayBuffer.read_checks`). A pickled reader reopens with the checks on.
     #[getter]
-    fn read_checks(&self) -> bool {
-        self.inner.read_checks()
+    fn read_checks(&self, py: Python<'_>) -> bool {
+        self.inner.lock(py).read_checks()
     }
 
     #[setter]
-    fn set_read_checks(&mut self, on: bool) {
-        self.inner.set_read_checks(on);
+    fn set_read_checks(&self, py: Python<'_>, on: bool) {
+        self.inner.lock(py).set_read_checks(on);
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true))]
     fn sample<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
@@ -967,10 +1001,11 @@ impl PyReader {
         replace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         if let Some(s) = seed {
-            self.inner.reseed(s);
+            self.inner.lock(py).reseed(s);
         }
-        let schema = self.inner.schema().clone();
-        let reader = &mut self.inner;
+        let schema = self.inner.lock(py).schema().clone();
+        let mut held = self.inner.lock(py);
+        let reader = &mut *held;
         replaystore::batch::check_rows(n, schema.item_bytes()).map_err(to_py)?;
         let mut indices = vec![0u64; n];
         let mut weights = beta.map(|_| vec![0f32; n]);
@@ -990,35 +1025,37 @@ impl PyReader {
     /// writer has evicted, or overwrites while it is copied, raises `EvictedError`; the
     /// rows returned are always the items their indices name.
     fn get<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let schema = self.inner.schema().clone();
-        let reader = &mut self.inner;
+        let schema = self.inner.lock(py).schema().clone();
+        let mut held = self.inner.lock(py);
+        let reader = &mut *held;
         get_items(py, &schema, indices, |idx, slices| {
             reader.gather_into(idx, slices)
         })
     }
 
     /// Items live now.
-    fn __len__(&mut self, py: Python<'_>) -> PyResult<usize> {
-        let reader = &mut self.inner;
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut held = self.inner.lock(py);
+        let reader = &mut *held;
         py.detach(|| reader.refresh()).map_err(to_py)?;
         Ok(reader.len() as usize)
     }
 
     /// Counters and sizes as the reader sees them.
-    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats().map_err(to_py)?;
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.lock(py).stats().map_err(to_py)?;
         stats_dict(py, &s)
     }
 
     /// The schema.
     #[getter]
-    fn schema(&self) -> PySchema {
+    fn schema(&self, py: Python<'_>) -> PySchema {
         PySchema {
-            inner: self.inner.schema().clone(),
+            inner: self.inner.lock(py).schema().clone(),
         }
     }
 
@@ -1027,7 +1064,7 @@ impl PyReader {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         false
     }
 }

@@ -13,6 +13,7 @@ use replaystore::{Lane, Lanes, Reader, ReplayBuffer};
 use crate::buffer::{columns, config, contiguous, index_array, inputs, reopen_later, stats_dict};
 use crate::errors::{ReadOnlyError, to_py};
 use crate::schema::PySchema;
+use crate::shared::Shared;
 use crate::units;
 
 /// The lanes, opened for writing (every lane, in this process) or for reading.
@@ -25,26 +26,26 @@ enum Opened {
 /// lanes)` splits `capacity` evenly; `add(lane, **fields)` / `add_batch(batch, lanes)`
 /// route rows to lanes; `sample`, `get` and `update_priorities` span every lane.
 /// `Lanes.open(path, reader=True)` samples from another process without a lock.
-#[pyclass(module = "replaystore", name = "Lanes")]
+#[pyclass(module = "replaystore", name = "Lanes", frozen)]
 pub struct PyLanes {
-    inner: Option<Opened>,
+    /// Taken by each call in turn (see `shared`); `None` once closed.
+    inner: Shared<Option<Opened>>,
 }
 
-impl PyLanes {
-    fn opened(&mut self) -> PyResult<&mut Opened> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| ReadOnlyError::new_err("the lanes are closed"))
-    }
+/// The open lanes behind a taken lock.
+fn opened(held: &mut Option<Opened>) -> PyResult<&mut Opened> {
+    held.as_mut()
+        .ok_or_else(|| ReadOnlyError::new_err("the lanes are closed"))
+}
 
-    fn writer(&mut self) -> PyResult<&mut Lanes<ReplayBuffer>> {
-        match self.opened()? {
-            Opened::Writer(w) => Ok(w),
-            Opened::Reader(r) => Err(ReadOnlyError::new_err(format!(
-                "{}: opened with reader=True, which never writes",
-                r.dir().display()
-            ))),
-        }
+/// The open lanes behind a taken lock, if opened for writing.
+fn writer(held: &mut Option<Opened>) -> PyResult<&mut Lanes<ReplayBuffer>> {
+    match opened(held)? {
+        Opened::Writer(w) => Ok(w),
+        Opened::Reader(r) => Err(ReadOnlyError::new_err(format!(
+            "{}: opened with reader=True, which never writes",
+            r.dir().display()
+        ))),
     }
 }
 
@@ -99,7 +100,7 @@ impl PyLanes {
             .detach(|| Lanes::create(path, config, lanes))
             .map_err(to_py)?;
         Ok(PyLanes {
-            inner: Some(Opened::Writer(made)),
+            inner: Shared::new(Some(Opened::Writer(made))),
         })
     }
 
@@ -107,7 +108,7 @@ impl PyLanes {
     /// refuses for the writer, which holds every lane's lock.
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, ())> {
         let py = slf.py();
-        match &slf.borrow().inner {
+        match &*slf.get().inner.lock(py) {
             Some(Opened::Reader(r)) => {
                 let kwargs = PyDict::new(py);
                 kwargs.set_item("reader", true)?;
@@ -140,31 +141,34 @@ impl PyLanes {
             })
             .map_err(to_py)?;
         Ok(PyLanes {
-            inner: Some(opened),
+            inner: Shared::new(Some(opened)),
         })
     }
 
     /// Adds one item to lane `lane`; returns its index.
     #[pyo3(signature = (lane, **fields))]
     fn add(
-        &mut self,
+        &self,
         py: Python<'_>,
         lane: usize,
         fields: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let w = self.writer()?;
-        let schema = w.schema().clone();
+        // Converted before the lock is held for the add: no Python runs while other
+        // threads wait.
+        let schema = writer(&mut self.inner.lock(py))?.schema().clone();
         let inputs = inputs(&schema, fields, true)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
         py.detach(|| w.add(lane, &cols)).map_err(to_py)
     }
 
     /// Adds row `r` of `batch` (a dict of arrays, batch dimension first) to lane
     /// `lanes[r]`; every array and lane id is checked first. Returns the indices.
     fn add_batch<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         batch: &Bound<'py, PyDict>,
         lanes: &Bound<'py, PyAny>,
@@ -175,10 +179,13 @@ impl PyLanes {
             .iter()
             .map(|&k| usize::try_from(k).unwrap_or(usize::MAX))
             .collect();
-        let w = self.writer()?;
-        let schema = w.schema().clone();
+        // Converted before the lock is held for the add: no Python runs while other
+        // threads wait.
+        let schema = writer(&mut self.inner.lock(py))?.schema().clone();
         let inputs = inputs(&schema, batch, true)?;
         let cols = columns(&inputs)?;
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
         let idx = py.detach(|| w.add_batch(&cols, &ids)).map_err(to_py)?;
         Ok(PyArray1::from_vec(py, idx))
     }
@@ -187,13 +194,13 @@ impl PyLanes {
     /// `weights`). Rows come grouped by lane. Returns a dict of arrays plus `indices`.
     #[pyo3(signature = (n, *, beta=None, seed=None))]
     fn sample<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        match self.opened()? {
+        match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => sample_lanes(py, w, n, beta, seed),
             Opened::Reader(r) => sample_lanes(py, r, n, beta, seed),
         }
@@ -201,13 +208,13 @@ impl PyLanes {
 
     /// The items at `indices`, in whichever lanes hold them.
     fn get<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = index_array(py, indices, "indices")?;
         let idx = idx.as_slice()?;
-        let batch = match self.opened()? {
+        let batch = match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => py.detach(|| w.get_many(idx)),
             Opened::Reader(r) => py.detach(|| r.get_many(idx)),
         }
@@ -218,7 +225,7 @@ impl PyLanes {
     /// Sets priorities in whichever lanes hold `indices`; returns `{"applied",
     /// "stale"}`.
     fn update_priorities<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
@@ -226,7 +233,8 @@ impl PyLanes {
         let idx = index_array(py, indices, "indices")?;
         let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
-        let w = self.writer()?;
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
         let done = py.detach(|| w.update_priorities(idx, pr)).map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item("applied", done.applied)?;
@@ -235,8 +243,8 @@ impl PyLanes {
     }
 
     /// Each lane's live indices as `(start, stop)`.
-    fn lane_edges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let edges = match self.opened()? {
+    fn lane_edges<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let edges = match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => w.lane_edges(),
             Opened::Reader(r) => {
                 r.refresh().map_err(to_py)?;
@@ -252,8 +260,8 @@ impl PyLanes {
 
     /// Lanes in the set.
     #[getter]
-    fn lane_count(&mut self) -> PyResult<usize> {
-        Ok(match self.opened()? {
+    fn lane_count(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => w.lane_count(),
             Opened::Reader(r) => r.lane_count(),
         })
@@ -261,8 +269,8 @@ impl PyLanes {
 
     /// Items all lanes hold together.
     #[getter]
-    fn capacity(&mut self) -> PyResult<u64> {
-        Ok(match self.opened()? {
+    fn capacity(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => w.capacity(),
             Opened::Reader(r) => r.capacity(),
         })
@@ -270,8 +278,8 @@ impl PyLanes {
 
     /// The schema.
     #[getter]
-    fn schema(&mut self) -> PyResult<PySchema> {
-        let inner = match self.opened()? {
+    fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
+        let inner = match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => w.schema().clone(),
             Opened::Reader(r) => r.schema().clone(),
         };
@@ -279,8 +287,8 @@ impl PyLanes {
     }
 
     /// Each lane's counters, as `ReplayBuffer.stats` gives them (a writer's view).
-    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let all = self.writer()?.stats();
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let all = writer(&mut self.inner.lock(py))?.stats();
         let items = all
             .iter()
             .map(|s| stats_dict(py, s))
@@ -289,21 +297,23 @@ impl PyLanes {
     }
 
     /// Makes every lane durable (see `ReplayBuffer.flush`).
-    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
-        let w = self.writer()?;
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
         py.detach(|| w.flush()).map_err(to_py)
     }
 
     /// Flushes (a writer) and closes every lane. Closing twice is fine.
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self.inner.take() {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.inner.lock(py).take();
+        match taken {
             Some(Opened::Writer(w)) => py.detach(|| w.close()).map_err(to_py),
             Some(Opened::Reader(_)) | None => Ok(()),
         }
     }
 
-    fn __len__(&mut self) -> PyResult<usize> {
-        let n = match self.opened()? {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let n = match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => w.len(),
             Opened::Reader(r) => {
                 r.refresh().map_err(to_py)?;
@@ -318,7 +328,7 @@ impl PyLanes {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
         self.close(py)?;
         Ok(false)
     }

@@ -7,6 +7,7 @@ mod buffer;
 mod errors;
 mod lanes;
 mod schema;
+mod shared;
 mod units;
 
 use pyo3::prelude::*;
