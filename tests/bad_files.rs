@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use common::{
     COMMIT_LEN, COMMIT_SLOTS, SEGMENT_HEADER_LEN, SUPERBLOCK_LEN, add_range,
-    assert_live_items_intact, schema,
+    assert_live_items_intact, flip, schema, segment,
 };
 use replaystore::{Config, Error, ReplayBuffer, inspect, verify};
 
@@ -33,16 +33,6 @@ fn fixture() -> (tempfile::TempDir, PathBuf) {
 
 fn manifest(p: &Path) -> PathBuf {
     p.join("MANIFEST")
-}
-
-fn segment(p: &Path, n: u64) -> PathBuf {
-    p.join("lane-0").join(format!("seg-{n:08}.dat"))
-}
-
-fn flip(file: &Path, offset: usize, bit: u8) {
-    let mut b = std::fs::read(file).unwrap();
-    b[offset] ^= 1 << bit;
-    std::fs::write(file, b).unwrap();
 }
 
 fn truncate(file: &Path, len: u64) {

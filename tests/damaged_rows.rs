@@ -16,7 +16,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{add_range, item_bytes, schema};
+use common::{add_range, flip, item_bytes, schema, segment};
 use replaystore::lookback::Indices;
 use replaystore::{
     Column, Config, DType, Error, GetOptions, Reader, ReplayBuffer, RowAccess, Schema,
@@ -27,16 +27,6 @@ use replaystore::{
 const FIRST_FIELD: usize = 16;
 /// Offset of the first row of a segment.
 const DATA: usize = 4096;
-
-fn segment(p: &Path, n: u64) -> PathBuf {
-    p.join("lane-0").join(format!("seg-{n:08}.dat"))
-}
-
-fn flip(file: &Path, offset: usize, bit: u8) {
-    let mut b = std::fs::read(file).unwrap();
-    b[offset] ^= 1 << bit;
-    std::fs::write(file, b).unwrap();
-}
 
 /// Whether `e` is the damage of item `index`, named by its file and row offset.
 fn names_damage(e: &Error, index: u64, file: &Path, offset: u64) -> bool {

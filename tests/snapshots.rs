@@ -41,6 +41,17 @@ fn priorities_of(buf: &ReplayBuffer) -> Vec<f64> {
     buf.priorities(&live).unwrap()
 }
 
+/// 40 items with priorities 1..=5 by index, checkpointed: the buffer and its state.
+fn forty_with_priorities(dir: &Path) -> (ReplayBuffer, State) {
+    let mut buf = new_buffer(dir);
+    add_range(&mut buf, 0, 40);
+    let live: Vec<u64> = buf.live().collect();
+    let new: Vec<f64> = live.iter().map(|&i| 1.0 + (i % 5) as f64).collect();
+    buf.update_priorities(&live, &new).unwrap();
+    let state = buf.get_state().unwrap();
+    (buf, state)
+}
+
 /// One training step of the resume test: add, sample by priority, set new priorities.
 fn step(buf: &mut ReplayBuffer, t: u64, next: &mut u64) -> (Vec<u64>, Vec<f32>, Vec<u8>) {
     let r = add_range(buf, *next, *next + 1 + t % 3);
@@ -185,12 +196,7 @@ fn set_state_right_after_get_state_and_twice_in_a_row_is_exact() {
 fn a_restored_tree_whose_parents_disagree_with_its_leaves_is_repaired() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let mut buf = new_buffer(&dir);
-    add_range(&mut buf, 0, 40);
-    let live: Vec<u64> = buf.live().collect();
-    let new: Vec<f64> = live.iter().map(|&i| 1.0 + (i % 5) as f64).collect();
-    buf.update_priorities(&live, &new).unwrap();
-    let state = buf.get_state().unwrap();
+    let (mut buf, state) = forty_with_priorities(&dir);
     let before = priorities_of(&buf);
     // The sum-tree's root is the first word of the body (FORMAT.md, priorities.tree).
     let tree = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
@@ -228,12 +234,7 @@ fn verify_judges_snapshot_trees_and_trees_whose_owner_word_was_damaged() {
     use replaystore::{VerifyOptions, verify_opts};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let mut buf = new_buffer(&dir);
-    add_range(&mut buf, 0, 40);
-    let live: Vec<u64> = buf.live().collect();
-    let new: Vec<f64> = live.iter().map(|&i| 1.0 + (i % 5) as f64).collect();
-    buf.update_priorities(&live, &new).unwrap();
-    let state = buf.get_state().unwrap();
+    let (buf, state) = forty_with_priorities(&dir);
     let copy = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
     let mut bytes = std::fs::read(&copy).unwrap();
     assert!(

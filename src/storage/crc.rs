@@ -247,12 +247,8 @@ impl Folds {
 #[target_feature(enable = "pclmulqdq")]
 unsafe fn folded(f: &Folds, initial: u32, src: *const u8) -> u32 {
     use std::arch::x86_64::{_mm_setzero_si128, _mm_xor_si128};
-    // SAFETY: offsets 0 and target, plus 16, are at most target + 16 = len.
-    let (first, last) = unsafe { (load16(src), load16(src.add(f.target))) };
-    let mut acc = _mm_xor_si128(
-        last,
-        fold(first_block(f, first, initial), keys16(&f.first_keys)),
-    );
+    // SAFETY: as the caller vouched.
+    let mut acc = unsafe { ends(f, initial, src) };
     // Windows from the farthest to the nearest, each window's blocks folded onto its
     // end independently, and the running sum moved one window on before each is added.
     let window = keys16(&f.window_keys);
@@ -286,12 +282,8 @@ unsafe fn folded_wide(f: &Folds, initial: u32, src: *const u8) -> u32 {
         _mm256_clmulepi64_epi128, _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_set_epi64x,
         _mm256_setzero_si256, _mm256_xor_si256,
     };
-    // SAFETY: offsets 0 and target, plus 16, are at most target + 16 = len.
-    let (first, last) = unsafe { (load16(src), load16(src.add(f.target))) };
-    let mut acc = _mm_xor_si128(
-        last,
-        fold(first_block(f, first, initial), keys16(&f.first_keys)),
-    );
+    // SAFETY: as the caller vouched.
+    let mut acc = unsafe { ends(f, initial, src) };
     let window = keys16(&f.window_keys);
     let mut sum = _mm_setzero_si128();
     for w in (0..f.middle.div_ceil(WINDOW_BLOCKS)).rev() {
@@ -351,21 +343,25 @@ fn keys16(k: &[u64; 2]) -> std::arch::x86_64::__m128i {
     std::arch::x86_64::_mm_set_epi64x(k[1] as i64, k[0] as i64)
 }
 
-/// The first block, `x` as loaded from offset 0: only its bytes before the nearest
-/// middle block kept, and the initial value applied. A CRC started from a register
-/// value is one started from zero with that value XORed into the first four bytes;
-/// the register starts at !initial.
+/// The last block with the first folded onto it. The first, loaded from offset 0, keeps
+/// only its bytes before the nearest middle block, and takes the initial value: a CRC
+/// started from a register value is one started from zero with that value XORed into
+/// the first four bytes (the register starts at !initial).
+///
+/// # Safety
+/// `src` must be valid for reads of `f.target + 16` bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "pclmulqdq")]
 #[inline]
-fn first_block(
-    f: &Folds,
-    x: std::arch::x86_64::__m128i,
-    initial: u32,
-) -> std::arch::x86_64::__m128i {
+unsafe fn ends(f: &Folds, initial: u32, src: *const u8) -> std::arch::x86_64::__m128i {
     use std::arch::x86_64::{_mm_and_si128, _mm_cvtsi32_si128, _mm_xor_si128};
-    let mask = keys16(&f.first_mask);
-    _mm_xor_si128(_mm_and_si128(x, mask), _mm_cvtsi32_si128(!initial as i32))
+    // SAFETY: offsets 0 and target, plus 16, are at most target + 16 = len.
+    let (first, last) = unsafe { (load16(src), load16(src.add(f.target))) };
+    let first = _mm_xor_si128(
+        _mm_and_si128(first, keys16(&f.first_mask)),
+        _mm_cvtsi32_si128(!initial as i32),
+    );
+    _mm_xor_si128(last, fold(first, keys16(&f.first_keys)))
 }
 
 /// The CRC of a span whose blocks were all folded onto its last 16 bytes, `x`: those

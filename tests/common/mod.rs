@@ -431,3 +431,15 @@ pub fn check_forever(mut bad_in: impl FnMut(u64) -> u64) -> ! {
         println!("checked {checked}");
     }
 }
+
+/// Segment `n` of the one-ring buffer in `dir`.
+pub fn segment(dir: &std::path::Path, n: u64) -> std::path::PathBuf {
+    dir.join("lane-0").join(format!("seg-{n:08}.dat"))
+}
+
+/// Flips bit `bit` of byte `offset` of `file`.
+pub fn flip(file: &std::path::Path, offset: usize, bit: u8) {
+    let mut b = std::fs::read(file).unwrap();
+    b[offset] ^= 1 << bit;
+    std::fs::write(file, b).unwrap();
+}
