@@ -58,5 +58,10 @@ def field_array(value: Any, dtype: str, name: str) -> np.ndarray:
                 f"field {name!r}: {_shown(value)} is too large for {target} "
                 f"(it would be stored as infinity)"
             )
+        if kind in "iu" and not (out.astype(np.float64) == source).all():
+            raise SchemaError(
+                f"field {name!r}: the integers {_shown(value)} would be rounded in {target} "
+                f"(convert them yourself if that is meant)"
+            )
         return out
     return source.astype(target)

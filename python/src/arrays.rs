@@ -117,8 +117,12 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
     }
     if value.is_instance_of::<PyInt>() {
         if matches!(dtype, DType::F32 | DType::F64) {
-            let v = value.extract::<f64>().ok()?;
-            return fits(v).then(|| dtype.encode_f64(v));
+            // Only an integer the float holds exactly; any other is left to the checked
+            // conversion, which refuses it.
+            let v = value.extract::<i128>().ok()?;
+            let f = v as f64;
+            let exact = f as i128 == v && (dtype == DType::F64 || f64::from(f as f32) == f);
+            return exact.then(|| dtype.encode_f64(f));
         }
         let v = value.extract::<i128>().ok()?;
         let fits = |lo: i128, hi: i128| (lo..=hi).contains(&v);

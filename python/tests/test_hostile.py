@@ -113,6 +113,8 @@ def test_a_flipped_bit_in_a_sealed_row_is_never_served(tmp_path, pread):
         ("action", 1.5, "would be truncated"),
         ("action", [1, 2**40], "does not fit int32"),
         ("action", "3", "expected int32 values"),
+        ("reward", [1, 2**24 + 1], "would be rounded in float32"),
+        ("reward", 2**24 + 1, "would be rounded in float32"),
     ],
 )
 def test_a_python_value_that_would_change_on_conversion_is_refused(tmp_path, field, value, says):

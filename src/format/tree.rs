@@ -229,6 +229,15 @@ pub fn owner_check(pid: u64) -> u32 {
 
 /// Checks the owner word of a header page against its check word: `Err` when either
 /// was damaged (then the owner it names means nothing).
+///
+/// ```
+/// use replaystore::format::tree::{OWNER_PID_OFF, TreeCounters, check_owner, encode_counters};
+/// let mut page = vec![0u8; 4096];
+/// encode_counters(&mut page, &TreeCounters { owner_pid: 42, ..TreeCounters::default() });
+/// assert!(check_owner(&page).is_ok());
+/// page[OWNER_PID_OFF] ^= 1;
+/// assert!(check_owner(&page).is_err());
+/// ```
 pub fn check_owner(page: &[u8]) -> Result<(), Problem> {
     let r = Bytes(page);
     let pid = r.u64(OWNER_PID_OFF).unwrap_or(0);

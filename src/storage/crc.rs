@@ -29,6 +29,17 @@ const WINDOW_BLOCKS: usize = WINDOW / 16;
 const CHUNK: usize = 512;
 
 /// The checksum routine for spans of one length (a layout's payload span).
+///
+/// ```
+/// use replaystore::storage::crc::SpanCrc;
+/// let row = vec![7u8; 165];
+/// let crc = SpanCrc::new(row.len());
+/// // SAFETY: `row` holds `crc.len()` bytes.
+/// let got = unsafe { crc.crc_at(5, row.as_ptr()) };
+/// let mut h = crc32fast::Hasher::new_with_initial(5);
+/// h.update(&row);
+/// assert_eq!(got, h.finalize());
+/// ```
 #[derive(Debug, Clone)]
 pub struct SpanCrc {
     len: usize,
