@@ -621,7 +621,7 @@ impl ReplayBuffer {
         let segments = (0..sb.segment_count)
             .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
             .collect::<Result<Vec<_>>>()?;
-        let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+        let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
         // A live reader descends the tree through its own path (`Reader`), and the rows
         // it would rebuild an episode table from change under it.
         let mut priorities = if sb.prioritized && !live && !actor {

@@ -156,9 +156,10 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
     let sb = &m.superblock;
     let segments = (0..sb.segment_count)
         .map(|n| storage::open_segment(&io::OsIo, dir, sb, n, Access::Read))
-        .collect::<Result<Vec<_>>>();
-    let segments = match segments {
-        Ok(s) => s,
+        .collect::<Result<Vec<_>>>()
+        .and_then(|segments| Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots));
+    let ring = match segments {
+        Ok(ring) => ring,
         Err(e) => {
             return EpisodeStats {
                 problem: Some(e.to_string()),
@@ -166,7 +167,6 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
             };
         }
     };
-    let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
     match crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir) {
         Ok(table) => EpisodeStats::of(&table.iter().copied().collect::<Vec<_>>()),
         Err(e) => EpisodeStats {
@@ -569,7 +569,7 @@ fn verify_live(
             .push("items were not checked: a segment file could not be opened".into());
         return Ok(report);
     }
-    let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots);
+    let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
     // Items below `sealed_to` carry checksums; later ones (added after the last flush,
     // rolled forward on a same-boot open) are proved by their stamps.
     let (head, tail, sealed_to) = if commit.is_clean() {

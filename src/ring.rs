@@ -1,6 +1,7 @@
 //! Slots over segments: which file and row a ring slot lives in, and the per-slot
 //! operations the buffer and recovery need. Head/tail bookkeeping lives in the buffer.
 
+use crate::error::{Error, Result};
 use crate::format::row::{EPISODE_OFF, RowLayout, RowTags, STEP_HEADER_LEN, StepHeader};
 use crate::storage::crc::SpanCrc;
 use crate::storage::io::Io;
@@ -37,13 +38,37 @@ pub struct Live {
 
 impl Ring {
     /// A ring over `segments`, each of `segment_slots` slots (the last may hold fewer).
+    /// Refuses a slot count that is not a power of two and a layout whose fields reach
+    /// past a segment's stride: every row read trusts both (`storage::map`), so no
+    /// caller of this public constructor can make a read leave its row.
     pub fn new(
         segments: Vec<SegmentMap>,
         layout: RowLayout,
         capacity: u64,
         segment_slots: u64,
-    ) -> Ring {
-        Ring {
+    ) -> Result<Ring> {
+        let invalid = |problem: String| Error::InvalidConfig {
+            field: "segment_slots",
+            problem,
+        };
+        if !segment_slots.is_power_of_two() {
+            return Err(invalid(format!(
+                "{segment_slots} slots a segment: not a power of two"
+            )));
+        }
+        if let Some(seg) = segments.iter().find(|s| s.stride() < layout.payload_end) {
+            return Err(Error::Corrupt {
+                file: seg.path().to_path_buf(),
+                offset: 0,
+                field: "segment stride".into(),
+                expected: format!(
+                    "at least the {} bytes a row's fields span",
+                    layout.payload_end
+                ),
+                got: seg.stride().to_string(),
+            });
+        }
+        Ok(Ring {
             shared: segments.iter().filter(|s| s.is_shared()).count(),
             segments,
             capacity,
@@ -52,7 +77,7 @@ impl Ring {
             files: None,
             crc: SpanCrc::new(layout.payload_span().len()),
             layout,
-        }
+        })
     }
 
     /// Gathers from now on copy rows with `pread` from `files` (the segments' files);
@@ -348,5 +373,43 @@ impl Ring {
             seg.flush_all(io).map_err(|e| (s, e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ring;
+    use crate::format::row::RowLayout;
+    use crate::storage::map::SegmentMap;
+    use crate::{DType, Schema};
+
+    fn segment(stride: usize) -> (tempfile::TempDir, SegmentMap) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("seg"))
+            .expect("create");
+        file.set_len((4096 + 4 * stride) as u64).expect("set_len");
+        let map = memmap2::MmapRaw::map_raw(&file).expect("map");
+        let seg = SegmentMap::new(map, &dir.path().join("seg"), 4, stride, false).expect("segment");
+        (dir, seg)
+    }
+
+    #[test]
+    fn a_ring_refuses_fields_past_its_stride_and_slot_counts_that_are_no_power_of_two() {
+        let schema = Schema::builder()
+            .field("x", DType::F64, &[8])
+            .build()
+            .expect("schema");
+        let layout = RowLayout::of(&schema);
+        assert!(layout.payload_end > 64);
+        let (_d, small) = segment(64);
+        assert!(Ring::new(vec![small], layout.clone(), 4, 4).is_err());
+        let (_d, fits) = segment(layout.stride);
+        assert!(Ring::new(vec![fits], layout.clone(), 4, 3).is_err());
+        let (_d, fits) = segment(layout.stride);
+        assert!(Ring::new(vec![fits], layout, 4, 4).is_ok());
     }
 }

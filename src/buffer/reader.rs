@@ -615,10 +615,10 @@ fn map_ring(buf: &ReplayBuffer) -> Result<Ring> {
     let segments = (0..sb.segment_count)
         .map(|n| storage::open_segment(&*buf.io, &buf.dir, sb, n, Access::Read))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Ring::new(
+    Ring::new(
         segments,
         buf.ring.layout().clone(),
         sb.capacity,
         sb.segment_slots,
-    ))
+    )
 }

@@ -52,7 +52,8 @@ pub struct RowCheck {
 }
 
 impl SegmentMap {
-    /// Wraps a mapping, checking that it is long enough for `slots` rows of `stride`.
+    /// Wraps a mapping, checking that it is long enough for `slots` rows of `stride`
+    /// (at least one: every row access clamps to the last row, which must exist).
     pub fn new(
         map: MmapRaw,
         path: &Path,
@@ -70,6 +71,15 @@ impl SegmentMap {
                 expected: "a size that fits in memory".into(),
                 got: format!("{slots} slots of {stride} bytes"),
             })?;
+        if slots == 0 {
+            return Err(Error::Corrupt {
+                file: path.to_path_buf(),
+                offset: 0,
+                field: "segment slots".into(),
+                expected: "at least 1".into(),
+                got: "0".into(),
+            });
+        }
         if map.len() < need || !stride.is_multiple_of(8) || stride < row::ROW_HEADER_LEN {
             return Err(Error::Truncated {
                 file: path.to_path_buf(),
@@ -120,6 +130,11 @@ impl SegmentMap {
         // fresh allocation of that size, so the ranges are valid and disjoint.
         unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), DATA_OFFSET) };
         out
+    }
+
+    /// Bytes per row.
+    pub fn stride(&self) -> usize {
+        self.stride
     }
 
     /// Pointer to row `k`; `k < slots` is the caller's bound (checked in debug builds).
@@ -1015,7 +1030,33 @@ impl crate::sumtree::Words for SharedWords<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_small;
+    use super::{SegmentMap, copy_small};
+
+    /// A shared mapping of a new file of `len` bytes (kept alive by the returned folder).
+    fn mapping(len: u64) -> (tempfile::TempDir, memmap2::MmapRaw) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("seg"))
+            .expect("create");
+        file.set_len(len).expect("set_len");
+        let map = memmap2::MmapRaw::map_raw(&file).expect("map");
+        (dir, map)
+    }
+
+    #[test]
+    fn a_segment_of_no_rows_is_refused_before_any_row_pointer_exists() {
+        let path = std::path::Path::new("seg");
+        let (_d, map) = mapping(4096);
+        assert!(SegmentMap::new(map, path, 0, 64, false).is_err());
+        let (_d, map) = mapping(4096 + 64);
+        assert!(SegmentMap::new(map, path, 1, 64, false).is_ok());
+        // A mapping one row short is refused too.
+        let (_d, map) = mapping(4096 + 64);
+        assert!(SegmentMap::new(map, path, 2, 64, false).is_err());
+    }
 
     #[test]
     fn copy_small_copies_exactly_len_bytes_for_every_width() {
