@@ -19,7 +19,6 @@
 )]
 
 use crate::format::tree::{Level, TreeShape};
-use crate::storage::map::prefetch;
 
 /// How far a stored parent may differ from the recomputation of its children before
 /// `check` reports it: relative to the larger of the two. Recomputation is exact in
@@ -34,31 +33,6 @@ pub trait Words {
     fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R>;
     /// Hints that the words from `at` are needed soon.
     fn prefetch(&self, at: usize);
-}
-
-impl Words for [f64] {
-    #[inline(always)]
-    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
-        let words = self.get(at..at.checked_add(K)?)?;
-        words.as_chunks::<K>().0.first().map(f)
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, at: usize) {
-        prefetch(self.as_ptr().wrapping_add(at).cast());
-    }
-}
-
-impl Words for Vec<f64> {
-    #[inline(always)]
-    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
-        self.as_slice().with_node(at, f)
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, at: usize) {
-        self.as_slice().prefetch(at);
-    }
 }
 
 /// `f` of node `j` of a level whose values start at word `start` and number `len`,
@@ -328,7 +302,7 @@ impl<const K: usize> SumTree<K> {
         // Every line this level will touch is requested before the first is needed, so
         // the batch's cache misses overlap instead of queueing one after another.
         for &slot in slots {
-            prefetch(w.as_ptr().wrapping_add(leaves.sum + slot).cast());
+            Words::prefetch(&*w, leaves.sum + slot);
         }
         for (&slot, &v) in slots.iter().zip(values) {
             if slot < leaves.len {
@@ -350,8 +324,8 @@ impl<const K: usize> SumTree<K> {
             let level = pair.0;
             for p in scratch.iter_mut() {
                 *p /= K;
-                prefetch(w.as_ptr().wrapping_add(level.sum + *p).cast());
-                prefetch(w.as_ptr().wrapping_add(level.min + *p).cast());
+                Words::prefetch(&*w, level.sum + *p);
+                Words::prefetch(&*w, level.min + *p);
             }
             for &j in scratch.iter() {
                 recompute_in::<K>(w, pair, j);

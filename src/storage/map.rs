@@ -1006,6 +1006,34 @@ pub struct SharedWords<'a> {
     _map: std::marker::PhantomData<&'a TreeMap>,
 }
 
+// The tree's words in memory (a private copy, a test's vector) read as plain slices; the
+// impls live here, beside the prefetch hint they use, so that the tree's algorithm
+// (`sumtree`) needs nothing of the storage layer.
+impl crate::sumtree::Words for [f64] {
+    #[inline(always)]
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
+        let words = self.get(at..at.checked_add(K)?)?;
+        words.as_chunks::<K>().0.first().map(f)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, at: usize) {
+        prefetch(self.as_ptr().wrapping_add(at).cast());
+    }
+}
+
+impl crate::sumtree::Words for Vec<f64> {
+    #[inline(always)]
+    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
+        self.as_slice().with_node(at, f)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, at: usize) {
+        self.as_slice().prefetch(at);
+    }
+}
+
 impl crate::sumtree::Words for SharedWords<'_> {
     #[inline(always)]
     fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
