@@ -10,7 +10,7 @@ use rand_chacha::rand_core::SeedableRng;
 
 use crate::batch::Batch;
 use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns};
-use crate::episodes::{EpisodeInfo, Episodes, StepInfo, scalar_f64};
+use crate::episodes::{EpisodeInfo, Episodes, StepInfo};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, Eviction, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
@@ -1402,7 +1402,7 @@ impl ReplayBuffer {
         let result = checked.and_then(|_| {
             let reward = reward_field.map_or(0.0, |(f, dtype)| {
                 let pos = order.get(f).copied().unwrap_or(ABSENT);
-                scalar_f64(dtype, columns.get(pos).map_or(&[][..], Column::bytes))
+                dtype.decode_f64(columns.get(pos).map_or(&[][..], Column::bytes))
             });
             let end = if terminated {
                 Some(End::Terminated)

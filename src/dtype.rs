@@ -74,6 +74,32 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.code() == code)
     }
 
+    /// The first element of `b` (little-endian bytes of this dtype) as f64; zeros stand
+    /// in for bytes `b` lacks.
+    ///
+    /// ```
+    /// use replaystore::DType;
+    /// assert_eq!(DType::I16.decode_f64(&(-9i16).to_le_bytes()), -9.0);
+    /// assert_eq!(DType::F32.decode_f64(&DType::F32.encode_f64(0.5)), 0.5);
+    /// ```
+    pub fn decode_f64(self, b: &[u8]) -> f64 {
+        fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
+            b.get(..N).and_then(|s| s.try_into().ok()).unwrap_or([0; N])
+        }
+        match self {
+            DType::Bool | DType::U8 => f64::from(arr::<1>(b)[0]),
+            DType::I8 => f64::from(i8::from_le_bytes(arr(b))),
+            DType::U16 => f64::from(u16::from_le_bytes(arr(b))),
+            DType::I16 => f64::from(i16::from_le_bytes(arr(b))),
+            DType::U32 => f64::from(u32::from_le_bytes(arr(b))),
+            DType::I32 => f64::from(i32::from_le_bytes(arr(b))),
+            DType::U64 => u64::from_le_bytes(arr(b)) as f64,
+            DType::I64 => i64::from_le_bytes(arr(b)) as f64,
+            DType::F32 => f64::from(f32::from_le_bytes(arr(b))),
+            DType::F64 => f64::from_le_bytes(arr(b)),
+        }
+    }
+
     /// `v` as one element of this dtype, little-endian, in the first `size()` bytes:
     /// converted as NumPy's `astype` does (saturating for integers; nonzero is true).
     ///

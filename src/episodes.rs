@@ -97,25 +97,6 @@ fn end_of(flags: u32) -> Option<End> {
     }
 }
 
-/// A scalar numeric field's value as f64 (little-endian bytes of `dtype`).
-pub(crate) fn scalar_f64(dtype: DType, b: &[u8]) -> f64 {
-    fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
-        b.get(..N).and_then(|s| s.try_into().ok()).unwrap_or([0; N])
-    }
-    match dtype {
-        DType::Bool | DType::U8 => f64::from(arr::<1>(b)[0]),
-        DType::I8 => f64::from(i8::from_le_bytes(arr(b))),
-        DType::U16 => f64::from(u16::from_le_bytes(arr(b))),
-        DType::I16 => f64::from(i16::from_le_bytes(arr(b))),
-        DType::U32 => f64::from(u32::from_le_bytes(arr(b))),
-        DType::I32 => f64::from(i32::from_le_bytes(arr(b))),
-        DType::U64 => u64::from_le_bytes(arr(b)) as f64,
-        DType::I64 => i64::from_le_bytes(arr(b)) as f64,
-        DType::F32 => f64::from(f32::from_le_bytes(arr(b))),
-        DType::F64 => f64::from_le_bytes(arr(b)),
-    }
-}
-
 impl Episodes {
     /// An empty table for `schema` (its scalar `reward` field, if any, makes returns).
     pub(crate) fn new(schema: &Schema) -> Episodes {

@@ -250,7 +250,7 @@ impl Ring {
         let mut b = [0u8; 8];
         let n = dtype.size().min(8);
         self.read_field(slot, f, b.get_mut(..n).unwrap_or(&mut []));
-        crate::episodes::scalar_f64(dtype, &b)
+        dtype.decode_f64(&b)
     }
 
     /// Copies field `f` of a slot into `out` (which has the field's size).

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, Superblock};
 use crate::format::state::{State, check_name};
 use crate::storage::io::{Access, Io, Kind};
-use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
+use crate::storage::{self, COW_EXT, LANE_DIR, MANIFEST, Manifest, RESTORE_EXT};
 
 /// Folder of a buffer's snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -34,10 +34,6 @@ const RESTORE_TMP: &str = "RESTORE.tmp";
 const TMP_PREFIX: &str = ".tmp-";
 /// Prefix of a snapshot folder being deleted.
 const DEL_PREFIX: &str = ".del-";
-/// Extension of a live file being put in place by a restore.
-pub(crate) const RESTORE_EXT: &str = "restore";
-/// Extension of a segment being copied before its first store (copy-on-write).
-pub(crate) const COW_EXT: &str = "cow";
 
 /// The folder of snapshot `name` of the buffer in `dir`.
 pub fn snapshot_dir(dir: &Path, name: &str) -> PathBuf {

@@ -250,7 +250,7 @@ const TRANSITIONS_AHEAD: usize = 16;
 fn reward_of(run: &RowRun<'_>, r: u64, off: usize, len: usize, dtype: DType) -> f64 {
     let mut b = [0u8; 8];
     run.read(r, off, b.get_mut(..len).unwrap_or(&mut []));
-    crate::episodes::scalar_f64(dtype, &b)
+    dtype.decode_f64(&b)
 }
 
 /// Position of frame `f` of item `i` among items of `frames` frames each.

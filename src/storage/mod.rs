@@ -29,6 +29,11 @@ pub const MANIFEST: &str = "MANIFEST";
 pub const MANIFEST_TMP: &str = "MANIFEST.tmp";
 /// Name of the writer's lock file.
 pub const LOCK: &str = "LOCK";
+/// Extension of a live file being put in place by a restore (or by a copy that gives a
+/// file written in place a name of its own, `sole_name`).
+pub const RESTORE_EXT: &str = "restore";
+/// Extension of a segment being copied before its first store (copy-on-write).
+pub const COW_EXT: &str = "cow";
 /// Folder of the ring's segment files.
 pub const LANE_DIR: &str = "lane-0";
 
@@ -411,7 +416,7 @@ pub fn copy_segment(
     let path = segment_path(dir, n);
     let mut tmp = path.clone().into_os_string();
     tmp.push(".");
-    tmp.push(crate::snapshot::COW_EXT);
+    tmp.push(COW_EXT);
     let tmp = PathBuf::from(tmp);
     match io.remove_file(&tmp) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -573,7 +578,7 @@ pub fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".");
-    tmp.push(crate::snapshot::RESTORE_EXT);
+    tmp.push(RESTORE_EXT);
     let tmp = PathBuf::from(tmp);
     match io.remove_file(&tmp) {
         Ok(()) => {}

@@ -21,33 +21,10 @@ use replaystore::workloads::{Chunk, Workload, written_bytes};
 use replaystore::{Batch, Config, Error, PrioritySpec, ReplayBuffer, SampleSpec};
 use serde_json::json;
 
+use crate::row::{Row, min_max};
+
 /// Items added before each timed checkpoint.
 const STEP: u64 = 32;
-
-/// One line of the table.
-pub(crate) struct Row {
-    pub name: String,
-    pub values: Vec<f64>,
-    pub unit: &'static str,
-    pub data_bytes: u64,
-    pub written_bytes: Vec<u64>,
-}
-
-impl Row {
-    pub fn new(name: String, unit: &'static str, data_bytes: u64) -> Row {
-        Row {
-            name,
-            values: Vec::new(),
-            unit,
-            data_bytes,
-            written_bytes: Vec::new(),
-        }
-    }
-
-    pub fn median(&self) -> f64 {
-        median(&self.values)
-    }
-}
 
 /// A xorshift step: the bench's own reproducible priorities.
 fn xorshift(s: &mut u64) -> u64 {
@@ -141,19 +118,6 @@ fn throughput(
     rows.push(per);
     buf.close()?;
     Ok(rows)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn min_max(v: &[f64]) -> (f64, f64) {
-    v.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-            (lo.min(x), hi.max(x))
-        })
 }
 
 /// Waits for the previous run's background work (letting go of replaced segment files)

@@ -8,6 +8,7 @@ mod fail;
 mod info;
 mod npz;
 mod progress;
+mod row;
 mod show;
 mod source;
 mod transfer;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use replaystore::workloads::Workload;
 use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, SampleSpec};
 
-use crate::bench::Row;
+use crate::row::Row;
 
 /// An I/O error of this bench's own process handling, as the engine reports them.
 fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> Error {

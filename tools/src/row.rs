@@ -1,0 +1,41 @@
+//! One figure of `replaystore bench`'s table: its runs, and the median and range of
+//! them. Its own module so that the workload runners (`bench`, `w3`) both fill rows
+//! without importing each other.
+
+/// One line of the table.
+pub(crate) struct Row {
+    pub name: String,
+    pub values: Vec<f64>,
+    pub unit: &'static str,
+    pub data_bytes: u64,
+    pub written_bytes: Vec<u64>,
+}
+
+impl Row {
+    pub fn new(name: String, unit: &'static str, data_bytes: u64) -> Row {
+        Row {
+            name,
+            values: Vec::new(),
+            unit,
+            data_bytes,
+            written_bytes: Vec::new(),
+        }
+    }
+
+    pub fn median(&self) -> f64 {
+        median(&self.values)
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+pub(crate) fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
