@@ -384,15 +384,7 @@ mod tests {
     use crate::{DType, Schema};
 
     fn segment(stride: usize) -> (tempfile::TempDir, SegmentMap) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(dir.path().join("seg"))
-            .expect("create");
-        file.set_len((4096 + 4 * stride) as u64).expect("set_len");
-        let map = memmap2::MmapRaw::map_raw(&file).expect("map");
+        let (dir, map) = crate::storage::map::tests::mapping((4096 + 4 * stride) as u64);
         let seg = SegmentMap::new(map, &dir.path().join("seg"), 4, stride, false).expect("segment");
         (dir, seg)
     }

@@ -1057,11 +1057,11 @@ impl crate::sumtree::Words for SharedWords<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{SegmentMap, copy_small};
 
     /// A shared mapping of a new file of `len` bytes (kept alive by the returned folder).
-    fn mapping(len: u64) -> (tempfile::TempDir, memmap2::MmapRaw) {
+    pub(crate) fn mapping(len: u64) -> (tempfile::TempDir, memmap2::MmapRaw) {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = std::fs::File::options()
             .read(true)
