@@ -279,7 +279,7 @@ impl Ring {
     /// Stamp and checksum check of a slot.
     pub fn check(&self, slot: u64) -> Option<RowCheck> {
         self.locate(slot)
-            .map(|(seg, k)| seg.check_row(k, &self.layout))
+            .map(|(seg, k)| seg.check_row(k, &self.layout, &self.crc))
     }
 
     /// The stamp of a slot (0 when out of range).

@@ -249,7 +249,7 @@ impl Reader {
         // what the writer published before storing it visible to the loads below.
         fence(Ordering::Acquire);
         let remapped = self.refresh_files()?;
-        Ok(remapped || index < self.buf.head || index >= self.buf.tail)
+        Ok(remapped || !self.buf.live().contains(&index))
     }
 
     /// Runs `op` on the items live now, again after each lost race.
@@ -483,9 +483,9 @@ impl Reader {
             }
             // Live now, or drawn again: the head may have passed an index, and a restore
             // may have moved the tail back below it.
-            let (head, tail) = (self.buf.head, self.buf.tail);
+            let live = self.buf.live();
             for p in lost.position..indices.len() {
-                let stale = indices.get(p).is_some_and(|&i| i < head || i >= tail);
+                let stale = indices.get(p).is_some_and(|i| !live.contains(i));
                 if p == lost.position || stale {
                     self.draw_again(how, indices, weights, p)?;
                 }

@@ -258,15 +258,9 @@ impl RowLayout {
 /// stamp, fails the check; seeding rather than hashing 8 more bytes keeps the per-add
 /// cost to one pass over the payload.
 pub fn item_crc(index: u64, payload: &[u8]) -> u32 {
-    let mut h = item_hasher(index);
+    let mut h = crc32fast::Hasher::new_with_initial(item_seed(index));
     h.update(payload);
     h.finalize()
-}
-
-/// The hasher [`item_crc`] starts from, for a payload hashed in pieces (crate-only: the
-/// public format speaks in checksums, not in a dependency's types).
-pub(crate) fn item_hasher(index: u64) -> crc32fast::Hasher {
-    crc32fast::Hasher::new_with_initial(item_seed(index))
 }
 
 /// The initial value an item's checksum starts from (see [`item_crc`]).

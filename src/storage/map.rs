@@ -240,25 +240,24 @@ impl SegmentMap {
     }
 
     /// Reads slot `k`'s stamp and checks its checksum against the index it names.
-    pub fn check_row(&self, k: usize, layout: &RowLayout) -> RowCheck {
+    pub fn check_row(&self, k: usize, layout: &RowLayout, crc: &SpanCrc) -> RowCheck {
         let stamp = self.load_stamp(k);
-        let row = self.row(k);
-        let span = layout.payload_span();
-        let mut payload = vec![0u8; span.len()];
-        // SAFETY: the span is inside row k; copied out rather than borrowed because a
-        // writer in another process may be changing it (the stamp check below decides).
-        unsafe {
-            std::ptr::copy_nonoverlapping(row.add(span.start), payload.as_mut_ptr(), span.len())
+        let index = row::index_of(stamp);
+        // SAFETY: `row(k)` is the start of row k of this segment's stride, which the
+        // layout's payload span fits (`Ring::new` checked).
+        let (computed_crc, stored_crc) = unsafe {
+            row_crcs(
+                index.unwrap_or(0),
+                self.row(k),
+                layout.payload_span().start,
+                crc,
+            )
         };
-        // SAFETY: the crc field is 4-aligned and inside row k's header.
-        let stored_crc =
-            u32::from_le(unsafe { row.add(ROW_CRC_OFFSET).cast::<u32>().read_volatile() });
-        let computed_crc = row::index_of(stamp).map_or(0, |i| row::item_crc(i, &payload));
         RowCheck {
             stamp,
-            crc_ok: row::index_of(stamp).is_some() && stored_crc == computed_crc,
+            crc_ok: index.is_some() && stored_crc == computed_crc,
             stored_crc,
-            computed_crc,
+            computed_crc: if index.is_some() { computed_crc } else { 0 },
         }
     }
 
@@ -416,21 +415,33 @@ pub struct RowMiss {
     pub found: Found,
 }
 
-/// Checks the row at `src` against the checksum it stores for item `index`; `crc` is
-/// the routine for the layout's payload span, which starts at `from`.
+/// The checksum of item `index` computed over the row at `src`, and the one the row
+/// stores; `crc` is the routine for the layout's payload span, which starts at `from`.
+/// The bytes are read through the pointer (another process may be changing them: the
+/// caller's stamp checks decide whether the result counts).
 ///
 /// # Safety
 /// `src` must be the start of a row of the layout, valid for reads of its stride.
 #[inline]
-unsafe fn verify_row(index: u64, src: *const u8, from: usize, crc: &SpanCrc) -> Result<(), Found> {
+unsafe fn row_crcs(index: u64, src: *const u8, from: usize, crc: &SpanCrc) -> (u32, u32) {
     // SAFETY: the payload span ends at payload_end <= stride, and the checksum word is
     // in the row header; both inside the row the caller vouched for.
-    let (computed, stored) = unsafe {
+    unsafe {
         (
             crc.crc_at(row::item_seed(index), src.add(from)),
             u32::from_le(src.add(ROW_CRC_OFFSET).cast::<u32>().read_unaligned()),
         )
-    };
+    }
+}
+
+/// Checks the row at `src` against the checksum it stores for item `index`.
+///
+/// # Safety
+/// As [`row_crcs`].
+#[inline]
+unsafe fn verify_row(index: u64, src: *const u8, from: usize, crc: &SpanCrc) -> Result<(), Found> {
+    // SAFETY: as the caller vouched.
+    let (computed, stored) = unsafe { row_crcs(index, src, from, crc) };
     if computed == stored {
         Ok(())
     } else {
