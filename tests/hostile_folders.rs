@@ -10,39 +10,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::fingerprint::fingerprint;
 use common::{add_range, schema};
 use proptest::prelude::*;
 use replaystore::{Config, Error, Reader, ReplayBuffer, inspect, verify};
-
-/// Every name below `root` with what it is and holds: links by target, files by bytes.
-fn fingerprint(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            let what = if t.is_symlink() {
-                format!("link {:?}", std::fs::read_link(&p).unwrap())
-            } else if t.is_dir() {
-                stack.push(p.clone());
-                "dir".into()
-            } else if t.is_file() {
-                format!("file {:x?}", std::fs::read(&p).unwrap())
-            } else {
-                "special".into()
-            };
-            out.insert(p, what);
-        }
-    }
-    out
-}
 
 /// A decoy folder the attacks point at: files, a folder of files, names the engine
 /// would clean (`.tmp-x`, `.del-y`), a copy of a buffer's own layout.

@@ -5,11 +5,14 @@
 //! or hang (libFuzzer's -timeout), and no byte or name of the decoy tree may change.
 #![no_main]
 
-use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/common/fingerprint.rs"]
+mod fingerprint;
+use fingerprint::fingerprint;
 use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema, inspect, verify};
 
 const PLACES: [&str; 16] = [
@@ -30,30 +33,6 @@ const PLACES: [&str; 16] = [
     "snapshots/.tmp-s2",
     "snapshots/.del-s3",
 ];
-
-/// Every name below `root` with what it is and holds.
-fn fingerprint(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read decoy").flatten() {
-            let p = e.path();
-            let t = e.file_type().expect("file type");
-            let what = if t.is_symlink() {
-                format!("link {:?}", std::fs::read_link(&p).expect("read link"))
-            } else if t.is_dir() {
-                stack.push(p.clone());
-                "dir".into()
-            } else if t.is_file() {
-                format!("file {:x?}", std::fs::read(&p).expect("read file"))
-            } else {
-                "special".into()
-            };
-            out.insert(p, what);
-        }
-    }
-    out
-}
 
 fn mkfifo(path: &Path) {
     let mut c = path.as_os_str().as_bytes().to_vec();

@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 
 use replaystore::{Column, DType, ReplayBuffer, Schema};
 
+pub mod fingerprint;
+
 pub fn schema() -> Schema {
     Schema::builder()
         .field("obs", DType::F32, &[5])
