@@ -19,10 +19,13 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::workloads::{Chunk, W2Frames, Workload};
+#[path = "../tools/src/workloads.rs"]
+#[allow(dead_code, reason = "each bench uses some of the workloads")]
+mod workloads;
 use replaystore::{
     Batch, Column, Config, DType, ReplayBuffer, SampleSpec, Schema, TransitionSpec, Transitions,
 };
+use workloads::{Chunk, W2Frames, Workload};
 
 const CAPACITY: u64 = 1_000_000;
 const EPISODE_STEPS: u64 = 1_000;

@@ -19,8 +19,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::format::tree::TreeShape;
-use replaystore::sumtree::SumTree;
+use replaystore::internal::format::tree::TreeShape;
+use replaystore::internal::sumtree::SumTree;
 use replaystore::{Batch, Config, PriorityConfig, PrioritySpec};
 
 mod common;

@@ -24,8 +24,11 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use replaystore::workloads::{Workload, written_bytes};
+#[path = "../tools/src/workloads.rs"]
+#[allow(dead_code, reason = "each bench uses some of the workloads")]
+mod workloads;
 use replaystore::{Config, ReplayBuffer, State};
+use workloads::{Workload, written_bytes};
 
 /// Items added between checkpoints.
 const STEP: u64 = 32;

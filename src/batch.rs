@@ -312,12 +312,12 @@ impl Batch {
 /// ([`Error::TooLarge`]) and not an aborted process.
 ///
 /// ```
-/// use replaystore::batch::check_rows;
+/// use replaystore::internal::check_rows;
 /// assert!(check_rows(256, 200).is_ok());
 /// assert!(check_rows(usize::MAX, 1).is_err());
 /// ```
 pub fn check_rows(rows: usize, row_bytes: usize) -> Result<()> {
-    let limit = crate::storage::physical_memory();
+    let limit = physical_memory();
     let per_row = u64::try_from(row_bytes)
         .unwrap_or(u64::MAX)
         .saturating_add(12);
@@ -334,4 +334,18 @@ pub fn check_rows(rows: usize, row_bytes: usize) -> Result<()> {
             limit,
         }),
     }
+}
+
+/// This machine's memory in bytes (`MemTotal`), the bound no single draw may exceed;
+/// half the address space where it cannot be read.
+fn physical_memory() -> u64 {
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map_or(u64::MAX >> 1, |kb| kb.saturating_mul(1024))
+    })
 }

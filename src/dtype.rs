@@ -202,25 +202,6 @@ impl fmt::Display for DType {
     }
 }
 
-impl std::str::FromStr for DType {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let alias = match s {
-            "float32" => "f32",
-            "float64" => "f64",
-            "int64" => "i64",
-            "int32" => "i32",
-            "uint8" => "u8",
-            other => other,
-        };
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == alias)
-            .ok_or_else(|| crate::Error::InvalidSchema(format!("unknown dtype {s:?}")))
-    }
-}
-
 mod sealed {
     pub trait Sealed {}
 }

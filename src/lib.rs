@@ -32,42 +32,76 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod batch;
-pub mod buffer;
-pub mod column;
-pub mod dtype;
-mod entropy;
-pub mod episodes;
-pub mod error;
-pub mod format;
-pub(crate) mod fragments;
-pub mod inspect;
-mod killpoint;
-pub mod lookback;
-pub mod priorities;
-pub mod recovery;
-pub mod ring;
-pub mod sample;
-pub mod schema;
-pub mod snapshot;
-pub mod storage;
-pub mod sumtree;
-pub mod windows;
-pub mod workloads;
+// The layers, bottom up (docs/ARCHITECTURE.md, "Layers"): each imports only the ones
+// below it (tests/layers.rs). The value types (dtype, error, schema, column, batch) sit
+// under all of them.
+mod algo; // pure algorithms: recovery's decisions, the sum-tree, draws, windows
+mod format; // byte layouts of every file, as pure functions over byte slices
+mod handle;
+mod parts; // what a buffer holds beyond its rows: priorities, episodes, fragments, snapshots
+mod storage; // files, mappings, the Io seam and the ring of rows: the only `unsafe` // what a program holds: writer, reader, priority owner, lanes, inspect
 
+mod batch;
+mod column;
+mod dtype;
+mod error;
+mod killpoint;
+mod schema;
+
+pub use algo::lookback::Indices;
+pub use algo::sample::SampleSpec;
+pub use algo::windows::End;
 pub use batch::{Batch, FieldArray};
-pub use buffer::{
+pub use column::Column;
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use format::FORMAT_VERSION;
+pub use format::state::State;
+pub use handle::inspect::{
+    EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
+};
+pub use handle::{
     Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityOwner,
     Reader, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions, UnitSpec,
 };
-pub use column::Column;
-pub use dtype::{DType, Element};
-pub use episodes::{EpisodeInfo, StepInfo};
-pub use error::{Error, Result};
-pub use format::state::State;
-pub use inspect::{EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts};
-pub use priorities::{Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate};
-pub use sample::SampleSpec;
+pub use parts::episodes::{EpisodeInfo, StepInfo};
+pub use parts::priorities::{
+    Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
+};
+pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use schema::{Field, Schema};
-pub use snapshot::{SnapshotInfo, snapshots};
+pub use storage::io;
 pub use storage::pread::RowAccess;
+
+/// What the CLI, the tests, the fuzz targets and the benches reach beyond the public
+/// API: byte layouts, file names and the pure algorithms they check the engine against.
+/// Not part of the API: no stability promise, and nothing here maps a file.
+#[doc(hidden)]
+pub mod internal {
+    /// Byte layouts of every file (docs/FORMAT.md).
+    pub mod format {
+        pub use crate::format::*;
+    }
+    /// File names and the metadata the CLI reads without opening a buffer.
+    pub mod storage {
+        pub use crate::storage::crc::SpanCrc;
+        pub use crate::storage::{
+            LANE_DIR, MANIFEST, Manifest, lane_dir, read_lanes, resolve_root, segment_path,
+        };
+
+        /// Opens segment `n` of the buffer in `dir` read-only and lets it go: the checks
+        /// a reader's open makes of one segment file, without handing out its mapping.
+        pub fn check_segment(
+            io: &dyn crate::io::Io,
+            dir: &std::path::Path,
+            sb: &crate::format::manifest::Superblock,
+            n: u64,
+        ) -> crate::Result<()> {
+            crate::storage::open_segment(io, dir, sb, n, crate::io::Access::Read).map(drop)
+        }
+    }
+    pub use crate::algo::{lookback, sumtree, windows};
+    pub use crate::batch::check_rows;
+    pub use crate::parts::priorities::PriorityInfo;
+    pub use crate::parts::snapshot::snapshot_dir;
+}

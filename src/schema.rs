@@ -228,6 +228,27 @@ fn validate(fields: &[Field]) -> Result<()> {
     Ok(())
 }
 
+// Here rather than beside `DType`: the dtype names are schema text, and `dtype` stays
+// below `error` (an error names dtypes).
+impl std::str::FromStr for DType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let alias = match s {
+            "float32" => "f32",
+            "float64" => "f64",
+            "int64" => "i64",
+            "int32" => "i32",
+            "uint8" => "u8",
+            other => other,
+        };
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == alias)
+            .ok_or_else(|| Error::InvalidSchema(format!("unknown dtype {s:?}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

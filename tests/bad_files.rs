@@ -116,7 +116,7 @@ fn a_future_format_version_is_refused_by_name() {
     let (_d, p) = fixture();
     let mut b = std::fs::read(manifest(&p)).unwrap();
     b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    let crc = replaystore::format::crc32(&b[..SUPERBLOCK_LEN - 4]);
+    let crc = replaystore::internal::format::crc32(&b[..SUPERBLOCK_LEN - 4]);
     b[SUPERBLOCK_LEN - 4..SUPERBLOCK_LEN].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(manifest(&p), b).unwrap();
     let e = ReplayBuffer::open(&p).unwrap_err();

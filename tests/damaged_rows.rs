@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{add_range, flip, item_bytes, schema, segment};
-use replaystore::lookback::Indices;
+use replaystore::Indices;
 use replaystore::{
     Column, Config, DType, Error, GetOptions, Reader, ReplayBuffer, RowAccess, Schema,
     SequenceSpec, TransitionSpec, inspect,

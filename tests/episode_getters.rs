@@ -9,7 +9,7 @@
     reason = "tests fail loudly"
 )]
 
-use replaystore::lookback::Indices;
+use replaystore::Indices;
 use replaystore::{Column, Config, DType, EpisodeChunk, Error, GetOptions, ReplayBuffer, Schema};
 
 fn create(dir: &std::path::Path, capacity: u64) -> ReplayBuffer {

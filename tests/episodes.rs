@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 
 use common::xorshift;
-use replaystore::windows::End;
+use replaystore::End;
 use replaystore::{Column, Config, DType, EpisodeInfo, Error, ReplayBuffer, Schema, verify};
 
 const CAPACITY: u64 = 64;

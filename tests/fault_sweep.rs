@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{add_range, assert_live_items_intact, columns, item};
-use replaystore::storage::io::FaultyIo;
+use replaystore::io::FaultyIo;
 use replaystore::{Config, Error, ReplayBuffer, State, verify};
 
 const CAPACITY: u64 = 40;

@@ -200,10 +200,10 @@ fn a_damaged_fragment_position_fails_verify() {
     buf.close().unwrap();
     assert!(verify(&dir).unwrap().is_sound());
     let seg = dir
-        .join(replaystore::storage::LANE_DIR)
+        .join(replaystore::internal::storage::LANE_DIR)
         .join("seg-00000000.dat");
     let mut bytes = std::fs::read(&seg).unwrap();
-    let stride = replaystore::format::row::RowLayout::of(&schema()).stride;
+    let stride = replaystore::internal::format::row::RowLayout::of(&schema()).stride;
     // Slot 1's row, its position word at 12.
     bytes[4096 + stride + 12] ^= 1;
     std::fs::write(&seg, bytes).unwrap();

@@ -16,7 +16,7 @@ mod common;
 use common::{Drained, KillOnDrop, add_range, columns, item, item_bytes, schema, xorshift};
 use replaystore::{
     Column, Config, DType, Error, Lanes, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
-    inspect,
+    verify,
 };
 
 const CHILD_ENV: &str = "REPLAYSTORE_LANES_CHILD";
@@ -437,7 +437,7 @@ fn each_lane_verifies_as_a_buffer_of_its_own() {
     add_to_lanes(&mut buf, &mut tails, &lanes);
     buf.close().unwrap();
     for k in 0..2u32 {
-        let report = inspect::verify(path.join(format!("lane-{k}"))).unwrap();
+        let report = verify(path.join(format!("lane-{k}"))).unwrap();
         assert!(report.is_sound(), "lane {k}: {:?}", report.problems);
     }
 }
@@ -727,7 +727,7 @@ fn kill_9_of_lane_actors_the_owner_and_readers_loses_nothing_and_stops_nobody() 
     // After all the kills, the trees agree with the lanes once an owner repairs them.
     Lanes::open_owner(&path).unwrap().close().unwrap();
     for k in 0..2 {
-        let report = inspect::verify(path.join(format!("lane-{k}"))).unwrap();
+        let report = verify(path.join(format!("lane-{k}"))).unwrap();
         assert!(report.is_sound(), "lane {k}: {:?}", report.problems);
     }
 }

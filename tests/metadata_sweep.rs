@@ -17,8 +17,8 @@ use common::{
     COMMIT_LEN, COMMIT_SLOTS, SEGMENT_HEADER_LEN, SUPERBLOCK_LEN, add_range,
     assert_live_items_intact, schema,
 };
-use replaystore::storage::io::{Access, OsIo};
-use replaystore::storage::{self, Manifest};
+use replaystore::internal::storage::{self, Manifest};
+use replaystore::io::OsIo;
 use replaystore::{Config, Error, ReplayBuffer, State};
 
 /// A closed buffer of 30 items in segments of 8 with snapshot `s` of the first 20.
@@ -141,7 +141,7 @@ fn every_bit_flip_and_cut_of_the_metadata_is_detected() {
     for n in 0..sb.segment_count {
         let seg = storage::segment_path(&dir, n);
         each_flip(&seg, 0..SEGMENT_HEADER_LEN, |byte, bit| {
-            let e = storage::open_segment(&OsIo, &dir, &sb, n, Access::Read).err();
+            let e = storage::check_segment(&OsIo, &dir, &sb, n).err();
             let named = e
                 .as_ref()
                 .and_then(place)
@@ -154,7 +154,7 @@ fn every_bit_flip_and_cut_of_the_metadata_is_detected() {
 
     // The snapshot's MANIFEST: listed as damaged or refused, and a restore of it is an
     // error that changes nothing.
-    let snap_dir = replaystore::snapshot::snapshot_dir(&dir, "s");
+    let snap_dir = replaystore::internal::snapshot_dir(&dir, "s");
     let snap_manifest = snap_dir.join("MANIFEST");
     let snap_newest = Manifest::load(&OsIo, &snap_dir)
         .unwrap()
@@ -208,7 +208,7 @@ fn every_bit_flip_and_cut_of_the_metadata_is_detected() {
     let original = std::fs::read(&seg).unwrap();
     for cut in 0..original.len() {
         std::fs::write(&seg, &original[..cut]).unwrap();
-        let e = storage::open_segment(&OsIo, &dir, &sb, 1, Access::Read).err();
+        let e = storage::check_segment(&OsIo, &dir, &sb, 1).err();
         cuts.count(
             e.as_ref().and_then(place).is_some_and(|(f, _)| f == seg),
             || format!("segment cut to {cut}: {e:?}"),

@@ -14,8 +14,8 @@ mod common;
 use common::{
     add_range, pretend_reboot, run_child_and_kill_after, run_child_then_kill, schema, xorshift,
 };
-use replaystore::format::tree::TreeShape;
-use replaystore::sumtree::SumTree;
+use replaystore::internal::format::tree::TreeShape;
+use replaystore::internal::sumtree::SumTree;
 use replaystore::{Config, Error, PriorityConfig, PrioritySpec, ReplayBuffer, verify};
 
 fn unit(s: &mut u64) -> f64 {

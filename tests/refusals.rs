@@ -19,7 +19,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{add_range, schema};
-use replaystore::storage::io::{FaultyIo, network_fs};
+use replaystore::io::{FaultyIo, network_fs};
 use replaystore::{Config, Error, Reader, ReplayBuffer};
 
 const NFS: i64 = 0x6969;

@@ -15,7 +15,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::xorshift;
-use replaystore::windows::End;
+use replaystore::End;
 use replaystore::{Column, Config, DType, Error, ReplayBuffer, Schema, TransitionSpec};
 
 const CAPACITY: u64 = 2048;

@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{add_range, columns, item, schema};
-use replaystore::storage::io::FaultyIo;
+use replaystore::io::FaultyIo;
 use replaystore::{Column, Config, DType, Error, ReplayBuffer, SampleSpec, Schema};
 
 fn buffer(capacity: u64) -> (tempfile::TempDir, ReplayBuffer) {

@@ -11,7 +11,7 @@
 mod common;
 
 use common::{COMMIT_LEN, COMMIT_SLOTS, add_range, schema};
-use replaystore::format::manifest::Commit;
+use replaystore::internal::format::manifest::Commit;
 use replaystore::{
     Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Schema, SequenceSpec,
     TransitionSpec, verify,
@@ -194,7 +194,7 @@ fn a_buffer_the_disk_cannot_hold_is_refused_before_a_byte_is_reserved() {
 
 #[test]
 fn a_superblock_declaring_millions_of_segments_is_one_finding_not_an_hour_of_verify() {
-    use replaystore::format::manifest::Superblock;
+    use replaystore::internal::format::manifest::Superblock;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b");
     let mut buf =

@@ -199,7 +199,7 @@ fn a_restored_tree_whose_parents_disagree_with_its_leaves_is_repaired() {
     let (mut buf, state) = forty_with_priorities(&dir);
     let before = priorities_of(&buf);
     // The sum-tree's root is the first word of the body (FORMAT.md, priorities.tree).
-    let tree = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let tree = replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
     let mut bytes = std::fs::read(&tree).unwrap();
     bytes[4096..4104].copy_from_slice(&12_345.0f64.to_le_bytes());
     std::fs::write(&tree, &bytes).unwrap();
@@ -230,12 +230,12 @@ fn a_restored_tree_whose_parents_disagree_with_its_leaves_is_repaired() {
 /// is damage, so setting it cannot make a damaged live tree pass.
 #[test]
 fn verify_judges_snapshot_trees_and_trees_whose_owner_word_was_damaged() {
-    use replaystore::format::tree::{BODY_OFFSET, OWNER_CHECK_OFF, OWNER_PID_OFF};
+    use replaystore::internal::format::tree::{BODY_OFFSET, OWNER_CHECK_OFF, OWNER_PID_OFF};
     use replaystore::{VerifyOptions, verify_opts};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
     let (buf, state) = forty_with_priorities(&dir);
-    let copy = replaystore::snapshot::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let copy = replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
     let mut bytes = std::fs::read(&copy).unwrap();
     assert!(
         bytes[OWNER_PID_OFF..OWNER_CHECK_OFF + 4]
@@ -552,7 +552,7 @@ fn a_read_only_snapshot_refuses_writes_and_samples_from_its_rng_position() {
 
 #[test]
 fn a_failed_segment_copy_is_an_error_that_loses_nothing() {
-    use replaystore::storage::io::FaultyIo;
+    use replaystore::io::FaultyIo;
     use std::sync::Arc;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
@@ -879,7 +879,7 @@ fn open_at_state_refuses_a_damaged_snapshot_and_changes_nothing() {
 /// the next open finishes the restore.
 #[test]
 fn a_full_disk_during_get_state_or_set_state_is_disk_full_and_leaves_nothing_behind() {
-    use replaystore::storage::io::FaultyIo;
+    use replaystore::io::FaultyIo;
     use std::sync::Arc;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");

@@ -4,10 +4,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use replaystore::format::manifest::{Commit, Superblock};
-use replaystore::format::schema_doc;
-use replaystore::format::segment::SegmentHeader;
-use replaystore::format::tree::TreeHeader;
+use replaystore::internal::format::manifest::{Commit, Superblock};
+use replaystore::internal::format::schema_doc;
+use replaystore::internal::format::segment::SegmentHeader;
+use replaystore::internal::format::tree::TreeHeader;
 use replaystore::State;
 
 fuzz_target!(|data: &[u8]| {

@@ -442,7 +442,7 @@ impl PyBuffer {
         }
         let schema = buf.schema().clone();
         // Before any allocation: sample(2**45) is a MemoryError, not an abort.
-        replaystore::batch::check_rows(n, schema.item_bytes()).map_err(to_py)?;
+        replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
         let mut indices = vec![0u64; n];
         let mut weights = beta.map(|_| vec![0f32; n]);
         let outs = filled(py, &schema, n, |slices| {
@@ -1006,7 +1006,7 @@ impl PyReader {
         let schema = self.inner.lock(py).schema().clone();
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
-        replaystore::batch::check_rows(n, schema.item_bytes()).map_err(to_py)?;
+        replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
         let mut indices = vec![0u64; n];
         let mut weights = beta.map(|_| vec![0f32; n]);
         // The reader re-draws an item the writer overwrites mid-copy, straight into

@@ -35,6 +35,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EvictedError", py.get_type::<errors::EvictedError>())?;
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
-    m.add("FORMAT_VERSION", replaystore::format::FORMAT_VERSION)?;
+    m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;
     Ok(())
 }

@@ -6,7 +6,7 @@
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::windows::End;
+use replaystore::End;
 use replaystore::{
     Batch, EpisodeBatch, EpisodeInfo, FieldArray, Sequences, SnapshotInfo, StepInfo, Transitions,
 };

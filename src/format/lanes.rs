@@ -49,7 +49,7 @@ pub struct LanesFile {
 /// The first logical index of lane `lane`.
 ///
 /// ```
-/// use replaystore::format::lanes::{first_index, lane_of};
+/// use replaystore::internal::format::lanes::{first_index, lane_of};
 /// assert_eq!(first_index(0), 0);
 /// assert_eq!(lane_of(first_index(3) + 12), 3);
 /// ```

@@ -48,7 +48,7 @@ pub struct RowTags<'a> {
 /// The position word of row `r` of a call of `rows` rows.
 ///
 /// ```
-/// use replaystore::format::row::{fragment_word, FRAGMENT_END};
+/// use replaystore::internal::format::row::{fragment_word, FRAGMENT_END};
 /// assert_eq!(fragment_word(0, 1), FRAGMENT_END);
 /// assert_eq!((fragment_word(0, 3), fragment_word(2, 3)), (0, 2 | FRAGMENT_END));
 /// ```
@@ -189,7 +189,8 @@ impl RowLayout {
     /// The layout of a schema's rows.
     ///
     /// ```
-    /// use replaystore::{DType, Schema, format::row::RowLayout};
+    /// use replaystore::internal::format::row::RowLayout;
+    /// use replaystore::{DType, Schema};
     /// let s = Schema::builder().field("a", DType::U8, &[]).field("b", DType::F32, &[2]).build()?;
     /// let l = RowLayout::of(&s);
     /// assert_eq!(l.fields, vec![(16, 1), (20, 8)]);
@@ -266,7 +267,7 @@ pub fn item_crc(index: u64, payload: &[u8]) -> u32 {
 /// The initial value an item's checksum starts from (see [`item_crc`]).
 ///
 /// ```
-/// use replaystore::format::row::item_seed;
+/// use replaystore::internal::format::row::item_seed;
 /// assert_eq!(item_seed(5), 5);
 /// assert_eq!(item_seed(1 << 32 | 5), 4);
 /// ```

@@ -219,7 +219,7 @@ pub fn encode_counters(page: &mut [u8], c: &TreeCounters) {
 /// checks as 0, which is what every file made before the word existed holds.
 ///
 /// ```
-/// use replaystore::format::tree::owner_check;
+/// use replaystore::internal::format::tree::owner_check;
 /// assert_eq!(owner_check(0), 0);
 /// assert_ne!(owner_check(1), 0);
 /// ```
@@ -231,7 +231,7 @@ pub fn owner_check(pid: u64) -> u32 {
 /// was damaged (then the owner it names means nothing).
 ///
 /// ```
-/// use replaystore::format::tree::{OWNER_PID_OFF, TreeCounters, check_owner, encode_counters};
+/// use replaystore::internal::format::tree::{OWNER_PID_OFF, TreeCounters, check_owner, encode_counters};
 /// let mut page = vec![0u8; 4096];
 /// encode_counters(&mut page, &TreeCounters { owner_pid: 42, ..TreeCounters::default() });
 /// assert!(check_owner(&page).is_ok());

@@ -14,33 +14,15 @@
 //! adds below it is held to the rule.
 #![expect(unsafe_code, reason = "openat2, *at calls and readdir are C calls")]
 
+pub use crate::error::foreign::{Kind, foreign};
+
 use std::ffi::{CString, OsStr, OsString};
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// What a name is, without following it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link.
-    Link,
-    /// A named pipe.
-    Fifo,
-    /// A socket.
-    Socket,
-    /// A character or block device.
-    Device,
-    /// Anything else.
-    Other,
-}
 
 impl Kind {
     fn of_mode(mode: libc::mode_t) -> Kind {
@@ -66,55 +48,6 @@ impl Kind {
             _ => return None,
         })
     }
-
-    /// The kind in words, for messages.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Kind::File => "a regular file",
-            Kind::Dir => "a directory",
-            Kind::Link => "a symbolic link",
-            Kind::Fifo => "a named pipe (FIFO)",
-            Kind::Socket => "a socket",
-            Kind::Device => "a device",
-            Kind::Other => "a special file",
-        }
-    }
-}
-
-/// The payload of an [`io::Error`] saying a path names something the engine did not
-/// make; [`crate::Error::io`] turns it into [`crate::Error::ForeignFile`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Foreign {
-    /// What the path names (or, for a link met on the way, [`Kind::Link`]).
-    pub found: Kind,
-    /// What the engine keeps there.
-    pub expected: Kind,
-}
-
-impl fmt::Display for Foreign {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "found {} where the engine keeps {} of its own (it follows no link and opens \
-             no special file)",
-            self.found.describe(),
-            self.expected.describe()
-        )
-    }
-}
-
-impl std::error::Error for Foreign {}
-
-/// An error saying `found` stands where the engine keeps an `expected`.
-pub fn foreign(found: Kind, expected: Kind) -> io::Error {
-    io::Error::other(Foreign { found, expected })
-}
-
-/// The [`Foreign`] payload of `e`, if it has one.
-pub fn foreign_of(e: &io::Error) -> Option<Foreign> {
-    e.get_ref()
-        .and_then(|s| s.downcast_ref::<Foreign>())
-        .copied()
 }
 
 fn cstr(name: &OsStr) -> io::Result<CString> {

@@ -31,7 +31,7 @@ const CHUNK: usize = 512;
 /// The checksum routine for spans of one length (a layout's payload span).
 ///
 /// ```
-/// use replaystore::storage::crc::SpanCrc;
+/// use replaystore::internal::storage::SpanCrc;
 /// let row = vec![7u8; 165];
 /// let crc = SpanCrc::new(row.len());
 /// // SAFETY: `row` holds `crc.len()` bytes.

@@ -117,7 +117,7 @@ impl Access {
 }
 
 /// The real file system, held to the engine's rule for files (see
-/// [`super::confined`]): no path is resolved through a symbolic link, only regular
+/// `storage::confined`): no path is resolved through a symbolic link, only regular
 /// files are opened, and removals never follow a name.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsIo;
@@ -280,7 +280,7 @@ pub fn os() -> IoRef {
 /// A seam that fails chosen operations, for fault-injection tests.
 ///
 /// ```
-/// use replaystore::storage::io::{FaultyIo, Io};
+/// use replaystore::io::{FaultyIo, Io};
 /// let io = FaultyIo::fail_from(0);
 /// assert!(io.create_dir_all(std::path::Path::new("/tmp")).is_err());
 /// assert_eq!(io.ops(), 1);

@@ -123,15 +123,6 @@ impl SegmentMap {
         (DATA_OFFSET + k * self.stride) as u64
     }
 
-    /// A copy of the header page.
-    pub fn header(&self) -> Vec<u8> {
-        let mut out = vec![0u8; DATA_OFFSET];
-        // SAFETY: `new` checked the mapping holds at least DATA_OFFSET bytes; `out` is a
-        // fresh allocation of that size, so the ranges are valid and disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), DATA_OFFSET) };
-        out
-    }
-
     /// Bytes per row.
     pub fn stride(&self) -> usize {
         self.stride
@@ -1020,7 +1011,7 @@ pub struct SharedWords<'a> {
 // The tree's words in memory (a private copy, a test's vector) read as plain slices; the
 // impls live here, beside the prefetch hint they use, so that the tree's algorithm
 // (`sumtree`) needs nothing of the storage layer.
-impl crate::sumtree::Words for [f64] {
+impl crate::algo::sumtree::Words for [f64] {
     #[inline(always)]
     fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
         let words = self.get(at..at.checked_add(K)?)?;
@@ -1033,7 +1024,7 @@ impl crate::sumtree::Words for [f64] {
     }
 }
 
-impl crate::sumtree::Words for Vec<f64> {
+impl crate::algo::sumtree::Words for Vec<f64> {
     #[inline(always)]
     fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
         self.as_slice().with_node(at, f)
@@ -1045,7 +1036,7 @@ impl crate::sumtree::Words for Vec<f64> {
     }
 }
 
-impl crate::sumtree::Words for SharedWords<'_> {
+impl crate::algo::sumtree::Words for SharedWords<'_> {
     #[inline(always)]
     fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
         if at.checked_add(K)? > self.len {

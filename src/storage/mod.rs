@@ -6,6 +6,7 @@ pub mod crc;
 pub mod io;
 pub mod map;
 pub mod pread;
+pub mod ring;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -39,14 +40,14 @@ pub const LANE_DIR: &str = "lane-0";
 
 /// The buffer folder `dir` as the engine holds it: absolute, with every symbolic link
 /// the caller's path goes through resolved (the user chose those). Everything the
-/// engine then opens below it is resolved with no link at all (see [`confined`]), so a
+/// engine then opens below it is resolved with no link at all (see `confined`), so a
 /// link planted inside a buffer is refused, never followed. A part of the path that does
 /// not exist yet (a buffer about to be created) is kept as given.
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
 /// std::os::unix::fs::symlink(dir.path(), dir.path().join("link"))?;
-/// let root = replaystore::storage::resolve_root(&dir.path().join("link").join("new-buffer"));
+/// let root = replaystore::internal::storage::resolve_root(&dir.path().join("link").join("new-buffer"));
 /// assert_eq!(root, dir.path().canonicalize()?.join("new-buffer"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -73,20 +74,6 @@ pub fn resolve_root(dir: &Path) -> PathBuf {
             _ => return absolute,
         }
     }
-}
-
-/// This machine's memory in bytes (`MemTotal`), the bound no single draw may exceed;
-/// half the address space where it cannot be read.
-pub fn physical_memory() -> u64 {
-    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *TOTAL.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map_or(u64::MAX >> 1, |kb| kb.saturating_mul(1024))
-    })
 }
 
 /// Path of segment `n` of a buffer.

@@ -183,7 +183,7 @@ pub fn pretend_reboot(manifest: &std::path::Path) {
         COMMIT_SLOTS[0]
     };
     b[slot + BOOT_ID_OFF..slot + BOOT_ID_OFF + 16].copy_from_slice(&[0xee; 16]);
-    let crc = replaystore::format::crc32(&b[slot..slot + COMMIT_CRC_OFF]);
+    let crc = replaystore::internal::format::crc32(&b[slot..slot + COMMIT_CRC_OFF]);
     b[slot + COMMIT_CRC_OFF..slot + COMMIT_CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(manifest, b).unwrap();
 }
@@ -229,7 +229,7 @@ pub fn run_child_and_kill_after(
 /// exactly between two operations. Unarmed (or with `stop_at` past the end), it counts.
 #[derive(Debug)]
 pub struct StopIo {
-    inner: replaystore::storage::io::OsIo,
+    inner: replaystore::io::OsIo,
     armed: std::sync::atomic::AtomicBool,
     ops: std::sync::atomic::AtomicU64,
     stop_at: u64,
@@ -238,7 +238,7 @@ pub struct StopIo {
 impl StopIo {
     pub fn new(stop_at: u64) -> std::sync::Arc<StopIo> {
         std::sync::Arc::new(StopIo {
-            inner: replaystore::storage::io::OsIo,
+            inner: replaystore::io::OsIo,
             armed: false.into(),
             ops: 0.into(),
             stop_at,
@@ -277,7 +277,7 @@ pub fn wait_for_kill() -> ! {
 
 macro_rules! stop_io_forward {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        impl replaystore::storage::io::Io for StopIo {
+        impl replaystore::io::Io for StopIo {
             $(fn $name(&self, $($arg: $ty),*) -> $ret {
                 self.tick();
                 self.inner.$name($($arg),*)
@@ -286,7 +286,7 @@ macro_rules! stop_io_forward {
     };
 }
 
-use replaystore::storage::io::Access;
+use replaystore::io::Access;
 use std::fs::File;
 use std::path::Path;
 stop_io_forward! {

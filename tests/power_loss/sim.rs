@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use memmap2::MmapRaw;
-use replaystore::storage::io::{Access, Io, OsIo};
+use replaystore::io::{Access, Io, OsIo};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
@@ -547,11 +547,11 @@ fn another_boot(manifest: &mut [u8]) {
                 .try_into()
                 .unwrap(),
         );
-        if replaystore::format::crc32(&manifest[slot..slot + CRC_OFF]) != stored {
+        if replaystore::internal::format::crc32(&manifest[slot..slot + CRC_OFF]) != stored {
             continue;
         }
         manifest[slot + BOOT_ID_OFF..slot + BOOT_ID_OFF + 16].copy_from_slice(&[0xee; 16]);
-        let crc = replaystore::format::crc32(&manifest[slot..slot + CRC_OFF]);
+        let crc = replaystore::internal::format::crc32(&manifest[slot..slot + CRC_OFF]);
         manifest[slot + CRC_OFF..slot + CRC_OFF + 4].copy_from_slice(&crc.to_le_bytes());
     }
 }

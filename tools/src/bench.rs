@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use replaystore::workloads::{Chunk, Workload, written_bytes};
+use crate::workloads::{Chunk, Workload, written_bytes};
 use replaystore::{Batch, Config, Error, PrioritySpec, ReplayBuffer, SampleSpec};
 use serde_json::json;
 

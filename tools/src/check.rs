@@ -3,8 +3,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use replaystore::format::lanes::MAX_LANES;
-use replaystore::storage::{self, Manifest, io::OsIo};
+use replaystore::internal::format::lanes::MAX_LANES;
+use replaystore::internal::storage::{self, Manifest};
+use replaystore::io::OsIo;
 use replaystore::{VerifyOptions, snapshots, verify_opts};
 use serde_json::json;
 
@@ -100,7 +101,10 @@ fn items_to_check(dir: &Path, deep: bool) -> u64 {
         };
         live + snaps
     };
-    if dir.join(replaystore::format::lanes::FILE_NAME).exists() {
+    if dir
+        .join(replaystore::internal::format::lanes::FILE_NAME)
+        .exists()
+    {
         (0..MAX_LANES)
             .map(|k| storage::lane_dir(dir, k))
             .take_while(|d| d.is_dir())

@@ -3,10 +3,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use replaystore::format::lanes::{LanesFile, first_index};
-use replaystore::format::segment::hex;
-use replaystore::priorities::PriorityInfo;
-use replaystore::storage::{self, io::OsIo};
+use replaystore::internal::PriorityInfo;
+use replaystore::internal::format::lanes::{LanesFile, first_index};
+use replaystore::internal::format::segment::hex;
+use replaystore::internal::storage;
+use replaystore::io::OsIo;
 use replaystore::{Info, ReplayBuffer, inspect, snapshots};
 use serde_json::json;
 

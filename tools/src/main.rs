@@ -13,6 +13,9 @@ mod show;
 mod source;
 mod transfer;
 mod w3;
+mod workloads;
+#[cfg(test)]
+mod workloads_tests;
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -328,7 +331,7 @@ fn sample(
     fields: Option<&str>,
     format: Format,
 ) -> Result<ExitCode, Failure> {
-    let lanes = replaystore::storage::read_lanes(&replaystore::storage::io::OsIo, dir)?;
+    let lanes = replaystore::internal::storage::read_lanes(&replaystore::io::OsIo, dir)?;
     if lanes.is_some() && snapshot.is_some() {
         return Err(Failure::Usage(
             "a lane set has no snapshots of its own: sample a lane's (lane-K/) instead".into(),

@@ -4,8 +4,9 @@
 use std::ops::Range;
 use std::path::Path;
 
-use replaystore::format::lanes::first_index;
-use replaystore::storage::{self, io::OsIo};
+use replaystore::internal::format::lanes::first_index;
+use replaystore::internal::storage;
+use replaystore::io::OsIo;
 use replaystore::{Error, Reader, Schema};
 
 use crate::fail::Failure;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use replaystore::workloads::Workload;
+use crate::workloads::Workload;
 use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, SampleSpec};
 
 use crate::row::Row;

@@ -151,7 +151,7 @@ fn each_kind_of_error_has_its_exit_status_and_a_message_a_person_can_act_on() {
     let good = std::fs::read(&manifest).unwrap();
     let mut newer = good.clone();
     newer[8..12].copy_from_slice(&99u32.to_le_bytes());
-    let crc_at = replaystore::format::manifest::SUPERBLOCK_LEN - 4;
+    let crc_at = replaystore::internal::format::manifest::SUPERBLOCK_LEN - 4;
     let crc = crc32fast::hash(&newer[..crc_at]);
     newer[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&manifest, &newer).unwrap();

@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::algo::recovery::{self, Recovered};
 use crate::error::{Error, Result};
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
 use crate::format::segment::hex;
-use crate::priorities::{PriorityInfo, TreeCopy};
-use crate::recovery::{self, Recovered};
-use crate::ring::Ring;
+use crate::parts::priorities::{PriorityInfo, TreeCopy};
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, Io};
+use crate::storage::ring::Ring;
 use crate::storage::{self, MANIFEST, Manifest};
 
 /// What a buffer's files say about it.
@@ -67,11 +67,13 @@ pub struct EpisodeStats {
 }
 
 impl EpisodeStats {
-    fn of(episodes: &[crate::episodes::EpisodeInfo]) -> EpisodeStats {
+    fn of(episodes: &[crate::parts::episodes::EpisodeInfo]) -> EpisodeStats {
         let count = episodes.len() as u64;
         let ended = episodes.iter().filter(|e| e.end.is_some()).count() as u64;
         let steps = (count > 0).then(|| {
-            let s = episodes.iter().map(crate::episodes::EpisodeInfo::steps);
+            let s = episodes
+                .iter()
+                .map(crate::parts::episodes::EpisodeInfo::steps);
             let total: u64 = s.clone().sum();
             (
                 s.clone().min().unwrap_or(0),
@@ -167,7 +169,14 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
             };
         }
     };
-    match crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir) {
+    match crate::parts::episodes::Episodes::from_rows(
+        &m.schema,
+        &ring,
+        sb.capacity,
+        head,
+        tail,
+        dir,
+    ) {
         Ok(table) => EpisodeStats::of(&table.iter().copied().collect::<Vec<_>>()),
         Err(e) => EpisodeStats {
             problem: Some(e.to_string()),
@@ -256,7 +265,7 @@ pub struct VerifyOptions<'a> {
     /// headers and priorities header are checked: its segments are mostly hard links to
     /// the live ones, so reading their items again mostly re-reads the same bytes.
     pub deep: bool,
-    /// Told how many more items were checked, every [`PROGRESS_EVERY`] items and at the
+    /// Told how many more items were checked, every `PROGRESS_EVERY` items and at the
     /// end of each buffer (a progress bar's `inc`).
     pub progress: Option<&'a dyn Fn(u64)>,
 }
@@ -308,7 +317,7 @@ pub fn verify_with(dir: &Path, io: &dyn Io) -> Result<Report> {
 ///
 /// ```
 /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
-/// use replaystore::inspect::{VerifyOptions, verify_opts};
+/// use replaystore::{VerifyOptions, verify_opts};
 /// # let dir = tempfile::tempdir()?;
 /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
 /// # let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
@@ -400,7 +409,7 @@ fn merge_lanes(
 
 /// Verifies one buffer of one ring and its snapshots.
 fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Report> {
-    let mut report = match crate::snapshot::pending_restore(io, dir) {
+    let mut report = match crate::parts::snapshot::pending_restore(io, dir) {
         Ok(Some(state)) => {
             // The live files are part old, part restored until the next open finishes:
             // only the snapshot they are becoming is worth checking.
@@ -409,9 +418,9 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
                 "a set_state to snapshot {:?} was interrupted; the next open finishes it",
                 state.name
             ));
-            if !crate::snapshot::exists(io, dir, &state.name).unwrap_or(false) {
+            if !crate::parts::snapshot::exists(io, dir, &state.name).unwrap_or(false) {
                 r.problems.push(Finding {
-                    file: dir.join(crate::snapshot::RESTORE),
+                    file: dir.join(crate::parts::snapshot::RESTORE),
                     offset: 0,
                     what: format!("names snapshot {:?}, which does not exist", state.name),
                 });
@@ -422,12 +431,12 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
         Err(e) => {
             let mut r = verify_live(dir, io, opts.progress, true)?;
             r.problems
-                .push(finding_of(&e, &dir.join(crate::snapshot::RESTORE)));
+                .push(finding_of(&e, &dir.join(crate::parts::snapshot::RESTORE)));
             r
         }
     };
     check_progress(dir, io, &mut report);
-    for snap in crate::snapshot::snapshots(dir)? {
+    for snap in crate::parts::snapshot::snapshots(dir)? {
         report.snapshots_checked += 1;
         if let Some(problem) = &snap.problem {
             report.problems.push(Finding {
@@ -616,9 +625,14 @@ fn verify_live(
     check_items(&ring, head..tail, sealed_to, progress, &mut report);
     if sb.episodic {
         // The step headers must chain into whole episodes, as the writer's open needs.
-        if let Err(e) =
-            crate::episodes::Episodes::from_rows(&m.schema, &ring, sb.capacity, head, tail, dir)
-        {
+        if let Err(e) = crate::parts::episodes::Episodes::from_rows(
+            &m.schema,
+            &ring,
+            sb.capacity,
+            head,
+            tail,
+            dir,
+        ) {
             report.problems.push(finding_of(&e, dir));
         }
     }
@@ -704,7 +718,7 @@ fn verify_priorities(
     };
     let found = copy.tree.check(&copy.words, TREE_FINDINGS);
     let (leaves, parents): (Vec<_>, Vec<_>) = found.into_iter().partition(|m| m.tree == "leaf");
-    let finding = |m: &crate::sumtree::Mismatch| Finding {
+    let finding = |m: &crate::algo::sumtree::Mismatch| Finding {
         file: copy.path.clone(),
         offset: (crate::format::tree::BODY_OFFSET + m.word * 8) as u64,
         what: format!(

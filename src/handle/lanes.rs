@@ -17,12 +17,12 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use super::{Config, PriorityOwner, Reader, ReplayBuffer, Stats};
+use crate::algo::sample::SampleSpec;
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
-use crate::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
-use crate::sample::SampleSpec;
+use crate::parts::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
 use crate::schema::Schema;
 use crate::storage::io::{self, Io, IoRef};
 use crate::storage::{self, Manifest};
@@ -271,7 +271,7 @@ impl Lanes<ReplayBuffer> {
             });
         }
         let io = config.io.clone().unwrap_or_else(io::os);
-        super::create_empty_dir(&*io, &dir)?;
+        super::writer::create_empty_dir(&*io, &dir)?;
         let lane_capacity = config.capacity.div_ceil(u64::from(count));
         let mut made = Vec::with_capacity(lanes);
         for k in 0..count {
@@ -292,7 +292,7 @@ impl Lanes<ReplayBuffer> {
         }
         let file = LanesFile {
             lanes: count,
-            uuid: crate::entropy::uuid(),
+            uuid: crate::algo::entropy::uuid(),
             lane_capacity,
         };
         if let Err(e) = storage::write_lanes(&*io, &dir, &file) {
@@ -919,6 +919,6 @@ fn remove_new_lanes(io: &dyn Io, dir: &Path, made: Vec<ReplayBuffer>) {
     let n = made.len();
     drop(made);
     for k in 0..n {
-        let _ = crate::snapshot::remove_tree(io, &storage::lane_dir(dir, k as u32));
+        let _ = crate::parts::snapshot::remove_tree(io, &storage::lane_dir(dir, k as u32));
     }
 }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use crate::dtype::DType;
 
+pub(crate) mod foreign;
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -585,7 +587,7 @@ impl Error {
     }
 
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        if let Some(f) = crate::storage::confined::foreign_of(&source) {
+        if let Some(f) = foreign::foreign_of(&source) {
             return Error::ForeignFile {
                 path: path.into(),
                 op,

@@ -6,11 +6,11 @@
 
 use std::collections::VecDeque;
 
+use crate::algo::windows::{End, Span};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::row::{STEP_TERMINATED, STEP_TRUNCATED, StepHeader};
 use crate::schema::Schema;
-use crate::windows::{End, Span};
 
 /// Name of the field whose values add up to an episode's return.
 pub const REWARD_FIELD: &str = "reward";
@@ -300,7 +300,7 @@ impl Episodes {
     /// (`dir` when the row cannot be located).
     pub(crate) fn from_rows(
         schema: &Schema,
-        ring: &crate::ring::Ring,
+        ring: &crate::storage::ring::Ring,
         capacity: u64,
         head: u64,
         tail: u64,

@@ -60,7 +60,7 @@ pub enum Pos {
 /// A chunk of `len` entries after `lookback` entries of lookback buffer.
 ///
 /// ```
-/// use replaystore::lookback::{Indices, Pos, Window};
+/// use replaystore::internal::lookback::{Indices, Pos, Window};
 /// // RLlib's example: observations [4, 5, 6, 7, 8, 9], of which [4, 5, 6] are lookback.
 /// let w = Window { lookback: 3, len: 3 };
 /// let mut out = Vec::new();

@@ -49,7 +49,7 @@ impl Span {
     /// at the episode's last stored row.
     ///
     /// ```
-    /// use replaystore::windows::{End, Span};
+    /// use replaystore::internal::windows::{End, Span};
     /// // Rows 10 (reset) ..= 14, terminated at 14.
     /// let span = Span { start: 10, first: 10, last: 14, end: Some(End::Terminated) };
     /// let t = span.nstep(13, 3, 0.5).unwrap();
@@ -80,7 +80,7 @@ impl Span {
     /// needed was evicted (the stack cannot be rebuilt honestly) or `r` is outside.
     ///
     /// ```
-    /// use replaystore::windows::Span;
+    /// use replaystore::internal::windows::Span;
     /// let span = Span { start: 10, first: 10, last: 20, end: None };
     /// assert_eq!(span.stack(11, 4), Some(vec![10, 10, 10, 11]));
     /// assert_eq!(span.stack(15, 4), Some(vec![12, 13, 14, 15]));
@@ -120,7 +120,7 @@ impl Span {
     /// were evicted.
     ///
     /// ```
-    /// use replaystore::windows::Span;
+    /// use replaystore::internal::windows::Span;
     /// let span = Span { start: 10, first: 10, last: 13, end: None };
     /// assert_eq!(
     ///     span.sequence(11, 2, 4),

@@ -11,6 +11,7 @@ use std::path::Path;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
+use crate::algo::sumtree::{Mismatch, SumTree, Words};
 use crate::error::{Error, Result};
 use crate::format::manifest::Superblock;
 use crate::format::tree::{
@@ -20,7 +21,6 @@ use crate::format::tree::{
 use crate::storage::io::{Access, Io};
 use crate::storage::map::TreeMap;
 use crate::storage::{self};
-use crate::sumtree::{Mismatch, SumTree, Words};
 
 /// Leaves set by adds whose parents are fixed in one pass: bounds how stale the upper
 /// levels get between draws while keeping an add at one store.

@@ -6,14 +6,14 @@
 use rand::RngExt;
 
 use super::ReplayBuffer;
+use crate::algo::windows::End;
 use crate::batch::Batch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::row::EPISODE_OFF;
-use crate::priorities::PrioritySpec;
+use crate::parts::priorities::PrioritySpec;
 use crate::schema::Schema;
 use crate::storage::map::RowRun;
-use crate::windows::End;
 
 /// How to draw transitions.
 ///

@@ -14,16 +14,18 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use super::{ReplayBuffer, Role, Stats};
+use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
-use crate::priorities::{LiveRange, Priority, PrioritySpec, PriorityUpdate, SharedPriorities};
-use crate::ring::Ring;
-use crate::sample::{SampleSpec, draw_one};
+use crate::parts::priorities::{
+    LiveRange, Priority, PrioritySpec, PriorityUpdate, SharedPriorities,
+};
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::{Missed, RowAccess, RowFiles};
+use crate::storage::ring::Ring;
 use crate::storage::{self, Manifest};
 
 /// Draws made again after lost races before a call gives up: a writer that overwrites
@@ -93,7 +95,7 @@ impl Reader {
         // call that sees the epoch move.
         let epoch = wait_steady(&progress, None);
         let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
-        buf.reseed(crate::entropy::seed());
+        buf.reseed(crate::algo::entropy::seed());
         let priorities = open_priorities(&buf)?;
         let mut reader = Reader {
             buf,
@@ -125,7 +127,7 @@ impl Reader {
     /// mappings (the default, at memory speed) or with `pread`, which maps nothing, so
     /// the process's resident memory stays flat however much of the buffer it samples.
     /// The page cache is shared either way; `Pread` is for workers whose RSS is watched
-    /// (it costs a system call or two per row; see [`crate::storage::pread`]). Sampling
+    /// (it costs a system call or two per row; see the `storage::pread` module). Sampling
     /// by episode (steps, sequences) and item checksums still read through the mappings.
     ///
     /// ```
@@ -190,7 +192,7 @@ impl Reader {
         if let Some(pid) = self.seeded_in {
             let now = std::process::id();
             if now != pid {
-                self.buf.reseed(crate::entropy::seed());
+                self.buf.reseed(crate::algo::entropy::seed());
                 self.seeded_in = Some(now);
             }
         }

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
+use crate::algo::recovery::{self, Recovered, SlotProbe};
+use crate::algo::sample::{SampleSpec, draw_uniform};
+use crate::algo::windows::End;
 use crate::batch::Batch;
 use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns};
-use crate::episodes::{EpisodeInfo, Episodes, StepInfo};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, Eviction, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
@@ -18,20 +20,18 @@ use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, RowTags, fragmen
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
 use crate::format::state::State;
-use crate::fragments::Fragments;
-use crate::priorities::{
+use crate::parts::episodes::{EpisodeInfo, Episodes, StepInfo};
+use crate::parts::fragments::Fragments;
+use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
-use crate::recovery::{self, Recovered, SlotProbe};
-use crate::ring::{Live, Ring};
-use crate::sample::{SampleSpec, draw_uniform};
+use crate::parts::snapshot::{self, SnapshotInfo};
 use crate::schema::Schema;
-use crate::snapshot::{self, SnapshotInfo};
 use crate::storage::io::{self, Access, Io, IoRef};
 use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::Missed;
+use crate::storage::ring::{Live, Ring};
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
-use crate::windows::End;
 
 /// Default size of one segment file: small enough that copying the one being written is
 /// cheap (checkpoints), large enough that a million-item buffer has few files.
@@ -48,17 +48,17 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Config {
-    schema: Schema,
-    capacity: u64,
-    segment_bytes: u64,
-    segment_slots: Option<u64>,
-    seed: Option<u64>,
-    io: Option<IoRef>,
-    priorities: Option<PriorityConfig>,
-    episodic: bool,
-    whole_episodes: bool,
-    fragments: bool,
-    first_index: u64,
+    pub(super) schema: Schema,
+    pub(super) capacity: u64,
+    pub(super) segment_bytes: u64,
+    pub(super) segment_slots: Option<u64>,
+    pub(super) seed: Option<u64>,
+    pub(super) io: Option<IoRef>,
+    pub(super) priorities: Option<PriorityConfig>,
+    pub(super) episodic: bool,
+    pub(super) whole_episodes: bool,
+    pub(super) fragments: bool,
+    pub(super) first_index: u64,
 }
 
 impl Config {
@@ -264,65 +264,65 @@ pub struct Stats {
 /// ```
 #[derive(Debug)]
 pub struct ReplayBuffer {
-    dir: PathBuf,
-    io: IoRef,
-    manifest_path: PathBuf,
+    pub(super) dir: PathBuf,
+    pub(super) io: IoRef,
+    pub(super) manifest_path: PathBuf,
     /// The MANIFEST, open for commits (`None` for a read-only snapshot).
-    manifest: Option<File>,
+    pub(super) manifest: Option<File>,
     /// The writer lock (`None` for a read-only snapshot).
-    lock: Option<File>,
+    pub(super) lock: Option<File>,
     /// `priorities.lock`, held by a writer that owns the priority tree.
-    priority_lock: Option<File>,
+    pub(super) priority_lock: Option<File>,
     /// Adds without the priorities, which another process owns (`open_actor`).
-    actor: bool,
-    superblock: Superblock,
-    schema: Schema,
-    ring: Ring,
-    head: u64,
-    tail: u64,
-    head_slot: u64,
-    tail_slot: u64,
-    cleared: u64,
-    sampled: u64,
-    rng: ChaCha8Rng,
-    rng_seed: u64,
-    boot_id: [u8; 16],
-    generation: u64,
+    pub(super) actor: bool,
+    pub(super) superblock: Superblock,
+    pub(super) schema: Schema,
+    pub(super) ring: Ring,
+    pub(super) head: u64,
+    pub(super) tail: u64,
+    pub(super) head_slot: u64,
+    pub(super) tail_slot: u64,
+    pub(super) cleared: u64,
+    pub(super) sampled: u64,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) rng_seed: u64,
+    pub(super) boot_id: [u8; 16],
+    pub(super) generation: u64,
     /// Items below this index are sealed (checksummed) and covered by a commit.
-    flushed_tail: u64,
+    pub(super) flushed_tail: u64,
     /// Reads check sealed rows against their checksums (see `set_read_checks`).
-    read_checks: bool,
-    poisoned: Option<String>,
-    closed: bool,
-    recovered: Option<Recovered>,
-    priorities: Option<Priorities>,
-    order: Vec<usize>,
-    names: NameCache,
+    pub(super) read_checks: bool,
+    pub(super) poisoned: Option<String>,
+    pub(super) closed: bool,
+    pub(super) recovered: Option<Recovered>,
+    pub(super) priorities: Option<Priorities>,
+    pub(super) order: Vec<usize>,
+    pub(super) names: NameCache,
     /// The episode table (episodic buffers).
-    episodes: Option<Episodes>,
+    pub(super) episodes: Option<Episodes>,
     /// The fragment table of a fragment buffer, built from the rows when first needed.
-    fragments: Option<Fragments>,
+    pub(super) fragments: Option<Fragments>,
     /// Zero bytes for fields a reset row leaves out.
-    zeros: Vec<u8>,
+    pub(super) zeros: Vec<u8>,
     /// A segment was copied and renamed since the last commit: the lane folder must be
     /// fsynced before the next commit.
-    lane_dirty: bool,
+    pub(super) lane_dirty: bool,
     /// The progress page readers in other processes follow (the writer's only).
-    progress: Option<ProgressMap>,
+    pub(super) progress: Option<ProgressMap>,
     /// The newest commit's head and tail. After a power cut, recovery may serve the
     /// items in between, so overwriting one needs an eviction record first.
-    committed: (u64, u64),
+    pub(super) committed: (u64, u64),
     /// Items below this index may be overwritten without another eviction record: the
     /// newest commit's head, or the last record written since it.
-    evict_mark: u64,
+    pub(super) evict_mark: u64,
     /// Eviction records written since the newest commit (their slot pages alternate).
-    evict_writes: u64,
+    pub(super) evict_writes: u64,
     /// Evictions the next record covers past the head, and when the last was written.
-    evict_chunk: u64,
-    evict_at: Option<Instant>,
+    pub(super) evict_chunk: u64,
+    pub(super) evict_at: Option<Instant>,
     /// Items below this index have durable priority leaves (the tree was msynced, or
     /// copied durably, with them): a commit covering later ones msyncs theirs first.
-    tree_tail: u64,
+    pub(super) tree_tail: u64,
 }
 
 impl SlotProbe for Ring {
@@ -344,7 +344,7 @@ pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
 const EVICT_SPACING: Duration = Duration::from_millis(20);
 
 /// Who opens a buffer, and so how its files are mapped.
-enum Role {
+pub(super) enum Role {
     /// The one writer, holding the lock: shared writable mappings.
     Writer(File),
     /// The one writer, adding items while another process owns the priorities (see
@@ -355,19 +355,6 @@ enum Role {
     /// A reader of a buffer a writer may be changing: shared read-only mappings.
     Live,
 }
-
-mod lanes;
-mod owner;
-mod reader;
-mod transitions;
-mod units;
-mod views;
-pub use lanes::{Lane, Lanes};
-pub use owner::PriorityOwner;
-pub use reader::Reader;
-pub use transitions::{TransitionSpec, Transitions};
-pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
-pub use views::{EpisodeChunk, GetOptions};
 
 impl ReplayBuffer {
     /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
@@ -414,7 +401,7 @@ impl ReplayBuffer {
         let stride = layout.stride as u64;
         let segment_slots = config.slots_per_segment(stride)?;
         let archive = schema_doc::encode(&config.schema);
-        let uuid = crate::entropy::uuid();
+        let uuid = crate::algo::entropy::uuid();
         let sb = Superblock {
             uuid,
             capacity: config.capacity,
@@ -435,7 +422,7 @@ impl ReplayBuffer {
                 &dir,
                 &sb,
                 &archive,
-                config.seed.unwrap_or_else(crate::entropy::seed),
+                config.seed.unwrap_or_else(crate::algo::entropy::seed),
                 config.priorities.as_ref(),
                 config.first_index,
             )
@@ -597,7 +584,12 @@ impl ReplayBuffer {
     /// Opens the buffer in `dir` in `role`. `restored`: this process has just put a
     /// snapshot's files in place, whose commit `restore` already marked open (not clean);
     /// they are exactly the snapshot's, so they need no recovery and no marker commit.
-    fn open_as(dir: PathBuf, io: IoRef, role: Role, restored: bool) -> Result<ReplayBuffer> {
+    pub(super) fn open_as(
+        dir: PathBuf,
+        io: IoRef,
+        role: Role,
+        restored: bool,
+    ) -> Result<ReplayBuffer> {
         let (access, lock, actor) = match role {
             Role::Writer(lock) => (Access::Write, Some(lock), false),
             Role::Actor(lock) => (Access::Write, Some(lock), true),
@@ -828,7 +820,7 @@ impl ReplayBuffer {
         }
     }
 
-    fn writable(&self) -> Result<()> {
+    pub(super) fn writable(&self) -> Result<()> {
         match &self.poisoned {
             Some(reason) => Err(Error::Poisoned {
                 dir: self.dir.clone(),
@@ -1271,7 +1263,7 @@ impl ReplayBuffer {
 
     /// Why this handle has no priorities to draw from or update: another process owns
     /// them (an actor), or the buffer keeps none.
-    fn no_priorities(&self) -> Error {
+    pub(super) fn no_priorities(&self) -> Error {
         if self.actor && self.superblock.prioritized {
             Error::NotPriorityOwner {
                 dir: self.dir.clone(),
@@ -1294,7 +1286,7 @@ impl ReplayBuffer {
         Ok(())
     }
 
-    fn episodes_ref(&self) -> Result<&Episodes> {
+    pub(super) fn episodes_ref(&self) -> Result<&Episodes> {
         self.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
             dir: self.dir.clone(),
         })
@@ -1666,7 +1658,7 @@ impl ReplayBuffer {
         self.get_many(&[index])
     }
 
-    fn stamp_error(&self, indices: &[u64], missed: Missed) -> Error {
+    pub(super) fn stamp_error(&self, indices: &[u64], missed: Missed) -> Error {
         match missed {
             Missed::Row(m) => {
                 self.row_error(indices.get(m.position).copied().unwrap_or(0), m.found)
@@ -2235,7 +2227,7 @@ pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
         // not, the folder is cleared (only if it holds nothing but the engine's own
         // names) and made again.
         let lock = storage::lock(io, dir)?;
-        crate::snapshot::remove_tree(io, dir)?;
+        crate::parts::snapshot::remove_tree(io, dir)?;
         drop(lock);
         return io
             .create_dir_all(dir)

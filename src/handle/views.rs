@@ -9,10 +9,10 @@
 //! of `t` steps has `t + 1` observations and `t` step entries.
 
 use super::ReplayBuffer;
+use crate::algo::lookback::{Indices, Pos, Window};
 use crate::batch::FieldArray;
-use crate::episodes::EpisodeInfo;
 use crate::error::{Error, Result};
-use crate::lookback::{Indices, Pos, Window};
+use crate::parts::episodes::EpisodeInfo;
 
 /// Part of one episode: its entries from observation `t0` on (growing as the episode
 /// does), after up to `lookback` earlier entries. A plain value, valid across adds.
@@ -57,7 +57,7 @@ impl ReplayBuffer {
     /// without lookback.
     ///
     /// ```
-    /// use replaystore::lookback::Indices;
+    /// use replaystore::Indices;
     /// use replaystore::{Column, Config, DType, GetOptions, ReplayBuffer, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder()

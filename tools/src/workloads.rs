@@ -1,29 +1,18 @@
 //! The standard benchmark workloads of `docs/WORKLOADS.md` (W1 vector transitions,
 //! W2 Atari frames), defined once so that criterion benches and `replaystore bench`
-//! measure exactly the same items.
+//! measure exactly the same items. It lives beside the command and is compiled into the
+//! criterion benches by path, so the library carries no benchmark code.
 
 use std::sync::OnceLock;
 
-use crate::{Column, DType, ReplayBuffer, Result, Schema};
+use replaystore::{Column, DType, ReplayBuffer, Result, Schema};
 
 /// Bytes of one W2 observation (4 stacked 84x84 frames).
-const W2_OBS: usize = 4 * 84 * 84;
+pub(crate) const W2_OBS: usize = 4 * 84 * 84;
 /// Distinct W2 observations, cycled (the content does not matter, its size does).
-const W2_DISTINCT: usize = 64;
+pub(crate) const W2_DISTINCT: usize = 64;
 
 /// One of the standard workloads.
-///
-/// ```
-/// use replaystore::workloads::Workload;
-/// use replaystore::{Config, ReplayBuffer};
-/// let dir = tempfile::tempdir()?;
-/// let w = Workload::W1;
-/// let mut buf = ReplayBuffer::create(dir.path().join("w1"), Config::new(w.schema()?, 100))?;
-/// w.fill(&mut buf, 10)?;
-/// assert_eq!(buf.len(), 10);
-/// assert_eq!(w.capacity(), 1_000_000);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     /// `obs` f32[17], `next_obs` f32[17], `action` f32[6], `reward` f32, `done` bool;
@@ -113,18 +102,6 @@ impl Workload {
 
 /// Items `from .. from + n` of a workload as columns with the batch dimension first,
 /// for `add_batch` (W1-addB adds chunks of 1,000).
-///
-/// ```
-/// use replaystore::workloads::{Chunk, Workload};
-/// use replaystore::{Config, ReplayBuffer};
-/// let dir = tempfile::tempdir()?;
-/// let w = Workload::W1;
-/// let mut buf = ReplayBuffer::create(dir.path().join("w1"), Config::new(w.schema()?, 100))?;
-/// let chunk = Chunk::new(w, 0, 10);
-/// buf.add_batch(&chunk.columns())?;
-/// assert_eq!(buf.len(), 10);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 #[derive(Clone, Debug)]
 pub struct Chunk {
     workload: Workload,
@@ -196,25 +173,20 @@ impl Chunk {
     }
 }
 
+#[allow(
+    dead_code,
+    reason = "the episodes bench uses it; the command does not yet"
+)]
 /// Bytes of one W2 frame (one 84x84 observation, unstacked).
 const W2_FRAME: usize = 84 * 84;
 
+#[allow(
+    dead_code,
+    reason = "the episodes bench uses it; the command does not yet"
+)]
 /// W2 with native frame stacking (issue 6): one 84x84 frame per row of an episodic
 /// buffer (`obs` u8[84,84], `action` i64, `reward` f32), stacked 4 deep at sample time
 /// instead of stored 4 deep per row. Episodes run 500 to 2,499 steps, terminated.
-///
-/// ```
-/// use replaystore::workloads::W2Frames;
-/// use replaystore::{Config, ReplayBuffer, TransitionSpec};
-/// let dir = tempfile::tempdir()?;
-/// let config = Config::new(W2Frames::schema()?, 1000).episodic();
-/// let mut buf = ReplayBuffer::create(dir.path().join("w2f"), config)?;
-/// let mut frames = W2Frames::default();
-/// frames.fill(&mut buf, 600)?;
-/// let t = buf.sample_transitions(&TransitionSpec::new(32, &["obs"]).stack(4))?;
-/// assert_eq!(t.obs().field("obs").map(|f| f.shape()), Some(vec![32, 4, 84, 84]));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 #[derive(Clone, Debug, Default)]
 pub struct W2Frames {
     /// Rows added so far.
@@ -225,6 +197,10 @@ pub struct W2Frames {
     left: u64,
 }
 
+#[allow(
+    dead_code,
+    reason = "the episodes bench uses it; the command does not yet"
+)]
 impl W2Frames {
     /// The schema: `obs` u8[84,84], `action` i64, `reward` f32.
     pub fn schema() -> Result<Schema> {
@@ -268,6 +244,10 @@ impl W2Frames {
     }
 }
 
+#[allow(
+    dead_code,
+    reason = "the episodes bench uses it; the command does not yet"
+)]
 fn w2_frames() -> &'static [u8] {
     static FRAMES: OnceLock<Vec<u8>> = OnceLock::new();
     FRAMES.get_or_init(|| {
@@ -287,49 +267,4 @@ pub fn written_bytes() -> u64 {
                 .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(
-        clippy::unwrap_used,
-        clippy::indexing_slicing,
-        reason = "tests fail loudly"
-    )]
-    use super::*;
-    use crate::Config;
-
-    /// Items depend on their index only, so two runs (or a bench and a CLI run) store
-    /// the same bytes; W2 observations repeat every 64 items and differ in between.
-    #[test]
-    fn items_are_a_function_of_their_index() {
-        let dir = tempfile::tempdir().unwrap();
-        for w in [Workload::W1, Workload::W2] {
-            let mut batched = ReplayBuffer::create(
-                dir.path().join(format!("{}-batch", w.name())),
-                Config::new(w.schema().unwrap(), 8),
-            )
-            .unwrap();
-            let mut buf = ReplayBuffer::create(
-                dir.path().join(w.name()),
-                Config::new(w.schema().unwrap(), 8),
-            )
-            .unwrap();
-            for i in [3, 3, 4, 3 + W2_DISTINCT as u64] {
-                w.add(&mut buf, i).unwrap();
-            }
-            let b = buf.get_many(&[0, 1, 2, 3]).unwrap();
-            assert_eq!(b.item_bytes(0), b.item_bytes(1), "{}", w.name());
-            // A chunk stores the same bytes as adding one at a time.
-            batched.add_batch(&Chunk::new(w, 3, 2).columns()).unwrap();
-            let c = batched.get_many(&[0, 1]).unwrap();
-            assert_eq!(c.item_bytes(0), b.item_bytes(0), "{}", w.name());
-            assert_eq!(c.item_bytes(1), b.item_bytes(2), "{}", w.name());
-            assert_ne!(b.item_bytes(0), b.item_bytes(2), "{}", w.name());
-            if w == Workload::W2 {
-                let obs: &[u8] = b.get("obs").unwrap();
-                assert_eq!(obs[..W2_OBS], obs[3 * W2_OBS..]);
-            }
-        }
-    }
 }

@@ -14,7 +14,9 @@ use std::path::Path;
 use super::Reader;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::priorities::{Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate};
+use crate::parts::priorities::{
+    Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
+};
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::{self, Manifest};
 

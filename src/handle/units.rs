@@ -9,13 +9,13 @@ use rand::RngExt;
 
 use super::ReplayBuffer;
 use super::transitions::with_leading;
+use crate::algo::windows::{End, Span};
 use crate::batch::Batch;
-use crate::episodes::EpisodeInfo;
 use crate::error::{Error, Result};
-use crate::fragments::{Fragment, Fragments};
-use crate::priorities::PrioritySpec;
+use crate::parts::episodes::EpisodeInfo;
+use crate::parts::fragments::{Fragment, Fragments};
+use crate::parts::priorities::PrioritySpec;
 use crate::schema::Schema;
-use crate::windows::{End, Span};
 
 /// How to draw sequences.
 ///
