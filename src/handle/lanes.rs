@@ -98,7 +98,7 @@ impl Lane for ReplayBuffer {
         self.get_many(indices)
     }
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
-        match &self.priorities {
+        match self.tree.tree() {
             Some(t) => t.check_update_one(position, index, self.tail, p),
             None => Err(self.no_priorities()),
         }
@@ -107,10 +107,10 @@ impl Lane for ReplayBuffer {
         self.update_priorities(indices, priorities)
     }
     fn max_priority(&self) -> Option<f64> {
-        self.priorities.as_ref().map(|p| p.max_priority())
+        self.tree.tree().map(|p| p.max_priority())
     }
     fn raise_max(&mut self, q: f64) {
-        if let Some(p) = &mut self.priorities {
+        if let Some(p) = self.tree.tree_mut() {
             p.raise_max(q);
         }
     }
@@ -555,7 +555,9 @@ impl<L: Lane> Lanes<L> {
 
     /// The split's RNG: lane 0's, so a writer's draws resume after a restart.
     fn split_rng(&mut self) -> Option<&mut ChaCha8Rng> {
-        self.lanes.first_mut().map(|l| &mut l.buffer_mut().rng)
+        self.lanes
+            .first_mut()
+            .map(|l| &mut l.buffer_mut().draws.rng)
     }
 
     /// `n` items drawn uniformly from all lanes' live items.

@@ -431,8 +431,8 @@ impl Reader {
                 dir: self.buf.dir.clone(),
             });
         };
-        p.draw(&mut self.buf.rng, spec, live, indices, weights)?;
-        self.buf.sampled += spec.n as u64;
+        p.draw(&mut self.buf.draws.rng, spec, live, indices, weights)?;
+        self.buf.draws.sampled += spec.n as u64;
         self.gather_drawn_into(Draw::Prioritized(spec), indices, weights, outs)
     }
 
@@ -509,13 +509,13 @@ impl Reader {
         let buf = &mut self.buf;
         let (index, weight) = match (how, &mut self.priorities) {
             (Draw::Uniform(spec), _) => {
-                let i = draw_one(&mut buf.rng, spec, live.head, live.tail, indices)?;
+                let i = draw_one(&mut buf.draws.rng, spec, live.head, live.tail, indices)?;
                 (i, None)
             }
             (Draw::Prioritized(spec), Some(pr)) => {
                 let (mut i, mut w) = ([0u64], [0f32]);
                 let one = PrioritySpec::new(1, spec.beta);
-                pr.draw(&mut buf.rng, &one, live, &mut i, &mut w)?;
+                pr.draw(&mut buf.draws.rng, &one, live, &mut i, &mut w)?;
                 (i.first().copied().unwrap_or(0), w.first().copied())
             }
             (Draw::Prioritized(_), None) => {

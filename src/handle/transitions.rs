@@ -360,13 +360,14 @@ impl ReplayBuffer {
                 let p = PrioritySpec::new(need, beta);
                 self.draw_prioritized(&p, &mut candidates, &mut drawn_weights)?;
             } else {
-                candidates
-                    .extend((0..need).map(|_| self.rng.random_range(self.head + 1..self.tail)));
+                candidates.extend(
+                    (0..need).map(|_| self.draws.rng.random_range(self.head + 1..self.tail)),
+                );
             }
             self.read_transitions(spec, &is_obs, &candidates, &drawn_weights, out)?;
         }
         if spec.beta.is_none() {
-            self.sampled += n as u64;
+            self.draws.sampled += n as u64;
         }
         for batch in [
             &mut out.step,

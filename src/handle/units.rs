@@ -426,7 +426,7 @@ impl ReplayBuffer {
                     self.draw_prioritized(&PrioritySpec::new(1, beta), &mut j, &mut w)?;
                     (j[0], Some(w[0]))
                 }
-                None => (self.rng.random_range(self.head + 1..self.tail), None),
+                None => (self.draws.rng.random_range(self.head + 1..self.tail), None),
             };
             let table = self.episodes_ref()?;
             let e = table.of(j).ok_or_else(|| {
@@ -453,7 +453,7 @@ impl ReplayBuffer {
             }
         }
         if spec.beta.is_none() {
-            self.sampled += out.indices.len() as u64;
+            self.draws.sampled += out.indices.len() as u64;
         }
         let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
@@ -648,7 +648,7 @@ impl ReplayBuffer {
         for run in runs {
             indices.extend(run);
             offsets.push(indices.len());
-            self.sampled += 1;
+            self.draws.sampled += 1;
         }
         let all = vec![true; self.schema.len()];
         self.gather_some(&indices, &indices, &all, rows)
@@ -667,7 +667,7 @@ impl ReplayBuffer {
         weights: &mut Vec<f32>,
     ) -> Result<()> {
         let Some(beta) = spec.beta else {
-            picks.extend((0..spec.n).map(|_| self.rng.random_range(0..runs.len())));
+            picks.extend((0..spec.n).map(|_| self.draws.rng.random_range(0..runs.len())));
             return Ok(());
         };
         if !(beta.is_finite() && beta >= 0.0) {
@@ -676,7 +676,7 @@ impl ReplayBuffer {
             )));
         }
         let cap = self.superblock.capacity;
-        let Some(p) = &mut self.priorities else {
+        let Some(p) = self.tree.tree_mut() else {
             return Err(Error::NotPrioritized {
                 dir: self.dir.clone(),
             });
@@ -701,7 +701,7 @@ impl ReplayBuffer {
         }
         let beta32 = beta as f32;
         while picks.len() < spec.n {
-            let u = self.rng.random::<f64>() * total;
+            let u = self.draws.rng.random::<f64>() * total;
             // The first whose running total passes u, so never a zero-mass unit (unless
             // rounding put u at the total: then draw again).
             let i = cumulative.partition_point(|&c| c <= u);

@@ -3,29 +3,31 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
+use super::core::{Commits, Draws, Scratch};
 use crate::algo::recovery::{self, Recovered, SlotProbe};
 use crate::algo::sample::{SampleSpec, draw_uniform};
 use crate::algo::windows::End;
 use crate::batch::Batch;
-use crate::column::{ABSENT, Column, NameCache, match_columns, match_some_columns};
+use crate::column::{ABSENT, Column, match_columns, match_some_columns};
 use crate::error::{Error, Result};
-use crate::format::manifest::{Commit, Eviction, FLAG_CLEAN, Superblock};
+use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
 use crate::format::row::{FRAGMENT_END, MAX_CAPACITY, RowLayout, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::format::schema_doc;
 use crate::format::state::State;
 use crate::parts::episodes::{EpisodeInfo, Episodes, StepInfo};
+use crate::parts::evictions::{Evictions, RecordTo};
 use crate::parts::fragments::Fragments;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
 use crate::parts::snapshot::{self, SnapshotInfo};
+use crate::parts::tree_role::TreeRole;
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, Io, IoRef};
 use crate::storage::map::{Found, ProgressMap};
@@ -264,17 +266,13 @@ pub struct Stats {
 /// ```
 #[derive(Debug)]
 pub struct ReplayBuffer {
+    /// The commit slots and locks this handle writes with.
+    pub(super) commits: Commits,
+    /// The sampling stream commits persist.
+    pub(super) draws: Draws,
+    pub(super) scratch: Scratch,
     pub(super) dir: PathBuf,
     pub(super) io: IoRef,
-    pub(super) manifest_path: PathBuf,
-    /// The MANIFEST, open for commits (`None` for a read-only snapshot).
-    pub(super) manifest: Option<File>,
-    /// The writer lock (`None` for a read-only snapshot).
-    pub(super) lock: Option<File>,
-    /// `priorities.lock`, held by a writer that owns the priority tree.
-    pub(super) priority_lock: Option<File>,
-    /// Adds without the priorities, which another process owns (`open_actor`).
-    pub(super) actor: bool,
     pub(super) superblock: Superblock,
     pub(super) schema: Schema,
     pub(super) ring: Ring,
@@ -283,11 +281,6 @@ pub struct ReplayBuffer {
     pub(super) head_slot: u64,
     pub(super) tail_slot: u64,
     pub(super) cleared: u64,
-    pub(super) sampled: u64,
-    pub(super) rng: ChaCha8Rng,
-    pub(super) rng_seed: u64,
-    pub(super) boot_id: [u8; 16],
-    pub(super) generation: u64,
     /// Items below this index are sealed (checksummed) and covered by a commit.
     pub(super) flushed_tail: u64,
     /// Reads check sealed rows against their checksums (see `set_read_checks`).
@@ -295,34 +288,16 @@ pub struct ReplayBuffer {
     pub(super) poisoned: Option<String>,
     pub(super) closed: bool,
     pub(super) recovered: Option<Recovered>,
-    pub(super) priorities: Option<Priorities>,
-    pub(super) order: Vec<usize>,
-    pub(super) names: NameCache,
+    /// Who keeps the priority tree: this handle, another process, or nobody.
+    pub(super) tree: TreeRole,
     /// The episode table (episodic buffers).
     pub(super) episodes: Option<Episodes>,
     /// The fragment table of a fragment buffer, built from the rows when first needed.
     pub(super) fragments: Option<Fragments>,
-    /// Zero bytes for fields a reset row leaves out.
-    pub(super) zeros: Vec<u8>,
-    /// A segment was copied and renamed since the last commit: the lane folder must be
-    /// fsynced before the next commit.
-    pub(super) lane_dirty: bool,
     /// The progress page readers in other processes follow (the writer's only).
     pub(super) progress: Option<ProgressMap>,
-    /// The newest commit's head and tail. After a power cut, recovery may serve the
-    /// items in between, so overwriting one needs an eviction record first.
-    pub(super) committed: (u64, u64),
-    /// Items below this index may be overwritten without another eviction record: the
-    /// newest commit's head, or the last record written since it.
-    pub(super) evict_mark: u64,
-    /// Eviction records written since the newest commit (their slot pages alternate).
-    pub(super) evict_writes: u64,
-    /// Evictions the next record covers past the head, and when the last was written.
-    pub(super) evict_chunk: u64,
-    pub(super) evict_at: Option<Instant>,
-    /// Items below this index have durable priority leaves (the tree was msynced, or
-    /// copied durably, with them): a commit covering later ones msyncs theirs first.
-    pub(super) tree_tail: u64,
+    /// Eviction records since the newest commit (overwriting a committed item needs one).
+    pub(super) evictions: Evictions,
 }
 
 impl SlotProbe for Ring {
@@ -338,10 +313,6 @@ const INLINE_FIELDS: usize = 16;
 
 /// Names a field may not have: what every sample returns beside the fields.
 pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
-
-/// Eviction records closer together than this make the next one cover twice as many
-/// evictions (see `ReplayBuffer::write_eviction`): at most ~2% of a fast writer's time.
-const EVICT_SPACING: Duration = Duration::from_millis(20);
 
 /// Who opens a buffer, and so how its files are mapped.
 pub(super) enum Role {
@@ -714,11 +685,20 @@ impl ReplayBuffer {
             None
         };
         let mut buf = ReplayBuffer {
-            manifest_path,
-            manifest,
-            lock,
-            priority_lock,
-            actor,
+            commits: Commits {
+                path: manifest_path,
+                file: manifest,
+                lock,
+                generation: commit.generation,
+                boot_id: storage::boot_id(),
+                lane_dirty: false,
+            },
+            draws: Draws {
+                rng,
+                seed: commit.rng_seed,
+                sampled: commit.sampled,
+            },
+            scratch: Scratch::default(),
             schema: m.schema,
             ring,
             head,
@@ -726,36 +706,30 @@ impl ReplayBuffer {
             head_slot: head % sb.capacity,
             tail_slot: tail % sb.capacity,
             cleared: commit.cleared.min(head),
-            sampled: commit.sampled,
-            rng,
-            rng_seed: commit.rng_seed,
-            boot_id: storage::boot_id(),
-            generation: commit.generation,
             flushed_tail: tail,
             read_checks: true,
             poisoned: None,
             closed: false,
             recovered,
-            priorities,
-            order: Vec::new(),
-            names: NameCache::new(),
-            lane_dirty: false,
+            tree: match (priorities, actor) {
+                (_, true) => TreeRole::Elsewhere,
+                (Some(tree), false) => TreeRole::Owned {
+                    tree,
+                    lock: priority_lock,
+                    durable_below: tail,
+                },
+                (None, false) => TreeRole::Absent,
+            },
             progress,
             episodes,
             fragments: None,
-            zeros: Vec::new(),
             superblock: sb,
             dir,
             io,
-            committed: (commit.head, commit.tail),
-            evict_mark: commit.head,
-            evict_writes: 0,
-            evict_chunk: 0,
-            evict_at: None,
-            tree_tail: tail,
+            evictions: Evictions::after_commit(commit.head, commit.tail),
         };
         buf.settle_first_episode();
-        if buf.lock.is_some() && !restored {
+        if buf.commits.lock.is_some() && !restored {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.
             buf.commit(0, true)?;
@@ -809,14 +783,11 @@ impl ReplayBuffer {
             added: self.tail,
             evicted: self.head - self.cleared,
             cleared: self.cleared,
-            sampled: self.sampled,
+            sampled: self.draws.sampled,
             bytes_on_disk: storage::bytes_on_disk(&self.dir, self.superblock.segment_count),
-            generation: self.generation,
-            priority_updates: self.priorities.as_ref().map_or(0, Priorities::updates),
-            stale_updates: self
-                .priorities
-                .as_ref()
-                .map_or(0, Priorities::stale_updates),
+            generation: self.commits.generation,
+            priority_updates: self.tree.tree().map_or(0, Priorities::updates),
+            stale_updates: self.tree.tree().map_or(0, Priorities::stale_updates),
         }
     }
 
@@ -826,7 +797,7 @@ impl ReplayBuffer {
                 dir: self.dir.clone(),
                 reason: reason.clone(),
             }),
-            None if self.lock.is_none() => Err(Error::ReadOnly {
+            None if self.commits.lock.is_none() => Err(Error::ReadOnly {
                 dir: self.dir.clone(),
                 op: "writing",
             }),
@@ -836,7 +807,7 @@ impl ReplayBuffer {
 
     /// Whether this handle is a read-only snapshot.
     pub fn is_read_only(&self) -> bool {
-        self.lock.is_none()
+        self.commits.lock.is_none()
     }
 
     /// Copies each segment that a snapshot links and that the next `count` stores from
@@ -861,7 +832,7 @@ impl ReplayBuffer {
                 &live,
             )?;
             self.ring.replace_segment(s, seg);
-            self.lane_dirty = true;
+            self.commits.lane_dirty = true;
             self.publish_files_changed();
         }
         Ok(())
@@ -889,7 +860,7 @@ impl ReplayBuffer {
         let cap = self.superblock.capacity;
         if self.tail - self.head == cap {
             if self.superblock.whole_episodes
-                || (self.episodes.is_some() && self.priorities.is_some())
+                || (self.episodes.is_some() && self.tree.tree().is_some())
             {
                 self.evict_for_episodes();
             } else {
@@ -908,7 +879,7 @@ impl ReplayBuffer {
         // item with the new item's priority.
         let slot = self.tail_slot;
         let next_tail = self.tail + 1;
-        let priorities = &mut self.priorities;
+        let priorities = self.tree.tree_mut();
         if let Some(f) = &mut self.fragments {
             f.on_add(self.tail, fragment_pos);
         }
@@ -996,7 +967,7 @@ impl ReplayBuffer {
         let cap = self.superblock.capacity;
         if self.superblock.whole_episodes && first.end.is_some() {
             let passed = first.last() + 1 - self.head;
-            if let Some(p) = &mut self.priorities {
+            if let Some(p) = self.tree.tree_mut() {
                 p.zero(self.head_slot, passed);
             }
             self.head += passed;
@@ -1004,7 +975,7 @@ impl ReplayBuffer {
             if let Some(e) = &mut self.episodes {
                 e.evict(self.head);
             }
-        } else if let Some(p) = &mut self.priorities {
+        } else if let Some(p) = self.tree.tree_mut() {
             p.zero(self.head_slot, 1);
         }
     }
@@ -1037,7 +1008,7 @@ impl ReplayBuffer {
         let first_passed = (self.head_slot + 1) % cap;
         self.head = to;
         self.head_slot = (self.head_slot + passed) % cap;
-        if let Some(p) = &mut self.priorities {
+        if let Some(p) = self.tree.tree_mut() {
             // The rows passed over, and the new head if it is a step of a cut episode.
             let cut = oldest.is_some_and(|e| e.last() >= to);
             p.zero(first_passed, passed - 1 + u64::from(cut));
@@ -1059,14 +1030,8 @@ impl ReplayBuffer {
     }
 
     /// Before storing `rows` more rows: when they will overwrite items the newest
-    /// commit covers, an eviction record saying so is made durable first (FORMAT.md,
-    /// "Eviction records"). Without it, a power cut could leave such an item's old row
-    /// on disk beside the new item's priority leaf (or some of its new bytes), and
-    /// recovery would serve a mix. One record covers the next `capacity / 32` to
-    /// `capacity / 4` evictions (more when records come fast; at least the batch's), so
-    /// a lap of the ring past a commit costs at most 32 fdatasyncs; a power cut may then
-    /// lose up to that many of the oldest committed items, which acknowledged adds were
-    /// about to evict.
+    /// commit covers, an eviction record saying so is made durable first (see
+    /// `parts::evictions`).
     #[inline(always)]
     fn guard_evictions(&mut self, rows: u64) -> Result<()> {
         let cap = self.superblock.capacity;
@@ -1075,7 +1040,7 @@ impl ReplayBuffer {
             // The head may jump past the oldest episode.
             to = to.max(self.eviction_target());
         }
-        if to <= self.evict_mark || self.evict_mark >= self.committed.1 {
+        if !self.evictions.needed(to) {
             return Ok(());
         }
         self.write_eviction(to)
@@ -1083,39 +1048,18 @@ impl ReplayBuffer {
 
     #[cold]
     fn write_eviction(&mut self, to: u64) -> Result<()> {
-        let cap = self.superblock.capacity;
-        // Records cost an fdatasync each (~0.1-0.4 ms). A writer adding fast enough to
-        // need one within EVICT_SPACING of the last covers twice as many evictions with
-        // the next, up to a quarter of the ring; a slow one, 1/32 of it.
-        let now = Instant::now();
-        let quick = self
-            .evict_at
-            .is_some_and(|t| now.duration_since(t) < EVICT_SPACING);
-        self.evict_chunk = match quick {
-            true => (self.evict_chunk * 2).min(cap.div_ceil(4)),
-            false => cap.div_ceil(32),
-        };
-        self.evict_at = Some(now);
-        let head = to.max(self.head + self.evict_chunk).min(self.committed.1);
-        let Some(manifest) = &self.manifest else {
+        let Some(manifest) = &self.commits.file else {
             return Ok(());
         };
-        let e = Eviction {
-            generation: self.generation,
-            head,
+        let at = RecordTo {
+            io: &*self.io,
+            manifest,
+            path: &self.commits.path,
+            generation: self.commits.generation,
         };
-        // Alternate pages: a record torn by a power cut leaves the one before it whole.
-        let slot = (self
-            .generation
-            .wrapping_add(1)
-            .wrapping_add(self.evict_writes)
-            % 2) as usize;
-        match storage::write_eviction(&*self.io, manifest, &self.manifest_path, slot, &e) {
-            Ok(()) => {
-                self.evict_mark = head;
-                self.evict_writes += 1;
-                Ok(())
-            }
+        let (head, cap) = (self.head, self.superblock.capacity);
+        match self.evictions.record(to, head, cap, at) {
+            Ok(()) => Ok(()),
             Err(e) => Err(self.poison(e)),
         }
     }
@@ -1142,10 +1086,16 @@ impl ReplayBuffer {
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         self.not_episodic("add")?;
-        let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
-            .and_then(|_| self.ensure_private(self.tail_slot, 1))
-            .and_then(|()| self.guard_evictions(1));
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.schema,
+            columns,
+            false,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|_| self.ensure_private(self.tail_slot, 1))
+        .and_then(|()| self.guard_evictions(1));
         let result = checked.map(|_| {
             let index = self.tail;
             let nf = order.len();
@@ -1164,7 +1114,7 @@ impl ReplayBuffer {
             self.push_row(fields, None, false, FRAGMENT_END);
             index
         });
-        self.order = order;
+        self.scratch.order = order;
         result
     }
 
@@ -1173,13 +1123,19 @@ impl ReplayBuffer {
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         self.not_episodic("add_batch")?;
-        let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, true, &mut order, &mut self.names)
-            .and_then(|rows| {
-                self.ensure_private(self.tail_slot, rows as u64)?;
-                self.guard_evictions(rows as u64)?;
-                Ok(rows)
-            });
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.schema,
+            columns,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|rows| {
+            self.ensure_private(self.tail_slot, rows as u64)?;
+            self.guard_evictions(rows as u64)?;
+            Ok(rows)
+        });
         let result = checked.map(|rows| {
             let first = self.tail;
             let cap = self.superblock.capacity;
@@ -1207,7 +1163,7 @@ impl ReplayBuffer {
             }
             first..first + rows
         });
-        self.order = order;
+        self.scratch.order = order;
         result
     }
 
@@ -1234,9 +1190,15 @@ impl ReplayBuffer {
         priorities: &[P],
     ) -> Result<Range<u64>> {
         self.check_new_priorities(priorities)?;
-        let mut order = std::mem::take(&mut self.order);
-        let rows = match_columns(&self.schema, columns, true, &mut order, &mut self.names);
-        self.order = order;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let rows = match_columns(
+            &self.schema,
+            columns,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        );
+        self.scratch.order = order;
         let rows = rows?;
         if rows != priorities.len() {
             return Err(Error::CountMismatch {
@@ -1255,7 +1217,7 @@ impl ReplayBuffer {
 
     fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
         self.writable()?;
-        match &self.priorities {
+        match self.tree.tree() {
             Some(p) => p.check_values(self.tail, priorities),
             None => Err(self.no_priorities()),
         }
@@ -1264,7 +1226,7 @@ impl ReplayBuffer {
     /// Why this handle has no priorities to draw from or update: another process owns
     /// them (an actor), or the buffer keeps none.
     pub(super) fn no_priorities(&self) -> Error {
-        if self.actor && self.superblock.prioritized {
+        if self.tree.is_actor() && self.superblock.prioritized {
             Error::NotPriorityOwner {
                 dir: self.dir.clone(),
                 lock_file: self.dir.join(storage::PRIORITY_LOCK),
@@ -1322,14 +1284,14 @@ impl ReplayBuffer {
     pub fn add_reset(&mut self, columns: &[Column<'_>]) -> Result<StepInfo> {
         self.writable()?;
         self.episodes_ref()?;
-        let mut order = std::mem::take(&mut self.order);
+        let mut order = std::mem::take(&mut self.scratch.order);
         let checked = match_some_columns(
             &self.schema,
             columns,
             false,
             true,
             &mut order,
-            &mut self.names,
+            &mut self.scratch.names,
         )
         .and_then(|_| self.ensure_private_for_push());
         let result = checked.map(|_| {
@@ -1340,10 +1302,10 @@ impl ReplayBuffer {
             };
             let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
             let largest = sizes.iter().copied().max().unwrap_or(0);
-            if self.zeros.len() < largest {
-                self.zeros.resize(largest, 0);
+            if self.scratch.zeros.len() < largest {
+                self.scratch.zeros.resize(largest, 0);
             }
-            let zeros = std::mem::take(&mut self.zeros);
+            let zeros = std::mem::take(&mut self.scratch.zeros);
             let fields: Vec<&[u8]> = order
                 .iter()
                 .zip(&sizes)
@@ -1356,7 +1318,7 @@ impl ReplayBuffer {
                 .collect();
             self.push_row(&fields, Some(&header.encode()), true, 0);
             drop(fields);
-            self.zeros = zeros;
+            self.scratch.zeros = zeros;
             if let Some(e) = &mut self.episodes {
                 e.evict(self.head);
             }
@@ -1367,7 +1329,7 @@ impl ReplayBuffer {
                 ended: None,
             }
         });
-        self.order = order;
+        self.scratch.order = order;
         result
     }
 
@@ -1388,9 +1350,15 @@ impl ReplayBuffer {
                 "no episode is open: begin one with add_reset".into(),
             ));
         }
-        let mut order = std::mem::take(&mut self.order);
-        let checked = match_columns(&self.schema, columns, false, &mut order, &mut self.names)
-            .and_then(|_| self.ensure_private_for_push());
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.schema,
+            columns,
+            false,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|_| self.ensure_private_for_push());
         let result = checked.and_then(|_| {
             let reward = reward_field.map_or(0.0, |(f, dtype)| {
                 let pos = order.get(f).copied().unwrap_or(ABSENT);
@@ -1422,7 +1390,7 @@ impl ReplayBuffer {
             }
             Ok(info)
         });
-        self.order = order;
+        self.scratch.order = order;
         result
     }
 
@@ -1528,8 +1496,8 @@ impl ReplayBuffer {
 
     /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
     pub fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
-        draw_uniform(&mut self.rng, spec, self.head, self.tail, out)?;
-        self.sampled += out.len() as u64;
+        draw_uniform(&mut self.draws.rng, spec, self.head, self.tail, out)?;
+        self.draws.sampled += out.len() as u64;
         Ok(())
     }
 
@@ -1581,7 +1549,7 @@ impl ReplayBuffer {
         indices: &mut [u64],
         weights: &mut [f32],
     ) -> Result<()> {
-        let Some(p) = &mut self.priorities else {
+        let Some(p) = self.tree.tree_mut() else {
             return Err(self.no_priorities());
         };
         let live = LiveRange {
@@ -1589,8 +1557,8 @@ impl ReplayBuffer {
             head_slot: self.head_slot,
             tail: self.tail,
         };
-        p.draw(&mut self.rng, spec, live, indices, weights)?;
-        self.sampled += indices.len() as u64;
+        p.draw(&mut self.draws.rng, spec, live, indices, weights)?;
+        self.draws.sampled += indices.len() as u64;
         Ok(())
     }
 
@@ -1606,7 +1574,7 @@ impl ReplayBuffer {
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
         self.writable()?;
-        let Some(p) = &mut self.priorities else {
+        let Some(p) = self.tree.tree_mut() else {
             return Err(self.no_priorities());
         };
         p.update(self.head, self.head_slot, self.tail, indices, priorities)
@@ -1615,7 +1583,7 @@ impl ReplayBuffer {
     /// The current `priority + eps` of each live item in `indices` (recovered from the
     /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
     pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
-        let Some(p) = &self.priorities else {
+        let Some(p) = self.tree.tree() else {
             return Err(self.no_priorities());
         };
         p.of_live(self.head, self.tail, indices)
@@ -1623,7 +1591,7 @@ impl ReplayBuffer {
 
     /// Priority totals and counters, if the buffer keeps priorities.
     pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
-        self.priorities.as_mut().map(Priorities::summary)
+        self.tree.tree_mut().map(Priorities::summary)
     }
 
     /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
@@ -1738,12 +1706,12 @@ impl ReplayBuffer {
     }
 
     fn sync_priorities(&mut self) -> Result<()> {
-        if let Some(p) = &mut self.priorities
+        if let Some(p) = self.tree.tree_mut()
             && let Err(e) = p.flush(&*self.io)
         {
             return Err(self.poison(e));
         }
-        self.tree_tail = self.tail;
+        self.tree.set_durable_below(self.tail);
         Ok(())
     }
 
@@ -1772,22 +1740,22 @@ impl ReplayBuffer {
             head: self.head,
             tail: self.tail,
             cleared: self.cleared,
-            sampled: self.sampled,
-            rng_seed: self.rng_seed,
-            rng_word_pos: self.rng.get_word_pos(),
-            boot_id: self.boot_id,
+            sampled: self.draws.sampled,
+            rng_seed: self.draws.seed,
+            rng_word_pos: self.draws.rng.get_word_pos(),
+            boot_id: self.commits.boot_id,
             flags,
         }
     }
 
     fn commit(&mut self, flags: u32, durable: bool) -> Result<()> {
-        let Some(manifest) = &self.manifest else {
+        let Some(manifest) = &self.commits.file else {
             return Err(Error::ReadOnly {
                 dir: self.dir.clone(),
                 op: "commit",
             });
         };
-        if self.lane_dirty {
+        if self.commits.lane_dirty {
             // Segment copies were renamed into place: the renames must be durable before
             // a commit covers items stored in the copies.
             let lane = self.dir.join(LANE_DIR);
@@ -1795,26 +1763,24 @@ impl ReplayBuffer {
                 let e = Error::io("fsync", lane, e);
                 return Err(self.poison(e));
             }
-            self.lane_dirty = false;
+            self.commits.lane_dirty = false;
         }
-        let Some(next) = self.generation.checked_add(1) else {
+        let Some(next) = self.commits.generation.checked_add(1) else {
             // Only a crafted MANIFEST gets here (2^64 commits take no real writer):
             // wrapping would make the older slot win at the next open.
             return Err(Error::Corrupt {
-                file: self.manifest_path.clone(),
+                file: self.commits.path.clone(),
                 offset: 0,
                 field: "commit generation".into(),
                 expected: "below 2^64 - 1".into(),
-                got: self.generation.to_string(),
+                got: self.commits.generation.to_string(),
             });
         };
         let c = self.commit_record(next, flags);
-        match storage::write_commit(&*self.io, manifest, &self.manifest_path, &c, durable) {
+        match storage::write_commit(&*self.io, manifest, &self.commits.path, &c, durable) {
             Ok(()) => {
-                self.generation = c.generation;
-                self.committed = (c.head, c.tail);
-                self.evict_mark = c.head;
-                self.evict_writes = 0;
+                self.commits.generation = c.generation;
+                self.evictions.on_commit(c.head, c.tail);
                 Ok(())
             }
             Err(e) => Err(self.poison(e)),
@@ -1828,7 +1794,7 @@ impl ReplayBuffer {
         self.head = self.tail;
         self.head_slot = self.tail_slot;
         self.publish(HEAD_OFF, self.head);
-        if let Some(p) = &mut self.priorities {
+        if let Some(p) = self.tree.tree_mut() {
             p.clear();
             p.note_caught_up(self.tail);
         }
@@ -1845,7 +1811,7 @@ impl ReplayBuffer {
     /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
     /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
     pub fn get_state(&mut self) -> Result<State> {
-        let name = format!("gen-{:012}", self.generation.wrapping_add(1));
+        let name = format!("gen-{:012}", self.commits.generation.wrapping_add(1));
         self.get_state_named(&name)
     }
 
@@ -1890,21 +1856,21 @@ impl ReplayBuffer {
         // (a whole 1M-leaf tree after a few thousand PER batches: tens of ms) and
         // make each next update take a write-protect fault.
         self.sync_rows()?;
-        if let Some(p) = &mut self.priorities {
+        if let Some(p) = self.tree.tree_mut() {
             p.settle();
         }
         // The commit covers the items added since the last flush: their leaves must be
         // durable with it (only theirs; the rest of the live tree stays as of that flush).
-        if let Some(p) = &self.priorities {
-            let (from, count) = (self.tree_tail, self.tail - self.tree_tail);
+        if let (Some(p), Some(from)) = (self.tree.tree(), self.tree.durable_below()) {
+            let count = self.tail - from;
             if let Err(e) = p.flush_leaves(&*self.io, from % self.superblock.capacity, count) {
                 return Err(self.poison(e));
             }
-            self.tree_tail = self.tail;
+            self.tree.set_durable_below(self.tail);
         }
         self.commit(0, true)?;
-        let frozen = self.commit_record(self.generation, FLAG_CLEAN);
-        let owned_tree = self.priorities.is_some();
+        let frozen = self.commit_record(self.commits.generation, FLAG_CLEAN);
+        let owned_tree = self.tree.tree().is_some();
         let made = snapshot::create(
             &*self.io,
             &self.dir,
@@ -1946,7 +1912,7 @@ impl ReplayBuffer {
         snapshot::check(&*self.io, &self.dir, &self.superblock, state)?;
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).
-        let _owner = (self.actor && self.superblock.prioritized)
+        let _owner = (self.tree.is_actor() && self.superblock.prioritized)
             .then(|| storage::lock_priorities(&*self.io, &self.dir))
             .transpose()?;
         self.publish_files_changing();
@@ -1966,13 +1932,13 @@ impl ReplayBuffer {
         // The live files are (or may be) replaced: this handle's mappings are of the old
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
-        let role = match self.lock.take() {
-            Some(lock) if self.actor => Role::Actor(lock),
+        let role = match self.commits.lock.take() {
+            Some(lock) if self.tree.is_actor() => Role::Actor(lock),
             Some(lock) => Role::Writer(lock),
             None => Role::Frozen,
         };
         // The new handle takes the priority lock again (flock is per open file).
-        drop(self.priority_lock.take());
+        self.tree.release_lock();
         match ReplayBuffer::open_as(self.dir.clone(), self.io.clone(), role, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
@@ -2092,14 +2058,14 @@ impl ReplayBuffer {
 
     /// Restarts the sampling RNG from a new seed (stored at the next commit).
     pub fn reseed(&mut self, seed: u64) {
-        self.rng_seed = seed;
-        self.rng = ChaCha8Rng::seed_from_u64(seed);
+        self.draws.seed = seed;
+        self.draws.rng = ChaCha8Rng::seed_from_u64(seed);
     }
 
     /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
     /// (A read-only snapshot has nothing to flush.)
     pub fn close(mut self) -> Result<()> {
-        if self.lock.is_none() || self.closed {
+        if self.commits.lock.is_none() || self.closed {
             // Read-only, or already let go by a set_state that failed part way: its
             // files are the next open's to finish (the restore intent says how), and
             // nothing of this handle is left to commit.
@@ -2112,8 +2078,8 @@ impl ReplayBuffer {
     fn shutdown(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
-        if self.priority_lock.is_some()
-            && let Some(p) = &mut self.priorities
+        if self.tree.holds_lock()
+            && let Some(p) = self.tree.tree_mut()
         {
             p.set_owner(0);
         }
@@ -2127,7 +2093,7 @@ impl ReplayBuffer {
 
 impl Drop for ReplayBuffer {
     fn drop(&mut self) {
-        if !self.closed && self.poisoned.is_none() && self.lock.is_some() {
+        if !self.closed && self.poisoned.is_none() && self.commits.lock.is_some() {
             // Errors cannot be returned from drop; the data is in the page cache either
             // way, and the next open recovers it if this commit did not land.
             let _ = self.shutdown();

@@ -1,8 +1,11 @@
 //! Parts of a buffer beyond the core ring of rows: each owns its state and its files
 //! (priorities: the sum-tree file; episodes: the table built from step headers;
-//! fragments: the fragment table; snapshots: the snapshot folders and restores).
+//! fragments: the fragment table; snapshots: the snapshot folders and restores;
+//! evictions: the records that let adds overwrite committed items).
 
 pub mod episodes;
+pub(crate) mod evictions;
 pub(crate) mod fragments;
 pub mod priorities;
 pub mod snapshot;
+pub(crate) mod tree_role;

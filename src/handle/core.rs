@@ -1,0 +1,48 @@
+//! The writer's core state beside its rows, grouped by what each group is for: the
+//! commit slots and locks (`Commits`), the sampling stream that commits persist
+//! (`Draws`), and buffers reused across calls so adds allocate nothing (`Scratch`).
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use rand_chacha::ChaCha8Rng;
+
+use crate::column::NameCache;
+
+/// The MANIFEST's commit slots as this handle writes them, and the locks it holds.
+#[derive(Debug)]
+pub(crate) struct Commits {
+    pub path: PathBuf,
+    /// The MANIFEST, open for commits (`None` for a read-only snapshot or reader).
+    pub file: Option<File>,
+    /// The writer lock (`None` for a read-only snapshot or reader).
+    pub lock: Option<File>,
+    /// The newest commit's generation.
+    pub generation: u64,
+    /// This boot's id, written into each commit: recovery trusts stamps in the same boot.
+    pub boot_id: [u8; 16],
+    /// A segment was copied and renamed since the last commit: the lane folder must be
+    /// fsynced before the next commit.
+    pub lane_dirty: bool,
+}
+
+/// The sampling stream: a seeded RNG whose position each commit records, so the same
+/// seed and calls give the same samples across a restart, and the count of draws.
+#[derive(Debug)]
+pub(crate) struct Draws {
+    pub rng: ChaCha8Rng,
+    pub seed: u64,
+    /// Items sampled so far (`Stats::sampled`).
+    pub sampled: u64,
+}
+
+/// Buffers reused across calls.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// The order of the caller's columns in schema order.
+    pub order: Vec<usize>,
+    /// Field names already matched, so a repeated call does not compare strings.
+    pub names: NameCache,
+    /// Zero bytes for fields a reset row leaves out.
+    pub zeros: Vec<u8>,
+}
