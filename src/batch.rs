@@ -277,6 +277,16 @@ impl Batch {
             })
     }
 
+    /// `fits`, as the error a sample into a batch made for another schema is.
+    pub(crate) fn check_made_for(&self, schema: &Schema) -> Result<()> {
+        match self.fits(schema) {
+            true => Ok(()),
+            false => Err(Error::InvalidSample(
+                "the output batch was made for another schema".into(),
+            )),
+        }
+    }
+
     /// The index list, for drawing into.
     /// Importance weights of a prioritized sample, one per row (`(N * P(i))^-beta`
     /// over its largest value in the buffer); empty for a uniform sample.

@@ -61,8 +61,9 @@ pub use handle::inspect::{
     EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
 };
 pub use handle::{
-    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityOwner,
-    Reader, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec, Transitions, UnitSpec,
+    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityLane,
+    PriorityOwner, Reader, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec,
+    Transitions, UnitSpec,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::priorities::{

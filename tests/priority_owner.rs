@@ -170,11 +170,9 @@ fn every_combination_but_one_owner_and_its_actors_is_a_typed_error() {
     // the tree the owner has mapped.
     let state = actor.get_state().unwrap();
     assert!(matches!(actor.set_state(&state), Err(Error::Locked { .. })));
-    let mut reader = Reader::open(&path).unwrap();
-    assert!(matches!(
-        reader.update_priorities(&[0], &[1.0f32]),
-        Err(Error::ReadOnly { .. })
-    ));
+    // A reader has no update_priorities at all (a compile_fail example on `Reader`
+    // keeps it so); it still opens beside the owner and the actor.
+    Reader::open(&path).unwrap();
     // Once the owner is gone, the actor may restore, and a new owner open.
     owner.close().unwrap();
     actor.set_state(&state).unwrap();

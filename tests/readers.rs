@@ -530,11 +530,9 @@ fn refusals_are_typed_errors_naming_who_holds_what() {
         e.to_string().contains(&std::process::id().to_string()),
         "{e}"
     );
-    let mut reader = Reader::open(&path).unwrap();
-    assert!(matches!(
-        reader.update_priorities(&[0], &[1.0f64]),
-        Err(Error::ReadOnly { .. })
-    ));
+    // A reader has no update_priorities at all (a compile_fail example on `Reader`
+    // keeps it so); it still opens beside the writer.
+    Reader::open(&path).unwrap();
     // Not a buffer, for a reader too.
     assert!(matches!(
         Reader::open(tmp.path()),

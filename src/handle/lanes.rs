@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
+use super::rows::Rows;
 use super::{Config, PriorityOwner, Reader, ReplayBuffer, Stats};
 use crate::algo::sample::SampleSpec;
 use crate::batch::Batch;
@@ -28,20 +29,44 @@ use crate::storage::io::{self, Io, IoRef};
 use crate::storage::{self, Manifest};
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::ReplayBuffer {}
-    impl Sealed for super::Reader {}
-    impl Sealed for super::PriorityOwner {}
+    use super::Rows;
+
+    /// What `Lanes` reads of each lane: its rows. Out of reach of callers, who can
+    /// name neither this trait nor `Rows`.
+    pub trait Sealed {
+        fn rows(&self) -> &Rows;
+        fn rows_mut(&mut self) -> &mut Rows;
+    }
+    impl Sealed for super::ReplayBuffer {
+        fn rows(&self) -> &Rows {
+            &self.rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.rows
+        }
+    }
+    impl Sealed for super::Reader {
+        fn rows(&self) -> &Rows {
+            &self.rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.rows
+        }
+    }
+    impl Sealed for super::PriorityOwner {
+        fn rows(&self) -> &Rows {
+            &self.reader_ref().rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.reader().rows
+        }
+    }
 }
 
 /// What one lane of [`Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
 /// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
 /// the plumbing `Lanes` calls.
 pub trait Lane: sealed::Sealed {
-    #[doc(hidden)]
-    fn buffer(&self) -> &ReplayBuffer;
-    #[doc(hidden)]
-    fn buffer_mut(&mut self) -> &mut ReplayBuffer;
     /// Looks at where the lane's writer is now (a reader), and catches the priorities
     /// up (the owner).
     #[doc(hidden)]
@@ -50,7 +75,7 @@ pub trait Lane: sealed::Sealed {
     /// a forked child, as [`Reader::reseed`] says).
     #[doc(hidden)]
     fn reseed_lane(&mut self, seed: u64) {
-        self.buffer_mut().reseed(seed);
+        self.rows_mut().reseed(seed);
     }
     #[doc(hidden)]
     fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()>;
@@ -61,6 +86,11 @@ pub trait Lane: sealed::Sealed {
     fn priority_mass(&mut self) -> Result<(f64, f64)>;
     #[doc(hidden)]
     fn get_lane(&mut self, indices: &[u64]) -> Result<Batch>;
+}
+
+/// A lane handle that may set priorities: a writer that owns its lane's tree, or the
+/// priority owner. A reader is not one, so `Lanes<Reader>` has no `update_priorities`.
+pub trait PriorityLane: Lane {
     #[doc(hidden)]
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()>;
     #[doc(hidden)]
@@ -73,12 +103,6 @@ pub trait Lane: sealed::Sealed {
 }
 
 impl Lane for ReplayBuffer {
-    fn buffer(&self) -> &ReplayBuffer {
-        self
-    }
-    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
-        self
-    }
     fn refresh_lane(&mut self) -> Result<()> {
         Ok(())
     }
@@ -97,9 +121,12 @@ impl Lane for ReplayBuffer {
     fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
         self.get_many(indices)
     }
+}
+
+impl PriorityLane for ReplayBuffer {
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
         match self.tree.tree() {
-            Some(t) => t.check_update_one(position, index, self.tail, p),
+            Some(t) => t.check_update_one(position, index, self.rows.tail, p),
             None => Err(self.no_priorities()),
         }
     }
@@ -117,12 +144,6 @@ impl Lane for ReplayBuffer {
 }
 
 impl Lane for Reader {
-    fn buffer(&self) -> &ReplayBuffer {
-        &self.buf
-    }
-    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
-        &mut self.buf
-    }
     fn refresh_lane(&mut self) -> Result<()> {
         self.refresh()
     }
@@ -141,28 +162,9 @@ impl Lane for Reader {
     fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
         self.get_many(indices)
     }
-    fn check_priority(&self, _: usize, _: u64, _: f64) -> Result<()> {
-        Err(Error::ReadOnly {
-            dir: self.dir().to_path_buf(),
-            op: "update_priorities (a reader; the priority owner or the writer updates)",
-        })
-    }
-    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
-        self.update_priorities(indices, priorities)
-    }
-    fn max_priority(&self) -> Option<f64> {
-        None
-    }
-    fn raise_max(&mut self, _: f64) {}
 }
 
 impl Lane for PriorityOwner {
-    fn buffer(&self) -> &ReplayBuffer {
-        &self.reader_ref().buf
-    }
-    fn buffer_mut(&mut self) -> &mut ReplayBuffer {
-        &mut self.reader().buf
-    }
     fn refresh_lane(&mut self) -> Result<()> {
         self.catch_up()
     }
@@ -182,6 +184,9 @@ impl Lane for PriorityOwner {
     fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
         self.reader().get_many(indices)
     }
+}
+
+impl PriorityLane for PriorityOwner {
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
         PriorityOwner::check_priority(self, position, index, p)
     }
@@ -243,6 +248,12 @@ pub struct Lanes<L: Lane = ReplayBuffer> {
 }
 
 impl Lanes<ReplayBuffer> {
+    /// The lane writer holding `index`.
+    fn lane_for(&self, index: u64) -> Result<&ReplayBuffer> {
+        let k = self.lane_index(index)?;
+        self.lane(k)
+    }
+
     /// The lane an index belongs to (its top byte), for a `Lanes` opened any way.
     pub fn lane_of(index: u64) -> u64 {
         lane_of(index)
@@ -271,7 +282,7 @@ impl Lanes<ReplayBuffer> {
             });
         }
         let io = config.io.clone().unwrap_or_else(io::os);
-        super::writer::create_empty_dir(&*io, &dir)?;
+        super::writer::open::create_empty_dir(&*io, &dir)?;
         let lane_capacity = config.capacity.div_ceil(u64::from(count));
         let mut made = Vec::with_capacity(lanes);
         for k in 0..count {
@@ -462,7 +473,7 @@ impl Lanes<PriorityOwner> {
 impl<L: Lane> Lanes<L> {
     /// `None` for no lanes at all.
     fn of(dir: PathBuf, lanes: Vec<L>) -> Option<Lanes<L>> {
-        let schema = lanes.first()?.buffer().schema().clone();
+        let schema = lanes.first()?.rows().schema.clone();
         let scratch = lanes.iter().map(|_| Batch::new(&schema, 0)).collect();
         let counts = vec![0; lanes.len()];
         Some(Lanes {
@@ -496,24 +507,17 @@ impl<L: Lane> Lanes<L> {
         &self.schema
     }
 
-    fn check_batch(&self, out: &Batch) -> Result<()> {
-        if out.fits(&self.schema) {
-            Ok(())
-        } else {
-            Err(Error::InvalidSample(
-                "the output batch was made for another schema".into(),
-            ))
-        }
-    }
-
     /// Items all lanes hold together.
     pub fn capacity(&self) -> u64 {
-        self.lanes.iter().map(|l| l.buffer().capacity()).sum()
+        self.lanes
+            .iter()
+            .map(|l| l.rows().superblock.capacity)
+            .sum()
     }
 
     /// Items live in all lanes, as of the last call (or [`Lanes::refresh`]).
     pub fn len(&self) -> u64 {
-        self.lanes.iter().map(|l| l.buffer().len()).sum()
+        self.lanes.iter().map(|l| l.rows().len()).sum()
     }
 
     /// Whether no lane holds an item.
@@ -524,7 +528,7 @@ impl<L: Lane> Lanes<L> {
     /// Each lane's live indices, in lane order (Tianshou's `subbuffer_edges`, as index
     /// ranges: lane `K`'s lie in `K << 56 ..`).
     pub fn lane_edges(&self) -> Vec<Range<u64>> {
-        self.lanes.iter().map(|l| l.buffer().live()).collect()
+        self.lanes.iter().map(|l| l.rows().live()).collect()
     }
 
     /// Looks at where every lane's writer is now (a reader), and catches the priorities
@@ -548,16 +552,9 @@ impl<L: Lane> Lanes<L> {
             .ok_or_else(|| no_such_lane(self.dir.clone(), k, Some(index), self.lanes.len()))
     }
 
-    fn lane_for(&self, index: u64) -> Result<&ReplayBuffer> {
-        let k = self.lane_index(index)?;
-        self.lane(k).map(Lane::buffer)
-    }
-
     /// The split's RNG: lane 0's, so a writer's draws resume after a restart.
     fn split_rng(&mut self) -> Option<&mut ChaCha8Rng> {
-        self.lanes
-            .first_mut()
-            .map(|l| &mut l.buffer_mut().draws.rng)
+        self.lanes.first_mut().map(|l| &mut l.rows_mut().draws.rng)
     }
 
     /// `n` items drawn uniformly from all lanes' live items.
@@ -575,12 +572,12 @@ impl<L: Lane> Lanes<L> {
         if let [one] = self.lanes.as_mut_slice() {
             return one.sample_lane(spec, out);
         }
-        self.check_batch(out)?;
+        out.check_made_for(&self.schema)?;
         let sizes: Vec<u64> = self
             .lanes
             .iter()
             .map(|l| {
-                let len = l.buffer().len();
+                let len = l.rows().len();
                 spec.newest.map_or(len, |k| len.min(k))
             })
             .collect();
@@ -623,7 +620,7 @@ impl<L: Lane> Lanes<L> {
         if let [one] = self.lanes.as_mut_slice() {
             return one.sample_lane_prioritized(spec, out);
         }
-        self.check_batch(out)?;
+        out.check_made_for(&self.schema)?;
         let masses = self
             .lanes
             .iter_mut()
@@ -717,11 +714,23 @@ impl<L: Lane> Lanes<L> {
     pub fn get(&mut self, index: u64) -> Result<Batch> {
         self.get_many(&[index])
     }
+}
 
+impl<L: PriorityLane> Lanes<L> {
     /// Sets the priorities of the items at `indices` in whichever lanes hold them
     /// (see [`ReplayBuffer::update_priorities`]): every value and index is checked
     /// before any lane changes, and afterwards every lane gives new items the largest
-    /// priority seen in any lane. A reader's lanes refuse with `ReadOnly`.
+    /// priority seen in any lane. Lanes opened as readers have no such method:
+    ///
+    /// ```compile_fail
+    /// # use replaystore::{Config, DType, Lanes, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// # Lanes::create(dir.path().join("v"), Config::new(schema, 8).prioritized(1.0, 0.0), 2)?;
+    /// let mut reader = Lanes::open_reader(dir.path().join("v"))?;
+    /// reader.update_priorities(&[0], &[1.0f32])?; // a reader never writes
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn update_priorities<P: Priority>(
         &mut self,
         indices: &[u64],
@@ -752,7 +761,7 @@ impl<L: Lane> Lanes<L> {
         let max = self
             .lanes
             .iter()
-            .filter_map(Lane::max_priority)
+            .filter_map(PriorityLane::max_priority)
             .fold(f64::NEG_INFINITY, f64::max);
         self.lanes.iter_mut().for_each(|l| l.raise_max(max));
         Ok(done)
@@ -867,7 +876,7 @@ fn open_all<L: Lane>(
     let mut lanes = Vec::with_capacity(dirs.len());
     for (k, d) in dirs.iter().enumerate() {
         let lane = open(d, io.clone())?;
-        check_lane_range(lane.buffer(), k)?;
+        check_lane_range(lane.rows(), k)?;
         lanes.push(lane);
     }
     Lanes::of(dir.to_path_buf(), lanes).ok_or_else(|| Error::NotABuffer {
@@ -886,14 +895,14 @@ fn open_one(
         .get(lane)
         .ok_or_else(|| no_such_lane(dir.to_path_buf(), lane as u64, None, dirs.len()))?;
     let buf = open(d)?;
-    check_lane_range(&buf, lane)?;
+    check_lane_range(&buf.rows, lane)?;
     Ok(buf)
 }
 
 /// A lane's live indices must carry its number: lane folders swapped or copied from
 /// another buffer would otherwise route updates and gets to the wrong items.
-fn check_lane_range(buf: &ReplayBuffer, lane: usize) -> Result<()> {
-    let live = buf.live();
+fn check_lane_range(rows: &Rows, lane: usize) -> Result<()> {
+    let live = rows.live();
     let k = lane as u64;
     let last = if live.is_empty() {
         live.start
@@ -904,7 +913,7 @@ fn check_lane_range(buf: &ReplayBuffer, lane: usize) -> Result<()> {
         return Ok(());
     }
     Err(Error::Corrupt {
-        file: buf.dir().join(storage::MANIFEST),
+        file: rows.dir.join(storage::MANIFEST),
         offset: 0,
         field: format!("indices of lane {lane}"),
         expected: format!(

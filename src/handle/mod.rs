@@ -3,21 +3,24 @@
 //! priority owner keeps the tree while actors add; lanes are one buffer per producer;
 //! `inspect` and `verify` read a folder without opening it for use.
 
+mod config;
 mod core;
 pub mod inspect;
 mod lanes;
 mod owner;
 mod reader;
+mod rows;
 mod transitions;
 mod units;
 mod views;
 mod writer;
 
-pub use lanes::{Lane, Lanes};
+pub use config::{Config, Stats};
+pub use lanes::{Lane, Lanes, PriorityLane};
 pub use owner::PriorityOwner;
 pub use reader::Reader;
 pub use transitions::{TransitionSpec, Transitions};
 pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
 pub use views::{EpisodeChunk, GetOptions};
+pub use writer::ReplayBuffer;
 use writer::Role;
-pub use writer::{Config, ReplayBuffer, Stats};

@@ -69,7 +69,7 @@ impl PriorityOwner {
         let mut reader = Reader::open_with(&dir, io.clone())?;
         let mut tree = Priorities::open(&*io, &dir, &sb, Access::Write)?;
         reader.refresh()?;
-        let (head, tail) = (reader.buf.head, reader.buf.tail);
+        let (head, tail) = (reader.rows.head, reader.rows.tail);
         let cap = sb.capacity;
         // The previous owner may have been killed between a leaf and its parents, or an
         // actor restored a checkpoint: zero what is not live, recompute every parent.
@@ -93,7 +93,7 @@ impl PriorityOwner {
     /// emptied since; every draw and update does this first.
     pub fn catch_up(&mut self) -> Result<()> {
         self.reader.refresh()?;
-        let buf = &self.reader.buf;
+        let buf = &self.reader.rows;
         let (head, tail, cap) = (buf.head, buf.tail, buf.superblock.capacity);
         let (ring, episodic) = (&buf.ring, buf.superblock.episodic);
         // A row the actor has lapped since the refresh reads as its newer item; that
@@ -125,7 +125,7 @@ impl PriorityOwner {
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
         self.catch_up()?;
-        let buf = &self.reader.buf;
+        let buf = &self.reader.rows;
         self.tree
             .update(buf.head, buf.head_slot, buf.tail, indices, priorities)
     }
@@ -133,7 +133,7 @@ impl PriorityOwner {
     /// The current `priority + eps` of each live item in `indices`.
     pub fn priorities(&mut self, indices: &[u64]) -> Result<Vec<f64>> {
         self.catch_up()?;
-        let buf = &self.reader.buf;
+        let buf = &self.reader.rows;
         self.tree.of_live(buf.head, buf.tail, indices)
     }
 
@@ -147,12 +147,12 @@ impl PriorityOwner {
     /// their items durable, not the priorities).
     pub fn flush(&mut self) -> Result<()> {
         self.catch_up()?;
-        self.tree.flush(&*self.reader.buf.io)
+        self.tree.flush(&*self.reader.rows.io)
     }
 
     /// Checks one priority of an update as `update_priorities` would, applying nothing.
     pub(super) fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
-        let tail = self.reader.buf.tail;
+        let tail = self.reader.rows.tail;
         self.tree.check_update_one(position, index, tail, p)
     }
 

@@ -13,14 +13,14 @@ use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
+use super::rows::Rows;
 use super::{ReplayBuffer, Role, Stats};
 use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
-use crate::parts::priorities::{
-    LiveRange, Priority, PrioritySpec, PriorityUpdate, SharedPriorities,
-};
+use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
+use crate::parts::tree_role::TreeRole;
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::{Found, ProgressMap};
@@ -59,23 +59,50 @@ const CHANGING_WAIT: Duration = Duration::from_secs(5);
 /// assert_eq!(reader.len(), 10);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A reader never writes a byte of the buffer, and has no method that would: priorities
+/// are updated by the writer or a [`crate::PriorityOwner`].
+///
+/// ```compile_fail
+/// # use replaystore::{Config, DType, Reader, ReplayBuffer, Schema};
+/// # let dir = tempfile::tempdir()?;
+/// # let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+/// # let _writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).prioritized(1.0, 0.0))?;
+/// let mut reader = Reader::open(dir.path().join("b"))?;
+/// reader.update_priorities(&[0], &[1.0f32])?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Reader {
-    pub(super) buf: ReplayBuffer,
-    /// The priorities of a live prioritized buffer (a snapshot's are `buf`'s own).
-    priorities: Option<SharedPriorities>,
+    /// The rows as of the last look at the progress page, and this reader's RNG.
+    pub(super) rows: Rows,
+    /// How this reader draws by priority.
+    tree: ReadTree,
     /// The writer's progress page; `None` for a snapshot, which never changes.
     progress: Option<ProgressMap>,
+    /// The newest commit's generation when the reader opened (`Stats::generation`).
+    generation: u64,
     /// The files epoch the mappings were made at.
     epoch: u64,
     /// How rows are copied out (kept across remaps).
-    rows: RowAccess,
+    access: RowAccess,
     /// The process that seeded the RNG, when the reader seeded it itself (`None` once a
     /// caller chose a seed, and for a snapshot, which replays its checkpoint's stream).
     /// A fork copies the RNG with the rest of the reader; a copy that finds itself in
     /// another process draws a new seed, or every data-loader worker forked from one
     /// reader would sample the same batches.
     seeded_in: Option<u32>,
+}
+
+/// The priorities a reader draws from.
+#[derive(Debug)]
+enum ReadTree {
+    /// The buffer keeps none.
+    Absent,
+    /// The live tree, which the writer (or the priority owner) keeps changing.
+    Shared(SharedPriorities),
+    /// A snapshot's private copy, which never changes.
+    Frozen(Priorities),
 }
 
 impl Reader {
@@ -94,15 +121,17 @@ impl Reader {
         // Loaded before mapping: files replaced after this are remapped by the first
         // call that sees the epoch move.
         let epoch = wait_steady(&progress, None);
-        let mut buf = ReplayBuffer::open_as(dir, io, Role::Live, false)?;
-        buf.reseed(crate::algo::entropy::seed());
-        let priorities = open_priorities(&buf)?;
+        let opened = ReplayBuffer::open_parts(dir, io, Role::Live, false)?;
+        let mut rows = opened.rows;
+        rows.reseed(crate::algo::entropy::seed());
+        let tree = open_priorities(&rows)?;
         let mut reader = Reader {
-            buf,
-            priorities,
+            rows,
+            tree,
             progress: Some(progress),
+            generation: opened.commits.generation,
             epoch,
-            rows: RowAccess::Mapped,
+            access: RowAccess::Mapped,
             seeded_in: Some(std::process::id()),
         };
         reader.refresh()?;
@@ -113,12 +142,17 @@ impl Reader {
     /// changes, sampling from the snapshot's RNG position (as
     /// [`ReplayBuffer::open_snapshot`]).
     pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Reader> {
+        let opened = ReplayBuffer::snapshot_parts(dir.as_ref(), name)?;
         Ok(Reader {
-            buf: ReplayBuffer::open_snapshot(dir, name)?,
-            priorities: None,
+            rows: opened.rows,
+            tree: match opened.tree {
+                TreeRole::Owned { tree, .. } => ReadTree::Frozen(tree),
+                _ => ReadTree::Absent,
+            },
             progress: None,
+            generation: opened.commits.generation,
             epoch: 0,
-            rows: RowAccess::Mapped,
+            access: RowAccess::Mapped,
             seeded_in: None,
         })
     }
@@ -147,9 +181,9 @@ impl Reader {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_row_access(&mut self, rows: RowAccess) -> Result<()> {
-        let files = row_files(&self.buf, &self.buf.ring, rows)?;
-        self.buf.ring.read_rows_from(files);
-        self.rows = rows;
+        let files = row_files(&self.rows, &self.rows.ring, rows)?;
+        self.rows.ring.read_rows_from(files);
+        self.access = rows;
         Ok(())
     }
 
@@ -167,17 +201,17 @@ impl Reader {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_read_checks(&mut self, on: bool) {
-        self.buf.set_read_checks(on);
+        self.rows.read_checks = on;
     }
 
     /// Whether reads check sealed items against their checksums.
     pub fn read_checks(&self) -> bool {
-        self.buf.read_checks()
+        self.rows.read_checks
     }
 
     /// How rows are copied out (see [`Reader::set_row_access`]).
     pub fn row_access(&self) -> RowAccess {
-        self.rows
+        self.access
     }
 
     /// Looks at where the writer is now: the live range, what is sealed, and whether
@@ -192,23 +226,23 @@ impl Reader {
         if let Some(pid) = self.seeded_in {
             let now = std::process::id();
             if now != pid {
-                self.buf.reseed(crate::algo::entropy::seed());
+                self.rows.reseed(crate::algo::entropy::seed());
                 self.seeded_in = Some(now);
             }
         }
         let Some(p) = &self.progress else {
             return Ok(false);
         };
-        let cap = self.buf.superblock.capacity;
+        let cap = self.rows.superblock.capacity;
         let mut remapped = false;
         let mut last = (0, 0);
         for _ in 0..REFRESH_TRIES {
             let epoch = wait_steady(p, Some(self.epoch));
             if epoch != self.epoch {
-                let mut ring = map_ring(&self.buf)?;
-                ring.read_rows_from(row_files(&self.buf, &ring, self.rows)?);
-                self.buf.ring = ring;
-                self.priorities = open_priorities(&self.buf)?;
+                let mut ring = map_ring(&self.rows)?;
+                ring.read_rows_from(row_files(&self.rows, &ring, self.access)?);
+                self.rows.ring = ring;
+                self.tree = open_priorities(&self.rows)?;
                 self.epoch = epoch;
                 remapped = true;
                 // Loads below must pair with the files just mapped: start over.
@@ -221,11 +255,11 @@ impl Reader {
             let head = p.load(HEAD_OFF);
             let sealed = p.load(SEALED_OFF);
             if p.load(EPOCH_OFF) == epoch && head <= tail && tail - head <= cap {
-                let buf = &mut self.buf;
-                (buf.head, buf.tail) = (head, tail);
-                (buf.head_slot, buf.tail_slot) = (head % cap, tail % cap);
-                buf.flushed_tail = sealed.min(tail);
-                buf.cleared = buf.cleared.min(head);
+                let rows = &mut self.rows;
+                (rows.head, rows.tail) = (head, tail);
+                (rows.head_slot, rows.tail_slot) = (head % cap, tail % cap);
+                rows.flushed_tail = sealed.min(tail);
+                rows.cleared = rows.cleared.min(head);
                 return Ok(remapped);
             }
             last = (head, tail);
@@ -251,14 +285,14 @@ impl Reader {
         // what the writer published before storing it visible to the loads below.
         fence(Ordering::Acquire);
         let remapped = self.refresh_files()?;
-        Ok(remapped || !self.buf.live().contains(&index))
+        Ok(remapped || !self.rows.live().contains(&index))
     }
 
     /// Runs `op` on the items live now, again after each lost race.
-    fn retrying<T>(&mut self, mut op: impl FnMut(&mut ReplayBuffer) -> Result<T>) -> Result<T> {
+    fn retrying<T>(&mut self, mut op: impl FnMut(&mut Rows) -> Result<T>) -> Result<T> {
         self.refresh_files()?;
         for _ in 0..RACE_TRIES {
-            match op(&mut self.buf) {
+            match op(&mut self.rows) {
                 Err(Error::BadItem { index, .. }) if self.lost_race(index)? => continue,
                 done => return done,
             }
@@ -271,52 +305,56 @@ impl Reader {
         Error::InvalidSample(format!(
             "the writer overwrote the items drawn {RACE_TRIES} times in a row: it laps \
              the ring ({} items) faster than one call reads",
-            self.buf.superblock.capacity
+            self.rows.superblock.capacity
         ))
     }
 
     /// The buffer directory.
     pub fn dir(&self) -> &Path {
-        self.buf.dir()
+        &self.rows.dir
     }
 
     /// The schema.
     pub fn schema(&self) -> &Schema {
-        self.buf.schema()
+        &self.rows.schema
     }
 
     /// Items the ring holds.
     pub fn capacity(&self) -> u64 {
-        self.buf.capacity()
+        self.rows.superblock.capacity
     }
 
     /// Items live as of the last call (or [`Reader::refresh`]).
     pub fn len(&self) -> u64 {
-        self.buf.len()
+        self.rows.len()
     }
 
     /// Whether no item was live as of the last call.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.rows.len() == 0
     }
 
     /// Logical indices live as of the last call.
     pub fn live(&self) -> std::ops::Range<u64> {
-        self.buf.live()
+        self.rows.live()
     }
 
     /// Counters and sizes now. `sampled` counts this reader's draws; `generation` and
     /// the priority counters are those of the last commit before the reader opened.
     pub fn stats(&mut self) -> Result<Stats> {
         self.refresh()?;
-        Ok(self.buf.stats())
+        let frozen = match &self.tree {
+            ReadTree::Frozen(p) => Some(p),
+            _ => None,
+        };
+        Ok(self.rows.stats(self.generation, frozen))
     }
 
     /// Restarts this reader's sampling RNG from `seed` (reproducible draws; the writer's
     /// RNG is not touched). A reader seeded this way keeps its stream in a forked child
     /// too: choosing seeds per worker is then the caller's part.
     pub fn reseed(&mut self, seed: u64) {
-        self.buf.reseed(seed);
+        self.rows.reseed(seed);
         self.seeded_in = None;
     }
 
@@ -333,7 +371,7 @@ impl Reader {
     /// A drawn item that the writer overwrites before it is copied is replaced by a
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.buf.check_batch(out)?;
+        out.check_made_for(&self.rows.schema)?;
         out.try_resize(spec.n)?;
         let (indices, weights, mut outs) = out.drawn_parts_mut();
         weights.clear();
@@ -366,7 +404,7 @@ impl Reader {
     /// keeps them, which is at most a thousand adds behind for the tree's upper
     /// levels: a draw that lands on a slot the writer has just emptied is made again.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        self.buf.check_batch(out)?;
+        out.check_made_for(&self.rows.schema)?;
         out.try_resize(spec.n)?;
         let (indices, weights, mut outs) = out.drawn_parts_mut();
         weights.resize(spec.n, 0.0);
@@ -396,8 +434,8 @@ impl Reader {
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
         self.refresh_files()?;
-        self.buf.check_outputs(spec.n, outs)?;
-        self.buf.draw_indices(spec, indices)?;
+        self.rows.check_outputs(spec.n, outs)?;
+        self.rows.draw_indices(spec, indices)?;
         self.gather_drawn_into(Draw::Uniform(spec), indices, &mut [], outs)
     }
 
@@ -418,43 +456,40 @@ impl Reader {
                 spec.n
             )));
         }
-        self.buf.check_outputs(spec.n, outs)?;
-        if self.progress.is_none() {
-            // A snapshot: its own priorities, which never change.
-            self.buf.draw_prioritized(spec, indices, weights)?;
-            return self.buf.gather_into(indices, outs);
-        }
+        self.rows.check_outputs(spec.n, outs)?;
         self.refresh_files()?;
-        let live = self.live_range();
-        let Some(p) = &mut self.priorities else {
-            return Err(Error::NotPrioritized {
-                dir: self.buf.dir.clone(),
-            });
-        };
-        p.draw(&mut self.buf.draws.rng, spec, live, indices, weights)?;
-        self.buf.draws.sampled += spec.n as u64;
+        let live = self.rows.live_range();
+        let rng = &mut self.rows.draws.rng;
+        match &mut self.tree {
+            // A snapshot: its own priorities, which never change, nor do its rows.
+            ReadTree::Frozen(p) => {
+                p.draw(rng, spec, live, indices, weights)?;
+                self.rows.draws.sampled += spec.n as u64;
+                return self.rows.gather_into(indices, outs);
+            }
+            ReadTree::Shared(p) => p.draw(rng, spec, live, indices, weights)?,
+            ReadTree::Absent => {
+                return Err(Error::NotPrioritized {
+                    dir: self.rows.dir.clone(),
+                });
+            }
+        }
+        self.rows.draws.sampled += spec.n as u64;
         self.gather_drawn_into(Draw::Prioritized(spec), indices, weights, outs)
     }
 
     /// `(total, smallest non-zero leaf)` of the priorities as they read now.
     pub(super) fn priority_mass(&mut self) -> Result<(f64, f64)> {
-        if let Some(p) = &self.priorities {
-            return Ok(p.mass());
-        }
-        // A snapshot reads its own frozen tree.
-        match self.buf.priority_summary() {
-            Some(s) => Ok((s.total, s.min_leaf)),
-            None => Err(Error::NotPrioritized {
-                dir: self.buf.dir.clone(),
+        match &mut self.tree {
+            ReadTree::Shared(p) => Ok(p.mass()),
+            // A snapshot reads its own frozen tree.
+            ReadTree::Frozen(p) => {
+                let s = p.summary();
+                Ok((s.total, s.min_leaf))
+            }
+            ReadTree::Absent => Err(Error::NotPrioritized {
+                dir: self.rows.dir.clone(),
             }),
-        }
-    }
-
-    fn live_range(&self) -> LiveRange {
-        LiveRange {
-            head: self.buf.head,
-            head_slot: self.buf.head_slot,
-            tail: self.buf.tail,
         }
     }
 
@@ -471,21 +506,21 @@ impl Reader {
     ) -> Result<()> {
         let mut from = 0;
         for _ in 0..RACE_TRIES.saturating_add(indices.len()) {
-            let buf = &self.buf;
-            let lost = match buf.ring.gather_from(buf.live_rows(), indices, outs, from) {
+            let rows = &self.rows;
+            let lost = match rows.ring.gather_from(rows.live_rows(), indices, outs, from) {
                 Ok(()) => return Ok(()),
                 // A stamp that moved may be the writer's; a checksum that failed under a
                 // steady stamp never is.
                 Err(Missed::Row(m)) if matches!(m.found, Found::Stamp(_)) => m,
-                Err(missed) => return Err(self.buf.stamp_error(indices, missed)),
+                Err(missed) => return Err(self.rows.stamp_error(indices, missed)),
             };
             let index = indices.get(lost.position).copied().unwrap_or(0);
             if !self.lost_race(index)? {
-                return Err(self.buf.stamp_error(indices, Missed::Row(lost)));
+                return Err(self.rows.stamp_error(indices, Missed::Row(lost)));
             }
             // Live now, or drawn again: the head may have passed an index, and a restore
             // may have moved the tail back below it.
-            let live = self.buf.live();
+            let live = self.rows.live();
             for p in lost.position..indices.len() {
                 let stale = indices.get(p).is_some_and(|i| !live.contains(i));
                 if p == lost.position || stale {
@@ -505,22 +540,28 @@ impl Reader {
         weights: &mut [f32],
         p: usize,
     ) -> Result<()> {
-        let live = self.live_range();
-        let buf = &mut self.buf;
-        let (index, weight) = match (how, &mut self.priorities) {
+        let live = self.rows.live_range();
+        let rows = &mut self.rows;
+        let (index, weight) = match (how, &mut self.tree) {
             (Draw::Uniform(spec), _) => {
-                let i = draw_one(&mut buf.draws.rng, spec, live.head, live.tail, indices)?;
+                let i = draw_one(&mut rows.draws.rng, spec, live.head, live.tail, indices)?;
                 (i, None)
             }
-            (Draw::Prioritized(spec), Some(pr)) => {
+            (Draw::Prioritized(spec), ReadTree::Shared(pr)) => {
                 let (mut i, mut w) = ([0u64], [0f32]);
                 let one = PrioritySpec::new(1, spec.beta);
-                pr.draw(&mut buf.draws.rng, &one, live, &mut i, &mut w)?;
+                pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
                 (i.first().copied().unwrap_or(0), w.first().copied())
             }
-            (Draw::Prioritized(_), None) => {
+            (Draw::Prioritized(spec), ReadTree::Frozen(pr)) => {
+                let (mut i, mut w) = ([0u64], [0f32]);
+                let one = PrioritySpec::new(1, spec.beta);
+                pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
+                (i.first().copied().unwrap_or(0), w.first().copied())
+            }
+            (Draw::Prioritized(_), ReadTree::Absent) => {
                 return Err(Error::NotPrioritized {
-                    dir: buf.dir.clone(),
+                    dir: rows.dir.clone(),
                 });
             }
         };
@@ -536,7 +577,7 @@ impl Reader {
     /// The items at `indices`, checked as [`ReplayBuffer::get_many`] checks them. An
     /// index the writer has evicted is `Evicted`.
     pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.retrying(|buf| buf.get_many(indices))
+        self.retrying(|rows| rows.get_many(indices))
     }
 
     /// The item at a logical index, as a batch of one.
@@ -547,21 +588,7 @@ impl Reader {
     /// Copies the items at `indices` into per-field outputs, as
     /// [`ReplayBuffer::gather_into`] does: the fill-in-place path for bindings.
     pub fn gather_into(&mut self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
-        self.retrying(|buf| buf.gather_into(indices, outs))
-    }
-
-    /// Always `ReadOnly`: the writer's process owns the priorities, and a reader never
-    /// writes a byte of the buffer.
-    pub fn update_priorities<P: Priority>(
-        &mut self,
-        indices: &[u64],
-        priorities: &[P],
-    ) -> Result<PriorityUpdate> {
-        let _ = (indices, priorities);
-        Err(Error::ReadOnly {
-            dir: self.dir().to_path_buf(),
-            op: "update_priorities (a reader; the writer owns the priorities)",
-        })
+        self.retrying(|rows| rows.gather_into(indices, outs))
     }
 }
 
@@ -589,37 +616,38 @@ enum Draw<'a> {
 }
 
 /// The priorities of a prioritized buffer, as its files are named now.
-fn open_priorities(buf: &ReplayBuffer) -> Result<Option<SharedPriorities>> {
-    let sb = &buf.superblock;
-    sb.prioritized
-        .then(|| SharedPriorities::open(&*buf.io, &buf.dir, sb))
-        .transpose()
+fn open_priorities(rows: &Rows) -> Result<ReadTree> {
+    let sb = &rows.superblock;
+    Ok(match sb.prioritized {
+        true => ReadTree::Shared(SharedPriorities::open(&*rows.io, &rows.dir, sb)?),
+        false => ReadTree::Absent,
+    })
 }
 
-/// The files `rows` reads with `pread`, if it does: those `ring` mapped, opened again
+/// The files `access` reads with `pread`, if it does: those `ring` mapped, opened again
 /// by name. A file replaced in between (a restore) has other stamps, which the reads
 /// catch as a lost race, and then the epoch has moved and everything is opened again.
-fn row_files(buf: &ReplayBuffer, ring: &Ring, rows: RowAccess) -> Result<Option<RowFiles>> {
-    match rows {
+fn row_files(rows: &Rows, ring: &Ring, access: RowAccess) -> Result<Option<RowFiles>> {
+    match access {
         RowAccess::Mapped => Ok(None),
         RowAccess::Pread => RowFiles::open(
-            buf.io.clone(),
+            rows.io.clone(),
             ring.segments(),
-            buf.superblock.row_stride as usize,
+            rows.superblock.row_stride as usize,
         )
         .map(Some),
     }
 }
 
-/// The segment files of `buf` mapped again, as they are named now.
-fn map_ring(buf: &ReplayBuffer) -> Result<Ring> {
-    let sb = &buf.superblock;
+/// The segment files of `rows` mapped again, as they are named now.
+fn map_ring(rows: &Rows) -> Result<Ring> {
+    let sb = &rows.superblock;
     let segments = (0..sb.segment_count)
-        .map(|n| storage::open_segment(&*buf.io, &buf.dir, sb, n, Access::Read))
+        .map(|n| storage::open_segment(&*rows.io, &rows.dir, sb, n, Access::Read))
         .collect::<Result<Vec<_>>>()?;
     Ring::new(
         segments,
-        buf.ring.layout().clone(),
+        rows.ring.layout().clone(),
         sb.capacity,
         sb.segment_slots,
     )

@@ -285,7 +285,7 @@ impl ReplayBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_transitions(&mut self, spec: &TransitionSpec<'_>) -> Result<Transitions> {
-        let mut out = Transitions::new(&self.schema);
+        let mut out = Transitions::new(&self.rows.schema);
         self.sample_transitions_into(spec, &mut out)?;
         Ok(out)
     }
@@ -305,24 +305,24 @@ impl ReplayBuffer {
         }
         let is_obs = self.field_mask(spec.obs_fields)?;
         let shape = (spec.stack, spec.window.then_some(spec.nstep));
-        if out.shape != shape || out.obs_mask != is_obs || !out.step.fits(&self.schema) {
+        if out.shape != shape || out.obs_mask != is_obs || !out.step.fits(&self.rows.schema) {
             // Fresh batches: the fields each leaves out start zero and stay so, since
             // no gather writes them while the shape and the mask stay the same.
-            *out = Transitions::new(&self.schema);
+            *out = Transitions::new(&self.rows.schema);
             out.shape = shape;
             out.obs_mask.clone_from(&is_obs);
             if spec.window {
                 let frames = spec.stack.checked_add(spec.nstep).ok_or_else(|| {
                     Error::InvalidSample("stack + nstep frames are too many".into())
                 })?;
-                out.frames = Batch::new(&stacked_schema(&self.schema, &is_obs, frames)?, 0);
+                out.frames = Batch::new(&stacked_schema(&self.rows.schema, &is_obs, frames)?, 0);
             } else {
-                let stacked = stacked_schema(&self.schema, &is_obs, spec.stack)?;
+                let stacked = stacked_schema(&self.rows.schema, &is_obs, spec.stack)?;
                 out.obs = Batch::new(&stacked, 0);
                 out.next_obs = Batch::new(&stacked, 0);
             }
         }
-        if self.tail - self.head < 2 {
+        if self.rows.tail - self.rows.head < 2 {
             return Err(Error::Empty);
         }
         let n = spec.n;
@@ -360,14 +360,17 @@ impl ReplayBuffer {
                 let p = PrioritySpec::new(need, beta);
                 self.draw_prioritized(&p, &mut candidates, &mut drawn_weights)?;
             } else {
-                candidates.extend(
-                    (0..need).map(|_| self.draws.rng.random_range(self.head + 1..self.tail)),
-                );
+                candidates.extend((0..need).map(|_| {
+                    self.rows
+                        .draws
+                        .rng
+                        .random_range(self.rows.head + 1..self.rows.tail)
+                }));
             }
             self.read_transitions(spec, &is_obs, &candidates, &drawn_weights, out)?;
         }
         if spec.beta.is_none() {
-            self.draws.sampled += n as u64;
+            self.rows.draws.sampled += n as u64;
         }
         for batch in [
             &mut out.step,
@@ -397,10 +400,10 @@ impl ReplayBuffer {
         drawn_weights: &[f32],
         out: &mut Transitions,
     ) -> Result<()> {
-        let (head, tail, k, nstep) = (self.head, self.tail, spec.stack, spec.nstep);
-        let rows = self.ring.reader(self.live_rows());
+        let (head, tail, k, nstep) = (self.rows.head, self.rows.tail, spec.stack, spec.nstep);
+        let rows = self.rows.ring.reader(self.rows.live_rows());
         let table = self.episodes_ref()?;
-        let layout = self.ring.layout();
+        let layout = self.rows.ring.layout();
         let reward = table.reward_field().and_then(|(f, dtype)| {
             let &(off, len) = layout.fields.get(f)?;
             Some((off, len.min(8), dtype))
@@ -494,7 +497,7 @@ impl ReplayBuffer {
                 }
                 g
             });
-            let g = g.map_err(|(index, found)| self.row_error(index, found))?;
+            let g = g.map_err(|(index, found)| self.rows.row_error(index, found))?;
             out.indices.push(j);
             if let Some(&w) = drawn_weights.get(c) {
                 out.weights.push(w);
@@ -515,14 +518,15 @@ impl ReplayBuffer {
 
     /// Which schema fields `names` are, as a mask in schema order.
     pub(crate) fn field_mask(&self, names: &[&str]) -> Result<Vec<bool>> {
-        let mut mask = vec![false; self.schema.len()];
+        let mut mask = vec![false; self.rows.schema.len()];
         for name in names {
             let f = self
+                .rows
                 .schema
                 .position(name)
                 .ok_or_else(|| Error::UnknownField {
                     field: (*name).to_owned(),
-                    known: self.schema.names(),
+                    known: self.rows.schema.names(),
                 })?;
             if let Some(x) = mask.get_mut(f) {
                 *x = true;

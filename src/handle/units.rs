@@ -332,9 +332,10 @@ impl ReplayBuffer {
                 *out = &mut [];
             }
         }
-        self.ring
-            .gather(self.live_rows(), rows, &mut outs)
-            .map_err(|m| self.stamp_error(rows, m))
+        self.rows
+            .ring
+            .gather(self.rows.live_rows(), rows, &mut outs)
+            .map_err(|m| self.rows.stamp_error(rows, m))
     }
 
     /// Draws `spec.n` sequences of `burn_in + len` steps of one episode each, uniformly
@@ -366,7 +367,7 @@ impl ReplayBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_sequences(&mut self, spec: &SequenceSpec<'_>) -> Result<Sequences> {
-        let mut out = Sequences::new(&self.schema);
+        let mut out = Sequences::new(&self.rows.schema);
         self.sample_sequences_into(spec, &mut out)?;
         Ok(out)
     }
@@ -388,17 +389,17 @@ impl ReplayBuffer {
             .ok_or_else(|| Error::InvalidSample("burn_in + len is too large".into()))?;
         let positions = usize::try_from(width)
             .map_err(|_| Error::InvalidSample("burn_in + len is too large".into()))?;
-        if out.shape.0 != width || out.shape.1 != is_obs || out.made_for != self.schema {
+        if out.shape.0 != width || out.shape.1 != is_obs || out.made_for != self.rows.schema {
             // Fresh batches: the fields each leaves out start zero and stay so.
-            let all = vec![true; self.schema.len()];
-            let shaped = with_leading(&self.schema, &all, width)?;
-            *out = Sequences::new(&self.schema);
+            let all = vec![true; self.rows.schema.len()];
+            let shaped = with_leading(&self.rows.schema, &all, width)?;
+            *out = Sequences::new(&self.rows.schema);
             out.shape = (width, is_obs.clone());
             out.obs = Batch::new(&shaped, 0);
             out.step = Batch::new(&shaped, 0);
             out.next_obs = Batch::new(&shaped, 0);
         }
-        if self.tail - self.head < 2 {
+        if self.rows.tail - self.rows.head < 2 {
             return Err(Error::Empty);
         }
         out.indices.clear();
@@ -408,7 +409,7 @@ impl ReplayBuffer {
         out.truncated.clear();
         crate::batch::check_rows(
             spec.n,
-            positions.saturating_mul(self.schema.item_bytes().saturating_add(8)),
+            positions.saturating_mul(self.rows.schema.item_bytes().saturating_add(8)),
         )?;
         let mut rows = Vec::with_capacity(spec.n.saturating_mul(positions));
         let mut tries = 0usize;
@@ -426,13 +427,19 @@ impl ReplayBuffer {
                     self.draw_prioritized(&PrioritySpec::new(1, beta), &mut j, &mut w)?;
                     (j[0], Some(w[0]))
                 }
-                None => (self.draws.rng.random_range(self.head + 1..self.tail), None),
+                None => (
+                    self.rows
+                        .draws
+                        .rng
+                        .random_range(self.rows.head + 1..self.rows.tail),
+                    None,
+                ),
             };
             let table = self.episodes_ref()?;
             let e = table.of(j).ok_or_else(|| {
                 Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
             })?;
-            let steps = step_span(e.span(self.head));
+            let steps = step_span(e.span(self.rows.head));
             if j < steps.first {
                 continue;
             }
@@ -453,7 +460,7 @@ impl ReplayBuffer {
             }
         }
         if spec.beta.is_none() {
-            self.draws.sampled += out.indices.len() as u64;
+            self.rows.draws.sampled += out.indices.len() as u64;
         }
         let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
         let step_fields: Vec<bool> = is_obs.iter().map(|x| !x).collect();
@@ -490,7 +497,7 @@ impl ReplayBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_episodes(&mut self, n: usize) -> Result<EpisodeBatch> {
-        let mut out = EpisodeBatch::new(&self.schema);
+        let mut out = EpisodeBatch::new(&self.rows.schema);
         self.sample_episodes_into(&UnitSpec::new(n), &mut out)?;
         Ok(out)
     }
@@ -523,8 +530,8 @@ impl ReplayBuffer {
     /// ```
     pub fn sample_episodes_into(&mut self, spec: &UnitSpec, out: &mut EpisodeBatch) -> Result<()> {
         let table = self.episodes_ref()?;
-        if !out.rows.fits(&self.schema) {
-            *out = EpisodeBatch::new(&self.schema);
+        if !out.rows.fits(&self.rows.schema) {
+            *out = EpisodeBatch::new(&self.rows.schema);
         }
         out.episodes.clear();
         out.offsets.clear();
@@ -533,7 +540,7 @@ impl ReplayBuffer {
         if table.len() == 0 {
             return Err(Error::Empty);
         }
-        let head = self.head;
+        let head = self.rows.head;
         let whole: Vec<EpisodeInfo> = table
             .iter()
             .filter(|e| e.end.is_some() && e.start >= head)
@@ -576,7 +583,7 @@ impl ReplayBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_fragments(&mut self, n: usize) -> Result<FragmentBatch> {
-        let mut out = FragmentBatch::new(&self.schema);
+        let mut out = FragmentBatch::new(&self.rows.schema);
         self.sample_fragments_into(&UnitSpec::new(n), &mut out)?;
         Ok(out)
     }
@@ -589,24 +596,24 @@ impl ReplayBuffer {
         spec: &UnitSpec,
         out: &mut FragmentBatch,
     ) -> Result<()> {
-        if !self.superblock.fragments {
+        if !self.rows.superblock.fragments {
             return Err(Error::InvalidSample(format!(
                 "{} does not keep fragments (create it with Config::fragments)",
-                self.dir.display()
+                self.rows.dir.display()
             )));
         }
-        if !out.rows.fits(&self.schema) {
-            *out = FragmentBatch::new(&self.schema);
+        if !out.rows.fits(&self.rows.schema) {
+            *out = FragmentBatch::new(&self.rows.schema);
         }
         out.fragments.clear();
         out.offsets.clear();
         out.offsets.push(0);
         out.weights.clear();
-        if self.tail == self.head {
+        if self.rows.tail == self.rows.head {
             return Err(Error::Empty);
         }
-        let cap = self.superblock.capacity;
-        let (head, tail, ring) = (self.head, self.tail, &self.ring);
+        let cap = self.rows.superblock.capacity;
+        let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
         let table = self.fragments.get_or_insert_with(|| {
             Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))))
         });
@@ -648,9 +655,9 @@ impl ReplayBuffer {
         for run in runs {
             indices.extend(run);
             offsets.push(indices.len());
-            self.draws.sampled += 1;
+            self.rows.draws.sampled += 1;
         }
-        let all = vec![true; self.schema.len()];
+        let all = vec![true; self.rows.schema.len()];
         self.gather_some(&indices, &indices, &all, rows)
     }
 
@@ -667,7 +674,7 @@ impl ReplayBuffer {
         weights: &mut Vec<f32>,
     ) -> Result<()> {
         let Some(beta) = spec.beta else {
-            picks.extend((0..spec.n).map(|_| self.draws.rng.random_range(0..runs.len())));
+            picks.extend((0..spec.n).map(|_| self.rows.draws.rng.random_range(0..runs.len())));
             return Ok(());
         };
         if !(beta.is_finite() && beta >= 0.0) {
@@ -675,10 +682,10 @@ impl ReplayBuffer {
                 "beta {beta} is not finite and >= 0"
             )));
         }
-        let cap = self.superblock.capacity;
+        let cap = self.rows.superblock.capacity;
         let Some(p) = self.tree.tree_mut() else {
             return Err(Error::NotPrioritized {
-                dir: self.dir.clone(),
+                dir: self.rows.dir.clone(),
             });
         };
         let mut masses = Vec::with_capacity(runs.len());
@@ -701,7 +708,7 @@ impl ReplayBuffer {
         }
         let beta32 = beta as f32;
         while picks.len() < spec.n {
-            let u = self.draws.rng.random::<f64>() * total;
+            let u = self.rows.draws.rng.random::<f64>() * total;
             // The first whose running total passes u, so never a zero-mass unit (unless
             // rounding put u at the total: then draw again).
             let i = cumulative.partition_point(|&c| c <= u);

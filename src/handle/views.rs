@@ -82,7 +82,7 @@ impl ReplayBuffer {
         let e = self.episode_by_id(id)?;
         Ok(EpisodeChunk {
             id,
-            t0: self.head.saturating_sub(e.start),
+            t0: self.rows.head.saturating_sub(e.start),
             lookback: 0,
         })
     }
@@ -149,6 +149,7 @@ impl ReplayBuffer {
     ) -> Result<FieldArray> {
         let e = self.episode_by_id(chunk.id)?;
         let (f, spec) = self
+            .rows
             .schema
             .fields()
             .iter()
@@ -156,7 +157,7 @@ impl ReplayBuffer {
             .find(|(_, x)| x.name() == field)
             .ok_or_else(|| Error::UnknownField {
                 field: field.to_owned(),
-                known: self.schema.names(),
+                known: self.rows.schema.names(),
             })?;
         // Entry k lives at row start + k + shift; the chunk's entries run from t0 to
         // the episode's newest.
@@ -164,7 +165,7 @@ impl ReplayBuffer {
             Entries::Observations => (0, e.steps() + 1),
             Entries::Steps => (1, e.steps()),
         };
-        let first_stored = (self.head.max(e.start) - e.start).saturating_sub(shift);
+        let first_stored = (self.rows.head.max(e.start) - e.start).saturating_sub(shift);
         if chunk.t0 < first_stored || chunk.t0 > count {
             return Err(Error::NoSuchEpisode {
                 id: chunk.id,
@@ -190,9 +191,14 @@ impl ReplayBuffer {
         let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
         let elem = spec.dtype().size();
         let first_entry = chunk.t0 - window.lookback;
-        let rows = self.ring.reader(self.live_rows());
+        let rows = self.rows.ring.reader(self.rows.live_rows());
         let read = [(
-            self.ring.layout().fields.get(f).map_or(0, |&(off, _)| off),
+            self.rows
+                .ring
+                .layout()
+                .fields
+                .get(f)
+                .map_or(0, |&(off, _)| off),
             size,
             0,
         )];
@@ -207,7 +213,7 @@ impl ReplayBuffer {
                     let row = e.start + first_entry + p + shift;
                     rows.run(row, 1)
                         .checked(|run| run.copy(row, &read, &mut [dst], 0))
-                        .map_err(|(index, found)| self.row_error(index, found))?;
+                        .map_err(|(index, found)| self.rows.row_error(index, found))?;
                 }
                 Pos::Fill => {
                     if let Some(v) = &fill {

@@ -1,0 +1,536 @@
+//! Adding rows: copy-on-write of snapshotted segments, eviction (whole episodes, eviction
+//! records), the stamp protocol of each row, and what the progress page tells readers.
+
+use std::ops::Range;
+
+use crate::algo::windows::End;
+use crate::column::{ABSENT, Column, match_columns, match_some_columns};
+use crate::error::{Error, Result};
+use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
+use crate::format::row::{FRAGMENT_END, RowTags, fragment_word};
+use crate::format::row::{STEP_HEADER_LEN, StepHeader};
+use crate::parts::episodes::StepInfo;
+use crate::parts::evictions::RecordTo;
+use crate::parts::priorities::Priority;
+use crate::storage::{self};
+
+use super::ReplayBuffer;
+use super::commit::mark_changing;
+
+/// Fields an add passes on the stack; more take a heap allocation.
+const INLINE_FIELDS: usize = 16;
+
+impl ReplayBuffer {
+    /// Copies each segment that a snapshot links and that the next `count` stores from
+    /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
+    /// live rows are copied. Fails before anything is stored, losing nothing.
+    fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
+        if !self.rows.ring.any_shared() {
+            return Ok(());
+        }
+        // Each copy leaves one shared segment fewer, so this ends.
+        while let Some(s) = self.rows.ring.first_shared(first_slot, count) {
+            let live =
+                self.rows
+                    .ring
+                    .rows_of(s, self.rows.head_slot, self.rows.tail - self.rows.head);
+            let Some(old) = self.rows.ring.segment(s) else {
+                break;
+            };
+            let seg = storage::copy_segment(
+                &*self.rows.io,
+                &self.rows.dir,
+                &self.rows.superblock,
+                s as u64,
+                old,
+                &live,
+            )?;
+            self.rows.ring.replace_segment(s, seg);
+            self.commits.lane_dirty = true;
+            self.publish_files_changed();
+        }
+        Ok(())
+    }
+    /// Stores one row at the tail, evicting the oldest row when the ring is full (or,
+    /// with whole-episode eviction, the oldest row's episode). `reset`: the row begins
+    /// an episode, so it ends no transition and gets no priority.
+    #[inline(always)]
+    fn push_row(
+        &mut self,
+        fields: &[&[u8]],
+        step: Option<&[u8; STEP_HEADER_LEN]>,
+        reset: bool,
+        fragment_pos: u32,
+    ) {
+        let cap = self.rows.superblock.capacity;
+        if self.rows.tail - self.rows.head == cap {
+            if self.rows.superblock.whole_episodes
+                || (self.episodes.is_some() && self.tree.tree().is_some())
+            {
+                self.evict_for_episodes();
+            } else {
+                self.rows.head += 1;
+                self.rows.head_slot += 1;
+                if self.rows.head_slot == cap {
+                    self.rows.head_slot = 0;
+                }
+            }
+            // Before the slot is overwritten: a reader that finds the slot's stamp
+            // changed then finds its index no longer live, and redraws.
+            self.publish(HEAD_OFF, self.rows.head);
+        }
+        // The priority leaf is written while the slot is marked "being written": a kill
+        // then never leaves a complete item without its priority, nor an intact older
+        // item with the new item's priority.
+        let slot = self.rows.tail_slot;
+        let next_tail = self.rows.tail + 1;
+        let priorities = self.tree.tree_mut();
+        if let Some(f) = &mut self.fragments {
+            f.on_add(self.rows.tail, fragment_pos);
+        }
+        let tags = RowTags {
+            step,
+            fragment: fragment_pos,
+        };
+        self.rows
+            .ring
+            .write(slot, self.rows.tail, tags, fields, || {
+                if let Some(p) = priorities {
+                    if reset {
+                        p.on_add_leaf(slot, 0.0);
+                    } else {
+                        p.on_add(slot);
+                    }
+                    p.note_caught_up(next_tail);
+                }
+                crate::killpoint::hit("before-stamp");
+            });
+        self.rows.tail += 1;
+        self.rows.tail_slot += 1;
+        if self.rows.tail_slot == cap {
+            self.rows.tail_slot = 0;
+        }
+        self.publish(TAIL_OFF, self.rows.tail);
+    }
+    /// Stores a word of the progress page, if this handle has one (the writer's).
+    #[inline(always)]
+    pub(super) fn publish(&mut self, off: usize, value: u64) {
+        if let Some(p) = &mut self.progress {
+            p.store(off, value);
+        }
+    }
+    /// Tells readers that the lane's files were replaced (they remap): the epoch goes
+    /// to the next even number. Whatever goes with the new files (a restore's head,
+    /// tail and sealed bound) is stored before it, under an odd epoch: a reader that
+    /// loads the new epoch then loads those, never the old range over the new files.
+    pub(super) fn publish_files_changed(&mut self) {
+        if let Some(p) = &mut self.progress {
+            let epoch = (p.load(EPOCH_OFF) | 1).wrapping_add(1);
+            p.store(EPOCH_OFF, epoch);
+        }
+    }
+    /// Tells readers that several files are about to be replaced one by one (a
+    /// restore): an odd epoch, which readers wait out rather than map a mix.
+    pub(super) fn publish_files_changing(&mut self) {
+        if let Some(p) = &mut self.progress {
+            mark_changing(p);
+        }
+    }
+    /// What a writer's open publishes: new files possibly (a restore, a recovery),
+    /// the live range, what is sealed, and which process writes.
+    /// The range goes out while the epoch is odd (readers wait), then the even epoch
+    /// releases it with the files: published the other way round, a reader could map
+    /// the restored files at the new epoch and still load the old head and tail, and
+    /// take the rows those name for damage.
+    pub(super) fn publish_open(&mut self) {
+        self.publish_files_changing();
+        self.publish(HEAD_OFF, self.rows.head);
+        self.publish(TAIL_OFF, self.rows.tail);
+        self.publish(SEALED_OFF, self.rows.flushed_tail);
+        self.publish(PID_OFF, u64::from(std::process::id()));
+        self.publish_files_changed();
+    }
+    /// Eviction in an episodic buffer about to overwrite its oldest row, when something
+    /// depends on the oldest row's episode (whole episodes, or priorities). With whole
+    /// episodes the head moves past the oldest row's episode, unless that episode is the
+    /// one being written (longer than the ring: it loses one row). The rows passed over
+    /// lose their priorities, and so does a new first row that is a step: its
+    /// observation row is gone, so it ends no transition the buffer can return.
+    #[cold]
+    fn evict_for_episodes(&mut self) {
+        let cap = self.rows.superblock.capacity;
+        let oldest = self
+            .episodes
+            .as_ref()
+            .and_then(|e| e.of(self.rows.head))
+            .copied();
+        let to = self.eviction_target();
+        let passed = to - self.rows.head;
+        // The old head's slot is the one being written. The other rows passed over
+        // lose their stamps, so that recovery after a kill finds the head where it is
+        // now (it walks back from the tail over intact rows), not at the last commit's
+        // with these rows alive again (`ensure_private_for_push` made their segments
+        // private first).
+        self.publish(HEAD_OFF, to);
+        for index in self.rows.head + 1..to {
+            self.rows.ring.clear_stamp(index % cap);
+        }
+        let first_passed = (self.rows.head_slot + 1) % cap;
+        self.rows.head = to;
+        self.rows.head_slot = (self.rows.head_slot + passed) % cap;
+        if let Some(p) = self.tree.tree_mut() {
+            // The rows passed over, and the new head if it is a step of a cut episode.
+            let cut = oldest.is_some_and(|e| e.last() >= to);
+            p.zero(first_passed, passed - 1 + u64::from(cut));
+        }
+    }
+    /// Where the head goes when the ring is full and one more row is stored: past the
+    /// oldest row, or with whole-episode eviction past its episode (unless that one is
+    /// still being written).
+    fn eviction_target(&self) -> u64 {
+        let whole = self
+            .episodes
+            .as_ref()
+            .filter(|_| self.rows.superblock.whole_episodes)
+            .and_then(|e| e.of(self.rows.head))
+            .map(|e| e.last() + 1)
+            .filter(|&to| to < self.rows.tail);
+        whole.unwrap_or(self.rows.head + 1)
+    }
+    /// Before storing `rows` more rows: when they will overwrite items the newest
+    /// commit covers, an eviction record saying so is made durable first (see
+    /// `parts::evictions`).
+    #[inline(always)]
+    fn guard_evictions(&mut self, rows: u64) -> Result<()> {
+        let cap = self.rows.superblock.capacity;
+        let mut to = (self.rows.tail + rows).saturating_sub(cap);
+        if self.rows.superblock.whole_episodes && self.rows.tail - self.rows.head == cap {
+            // The head may jump past the oldest episode.
+            to = to.max(self.eviction_target());
+        }
+        if !self.evictions.needed(to) {
+            return Ok(());
+        }
+        self.write_eviction(to)
+    }
+    #[cold]
+    fn write_eviction(&mut self, to: u64) -> Result<()> {
+        let Some(manifest) = &self.commits.file else {
+            return Ok(());
+        };
+        let at = RecordTo {
+            io: &*self.rows.io,
+            manifest,
+            path: &self.commits.path,
+            generation: self.commits.generation,
+        };
+        let (head, cap) = (self.rows.head, self.rows.superblock.capacity);
+        match self.evictions.record(to, head, cap, at) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.poison(e)),
+        }
+    }
+    /// Copy-on-write before storing one row: the tail's segment, and with whole-episode
+    /// eviction the segments of the rows the head will pass over (their stamps change).
+    fn ensure_private_for_push(&mut self) -> Result<()> {
+        self.ensure_private(self.rows.tail_slot, 1)?;
+        self.guard_evictions(1)?;
+        let cap = self.rows.superblock.capacity;
+        if self.rows.superblock.whole_episodes && self.rows.tail - self.rows.head == cap {
+            let passed = self.eviction_target() - self.rows.head;
+            if passed > 1 {
+                self.ensure_private((self.rows.head_slot + 1) % cap, passed - 1)?;
+            }
+        }
+        Ok(())
+    }
+    /// Adds one item and returns its logical index. Every field of the schema must be
+    /// given once, with its dtype and shape (or as one flat dimension of the same size).
+    /// Once this returns, a kill of the process loses nothing: the bytes are in the
+    /// page cache. `flush` makes them survive a power loss too.
+    pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
+        self.writable()?;
+        self.not_episodic("add")?;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.rows.schema,
+            columns,
+            false,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|_| self.ensure_private(self.rows.tail_slot, 1))
+        .and_then(|()| self.guard_evictions(1));
+        let result = checked.map(|_| {
+            let index = self.rows.tail;
+            let nf = order.len();
+            let mut inline: [&[u8]; INLINE_FIELDS] = [&[]; INLINE_FIELDS];
+            let mut heap: Vec<&[u8]>;
+            let fields: &mut [&[u8]] = match inline.get_mut(..nf) {
+                Some(f) => f,
+                None => {
+                    heap = vec![&[][..]; nf];
+                    &mut heap
+                }
+            };
+            for (slot, &pos) in fields.iter_mut().zip(&order) {
+                *slot = columns.get(pos).map_or(&[][..], Column::bytes);
+            }
+            self.push_row(fields, None, false, FRAGMENT_END);
+            index
+        });
+        self.scratch.order = order;
+        result
+    }
+    /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
+    /// their logical indices. A batch longer than the capacity keeps its newest rows.
+    pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+        self.writable()?;
+        self.not_episodic("add_batch")?;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.rows.schema,
+            columns,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|rows| {
+            self.ensure_private(self.rows.tail_slot, rows as u64)?;
+            self.guard_evictions(rows as u64)?;
+            Ok(rows)
+        });
+        let result = checked.map(|rows| {
+            let first = self.rows.tail;
+            let cap = self.rows.superblock.capacity;
+            let rows = rows as u64;
+            // Rows that would be evicted by later rows of the same batch are never written.
+            let skip = rows.saturating_sub(cap);
+            if skip > 0 {
+                self.rows.tail += skip;
+                self.rows.head = self.rows.head.max(self.rows.tail.saturating_sub(cap));
+                self.rows.head_slot = self.rows.head % cap;
+                self.rows.tail_slot = self.rows.tail % cap;
+            }
+            let nf = order.len();
+            let sizes: Vec<usize> = self
+                .rows
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.bytes())
+                .collect();
+            let cols: Vec<&[u8]> = order
+                .iter()
+                .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
+                .collect();
+            let mut fields: Vec<&[u8]> = vec![&[]; nf];
+            for r in skip as usize..rows as usize {
+                for ((dst, col), &size) in fields.iter_mut().zip(&cols).zip(&sizes) {
+                    *dst = col.get(r * size..(r + 1) * size).unwrap_or(&[]);
+                }
+                self.push_row(&fields, None, false, fragment_word(r as u64, rows));
+            }
+            first..first + rows
+        });
+        self.scratch.order = order;
+        result
+    }
+    /// Adds one item with a given priority instead of the largest seen so far (Ape-X
+    /// actors compute initial priorities). A bad priority is an error and nothing is
+    /// added.
+    pub fn add_with_priority<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priority: P,
+    ) -> Result<u64> {
+        self.check_new_priorities(&[priority])?;
+        let index = self.add(columns)?;
+        self.update_priorities(&[index], &[priority])?;
+        Ok(index)
+    }
+    /// `add_batch` with one priority per row. The priorities and the columns are checked
+    /// before anything is added; a batch longer than the capacity keeps its newest rows
+    /// and their priorities.
+    pub fn add_batch_with_priorities<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priorities: &[P],
+    ) -> Result<Range<u64>> {
+        self.check_new_priorities(priorities)?;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let rows = match_columns(
+            &self.rows.schema,
+            columns,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        );
+        self.scratch.order = order;
+        let rows = rows?;
+        if rows != priorities.len() {
+            return Err(Error::CountMismatch {
+                what: "add_batch_with_priorities: rows and priorities",
+                expected: rows,
+                got: priorities.len(),
+            });
+        }
+        let added = self.add_batch(columns)?;
+        let from = added.start.max(self.rows.head);
+        let indices: Vec<u64> = (from..added.end).collect();
+        let skip = (from - added.start) as usize;
+        self.update_priorities(&indices, priorities.get(skip..).unwrap_or(&[]))?;
+        Ok(added)
+    }
+    fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
+        self.writable()?;
+        match self.tree.tree() {
+            Some(p) => p.check_values(self.rows.tail, priorities),
+            None => Err(self.no_priorities()),
+        }
+    }
+    /// Begins an episode with what `env.reset()` returned: the observation fields (any
+    /// field left out is stored as zeros). An episode still open is abandoned and
+    /// counts as truncated at its last row.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::F32, &[2])
+    ///     .field("action", DType::I64, &[])
+    ///     .field("reward", DType::F32, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// buf.add_reset(&[Column::new("obs", &[0.0f32, 0.0])])?;
+    /// for t in 1..=3 {
+    ///     let (obs, action, reward) = ([t as f32, 0.0], 1i64, 1.0f32);
+    ///     let cols = [Column::new("obs", &obs), Column::scalar("action", &action),
+    ///                 Column::scalar("reward", &reward)];
+    ///     let info = buf.add_step(&cols, t == 3, false)?;
+    ///     if let Some((ret, steps, start)) = info.ended {
+    ///         assert_eq!((ret, steps, start), (3.0, 3, 0));
+    ///     }
+    /// }
+    /// assert_eq!(buf.prev(2)?, 1);
+    /// assert_eq!(buf.prev(0)?, 0); // stays put at the episode's start
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_reset(&mut self, columns: &[Column<'_>]) -> Result<StepInfo> {
+        self.writable()?;
+        self.episodes_ref()?;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_some_columns(
+            &self.rows.schema,
+            columns,
+            false,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|_| self.ensure_private_for_push());
+        let result = checked.map(|_| {
+            let index = self.rows.tail;
+            let header = match &mut self.episodes {
+                Some(e) => e.begin(index),
+                None => StepHeader::default(),
+            };
+            let sizes: Vec<usize> = self
+                .rows
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.bytes())
+                .collect();
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            if self.scratch.zeros.len() < largest {
+                self.scratch.zeros.resize(largest, 0);
+            }
+            let zeros = std::mem::take(&mut self.scratch.zeros);
+            let fields: Vec<&[u8]> = order
+                .iter()
+                .zip(&sizes)
+                .map(
+                    |(&pos, &size)| match columns.get(pos).filter(|_| pos != ABSENT) {
+                        Some(c) => c.bytes(),
+                        None => zeros.get(..size).unwrap_or(&[]),
+                    },
+                )
+                .collect();
+            self.push_row(&fields, Some(&header.encode()), true, 0);
+            drop(fields);
+            self.scratch.zeros = zeros;
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.rows.head);
+            }
+            StepInfo {
+                index,
+                episode: header.episode,
+                t: 0,
+                ended: None,
+            }
+        });
+        self.scratch.order = order;
+        result
+    }
+    /// Adds what `env.step()` returned to the open episode: every field of the schema
+    /// (the action taken, its reward, the observation it led to), and whether the episode
+    /// terminated or was truncated here. Reports the episode's return, steps and start
+    /// index when this step ends it (Tianshou's `add` result).
+    pub fn add_step(
+        &mut self,
+        columns: &[Column<'_>],
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<StepInfo> {
+        self.writable()?;
+        let reward_field = self.episodes_ref()?.reward_field();
+        if self.episodes_ref()?.open().is_none() {
+            return Err(Error::EpisodeOrder(
+                "no episode is open: begin one with add_reset".into(),
+            ));
+        }
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let checked = match_columns(
+            &self.rows.schema,
+            columns,
+            false,
+            &mut order,
+            &mut self.scratch.names,
+        )
+        .and_then(|_| self.ensure_private_for_push());
+        let result = checked.and_then(|_| {
+            let reward = reward_field.map_or(0.0, |(f, dtype)| {
+                let pos = order.get(f).copied().unwrap_or(ABSENT);
+                dtype.decode_f64(columns.get(pos).map_or(&[][..], Column::bytes))
+            });
+            let end = if terminated {
+                Some(End::Terminated)
+            } else if truncated {
+                Some(End::Truncated)
+            } else {
+                None
+            };
+            let index = self.rows.tail;
+            let (header, info) = match &mut self.episodes {
+                Some(e) => e.step(index, reward, end)?,
+                None => {
+                    return Err(Error::NotEpisodic {
+                        dir: self.rows.dir.clone(),
+                    });
+                }
+            };
+            let fields: Vec<&[u8]> = order
+                .iter()
+                .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
+                .collect();
+            self.push_row(&fields, Some(&header.encode()), false, 0);
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.rows.head);
+            }
+            Ok(info)
+        });
+        self.scratch.order = order;
+        result
+    }
+}

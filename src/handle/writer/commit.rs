@@ -1,0 +1,425 @@
+//! What makes state durable: flush, commits, clear, checkpoints (get_state / set_state /
+//! snapshots) and close.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
+use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF};
+use crate::format::state::State;
+use crate::parts::snapshot::{self, SnapshotInfo};
+use crate::storage::io::{self, Access};
+use crate::storage::map::ProgressMap;
+use crate::storage::{self, LANE_DIR, Manifest};
+
+use super::{ReplayBuffer, Role};
+
+impl ReplayBuffer {
+    /// Makes everything added so far, the counters and the RNG position survive a power
+    /// loss: checksums for the items added since the last flush, msync of their rows,
+    /// then a durable commit.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        self.sync_priorities()?;
+        self.commit(0, true)
+    }
+    fn sync_priorities(&mut self) -> Result<()> {
+        if let Some(p) = self.tree.tree_mut()
+            && let Err(e) = p.flush(&*self.rows.io)
+        {
+            return Err(self.poison(e));
+        }
+        self.tree.set_durable_below(self.rows.tail);
+        Ok(())
+    }
+    /// Seals (checksums) the live items added since the last flush and msyncs them.
+    fn sync_rows(&mut self) -> Result<()> {
+        let cap = self.rows.superblock.capacity;
+        let from = self.rows.flushed_tail.max(self.rows.head);
+        let written = self.rows.tail.saturating_sub(from);
+        if written > 0 {
+            let start = from % cap;
+            self.rows.ring.seal(start, from, written);
+            if let Err((s, e)) = self.rows.ring.flush_slots(&*self.rows.io, start, written) {
+                let e = Error::io("msync", storage::segment_path(&self.rows.dir, s as u64), e);
+                return Err(self.poison(e));
+            }
+        }
+        self.rows.flushed_tail = self.rows.tail;
+        self.publish(SEALED_OFF, self.rows.flushed_tail);
+        Ok(())
+    }
+    /// The commit record of the state in memory, numbered `generation`.
+    fn commit_record(&self, generation: u64, flags: u32) -> Commit {
+        Commit {
+            generation,
+            head: self.rows.head,
+            tail: self.rows.tail,
+            cleared: self.rows.cleared,
+            sampled: self.rows.draws.sampled,
+            rng_seed: self.rows.draws.seed,
+            rng_word_pos: self.rows.draws.rng.get_word_pos(),
+            boot_id: self.commits.boot_id,
+            flags,
+        }
+    }
+    pub(super) fn commit(&mut self, flags: u32, durable: bool) -> Result<()> {
+        let Some(manifest) = &self.commits.file else {
+            return Err(Error::ReadOnly {
+                dir: self.rows.dir.clone(),
+                op: "commit",
+            });
+        };
+        if self.commits.lane_dirty {
+            // Segment copies were renamed into place: the renames must be durable before
+            // a commit covers items stored in the copies.
+            let lane = self.rows.dir.join(LANE_DIR);
+            if let Err(e) = self.rows.io.sync_dir(&lane) {
+                let e = Error::io("fsync", lane, e);
+                return Err(self.poison(e));
+            }
+            self.commits.lane_dirty = false;
+        }
+        let Some(next) = self.commits.generation.checked_add(1) else {
+            // Only a crafted MANIFEST gets here (2^64 commits take no real writer):
+            // wrapping would make the older slot win at the next open.
+            return Err(Error::Corrupt {
+                file: self.commits.path.clone(),
+                offset: 0,
+                field: "commit generation".into(),
+                expected: "below 2^64 - 1".into(),
+                got: self.commits.generation.to_string(),
+            });
+        };
+        let c = self.commit_record(next, flags);
+        match storage::write_commit(&*self.rows.io, manifest, &self.commits.path, &c, durable) {
+            Ok(()) => {
+                self.commits.generation = c.generation;
+                self.evictions.on_commit(c.head, c.tail);
+                Ok(())
+            }
+            Err(e) => Err(self.poison(e)),
+        }
+    }
+    /// Drops every live item; logical indices go on from where they were. Durable.
+    pub fn clear(&mut self) -> Result<()> {
+        self.writable()?;
+        self.rows.cleared += self.rows.tail - self.rows.head;
+        self.rows.head = self.rows.tail;
+        self.rows.head_slot = self.rows.tail_slot;
+        self.publish(HEAD_OFF, self.rows.head);
+        if let Some(p) = self.tree.tree_mut() {
+            p.clear();
+            p.note_caught_up(self.rows.tail);
+        }
+        if let Some(e) = &mut self.episodes {
+            e.clear();
+        }
+        if let Some(f) = &mut self.fragments {
+            f.clear();
+        }
+        self.sync_priorities()?;
+        self.commit(0, true)
+    }
+    /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
+    /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
+    pub fn get_state(&mut self) -> Result<State> {
+        let name = format!("gen-{:012}", self.commits.generation.wrapping_add(1));
+        self.get_state_named(&name)
+    }
+    /// Checkpoints the buffer as snapshot `name`: makes the items durable and commits,
+    /// then links every segment file into `snapshots/<name>/` and copies the manifest
+    /// and the priorities (the copy is durable; the live tree is not msynced, so after
+    /// a power cut the live buffer's priorities are those of its last
+    /// [`ReplayBuffer::flush`], and the snapshot's are these). No item is
+    /// copied, so the cost does not grow with the data: the writer copies a segment
+    /// only when it is about to store into one a snapshot still links (copy-on-write).
+    /// The returned [`State`] is small; put it in the training checkpoint and hand it to
+    /// [`ReplayBuffer::set_state`] to come back here. A kill at any point leaves the
+    /// snapshot either whole or absent. Snapshots stay until deleted
+    /// ([`ReplayBuffer::delete_snapshot`], [`ReplayBuffer::keep_last`]).
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10).seed(1))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// let state = buf.get_state_named("step-1")?;
+    /// let before = buf.sample(4)?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// buf.set_state(&state)?;
+    /// assert_eq!(buf.len(), 1);
+    /// assert_eq!(buf.sample(4)?.indices(), before.indices()); // same RNG position
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get_state_named(&mut self, name: &str) -> Result<State> {
+        self.writable()?;
+        snapshot::valid_name(name)?;
+        if snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
+            return Err(Error::SnapshotExists {
+                dir: self.rows.dir.clone(),
+                name: name.to_owned(),
+            });
+        }
+        // The items must be durable (the snapshot links their files); the live tree need
+        // not be: the snapshot gets its own copy, taken from the page cache and synced.
+        // Msyncing the live tree too would write every page a priority update touched
+        // (a whole 1M-leaf tree after a few thousand PER batches: tens of ms) and
+        // make each next update take a write-protect fault.
+        self.sync_rows()?;
+        if let Some(p) = self.tree.tree_mut() {
+            p.settle();
+        }
+        // The commit covers the items added since the last flush: their leaves must be
+        // durable with it (only theirs; the rest of the live tree stays as of that flush).
+        if let (Some(p), Some(from)) = (self.tree.tree(), self.tree.durable_below()) {
+            let count = self.rows.tail - from;
+            if let Err(e) =
+                p.flush_leaves(&*self.rows.io, from % self.rows.superblock.capacity, count)
+            {
+                return Err(self.poison(e));
+            }
+            self.tree.set_durable_below(self.rows.tail);
+        }
+        self.commit(0, true)?;
+        let frozen = self.commit_record(self.commits.generation, FLAG_CLEAN);
+        let owned_tree = self.tree.tree().is_some();
+        let made = snapshot::create(
+            &*self.rows.io,
+            &self.rows.dir,
+            &self.rows.superblock,
+            &frozen,
+            name,
+            owned_tree,
+        );
+        match made {
+            Ok(()) => self.rows.ring.mark_all_shared(),
+            // Some links may exist (in the temporary folder, or published but not yet
+            // durable): count them so no store changes a linked file.
+            Err(_) => self.rows.ring.refresh_shared(),
+        }
+        made?;
+        Ok(State {
+            name: name.to_owned(),
+            uuid: self.rows.superblock.uuid,
+            generation: frozen.generation,
+            head: frozen.head,
+            tail: frozen.tail,
+            cleared: frozen.cleared,
+            sampled: frozen.sampled,
+            rng_seed: frozen.rng_seed,
+            rng_word_pos: frozen.rng_word_pos,
+        })
+    }
+    /// Returns the buffer to `state`: the same items, priorities, counters and RNG
+    /// position as when [`ReplayBuffer::get_state`] made it. Everything added since is
+    /// dropped. The snapshot stays, so the same state can be restored again. Costs
+    /// a hard link per segment and copies of the manifest and priorities.
+    ///
+    /// The snapshot is checked first (files present, headers sound, the commit it froze
+    /// equal to `state`): a problem is an error naming it and nothing changes. Then an
+    /// intent file is written, and a kill after that point is finished by the next open.
+    pub fn set_state(&mut self, state: &State) -> Result<()> {
+        self.writable()?;
+        snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)?;
+        // An actor replaces a tree another process may have mapped: only while no
+        // PriorityOwner runs (it would go on writing the replaced file).
+        let _owner = (self.tree.is_actor() && self.rows.superblock.prioritized)
+            .then(|| storage::lock_priorities(&*self.rows.io, &self.rows.dir))
+            .transpose()?;
+        self.publish_files_changing();
+        let restored =
+            snapshot::write_intent(&*self.rows.io, &self.rows.dir, state).and_then(|()| {
+                snapshot::restore(
+                    &*self.rows.io,
+                    &self.rows.dir,
+                    &self.rows.superblock,
+                    &state.name,
+                )
+            });
+        let replaced = match restored {
+            Ok(files) => files,
+            Err(e) => {
+                self.closed = true;
+                self.poisoned = Some(format!(
+                    "set_state({:?}) failed part way ({e}); reopen the buffer to finish it",
+                    state.name
+                ));
+                return Err(e);
+            }
+        };
+        // The live files are (or may be) replaced: this handle's mappings are of the old
+        // ones. Close it without a commit and open the restored files.
+        self.closed = true;
+        let role = match self.commits.lock.take() {
+            Some(lock) if self.tree.is_actor() => Role::Actor(lock),
+            Some(lock) => Role::Writer(lock),
+            None => Role::Frozen,
+        };
+        // The new handle takes the priority lock again (flock is per open file).
+        self.tree.release_lock();
+        match ReplayBuffer::open_as(self.rows.dir.clone(), self.rows.io.clone(), role, true) {
+            Ok(fresh) => {
+                let old = std::mem::replace(self, fresh);
+                release_in_background((old, replaced));
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = Some(format!("reopening after set_state failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+    /// Lets go of the handle as `kill -9` would: no flush, no commit, nothing written;
+    /// the page cache keeps what the calls so far stored, and the next open recovers
+    /// from it exactly as after a killed process. For crash tests and fuzzers that run
+    /// many crashes inside one process.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &3u8)])?;
+    /// buf.abandon();
+    /// let buf = ReplayBuffer::open(dir.path().join("b"))?;
+    /// assert_eq!(buf.live(), 0..1);
+    /// assert!(buf.recovery().is_some()); // opened as after a killed writer
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn abandon(mut self) {
+        self.closed = true;
+    }
+    /// The state that restores snapshot `name`, read from the snapshot itself: for a
+    /// run that lost the dict `get_state` returned (a crash before the checkpoint was
+    /// saved) and resumes from the newest snapshot instead.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &3u8)])?;
+    /// let state = buf.get_state_named("ckpt")?;
+    /// assert_eq!(buf.snapshot_state("ckpt")?, state);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot_state(&self, name: &str) -> Result<State> {
+        snapshot::valid_name(name)?;
+        let snap = snapshot::snapshot_dir(&self.rows.dir, name);
+        if !snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
+            return Err(Error::NoSuchSnapshot {
+                dir: self.rows.dir.clone(),
+                name: name.to_owned(),
+            });
+        }
+        let c = Manifest::load(&*self.rows.io, &snap)
+            .and_then(|m| m.newest_commit())
+            .map_err(|e| Error::BadSnapshot {
+                dir: self.rows.dir.clone(),
+                name: name.to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(State {
+            name: name.to_owned(),
+            uuid: self.rows.superblock.uuid,
+            generation: c.generation,
+            head: c.head,
+            tail: c.tail,
+            cleared: c.cleared,
+            sampled: c.sampled,
+            rng_seed: c.rng_seed,
+            rng_word_pos: c.rng_word_pos,
+        })
+    }
+    /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).
+    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        snapshot::snapshots(&self.rows.dir)
+    }
+    /// Deletes snapshot `name`. Its segments stay as long as the live buffer (or another
+    /// snapshot) links them; segments nothing else links are freed. A kill leaves it
+    /// either listed and whole or gone. A process that has it open keeps reading its
+    /// files, but the writer no longer copies the segments it shared with the live
+    /// buffer: reads of items the writer then overwrites fail (`BadItem`), never return
+    /// the newer bytes.
+    pub fn delete_snapshot(&mut self, name: &str) -> Result<()> {
+        self.writable()?;
+        snapshot::valid_name(name)?;
+        let done = snapshot::delete(&*self.rows.io, &self.rows.dir, name);
+        self.rows.ring.refresh_shared();
+        done
+    }
+    /// Deletes all but the `k` newest snapshots (by the generation they froze; damaged
+    /// ones count as oldest). Returns the names deleted.
+    pub fn keep_last(&mut self, k: usize) -> Result<Vec<String>> {
+        self.writable()?;
+        let list = self.snapshots()?;
+        let doomed: Vec<String> = list
+            .iter()
+            .take(list.len().saturating_sub(k))
+            .map(|s| s.name.clone())
+            .collect();
+        for name in &doomed {
+            let done = snapshot::delete(&*self.rows.io, &self.rows.dir, name);
+            if done.is_err() {
+                self.rows.ring.refresh_shared();
+            }
+            done?;
+        }
+        self.rows.ring.refresh_shared();
+        Ok(doomed)
+    }
+    /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
+    /// (A read-only snapshot has nothing to flush.)
+    pub fn close(mut self) -> Result<()> {
+        if self.commits.lock.is_none() || self.closed {
+            // Read-only, or already let go by a set_state that failed part way: its
+            // files are the next open's to finish (the restore intent says how), and
+            // nothing of this handle is left to commit.
+            self.closed = true;
+            return Ok(());
+        }
+        self.shutdown()
+    }
+    pub(super) fn shutdown(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        if self.tree.holds_lock()
+            && let Some(p) = self.tree.tree_mut()
+        {
+            p.set_owner(0);
+        }
+        self.sync_priorities()?;
+        self.commit(FLAG_CLEAN, true)?;
+        self.closed = true;
+        self.publish(PID_OFF, 0);
+        Ok(())
+    }
+}
+
+/// Marks the progress page's epoch odd before a writer without a handle yet (an open
+/// that restores) replaces files one by one; its open makes the epoch even again.
+pub(super) fn files_changing(io: &dyn io::Io, dir: &Path, sb: &Superblock) -> Result<()> {
+    mark_changing(&mut storage::open_progress(io, dir, sb, Access::Write)?);
+    Ok(())
+}
+
+/// Makes the epoch odd (files being replaced), if it is not already.
+pub(super) fn mark_changing(p: &mut ProgressMap) {
+    let epoch = p.load(EPOCH_OFF);
+    if epoch.is_multiple_of(2) {
+        p.store(EPOCH_OFF, epoch.wrapping_add(1));
+    }
+}
+
+/// Drops `files` on another thread (in place if no thread can be started). Letting go of
+/// the last handle of a segment file that lost its name makes the kernel free its page
+/// cache and extents, milliseconds per segment and growing with the data: reclamation,
+/// not part of restoring, so it stays off the caller's path.
+pub(super) fn release_in_background<T: Send + 'static>(files: T) {
+    let _ = std::thread::Builder::new()
+        .name("replaystore-release".into())
+        .spawn(move || drop(files));
+}

@@ -1,0 +1,207 @@
+//! The writer's draws and reads: uniform and prioritized samples, gathers, priority
+//! updates and the episode getters. Rows are copied by `Rows`, as a reader copies them.
+
+use crate::algo::sample::SampleSpec;
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+use crate::parts::episodes::EpisodeInfo;
+use crate::parts::priorities::{
+    LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
+};
+
+use super::ReplayBuffer;
+
+impl ReplayBuffer {
+    /// Draws `n` indices uniformly with replacement and gathers their items.
+    pub fn sample(&mut self, n: usize) -> Result<Batch> {
+        self.sample_with(&SampleSpec::new(n))
+    }
+    /// Draws as `spec` says and gathers the items into a new batch.
+    pub fn sample_with(&mut self, spec: &SampleSpec) -> Result<Batch> {
+        let mut batch = Batch::new(&self.rows.schema, 0);
+        self.sample_into(spec, &mut batch)?;
+        Ok(batch)
+    }
+    /// Draws as `spec` says and gathers into `out`, reusing its storage.
+    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.rows.sample_into(spec, out)
+    }
+    /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
+    pub fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
+        self.rows.draw_indices(spec, out)
+    }
+    /// Draws `n` items by priority (independently) and gathers them; the batch carries
+    /// importance weights for exponent `beta`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6).seed(3);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("per"), config)?;
+    /// buf.add_batch(&[Column::new("x", &[0.0f32, 1.0, 2.0, 3.0])])?;
+    /// let batch = buf.sample_prioritized(8, 0.4)?;
+    /// assert_eq!(batch.weights().len(), 8);
+    /// // Item 3 becomes 100x more likely than the others; items sampled earlier may
+    /// // have been evicted since, and are skipped and counted.
+    /// let done = buf.update_priorities(&[0, 1, 2, 3], &[0.01f32, 0.01, 0.01, 1.0])?;
+    /// assert_eq!(done.applied, 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
+        let mut batch = Batch::new(&self.rows.schema, 0);
+        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+        Ok(batch)
+    }
+    /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
+    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        out.check_made_for(&self.rows.schema)?;
+        out.try_resize(spec.n)?;
+        let mut weights = std::mem::take(out.weights_mut());
+        weights.resize(spec.n, 0.0);
+        let drawn = self.draw_prioritized(spec, out.indices_mut(), &mut weights);
+        *out.weights_mut() = weights;
+        drawn?;
+        let (indices, mut outs) = out.parts_mut();
+        self.rows
+            .ring
+            .gather(self.rows.live_rows(), indices, &mut outs)
+            .map_err(|m| self.rows.stamp_error(indices, m))
+    }
+    /// Draws `indices.len()` live indices by priority into `indices`, with their
+    /// importance weights into `weights`, advancing the RNG, without gathering: the
+    /// fill-in-place path for bindings (then [`ReplayBuffer::gather_into`]).
+    pub fn draw_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        let Some(p) = self.tree.tree_mut() else {
+            return Err(self.no_priorities());
+        };
+        let live = LiveRange {
+            head: self.rows.head,
+            head_slot: self.rows.head_slot,
+            tail: self.rows.tail,
+        };
+        p.draw(&mut self.rows.draws.rng, spec, live, indices, weights)?;
+        self.rows.draws.sampled += indices.len() as u64;
+        Ok(())
+    }
+    /// Sets the priorities of the items at logical `indices` (typically the TD errors of
+    /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
+    /// counted (`stale_updates` in [`Stats`]), never applied to the newer item in their
+    /// slot. A priority that is negative, NaN or infinite, an index never added, or
+    /// arrays of different lengths are an error, and then nothing is applied.
+    /// Survives a kill at once, and a power loss after the next `flush`.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        self.writable()?;
+        let Some(p) = self.tree.tree_mut() else {
+            return Err(self.no_priorities());
+        };
+        p.update(
+            self.rows.head,
+            self.rows.head_slot,
+            self.rows.tail,
+            indices,
+            priorities,
+        )
+    }
+    /// The current `priority + eps` of each live item in `indices` (recovered from the
+    /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
+    pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
+        let Some(p) = self.tree.tree() else {
+            return Err(self.no_priorities());
+        };
+        p.of_live(self.rows.head, self.rows.tail, indices)
+    }
+    /// Priority totals and counters, if the buffer keeps priorities.
+    pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
+        self.tree.tree_mut().map(Priorities::summary)
+    }
+    /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
+    /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.
+    pub fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
+        self.rows.gather_into(indices, outs)
+    }
+    /// The items at `indices`, as a batch. Every read checks what it copies: each item's
+    /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
+    /// error naming its file and offset, never returned.
+    pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
+        self.rows.get_many(indices)
+    }
+    /// The item at a logical index, as a batch of one.
+    pub fn get(&self, index: u64) -> Result<Batch> {
+        self.get_many(&[index])
+    }
+    /// Whether reads check each sealed item against its checksum (the default). Turning
+    /// it off saves the checksum's cost on every sample and get (see the closing figures
+    /// in ARCHITECTURE), and is unsafe on damaged media: a flipped bit in a row is then
+    /// returned as data. Stamps are still checked, so a race with the writer is still
+    /// caught. For benchmarks, and for buffers verified since they were last written.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8))?;
+    /// assert!(buf.read_checks());
+    /// buf.set_read_checks(false);
+    /// assert!(!buf.read_checks());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_read_checks(&mut self, on: bool) {
+        self.rows.read_checks = on;
+    }
+    /// Whether reads check sealed items against their checksums.
+    pub fn read_checks(&self) -> bool {
+        self.rows.read_checks
+    }
+    /// Restarts the sampling RNG from a new seed (stored at the next commit).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rows.reseed(seed);
+    }
+    /// The episode holding live index `index`.
+    pub fn episode(&self, index: u64) -> Result<EpisodeInfo> {
+        let e = self.episodes_ref()?;
+        if index < self.rows.head || index >= self.rows.tail {
+            return Err(Error::Evicted {
+                index,
+                head: self.rows.head,
+                tail: self.rows.tail,
+            });
+        }
+        e.of(index).copied().ok_or_else(|| {
+            Error::EpisodeOrder(format!("index {index} belongs to no episode in the table"))
+        })
+    }
+    /// The index before `index` in its episode, or `index` itself at the episode's first
+    /// live row (Tianshou's `prev`).
+    pub fn prev(&self, index: u64) -> Result<u64> {
+        let e = self.episode(index)?;
+        Ok(if index > e.start.max(self.rows.head) {
+            index - 1
+        } else {
+            index
+        })
+    }
+    /// The index after `index` in its episode, or `index` itself at the episode's last
+    /// row so far (Tianshou's `next`).
+    pub fn next(&self, index: u64) -> Result<u64> {
+        let e = self.episode(index)?;
+        Ok(if index < e.last() { index + 1 } else { index })
+    }
+    /// The episodes with a live row, oldest first.
+    pub fn episodes(&self) -> Result<Vec<EpisodeInfo>> {
+        Ok(self.episodes_ref()?.iter().copied().collect())
+    }
+    /// The episode still being written, if any (at most one: episodes are contiguous).
+    pub fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
+        Ok(self.episodes_ref()?.open().copied().into_iter().collect())
+    }
+}

@@ -1,0 +1,247 @@
+//! [`ReplayBuffer`]: the writer's handle on a buffer directory. Its state is here; what
+//! it does is in `open`, `add`, `draw` and `commit`.
+
+mod add;
+mod commit;
+mod draw;
+pub(super) mod open;
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+use super::config::Stats;
+use super::core::{Commits, Scratch};
+use super::rows::Rows;
+use crate::algo::recovery::{Recovered, SlotProbe};
+use crate::error::{Error, Result};
+use crate::parts::episodes::Episodes;
+use crate::parts::evictions::Evictions;
+use crate::parts::fragments::Fragments;
+use crate::parts::tree_role::TreeRole;
+use crate::schema::Schema;
+use crate::storage::map::ProgressMap;
+use crate::storage::ring::Ring;
+use crate::storage::{self};
+
+/// A replay buffer open for writing: the one writer of its directory.
+///
+/// ```
+/// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder()
+///     .field("obs", DType::F32, &[3])
+///     .field("reward", DType::F32, &[])
+///     .build()?;
+/// let mut buf = ReplayBuffer::create(dir.path().join("buf"), Config::new(schema, 100).seed(1))?;
+/// for t in 0..10 {
+///     let obs = [t as f32; 3];
+///     let reward = 1.0f32;
+///     buf.add(&[Column::new("obs", &obs), Column::scalar("reward", &reward)])?;
+/// }
+/// let batch = buf.sample(4)?;
+/// assert_eq!(batch.get::<f32>("obs")?.len(), 12);
+/// buf.close()?;
+/// let buf = ReplayBuffer::open(dir.path().join("buf"))?;
+/// assert_eq!(buf.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct ReplayBuffer {
+    /// The rows, the live range and the sampling stream (the read side).
+    pub(super) rows: Rows,
+    /// The commit slots and locks this handle writes with.
+    pub(super) commits: Commits,
+    pub(super) scratch: Scratch,
+    pub(super) poisoned: Option<String>,
+    pub(super) closed: bool,
+    pub(super) recovered: Option<Recovered>,
+    /// Who keeps the priority tree: this handle, another process, or nobody.
+    pub(super) tree: TreeRole,
+    /// The episode table (episodic buffers).
+    pub(super) episodes: Option<Episodes>,
+    /// The fragment table of a fragment buffer, built from the rows when first needed.
+    pub(super) fragments: Option<Fragments>,
+    /// The progress page readers in other processes follow (the writer's only).
+    pub(super) progress: Option<ProgressMap>,
+    /// Eviction records since the newest commit (overwriting a committed item needs one).
+    pub(super) evictions: Evictions,
+}
+
+impl SlotProbe for Ring {
+    fn stamp(&self, slot: u64) -> u64 {
+        Ring::stamp(self, slot)
+    }
+    fn crc_ok(&self, slot: u64) -> bool {
+        self.check(slot).is_some_and(|c| c.crc_ok)
+    }
+}
+
+/// Who opens a buffer, and so how its files are mapped.
+pub(super) enum Role {
+    /// The one writer, holding the lock: shared writable mappings.
+    Writer(File),
+    /// The one writer, adding items while another process owns the priorities (see
+    /// [`crate::PriorityOwner`]): the tree is neither mapped nor written.
+    Actor(File),
+    /// A snapshot: private mappings that never change a byte on disk.
+    Frozen,
+    /// A reader of a buffer a writer may be changing: shared read-only mappings.
+    Live,
+}
+
+/// What opening a buffer's files yields, before it becomes a handle: a writer wraps all
+/// of it, a reader keeps the rows (and a snapshot's frozen tree).
+pub(super) struct Opened {
+    pub rows: Rows,
+    pub commits: Commits,
+    pub recovered: Option<Recovered>,
+    pub tree: TreeRole,
+    pub episodes: Option<Episodes>,
+    pub progress: Option<ProgressMap>,
+    pub evictions: Evictions,
+}
+
+impl Opened {
+    /// After opening: a first episode whose start is evicted (a kill came between a
+    /// whole-episode eviction and its commit, or the ring evicts rows one at a time)
+    /// is dropped whole with whole-episode eviction, unless it is still being written;
+    /// otherwise its first live row loses its priority, as eviction would have done.
+    fn settle_first_episode(&mut self) {
+        let Some(first) = self
+            .episodes
+            .as_ref()
+            .and_then(|e| e.iter().next())
+            .copied()
+        else {
+            return;
+        };
+        if first.start >= self.rows.head {
+            return;
+        }
+        let cap = self.rows.superblock.capacity;
+        if self.rows.superblock.whole_episodes && first.end.is_some() {
+            let passed = first.last() + 1 - self.rows.head;
+            if let Some(p) = self.tree.tree_mut() {
+                p.zero(self.rows.head_slot, passed);
+            }
+            self.rows.head += passed;
+            self.rows.head_slot = (self.rows.head_slot + passed) % cap;
+            if let Some(e) = &mut self.episodes {
+                e.evict(self.rows.head);
+            }
+        } else if let Some(p) = self.tree.tree_mut() {
+            p.zero(self.rows.head_slot, 1);
+        }
+    }
+}
+
+impl ReplayBuffer {
+    /// The buffer directory.
+    pub fn dir(&self) -> &Path {
+        &self.rows.dir
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.rows.schema
+    }
+
+    /// Items live now.
+    pub fn len(&self) -> u64 {
+        self.rows.len()
+    }
+
+    /// Whether no item is live.
+    pub fn is_empty(&self) -> bool {
+        self.rows.head == self.rows.tail
+    }
+
+    /// Items the ring holds.
+    pub fn capacity(&self) -> u64 {
+        self.rows.superblock.capacity
+    }
+
+    /// The live logical indices, `head..tail`.
+    pub fn live(&self) -> Range<u64> {
+        self.rows.live()
+    }
+
+    /// What opening found after an unclean shutdown, if it was one.
+    pub fn recovery(&self) -> Option<Recovered> {
+        self.recovered
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        self.rows.stats(self.commits.generation, self.tree.tree())
+    }
+
+    pub(super) fn writable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(reason) => Err(Error::Poisoned {
+                dir: self.rows.dir.clone(),
+                reason: reason.clone(),
+            }),
+            None if self.commits.lock.is_none() => Err(Error::ReadOnly {
+                dir: self.rows.dir.clone(),
+                op: "writing",
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this handle is a read-only snapshot.
+    pub fn is_read_only(&self) -> bool {
+        self.commits.lock.is_none()
+    }
+
+    /// Records the first failure of a write path; every later write is refused.
+    fn poison(&mut self, e: Error) -> Error {
+        if self.poisoned.is_none() {
+            self.poisoned = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Why this handle has no priorities to draw from or update: another process owns
+    /// them (an actor), or the buffer keeps none.
+    pub(super) fn no_priorities(&self) -> Error {
+        if self.tree.is_actor() && self.rows.superblock.prioritized {
+            Error::NotPriorityOwner {
+                dir: self.rows.dir.clone(),
+                lock_file: self.rows.dir.join(storage::PRIORITY_LOCK),
+                holder: storage::tree_owner_pid(&*self.rows.io, &self.rows.dir),
+            }
+        } else {
+            Error::NotPrioritized {
+                dir: self.rows.dir.clone(),
+            }
+        }
+    }
+
+    fn not_episodic(&self, op: &str) -> Result<()> {
+        if self.episodes.is_some() {
+            return Err(Error::EpisodeOrder(format!(
+                "{op} on an episodic buffer: add rows with add_reset and add_step"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn episodes_ref(&self) -> Result<&Episodes> {
+        self.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
+            dir: self.rows.dir.clone(),
+        })
+    }
+}
+
+impl Drop for ReplayBuffer {
+    fn drop(&mut self) {
+        if !self.closed && self.poisoned.is_none() && self.commits.lock.is_some() {
+            // Errors cannot be returned from drop; the data is in the page cache either
+            // way, and the next open recovers it if this commit did not land.
+            let _ = self.shutdown();
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! Opening a buffer: create (with disk reserved up front), open as the writer, an actor
+//! or a snapshot, and recovery after an unclean shutdown.
+
+use std::path::{Path, PathBuf};
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+use crate::algo::recovery::{self};
+use crate::error::{Error, Result};
+use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
+use crate::format::row::{MAX_CAPACITY, RowLayout};
+use crate::format::schema_doc;
+use crate::format::state::State;
+use crate::handle::core::{Commits, Draws, Scratch};
+use crate::handle::rows::Rows;
+use crate::parts::episodes::Episodes;
+use crate::parts::evictions::Evictions;
+use crate::parts::priorities::{Priorities, PriorityConfig};
+use crate::parts::snapshot::{self};
+use crate::parts::tree_role::TreeRole;
+use crate::storage::io::{self, Access, Io, IoRef};
+use crate::storage::ring::Ring;
+use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
+
+use super::commit::{files_changing, release_in_background};
+use super::{Opened, ReplayBuffer, Role};
+use crate::handle::config::Config;
+
+/// Names a field may not have: what every sample returns beside the fields.
+pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
+
+impl ReplayBuffer {
+    /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
+    /// space now, so a full disk is an error here and never a crash later.
+    pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<ReplayBuffer> {
+        if cfg!(target_endian = "big") {
+            return Err(Error::Unsupported("the file format is little-endian"));
+        }
+        let dir = storage::resolve_root(dir.as_ref());
+        let io = config.io.clone().unwrap_or_else(io::os);
+        if config.capacity == 0 || config.capacity > MAX_CAPACITY {
+            return Err(Error::InvalidConfig {
+                field: "capacity",
+                problem: format!("{} is not in 1..={MAX_CAPACITY}", config.capacity),
+            });
+        }
+        if let Some(p) = &config.priorities {
+            p.check()?;
+        }
+        let fields = config.schema.fields().iter();
+        if let Some(name) = fields
+            .map(|f| f.name())
+            .find(|n| RESERVED_NAMES.contains(n))
+        {
+            return Err(Error::InvalidSchema(format!(
+                "field {name:?}: every sample returns its own {name:?} beside the fields \
+                 (a dict key in Python, which the field would hide or be hidden by): \
+                 rename the field"
+            )));
+        }
+        if config.fragments && config.is_episodic() {
+            return Err(Error::InvalidConfig {
+                field: "fragments",
+                problem: "episodic buffers add one row per call: sample episodes or \
+                          sequences instead"
+                    .into(),
+            });
+        }
+        storage::refuse_network_fs(&*io, &dir)?;
+        create_empty_dir(&*io, &dir)?;
+        let lock = storage::lock(&*io, &dir)?;
+        let layout = RowLayout::with_steps(&config.schema, config.is_episodic())
+            .with_fragments(config.fragments);
+        let stride = layout.stride as u64;
+        let segment_slots = config.slots_per_segment(stride)?;
+        let archive = schema_doc::encode(&config.schema);
+        let uuid = crate::algo::entropy::uuid();
+        let sb = Superblock {
+            uuid,
+            capacity: config.capacity,
+            segment_slots,
+            segment_count: Superblock::segments_for(config.capacity, segment_slots),
+            row_stride: stride,
+            item_bytes: config.schema.item_bytes() as u64,
+            schema_len: archive.len() as u64,
+            schema_crc: crate::format::crc32(&archive),
+            prioritized: config.priorities.is_some(),
+            episodic: config.is_episodic(),
+            whole_episodes: config.whole_episodes,
+            fragments: config.fragments,
+        };
+        let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
+            write_new_buffer(
+                &*io,
+                &dir,
+                &sb,
+                &archive,
+                config.seed.unwrap_or_else(crate::algo::entropy::seed),
+                config.priorities.as_ref(),
+                config.first_index,
+            )
+        });
+        if let Err(e) = result {
+            remove_new_buffer(&*io, &dir, &sb);
+            return Err(e);
+        }
+        // A buffer that cannot be opened (its mappings refused: ENOMEM) is removed too:
+        // it holds nothing yet, and its reserved files would only fill the disk.
+        ReplayBuffer::open_as(dir.clone(), io.clone(), Role::Writer(lock), false).inspect_err(
+            |_| {
+                remove_new_buffer(&*io, &dir, &sb);
+            },
+        )
+    }
+    /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
+    /// a power loss) it recovers every item that is complete and intact first.
+    pub fn open(dir: impl AsRef<Path>) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_with(dir, io::os())
+    }
+    /// `open` through a given file-operation seam.
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
+        if cfg!(target_endian = "big") {
+            return Err(Error::Unsupported("the file format is little-endian"));
+        }
+        let dir = storage::resolve_root(dir.as_ref());
+        // Check that this is a buffer before creating a lock file in it.
+        Manifest::load(&*io, &dir)?;
+        let lock = storage::lock(&*io, &dir)?;
+        // A set_state a kill interrupted is finished before anything else is read.
+        if snapshot::pending_restore(&*io, &dir)?.is_some() {
+            files_changing(&*io, &dir, &Manifest::load(&*io, &dir)?.superblock)?;
+        }
+        snapshot::finish_restore(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir)?;
+        ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
+    }
+    /// Opens an existing buffer for adding while another process owns its priorities:
+    /// the actor of an Ape-X style setup, whose learner samples by priority and updates
+    /// them through [`crate::PriorityOwner`]. The actor never maps or writes the tree;
+    /// the owner gives each new item the largest priority seen before its next draw.
+    /// Sampling by priority and updating them here are `NotPriorityOwner` errors.
+    /// Everything else is as [`ReplayBuffer::open`], including the one-writer lock.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Error, PriorityOwner, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6);
+    /// ReplayBuffer::create(dir.path().join("b"), config)?.close()?;
+    /// let mut actor = ReplayBuffer::open_actor(dir.path().join("b"))?;
+    /// let mut learner = PriorityOwner::open(dir.path().join("b"))?; // another process
+    /// actor.add(&[Column::scalar("x", &1.0f32)])?;
+    /// let batch = learner.sample_prioritized(4, 0.4)?;
+    /// learner.update_priorities(batch.indices(), &[2.0f32; 4])?;
+    /// assert!(matches!(actor.update_priorities(&[0], &[1.0f32]), Err(Error::NotPriorityOwner { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_actor(dir: impl AsRef<Path>) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_actor_with(dir, io::os())
+    }
+    /// `open_actor` through a given file-operation seam.
+    pub fn open_actor_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
+        let dir = storage::resolve_root(dir.as_ref());
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        let lock = storage::lock(&*io, &dir)?;
+        if snapshot::pending_restore(&*io, &dir)?.is_some() {
+            // Finishing a restore replaces the tree: no owner may have it mapped.
+            let _owner = sb
+                .prioritized
+                .then(|| storage::lock_priorities(&*io, &dir))
+                .transpose()?;
+            files_changing(&*io, &dir, &sb)?;
+            snapshot::finish_restore(&*io, &dir)?;
+        }
+        snapshot::clean_leftovers(&*io, &dir)?;
+        ReplayBuffer::open_as(dir, io, Role::Actor(lock), false)
+    }
+    /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
+    /// (from the snapshot's RNG position), writes are `ReadOnly` errors. Any number of
+    /// processes may do this while the writer goes on; nothing here takes a lock or
+    /// writes a byte (the files are mapped private).
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// buf.get_state_named("first")?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// let frozen = ReplayBuffer::open_snapshot(dir.path().join("b"), "first")?;
+    /// assert_eq!((frozen.len(), buf.len()), (1, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<ReplayBuffer> {
+        let o = ReplayBuffer::snapshot_parts(dir.as_ref(), name)?;
+        Ok(ReplayBuffer::from_opened(o))
+    }
+    /// The files of snapshot `name` of the buffer in `dir`, opened frozen (private
+    /// mappings: recovery's repairs and reads never change a byte on disk).
+    pub(in crate::handle) fn snapshot_parts(dir: &Path, name: &str) -> Result<Opened> {
+        let dir = &storage::resolve_root(dir);
+        snapshot::valid_name(name)?;
+        let snap = snapshot::snapshot_dir(dir, name);
+        if !snapshot::exists(&io::OsIo, dir, name)? {
+            return Err(Error::NoSuchSnapshot {
+                dir: dir.to_path_buf(),
+                name: name.to_owned(),
+            });
+        }
+        ReplayBuffer::open_parts(snap, io::os(), Role::Frozen, false).map_err(|e| {
+            Error::BadSnapshot {
+                dir: dir.to_path_buf(),
+                name: name.to_owned(),
+                source: Box::new(e),
+            }
+        })
+    }
+    /// Opens the buffer in `dir` at `state`, as a fresh process resuming from a training
+    /// checkpoint does: the same as [`ReplayBuffer::open`] then
+    /// [`ReplayBuffer::set_state`], without opening the state it leaves behind.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &1u8)])?;
+    /// let state = buf.get_state()?;
+    /// buf.add(&[Column::scalar("x", &2u8)])?;
+    /// buf.close()?; // the process ends; a new one resumes from the checkpoint
+    /// let buf = ReplayBuffer::open_at_state(dir.path().join("b"), &state)?;
+    /// assert_eq!(buf.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_at_state(dir: impl AsRef<Path>, state: &State) -> Result<ReplayBuffer> {
+        ReplayBuffer::open_at_state_with(dir, state, io::os())
+    }
+    /// `open_at_state` through a given file-operation seam.
+    pub fn open_at_state_with(
+        dir: impl AsRef<Path>,
+        state: &State,
+        io: IoRef,
+    ) -> Result<ReplayBuffer> {
+        let dir = storage::resolve_root(dir.as_ref());
+        let sb = Manifest::load(&*io, &dir)?.superblock;
+        let lock = storage::lock(&*io, &dir)?;
+        snapshot::finish_restore(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir)?;
+        snapshot::check(&*io, &dir, &sb, state)?;
+        files_changing(&*io, &dir, &sb)?;
+        snapshot::write_intent(&*io, &dir, state)?;
+        let replaced = snapshot::restore(&*io, &dir, &sb, &state.name)?;
+        release_in_background(replaced);
+        ReplayBuffer::open_as(dir, io, Role::Writer(lock), true)
+    }
+    /// Opens the buffer in `dir` in `role`. `restored`: this process has just put a
+    /// snapshot's files in place, whose commit `restore` already marked open (not clean);
+    /// they are exactly the snapshot's, so they need no recovery and no marker commit.
+    pub(in crate::handle) fn open_parts(
+        dir: PathBuf,
+        io: IoRef,
+        role: Role,
+        restored: bool,
+    ) -> Result<Opened> {
+        let (access, lock, actor) = match role {
+            Role::Writer(lock) => (Access::Write, Some(lock), false),
+            Role::Actor(lock) => (Access::Write, Some(lock), true),
+            Role::Frozen => (Access::Frozen, None, false),
+            Role::Live => (Access::Read, None, false),
+        };
+        let live = access == Access::Read;
+        if access.writes_file() {
+            storage::refuse_network_fs(&*io, &dir)?;
+        }
+        let m = Manifest::load(&*io, &dir)?;
+        // The writer of a prioritized buffer owns its tree, and says so with a lock a
+        // PriorityOwner process would need; an actor leaves both to that process.
+        let priority_lock = if m.superblock.prioritized && lock.is_some() && !actor {
+            Some(storage::lock_priorities(&*io, &dir)?)
+        } else {
+            None
+        };
+        let commit = m.newest_commit()?;
+        let sb = m.superblock.clone();
+        let segments = (0..sb.segment_count)
+            .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
+        // A live reader descends the tree through its own path (`Reader`), and the rows
+        // it would rebuild an episode table from change under it.
+        let mut priorities = if sb.prioritized && !live && !actor {
+            Some(Priorities::open(&*io, &dir, &sb, access)?)
+        } else {
+            None
+        };
+        let (mut head, mut tail) = (commit.head, commit.tail);
+        let mut recovered = None;
+        // A live reader takes the live range from the progress page instead, and never
+        // repairs: the writer owns the files.
+        if !commit.is_clean() && !restored && !live {
+            let trust_stamps = storage::same_boot(&commit);
+            // In another boot, items an eviction record names may hold newer bytes on disk.
+            let head_c = match trust_stamps {
+                true => commit.head,
+                false => m.evicted_below(&commit),
+            };
+            let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
+            for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
+                ring.clear_stamp(slot);
+            }
+            // The commit below covers the items rolled forward: seal them first.
+            let from = r.head.max(commit.tail);
+            if r.tail > from {
+                ring.seal(from % sb.capacity, from, r.tail - from);
+            }
+            // Read-only: the repairs stay in private pages; the files are not changed.
+            if access.writes_file() {
+                ring.flush_all(&*io).map_err(|(s, e)| {
+                    Error::io("msync", storage::segment_path(&dir, s as u64), e)
+                })?;
+            }
+            if let Some(p) = &mut priorities {
+                p.repair((r.head % sb.capacity) as usize, (r.tail - r.head) as usize)?;
+                if access.writes_file() {
+                    p.flush(&*io)?;
+                }
+            }
+            (head, tail) = (r.head, r.tail);
+            recovered = Some(r);
+        }
+        if let Some(p) = &mut priorities {
+            // A restored tree was copied while a PriorityOwner may have been writing it
+            // (an actor's checkpoint): its parents are recomputed from the leaves. A
+            // copy its owner made is sound and is left untouched (and unflushed).
+            let live_slots = ((head % sb.capacity) as usize, (tail - head) as usize);
+            let repaired = restored && !p.is_sound(live_slots.0, live_slots.1);
+            if repaired {
+                p.repair(live_slots.0, live_slots.1)?;
+            }
+            // Items an actor added while another process owned the tree (or none did):
+            // their leaves are set now. A tree that says it has seen more than the rows
+            // hold lost them to a power cut with the rows.
+            if p.caught_up() > tail {
+                p.note_caught_up(tail);
+            }
+            let caught_up_now = p.caught_up() < tail;
+            if caught_up_now {
+                let is_reset = |i: u64| sb.episodic && ring.step_header(i % sb.capacity).t == 0;
+                p.catch_up(tail.saturating_sub(sb.capacity), head, tail, is_reset);
+            }
+            if priority_lock.is_some() {
+                p.set_owner(std::process::id());
+            }
+            if access.writes_file() && (repaired || caught_up_now) {
+                p.flush(&*io)?;
+            }
+        }
+        let progress = if access.writes_file() {
+            Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
+        } else {
+            None
+        };
+        let manifest_path = dir.join(MANIFEST);
+        let manifest = if access.writes_file() {
+            // Commits are written in place: never into another name of the file.
+            storage::sole_name(&*io, &manifest_path)?;
+            Some(
+                io.open_rw(&manifest_path)
+                    .map_err(|e| Error::io("open", &manifest_path, e))?,
+            )
+        } else {
+            None
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
+        rng.set_word_pos(commit.rng_word_pos);
+        let episodes = if sb.episodic && !live {
+            Some(Episodes::from_rows(
+                &m.schema,
+                &ring,
+                sb.capacity,
+                head,
+                tail,
+                &dir,
+            )?)
+        } else {
+            None
+        };
+        let mut opened = Opened {
+            rows: Rows {
+                schema: m.schema,
+                ring,
+                head,
+                tail,
+                head_slot: head % sb.capacity,
+                tail_slot: tail % sb.capacity,
+                cleared: commit.cleared.min(head),
+                flushed_tail: tail,
+                read_checks: true,
+                draws: Draws {
+                    rng,
+                    seed: commit.rng_seed,
+                    sampled: commit.sampled,
+                },
+                superblock: sb,
+                dir,
+                io,
+            },
+            commits: Commits {
+                path: manifest_path,
+                file: manifest,
+                lock,
+                generation: commit.generation,
+                boot_id: storage::boot_id(),
+                lane_dirty: false,
+            },
+            recovered,
+            tree: match (priorities, actor) {
+                (_, true) => TreeRole::Elsewhere,
+                (Some(tree), false) => TreeRole::Owned {
+                    tree,
+                    lock: priority_lock,
+                    durable_below: tail,
+                },
+                (None, false) => TreeRole::Absent,
+            },
+            progress,
+            episodes,
+            evictions: Evictions::after_commit(commit.head, commit.tail),
+        };
+        opened.settle_first_episode();
+        Ok(opened)
+    }
+    /// The handle over files just opened.
+    fn from_opened(o: Opened) -> ReplayBuffer {
+        ReplayBuffer {
+            rows: o.rows,
+            commits: o.commits,
+            scratch: Scratch::default(),
+            poisoned: None,
+            closed: false,
+            recovered: o.recovered,
+            tree: o.tree,
+            episodes: o.episodes,
+            fragments: None,
+            progress: o.progress,
+            evictions: o.evictions,
+        }
+    }
+    /// Opens the buffer in `dir` in `role` as a handle (see [`ReplayBuffer::open_parts`]).
+    pub(super) fn open_as(
+        dir: PathBuf,
+        io: IoRef,
+        role: Role,
+        restored: bool,
+    ) -> Result<ReplayBuffer> {
+        let o = ReplayBuffer::open_parts(dir, io, role, restored)?;
+        let mut buf = ReplayBuffer::from_opened(o);
+        if buf.commits.lock.is_some() && !restored {
+            // Mark the buffer as open for writing: a crash from here on is detected on
+            // the next open and recovered.
+            buf.commit(0, true)?;
+        }
+        buf.publish_open();
+        Ok(buf)
+    }
+}
+
+fn write_new_buffer(
+    io: &dyn io::Io,
+    dir: &Path,
+    sb: &Superblock,
+    archive: &[u8],
+    seed: u64,
+    priorities: Option<&PriorityConfig>,
+    first_index: u64,
+) -> Result<()> {
+    let lane = dir.join(LANE_DIR);
+    io.create_dir_all(&lane)
+        .map_err(|e| Error::io("create directory", &lane, e))?;
+    for n in 0..sb.segment_count {
+        storage::create_segment(io, dir, sb, n)?;
+    }
+    // The progress page too, durable before MANIFEST is published: a reader that finds
+    // MANIFEST always finds the page (even after a power cut), so a sound new buffer is
+    // never one whose readers refuse it.
+    drop(storage::open_progress(io, dir, sb, Access::Write)?);
+    io.sync_dir(&lane)
+        .map_err(|e| Error::io("fsync", &lane, e))?;
+    if let Some(p) = priorities {
+        Priorities::create(io, dir, sb, p)?;
+    }
+    let first = Commit {
+        head: first_index,
+        tail: first_index,
+        rng_seed: seed,
+        flags: FLAG_CLEAN,
+        ..Commit::default()
+    };
+    let bytes = storage::manifest_bytes(sb, archive, &first);
+    let tmp = dir.join(storage::MANIFEST_TMP);
+    let file = io
+        .create_new(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&file, 0, &bytes)
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    crate::killpoint::hit("create-before-manifest");
+    let path = dir.join(MANIFEST);
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
+    Ok(())
+}
+
+/// Makes `dir` (if absent) and checks that it is empty: a buffer is only ever created
+/// where it cannot overwrite anything.
+pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
+    io.create_dir_all(dir)
+        .map_err(|e| Error::io("create directory", dir, e))?;
+    let entries = io
+        .list_dir(dir)
+        .map_err(|e| Error::io("read directory", dir, e))?;
+    let Some((name, _)) = entries.first() else {
+        return Ok(());
+    };
+    let has = |n: &str| entries.iter().any(|(e, _)| e == n);
+    if !has(MANIFEST) && has(storage::LOCK) {
+        // A create killed before it published MANIFEST: its files and no buffer, so
+        // neither open (no MANIFEST) nor create (not empty) would take the folder.
+        // Its lock says whether that create still runs (then this is `Locked`); if
+        // not, the folder is cleared (only if it holds nothing but the engine's own
+        // names) and made again.
+        let lock = storage::lock(io, dir)?;
+        crate::parts::snapshot::remove_tree(io, dir)?;
+        drop(lock);
+        return io
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir, e));
+    }
+    Err(Error::AlreadyExists {
+        what: format!("the directory is not empty (it has {name:?})"),
+        dir: dir.to_path_buf(),
+    })
+}
+
+/// Refuses, before a byte is reserved, a buffer whose files the disk cannot hold (or
+/// whose mappings no address space can): `capacity=2**40` is an error at once, not a
+/// disk filled by fallocate and then emptied.
+fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
+    let rows = sb.capacity.saturating_mul(sb.row_stride);
+    let headers = sb
+        .segment_count
+        .saturating_mul(crate::format::segment::DATA_OFFSET as u64);
+    // The tree: at most two f64 words per slot plus its header page.
+    let tree = if sb.prioritized {
+        sb.capacity.saturating_mul(16).saturating_add(4096)
+    } else {
+        0
+    };
+    let bytes = rows.saturating_add(headers).saturating_add(tree);
+    // 2^46: the user half of a 47-bit address space, where every segment is mapped.
+    if bytes > 1 << 46 {
+        return Err(Error::InvalidConfig {
+            field: "capacity",
+            problem: format!(
+                "{} items of {} bytes need {bytes} bytes of mappings, more than a 64-bit \
+                 process can map",
+                sb.capacity, sb.row_stride
+            ),
+        });
+    }
+    let Some(existing) = storage::nearest_existing(dir) else {
+        return Ok(());
+    };
+    match fs2::available_space(existing) {
+        Ok(free) if free < bytes => Err(Error::DiskFull {
+            path: dir.to_path_buf(),
+            bytes,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Best-effort removal of a buffer whose creation failed (the error is what matters).
+/// Segments are made in order, so the first missing one ends the walk: a refused
+/// `capacity=2**40` does not try 2^40 / slots names.
+fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
+    // MANIFEST first: a kill during the removal leaves no buffer rather than a MANIFEST
+    // over missing segments.
+    let _ = io.remove_file(&dir.join(MANIFEST));
+    for n in 0..sb.segment_count {
+        let gone = io.remove_file(&storage::segment_path(dir, n));
+        if gone.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            break;
+        }
+    }
+    let _ = io.remove_file(&storage::progress_path(dir));
+    let _ = io.remove_dir(&dir.join(LANE_DIR));
+    let _ = io.remove_file(&dir.join(storage::MANIFEST_TMP));
+    let _ = io.remove_file(&storage::tree_path(dir));
+    let _ = io.remove_file(&dir.join(storage::LOCK));
+}
