@@ -10,8 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, Reader, ReplayBuffer};
 
-use crate::buffer::{columns, config, contiguous, index_array, inputs, reopen_later, stats_dict};
+use crate::calls::{columns, config, contiguous, index_array, inputs, stats_dict};
 use crate::errors::{ReadOnlyError, to_py};
+use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
 use crate::units;

@@ -4,8 +4,10 @@
 
 mod arrays;
 mod buffer;
+mod calls;
 mod errors;
 mod lanes;
+mod reader;
 mod schema;
 mod shared;
 mod units;
@@ -18,7 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<schema::PySchema>()?;
     m.add_class::<buffer::PyBuffer>()?;
-    m.add_class::<buffer::PyReader>()?;
+    m.add_class::<reader::PyReader>()?;
     m.add_class::<lanes::PyLanes>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;

@@ -7,6 +7,12 @@
 //! writer may read back what it just wrote.
 #![expect(unsafe_code, reason = "mapped memory is reached through raw pointers")]
 
+mod progress;
+mod tree;
+
+pub use progress::ProgressMap;
+pub use tree::TreeMap;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
@@ -15,7 +21,6 @@ use memmap2::MmapRaw;
 use crate::error::{Error, Result};
 use crate::format::row::{self, ROW_CRC_OFFSET, RowLayout, STAMP_EMPTY};
 use crate::format::segment::DATA_OFFSET;
-use crate::format::tree::BODY_OFFSET as TREE_BODY_OFFSET;
 use crate::storage::crc::SpanCrc;
 use crate::storage::io::Io;
 
@@ -764,93 +769,10 @@ impl RowRun<'_> {
     }
 }
 
-/// The mapped progress page (`lane-0/progress`, see `format::progress`): the live
-/// words the writer stores and readers in other processes load, all atomics.
-#[derive(Debug)]
-pub struct ProgressMap {
-    map: MmapRaw,
-    path: PathBuf,
-    writable: bool,
-}
-
 // SAFETY: plain shared memory owned by this value, reached only through atomics.
 unsafe impl Send for ProgressMap {}
 // SAFETY: as above: concurrent access from threads is what atomics are for.
 unsafe impl Sync for ProgressMap {}
-
-impl ProgressMap {
-    /// Wraps a mapping of at least one progress page.
-    pub fn new(map: MmapRaw, path: &Path, writable: bool) -> Result<ProgressMap> {
-        use crate::format::progress::FILE_LEN;
-        if map.len() < FILE_LEN {
-            return Err(Error::Truncated {
-                file: path.to_path_buf(),
-                expected: FILE_LEN as u64,
-                got: map.len() as u64,
-            });
-        }
-        Ok(ProgressMap {
-            map,
-            path: path.to_path_buf(),
-            writable,
-        })
-    }
-
-    /// The file this maps.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A copy of the static header.
-    pub fn header(&self) -> Vec<u8> {
-        use crate::format::progress::HEADER_LEN;
-        let mut out = vec![0u8; HEADER_LEN];
-        // SAFETY: `new` checked the mapping holds a whole page; `out` is a fresh
-        // allocation. The header is written once, before any reader maps the file.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), HEADER_LEN) };
-        out
-    }
-
-    #[inline(always)]
-    fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off.is_multiple_of(8) && off + 8 <= crate::format::progress::FILE_LEN);
-        let off = off.min(crate::format::progress::FILE_LEN - 8) & !7;
-        // SAFETY: `off + 8` is inside the page `new` checked is mapped, and 8-aligned
-        // (the mapping is page-aligned); every process reaches these words only through
-        // atomics.
-        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off).cast::<u64>()) }
-    }
-
-    /// The word at `off` (acquire: what the writer stored before it is visible).
-    #[inline(always)]
-    pub fn load(&self, off: usize) -> u64 {
-        self.word(off).load(Ordering::Acquire)
-    }
-
-    /// Stores the word at `off` (release: everything stored before it, a row's stamp
-    /// included, is visible to a reader that loads this value).
-    #[inline(always)]
-    pub fn store(&mut self, off: usize, value: u64) {
-        if self.writable {
-            self.word(off).store(value, Ordering::Release);
-        } else {
-            debug_assert!(false, "store into a read-only progress page");
-        }
-    }
-}
-
-/// The mapped priorities file: a header page, then the tree's `f64` words.
-///
-/// Only the writer maps it writable, and the buffer's LOCK makes that writer the only
-/// one, so within its process the words may be borrowed as a slice. Readers elsewhere
-/// load them one at a time ([`TreeMap::shared_words`]) or copy them out.
-#[derive(Debug)]
-pub struct TreeMap {
-    map: MmapRaw,
-    path: PathBuf,
-    words: usize,
-    writable: bool,
-}
 
 // SAFETY: the mapping is plain shared memory owned by this value; writing goes through
 // `&mut self`, and `priorities.lock` (held by the tree's one owner: the writer, or a
@@ -858,155 +780,6 @@ pub struct TreeMap {
 unsafe impl Send for TreeMap {}
 // SAFETY: `&self` methods only read.
 unsafe impl Sync for TreeMap {}
-
-impl TreeMap {
-    /// Wraps a mapping, checking that it holds the header page and `words` words.
-    pub fn new(map: MmapRaw, path: &Path, words: usize, writable: bool) -> Result<TreeMap> {
-        let need = words
-            .checked_mul(8)
-            .and_then(|b| b.checked_add(TREE_BODY_OFFSET));
-        match need {
-            Some(need) if map.len() >= need => Ok(TreeMap {
-                map,
-                path: path.to_path_buf(),
-                words,
-                writable,
-            }),
-            _ => Err(Error::Truncated {
-                file: path.to_path_buf(),
-                expected: need.map_or(u64::MAX, |n| n as u64),
-                got: map.len() as u64,
-            }),
-        }
-    }
-
-    /// The file this maps.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Maps every page now (`MADV_POPULATE_READ`), in one call instead of one fault
-    /// per page at first touch: the tree is read all over by its first draws anyway,
-    /// and a few thousand separate faults of a just-copied 10 MB tree cost milliseconds
-    /// under a hypervisor. A hint: failure (an older kernel) changes nothing.
-    pub fn populate(&self) {
-        let _ = self.map.advise(memmap2::Advice::PopulateRead);
-    }
-
-    /// A copy of the first `len` bytes (at most the header page).
-    pub fn header(&self, len: usize) -> Vec<u8> {
-        let len = len.min(TREE_BODY_OFFSET).min(self.map.len());
-        let mut out = vec![0u8; len];
-        // SAFETY: `len` is clamped to the mapping's length; `out` is a fresh allocation.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), out.as_mut_ptr(), len) };
-        out
-    }
-
-    /// Writes `bytes` into the header page at `offset` (the writer's counters).
-    pub fn write_header(&mut self, offset: usize, bytes: &[u8]) {
-        assert!(self.writable, "write to a read-only tree mapping");
-        let end = offset.saturating_add(bytes.len());
-        if end > TREE_BODY_OFFSET {
-            debug_assert!(false, "header write past the header page");
-            return;
-        }
-        // SAFETY: offset..end lies in the header page, which `new` checked is mapped, and
-        // the mapping is writable; `bytes` is a separate allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.map.as_mut_ptr().add(offset),
-                bytes.len(),
-            )
-        };
-    }
-
-    /// The tree's words, for the writer.
-    pub fn words_mut(&mut self) -> &mut [f64] {
-        assert!(self.writable, "write to a read-only tree mapping");
-        // The mapping holds `words` f64s after the header page (checked by `new`), 8-aligned
-        // (page-aligned map, 4096-byte offset); any bit pattern is a valid f64.
-        // SAFETY: as above; `&mut self` makes this the only borrow in this process, and
-        // the writer lock keeps other processes from writing the file.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.map.as_mut_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
-                self.words,
-            )
-        }
-    }
-
-    /// The tree's words, for the writer (who alone changes them).
-    pub fn words(&self) -> &[f64] {
-        assert!(self.writable, "a reader must copy the words out");
-        // SAFETY: as in `words_mut`; only the writer, whose changes need `&mut self`,
-        // modifies them, so they do not change while this borrow lives.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
-                self.words,
-            )
-        }
-    }
-
-    /// A copy of the tree's words, for readers (a writer elsewhere may be changing them;
-    /// a concurrent change can make the copy inconsistent, never unsafe to use).
-    pub fn copy_words(&self) -> Vec<f64> {
-        let mut out = vec![0.0f64; self.words];
-        // SAFETY: `new` checked the range is mapped; `out` is a fresh allocation of the
-        // same number of f64s; any bit pattern is a valid f64.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<f64>(),
-                out.as_mut_ptr(),
-                self.words,
-            )
-        };
-        out
-    }
-
-    /// msync of the whole file.
-    pub fn flush(&self, io: &dyn Io) -> std::io::Result<()> {
-        io.flush_map(&self.map, 0, self.map.len())
-    }
-
-    /// msync of the header page (the counters, `caught_up` among them).
-    pub fn flush_header(&self, io: &dyn Io) -> std::io::Result<()> {
-        io.flush_map(&self.map, 0, TREE_BODY_OFFSET.min(self.map.len()))
-    }
-
-    /// msync of the pages holding body words `from..from + words`.
-    pub fn flush_words(&self, io: &dyn Io, from: usize, words: usize) -> std::io::Result<()> {
-        let start = TREE_BODY_OFFSET + from * 8;
-        let len = (words * 8).min(self.map.len().saturating_sub(start));
-        if len == 0 {
-            return Ok(());
-        }
-        io.flush_map(&self.map, start, len)
-    }
-
-    /// The tree's words as a reader in another process sees them: loaded one at a
-    /// time, atomically, while the writer may be storing into them.
-    pub fn shared_words(&self) -> SharedWords<'_> {
-        SharedWords {
-            // SAFETY: `new` checked the mapping holds the header page and `words`
-            // words after it; page-aligned plus 4096 is 8-aligned.
-            first: unsafe { self.map.as_ptr().add(TREE_BODY_OFFSET).cast::<AtomicU64>() },
-            len: self.words,
-            _map: std::marker::PhantomData,
-        }
-    }
-}
-
-/// The words of a mapped tree that another process may be changing, each read with a
-/// relaxed atomic load (a plain load on x86-64 and aarch64): a descent over them may
-/// meet a parent not yet fixed, never a torn word.
-#[derive(Clone, Copy, Debug)]
-pub struct SharedWords<'a> {
-    first: *const AtomicU64,
-    len: usize,
-    _map: std::marker::PhantomData<&'a TreeMap>,
-}
 
 // The tree's words in memory (a private copy, a test's vector) read as plain slices; the
 // impls live here, beside the prefetch hint they use, so that the tree's algorithm
@@ -1033,28 +806,6 @@ impl crate::algo::sumtree::Words for Vec<f64> {
     #[inline(always)]
     fn prefetch(&self, at: usize) {
         self.as_slice().prefetch(at);
-    }
-}
-
-impl crate::algo::sumtree::Words for SharedWords<'_> {
-    #[inline(always)]
-    fn with_node<const K: usize, R>(&self, at: usize, f: impl FnOnce(&[f64; K]) -> R) -> Option<R> {
-        if at.checked_add(K)? > self.len {
-            return None;
-        }
-        let node: [f64; K] = std::array::from_fn(|i| {
-            // SAFETY: at + K <= len keeps the word inside the mapped body (`shared_words`),
-            // which lives as long as `'a`; every process stores these words whole (aligned
-            // 8-byte stores), so an atomic load sees one value or another, never a mix.
-            let word = unsafe { &*self.first.add(at + i) };
-            f64::from_bits(word.load(Ordering::Relaxed))
-        });
-        Some(f(&node))
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, at: usize) {
-        prefetch(self.first.wrapping_add(at).cast());
     }
 }
 

@@ -1,0 +1,236 @@
+//! What every Python class does with its arguments and results: columns and configs
+//! from Python values, index arrays, the arrays a sample fills, stats as a dict.
+
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use replaystore::{Column, Config, Error, SampleSpec, Schema, Stats};
+
+use crate::arrays::{self, Input};
+use crate::errors::{SchemaError, to_py};
+
+/// The fields of `values` (keyword arguments or a dict) with their schema fields, in
+/// schema order, refusing unknown names before anything is written. With `required`,
+/// every field must be there; without, absent ones are left to the engine (a reset row
+/// carries only observations).
+pub(crate) fn inputs<'s, 'py>(
+    schema: &'s Schema,
+    values: &Bound<'py, PyDict>,
+    required: bool,
+) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
+    for key in values.keys() {
+        let field: String = key.extract()?;
+        if schema.fields().iter().all(|f| f.name() != field) {
+            return Err(to_py(Error::UnknownField {
+                field,
+                known: schema.names(),
+            }));
+        }
+    }
+    let mut out = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        match values.get_item(f.name())? {
+            Some(v) => out.push((f, arrays::input(f, &v)?)),
+            None if required => {
+                return Err(to_py(Error::MissingField {
+                    field: f.name().to_owned(),
+                }));
+            }
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Engine columns over the borrowed inputs.
+pub(crate) fn columns<'a>(
+    inputs: &'a [(&'a replaystore::Field, Input<'_>)],
+) -> PyResult<Vec<Column<'a>>> {
+    inputs
+        .iter()
+        .map(|(f, i)| {
+            Ok(Column::from_bytes(
+                f.name(),
+                f.dtype(),
+                &i.shape,
+                i.bytes()?,
+            ))
+        })
+        .collect()
+}
+
+/// The engine configuration the Python `create` calls share.
+pub(crate) fn config(
+    schema: Schema,
+    capacity: u64,
+    alpha: Option<f64>,
+    eps: f64,
+    seed: Option<u64>,
+    segment_slots: Option<u64>,
+) -> Config {
+    let mut config = Config::new(schema, capacity);
+    if let Some(a) = alpha {
+        config = config.prioritized(a, eps);
+    }
+    if let Some(s) = seed {
+        config = config.seed(s);
+    }
+    if let Some(s) = segment_slots {
+        config = config.segment_slots(s);
+    }
+    config
+}
+
+/// Indices from an int or an array-like, and whether it was a lone int (so the answer
+/// is one too).
+pub(crate) fn index_list<'py>(
+    py: Python<'py>,
+    indices: &Bound<'py, PyAny>,
+) -> PyResult<(Vec<u64>, bool)> {
+    if let Ok(i) = indices.extract::<u64>() {
+        return Ok((vec![i], true));
+    }
+    let idx = index_array(py, indices, "indices")?;
+    Ok((idx.as_slice()?.to_vec(), false))
+}
+
+/// Names from a str or a sequence of str.
+pub(crate) fn names(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    match value.extract::<String>() {
+        Ok(one) => Ok(vec![one]),
+        Err(_) => value.extract(),
+    }
+}
+
+pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("len", s.len)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("head", s.head)?;
+    d.set_item("tail", s.tail)?;
+    d.set_item("added", s.added)?;
+    d.set_item("evicted", s.evicted)?;
+    d.set_item("cleared", s.cleared)?;
+    d.set_item("sampled", s.sampled)?;
+    d.set_item("bytes_on_disk", s.bytes_on_disk)?;
+    d.set_item("generation", s.generation)?;
+    d.set_item("priority_updates", s.priority_updates)?;
+    d.set_item("stale_updates", s.stale_updates)?;
+    Ok(d)
+}
+
+/// `values` as a contiguous array of `T` with NumPy dtype `descr` (a copy only when it
+/// is not one already: indices and priorities are small).
+pub(crate) fn contiguous<'py, T: numpy::Element>(
+    py: Python<'py>,
+    values: &Bound<'py, PyAny>,
+    descr: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
+    let a = py
+        .import("numpy")?
+        .call_method1("ascontiguousarray", (values, descr))?;
+    Ok(a.cast_into::<PyArrayDyn<T>>()
+        .map_err(PyErr::from)?
+        .readonly())
+}
+
+/// `values` (an int array or sequence) as a contiguous `u64` array. Anything but
+/// integers is refused, not cast: indices reach 2^56 and more (lane `k` starts at
+/// `k << 56`), which a float cannot hold, so a cast would silently name other items
+/// (`np.concatenate([uint64_array, [python_int]])` is float64).
+pub(crate) fn index_array<'py>(
+    py: Python<'py>,
+    values: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, u64>> {
+    // What `sample` returned, handed straight back to `update_priorities`: no NumPy
+    // call on the PER hot path.
+    if let Ok(a) = values.cast::<PyArrayDyn<u64>>()
+        && a.is_c_contiguous()
+    {
+        return Ok(a.readonly());
+    }
+    let np = py.import("numpy")?;
+    let a = np.call_method1("asarray", (values,))?;
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    let empty = a.getattr("size")?.extract::<usize>()? == 0;
+    if !(kind == "u" || kind == "i" || empty) {
+        let got: String = a.getattr("dtype")?.getattr("name")?.extract()?;
+        return Err(SchemaError::new_err(format!(
+            "{what}: expected integers, got {got} (no silent cast: an index above 2**53 \
+             does not survive a float; keep indices as the uint64 arrays the buffer returns)"
+        )));
+    }
+    if kind == "i" && !empty && a.call_method0("min")?.extract::<i64>()? < 0 {
+        return Err(SchemaError::new_err(format!(
+            "{what}: expected indices >= 0, got {}",
+            a.call_method0("min")?
+        )));
+    }
+    contiguous::<u64>(py, &a, "<u8")
+}
+
+/// One new output array per field for `rows` items (the field's dtype and shape),
+/// filled by `fill` with the GIL released.
+pub(crate) fn filled<'py>(
+    py: Python<'py>,
+    schema: &Schema,
+    rows: usize,
+    fill: impl FnOnce(&mut [&mut [u8]]) -> replaystore::Result<()> + Send,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let (outs, mut writing): (Vec<_>, Vec<_>) = schema
+        .fields()
+        .iter()
+        .map(|f| arrays::typed_output(py, f, rows))
+        .collect::<PyResult<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let mut slices = writing
+        .iter_mut()
+        .map(arrays::Writing::bytes)
+        .collect::<PyResult<Vec<&mut [u8]>>>()?;
+    py.detach(|| fill(&mut slices)).map_err(to_py)?;
+    drop(slices);
+    drop(writing);
+    schema
+        .fields()
+        .iter()
+        .zip(outs)
+        .map(|(f, a)| arrays::finished(a, f))
+        .collect()
+}
+
+/// `values` as an int when the question was one, else as an array.
+pub(crate) fn one_or_many<'py>(
+    py: Python<'py>,
+    values: Vec<u64>,
+    lone: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    match (lone, values.first()) {
+        (true, Some(&v)) => Ok(v.into_pyobject(py)?.into_any()),
+        _ => Ok(PyArray1::from_vec(py, values).into_any()),
+    }
+}
+
+/// A uniform draw of `n`, with or without replacement.
+pub(crate) fn uniform(n: usize, replace: bool) -> SampleSpec {
+    if replace {
+        SampleSpec::new(n)
+    } else {
+        SampleSpec::new(n).without_replacement()
+    }
+}
+
+/// The items at `indices` as a dict of arrays plus `indices`, filled in place by
+/// `gather` (the writer's or a reader's) with the GIL released.
+pub(crate) fn get_items<'py>(
+    py: Python<'py>,
+    schema: &Schema,
+    indices: &Bound<'py, PyAny>,
+    gather: impl FnOnce(&[u64], &mut [&mut [u8]]) -> replaystore::Result<()> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
+    let idx = index_array(py, indices, "indices")?;
+    let idx = idx.as_slice()?.to_vec();
+    let outs = filled(py, schema, idx.len(), |slices| gather(&idx, slices))?;
+    arrays::batch_dict(py, schema, outs, idx, None)
+}

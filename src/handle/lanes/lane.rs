@@ -1,0 +1,183 @@
+//! What `Lanes` needs of each lane's handle: `Lane` (draw, get, refresh) for every handle,
+//! `PriorityLane` (set priorities) only for those that may. Both sealed: the handles
+//! are the writer, the reader and the priority owner.
+
+use crate::algo::sample::SampleSpec;
+use crate::batch::Batch;
+use crate::error::Result;
+use crate::handle::rows::Rows;
+use crate::handle::{PriorityOwner, Reader, ReplayBuffer};
+use crate::parts::priorities::{PrioritySpec, PriorityUpdate};
+
+mod sealed {
+    use super::Rows;
+
+    /// What `Lanes` reads of each lane: its rows. Out of reach of callers, who can
+    /// name neither this trait nor `Rows`.
+    pub trait Sealed {
+        fn rows(&self) -> &Rows;
+        fn rows_mut(&mut self) -> &mut Rows;
+    }
+    impl Sealed for super::ReplayBuffer {
+        fn rows(&self) -> &Rows {
+            &self.rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.rows
+        }
+    }
+    impl Sealed for super::Reader {
+        fn rows(&self) -> &Rows {
+            &self.rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.rows
+        }
+    }
+    impl Sealed for super::PriorityOwner {
+        fn rows(&self) -> &Rows {
+            &self.reader_ref().rows
+        }
+        fn rows_mut(&mut self) -> &mut Rows {
+            &mut self.reader().rows
+        }
+    }
+}
+
+/// What one lane of [`Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
+/// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
+/// the plumbing `Lanes` calls.
+pub trait Lane: sealed::Sealed {
+    /// Looks at where the lane's writer is now (a reader), and catches the priorities
+    /// up (the owner).
+    #[doc(hidden)]
+    fn refresh_lane(&mut self) -> Result<()>;
+    /// Restarts the lane's sampling RNG from `seed` (a reader then keeps that stream in
+    /// a forked child, as [`Reader::reseed`] says).
+    #[doc(hidden)]
+    fn reseed_lane(&mut self, seed: u64) {
+        self.rows_mut().reseed(seed);
+    }
+    #[doc(hidden)]
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()>;
+    #[doc(hidden)]
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()>;
+    /// `(total, smallest non-zero leaf)` of the lane's priorities.
+    #[doc(hidden)]
+    fn priority_mass(&mut self) -> Result<(f64, f64)>;
+    #[doc(hidden)]
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch>;
+}
+
+/// A lane handle that may set priorities: a writer that owns its lane's tree, or the
+/// priority owner. A reader is not one, so `Lanes<Reader>` has no `update_priorities`.
+pub trait PriorityLane: Lane {
+    #[doc(hidden)]
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()>;
+    #[doc(hidden)]
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate>;
+    /// The largest `priority + eps` the lane has seen, if this handle owns its tree.
+    #[doc(hidden)]
+    fn max_priority(&self) -> Option<f64>;
+    #[doc(hidden)]
+    fn raise_max(&mut self, q: f64);
+}
+
+impl Lane for ReplayBuffer {
+    fn refresh_lane(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        match self.priority_summary() {
+            Some(s) => Ok((s.total, s.min_leaf)),
+            None => Err(self.no_priorities()),
+        }
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.get_many(indices)
+    }
+}
+
+impl PriorityLane for ReplayBuffer {
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
+        match self.tree.tree() {
+            Some(t) => t.check_update_one(position, index, self.rows.tail, p),
+            None => Err(self.no_priorities()),
+        }
+    }
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
+        self.update_priorities(indices, priorities)
+    }
+    fn max_priority(&self) -> Option<f64> {
+        self.tree.tree().map(|p| p.max_priority())
+    }
+    fn raise_max(&mut self, q: f64) {
+        if let Some(p) = self.tree.tree_mut() {
+            p.raise_max(q);
+        }
+    }
+}
+
+impl Lane for Reader {
+    fn refresh_lane(&mut self) -> Result<()> {
+        self.refresh()
+    }
+    fn reseed_lane(&mut self, seed: u64) {
+        self.reseed(seed);
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        Reader::priority_mass(self)
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.get_many(indices)
+    }
+}
+
+impl Lane for PriorityOwner {
+    fn refresh_lane(&mut self) -> Result<()> {
+        self.catch_up()
+    }
+    fn reseed_lane(&mut self, seed: u64) {
+        self.reader().reseed(seed);
+    }
+    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
+        self.reader().sample_into(spec, out)
+    }
+    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+        self.sample_prioritized_into(spec, out)
+    }
+    fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        let s = self.priority_summary()?;
+        Ok((s.total, s.min_leaf))
+    }
+    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
+        self.reader().get_many(indices)
+    }
+}
+
+impl PriorityLane for PriorityOwner {
+    fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
+        PriorityOwner::check_priority(self, position, index, p)
+    }
+    fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
+        self.update_priorities(indices, priorities)
+    }
+    fn max_priority(&self) -> Option<f64> {
+        Some(PriorityOwner::max_priority(self))
+    }
+    fn raise_max(&mut self, q: f64) {
+        PriorityOwner::raise_max(self, q);
+    }
+}
