@@ -244,31 +244,6 @@ impl Batch {
         }
     }
 
-    /// Copies all rows of `src` into rows `at..` (see [`Batch::copy_row`]); one copy per
-    /// field.
-    pub(crate) fn copy_rows(&mut self, at: usize, src: &Batch) {
-        let rows = src.len();
-        for (d, s) in self.fields.iter_mut().zip(&src.fields) {
-            let n = d.item_bytes;
-            if let (Some(to), Some(from)) = (
-                d.bytes_mut().get_mut(at * n..(at + rows) * n),
-                s.bytes().get(..rows * n),
-            ) {
-                to.copy_from_slice(from);
-            }
-        }
-        if let (Some(to), Some(from)) =
-            (self.indices.get_mut(at..at + rows), src.indices.get(..rows))
-        {
-            to.copy_from_slice(from);
-        }
-        if let (Some(to), Some(from)) =
-            (self.weights.get_mut(at..at + rows), src.weights.get(..rows))
-        {
-            to.copy_from_slice(from);
-        }
-    }
-
     /// Whether this batch was made for `schema`.
     pub(crate) fn fits(&self, schema: &Schema) -> bool {
         self.fields.len() == schema.len()

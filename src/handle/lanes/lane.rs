@@ -58,10 +58,25 @@ pub trait Lane: sealed::Sealed {
     fn reseed_lane(&mut self, seed: u64) {
         self.rows_mut().reseed(seed);
     }
+    /// Draws uniformly as `spec` says into `indices` (resized to `spec.n`) and gathers
+    /// the rows straight into `outs` (one slice per field, `spec.n` rows each).
     #[doc(hidden)]
-    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()>;
+    fn fill_lane(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut Vec<u64>,
+        outs: &mut [&mut [u8]],
+    ) -> Result<()>;
+    /// Draws by priority into `indices` and `weights` (`spec.n` each), gathering into
+    /// `outs`.
     #[doc(hidden)]
-    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()>;
+    fn fill_lane_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()>;
     /// `(total, smallest non-zero leaf)` of the lane's priorities.
     #[doc(hidden)]
     fn priority_mass(&mut self) -> Result<(f64, f64)>;
@@ -87,11 +102,24 @@ impl Lane for ReplayBuffer {
     fn refresh_lane(&mut self) -> Result<()> {
         Ok(())
     }
-    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.sample_into(spec, out)
+    fn fill_lane(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut Vec<u64>,
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.draw_indices(spec, indices)?;
+        self.gather_into(indices, outs)
     }
-    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        self.sample_prioritized_into(spec, out)
+    fn fill_lane_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.draw_prioritized(spec, indices, weights)?;
+        self.gather_into(indices, outs)
     }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         match self.priority_summary() {
@@ -131,11 +159,22 @@ impl Lane for Reader {
     fn reseed_lane(&mut self, seed: u64) {
         self.reseed(seed);
     }
-    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.sample_into(spec, out)
+    fn fill_lane(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut Vec<u64>,
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.sample_fill(spec, indices, outs)
     }
-    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        self.sample_prioritized_into(spec, out)
+    fn fill_lane_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.sample_prioritized_fill(spec, indices, weights, outs)
     }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         Reader::priority_mass(self)
@@ -152,11 +191,24 @@ impl Lane for PriorityOwner {
     fn reseed_lane(&mut self, seed: u64) {
         self.reader().reseed(seed);
     }
-    fn sample_lane(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.reader().sample_into(spec, out)
+    fn fill_lane(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut Vec<u64>,
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.reader().sample_fill(spec, indices, outs)
     }
-    fn sample_lane_prioritized(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        self.sample_prioritized_into(spec, out)
+    fn fill_lane_prioritized(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.catch_up()?;
+        self.reader()
+            .sample_prioritized_fill(spec, indices, weights, outs)
     }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         let s = self.priority_summary()?;

@@ -74,9 +74,17 @@ pub struct Lanes<L: Lane = ReplayBuffer> {
     schema: Schema,
     /// Never empty.
     lanes: Vec<L>,
-    /// One batch per lane that each lane samples into before its rows join the output.
-    scratch: Vec<Batch>,
+    /// Rows per lane of the draw in progress.
     counts: Vec<usize>,
+    /// The indices one lane drew, before they join the output's.
+    drawn: Vec<u64>,
+}
+
+/// One lane's consecutive part of a draw's arrays.
+struct Part<'a, 'b> {
+    indices: &'a mut [u64],
+    weights: &'a mut [f32],
+    outs: &'a mut Vec<&'b mut [u8]>,
 }
 
 impl Lanes<ReplayBuffer> {
@@ -306,14 +314,13 @@ impl<L: Lane> Lanes<L> {
     /// `None` for no lanes at all.
     fn of(dir: PathBuf, lanes: Vec<L>) -> Option<Lanes<L>> {
         let schema = lanes.first()?.rows().schema.clone();
-        let scratch = lanes.iter().map(|_| Batch::new(&schema, 0)).collect();
         let counts = vec![0; lanes.len()];
         Some(Lanes {
             dir,
             schema,
             lanes,
-            scratch,
             counts,
+            drawn: Vec::new(),
         })
     }
 
@@ -400,11 +407,46 @@ impl<L: Lane> Lanes<L> {
     /// draws from the `k` newest items of each lane; without replacement, no item is
     /// drawn twice across lanes.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.refresh()?;
-        if let [one] = self.lanes.as_mut_slice() {
-            return one.sample_lane(spec, out);
-        }
         out.check_made_for(&self.schema)?;
+        out.try_resize(spec.n)?;
+        let (indices, weights, mut outs) = out.drawn_parts_mut();
+        weights.clear();
+        self.sample_fill(spec, indices, &mut outs)
+    }
+
+    /// [`Lanes::sample_into`] for a binding that owns its arrays: draws into `indices`
+    /// (`spec.n` long) and gathers into `outs` (one per field, `spec.n` rows each). Each
+    /// lane gathers its share of the rows straight into its part of `outs`, in lane
+    /// order: no batch in between.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Lanes, SampleSpec, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 100), 2)?;
+    /// lanes.add_batch(&[Column::new("x", &[10u32, 11, 12, 13])], &[0, 1, 0, 1])?;
+    /// let (mut indices, mut x) = (vec![0u64; 8], vec![0u8; 4 * 8]);
+    /// lanes.sample_fill(&SampleSpec::new(8), &mut indices, &mut [&mut x[..]])?;
+    /// for (&i, v) in indices.iter().zip(x.chunks(4)) {
+    ///     assert_eq!(lanes.get(i)?.get::<u32>("x")?[0], u32::from_le_bytes(v.try_into()?));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_fill(
+        &mut self,
+        spec: &SampleSpec,
+        indices: &mut [u64],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.refresh()?;
+        self.check_fill(spec.n, indices.len(), None, outs)?;
+        let mut drawn = std::mem::take(&mut self.drawn);
+        if let [one] = self.lanes.as_mut_slice() {
+            let result = one.fill_lane(spec, &mut drawn, outs);
+            indices.copy_from_slice(drawn.get(..spec.n).unwrap_or(&[]));
+            self.drawn = drawn;
+            return result;
+        }
         let sizes: Vec<u64> = self
             .lanes
             .iter()
@@ -423,16 +465,16 @@ impl<L: Lane> Lanes<L> {
                 spec.n
             )));
         }
-        out.try_resize(spec.n)?;
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
             split_uniform(rng, &sizes, spec.n, spec.replace, &mut counts);
         }
-        out.weights_mut().clear();
-        let result = self.gather_split(&counts, out, |_, lane, c, scratch| {
-            lane.sample_lane(&SampleSpec { n: c, ..*spec }, scratch)
-                .map(|()| 1.0)
+        let result = self.fill_split(&counts, indices, &mut [], outs, |_, lane, c, part| {
+            lane.fill_lane(&SampleSpec { n: c, ..*spec }, &mut drawn, part.outs)?;
+            part.indices.copy_from_slice(&drawn);
+            Ok(1.0)
         });
+        self.drawn = drawn;
         self.counts = counts;
         result
     }
@@ -445,14 +487,30 @@ impl<L: Lane> Lanes<L> {
         Ok(batch)
     }
 
-    /// `sample_prioritized` into a reused batch. A stratified spec stratifies the split
-    /// over the lanes and each lane's draws within it.
+    /// `sample_prioritized` into a reused batch (stratified if `spec` says so, over
+    /// all lanes' mass).
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        self.refresh()?;
-        if let [one] = self.lanes.as_mut_slice() {
-            return one.sample_lane_prioritized(spec, out);
-        }
         out.check_made_for(&self.schema)?;
+        out.try_resize(spec.n)?;
+        let (indices, weights, mut outs) = out.drawn_parts_mut();
+        weights.resize(spec.n, 0.0);
+        self.sample_prioritized_fill(spec, indices, weights, &mut outs)
+    }
+
+    /// [`Lanes::sample_prioritized_into`] into caller-owned `indices`, `weights` (both
+    /// `spec.n` long) and `outs`, each lane filling its part in place.
+    pub fn sample_prioritized_fill(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.refresh()?;
+        self.check_fill(spec.n, indices.len(), Some(weights.len()), outs)?;
+        if let [one] = self.lanes.as_mut_slice() {
+            return one.fill_lane_prioritized(spec, indices, weights, outs);
+        }
         let masses = self
             .lanes
             .iter_mut()
@@ -471,15 +529,14 @@ impl<L: Lane> Lanes<L> {
             .filter(|m| m.0 > 0.0)
             .map(|m| m.1)
             .fold(f64::INFINITY, f64::min);
-        out.try_resize(spec.n)?;
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
             split_by_mass(rng, &totals, total, spec, &mut counts);
         }
-        out.weights_mut().resize(spec.n, 0.0);
         let beta = spec.beta as f32;
-        let result = self.gather_split(&counts, out, |k, lane, c, scratch| {
-            lane.sample_lane_prioritized(&PrioritySpec { n: c, ..*spec }, scratch)?;
+        let result = self.fill_split(&counts, indices, weights, outs, |k, lane, c, part| {
+            let one = PrioritySpec { n: c, ..*spec };
+            lane.fill_lane_prioritized(&one, part.indices, part.weights, part.outs)?;
             // The lane weighed against its own smallest leaf; all lanes' is smaller.
             let lane_min = masses.get(k).map_or(min, |m| m.1);
             Ok(((min / lane_min) as f32).powf(beta))
@@ -488,26 +545,84 @@ impl<L: Lane> Lanes<L> {
         result
     }
 
-    /// Has each lane with a count draw into its scratch batch (`draw` returns the factor
-    /// its weights are scaled by), then copies the rows into `out` in lane order.
-    fn gather_split(
+    /// Checks a fill's arrays: `indices` (and `weights`) `n` long, one output per field
+    /// of `n` rows.
+    fn check_fill(
+        &self,
+        n: usize,
+        indices: usize,
+        weights: Option<usize>,
+        outs: &[&mut [u8]],
+    ) -> Result<()> {
+        if indices != n || weights.is_some_and(|w| w != n) {
+            return Err(Error::InvalidSample(format!(
+                "{indices} indices and {} weights for a draw of {n}",
+                weights.unwrap_or(0)
+            )));
+        }
+        if outs.len() != self.schema.len() {
+            return Err(Error::InvalidSample(format!(
+                "{} outputs for {} fields",
+                outs.len(),
+                self.schema.len()
+            )));
+        }
+        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
+            if out.len() != f.bytes() * n {
+                return Err(Error::OutputSize {
+                    field: f.name().to_owned(),
+                    expected: f.bytes() * n,
+                    got: out.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Has each lane with a count draw into its consecutive part of `indices`,
+    /// `weights` (empty for a uniform draw) and `outs`, in lane order; `draw` returns
+    /// the factor the lane's weights are scaled by.
+    fn fill_split(
         &mut self,
         counts: &[usize],
-        out: &mut Batch,
-        mut draw: impl FnMut(usize, &mut L, usize, &mut Batch) -> Result<f32>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+        mut draw: impl FnMut(usize, &mut L, usize, Part<'_, '_>) -> Result<f32>,
     ) -> Result<()> {
-        let mut at = 0;
-        let lanes = self.lanes.iter_mut().zip(&mut self.scratch).zip(counts);
-        for (k, ((lane, scratch), &c)) in lanes.enumerate() {
+        let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
+        let mut rest: Vec<&mut [u8]> = outs.iter_mut().map(|o| &mut **o).collect();
+        let (mut indices, mut weights) = (indices, weights);
+        let mut part_outs: Vec<&mut [u8]> = Vec::with_capacity(rest.len());
+        for (k, (lane, &c)) in self.lanes.iter_mut().zip(counts).enumerate() {
             if c == 0 {
                 continue;
             }
-            let scale = draw(k, lane, c, scratch)?;
-            if scale != 1.0 {
-                scratch.weights_mut().iter_mut().for_each(|w| *w *= scale);
+            part_outs.clear();
+            for (r, &size) in rest.iter_mut().zip(&sizes) {
+                let (head, tail) = std::mem::take(r).split_at_mut(c * size);
+                part_outs.push(head);
+                *r = tail;
             }
-            out.copy_rows(at, scratch);
-            at += c;
+            let (idx, more) = std::mem::take(&mut indices).split_at_mut(c);
+            indices = more;
+            let w = match weights.is_empty() {
+                true => &mut [][..],
+                false => {
+                    let (w, more) = std::mem::take(&mut weights).split_at_mut(c);
+                    weights = more;
+                    w
+                }
+            };
+            let part = Part {
+                indices: idx,
+                weights: &mut *w,
+                outs: &mut part_outs,
+            };
+            let scale = draw(k, lane, c, part)?;
+            if scale != 1.0 {
+                w.iter_mut().for_each(|x| *x *= scale);
+            }
         }
         Ok(())
     }
