@@ -442,6 +442,39 @@ fn each_lane_verifies_as_a_buffer_of_its_own() {
 
 // ---- many processes ----
 
+/// Drawing from lanes that hold nothing is `Empty`, with one lane and with several,
+/// uniformly and by priority, into a batch and into caller arrays; nothing panics and
+/// the caller's arrays are left as they were.
+#[test]
+fn an_empty_draw_over_lanes_is_a_typed_error_with_one_lane_or_several() {
+    let dir = tempfile::tempdir().unwrap();
+    for lanes in [1, 3] {
+        let path = dir.path().join(format!("lanes-{lanes}"));
+        let mut buf = Lanes::create(&path, lanes_config(64), lanes).unwrap();
+        assert!(matches!(buf.sample(4), Err(Error::Empty)), "{lanes} lanes");
+        let per = buf.sample_prioritized(4, 0.4);
+        assert!(matches!(per, Err(Error::Empty)), "{lanes} lanes: {per:?}");
+        let mut indices = vec![7u64; 4];
+        let mut bytes: Vec<Vec<u8>> = schema()
+            .fields()
+            .iter()
+            .map(|f| vec![9u8; 4 * f.bytes()])
+            .collect();
+        let mut outs: Vec<&mut [u8]> = bytes.iter_mut().map(|b| &mut b[..]).collect();
+        let r = buf.sample_fill(&SampleSpec::new(4), &mut indices, &mut outs);
+        assert!(matches!(r, Err(Error::Empty)), "{lanes} lanes: {r:?}");
+        assert_eq!(indices, [7; 4]);
+        // Once an item is in, the same arrays are filled.
+        let it = item(0);
+        buf.add(0, &columns(&it)).unwrap();
+        buf.sample_fill(&SampleSpec::new(4), &mut indices, &mut outs)
+            .unwrap();
+        assert_eq!(indices, [0; 4]);
+        drop(outs);
+        assert_eq!(bytes[1], it.action.to_le_bytes().repeat(4));
+    }
+}
+
 fn lanes_config(capacity: u64) -> Config {
     Config::new(schema(), capacity)
         .segment_slots(256)

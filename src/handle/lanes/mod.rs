@@ -442,8 +442,11 @@ impl<L: Lane> Lanes<L> {
         self.check_fill(spec.n, indices.len(), None, outs)?;
         let mut drawn = std::mem::take(&mut self.drawn);
         if let [one] = self.lanes.as_mut_slice() {
-            let result = one.fill_lane(spec, &mut drawn, outs);
-            indices.copy_from_slice(drawn.get(..spec.n).unwrap_or(&[]));
+            let result = one.fill_lane(spec, &mut drawn, outs).and_then(|()| {
+                let d = drawn.get(..indices.len()).ok_or(Error::Empty)?;
+                indices.copy_from_slice(d);
+                Ok(())
+            });
             self.drawn = drawn;
             return result;
         }
@@ -471,7 +474,8 @@ impl<L: Lane> Lanes<L> {
         }
         let result = self.fill_split(&counts, indices, &mut [], outs, |_, lane, c, part| {
             lane.fill_lane(&SampleSpec { n: c, ..*spec }, &mut drawn, part.outs)?;
-            part.indices.copy_from_slice(&drawn);
+            let d = drawn.get(..part.indices.len()).ok_or(Error::Empty)?;
+            part.indices.copy_from_slice(d);
             Ok(1.0)
         });
         self.drawn = drawn;
