@@ -8,7 +8,7 @@ use numpy::{
     PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use replaystore::{DType, Field, Schema};
 
 use crate::errors::SchemaError;
@@ -279,20 +279,6 @@ pub fn finished<'py>(array: Bound<'py, PyAny>, field: &Field) -> PyResult<Bound<
         DType::Bool => array.call_method1("view", (numpy::dtype::<bool>(array.py()),)),
         _ => Ok(array),
     }
-}
-
-/// `bytes` (filled with `rows` items of `field`) seen with the field's dtype and shape
-/// `[rows, *shape]`: a view, no copy.
-pub fn typed<'py>(
-    bytes: &Bound<'py, PyArray1<u8>>,
-    field: &Field,
-    rows: usize,
-) -> PyResult<Bound<'py, PyAny>> {
-    let mut shape = vec![rows];
-    shape.extend_from_slice(field.shape());
-    bytes
-        .call_method1("view", (field.dtype().numpy_str(),))?
-        .call_method1("reshape", (PyTuple::new(bytes.py(), shape)?,))
 }
 
 /// The dict a sample returns: each field, then `indices` (and `weights`).

@@ -8,8 +8,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
-    EpisodeBatch, FragmentBatch, PrioritySpec, ReplayBuffer, Schema, SequenceSpec, Sequences,
-    State, TransitionSpec, Transitions, UnitSpec,
+    EpisodeBatch, PrioritySpec, ReplayBuffer, Schema, SequenceSpec, Sequences, State,
+    TransitionSpec, Transitions, UnitSpec,
 };
 
 use crate::arrays::{self};
@@ -271,21 +271,26 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let schema = buf.schema().clone();
-        let mut out = FragmentBatch::new(&schema);
         let spec = match beta {
             Some(b) => UnitSpec::new(n).prioritized(b),
             None => UnitSpec::new(n),
         };
-        py.detach(|| buf.sample_fragments_into(&spec, &mut out))
+        let (mut fragments, mut weights) = (Vec::new(), Vec::new());
+        py.detach(|| buf.draw_fragments(&spec, &mut fragments, &mut weights))
             .map_err(to_py)?;
-        let rows = out.rows();
-        let outs = (rows.fields().iter())
-            .zip(schema.fields())
-            .map(|(a, f)| arrays::typed(&PyArray1::from_slice(py, a.bytes()), f, rows.len()))
-            .collect::<PyResult<Vec<_>>>()?;
-        let weights = beta.map(|_| out.weights().to_vec());
-        let d = arrays::batch_dict(py, &schema, outs, rows.indices().to_vec(), weights)?;
-        let offsets: Vec<u64> = out.offsets().iter().map(|&o| o as u64).collect();
+        let mut indices = Vec::new();
+        let mut offsets = vec![0u64];
+        for f in &fragments {
+            indices.extend(f.clone());
+            offsets.push(indices.len() as u64);
+        }
+        replaystore::internal::check_rows(indices.len(), schema.item_bytes()).map_err(to_py)?;
+        // The rows go straight into the arrays returned: no batch in between.
+        let outs = filled(py, &schema, indices.len(), |slices| {
+            buf.gather_into(&indices, slices)
+        })?;
+        let weights = beta.map(|_| weights);
+        let d = arrays::batch_dict(py, &schema, outs, indices, weights)?;
         d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
         Ok(d)
     }

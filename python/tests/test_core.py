@@ -67,6 +67,27 @@ def test_add_and_add_batch_store_exactly_what_sample_returns(path):
         assert (stats["added"], stats["evicted"], stats["len"]) == (80, 30, 50)
 
 
+def test_sample_fragments_returns_whole_calls_row_by_row_with_offsets_and_weights(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, 40, alpha=1.0, seed=3, fragments=True)
+    for lo, hi in [(0, 3), (3, 4), (4, 9), (9, 11)]:
+        buf.add_batch(items(lo, hi))
+    b = buf.sample_fragments(6, seed=1)
+    starts = b["offsets"]
+    assert starts[0] == 0 and starts[-1] == len(b["indices"]) and len(starts) == 7
+    calls = {0: 3, 3: 4, 4: 9, 9: 11}
+    for a, z in zip(starts[:-1], starts[1:]):
+        first = int(b["indices"][a])
+        assert b["indices"][a:z].tolist() == list(range(first, calls[first]))
+    check_batch(b)
+    assert b["obs"].dtype == np.float32 and b["obs"].shape == (len(b["indices"]), 3)
+    assert b["frame"].shape == (len(b["indices"]), 2, 2) and "weights" not in b
+    buf.update_priorities(np.arange(11), [0.0] * 9 + [1.0, 1.0])
+    w = buf.sample_fragments(5, beta=0.4)
+    assert w["indices"].tolist() == [9, 10] * 5 and len(w["weights"]) == 5
+    check_batch(w)
+    buf.close()
+
+
 def test_reopen_gives_the_same_items_and_the_same_next_batch(path):
     buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=100, seed=7)
     buf.add_batch(items(0, 60))

@@ -596,19 +596,55 @@ impl ReplayBuffer {
         spec: &UnitSpec,
         out: &mut FragmentBatch,
     ) -> Result<()> {
+        if !out.rows.fits(&self.rows.schema) {
+            *out = FragmentBatch::new(&self.rows.schema);
+        }
+        out.offsets.clear();
+        out.offsets.push(0);
+        self.draw_fragments(spec, &mut out.fragments, &mut out.weights)?;
+        let mut indices = Vec::new();
+        for f in &out.fragments {
+            indices.extend(f.clone());
+            out.offsets.push(indices.len());
+        }
+        let all = vec![true; self.rows.schema.len()];
+        self.gather_some(&indices, &indices, &all, &mut out.rows)
+    }
+
+    /// Draws `spec.n` whole fragments as [`ReplayBuffer::sample_fragments`] does, without
+    /// copying their rows: each fragment's logical indices into `fragments` and, by
+    /// priority, its weight into `weights`. The fill-in-place path for bindings: size
+    /// the outputs from the ranges, then [`ReplayBuffer::gather_into`] their indices.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema, UnitSpec};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).fragments())?;
+    /// buf.add_batch(&[Column::new("x", &[0u32, 1, 2])])?; // one fragment of 3 rows
+    /// let (mut fragments, mut weights) = (Vec::new(), Vec::new());
+    /// buf.draw_fragments(&UnitSpec::new(2), &mut fragments, &mut weights)?;
+    /// assert_eq!(fragments, [0..3, 0..3]);
+    /// let indices: Vec<u64> = fragments.iter().cloned().flatten().collect();
+    /// let mut x = vec![0u8; 4 * indices.len()];
+    /// buf.gather_into(&indices, &mut [&mut x[..]])?;
+    /// assert_eq!(x[4..8], 1u32.to_le_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn draw_fragments(
+        &mut self,
+        spec: &UnitSpec,
+        fragments: &mut Vec<Range<u64>>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
         if !self.rows.superblock.fragments {
             return Err(Error::InvalidSample(format!(
                 "{} does not keep fragments (create it with Config::fragments)",
                 self.rows.dir.display()
             )));
         }
-        if !out.rows.fits(&self.rows.schema) {
-            *out = FragmentBatch::new(&self.rows.schema);
-        }
-        out.fragments.clear();
-        out.offsets.clear();
-        out.offsets.push(0);
-        out.weights.clear();
+        fragments.clear();
+        weights.clear();
         if self.rows.tail == self.rows.head {
             return Err(Error::Empty);
         }
@@ -633,14 +669,10 @@ impl ReplayBuffer {
         let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
         crate::batch::check_rows(spec.n, 0)?;
         let mut picks = Vec::with_capacity(spec.n);
-        self.draw_units(&runs, spec, &mut picks, &mut out.weights)?;
-        out.fragments
-            .extend(picks.iter().filter_map(|&i| whole.get(i).cloned()));
-        self.gather_runs(
-            out.fragments.iter().cloned(),
-            &mut out.offsets,
-            &mut out.rows,
-        )
+        self.draw_units(&runs, spec, &mut picks, weights)?;
+        fragments.extend(picks.iter().filter_map(|&i| whole.get(i).cloned()));
+        self.rows.draws.sampled += fragments.len() as u64;
+        Ok(())
     }
 
     /// Gathers every field of the units whose rows `runs` gives, concatenated into
