@@ -244,12 +244,62 @@ impl Batch {
         }
     }
 
+    /// Checks caller-owned arrays for a draw of `n` rows: `indices` (and `weights`) `n`
+    /// long, and one output per field of `schema`, each `n` of its items long.
+    pub(crate) fn check_fill(
+        schema: &Schema,
+        n: usize,
+        indices: Option<usize>,
+        weights: Option<usize>,
+        outs: &[&mut [u8]],
+    ) -> Result<()> {
+        let (i, w) = (indices.unwrap_or(n), weights.unwrap_or(n));
+        if i != n || w != n {
+            return Err(Error::InvalidSample(format!(
+                "{i} indices and {w} weights for a draw of {n}"
+            )));
+        }
+        if outs.len() != schema.len() {
+            return Err(Error::InvalidSample(format!(
+                "{} outputs for {} fields",
+                outs.len(),
+                schema.len()
+            )));
+        }
+        for (f, out) in schema.fields().iter().zip(outs.iter()) {
+            let expected = f.bytes() * n;
+            if out.len() != expected {
+                return Err(Error::OutputSize {
+                    field: f.name().to_owned(),
+                    expected,
+                    got: out.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether this batch was made for `schema`.
     pub(crate) fn fits(&self, schema: &Schema) -> bool {
         self.fields.len() == schema.len()
             && self.fields.iter().zip(schema.fields()).all(|(a, f)| {
                 a.name == f.name() && a.dtype == f.dtype() && a.item_shape == f.shape()
             })
+    }
+
+    /// Readies this batch to receive a draw of `n` rows (checked against `schema`,
+    /// grown if needed, weights sized when `weighted`, cleared otherwise) and hands out
+    /// where they go: indices, weights and one slice per field. Every `*_into` draw
+    /// fills a batch through this, then the same path as the caller-array fills.
+    pub(crate) fn ready(&mut self, schema: &Schema, n: usize, weighted: bool) -> Result<Drawn<'_>> {
+        self.check_made_for(schema)?;
+        self.try_resize(n)?;
+        let (indices, weights, outs) = self.drawn_parts_mut();
+        match weighted {
+            true => weights.resize(n, 0.0),
+            false => weights.clear(),
+        }
+        Ok((indices, weights, outs))
     }
 
     /// `fits`, as the error a sample into a batch made for another schema is.
@@ -262,24 +312,15 @@ impl Batch {
         }
     }
 
-    /// The index list, for drawing into.
     /// Importance weights of a prioritized sample, one per row (`(N * P(i))^-beta`
     /// over its largest value in the buffer); empty for a uniform sample.
     pub fn weights(&self) -> &[f32] {
         &self.weights
     }
 
-    pub(crate) fn weights_mut(&mut self) -> &mut Vec<f32> {
-        &mut self.weights
-    }
-
-    pub(crate) fn indices_mut(&mut self) -> &mut Vec<u64> {
-        &mut self.indices
-    }
-
     /// The index list, the weights and one writable byte slice per field: for a gather
     /// that may draw some rows again (a reader racing the writer).
-    pub(crate) fn drawn_parts_mut(&mut self) -> (&mut Vec<u64>, &mut Vec<f32>, Vec<&mut [u8]>) {
+    pub(crate) fn drawn_parts_mut(&mut self) -> Drawn<'_> {
         let outs = self.fields.iter_mut().map(FieldArray::bytes_mut).collect();
         (&mut self.indices, &mut self.weights, outs)
     }
@@ -290,6 +331,9 @@ impl Batch {
         (&mut self.indices, outs)
     }
 }
+
+/// Where a draw goes in a batch: its indices, its weights and one slice per field.
+pub(crate) type Drawn<'a> = (&'a mut Vec<u64>, &'a mut Vec<f32>, Vec<&'a mut [u8]>);
 
 /// Checks that a draw of `rows` rows of `row_bytes` bytes each (plus its index and
 /// weight) can be held: the total fits the address space and this machine's memory.

@@ -236,20 +236,15 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let schema = buf.schema().clone();
-        // Before any allocation: sample(2**45) is a MemoryError, not an abort.
-        replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
-        let mut indices = vec![0u64; n];
-        let mut weights = beta.map(|_| vec![0f32; n]);
-        let outs = filled(py, &schema, n, |slices| {
-            match (beta, weights.as_mut()) {
-                (Some(b), Some(w)) => {
-                    buf.draw_prioritized(&PrioritySpec::new(n, b), &mut indices, w)?
-                }
-                _ => buf.draw_indices(&uniform(n, replace), &mut indices)?,
+        // draw_dict checks the size before any allocation: sample(2**45) is a
+        // MemoryError, not an abort.
+        draw_dict(py, &schema, n, beta, |indices, weights, slices| {
+            match (beta, weights) {
+                (Some(b), Some(w)) => buf.draw_prioritized(&PrioritySpec::new(n, b), indices, w)?,
+                _ => buf.draw_indices(&uniform(n, replace), indices)?,
             }
-            buf.gather_into(&indices, slices)
-        })?;
-        arrays::batch_dict(py, &schema, outs, indices, weights)
+            buf.gather_into(indices, slices)
+        })
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that

@@ -234,3 +234,23 @@ pub(crate) fn get_items<'py>(
     let outs = filled(py, schema, idx.len(), |slices| gather(&idx, slices))?;
     arrays::batch_dict(py, schema, outs, idx, None)
 }
+
+/// A draw of `n` rows into fresh NumPy arrays, as the dict every `sample` returns:
+/// `fill` gets the indices, the weights (by priority, with `beta`) and one output per
+/// field, and draws and gathers straight into them.
+pub(crate) fn draw_dict<'py>(
+    py: Python<'py>,
+    schema: &Schema,
+    n: usize,
+    beta: Option<f64>,
+    fill: impl FnOnce(&mut Vec<u64>, Option<&mut [f32]>, &mut [&mut [u8]]) -> replaystore::Result<()>
+    + Send,
+) -> PyResult<Bound<'py, PyDict>> {
+    replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
+    let mut indices = vec![0u64; n];
+    let mut weights = beta.map(|_| vec![0f32; n]);
+    let outs = filled(py, schema, n, |slices| {
+        fill(&mut indices, weights.as_deref_mut(), slices)
+    })?;
+    arrays::batch_dict(py, schema, outs, indices, weights)
+}

@@ -10,8 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, PrioritySpec, Reader, ReplayBuffer, SampleSpec};
 
-use crate::arrays;
-use crate::calls::{columns, config, contiguous, filled, index_array, inputs, stats_dict};
+use crate::calls::{columns, config, contiguous, draw_dict, index_array, inputs, stats_dict};
 use crate::errors::{ReadOnlyError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
@@ -63,17 +62,15 @@ fn sample_lanes<'py, L: Lane + Send>(
         lanes.reseed(s);
     }
     let schema = lanes.schema().clone();
-    replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
-    let mut indices = vec![0u64; n];
-    let mut weights = beta.map(|_| vec![0f32; n]);
     // Each lane gathers its share of the rows straight into these arrays.
-    let outs = filled(py, &schema, n, |slices| match (beta, weights.as_mut()) {
-        (Some(b), Some(w)) => {
-            lanes.sample_prioritized_fill(&PrioritySpec::new(n, b), &mut indices, w, slices)
+    draw_dict(py, &schema, n, beta, |indices, weights, slices| {
+        match (beta, weights) {
+            (Some(b), Some(w)) => {
+                lanes.sample_prioritized_fill(&PrioritySpec::new(n, b), indices, w, slices)
+            }
+            _ => lanes.sample_fill(&SampleSpec::new(n), indices, slices),
         }
-        _ => lanes.sample_fill(&SampleSpec::new(n), &mut indices, slices),
-    })?;
-    arrays::batch_dict(py, &schema, outs, indices, weights)
+    })
 }
 
 #[pymethods]

@@ -7,7 +7,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use replaystore::{PrioritySpec, Reader, RowAccess};
 
-use crate::arrays::{self};
 use crate::errors::to_py;
 use crate::schema::PySchema;
 use crate::shared::Shared;
@@ -122,18 +121,16 @@ impl PyReader {
         let schema = self.inner.lock(py).schema().clone();
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
-        replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
-        let mut indices = vec![0u64; n];
-        let mut weights = beta.map(|_| vec![0f32; n]);
         // The reader re-draws an item the writer overwrites mid-copy, straight into
         // these arrays: no batch in between.
-        let outs = filled(py, &schema, n, |slices| match (beta, weights.as_mut()) {
-            (Some(b), Some(w)) => {
-                reader.sample_prioritized_fill(&PrioritySpec::new(n, b), &mut indices, w, slices)
+        draw_dict(py, &schema, n, beta, |indices, weights, slices| {
+            match (beta, weights) {
+                (Some(b), Some(w)) => {
+                    reader.sample_prioritized_fill(&PrioritySpec::new(n, b), indices, w, slices)
+                }
+                _ => reader.sample_fill(&uniform(n, replace), indices, slices),
             }
-            _ => reader.sample_fill(&uniform(n, replace), &mut indices, slices),
-        })?;
-        arrays::batch_dict(py, &schema, outs, indices, weights)
+        })
     }
 
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a

@@ -371,10 +371,7 @@ impl Reader {
     /// A drawn item that the writer overwrites before it is copied is replaced by a
     /// new draw from the items live then; the others stay as copied.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.rows.schema)?;
-        out.try_resize(spec.n)?;
-        let (indices, weights, mut outs) = out.drawn_parts_mut();
-        weights.clear();
+        let (indices, _, mut outs) = out.ready(&self.rows.schema, spec.n, false)?;
         self.sample_fill(spec, indices, &mut outs)
     }
 
@@ -404,10 +401,7 @@ impl Reader {
     /// keeps them, which is at most a thousand adds behind for the tree's upper
     /// levels: a draw that lands on a slot the writer has just emptied is made again.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.rows.schema)?;
-        out.try_resize(spec.n)?;
-        let (indices, weights, mut outs) = out.drawn_parts_mut();
-        weights.resize(spec.n, 0.0);
+        let (indices, weights, mut outs) = out.ready(&self.rows.schema, spec.n, true)?;
         self.sample_prioritized_fill(spec, indices, weights, &mut outs)
     }
 
@@ -448,15 +442,8 @@ impl Reader {
         weights: &mut [f32],
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
-        if indices.len() != spec.n || weights.len() != spec.n {
-            return Err(Error::InvalidSample(format!(
-                "{} indices and {} weights for a draw of {}",
-                indices.len(),
-                weights.len(),
-                spec.n
-            )));
-        }
-        self.rows.check_outputs(spec.n, outs)?;
+        let (i, w) = (Some(indices.len()), Some(weights.len()));
+        Batch::check_fill(&self.rows.schema, spec.n, i, w, outs)?;
         self.refresh_files()?;
         let live = self.rows.live_range();
         let rng = &mut self.rows.draws.rng;

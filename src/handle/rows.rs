@@ -107,24 +107,7 @@ impl Rows {
 
     /// Checks that `outs` has one output per field, each `rows` items long.
     pub(crate) fn check_outputs(&self, rows: usize, outs: &[&mut [u8]]) -> Result<()> {
-        if outs.len() != self.schema.len() {
-            return Err(Error::InvalidSample(format!(
-                "{} outputs for {} fields",
-                outs.len(),
-                self.schema.len()
-            )));
-        }
-        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
-            let expected = f.bytes() * rows;
-            if out.len() != expected {
-                return Err(Error::OutputSize {
-                    field: f.name().to_owned(),
-                    expected,
-                    got: out.len(),
-                });
-            }
-        }
-        Ok(())
+        Batch::check_fill(&self.schema, rows, None, None, outs)
     }
 
     /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
@@ -136,11 +119,8 @@ impl Rows {
 
     /// Draws as `spec` says and gathers into `out`, reusing its storage.
     pub(crate) fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.schema)?;
-        out.try_resize(spec.n)?;
-        self.draw_indices(spec, out.indices_mut())?;
-        out.weights_mut().clear();
-        let (indices, mut outs) = out.parts_mut();
+        let (indices, _, mut outs) = out.ready(&self.schema, spec.n, false)?;
+        self.draw_indices(spec, indices)?;
         self.ring
             .gather(self.live_rows(), indices, &mut outs)
             .map_err(|m| self.stamp_error(indices, m))

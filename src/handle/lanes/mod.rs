@@ -407,10 +407,7 @@ impl<L: Lane> Lanes<L> {
     /// draws from the `k` newest items of each lane; without replacement, no item is
     /// drawn twice across lanes.
     pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.schema)?;
-        out.try_resize(spec.n)?;
-        let (indices, weights, mut outs) = out.drawn_parts_mut();
-        weights.clear();
+        let (indices, _, mut outs) = out.ready(&self.schema, spec.n, false)?;
         self.sample_fill(spec, indices, &mut outs)
     }
 
@@ -439,7 +436,7 @@ impl<L: Lane> Lanes<L> {
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
         self.refresh()?;
-        self.check_fill(spec.n, indices.len(), None, outs)?;
+        Batch::check_fill(&self.schema, spec.n, Some(indices.len()), None, outs)?;
         let mut drawn = std::mem::take(&mut self.drawn);
         if let [one] = self.lanes.as_mut_slice() {
             let result = one.fill_lane(spec, &mut drawn, outs).and_then(|()| {
@@ -494,10 +491,7 @@ impl<L: Lane> Lanes<L> {
     /// `sample_prioritized` into a reused batch (stratified if `spec` says so, over
     /// all lanes' mass).
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.schema)?;
-        out.try_resize(spec.n)?;
-        let (indices, weights, mut outs) = out.drawn_parts_mut();
-        weights.resize(spec.n, 0.0);
+        let (indices, weights, mut outs) = out.ready(&self.schema, spec.n, true)?;
         self.sample_prioritized_fill(spec, indices, weights, &mut outs)
     }
 
@@ -511,7 +505,8 @@ impl<L: Lane> Lanes<L> {
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
         self.refresh()?;
-        self.check_fill(spec.n, indices.len(), Some(weights.len()), outs)?;
+        let (i, w) = (Some(indices.len()), Some(weights.len()));
+        Batch::check_fill(&self.schema, spec.n, i, w, outs)?;
         if let [one] = self.lanes.as_mut_slice() {
             return one.fill_lane_prioritized(spec, indices, weights, outs);
         }
@@ -547,40 +542,6 @@ impl<L: Lane> Lanes<L> {
         });
         self.counts = counts;
         result
-    }
-
-    /// Checks a fill's arrays: `indices` (and `weights`) `n` long, one output per field
-    /// of `n` rows.
-    fn check_fill(
-        &self,
-        n: usize,
-        indices: usize,
-        weights: Option<usize>,
-        outs: &[&mut [u8]],
-    ) -> Result<()> {
-        if indices != n || weights.is_some_and(|w| w != n) {
-            return Err(Error::InvalidSample(format!(
-                "{indices} indices and {} weights for a draw of {n}",
-                weights.unwrap_or(0)
-            )));
-        }
-        if outs.len() != self.schema.len() {
-            return Err(Error::InvalidSample(format!(
-                "{} outputs for {} fields",
-                outs.len(),
-                self.schema.len()
-            )));
-        }
-        for (f, out) in self.schema.fields().iter().zip(outs.iter()) {
-            if out.len() != f.bytes() * n {
-                return Err(Error::OutputSize {
-                    field: f.name().to_owned(),
-                    expected: f.bytes() * n,
-                    got: out.len(),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Has each lane with a count draw into its consecutive part of `indices`,

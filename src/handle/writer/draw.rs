@@ -55,14 +55,8 @@ impl ReplayBuffer {
     }
     /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
     pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        out.check_made_for(&self.rows.schema)?;
-        out.try_resize(spec.n)?;
-        let mut weights = std::mem::take(out.weights_mut());
-        weights.resize(spec.n, 0.0);
-        let drawn = self.draw_prioritized(spec, out.indices_mut(), &mut weights);
-        *out.weights_mut() = weights;
-        drawn?;
-        let (indices, mut outs) = out.parts_mut();
+        let (indices, weights, mut outs) = out.ready(&self.rows.schema, spec.n, true)?;
+        self.draw_prioritized(spec, indices, weights)?;
         self.rows
             .ring
             .gather(self.rows.live_rows(), indices, &mut outs)
