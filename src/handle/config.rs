@@ -99,8 +99,8 @@ impl Config {
         self.priorities
     }
 
-    /// Keeps episodes: rows are added with [`ReplayBuffer::add_reset`] (what
-    /// `env.reset()` returned) and [`ReplayBuffer::add_step`] (what `env.step()`
+    /// Keeps episodes: rows are added with [`crate::ReplayBuffer::add_reset`] (what
+    /// `env.reset()` returned) and [`crate::ReplayBuffer::add_step`] (what `env.step()`
     /// returned), each carrying its episode and step, and a scalar field named `reward`
     /// adds up to each episode's return. See `docs/design/episodes.md`.
     ///
@@ -139,7 +139,7 @@ impl Config {
 
     /// Keeps each `add` / `add_batch` call's rows as one fragment (RLlib's
     /// `StorageUnit.FRAGMENTS`: a rollout fragment as an env runner sent it), to be
-    /// drawn whole by [`ReplayBuffer::sample_fragments`]. Every row records its position
+    /// drawn whole by [`crate::ReplayBuffer::sample_fragments`]. Every row records its position
     /// in its call. Eviction stays row by row, so a fragment whose first rows were
     /// evicted is no longer drawn. Not with episodes, which are units of their own.
     ///

@@ -230,7 +230,7 @@ fn fstatat(dir: RawFd, name: &CString) -> io::Result<libc::stat> {
 /// Opens the regular file at `path`: `write` for reading and writing, `create` to make
 /// it (it must not exist). Anything but a regular file is refused; a FIFO cannot block
 /// the open (it is opened non-blocking, then refused).
-pub fn open_file(path: &Path, write: bool, create: bool) -> io::Result<File> {
+pub(crate) fn open_file(path: &Path, write: bool, create: bool) -> io::Result<File> {
     let mut flags = if write { libc::O_RDWR } else { libc::O_RDONLY } | libc::O_NONBLOCK;
     if create {
         flags |= libc::O_CREAT | libc::O_EXCL;
@@ -258,7 +258,7 @@ pub fn open_file(path: &Path, write: bool, create: bool) -> io::Result<File> {
 }
 
 /// Opens the directory at `path` (for listing or fsync).
-pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     match resolve(path, libc::O_RDONLY | libc::O_DIRECTORY, 0, Kind::Dir) {
         // O_DIRECTORY answers ENOTDIR for a link as for a file: say which it was.
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => match kind(path) {
@@ -282,7 +282,7 @@ fn parent(path: &Path) -> io::Result<(OwnedFd, CString)> {
 }
 
 /// What `path` names, without following a link.
-pub fn kind(path: &Path) -> io::Result<Kind> {
+pub(crate) fn kind(path: &Path) -> io::Result<Kind> {
     let (dir, name) = parent(path)?;
     Ok(Kind::of_mode(fstatat(dir.as_raw_fd(), &name)?.st_mode))
 }
@@ -292,21 +292,21 @@ fn check(ret: libc::c_int) -> io::Result<()> {
 }
 
 /// Removes the name `path` (a link is removed itself, never what it points to).
-pub fn remove_file(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
     let (dir, name) = parent(path)?;
     // SAFETY: `name` is NUL-terminated, `dir` open; unlinkat never follows the last name.
     check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })
 }
 
 /// Removes the empty directory `path`.
-pub fn remove_dir(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_dir(path: &Path) -> io::Result<()> {
     let (dir, name) = parent(path)?;
     // SAFETY: as in `remove_file`; AT_REMOVEDIR fails on anything but a directory.
     check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) })
 }
 
 /// Renames `from` to `to` (the names themselves: a link is moved, never followed).
-pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
+pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
     let (fd, fname) = parent(from)?;
     let (td, tname) = parent(to)?;
     // SAFETY: both names NUL-terminated, both folders open for the call.
@@ -321,7 +321,7 @@ pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
 }
 
 /// Makes `link` another name of the regular file `original`.
-pub fn hard_link(original: &Path, link: &Path) -> io::Result<()> {
+pub(crate) fn hard_link(original: &Path, link: &Path) -> io::Result<()> {
     let (od, oname) = parent(original)?;
     let found = Kind::of_mode(fstatat(od.as_raw_fd(), &oname)?.st_mode);
     if found != Kind::File {
@@ -343,7 +343,7 @@ pub fn hard_link(original: &Path, link: &Path) -> io::Result<()> {
 
 /// Makes the directory `path` and any missing parents; a link or a file in the way is
 /// refused.
-pub fn create_dir_all(path: &Path) -> io::Result<()> {
+pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
     match open_dir(path) {
         Ok(_) => return Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -362,13 +362,13 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
 }
 
 /// fsync of the directory `path`.
-pub fn sync_dir(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
     File::from(open_dir(path)?).sync_all()
 }
 
 /// The entries of the directory `path` (not `.` or `..`), each with its kind, links
 /// not followed.
-pub fn list_dir(path: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+pub(crate) fn list_dir(path: &Path) -> io::Result<Vec<(OsString, Kind)>> {
     let fd = open_dir(path)?;
     let raw = fd.as_raw_fd();
     // SAFETY: fdopendir takes ownership of the descriptor on success; on failure it is

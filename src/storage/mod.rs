@@ -1,12 +1,12 @@
 //! The buffer's files: names, creation with reserved disk, the manifest's commit slots,
 //! mapped segments and the writer lock. Every call goes through the [`io::Io`] seam.
 
-pub mod confined;
+pub(crate) mod confined;
 pub mod crc;
 pub mod io;
-pub mod map;
+pub(crate) mod map;
 pub mod pread;
-pub mod ring;
+pub(crate) mod ring;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -27,14 +27,14 @@ use map::SegmentMap;
 /// Name of the manifest file.
 pub const MANIFEST: &str = "MANIFEST";
 /// Name of a new buffer's MANIFEST before `create` publishes it by a rename.
-pub const MANIFEST_TMP: &str = "MANIFEST.tmp";
+pub(crate) const MANIFEST_TMP: &str = "MANIFEST.tmp";
 /// Name of the writer's lock file.
-pub const LOCK: &str = "LOCK";
+pub(crate) const LOCK: &str = "LOCK";
 /// Extension of a live file being put in place by a restore (or by a copy that gives a
 /// file written in place a name of its own, `sole_name`).
-pub const RESTORE_EXT: &str = "restore";
+pub(crate) const RESTORE_EXT: &str = "restore";
 /// Extension of a segment being copied before its first store (copy-on-write).
-pub const COW_EXT: &str = "cow";
+pub(crate) const COW_EXT: &str = "cow";
 /// Folder of the ring's segment files.
 pub const LANE_DIR: &str = "lane-0";
 
@@ -82,7 +82,7 @@ pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
 }
 
 /// The header segment `n` must have.
-pub fn segment_header(sb: &Superblock, n: u64) -> SegmentHeader {
+pub(crate) fn segment_header(sb: &Superblock, n: u64) -> SegmentHeader {
     let first_slot = n * sb.segment_slots;
     SegmentHeader {
         uuid: sb.uuid,
@@ -221,7 +221,7 @@ impl Manifest {
 }
 
 /// Bytes of a new MANIFEST: superblock, an initial commit in slot A, the schema.
-pub fn manifest_bytes(sb: &Superblock, schema_archive: &[u8], first: &Commit) -> Vec<u8> {
+pub(crate) fn manifest_bytes(sb: &Superblock, schema_archive: &[u8], first: &Commit) -> Vec<u8> {
     let mut out = vec![0u8; SCHEMA_OFFSET];
     out.splice(0..PAGE, sb.encode());
     let off = COMMIT_SLOT_OFFSET
@@ -234,7 +234,7 @@ pub fn manifest_bytes(sb: &Superblock, schema_archive: &[u8], first: &Commit) ->
 }
 
 /// Writes a commit into its slot; `durable` adds an fdatasync.
-pub fn write_commit(
+pub(crate) fn write_commit(
     io: &dyn Io,
     manifest: &File,
     path: &Path,
@@ -258,7 +258,7 @@ pub fn write_commit(
 /// Refuses a writer whose buffer folder `dir` (or, before it exists, its nearest
 /// existing parent) is on a network file system, unless `REPLAYSTORE_ALLOW_NETWORK_FS=1`.
 /// A file system that cannot be asked is let through.
-pub fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
+pub(crate) fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
     if std::env::var("REPLAYSTORE_ALLOW_NETWORK_FS").is_ok_and(|v| v == "1") {
         return Ok(());
     }
@@ -276,13 +276,13 @@ pub fn refuse_network_fs(io: &dyn Io, dir: &Path) -> Result<()> {
 
 /// `dir` or its nearest existing parent: where questions about a folder about to be
 /// created (its file system, its free space) are asked.
-pub fn nearest_existing(dir: &Path) -> Option<&Path> {
+pub(crate) fn nearest_existing(dir: &Path) -> Option<&Path> {
     dir.ancestors().find(|p| p.exists())
 }
 
 /// Writes eviction record `e` into the page of slot `slot` and makes it durable: it
 /// must be on disk before any item it names is overwritten.
-pub fn write_eviction(
+pub(crate) fn write_eviction(
     io: &dyn Io,
     manifest: &File,
     path: &Path,
@@ -334,7 +334,7 @@ fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<
 }
 
 /// Creates, reserves and stamps the header of segment file `n`.
-pub fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
+pub(crate) fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
     let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
@@ -344,7 +344,7 @@ pub fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Resul
 }
 
 /// Opens and maps segment `n`, checking its length and header.
-pub fn open_segment(
+pub(crate) fn open_segment(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
@@ -392,7 +392,7 @@ pub fn open_segment(
 /// never written), is made durable, mapped, and renamed over the live name. The old file
 /// keeps the snapshot's bytes. Returns the new mapping and file; the caller must fsync
 /// the lane folder before its next commit, so the rename is durable first.
-pub fn copy_segment(
+pub(crate) fn copy_segment(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
@@ -438,7 +438,7 @@ pub fn copy_segment(
 
 /// Checks segment `n`'s file without mapping it: present, long enough, header as
 /// expected. (Cheap enough to run over every segment of a snapshot before restoring it.)
-pub fn check_segment_file(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
+pub(crate) fn check_segment_file(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
     let path = segment_path(dir, n);
     let header = segment_header(sb, n);
     let (file, len) = open_with_len(io, &path, Access::Read)?;
@@ -457,20 +457,20 @@ pub fn check_segment_file(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> R
 
 /// Lock file of the priority tree's owner: the writer of a prioritized buffer, or a
 /// `PriorityOwner` process while writers add as actors.
-pub const PRIORITY_LOCK: &str = "priorities.lock";
+pub(crate) const PRIORITY_LOCK: &str = "priorities.lock";
 
 /// Takes the writer lock of `dir`, creating the lock file if needed.
-pub fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
+pub(crate) fn lock(io: &dyn Io, dir: &Path) -> Result<File> {
     lock_named(io, dir, LOCK, writer_pid)
 }
 
 /// Takes the priority owner's lock of `dir` (see [`PRIORITY_LOCK`]).
-pub fn lock_priorities(io: &dyn Io, dir: &Path) -> Result<File> {
+pub(crate) fn lock_priorities(io: &dyn Io, dir: &Path) -> Result<File> {
     lock_named(io, dir, PRIORITY_LOCK, tree_owner_pid)
 }
 
 /// The process named as the priority tree's owner in its header, if any.
-pub fn tree_owner_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
+pub(crate) fn tree_owner_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
     let path = tree_path(dir);
     let file = io.open_ro(&path).ok()?;
     let mut b = [0u8; 8];
@@ -529,7 +529,7 @@ fn lock_named(
 /// The running kernel's boot id (`/proc/sys/kernel/random/boot_id`), or zeros where it
 /// cannot be read. A commit records it; an unclean open in the same boot knows the page
 /// cache survived. Zeros never count as the same boot.
-pub fn boot_id() -> [u8; 16] {
+pub(crate) fn boot_id() -> [u8; 16] {
     let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let hex: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
     let mut id = [0u8; 16];
@@ -545,7 +545,7 @@ pub fn boot_id() -> [u8; 16] {
 }
 
 /// Whether a commit was written in the running boot.
-pub fn same_boot(commit: &Commit) -> bool {
+pub(crate) fn same_boot(commit: &Commit) -> bool {
     let now = boot_id();
     now != [0; 16] && commit.boot_id == now
 }
@@ -557,7 +557,7 @@ pub fn same_boot(commit: &Commit) -> bool {
 /// rename over the name, fsync of the folder), leaving the other names as they were.
 /// Segments need none of this: a linked segment is copied before any store (see
 /// `Ring::refresh_shared`), which is how snapshots share them.
-pub fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
+pub(crate) fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     if regular_file_meta(path).is_none_or(|m| m.nlink() <= 1) {
         // One name, or not a regular file at all (the open then refuses it).
@@ -582,14 +582,14 @@ pub fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
 
 /// The metadata of `path` if it is a regular file, the name itself (a link is not
 /// followed: a planted link is nothing of the engine's, whatever it points to).
-pub fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
+pub(crate) fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
     std::fs::symlink_metadata(path)
         .ok()
         .filter(std::fs::Metadata::is_file)
 }
 
 /// Bytes the files of a buffer occupy on disk (allocated blocks).
-pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
+pub(crate) fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let file = |p: PathBuf| regular_file_meta(&p).map_or(0, |m| m.blocks() * 512);
     file(dir.join(MANIFEST))
@@ -600,13 +600,13 @@ pub fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
 }
 
 /// Path of the priorities file.
-pub fn tree_path(dir: &Path) -> PathBuf {
+pub(crate) fn tree_path(dir: &Path) -> PathBuf {
     dir.join(crate::format::tree::FILE_NAME)
 }
 
 /// Creates the priorities file with its disk reserved and an empty tree (every leaf 0,
 /// min-tree +inf), durable before it returns.
-pub fn create_tree(
+pub(crate) fn create_tree(
     io: &dyn Io,
     dir: &Path,
     header: &crate::format::tree::TreeHeader,
@@ -630,7 +630,7 @@ pub fn create_tree(
 }
 
 /// Opens and maps the priorities file, checking its header against the superblock.
-pub fn open_tree(
+pub(crate) fn open_tree(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
@@ -700,17 +700,17 @@ pub fn open_tree(
 }
 
 /// Path of the lane's progress page.
-pub fn progress_path(dir: &Path) -> PathBuf {
+pub(crate) fn progress_path(dir: &Path) -> PathBuf {
     dir.join(LANE_DIR).join(PROGRESS)
 }
 
 /// File name of the progress page in a lane folder.
-pub const PROGRESS: &str = "progress";
+pub(crate) const PROGRESS: &str = "progress";
 
 /// Opens the progress page: the writer (`Access::Write`) creates it when missing and
 /// rewrites a damaged header (nothing ever trusts the page for recovery); a reader
 /// (`Access::Read`) maps it read-only and checks its header against the buffer's uuid.
-pub fn open_progress(
+pub(crate) fn open_progress(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
@@ -772,7 +772,7 @@ pub fn open_progress(
 
 /// The process that last opened the buffer in `dir` for writing, as its progress page
 /// says (`None` when the page is missing or names none): for the `Locked` message.
-pub fn writer_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
+pub(crate) fn writer_pid(io: &dyn Io, dir: &Path) -> Option<u32> {
     let bytes = io.read(&progress_path(dir)).ok()?;
     let pid = crate::format::progress::writer_pid(&bytes);
     u32::try_from(pid).ok().filter(|&p| p != 0)
@@ -798,7 +798,7 @@ pub fn read_lanes(io: &dyn Io, dir: &Path) -> Result<Option<LanesFile>> {
 
 /// Writes `LANES` durably under its final name (through a temporary name, then a
 /// rename and an fsync of `dir`): its presence is what makes the lanes one buffer.
-pub fn write_lanes(io: &dyn Io, dir: &Path, file: &LanesFile) -> Result<()> {
+pub(crate) fn write_lanes(io: &dyn Io, dir: &Path, file: &LanesFile) -> Result<()> {
     let tmp = dir.join("LANES.tmp");
     let f = io
         .create_new(&tmp)

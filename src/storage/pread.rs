@@ -54,7 +54,7 @@ pub enum Missed {
 
 /// The ring's segment files, open for `pread`.
 #[derive(Debug)]
-pub struct RowFiles {
+pub(crate) struct RowFiles {
     io: IoRef,
     files: Vec<(File, PathBuf, usize)>,
     stride: usize,
@@ -62,7 +62,7 @@ pub struct RowFiles {
 
 impl RowFiles {
     /// Opens the files behind `segments` (by the names they were mapped from).
-    pub fn open(io: IoRef, segments: &[SegmentMap], stride: usize) -> Result<RowFiles> {
+    pub(crate) fn open(io: IoRef, segments: &[SegmentMap], stride: usize) -> Result<RowFiles> {
         let files = segments
             .iter()
             .map(|seg| {
@@ -78,7 +78,7 @@ impl RowFiles {
     /// What [`crate::storage::map::gather`] does, with `pread`: the fields of the rows
     /// holding `indices` into `outs` (field-major), from position `from` on, each row
     /// below `sealed` checked against its checksum.
-    pub fn gather(
+    pub(crate) fn gather(
         &self,
         map: SlotMap,
         layout: &RowLayout,

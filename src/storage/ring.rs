@@ -10,7 +10,7 @@ use crate::storage::pread::{Missed, RowFiles};
 
 /// The ring's mapped segments and how slots divide among them.
 #[derive(Debug)]
-pub struct Ring {
+pub(crate) struct Ring {
     segments: Vec<SegmentMap>,
     layout: RowLayout,
     capacity: u64,
@@ -26,7 +26,7 @@ pub struct Ring {
 
 /// Where a read finds the live rows, and which of them it checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Live {
+pub(crate) struct Live {
     /// The oldest live index...
     pub head: u64,
     /// ...and its slot.
@@ -41,7 +41,7 @@ impl Ring {
     /// Refuses a slot count that is not a power of two and a layout whose fields reach
     /// past a segment's stride: every row read trusts both (`storage::map`), so no
     /// caller of this public constructor can make a read leave its row.
-    pub fn new(
+    pub(crate) fn new(
         segments: Vec<SegmentMap>,
         layout: RowLayout,
         capacity: u64,
@@ -82,22 +82,22 @@ impl Ring {
 
     /// Gathers from now on copy rows with `pread` from `files` (the segments' files);
     /// `None` goes back to the mappings.
-    pub fn read_rows_from(&mut self, files: Option<RowFiles>) {
+    pub(crate) fn read_rows_from(&mut self, files: Option<RowFiles>) {
         self.files = files;
     }
 
     /// The mapped segments.
-    pub fn segments(&self) -> &[SegmentMap] {
+    pub(crate) fn segments(&self) -> &[SegmentMap] {
         &self.segments
     }
 
     /// Slots in the ring.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// The row layout.
-    pub fn layout(&self) -> &RowLayout {
+    pub(crate) fn layout(&self) -> &RowLayout {
         &self.layout
     }
 
@@ -108,7 +108,7 @@ impl Ring {
 
     /// The file and byte offset of a slot's row, for messages (`fallback` if the slot is
     /// out of range).
-    pub fn place(&self, slot: u64, fallback: &std::path::Path) -> (std::path::PathBuf, u64) {
+    pub(crate) fn place(&self, slot: u64, fallback: &std::path::Path) -> (std::path::PathBuf, u64) {
         self.locate(slot)
             .map_or((fallback.to_path_buf(), 0), |(seg, k)| {
                 (seg.path().to_path_buf(), seg.row_offset(k))
@@ -116,7 +116,7 @@ impl Ring {
     }
 
     /// The segment and row of a slot, for messages.
-    pub fn locate(&self, slot: u64) -> Option<(&SegmentMap, usize)> {
+    pub(crate) fn locate(&self, slot: u64) -> Option<(&SegmentMap, usize)> {
         let (s, k) = self.split(slot);
         self.segments
             .get(s)
@@ -127,13 +127,13 @@ impl Ring {
     /// Whether any segment is linked by another name (a snapshot): then stores must
     /// first check [`Ring::shared_segments`].
     #[inline(always)]
-    pub fn any_shared(&self) -> bool {
+    pub(crate) fn any_shared(&self) -> bool {
         self.shared > 0
     }
 
     /// The first shared segment among those holding `count` slots from `first_slot`
     /// (wrapping at the capacity). O(1) for one slot; allocates nothing.
-    pub fn first_shared(&self, first_slot: u64, count: u64) -> Option<usize> {
+    pub(crate) fn first_shared(&self, first_slot: u64, count: u64) -> Option<usize> {
         let mut slot = first_slot;
         let mut left = count.min(self.capacity);
         while left > 0 {
@@ -151,7 +151,7 @@ impl Ring {
 
     /// Rows of segment `s` that hold slots of `slots` (a run of `len` slots from
     /// `first`, wrapping at the capacity): at most two row ranges.
-    pub fn rows_of(&self, s: usize, first: u64, len: u64) -> Vec<std::ops::Range<usize>> {
+    pub(crate) fn rows_of(&self, s: usize, first: u64, len: u64) -> Vec<std::ops::Range<usize>> {
         let Some(seg) = self.segments.get(s) else {
             return Vec::new();
         };
@@ -171,12 +171,12 @@ impl Ring {
     }
 
     /// The mapping of segment `s`.
-    pub fn segment(&self, s: usize) -> Option<&SegmentMap> {
+    pub(crate) fn segment(&self, s: usize) -> Option<&SegmentMap> {
         self.segments.get(s)
     }
 
     /// Puts a private copy of segment `s` in place of the shared one.
-    pub fn replace_segment(&mut self, s: usize, seg: SegmentMap) {
+    pub(crate) fn replace_segment(&mut self, s: usize, seg: SegmentMap) {
         if let Some(old) = self.segments.get_mut(s) {
             if old.is_shared() {
                 self.shared -= 1;
@@ -186,7 +186,7 @@ impl Ring {
     }
 
     /// Records that every segment is now linked by another name (a snapshot was taken).
-    pub fn mark_all_shared(&mut self) {
+    pub(crate) fn mark_all_shared(&mut self) {
         for seg in &mut self.segments {
             seg.set_shared(true);
         }
@@ -194,7 +194,7 @@ impl Ring {
     }
 
     /// Re-reads each segment's link count (after snapshots were deleted).
-    pub fn refresh_shared(&mut self) {
+    pub(crate) fn refresh_shared(&mut self) {
         use std::os::unix::fs::MetadataExt;
         for seg in &mut self.segments {
             // Not followed: anything but a regular file there (a link planted in place of
@@ -209,7 +209,7 @@ impl Ring {
     /// Writes item `index` into `slot` (`fields[i]` is field `i`'s bytes), running `between`
     /// before the slot is stamped complete (see `SegmentMap::write_row`).
     #[inline]
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         slot: u64,
         index: u64,
@@ -224,7 +224,7 @@ impl Ring {
     }
 
     /// The step header of a slot (episodic buffers; zeros otherwise).
-    pub fn step_header(&self, slot: u64) -> StepHeader {
+    pub(crate) fn step_header(&self, slot: u64) -> StepHeader {
         let mut b = [0u8; STEP_HEADER_LEN];
         if self.layout.episodic
             && let Some((seg, k)) = self.locate(slot)
@@ -235,7 +235,7 @@ impl Ring {
     }
 
     /// The fragment position of a slot (fragment buffers; 0 otherwise).
-    pub fn fragment_pos(&self, slot: u64) -> u32 {
+    pub(crate) fn fragment_pos(&self, slot: u64) -> u32 {
         let mut b = [0u8; 4];
         if self.layout.fragments
             && let Some((seg, k)) = self.locate(slot)
@@ -246,7 +246,7 @@ impl Ring {
     }
 
     /// A scalar numeric field `f` (of `dtype`) of a slot, as f64.
-    pub fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
+    pub(crate) fn field_f64(&self, slot: u64, f: usize, dtype: crate::DType) -> f64 {
         let mut b = [0u8; 8];
         let n = dtype.size().min(8);
         self.read_field(slot, f, b.get_mut(..n).unwrap_or(&mut []));
@@ -254,7 +254,7 @@ impl Ring {
     }
 
     /// Copies field `f` of a slot into `out` (which has the field's size).
-    pub fn read_field(&self, slot: u64, f: usize, out: &mut [u8]) {
+    pub(crate) fn read_field(&self, slot: u64, f: usize, out: &mut [u8]) {
         if let (Some((seg, k)), Some(&(off, _))) = (self.locate(slot), self.layout.fields.get(f)) {
             seg.read_row_bytes(k, off, out);
         }
@@ -262,7 +262,7 @@ impl Ring {
 
     /// Writes the checksums of `count` items from `first_index`, whose slots follow
     /// `first_slot` (wrapping at the capacity).
-    pub fn seal(&mut self, first_slot: u64, first_index: u64, count: u64) {
+    pub(crate) fn seal(&mut self, first_slot: u64, first_index: u64, count: u64) {
         let mut slot = first_slot;
         for index in first_index..first_index + count {
             let (s, k) = self.split(slot);
@@ -277,18 +277,18 @@ impl Ring {
     }
 
     /// Stamp and checksum check of a slot.
-    pub fn check(&self, slot: u64) -> Option<RowCheck> {
+    pub(crate) fn check(&self, slot: u64) -> Option<RowCheck> {
         self.locate(slot)
             .map(|(seg, k)| seg.check_row(k, &self.layout, &self.crc))
     }
 
     /// The stamp of a slot (0 when out of range).
-    pub fn stamp(&self, slot: u64) -> u64 {
+    pub(crate) fn stamp(&self, slot: u64) -> u64 {
         self.locate(slot).map_or(0, |(seg, k)| seg.load_stamp(k))
     }
 
     /// Marks a slot never written.
-    pub fn clear_stamp(&mut self, slot: u64) {
+    pub(crate) fn clear_stamp(&mut self, slot: u64) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {
             seg.clear_stamp(k);
@@ -296,12 +296,17 @@ impl Ring {
     }
 
     /// Gathers `indices` (live as `at` says) into per-field outputs.
-    pub fn gather(&self, at: Live, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<(), Missed> {
+    pub(crate) fn gather(
+        &self,
+        at: Live,
+        indices: &[u64],
+        outs: &mut [&mut [u8]],
+    ) -> Result<(), Missed> {
         self.gather_from(at, indices, outs, 0)
     }
 
     /// `gather` of the positions from `from` on, leaving those before as they are.
-    pub fn gather_from(
+    pub(crate) fn gather_from(
         &self,
         at: Live,
         indices: &[u64],
@@ -322,7 +327,7 @@ impl Ring {
     }
 
     /// Reads live rows one at a time (live as `at` says).
-    pub fn reader(&self, at: Live) -> RowReader<'_> {
+    pub(crate) fn reader(&self, at: Live) -> RowReader<'_> {
         RowReader {
             segments: &self.segments,
             map: self.slot_map(at),
@@ -343,7 +348,7 @@ impl Ring {
     }
 
     /// msync of `count` slots starting at `slot`, wrapping at the capacity.
-    pub fn flush_slots(
+    pub(crate) fn flush_slots(
         &self,
         io: &dyn Io,
         slot: u64,
@@ -368,7 +373,7 @@ impl Ring {
     }
 
     /// msync of every segment.
-    pub fn flush_all(&self, io: &dyn Io) -> Result<(), (usize, std::io::Error)> {
+    pub(crate) fn flush_all(&self, io: &dyn Io) -> Result<(), (usize, std::io::Error)> {
         for (s, seg) in self.segments.iter().enumerate() {
             seg.flush_all(io).map_err(|e| (s, e))?;
         }

@@ -44,7 +44,7 @@ mod sealed {
     }
 }
 
-/// What one lane of [`Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
+/// What one lane of [`crate::Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
 /// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
 /// the plumbing `Lanes` calls.
 pub trait Lane: sealed::Sealed {

@@ -85,7 +85,7 @@ impl ReplayBuffer {
     }
     /// Sets the priorities of the items at logical `indices` (typically the TD errors of
     /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
-    /// counted (`stale_updates` in [`Stats`]), never applied to the newer item in their
+    /// counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
     /// slot. A priority that is negative, NaN or infinite, an index never added, or
     /// arrays of different lengths are an error, and then nothing is applied.
     /// Survives a kill at once, and a power loss after the next `flush`.

@@ -10,8 +10,8 @@
 mod progress;
 mod tree;
 
-pub use progress::ProgressMap;
-pub use tree::TreeMap;
+pub(crate) use progress::ProgressMap;
+pub(crate) use tree::TreeMap;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
@@ -26,7 +26,7 @@ use crate::storage::io::Io;
 
 /// One mapped segment file.
 #[derive(Debug)]
-pub struct SegmentMap {
+pub(crate) struct SegmentMap {
     map: MmapRaw,
     path: PathBuf,
     slots: usize,
@@ -45,7 +45,7 @@ unsafe impl Sync for SegmentMap {}
 
 /// What a slot holds, as read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowCheck {
+pub(crate) struct RowCheck {
     /// The stamp.
     pub stamp: u64,
     /// Whether the stored checksum matches the index the stamp names and the payload.
@@ -59,7 +59,7 @@ pub struct RowCheck {
 impl SegmentMap {
     /// Wraps a mapping, checking that it is long enough for `slots` rows of `stride`
     /// (at least one: every row access clamps to the last row, which must exist).
-    pub fn new(
+    pub(crate) fn new(
         map: MmapRaw,
         path: &Path,
         slots: usize,
@@ -104,32 +104,32 @@ impl SegmentMap {
 
     /// Whether another name links the file, so it must be copied before a store.
     #[inline(always)]
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.shared
     }
 
     /// Records whether another name links the file.
-    pub fn set_shared(&mut self, shared: bool) {
+    pub(crate) fn set_shared(&mut self, shared: bool) {
         self.shared = shared;
     }
 
     /// The file this maps.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Slots in this segment.
-    pub fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         self.slots
     }
 
     /// Byte offset of slot `k` in the file.
-    pub fn row_offset(&self, k: usize) -> u64 {
+    pub(crate) fn row_offset(&self, k: usize) -> u64 {
         (DATA_OFFSET + k * self.stride) as u64
     }
 
     /// Bytes per row.
-    pub fn stride(&self) -> usize {
+    pub(crate) fn stride(&self) -> usize {
         self.stride
     }
 
@@ -153,12 +153,12 @@ impl SegmentMap {
 
     /// The stamp of slot `k` (acquire: the row's bytes written before it are visible).
     #[inline(always)]
-    pub fn load_stamp(&self, k: usize) -> u64 {
+    pub(crate) fn load_stamp(&self, k: usize) -> u64 {
         self.stamp_atomic(k).load(Ordering::Acquire)
     }
 
     /// Marks slot `k` as never written (recovery drops rows past the recovered tail).
-    pub fn clear_stamp(&mut self, k: usize) {
+    pub(crate) fn clear_stamp(&mut self, k: usize) {
         debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         self.stamp_atomic(k).store(STAMP_EMPTY, Ordering::Release);
     }
@@ -170,7 +170,7 @@ impl SegmentMap {
     /// marked "being written" and before it is stamped complete: whatever it stores (the
     /// item's priority leaf) is in place exactly when the item is, whenever a kill lands.
     #[inline]
-    pub fn write_row(
+    pub(crate) fn write_row(
         &mut self,
         k: usize,
         index: u64,
@@ -214,7 +214,7 @@ impl SegmentMap {
     /// Copies `out.len()` bytes of row `k` from offset `off` (clamped to the row). Used
     /// for the step header and single fields; a writer elsewhere may be changing the row,
     /// so callers check the stamp around it where that matters.
-    pub fn read_row_bytes(&self, k: usize, off: usize, out: &mut [u8]) {
+    pub(crate) fn read_row_bytes(&self, k: usize, off: usize, out: &mut [u8]) {
         let n = out.len().min(self.stride.saturating_sub(off));
         // SAFETY: off + n <= stride keeps the source inside row k; `out` is a separate
         // allocation of at least n bytes.
@@ -223,7 +223,7 @@ impl SegmentMap {
 
     /// Computes and stores the checksum of item `index` in slot `k`, whose bytes are
     /// complete (the writer's own earlier `write_row`).
-    pub fn seal_row(&mut self, k: usize, index: u64, layout: &RowLayout) {
+    pub(crate) fn seal_row(&mut self, k: usize, index: u64, layout: &RowLayout) {
         debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         let row = self.row(k);
         let span = layout.payload_span();
@@ -236,7 +236,7 @@ impl SegmentMap {
     }
 
     /// Reads slot `k`'s stamp and checks its checksum against the index it names.
-    pub fn check_row(&self, k: usize, layout: &RowLayout, crc: &SpanCrc) -> RowCheck {
+    pub(crate) fn check_row(&self, k: usize, layout: &RowLayout, crc: &SpanCrc) -> RowCheck {
         let stamp = self.load_stamp(k);
         let index = row::index_of(stamp);
         // SAFETY: `row(k)` is the start of row k of this segment's stride, which the
@@ -259,7 +259,7 @@ impl SegmentMap {
 
     /// Writes rows `from..to` (clamped to the segment) into `file` at the offsets they
     /// have in this one: a copy-on-write copies the live rows of a shared segment.
-    pub fn copy_rows_to(
+    pub(crate) fn copy_rows_to(
         &self,
         io: &dyn Io,
         file: &std::fs::File,
@@ -280,7 +280,7 @@ impl SegmentMap {
     }
 
     /// msync of the rows `from..to` (page-rounded by the mapping).
-    pub fn flush_rows(&self, io: &dyn Io, from: usize, to: usize) -> std::io::Result<()> {
+    pub(crate) fn flush_rows(&self, io: &dyn Io, from: usize, to: usize) -> std::io::Result<()> {
         if from >= to {
             return Ok(());
         }
@@ -290,7 +290,7 @@ impl SegmentMap {
     }
 
     /// msync of the whole mapping.
-    pub fn flush_all(&self, io: &dyn Io) -> std::io::Result<()> {
+    pub(crate) fn flush_all(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, self.map.len())
     }
 }
@@ -360,7 +360,7 @@ pub(crate) fn prefetch(p: *const u8) {
 /// Where logical indices live: `segments[slot >> shift]`, row `slot & mask`, with
 /// `slot = base_slot + (index - base_index)` wrapped once at `capacity`.
 #[derive(Debug, Clone, Copy)]
-pub struct SlotMap {
+pub(crate) struct SlotMap {
     /// log2 of slots per segment.
     pub shift: u32,
     /// Slots per segment minus one.
@@ -376,7 +376,7 @@ pub struct SlotMap {
 impl SlotMap {
     /// The (segment, row) of a live index: no division on the hot path.
     #[inline(always)]
-    pub fn locate(&self, index: u64) -> (usize, usize) {
+    pub(crate) fn locate(&self, index: u64) -> (usize, usize) {
         let mut slot = self.base_slot + index.wrapping_sub(self.base_index);
         if slot >= self.capacity {
             slot -= self.capacity;
@@ -387,7 +387,7 @@ impl SlotMap {
 
 /// What a row read found in place of the item asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     /// The slot's stamp (before or after the copy), which did not name the index: a race
     /// with the writer, or damage.
     Stamp(u64),
@@ -404,7 +404,7 @@ pub enum Found {
 
 /// A row that did not hold the item asked for, and where in the index list it was.
 #[derive(Debug, Clone, Copy)]
-pub struct RowMiss {
+pub(crate) struct RowMiss {
     /// Position in the index list.
     pub position: usize,
     /// What the row held instead.
@@ -453,7 +453,7 @@ unsafe fn verify_row(index: u64, src: *const u8, from: usize, crc: &SpanCrc) -> 
 /// the copy stop early).
 /// Positions before `from` are left as they are (a reader that lost a race to the
 /// writer redraws one position and gathers on from there).
-pub fn gather(
+pub(crate) fn gather(
     rows: RowReader<'_>,
     indices: &[u64],
     outs: &mut [&mut [u8]],
@@ -478,7 +478,7 @@ pub fn gather(
 /// for a list, for samplers that choose the next rows from the previous ones (an n-step
 /// transition reads its episode's rows up to where it ends).
 #[derive(Clone, Copy, Debug)]
-pub struct RowReader<'a> {
+pub(crate) struct RowReader<'a> {
     /// The ring's segments.
     pub segments: &'a [SegmentMap],
     /// Where live indices are.
@@ -505,7 +505,7 @@ impl<'a> RowReader<'a> {
     /// Hints the CPU to fetch the rows of `count` indices from `index` (the first
     /// `PREFETCH_BYTES` of each; the rest of a large row streams in by itself).
     #[inline(always)]
-    pub fn prefetch(&self, index: u64, count: u64) {
+    pub(crate) fn prefetch(&self, index: u64, count: u64) {
         for index in index..index + count {
             if let Some((seg, k)) = self.row(index) {
                 let p = seg.row(k) as usize;
@@ -524,7 +524,7 @@ impl<'a> RowReader<'a> {
     /// stamp before and after, and its checksum if sealed. The one-row form of
     /// [`RowRun`], kept apart because a plain sample is nothing else.
     #[inline(always)]
-    pub fn copy(&self, index: u64, outs: &mut [&mut [u8]], at: usize) -> Result<(), Found> {
+    pub(crate) fn copy(&self, index: u64, outs: &mut [&mut [u8]], at: usize) -> Result<(), Found> {
         let Some((seg, k)) = self.row(index) else {
             return Err(Found::Stamp(STAMP_EMPTY));
         };
@@ -559,7 +559,7 @@ impl<'a> RowReader<'a> {
 
     /// The `count` consecutive live rows from `first`, read as one (see [`RowRun`]).
     #[inline(always)]
-    pub fn run(&'a self, first: u64, count: u64) -> RowRun<'a> {
+    pub(crate) fn run(&'a self, first: u64, count: u64) -> RowRun<'a> {
         let flat = self.row(first).and_then(|(seg, k)| {
             (k as u64 + count <= seg.slots as u64).then(|| (seg.row(k).cast_const(), seg.stride))
         });
@@ -578,7 +578,7 @@ impl<'a> RowReader<'a> {
 /// per row. Rows are addressed by stride from the first when one segment holds them
 /// all, as it nearly always does.
 #[derive(Clone, Copy, Debug)]
-pub struct RowRun<'a> {
+pub(crate) struct RowRun<'a> {
     rows: &'a RowReader<'a>,
     first: u64,
     count: u64,
@@ -607,7 +607,7 @@ impl RowRun<'_> {
     /// Hints the CPU to fetch the run's rows (the first `PREFETCH_BYTES` of each: all
     /// of a small row's lines, one stretch of lines for a run held by one segment).
     #[inline(always)]
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         match self.flat {
             Some((base, stride)) if stride <= PREFETCH_BYTES => {
                 let start = base as usize;
@@ -628,7 +628,7 @@ impl RowRun<'_> {
     /// then what `body` read must not be used. A stamp that moved is reported before a
     /// checksum that failed: the writer was there, so the bytes were not damage.
     #[inline(always)]
-    pub fn checked<T>(&self, body: impl FnOnce(&Self) -> T) -> Result<T, (u64, Found)> {
+    pub(crate) fn checked<T>(&self, body: impl FnOnce(&Self) -> T) -> Result<T, (u64, Found)> {
         let stamps = |order| {
             if let Some((base, stride)) = self.flat {
                 // One segment holds the run: walk it by stride, no lookup per row.
@@ -684,7 +684,7 @@ impl RowRun<'_> {
     /// `outs` takes it) of the row of `index` into position `at` of their outputs.
     /// Nothing is copied for a row outside the run or an output too short.
     #[inline(always)]
-    pub fn copy(
+    pub(crate) fn copy(
         &self,
         index: u64,
         fields: &[(usize, usize, usize)],
@@ -713,7 +713,7 @@ impl RowRun<'_> {
     /// (rows outside the run are passed over): a column of scalars read down the run by
     /// stride, as an n-step return reads its rewards.
     #[inline(always)]
-    pub fn read_each<const N: usize>(
+    pub(crate) fn read_each<const N: usize>(
         &self,
         rows: std::ops::Range<u64>,
         off: usize,
@@ -745,7 +745,7 @@ impl RowRun<'_> {
     /// The `N` bytes at `off` of the row of `index`: one fixed-size load for a header
     /// word or a scalar field (zeros for a row outside the run or bytes past its end).
     #[inline(always)]
-    pub fn read_le<const N: usize>(&self, index: u64, off: usize) -> [u8; N] {
+    pub(crate) fn read_le<const N: usize>(&self, index: u64, off: usize) -> [u8; N] {
         match self.ptr(index) {
             // SAFETY: off + N <= stride keeps the read inside the row; [u8; N] has no
             // alignment or validity requirement.
@@ -759,7 +759,7 @@ impl RowRun<'_> {
     /// Copies the bytes at `off` of the row of `index` into `out` (stopping at the row's
     /// end; nothing for a row outside the run).
     #[inline(always)]
-    pub fn read(&self, index: u64, off: usize, out: &mut [u8]) {
+    pub(crate) fn read(&self, index: u64, off: usize, out: &mut [u8]) {
         if let Some((src, stride)) = self.ptr(index) {
             let len = out.len().min(stride.saturating_sub(off));
             // SAFETY: off + len <= stride keeps the read inside the row; `out` is a

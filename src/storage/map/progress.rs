@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// The mapped progress page (`lane-0/progress`, see `format::progress`): the live
 /// words the writer stores and readers in other processes load, all atomics.
 #[derive(Debug)]
-pub struct ProgressMap {
+pub(crate) struct ProgressMap {
     map: MmapRaw,
     path: PathBuf,
     writable: bool,
@@ -20,7 +20,7 @@ pub struct ProgressMap {
 
 impl ProgressMap {
     /// Wraps a mapping of at least one progress page.
-    pub fn new(map: MmapRaw, path: &Path, writable: bool) -> Result<ProgressMap> {
+    pub(crate) fn new(map: MmapRaw, path: &Path, writable: bool) -> Result<ProgressMap> {
         use crate::format::progress::FILE_LEN;
         if map.len() < FILE_LEN {
             return Err(Error::Truncated {
@@ -37,12 +37,12 @@ impl ProgressMap {
     }
 
     /// The file this maps.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// A copy of the static header.
-    pub fn header(&self) -> Vec<u8> {
+    pub(crate) fn header(&self) -> Vec<u8> {
         use crate::format::progress::HEADER_LEN;
         let mut out = vec![0u8; HEADER_LEN];
         // SAFETY: `new` checked the mapping holds a whole page; `out` is a fresh
@@ -63,14 +63,14 @@ impl ProgressMap {
 
     /// The word at `off` (acquire: what the writer stored before it is visible).
     #[inline(always)]
-    pub fn load(&self, off: usize) -> u64 {
+    pub(crate) fn load(&self, off: usize) -> u64 {
         self.word(off).load(Ordering::Acquire)
     }
 
     /// Stores the word at `off` (release: everything stored before it, a row's stamp
     /// included, is visible to a reader that loads this value).
     #[inline(always)]
-    pub fn store(&mut self, off: usize, value: u64) {
+    pub(crate) fn store(&mut self, off: usize, value: u64) {
         if self.writable {
             self.word(off).store(value, Ordering::Release);
         } else {

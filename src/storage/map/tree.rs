@@ -18,7 +18,7 @@ use crate::storage::io::Io;
 /// one, so within its process the words may be borrowed as a slice. Readers elsewhere
 /// load them one at a time ([`TreeMap::shared_words`]) or copy them out.
 #[derive(Debug)]
-pub struct TreeMap {
+pub(crate) struct TreeMap {
     map: MmapRaw,
     path: PathBuf,
     words: usize,
@@ -27,7 +27,7 @@ pub struct TreeMap {
 
 impl TreeMap {
     /// Wraps a mapping, checking that it holds the header page and `words` words.
-    pub fn new(map: MmapRaw, path: &Path, words: usize, writable: bool) -> Result<TreeMap> {
+    pub(crate) fn new(map: MmapRaw, path: &Path, words: usize, writable: bool) -> Result<TreeMap> {
         let need = words
             .checked_mul(8)
             .and_then(|b| b.checked_add(TREE_BODY_OFFSET));
@@ -47,7 +47,7 @@ impl TreeMap {
     }
 
     /// The file this maps.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -55,12 +55,12 @@ impl TreeMap {
     /// per page at first touch: the tree is read all over by its first draws anyway,
     /// and a few thousand separate faults of a just-copied 10 MB tree cost milliseconds
     /// under a hypervisor. A hint: failure (an older kernel) changes nothing.
-    pub fn populate(&self) {
+    pub(crate) fn populate(&self) {
         let _ = self.map.advise(memmap2::Advice::PopulateRead);
     }
 
     /// A copy of the first `len` bytes (at most the header page).
-    pub fn header(&self, len: usize) -> Vec<u8> {
+    pub(crate) fn header(&self, len: usize) -> Vec<u8> {
         let len = len.min(TREE_BODY_OFFSET).min(self.map.len());
         let mut out = vec![0u8; len];
         // SAFETY: `len` is clamped to the mapping's length; `out` is a fresh allocation.
@@ -69,7 +69,7 @@ impl TreeMap {
     }
 
     /// Writes `bytes` into the header page at `offset` (the writer's counters).
-    pub fn write_header(&mut self, offset: usize, bytes: &[u8]) {
+    pub(crate) fn write_header(&mut self, offset: usize, bytes: &[u8]) {
         assert!(self.writable, "write to a read-only tree mapping");
         let end = offset.saturating_add(bytes.len());
         if end > TREE_BODY_OFFSET {
@@ -88,7 +88,7 @@ impl TreeMap {
     }
 
     /// The tree's words, for the writer.
-    pub fn words_mut(&mut self) -> &mut [f64] {
+    pub(crate) fn words_mut(&mut self) -> &mut [f64] {
         assert!(self.writable, "write to a read-only tree mapping");
         // The mapping holds `words` f64s after the header page (checked by `new`), 8-aligned
         // (page-aligned map, 4096-byte offset); any bit pattern is a valid f64.
@@ -103,7 +103,7 @@ impl TreeMap {
     }
 
     /// The tree's words, for the writer (who alone changes them).
-    pub fn words(&self) -> &[f64] {
+    pub(crate) fn words(&self) -> &[f64] {
         assert!(self.writable, "a reader must copy the words out");
         // SAFETY: as in `words_mut`; only the writer, whose changes need `&mut self`,
         // modifies them, so they do not change while this borrow lives.
@@ -117,7 +117,7 @@ impl TreeMap {
 
     /// A copy of the tree's words, for readers (a writer elsewhere may be changing them;
     /// a concurrent change can make the copy inconsistent, never unsafe to use).
-    pub fn copy_words(&self) -> Vec<f64> {
+    pub(crate) fn copy_words(&self) -> Vec<f64> {
         let mut out = vec![0.0f64; self.words];
         // SAFETY: `new` checked the range is mapped; `out` is a fresh allocation of the
         // same number of f64s; any bit pattern is a valid f64.
@@ -132,17 +132,22 @@ impl TreeMap {
     }
 
     /// msync of the whole file.
-    pub fn flush(&self, io: &dyn Io) -> std::io::Result<()> {
+    pub(crate) fn flush(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, self.map.len())
     }
 
     /// msync of the header page (the counters, `caught_up` among them).
-    pub fn flush_header(&self, io: &dyn Io) -> std::io::Result<()> {
+    pub(crate) fn flush_header(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, TREE_BODY_OFFSET.min(self.map.len()))
     }
 
     /// msync of the pages holding body words `from..from + words`.
-    pub fn flush_words(&self, io: &dyn Io, from: usize, words: usize) -> std::io::Result<()> {
+    pub(crate) fn flush_words(
+        &self,
+        io: &dyn Io,
+        from: usize,
+        words: usize,
+    ) -> std::io::Result<()> {
         let start = TREE_BODY_OFFSET + from * 8;
         let len = (words * 8).min(self.map.len().saturating_sub(start));
         if len == 0 {
@@ -153,7 +158,7 @@ impl TreeMap {
 
     /// The tree's words as a reader in another process sees them: loaded one at a
     /// time, atomically, while the writer may be storing into them.
-    pub fn shared_words(&self) -> SharedWords<'_> {
+    pub(crate) fn shared_words(&self) -> SharedWords<'_> {
         SharedWords {
             // SAFETY: `new` checked the mapping holds the header page and `words`
             // words after it; page-aligned plus 4096 is 8-aligned.
@@ -168,7 +173,7 @@ impl TreeMap {
 /// relaxed atomic load (a plain load on x86-64 and aarch64): a descent over them may
 /// meet a parent not yet fixed, never a torn word.
 #[derive(Clone, Copy, Debug)]
-pub struct SharedWords<'a> {
+pub(crate) struct SharedWords<'a> {
     first: *const AtomicU64,
     len: usize,
     _map: std::marker::PhantomData<&'a TreeMap>,
