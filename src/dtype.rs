@@ -203,6 +203,10 @@ impl fmt::Display for DType {
 }
 
 mod sealed {
+    #[expect(
+        unnameable_types,
+        reason = "sealed: callers may reach it through a public trait but not name or implement it"
+    )]
     pub trait Sealed {}
 }
 

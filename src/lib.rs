@@ -31,6 +31,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
+// A type the API hands out must be nameable (the layer folders are private).
+#![warn(unnameable_types)]
 
 // The layers, bottom up (docs/ARCHITECTURE.md, "Layers"): each imports only the ones
 // below it (tests/layers.rs). The value types (dtype, error, schema, column, batch) sit
@@ -49,6 +51,7 @@ mod killpoint;
 mod schema;
 
 pub use algo::lookback::Indices;
+pub use algo::recovery::Recovered;
 pub use algo::sample::SampleSpec;
 pub use algo::windows::End;
 pub use batch::{Batch, FieldArray};
@@ -57,8 +60,9 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use format::FORMAT_VERSION;
 pub use format::state::State;
+pub use handle::config::DEFAULT_SEGMENT_BYTES;
 pub use handle::inspect::{
-    EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
+    EpisodeStats, Finding, Info, Report, VerifyOptions, inspect, verify, verify_opts,
 };
 pub use handle::{
     Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityLane,
@@ -70,7 +74,7 @@ pub use parts::priorities::{
     Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
 pub use parts::snapshot::{SnapshotInfo, snapshots};
-pub use schema::{Field, Schema};
+pub use schema::{Field, Schema, SchemaBuilder};
 pub use storage::io;
 pub use storage::pread::RowAccess;
 

@@ -3,7 +3,7 @@
 //! priority owner keeps the tree while actors add; lanes are one buffer per producer;
 //! `inspect` and `verify` read a folder without opening it for use.
 
-mod config;
+pub(crate) mod config;
 mod core;
 pub mod inspect;
 mod lanes;

@@ -26,6 +26,10 @@ use crate::storage::ring::{Live, Ring};
 /// The rows of a buffer as one handle sees them. Nominally `pub` for the sealed trait
 /// `Lanes` reads its lanes through; callers can name neither.
 #[derive(Debug)]
+#[expect(
+    unnameable_types,
+    reason = "sealed: callers may reach it through a public trait but not name or implement it"
+)]
 pub struct Rows {
     pub(crate) dir: PathBuf,
     pub(crate) io: IoRef,

@@ -14,6 +14,10 @@ mod sealed {
 
     /// What `Lanes` reads of each lane: its rows. Out of reach of callers, who can
     /// name neither this trait nor `Rows`.
+    #[expect(
+        unnameable_types,
+        reason = "sealed: callers may reach it through a public trait but not name or implement it"
+    )]
     pub trait Sealed {
         fn rows(&self) -> &Rows;
         fn rows_mut(&mut self) -> &mut Rows;
