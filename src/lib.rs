@@ -57,12 +57,12 @@ pub use algo::windows::End;
 pub use batch::{Batch, FieldArray};
 pub use column::Column;
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, Finding, Result};
 pub use format::FORMAT_VERSION;
 pub use format::state::State;
 pub use handle::config::DEFAULT_SEGMENT_BYTES;
 pub use handle::inspect::{
-    EpisodeStats, Finding, Info, Report, VerifyOptions, inspect, verify, verify_opts,
+    EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
 };
 pub use handle::{
     Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityLane,

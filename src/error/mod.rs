@@ -8,7 +8,10 @@ use std::path::PathBuf;
 
 use crate::dtype::DType;
 
+mod finding;
 pub(crate) mod foreign;
+
+pub use finding::Finding;
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

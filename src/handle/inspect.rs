@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::algo::recovery::{self, Recovered};
-use crate::error::{Error, Result};
+use crate::error::{Error, Finding, Result};
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
 use crate::format::segment::hex;
+use crate::parts::hooks::{Checking, Found};
 use crate::parts::priorities::{PriorityInfo, TreeCopy};
+use crate::parts::set::Parts;
 use crate::schema::Schema;
 use crate::storage::io::{self, Access, Io};
 use crate::storage::ring::Ring;
@@ -185,29 +187,6 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
     }
 }
 
-/// One thing `verify` found wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// The file.
-    pub file: PathBuf,
-    /// Byte offset in it.
-    pub offset: u64,
-    /// What is wrong.
-    pub what: String,
-}
-
-impl std::fmt::Display for Finding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} @ {}: {}",
-            self.file.display(),
-            self.offset,
-            self.what
-        )
-    }
-}
-
 /// What `verify` checked and found.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -234,26 +213,6 @@ impl Report {
     /// Whether nothing is damaged.
     pub fn is_sound(&self) -> bool {
         self.problems.is_empty()
-    }
-}
-
-fn finding_of(e: &Error, fallback: &Path) -> Finding {
-    let (file, offset) = match e {
-        Error::BadMagic { file, offset, .. }
-        | Error::ChecksumMismatch { file, offset, .. }
-        | Error::Corrupt { file, offset, .. }
-        | Error::BadItem { file, offset, .. } => (file.clone(), *offset),
-        Error::Truncated { file, expected, .. } => (file.clone(), *expected),
-        Error::UnsupportedVersion { file, .. } | Error::NoValidCommit { file, .. } => {
-            (file.clone(), 0)
-        }
-        Error::Io { path, .. } | Error::ForeignFile { path, .. } => (path.clone(), 0),
-        _ => (fallback.to_path_buf(), 0),
-    };
-    Finding {
-        file,
-        offset,
-        what: e.to_string(),
     }
 }
 
@@ -344,7 +303,7 @@ pub fn verify_opts_with(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Re
         Err(e) => {
             // The lane folders can still be checked: count the ones that are there.
             let mut r = Report::default();
-            r.problems.push(finding_of(&e, &lanes_path));
+            r.problems.push(Finding::of(&e, &lanes_path));
             let present = (0..crate::format::lanes::MAX_LANES)
                 .take_while(|&k| matches!(io.kind(&storage::lane_dir(dir, k)), Ok(io::Kind::Dir)))
                 .count();
@@ -431,7 +390,7 @@ fn verify_buffer(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Re
         Err(e) => {
             let mut r = verify_live(dir, io, opts.progress, true)?;
             r.problems
-                .push(finding_of(&e, &dir.join(crate::parts::snapshot::RESTORE)));
+                .push(Finding::of(&e, &dir.join(crate::parts::snapshot::RESTORE)));
             r
         }
     };
@@ -479,13 +438,13 @@ fn check_progress(dir: &Path, io: &dyn Io, report: &mut Report) {
             if let Err(p) = crate::format::progress::check(&bytes, &m.superblock.uuid) {
                 report
                     .problems
-                    .push(finding_of(&p.into_error(&path, "progress page"), &path));
+                    .push(Finding::of(&p.into_error(&path, "progress page"), &path));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => report
             .problems
-            .push(finding_of(&Error::io("read", &path, e), &path)),
+            .push(Finding::of(&Error::io("read", &path, e), &path)),
     }
 }
 
@@ -503,7 +462,7 @@ fn verify_live(
         Ok(m) => m,
         Err(e @ Error::NotABuffer { .. }) => return Err(e),
         Err(e) => {
-            report.problems.push(finding_of(&e, &manifest_path));
+            report.problems.push(Finding::of(&e, &manifest_path));
             return Ok(report);
         }
     };
@@ -537,7 +496,7 @@ fn verify_live(
     let commit = match m.newest_commit() {
         Ok(c) => c,
         Err(e) => {
-            report.problems.push(finding_of(&e, &manifest_path));
+            report.problems.push(Finding::of(&e, &manifest_path));
             return Ok(report);
         }
     };
@@ -568,7 +527,7 @@ fn verify_live(
             Ok(seg) => segments.push(seg),
             Err(e) => report
                 .problems
-                .push(finding_of(&e, &storage::segment_path(dir, n))),
+                .push(Finding::of(&e, &storage::segment_path(dir, n))),
         }
         report.segments_checked += 1;
     }
@@ -611,34 +570,25 @@ fn verify_live(
         report.recovery = Some(r);
         (r.head, r.tail, commit.tail)
     };
-    if !items {
-        if sb.prioritized {
-            // The header (magic, version, layout, checksum) without its nodes.
-            if let Err(e) = TreeCopy::read(io, dir, sb) {
-                report
-                    .problems
-                    .push(finding_of(&e, &storage::tree_path(dir)));
-            }
-        }
-        return Ok(report);
+    if items {
+        check_items(&ring, head..tail, sealed_to, progress, &mut report);
     }
-    check_items(&ring, head..tail, sealed_to, progress, &mut report);
-    if sb.episodic {
-        // The step headers must chain into whole episodes, as the writer's open needs.
-        if let Err(e) = crate::parts::episodes::Episodes::from_rows(
-            &m.schema,
-            &ring,
-            sb.capacity,
-            head,
-            tail,
-            dir,
-        ) {
-            report.problems.push(finding_of(&e, dir));
-        }
-    }
-    if sb.prioritized {
-        verify_priorities(io, dir, sb, &commit, head, tail, &mut report);
-    }
+    let at = Checking {
+        io,
+        dir,
+        sb,
+        schema: &m.schema,
+        ring: &ring,
+        commit: &commit,
+        head,
+        tail,
+        items,
+    };
+    let mut found = Found {
+        problems: &mut report.problems,
+        notes: &mut report.notes,
+    };
+    Parts::verify(&at, &mut found);
     Ok(report)
 }
 
@@ -689,103 +639,5 @@ fn check_items(
     }
     if let Some(tell) = progress {
         tell(unreported);
-    }
-}
-
-/// Findings past this many in the priorities file are summarized, not listed.
-const TREE_FINDINGS: usize = 20;
-
-/// Checks the priorities file: header, every parent against its children (sum and min,
-/// within `sumtree::CHECK_TOLERANCE` relative), every leaf finite and >= 0, and after a
-/// clean close that slots holding no live item have leaf 0.
-fn verify_priorities(
-    io: &dyn Io,
-    dir: &Path,
-    sb: &crate::format::manifest::Superblock,
-    commit: &Commit,
-    head: u64,
-    tail: u64,
-    report: &mut Report,
-) {
-    let copy = match TreeCopy::read(io, dir, sb) {
-        Ok(c) => c,
-        Err(e) => {
-            report
-                .problems
-                .push(finding_of(&e, &storage::tree_path(dir)));
-            return;
-        }
-    };
-    let found = copy.tree.check(&copy.words, TREE_FINDINGS);
-    let (leaves, parents): (Vec<_>, Vec<_>) = found.into_iter().partition(|m| m.tree == "leaf");
-    let finding = |m: &crate::algo::sumtree::Mismatch| Finding {
-        file: copy.path.clone(),
-        offset: (crate::format::tree::BODY_OFFSET + m.word * 8) as u64,
-        what: format!(
-            "{} node {} of level {}: stored {}, expected {}",
-            m.tree, m.index, m.level, m.stored, m.expected
-        ),
-    };
-    report.problems.extend(leaves.iter().map(finding));
-    // The tree is settled when its last owner closed it (a writer that owns it, or a
-    // PriorityOwner beside actors) and the rows were closed too. An owner named in the
-    // header is running, or was killed: the next one recomputes the parents. An owner
-    // word that fails its check names nobody: it is damage, and the tree is judged.
-    let owner = match &copy.owner_damage {
-        Some(p) => {
-            report.problems.push(Finding {
-                file: copy.path.clone(),
-                offset: crate::format::tree::OWNER_PID_OFF as u64,
-                what: p.to_string(),
-            });
-            0
-        }
-        None => copy.counters.owner_pid,
-    };
-    let caught_up = copy.counters.caught_up;
-    let settled = commit.is_clean() && owner == 0;
-    if settled && caught_up < tail {
-        report.notes.push(format!(
-            "{} items were added by actors after the priorities last caught up (at index \
-             {caught_up}); the next owner or writer gives them the largest priority",
-            tail - caught_up.max(head)
-        ));
-    }
-    if settled {
-        report.problems.extend(parents.iter().map(finding));
-    }
-    if settled && caught_up >= tail {
-        let cap = sb.capacity;
-        let live = tail - head;
-        let mut dead_nonzero = 0u64;
-        for slot in 0..cap {
-            let offset = (slot + cap - head % cap) % cap;
-            if offset >= live && copy.leaf(slot) != 0.0 {
-                dead_nonzero += 1;
-                if dead_nonzero <= TREE_FINDINGS as u64 {
-                    report.problems.push(Finding {
-                        file: copy.path.clone(),
-                        offset: copy.leaf_offset(slot),
-                        what: format!(
-                            "slot {slot} holds no live item but its priority leaf is {}",
-                            copy.leaf(slot)
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    if !settled && !parents.is_empty() {
-        report.notes.push(format!(
-            "{}{} priority-tree parents differ from their children: expected after an unclean \
-             shutdown or next to a running writer or priority owner (process {owner}); the \
-             next open recomputes them",
-            parents.len(),
-            if parents.len() >= TREE_FINDINGS {
-                "+"
-            } else {
-                ""
-            }
-        ));
     }
 }

@@ -145,7 +145,7 @@ impl Reader {
         let opened = ReplayBuffer::snapshot_parts(dir.as_ref(), name)?;
         Ok(Reader {
             rows: opened.rows,
-            tree: match opened.tree {
+            tree: match opened.parts.tree {
                 TreeRole::Owned { tree, .. } => ReadTree::Frozen(tree),
                 _ => ReadTree::Absent,
             },

@@ -650,7 +650,7 @@ impl ReplayBuffer {
         }
         let cap = self.rows.superblock.capacity;
         let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
-        let table = self.fragments.get_or_insert_with(|| {
+        let table = self.parts.fragments.get_or_insert_with(|| {
             Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))))
         });
         table.evict(head);
@@ -715,7 +715,7 @@ impl ReplayBuffer {
             )));
         }
         let cap = self.rows.superblock.capacity;
-        let Some(p) = self.tree.tree_mut() else {
+        let Some(p) = self.parts.tree.tree_mut() else {
             return Err(Error::NotPrioritized {
                 dir: self.rows.dir.clone(),
             });

@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 use crate::format::row::{STEP_TERMINATED, STEP_TRUNCATED, StepHeader};
 use crate::schema::Schema;
 
+use super::hooks::{Checking, Found, Holder, NewRow, Opening, Part};
+use super::priorities::LiveRange;
+
 /// Name of the field whose values add up to an episode's return.
 pub const REWARD_FIELD: &str = "reward";
 
@@ -333,5 +336,56 @@ impl Episodes {
     /// Numbering continues after `id` (an empty table after a clear keeps counting).
     pub(crate) fn continue_after(&mut self, next_id: u64) {
         self.next_id = self.next_id.max(next_id);
+    }
+}
+
+impl Episodes {
+    /// The table an episodic buffer's writer or snapshot keeps (built by `ready`); a
+    /// reader has none (the rows it would build one from change under it).
+    pub(crate) fn for_holder(at: &Opening<'_>) -> Option<Episodes> {
+        (at.sb.episodic && at.holder != Holder::Live).then(|| Episodes::new(at.schema))
+    }
+}
+
+impl Part for Episodes {
+    /// The step headers must chain into whole episodes, as the writer's open needs.
+    fn verify(at: &Checking<'_>, found: &mut Found<'_>) {
+        if !(at.sb.episodic && at.items) {
+            return;
+        }
+        let rebuilt = Episodes::from_rows(
+            at.schema,
+            at.ring,
+            at.sb.capacity,
+            at.head,
+            at.tail,
+            at.dir,
+        );
+        if let Err(e) = rebuilt {
+            found.problems.push(crate::error::Finding::of(&e, at.dir));
+        }
+    }
+
+    fn ready(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        *self = Episodes::from_rows(
+            at.schema,
+            at.ring,
+            at.sb.capacity,
+            live.head,
+            live.tail,
+            at.dir,
+        )?;
+        Ok(())
+    }
+
+    /// The episodes the head has passed are forgotten (`begin` / `step` recorded the
+    /// row before it was stored: its header carries what they return).
+    #[inline(always)]
+    fn on_row(&mut self, row: &NewRow) {
+        self.evict(row.head);
+    }
+
+    fn on_clear(&mut self, _tail: u64) {
+        self.clear();
     }
 }

@@ -18,6 +18,8 @@ use crate::error::Result;
 use crate::format::manifest::Eviction;
 use crate::storage::{self, io::Io};
 
+use super::hooks::Part;
+
 /// Records closer together than this make the next one cover twice as many evictions:
 /// at most ~2% of a fast writer's time.
 const EVICT_SPACING: Duration = Duration::from_millis(20);
@@ -110,6 +112,12 @@ impl Evictions {
         self.mark = head;
         self.writes += 1;
         Ok(())
+    }
+}
+
+impl Part for Evictions {
+    fn on_commit(&mut self, head: u64, tail: u64) {
+        Evictions::on_commit(self, head, tail);
     }
 }
 

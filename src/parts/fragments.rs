@@ -5,6 +5,8 @@
 
 use crate::format::row::{FRAGMENT_END, FRAGMENT_MAX_POS};
 
+use super::hooks::{NewRow, Part};
+
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -80,6 +82,19 @@ impl Fragments {
     /// Fragments with a live row, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Fragment> {
         self.list.iter()
+    }
+}
+
+/// Built from the rows when first drawn from (`Option::None` until then), then kept by
+/// the adds.
+impl Part for Fragments {
+    #[inline(always)]
+    fn on_row(&mut self, row: &NewRow) {
+        self.on_add(row.index, row.fragment);
+    }
+
+    fn on_clear(&mut self, _tail: u64) {
+        self.clear();
     }
 }
 

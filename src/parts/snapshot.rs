@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! BUFFER/snapshots/NAME/MANIFEST                 copy, with the frozen commit (clean)
-//! BUFFER/snapshots/NAME/priorities.tree          copy
+//! BUFFER/snapshots/NAME/priorities.tree          copy (each part's files: `Parts::files`)
 //! BUFFER/snapshots/NAME/lane-0/seg-00000000.dat  hard link to the live segment
 //! ```
 //!
@@ -20,8 +20,10 @@ use std::time::SystemTime;
 use crate::error::{Error, Result};
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, Superblock};
 use crate::format::state::{State, check_name};
-use crate::storage::io::{Access, Io, Kind};
+use crate::storage::io::{Io, Kind};
 use crate::storage::{self, COW_EXT, LANE_DIR, MANIFEST, Manifest, RESTORE_EXT};
+
+use super::set::Parts;
 
 /// Folder of a buffer's snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -337,21 +339,21 @@ fn write_durable(io: &dyn Io, path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Writes snapshot `name` of the buffer in `dir`, whose newest durable commit is
-/// `commit` (already flushed: every live row sealed and synced, the tree synced);
-/// `owned_tree` when the caller owns the priority tree and settled it.
+/// `commit` (already flushed: every live row sealed and synced, the parts ready for a
+/// checkpoint); `parts` fix up their copies before the snapshot is published.
 pub(crate) fn create(
     io: &dyn Io,
     dir: &Path,
     sb: &Superblock,
     commit: &Commit,
     name: &str,
-    owned_tree: bool,
+    parts: &mut Parts,
 ) -> Result<()> {
     let root = dir.join(SNAPSHOTS_DIR);
     let tmp = root.join(format!("{TMP_PREFIX}{name}"));
     // A kill during an earlier attempt at this name may have left a partial folder.
     remove_tree(io, &tmp)?;
-    let made = write_snapshot(io, dir, sb, commit, &tmp, name, owned_tree);
+    let made = write_snapshot(io, dir, sb, commit, &tmp, name, parts);
     if made.is_err() {
         // A failure before the rename (a full disk mid-copy) leaves the partial folder's
         // links counting against every segment until the next open cleans it: remove
@@ -369,7 +371,7 @@ fn write_snapshot(
     commit: &Commit,
     tmp: &Path,
     name: &str,
-    owned_tree: bool,
+    parts: &mut Parts,
 ) -> Result<()> {
     let root = dir.join(SNAPSHOTS_DIR);
     let lane = tmp.join(LANE_DIR);
@@ -381,17 +383,12 @@ fn write_snapshot(
             .map_err(|e| Error::io("hard link", &to, e))?;
         crate::killpoint::hit("snapshot-mid-links");
     }
-    if sb.prioritized {
-        let (from, to) = (storage::tree_path(dir), storage::tree_path(tmp));
+    for file in Parts::files(sb) {
+        let (from, to) = ((file.path)(dir), (file.path)(tmp));
         io.copy_file(&from, &to)
             .map_err(|e| Error::io("copy", &to, e))?;
-        if owned_tree {
-            // The writer settled the tree it owns before the copy: the copy names no
-            // owner, so `verify` judges its parents (an actor's copy keeps the owner's
-            // pid: it may have been taken mid-update, and is repaired when restored).
-            clear_owner(io, &to)?;
-        }
     }
+    parts.checkpoint_copied(io, tmp)?;
     let manifest = frozen_manifest(io, dir, commit)?;
     write_durable(io, &tmp.join(MANIFEST), &manifest)?;
     sync_dir(io, &lane)?;
@@ -400,20 +397,6 @@ fn write_snapshot(
     io.rename(tmp, &target)
         .map_err(|e| Error::io("rename", &target, e))?;
     sync_dir(io, &root)
-}
-
-/// Zeroes the owner word (and its check word) of the tree file at `path`, durably.
-fn clear_owner(io: &dyn Io, path: &Path) -> Result<()> {
-    use crate::format::tree::{HEADER_LEN, OWNER_PID_OFF};
-    let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
-    io.write_at(
-        &file,
-        OWNER_PID_OFF as u64,
-        &[0; HEADER_LEN - OWNER_PID_OFF],
-    )
-    .map_err(|e| Error::io("write", path, e))?;
-    io.sync_data(&file)
-        .map_err(|e| Error::io("fdatasync", path, e))
 }
 
 /// Checks that `state` is of the buffer described by `sb` and that its snapshot exists,
@@ -493,8 +476,8 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
     for n in 0..sb.segment_count {
         storage::check_segment_file(io, &snap, sb, n).map_err(bad)?;
     }
-    if sb.prioritized {
-        storage::open_tree(io, &snap, sb, Access::Read).map_err(bad)?;
+    for file in Parts::files(sb) {
+        (file.check)(io, &snap, sb).map_err(bad)?;
     }
     Ok(())
 }
@@ -620,8 +603,8 @@ pub(crate) fn restore(
             .map_err(|e| Error::io("rename", &live, e))?;
         crate::killpoint::hit("restore-mid-links");
     }
-    if sb.prioritized {
-        replace_with_copy(io, &storage::tree_path(&snap), &storage::tree_path(dir))?;
+    for file in Parts::files(sb) {
+        replace_with_copy(io, &(file.path)(&snap), &(file.path)(dir))?;
     }
     sync_dir(io, &dir.join(LANE_DIR))?;
     let manifest = frozen_manifest(io, &snap, &renumbered)?;
@@ -674,8 +657,9 @@ pub(crate) fn delete(io: &dyn Io, dir: &Path, name: &str) -> Result<()> {
 
 /// Removes what interrupted operations left behind: snapshot folders being written or
 /// deleted, segment copies never renamed into place, restore temporaries. Only the
-/// writer calls this, after finishing any restore.
-pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
+/// writer calls this, after finishing any restore; `sb` says which part files a
+/// restore may have left a temporary copy of.
+pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<()> {
     let listed = |d: &Path| match io.list_dir(d) {
         Ok(entries) => Ok(entries),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -699,11 +683,14 @@ pub(crate) fn clean_leftovers(io: &dyn Io, dir: &Path) -> Result<()> {
             remove_if_present(io, &path)?;
         }
     }
-    for leftover in [
+    let part_copies = Parts::files(sb)
+        .into_iter()
+        .map(|f| with_ext(&(f.path)(dir), RESTORE_EXT));
+    let leftovers = [
         with_ext(&dir.join(MANIFEST), RESTORE_EXT),
-        with_ext(&storage::tree_path(dir), RESTORE_EXT),
         dir.join(RESTORE_TMP),
-    ] {
+    ];
+    for leftover in leftovers.into_iter().chain(part_copies) {
         remove_if_present(io, &leftover)?;
     }
     Ok(())

@@ -3,8 +3,14 @@
 //! another process (this handle is an actor adding beside a `PriorityOwner`), or nobody.
 
 use std::fs::File;
+use std::path::Path;
 
-use crate::parts::priorities::Priorities;
+use super::hooks::{Checking, Found, Holder, NewRow, Opening, Part, PartFile};
+use super::priorities::{LiveRange, Priorities};
+use crate::error::Result;
+use crate::format::manifest::Superblock;
+use crate::storage::io::{Access, Io};
+use crate::storage::{self};
 
 /// This handle's relation to the priority tree.
 #[derive(Debug)]
@@ -31,6 +37,33 @@ pub(crate) enum TreeRole {
 }
 
 impl TreeRole {
+    /// The tree as `at.holder` keeps it: mapped writable with `priorities.lock` taken (the
+    /// writer), mapped private (a snapshot), or not at all (an actor, whose owner is
+    /// another process; a reader, which descends the shared tree its own way).
+    pub fn open(at: &Opening<'_>) -> Result<TreeRole> {
+        let (io, dir, sb) = (at.io, at.dir, at.sb);
+        Ok(match at.holder {
+            Holder::Actor => TreeRole::Elsewhere,
+            _ if !sb.prioritized => TreeRole::Absent,
+            Holder::Live => TreeRole::Absent,
+            Holder::Writer => {
+                // The writer owns its tree, and says so with the lock a PriorityOwner
+                // process would need.
+                let lock = storage::lock_priorities(io, dir)?;
+                TreeRole::Owned {
+                    tree: Priorities::open(io, dir, sb, Access::Write)?,
+                    lock: Some(lock),
+                    durable_below: 0,
+                }
+            }
+            Holder::Frozen => TreeRole::Owned {
+                tree: Priorities::open(io, dir, sb, Access::Frozen)?,
+                lock: None,
+                durable_below: 0,
+            },
+        })
+    }
+
     /// The tree, when this handle owns it.
     #[inline(always)]
     pub fn tree(&self) -> Option<&Priorities> {
@@ -67,18 +100,155 @@ impl TreeRole {
         }
     }
 
-    /// The first item whose leaf may not be durable yet.
-    pub fn durable_below(&self) -> Option<u64> {
-        match self {
-            TreeRole::Owned { durable_below, .. } => Some(*durable_below),
-            _ => None,
-        }
-    }
-
     /// The leaves of every item below `tail` are durable now.
     pub fn set_durable_below(&mut self, tail: u64) {
         if let TreeRole::Owned { durable_below, .. } = self {
             *durable_below = tail;
+        }
+    }
+}
+
+impl Part for TreeRole {
+    fn files(sb: &Superblock) -> Vec<PartFile> {
+        let check = |io: &dyn Io, dir: &Path, sb: &Superblock| {
+            storage::open_tree(io, dir, sb, Access::Read).map(drop)
+        };
+        match sb.prioritized {
+            true => vec![PartFile {
+                path: storage::tree_path,
+                check,
+            }],
+            false => Vec::new(),
+        }
+    }
+
+    fn verify(at: &Checking<'_>, found: &mut Found<'_>) {
+        if at.sb.prioritized {
+            super::priorities::verify::verify(at, found);
+        }
+    }
+
+    fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        if let Some(p) = self.tree_mut() {
+            p.repair(live.head_slot as usize, (live.tail - live.head) as usize)?;
+            if at.holder.writes() {
+                p.flush(at.io)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ready(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        let TreeRole::Owned {
+            tree: p,
+            lock,
+            durable_below,
+        } = self
+        else {
+            return Ok(());
+        };
+        let (sb, ring) = (at.sb, at.ring);
+        let (head, tail) = (live.head, live.tail);
+        // A restored tree was copied while a PriorityOwner may have been writing it (an
+        // actor's checkpoint): its parents are recomputed from the leaves. A copy its
+        // owner made is sound and is left untouched (and unflushed).
+        let (first, len) = (live.head_slot as usize, (tail - head) as usize);
+        let repaired = at.restored && !p.is_sound(first, len);
+        if repaired {
+            p.repair(first, len)?;
+        }
+        // Items an actor added while another process owned the tree (or none did):
+        // their leaves are set now. A tree that says it has seen more than the rows
+        // hold lost them to a power cut with the rows.
+        if p.caught_up() > tail {
+            p.note_caught_up(tail);
+        }
+        let caught_up_now = p.caught_up() < tail;
+        if caught_up_now {
+            let is_reset = |i: u64| sb.episodic && ring.step_header(i % sb.capacity).t == 0;
+            p.catch_up(tail.saturating_sub(sb.capacity), head, tail, is_reset);
+        }
+        if lock.is_some() {
+            p.set_owner(std::process::id());
+        }
+        if at.holder.writes() && (repaired || caught_up_now) {
+            p.flush(at.io)?;
+        }
+        *durable_below = tail;
+        Ok(())
+    }
+
+    /// The leaf is written while the slot is marked "being written": a kill then never
+    /// leaves a complete item without its priority, nor an intact older item with the
+    /// new item's priority.
+    #[inline(always)]
+    fn on_row(&mut self, row: &NewRow) {
+        if let Some(p) = self.tree_mut() {
+            if row.reset {
+                p.on_add_leaf(row.slot, 0.0);
+            } else {
+                p.on_add(row.slot);
+            }
+            p.note_caught_up(row.index + 1);
+        }
+    }
+
+    fn on_evicted(&mut self, first_slot: u64, count: u64) {
+        if let Some(p) = self.tree_mut() {
+            p.zero(first_slot, count);
+        }
+    }
+
+    fn on_clear(&mut self, tail: u64) {
+        if let Some(p) = self.tree_mut() {
+            p.clear();
+            p.note_caught_up(tail);
+        }
+    }
+
+    fn before_commit(&mut self, io: &dyn Io, tail: u64) -> Result<()> {
+        if let Some(p) = self.tree_mut() {
+            p.flush(io)?;
+        }
+        self.set_durable_below(tail);
+        Ok(())
+    }
+
+    /// Only the leaves of items added since the last flush are made durable with the
+    /// commit before the copy: the snapshot gets its own copy, taken from the page
+    /// cache and synced. Msyncing the live tree too would write every page a priority
+    /// update touched (a whole 1M-leaf tree after a few thousand PER batches: tens of
+    /// ms) and make each next update take a write-protect fault.
+    fn before_checkpoint(&mut self, io: &dyn Io, capacity: u64, tail: u64) -> Result<()> {
+        if let TreeRole::Owned {
+            tree: p,
+            durable_below,
+            ..
+        } = self
+        {
+            p.settle();
+            let from = *durable_below;
+            p.flush_leaves(io, from % capacity, tail - from)?;
+            *durable_below = tail;
+        }
+        Ok(())
+    }
+
+    /// The writer settled the tree it owns before the copy: the copy names no owner,
+    /// so `verify` judges its parents. An actor's copy keeps the owner's pid: it may
+    /// have been taken mid-update, and is repaired when restored.
+    fn checkpoint_copied(&self, io: &dyn Io, snapshot: &Path) -> Result<()> {
+        match self.tree() {
+            Some(_) => storage::clear_tree_owner(io, &storage::tree_path(snapshot)),
+            None => Ok(()),
+        }
+    }
+
+    fn on_close(&mut self) {
+        if self.holds_lock()
+            && let Some(p) = self.tree_mut()
+        {
+            p.set_owner(0);
         }
     }
 }

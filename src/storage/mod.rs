@@ -599,6 +599,21 @@ pub(crate) fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
             .sum::<u64>()
 }
 
+/// Zeroes the owner word (and its check word) of the priorities file at `path`,
+/// durably: a copy a settled owner made names nobody, so `verify` judges its parents.
+pub(crate) fn clear_tree_owner(io: &dyn Io, path: &Path) -> Result<()> {
+    use crate::format::tree::{HEADER_LEN, OWNER_PID_OFF};
+    let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
+    io.write_at(
+        &file,
+        OWNER_PID_OFF as u64,
+        &[0; HEADER_LEN - OWNER_PID_OFF],
+    )
+    .map_err(|e| Error::io("write", path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", path, e))
+}
+
 /// Path of the priorities file.
 pub(crate) fn tree_path(dir: &Path) -> PathBuf {
     dir.join(crate::format::tree::FILE_NAME)

@@ -138,7 +138,7 @@ impl Lane for ReplayBuffer {
 
 impl PriorityLane for ReplayBuffer {
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
-        match self.tree.tree() {
+        match self.parts.tree.tree() {
             Some(t) => t.check_update_one(position, index, self.rows.tail, p),
             None => Err(self.no_priorities()),
         }
@@ -147,10 +147,10 @@ impl PriorityLane for ReplayBuffer {
         self.update_priorities(indices, priorities)
     }
     fn max_priority(&self) -> Option<f64> {
-        self.tree.tree().map(|p| p.max_priority())
+        self.parts.tree.tree().map(|p| p.max_priority())
     }
     fn raise_max(&mut self, q: f64) {
-        if let Some(p) = self.tree.tree_mut() {
+        if let Some(p) = self.parts.tree.tree_mut() {
             p.raise_max(q);
         }
     }

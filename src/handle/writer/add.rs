@@ -10,8 +10,9 @@ use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF
 use crate::format::row::{FRAGMENT_END, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
 use crate::parts::episodes::StepInfo;
-use crate::parts::evictions::RecordTo;
+use crate::parts::hooks::NewRow;
 use crate::parts::priorities::Priority;
+use crate::parts::set::Records;
 use crate::storage::{self};
 
 use super::ReplayBuffer;
@@ -64,9 +65,7 @@ impl ReplayBuffer {
     ) {
         let cap = self.rows.superblock.capacity;
         if self.rows.tail - self.rows.head == cap {
-            if self.rows.superblock.whole_episodes
-                || (self.episodes.is_some() && self.tree.tree().is_some())
-            {
+            if self.parts.evicts_by_episode(&self.rows.superblock) {
                 self.evict_for_episodes();
             } else {
                 self.rows.head += 1;
@@ -79,32 +78,24 @@ impl ReplayBuffer {
             // changed then finds its index no longer live, and redraws.
             self.publish(HEAD_OFF, self.rows.head);
         }
-        // The priority leaf is written while the slot is marked "being written": a kill
-        // then never leaves a complete item without its priority, nor an intact older
-        // item with the new item's priority.
-        let slot = self.rows.tail_slot;
-        let next_tail = self.rows.tail + 1;
-        let priorities = self.tree.tree_mut();
-        if let Some(f) = &mut self.fragments {
-            f.on_add(self.rows.tail, fragment_pos);
-        }
+        let row = NewRow {
+            slot: self.rows.tail_slot,
+            index: self.rows.tail,
+            reset,
+            fragment: fragment_pos,
+            head: self.rows.head,
+        };
         let tags = RowTags {
             step,
             fragment: fragment_pos,
         };
-        self.rows
-            .ring
-            .write(slot, self.rows.tail, tags, fields, || {
-                if let Some(p) = priorities {
-                    if reset {
-                        p.on_add_leaf(slot, 0.0);
-                    } else {
-                        p.on_add(slot);
-                    }
-                    p.note_caught_up(next_tail);
-                }
-                crate::killpoint::hit("before-stamp");
-            });
+        // Each part's share of the row is stored while the slot is marked "being
+        // written" (see `Part::on_row`).
+        let parts = &mut self.parts;
+        self.rows.ring.write(row.slot, row.index, tags, fields, || {
+            parts.on_row(&row);
+            crate::killpoint::hit("before-stamp");
+        });
         self.rows.tail += 1;
         self.rows.tail_slot += 1;
         if self.rows.tail_slot == cap {
@@ -153,79 +144,41 @@ impl ReplayBuffer {
     /// Eviction in an episodic buffer about to overwrite its oldest row, when something
     /// depends on the oldest row's episode (whole episodes, or priorities). With whole
     /// episodes the head moves past the oldest row's episode, unless that episode is the
-    /// one being written (longer than the ring: it loses one row). The rows passed over
-    /// lose their priorities, and so does a new first row that is a step: its
-    /// observation row is gone, so it ends no transition the buffer can return.
+    /// one being written (longer than the ring: it loses one row); the parts say which
+    /// rows lose what (`Parts::head_passed`).
     #[cold]
     fn evict_for_episodes(&mut self) {
-        let cap = self.rows.superblock.capacity;
-        let oldest = self
-            .episodes
-            .as_ref()
-            .and_then(|e| e.of(self.rows.head))
-            .copied();
-        let to = self.eviction_target();
-        let passed = to - self.rows.head;
+        let (sb, head) = (&self.rows.superblock, self.rows.head);
+        let cap = sb.capacity;
+        let to = self.parts.eviction_target(sb, head, self.rows.tail);
         // The old head's slot is the one being written. The other rows passed over
         // lose their stamps, so that recovery after a kill finds the head where it is
         // now (it walks back from the tail over intact rows), not at the last commit's
         // with these rows alive again (`ensure_private_for_push` made their segments
         // private first).
         self.publish(HEAD_OFF, to);
-        for index in self.rows.head + 1..to {
+        for index in head + 1..to {
             self.rows.ring.clear_stamp(index % cap);
         }
-        let first_passed = (self.rows.head_slot + 1) % cap;
+        self.parts.head_passed(cap, head, self.rows.head_slot, to);
         self.rows.head = to;
-        self.rows.head_slot = (self.rows.head_slot + passed) % cap;
-        if let Some(p) = self.tree.tree_mut() {
-            // The rows passed over, and the new head if it is a step of a cut episode.
-            let cut = oldest.is_some_and(|e| e.last() >= to);
-            p.zero(first_passed, passed - 1 + u64::from(cut));
-        }
+        self.rows.head_slot = (self.rows.head_slot + (to - head)) % cap;
     }
-    /// Where the head goes when the ring is full and one more row is stored: past the
-    /// oldest row, or with whole-episode eviction past its episode (unless that one is
-    /// still being written).
-    fn eviction_target(&self) -> u64 {
-        let whole = self
-            .episodes
-            .as_ref()
-            .filter(|_| self.rows.superblock.whole_episodes)
-            .and_then(|e| e.of(self.rows.head))
-            .map(|e| e.last() + 1)
-            .filter(|&to| to < self.rows.tail);
-        whole.unwrap_or(self.rows.head + 1)
-    }
-    /// Before storing `rows` more rows: when they will overwrite items the newest
-    /// commit covers, an eviction record saying so is made durable first (see
-    /// `parts::evictions`).
+    /// Before storing `rows` more rows: the parts' checks that may fail (an eviction
+    /// record made durable when the rows overwrite committed items).
     #[inline(always)]
     fn guard_evictions(&mut self, rows: u64) -> Result<()> {
-        let cap = self.rows.superblock.capacity;
-        let mut to = (self.rows.tail + rows).saturating_sub(cap);
-        if self.rows.superblock.whole_episodes && self.rows.tail - self.rows.head == cap {
-            // The head may jump past the oldest episode.
-            to = to.max(self.eviction_target());
-        }
-        if !self.evictions.needed(to) {
-            return Ok(());
-        }
-        self.write_eviction(to)
-    }
-    #[cold]
-    fn write_eviction(&mut self, to: u64) -> Result<()> {
-        let Some(manifest) = &self.commits.file else {
-            return Ok(());
-        };
-        let at = RecordTo {
+        let records = Records {
             io: &*self.rows.io,
-            manifest,
+            manifest: self.commits.file.as_ref(),
             path: &self.commits.path,
             generation: self.commits.generation,
         };
-        let (head, cap) = (self.rows.head, self.rows.superblock.capacity);
-        match self.evictions.record(to, head, cap, at) {
+        let live = (self.rows.head, self.rows.tail);
+        match self
+            .parts
+            .before_add(&self.rows.superblock, live, rows, records)
+        {
             Ok(()) => Ok(()),
             Err(e) => Err(self.poison(e)),
         }
@@ -235,9 +188,10 @@ impl ReplayBuffer {
     fn ensure_private_for_push(&mut self) -> Result<()> {
         self.ensure_private(self.rows.tail_slot, 1)?;
         self.guard_evictions(1)?;
-        let cap = self.rows.superblock.capacity;
-        if self.rows.superblock.whole_episodes && self.rows.tail - self.rows.head == cap {
-            let passed = self.eviction_target() - self.rows.head;
+        let (sb, head, tail) = (&self.rows.superblock, self.rows.head, self.rows.tail);
+        let cap = sb.capacity;
+        if sb.whole_episodes && tail - head == cap {
+            let passed = self.parts.eviction_target(sb, head, tail) - head;
             if passed > 1 {
                 self.ensure_private((self.rows.head_slot + 1) % cap, passed - 1)?;
             }
@@ -384,7 +338,7 @@ impl ReplayBuffer {
     }
     fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
         self.writable()?;
-        match self.tree.tree() {
+        match self.parts.tree.tree() {
             Some(p) => p.check_values(self.rows.tail, priorities),
             None => Err(self.no_priorities()),
         }
@@ -431,7 +385,7 @@ impl ReplayBuffer {
         .and_then(|_| self.ensure_private_for_push());
         let result = checked.map(|_| {
             let index = self.rows.tail;
-            let header = match &mut self.episodes {
+            let header = match &mut self.parts.episodes {
                 Some(e) => e.begin(index),
                 None => StepHeader::default(),
             };
@@ -460,9 +414,6 @@ impl ReplayBuffer {
             self.push_row(&fields, Some(&header.encode()), true, 0);
             drop(fields);
             self.scratch.zeros = zeros;
-            if let Some(e) = &mut self.episodes {
-                e.evict(self.rows.head);
-            }
             StepInfo {
                 index,
                 episode: header.episode,
@@ -512,7 +463,7 @@ impl ReplayBuffer {
                 None
             };
             let index = self.rows.tail;
-            let (header, info) = match &mut self.episodes {
+            let (header, info) = match &mut self.parts.episodes {
                 Some(e) => e.step(index, reward, end)?,
                 None => {
                     return Err(Error::NotEpisodic {
@@ -525,9 +476,6 @@ impl ReplayBuffer {
                 .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
                 .collect();
             self.push_row(&fields, Some(&header.encode()), false, 0);
-            if let Some(e) = &mut self.episodes {
-                e.evict(self.rows.head);
-            }
             Ok(info)
         });
         self.scratch.order = order;

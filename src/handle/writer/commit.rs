@@ -21,17 +21,16 @@ impl ReplayBuffer {
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
-        self.sync_priorities()?;
+        self.sync_parts()?;
         self.commit(0, true)
     }
-    fn sync_priorities(&mut self) -> Result<()> {
-        if let Some(p) = self.tree.tree_mut()
-            && let Err(e) = p.flush(&*self.rows.io)
-        {
-            return Err(self.poison(e));
+    /// Makes each part's state for the items below the tail durable, before a commit
+    /// covers them.
+    fn sync_parts(&mut self) -> Result<()> {
+        match self.parts.before_commit(&*self.rows.io, self.rows.tail) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.poison(e)),
         }
-        self.tree.set_durable_below(self.rows.tail);
-        Ok(())
     }
     /// Seals (checksums) the live items added since the last flush and msyncs them.
     fn sync_rows(&mut self) -> Result<()> {
@@ -96,7 +95,7 @@ impl ReplayBuffer {
         match storage::write_commit(&*self.rows.io, manifest, &self.commits.path, &c, durable) {
             Ok(()) => {
                 self.commits.generation = c.generation;
-                self.evictions.on_commit(c.head, c.tail);
+                self.parts.on_commit(c.head, c.tail);
                 Ok(())
             }
             Err(e) => Err(self.poison(e)),
@@ -109,17 +108,8 @@ impl ReplayBuffer {
         self.rows.head = self.rows.tail;
         self.rows.head_slot = self.rows.tail_slot;
         self.publish(HEAD_OFF, self.rows.head);
-        if let Some(p) = self.tree.tree_mut() {
-            p.clear();
-            p.note_caught_up(self.rows.tail);
-        }
-        if let Some(e) = &mut self.episodes {
-            e.clear();
-        }
-        if let Some(f) = &mut self.fragments {
-            f.clear();
-        }
-        self.sync_priorities()?;
+        self.parts.on_clear(self.rows.tail);
+        self.sync_parts()?;
         self.commit(0, true)
     }
     /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
@@ -163,36 +153,23 @@ impl ReplayBuffer {
                 name: name.to_owned(),
             });
         }
-        // The items must be durable (the snapshot links their files); the live tree need
-        // not be: the snapshot gets its own copy, taken from the page cache and synced.
-        // Msyncing the live tree too would write every page a priority update touched
-        // (a whole 1M-leaf tree after a few thousand PER batches: tens of ms) and
-        // make each next update take a write-protect fault.
+        // The items must be durable (the snapshot links their files); the parts make
+        // durable what the commit before the copy covers (the snapshot gets its own
+        // copies of their files, taken from the page cache and synced).
         self.sync_rows()?;
-        if let Some(p) = self.tree.tree_mut() {
-            p.settle();
-        }
-        // The commit covers the items added since the last flush: their leaves must be
-        // durable with it (only theirs; the rest of the live tree stays as of that flush).
-        if let (Some(p), Some(from)) = (self.tree.tree(), self.tree.durable_below()) {
-            let count = self.rows.tail - from;
-            if let Err(e) =
-                p.flush_leaves(&*self.rows.io, from % self.rows.superblock.capacity, count)
-            {
-                return Err(self.poison(e));
-            }
-            self.tree.set_durable_below(self.rows.tail);
+        let (cap, tail) = (self.rows.superblock.capacity, self.rows.tail);
+        if let Err(e) = self.parts.before_checkpoint(&*self.rows.io, cap, tail) {
+            return Err(self.poison(e));
         }
         self.commit(0, true)?;
         let frozen = self.commit_record(self.commits.generation, FLAG_CLEAN);
-        let owned_tree = self.tree.tree().is_some();
         let made = snapshot::create(
             &*self.rows.io,
             &self.rows.dir,
             &self.rows.superblock,
             &frozen,
             name,
-            owned_tree,
+            &mut self.parts,
         );
         match made {
             Ok(()) => self.rows.ring.mark_all_shared(),
@@ -226,7 +203,7 @@ impl ReplayBuffer {
         snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)?;
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).
-        let _owner = (self.tree.is_actor() && self.rows.superblock.prioritized)
+        let _owner = (self.parts.tree.is_actor() && self.rows.superblock.prioritized)
             .then(|| storage::lock_priorities(&*self.rows.io, &self.rows.dir))
             .transpose()?;
         self.publish_files_changing();
@@ -254,12 +231,12 @@ impl ReplayBuffer {
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
         let role = match self.commits.lock.take() {
-            Some(lock) if self.tree.is_actor() => Role::Actor(lock),
+            Some(lock) if self.parts.tree.is_actor() => Role::Actor(lock),
             Some(lock) => Role::Writer(lock),
             None => Role::Frozen,
         };
         // The new handle takes the priority lock again (flock is per open file).
-        self.tree.release_lock();
+        self.parts.tree.release_lock();
         match ReplayBuffer::open_as(self.rows.dir.clone(), self.rows.io.clone(), role, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
@@ -386,12 +363,8 @@ impl ReplayBuffer {
     pub(super) fn shutdown(&mut self) -> Result<()> {
         self.writable()?;
         self.sync_rows()?;
-        if self.tree.holds_lock()
-            && let Some(p) = self.tree.tree_mut()
-        {
-            p.set_owner(0);
-        }
-        self.sync_priorities()?;
+        self.parts.on_close();
+        self.sync_parts()?;
         self.commit(FLAG_CLEAN, true)?;
         self.closed = true;
         self.publish(PID_OFF, 0);

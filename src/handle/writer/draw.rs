@@ -71,7 +71,7 @@ impl ReplayBuffer {
         indices: &mut [u64],
         weights: &mut [f32],
     ) -> Result<()> {
-        let Some(p) = self.tree.tree_mut() else {
+        let Some(p) = self.parts.tree.tree_mut() else {
             return Err(self.no_priorities());
         };
         let live = LiveRange {
@@ -95,7 +95,7 @@ impl ReplayBuffer {
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
         self.writable()?;
-        let Some(p) = self.tree.tree_mut() else {
+        let Some(p) = self.parts.tree.tree_mut() else {
             return Err(self.no_priorities());
         };
         p.update(
@@ -109,14 +109,14 @@ impl ReplayBuffer {
     /// The current `priority + eps` of each live item in `indices` (recovered from the
     /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
     pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
-        let Some(p) = self.tree.tree() else {
+        let Some(p) = self.parts.tree.tree() else {
             return Err(self.no_priorities());
         };
         p.of_live(self.rows.head, self.rows.tail, indices)
     }
     /// Priority totals and counters, if the buffer keeps priorities.
     pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
-        self.tree.tree_mut().map(Priorities::summary)
+        self.parts.tree.tree_mut().map(Priorities::summary)
     }
     /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
     /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.

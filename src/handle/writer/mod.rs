@@ -16,9 +16,7 @@ use super::rows::Rows;
 use crate::algo::recovery::{Recovered, SlotProbe};
 use crate::error::{Error, Result};
 use crate::parts::episodes::Episodes;
-use crate::parts::evictions::Evictions;
-use crate::parts::fragments::Fragments;
-use crate::parts::tree_role::TreeRole;
+use crate::parts::set::Parts;
 use crate::schema::Schema;
 use crate::storage::map::ProgressMap;
 use crate::storage::ring::Ring;
@@ -56,16 +54,11 @@ pub struct ReplayBuffer {
     pub(super) poisoned: Option<String>,
     pub(super) closed: bool,
     pub(super) recovered: Option<Recovered>,
-    /// Who keeps the priority tree: this handle, another process, or nobody.
-    pub(super) tree: TreeRole,
-    /// The episode table (episodic buffers).
-    pub(super) episodes: Option<Episodes>,
-    /// The fragment table of a fragment buffer, built from the rows when first needed.
-    pub(super) fragments: Option<Fragments>,
+    /// What the buffer keeps beyond its rows (priorities, episodes, fragments, eviction
+    /// records), each called at the hooks in `parts::set`.
+    pub(super) parts: Parts,
     /// The progress page readers in other processes follow (the writer's only).
     pub(super) progress: Option<ProgressMap>,
-    /// Eviction records since the newest commit (overwriting a committed item needs one).
-    pub(super) evictions: Evictions,
 }
 
 impl SlotProbe for Ring {
@@ -96,44 +89,8 @@ pub(super) struct Opened {
     pub rows: Rows,
     pub commits: Commits,
     pub recovered: Option<Recovered>,
-    pub tree: TreeRole,
-    pub episodes: Option<Episodes>,
+    pub parts: Parts,
     pub progress: Option<ProgressMap>,
-    pub evictions: Evictions,
-}
-
-impl Opened {
-    /// After opening: a first episode whose start is evicted (a kill came between a
-    /// whole-episode eviction and its commit, or the ring evicts rows one at a time)
-    /// is dropped whole with whole-episode eviction, unless it is still being written;
-    /// otherwise its first live row loses its priority, as eviction would have done.
-    fn settle_first_episode(&mut self) {
-        let Some(first) = self
-            .episodes
-            .as_ref()
-            .and_then(|e| e.iter().next())
-            .copied()
-        else {
-            return;
-        };
-        if first.start >= self.rows.head {
-            return;
-        }
-        let cap = self.rows.superblock.capacity;
-        if self.rows.superblock.whole_episodes && first.end.is_some() {
-            let passed = first.last() + 1 - self.rows.head;
-            if let Some(p) = self.tree.tree_mut() {
-                p.zero(self.rows.head_slot, passed);
-            }
-            self.rows.head += passed;
-            self.rows.head_slot = (self.rows.head_slot + passed) % cap;
-            if let Some(e) = &mut self.episodes {
-                e.evict(self.rows.head);
-            }
-        } else if let Some(p) = self.tree.tree_mut() {
-            p.zero(self.rows.head_slot, 1);
-        }
-    }
 }
 
 impl ReplayBuffer {
@@ -174,7 +131,7 @@ impl ReplayBuffer {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        self.rows.stats(self.commits.generation, self.tree.tree())
+        self.rows.stats(self.commits.generation, self.parts.tree.tree())
     }
 
     pub(super) fn writable(&self) -> Result<()> {
@@ -207,7 +164,7 @@ impl ReplayBuffer {
     /// Why this handle has no priorities to draw from or update: another process owns
     /// them (an actor), or the buffer keeps none.
     pub(super) fn no_priorities(&self) -> Error {
-        if self.tree.is_actor() && self.rows.superblock.prioritized {
+        if self.parts.tree.is_actor() && self.rows.superblock.prioritized {
             Error::NotPriorityOwner {
                 dir: self.rows.dir.clone(),
                 lock_file: self.rows.dir.join(storage::PRIORITY_LOCK),
@@ -221,7 +178,7 @@ impl ReplayBuffer {
     }
 
     fn not_episodic(&self, op: &str) -> Result<()> {
-        if self.episodes.is_some() {
+        if self.parts.episodes.is_some() {
             return Err(Error::EpisodeOrder(format!(
                 "{op} on an episodic buffer: add rows with add_reset and add_step"
             )));
@@ -230,7 +187,7 @@ impl ReplayBuffer {
     }
 
     pub(super) fn episodes_ref(&self) -> Result<&Episodes> {
-        self.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
+        self.parts.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
             dir: self.rows.dir.clone(),
         })
     }

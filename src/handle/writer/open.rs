@@ -14,11 +14,10 @@ use crate::format::schema_doc;
 use crate::format::state::State;
 use crate::handle::core::{Commits, Draws, Scratch};
 use crate::handle::rows::Rows;
-use crate::parts::episodes::Episodes;
-use crate::parts::evictions::Evictions;
-use crate::parts::priorities::{Priorities, PriorityConfig};
+use crate::parts::hooks::{Holder, Opening};
+use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
+use crate::parts::set::Parts;
 use crate::parts::snapshot::{self};
-use crate::parts::tree_role::TreeRole;
 use crate::storage::io::{self, Access, Io, IoRef};
 use crate::storage::ring::Ring;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
@@ -124,15 +123,16 @@ impl ReplayBuffer {
             return Err(Error::Unsupported("the file format is little-endian"));
         }
         let dir = storage::resolve_root(dir.as_ref());
-        // Check that this is a buffer before creating a lock file in it.
-        Manifest::load(&*io, &dir)?;
+        // Check that this is a buffer before creating a lock file in it (a restore
+        // never changes the superblock).
+        let sb = Manifest::load(&*io, &dir)?.superblock;
         let lock = storage::lock(&*io, &dir)?;
         // A set_state a kill interrupted is finished before anything else is read.
         if snapshot::pending_restore(&*io, &dir)?.is_some() {
-            files_changing(&*io, &dir, &Manifest::load(&*io, &dir)?.superblock)?;
+            files_changing(&*io, &dir, &sb)?;
         }
         snapshot::finish_restore(&*io, &dir)?;
-        snapshot::clean_leftovers(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir, &sb)?;
         ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
     }
     /// Opens an existing buffer for adding while another process owns its priorities:
@@ -173,7 +173,7 @@ impl ReplayBuffer {
             files_changing(&*io, &dir, &sb)?;
             snapshot::finish_restore(&*io, &dir)?;
         }
-        snapshot::clean_leftovers(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir, &sb)?;
         ReplayBuffer::open_as(dir, io, Role::Actor(lock), false)
     }
     /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
@@ -247,7 +247,7 @@ impl ReplayBuffer {
         let sb = Manifest::load(&*io, &dir)?.superblock;
         let lock = storage::lock(&*io, &dir)?;
         snapshot::finish_restore(&*io, &dir)?;
-        snapshot::clean_leftovers(&*io, &dir)?;
+        snapshot::clean_leftovers(&*io, &dir, &sb)?;
         snapshot::check(&*io, &dir, &sb, state)?;
         files_changing(&*io, &dir, &sb)?;
         snapshot::write_intent(&*io, &dir, state)?;
@@ -264,42 +264,47 @@ impl ReplayBuffer {
         role: Role,
         restored: bool,
     ) -> Result<Opened> {
-        let (access, lock, actor) = match role {
-            Role::Writer(lock) => (Access::Write, Some(lock), false),
-            Role::Actor(lock) => (Access::Write, Some(lock), true),
-            Role::Frozen => (Access::Frozen, None, false),
-            Role::Live => (Access::Read, None, false),
+        let (access, lock, holder) = match role {
+            Role::Writer(lock) => (Access::Write, Some(lock), Holder::Writer),
+            Role::Actor(lock) => (Access::Write, Some(lock), Holder::Actor),
+            Role::Frozen => (Access::Frozen, None, Holder::Frozen),
+            Role::Live => (Access::Read, None, Holder::Live),
         };
-        let live = access == Access::Read;
         if access.writes_file() {
             storage::refuse_network_fs(&*io, &dir)?;
         }
         let m = Manifest::load(&*io, &dir)?;
-        // The writer of a prioritized buffer owns its tree, and says so with a lock a
-        // PriorityOwner process would need; an actor leaves both to that process.
-        let priority_lock = if m.superblock.prioritized && lock.is_some() && !actor {
-            Some(storage::lock_priorities(&*io, &dir)?)
-        } else {
-            None
-        };
         let commit = m.newest_commit()?;
         let sb = m.superblock.clone();
         let segments = (0..sb.segment_count)
             .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
-        // A live reader descends the tree through its own path (`Reader`), and the rows
-        // it would rebuild an episode table from change under it.
-        let mut priorities = if sb.prioritized && !live && !actor {
-            Some(Priorities::open(&*io, &dir, &sb, access)?)
-        } else {
-            None
+        // What every part is handed while the buffer opens, over the ring as it is then.
+        macro_rules! at {
+            ($ring:expr) => {
+                &Opening {
+                    io: &*io,
+                    dir: &dir,
+                    sb: &sb,
+                    schema: &m.schema,
+                    ring: $ring,
+                    holder,
+                    restored,
+                }
+            };
+        }
+        let range = |head: u64, tail: u64| LiveRange {
+            head,
+            head_slot: head % sb.capacity,
+            tail,
         };
+        let mut parts = Parts::open(at!(&ring), range(commit.head, commit.tail))?;
         let (mut head, mut tail) = (commit.head, commit.tail);
         let mut recovered = None;
         // A live reader takes the live range from the progress page instead, and never
         // repairs: the writer owns the files.
-        if !commit.is_clean() && !restored && !live {
+        if !commit.is_clean() && !restored && holder != Holder::Live {
             let trust_stamps = storage::same_boot(&commit);
             // In another boot, items an eviction record names may hold newer bytes on disk.
             let head_c = match trust_stamps {
@@ -321,42 +326,14 @@ impl ReplayBuffer {
                     Error::io("msync", storage::segment_path(&dir, s as u64), e)
                 })?;
             }
-            if let Some(p) = &mut priorities {
-                p.repair((r.head % sb.capacity) as usize, (r.tail - r.head) as usize)?;
-                if access.writes_file() {
-                    p.flush(&*io)?;
-                }
-            }
+            parts.recovered(at!(&ring), range(r.head, r.tail))?;
             (head, tail) = (r.head, r.tail);
             recovered = Some(r);
         }
-        if let Some(p) = &mut priorities {
-            // A restored tree was copied while a PriorityOwner may have been writing it
-            // (an actor's checkpoint): its parents are recomputed from the leaves. A
-            // copy its owner made is sound and is left untouched (and unflushed).
-            let live_slots = ((head % sb.capacity) as usize, (tail - head) as usize);
-            let repaired = restored && !p.is_sound(live_slots.0, live_slots.1);
-            if repaired {
-                p.repair(live_slots.0, live_slots.1)?;
-            }
-            // Items an actor added while another process owned the tree (or none did):
-            // their leaves are set now. A tree that says it has seen more than the rows
-            // hold lost them to a power cut with the rows.
-            if p.caught_up() > tail {
-                p.note_caught_up(tail);
-            }
-            let caught_up_now = p.caught_up() < tail;
-            if caught_up_now {
-                let is_reset = |i: u64| sb.episodic && ring.step_header(i % sb.capacity).t == 0;
-                p.catch_up(tail.saturating_sub(sb.capacity), head, tail, is_reset);
-            }
-            if priority_lock.is_some() {
-                p.set_owner(std::process::id());
-            }
-            if access.writes_file() && (repaired || caught_up_now) {
-                p.flush(&*io)?;
-            }
-        }
+        // Items dropped by `clear` are counted below the head recovery settled on;
+        // settling a cut first episode moves the head by eviction.
+        let cleared = commit.cleared.min(head);
+        let head = parts.ready(at!(&ring), range(head, tail))?;
         let progress = if access.writes_file() {
             Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
         } else {
@@ -375,19 +352,7 @@ impl ReplayBuffer {
         };
         let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
         rng.set_word_pos(commit.rng_word_pos);
-        let episodes = if sb.episodic && !live {
-            Some(Episodes::from_rows(
-                &m.schema,
-                &ring,
-                sb.capacity,
-                head,
-                tail,
-                &dir,
-            )?)
-        } else {
-            None
-        };
-        let mut opened = Opened {
+        Ok(Opened {
             rows: Rows {
                 schema: m.schema,
                 ring,
@@ -395,7 +360,7 @@ impl ReplayBuffer {
                 tail,
                 head_slot: head % sb.capacity,
                 tail_slot: tail % sb.capacity,
-                cleared: commit.cleared.min(head),
+                cleared,
                 flushed_tail: tail,
                 read_checks: true,
                 draws: Draws {
@@ -416,21 +381,9 @@ impl ReplayBuffer {
                 lane_dirty: false,
             },
             recovered,
-            tree: match (priorities, actor) {
-                (_, true) => TreeRole::Elsewhere,
-                (Some(tree), false) => TreeRole::Owned {
-                    tree,
-                    lock: priority_lock,
-                    durable_below: tail,
-                },
-                (None, false) => TreeRole::Absent,
-            },
+            parts,
             progress,
-            episodes,
-            evictions: Evictions::after_commit(commit.head, commit.tail),
-        };
-        opened.settle_first_episode();
-        Ok(opened)
+        })
     }
     /// The handle over files just opened.
     fn from_opened(o: Opened) -> ReplayBuffer {
@@ -441,11 +394,8 @@ impl ReplayBuffer {
             poisoned: None,
             closed: false,
             recovered: o.recovered,
-            tree: o.tree,
-            episodes: o.episodes,
-            fragments: None,
+            parts: o.parts,
             progress: o.progress,
-            evictions: o.evictions,
         }
     }
     /// Opens the buffer in `dir` in `role` as a handle (see [`ReplayBuffer::open_parts`]).

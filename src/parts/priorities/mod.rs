@@ -8,6 +8,7 @@
 
 mod shared;
 mod spec;
+pub(crate) mod verify;
 
 pub use shared::PriorityInfo;
 pub(crate) use shared::{SharedPriorities, TreeCopy};

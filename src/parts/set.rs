@@ -1,0 +1,245 @@
+//! Every part a handle holds, called in a fixed order at each hook: the writer's core
+//! calls `Parts` once per hook and names no part. Adding a part is a field here, its
+//! line in `each!` and `Parts::files`, and its constructor in `Parts::open`
+//! (docs/ARCHITECTURE.md, "How to add a part"). The rules that join two parts (an
+//! episode evicted whole moves the head past rows whose priorities go; a first episode
+//! cut by eviction) are here too, not in the core.
+
+use std::fs::File;
+use std::path::Path;
+
+use super::episodes::Episodes;
+use super::evictions::{Evictions, RecordTo};
+use super::fragments::Fragments;
+use super::hooks::{Checking, Found, NewRow, Opening, Part, PartFile};
+use super::priorities::LiveRange;
+use super::tree_role::TreeRole;
+use crate::error::Result;
+use crate::format::manifest::Superblock;
+use crate::storage::io::Io;
+
+/// The parts of one handle on one ring.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    /// Who keeps the priority tree: this handle, another process, or nobody.
+    pub tree: TreeRole,
+    /// The episode table (episodic buffers).
+    pub episodes: Option<Episodes>,
+    /// The fragment table of a fragment buffer, built from the rows when first needed.
+    pub fragments: Option<Fragments>,
+    /// Eviction records since the newest commit (overwriting a committed item needs one).
+    pub evictions: Evictions,
+}
+
+/// Runs `$body` with `$p` bound to each part in turn, in the order of the hooks table.
+macro_rules! each {
+    ($parts:expr, $p:ident => $body:expr) => {{
+        {
+            let $p = &mut $parts.tree;
+            $body;
+        }
+        {
+            let $p = &mut $parts.episodes;
+            $body;
+        }
+        {
+            let $p = &mut $parts.fragments;
+            $body;
+        }
+        {
+            let $p = &mut $parts.evictions;
+            $body;
+        }
+    }};
+}
+
+/// Where an eviction record goes, from the core's commit state; `None` for a handle
+/// that never commits.
+pub(crate) struct Records<'a> {
+    pub io: &'a dyn Io,
+    pub manifest: Option<&'a File>,
+    pub path: &'a Path,
+    pub generation: u64,
+}
+
+impl Parts {
+    /// Opens every part for `at.holder`, after the rows are mapped and before recovery:
+    /// a part's bad file refuses the open before anything is repaired. `commit` is the
+    /// newest commit's live range.
+    pub fn open(at: &Opening<'_>, commit: LiveRange) -> Result<Parts> {
+        Ok(Parts {
+            tree: TreeRole::open(at)?,
+            episodes: Episodes::for_holder(at),
+            fragments: None,
+            evictions: Evictions::after_commit(commit.head, commit.tail),
+        })
+    }
+
+    /// The files the parts of a buffer with superblock `sb` keep beside its rows.
+    pub fn files(sb: &Superblock) -> Vec<PartFile> {
+        [TreeRole::files, Episodes::files, Fragments::files, Evictions::files]
+            .iter()
+            .flat_map(|files| files(sb))
+            .collect()
+    }
+
+    /// Checks every part's files, read-only (`verify`).
+    pub fn verify(at: &Checking<'_>, found: &mut Found<'_>) {
+        TreeRole::verify(at, found);
+        Episodes::verify(at, found);
+        Fragments::verify(at, found);
+        Evictions::verify(at, found);
+    }
+
+    /// Recovery settled the live range `live`.
+    pub fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        each!(self, p => p.recovered(at, live)?);
+        Ok(())
+    }
+
+    /// The live range is final: each part gets ready, then a first episode the head
+    /// has cut is settled. Returns the head, which settling may move.
+    pub fn ready(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<u64> {
+        each!(self, p => p.ready(at, live)?);
+        Ok(self.settle_first_episode(at.sb, live))
+    }
+
+    /// After opening: a first episode whose start is evicted (a kill came between a
+    /// whole-episode eviction and its commit, or the ring evicts rows one at a time)
+    /// is dropped whole with whole-episode eviction, unless it is still being written;
+    /// otherwise its first live row loses its priority, as eviction would have done.
+    fn settle_first_episode(&mut self, sb: &Superblock, live: LiveRange) -> u64 {
+        let Some(first) = self
+            .episodes
+            .as_ref()
+            .and_then(|e| e.iter().next())
+            .copied()
+        else {
+            return live.head;
+        };
+        if first.start >= live.head {
+            return live.head;
+        }
+        if sb.whole_episodes && first.end.is_some() {
+            let passed = first.last() + 1 - live.head;
+            self.tree.on_evicted(live.head_slot, passed);
+            let head = live.head + passed;
+            if let Some(e) = &mut self.episodes {
+                e.evict(head);
+            }
+            head
+        } else {
+            self.tree.on_evicted(live.head_slot, 1);
+            live.head
+        }
+    }
+
+    /// Whether a full ring evicts by episode (the episode table says where the head
+    /// goes and which rows lose their priorities) rather than one row at a time.
+    #[inline(always)]
+    pub fn evicts_by_episode(&self, sb: &Superblock) -> bool {
+        sb.whole_episodes || (self.episodes.is_some() && self.tree.tree().is_some())
+    }
+
+    /// Where the head goes when the ring is full and one more row is stored: past the
+    /// oldest row, or with whole-episode eviction past its episode (unless that one is
+    /// still being written).
+    pub fn eviction_target(&self, sb: &Superblock, head: u64, tail: u64) -> u64 {
+        let whole = self
+            .episodes
+            .as_ref()
+            .filter(|_| sb.whole_episodes)
+            .and_then(|e| e.of(head))
+            .map(|e| e.last() + 1)
+            .filter(|&to| to < tail);
+        whole.unwrap_or(head + 1)
+    }
+
+    /// The head of a full ring moves from `head` (in `head_slot`, which the new row
+    /// takes) to `to`: the rows passed over lose their priorities, and so does a new
+    /// first row that is a step of the oldest episode: its observation row is gone, so
+    /// it ends no transition the buffer can return.
+    pub fn head_passed(&mut self, capacity: u64, head: u64, head_slot: u64, to: u64) {
+        let oldest = self.episodes.as_ref().and_then(|e| e.of(head)).copied();
+        let cut = oldest.is_some_and(|e| e.last() >= to);
+        let passed = to - head;
+        self.tree
+            .on_evicted((head_slot + 1) % capacity, passed - 1 + u64::from(cut));
+    }
+
+    /// Before storing `rows` more rows on a ring of `capacity` holding `head..tail`:
+    /// when they will overwrite items the newest commit covers, an eviction record
+    /// saying so is made durable first (see `parts::evictions`).
+    #[inline(always)]
+    pub fn before_add(
+        &mut self,
+        sb: &Superblock,
+        (head, tail): (u64, u64),
+        rows: u64,
+        records: Records<'_>,
+    ) -> Result<()> {
+        let cap = sb.capacity;
+        let mut to = (tail + rows).saturating_sub(cap);
+        if sb.whole_episodes && tail - head == cap {
+            // The head may jump past the oldest episode.
+            to = to.max(self.eviction_target(sb, head, tail));
+        }
+        if !self.evictions.needed(to) {
+            return Ok(());
+        }
+        self.record_eviction(to, head, cap, records)
+    }
+
+    #[cold]
+    fn record_eviction(&mut self, to: u64, head: u64, cap: u64, r: Records<'_>) -> Result<()> {
+        let Some(manifest) = r.manifest else {
+            return Ok(());
+        };
+        let at = RecordTo {
+            io: r.io,
+            manifest,
+            path: r.path,
+            generation: r.generation,
+        };
+        self.evictions.record(to, head, cap, at)
+    }
+
+    /// A row is being stored (between its two stamps).
+    #[inline(always)]
+    pub fn on_row(&mut self, row: &NewRow) {
+        each!(self, p => p.on_row(row));
+    }
+
+    /// Every live item was dropped.
+    pub fn on_clear(&mut self, tail: u64) {
+        each!(self, p => p.on_clear(tail));
+    }
+
+    /// Before a commit covering every item below `tail`.
+    pub fn before_commit(&mut self, io: &dyn Io, tail: u64) -> Result<()> {
+        each!(self, p => p.before_commit(io, tail)?);
+        Ok(())
+    }
+
+    /// A commit covering `head..tail` was written.
+    pub fn on_commit(&mut self, head: u64, tail: u64) {
+        each!(self, p => p.on_commit(head, tail));
+    }
+
+    /// Before a checkpoint copies the parts' files.
+    pub fn before_checkpoint(&mut self, io: &dyn Io, capacity: u64, tail: u64) -> Result<()> {
+        each!(self, p => p.before_checkpoint(io, capacity, tail)?);
+        Ok(())
+    }
+
+    /// The checkpoint's copies are in `snapshot`, not yet published.
+    pub fn checkpoint_copied(&mut self, io: &dyn Io, snapshot: &Path) -> Result<()> {
+        each!(self, p => p.checkpoint_copied(io, snapshot)?);
+        Ok(())
+    }
+
+    /// The handle closes cleanly.
+    pub fn on_close(&mut self) {
+        each!(self, p => p.on_close());
+    }
+}
