@@ -65,9 +65,9 @@ pub use handle::inspect::{
     EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
 };
 pub use handle::{
-    Config, EpisodeBatch, EpisodeChunk, FragmentBatch, GetOptions, Lane, Lanes, PriorityLane,
-    PriorityOwner, Reader, ReplayBuffer, SequenceSpec, Sequences, Stats, TransitionSpec,
-    Transitions, UnitSpec,
+    Actor, Config, EpisodeBatch, EpisodeChunk, FragmentBatch, Frozen, GetOptions, HoldsTree, Lane,
+    Lanes, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, SequenceSpec, Sequences, Stats,
+    TransitionSpec, Transitions, UnitSpec, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::priorities::{

@@ -386,8 +386,10 @@ fn every_forbidden_combination_is_a_typed_error() {
     // Lanes opened as readers have no update_priorities (a compile_fail example on
     // `Lanes::update_priorities` keeps it so).
     let mut reader = Lanes::open_reader(&path).unwrap();
+    // An actor lane has no update_priorities (a compile_fail example on `Actor` keeps
+    // it so), and draws by priority are the owner's.
     assert!(matches!(
-        actor.update_priorities(&[0], &[1.0f32]),
+        actor.sample_prioritized(4, 0.4),
         Err(Error::NotPriorityOwner { .. })
     ));
     // The owner and the reader see the actor's adds; the owner's updates reach readers.

@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{StopIo, add_range, assert_live_items_intact, columns, item, item_bytes, schema};
-use replaystore::{Config, Error, ReplayBuffer, State, snapshots, verify};
+use replaystore::{Config, Error, HoldsTree, ReplayBuffer, State, snapshots, verify};
 
 const CAPACITY: u64 = 64;
 const SEGMENT: u64 = 16;
@@ -36,7 +36,7 @@ fn assert_sound(dir: &Path) {
     assert!(report.is_sound(), "{:#?}", report.problems);
 }
 
-fn priorities_of(buf: &ReplayBuffer) -> Vec<f64> {
+fn priorities_of<R: HoldsTree>(buf: &ReplayBuffer<R>) -> Vec<f64> {
     let live: Vec<u64> = buf.live().collect();
     buf.priorities(&live).unwrap()
 }
@@ -292,7 +292,7 @@ fn snapshot_reader_child() {
         for (r, &i) in batch.indices().iter().enumerate() {
             assert_eq!(batch.item_bytes(r), item_bytes(i));
         }
-        assert!(snap.add(&columns(&item(0))).is_err());
+        // (It cannot add: `ReplayBuffer<Frozen>` has no add, a compile_fail example.)
         println!("marker=round {round}");
     }
     println!("marker=done");
@@ -523,18 +523,10 @@ fn a_read_only_snapshot_refuses_writes_and_samples_from_its_rng_position() {
     let mut buf = new_buffer(&dir);
     add_range(&mut buf, 0, 30);
     let state = buf.get_state_named("s").unwrap();
+    // A snapshot has no method that writes: add, update_priorities, flush and
+    // get_state are not there (a compile_fail example on `Frozen` keeps it so).
     let mut snap = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
     assert!(snap.is_read_only());
-    assert!(matches!(
-        snap.add(&columns(&item(30))),
-        Err(Error::ReadOnly { .. })
-    ));
-    assert!(matches!(
-        snap.update_priorities(&[1], &[1.0f32]),
-        Err(Error::ReadOnly { .. })
-    ));
-    assert!(matches!(snap.flush(), Err(Error::ReadOnly { .. })));
-    assert!(matches!(snap.get_state(), Err(Error::ReadOnly { .. })));
     let from_snapshot = snap.sample_prioritized(16, 0.4).unwrap();
     snap.close().unwrap();
     add_range(&mut buf, 30, 90);

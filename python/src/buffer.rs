@@ -8,7 +8,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{
-    EpisodeBatch, PrioritySpec, ReplayBuffer, Schema, SequenceSpec, Sequences, State,
+    Actor, EpisodeBatch, PrioritySpec, ReplayBuffer, Schema, SequenceSpec, Sequences, State,
     TransitionSpec, Transitions, UnitSpec,
 };
 
@@ -22,6 +22,99 @@ use crate::units;
 /// The key a state dict carries its bytes under, with the format they follow.
 pub(crate) const STATE_KEY: &str = "replaystore_state";
 
+/// The engine handle behind a Python `ReplayBuffer`: the writer, or an actor opened with
+/// `actor=True` (another process owns its priorities, so it has no priority calls).
+pub(crate) enum Handle {
+    Writer(ReplayBuffer),
+    Actor(ReplayBuffer<Actor>),
+}
+
+/// Runs `$body` with `$b` bound to the engine handle, whichever role it has.
+macro_rules! either {
+    ($h:expr, $b:ident => $body:expr) => {
+        match $h {
+            Handle::Writer($b) => $body,
+            Handle::Actor($b) => $body,
+        }
+    };
+}
+
+impl Handle {
+    fn schema(&self) -> &Schema {
+        either!(self, b => b.schema())
+    }
+
+    fn dir(&self) -> &std::path::Path {
+        either!(self, b => b.dir())
+    }
+
+    fn reseed(&mut self, seed: u64) {
+        either!(self, b => b.reseed(seed))
+    }
+
+    fn len(&self) -> u64 {
+        either!(self, b => b.len())
+    }
+
+    fn capacity(&self) -> u64 {
+        either!(self, b => b.capacity())
+    }
+
+    fn stats(&self) -> replaystore::Stats {
+        either!(self, b => b.stats())
+    }
+
+    fn read_checks(&self) -> bool {
+        either!(self, b => b.read_checks())
+    }
+
+    fn set_read_checks(&mut self, on: bool) {
+        either!(self, b => b.set_read_checks(on))
+    }
+
+    fn episode(&self, index: u64) -> replaystore::Result<replaystore::EpisodeInfo> {
+        either!(self, b => b.episode(index))
+    }
+
+    fn episodes(&self) -> replaystore::Result<Vec<replaystore::EpisodeInfo>> {
+        either!(self, b => b.episodes())
+    }
+
+    fn unfinished_episodes(&self) -> replaystore::Result<Vec<replaystore::EpisodeInfo>> {
+        either!(self, b => b.unfinished_episodes())
+    }
+
+    fn prev(&self, index: u64) -> replaystore::Result<u64> {
+        either!(self, b => b.prev(index))
+    }
+
+    fn next(&self, index: u64) -> replaystore::Result<u64> {
+        either!(self, b => b.next(index))
+    }
+
+    fn snapshots(&self) -> replaystore::Result<Vec<replaystore::SnapshotInfo>> {
+        either!(self, b => b.snapshots())
+    }
+
+    /// Priority totals, for the writer of a prioritized buffer (an actor's are another
+    /// process's).
+    fn priority_summary(&mut self) -> Option<replaystore::PrioritySummary> {
+        match self {
+            Handle::Writer(b) => b.priority_summary(),
+            Handle::Actor(_) => None,
+        }
+    }
+
+    /// The writer, for the calls on priorities an actor does not have; an actor gets
+    /// the engine's `NotPriorityOwner` (a `LockedError` naming the owner).
+    fn owner(&mut self) -> PyResult<&mut ReplayBuffer> {
+        match self {
+            Handle::Writer(b) => Ok(b),
+            Handle::Actor(a) => Err(to_py(a.not_priority_owner())),
+        }
+    }
+}
+
 /// A replay buffer in the folder `path`, opened by the one process that writes it.
 ///
 /// Create it with `ReplayBuffer.create(path, schema, capacity)`, reopen it with
@@ -29,14 +122,14 @@ pub(crate) const STATE_KEY: &str = "replaystore_state";
 #[pyclass(module = "replaystore", name = "ReplayBuffer", frozen)]
 pub struct PyBuffer {
     /// Taken by each call in turn (see `shared`); `None` once closed.
-    inner: Shared<Option<ReplayBuffer>>,
+    inner: Shared<Option<Handle>>,
     /// The buffer's schema (it never changes): arrays are checked against it before
     /// the lock is taken, so no Python conversion runs while other threads wait.
     schema: Schema,
 }
 
 /// The open buffer behind a taken lock.
-fn open_buf(held: &mut Option<ReplayBuffer>) -> PyResult<&mut ReplayBuffer> {
+fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
     held.as_mut()
         .ok_or_else(|| ReadOnlyError::new_err("the buffer is closed"))
 }
@@ -47,7 +140,7 @@ impl PyBuffer {
         &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
-        step: fn(&ReplayBuffer, u64) -> replaystore::Result<u64>,
+        step: fn(&Handle, u64) -> replaystore::Result<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (idx, lone) = index_list(py, indices)?;
         let mut held = self.inner.lock(py);
@@ -104,7 +197,7 @@ impl PyBuffer {
             .map_err(to_py)?;
         Ok(PyBuffer {
             schema: buf.schema().clone(),
-            inner: Shared::new(Some(buf)),
+            inner: Shared::new(Some(Handle::Writer(buf))),
         })
     }
 
@@ -116,9 +209,9 @@ impl PyBuffer {
         let buf = py
             .detach(|| {
                 if actor {
-                    ReplayBuffer::open_actor(path)
+                    ReplayBuffer::open_actor(path).map(Handle::Actor)
                 } else {
-                    ReplayBuffer::open(path)
+                    ReplayBuffer::open(path).map(Handle::Writer)
                 }
             })
             .map_err(to_py)?;
@@ -138,7 +231,7 @@ impl PyBuffer {
         let cols = columns(&inputs)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.add(&cols)).map_err(to_py)
+        py.detach(|| either!(buf, b => b.add(&cols))).map_err(to_py)
     }
 
     /// Adds `n` items from a dict of arrays with the batch dimension first
@@ -162,9 +255,10 @@ impl PyBuffer {
         let range = match &priorities {
             Some(p) => {
                 let p = p.as_slice()?;
+                let buf = buf.owner()?;
                 py.detach(|| buf.add_batch_with_priorities(&cols, p))
             }
-            None => py.detach(|| buf.add_batch(&cols)),
+            None => py.detach(|| either!(buf, b => b.add_batch(&cols))),
         }
         .map_err(to_py)?;
         Ok(PyArray1::from_vec(py, range.collect()))
@@ -180,9 +274,12 @@ impl PyBuffer {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let schema = buf.schema().clone();
-        get_items(py, &schema, indices, |idx, slices| {
-            buf.gather_into(idx, slices)
-        })
+        get_items(
+            py,
+            &schema,
+            indices,
+            |idx, slices| either!(buf, b => b.gather_into(idx, slices)),
+        )
     }
 
     /// Drops every item (indices go on from where they were; priorities of new items
@@ -190,7 +287,7 @@ impl PyBuffer {
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.clear()).map_err(to_py)
+        py.detach(|| either!(buf, b => b.clear())).map_err(to_py)
     }
 
     /// Whether every read checks each item a flush has sealed against its checksum
@@ -240,10 +337,13 @@ impl PyBuffer {
         // MemoryError, not an abort.
         draw_dict(py, &schema, n, beta, |indices, weights, slices| {
             match (beta, weights) {
-                (Some(b), Some(w)) => buf.draw_prioritized(&PrioritySpec::new(n, b), indices, w)?,
-                _ => buf.draw_indices(&uniform(n, replace), indices)?,
+                (Some(beta), Some(w)) => {
+                    let spec = PrioritySpec::new(n, beta);
+                    either!(buf, b => b.draw_prioritized(&spec, indices, w))?
+                }
+                _ => either!(buf, b => b.draw_indices(&uniform(n, replace), indices))?,
             }
-            buf.gather_into(indices, slices)
+            either!(buf, b => b.gather_into(indices, slices))
         })
     }
 
@@ -271,7 +371,7 @@ impl PyBuffer {
             None => UnitSpec::new(n),
         };
         let (mut fragments, mut weights) = (Vec::new(), Vec::new());
-        py.detach(|| buf.draw_fragments(&spec, &mut fragments, &mut weights))
+        py.detach(|| either!(buf, b => b.draw_fragments(&spec, &mut fragments, &mut weights)))
             .map_err(to_py)?;
         let mut indices = Vec::new();
         let mut offsets = vec![0u64];
@@ -281,9 +381,12 @@ impl PyBuffer {
         }
         replaystore::internal::check_rows(indices.len(), schema.item_bytes()).map_err(to_py)?;
         // The rows go straight into the arrays returned: no batch in between.
-        let outs = filled(py, &schema, indices.len(), |slices| {
-            buf.gather_into(&indices, slices)
-        })?;
+        let outs = filled(
+            py,
+            &schema,
+            indices.len(),
+            |slices| either!(buf, b => b.gather_into(&indices, slices)),
+        )?;
         let weights = beta.map(|_| weights);
         let d = arrays::batch_dict(py, &schema, outs, indices, weights)?;
         d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
@@ -305,7 +408,9 @@ impl PyBuffer {
         let cols = columns(&inputs)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        let info = py.detach(|| buf.add_reset(&cols)).map_err(to_py)?;
+        let info = py
+            .detach(|| either!(buf, b => b.add_reset(&cols)))
+            .map_err(to_py)?;
         units::step_dict(py, &info)
     }
 
@@ -329,7 +434,7 @@ impl PyBuffer {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let info = py
-            .detach(|| buf.add_step(&cols, terminated, truncated))
+            .detach(|| either!(buf, b => b.add_step(&cols, terminated, truncated)))
             .map_err(to_py)?;
         units::step_dict(py, &info)
     }
@@ -366,7 +471,7 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.step_each(py, indices, ReplayBuffer::prev)
+        self.step_each(py, indices, Handle::prev)
     }
 
     /// The step after each of `indices` in its episode; an episode's last stored step
@@ -376,7 +481,7 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.step_each(py, indices, ReplayBuffer::next)
+        self.step_each(py, indices, Handle::next)
     }
 
     /// Draws `n` transitions of an episodic buffer: uniformly, or by priority with
@@ -417,7 +522,7 @@ impl PyBuffer {
             spec = spec.prioritized(b);
         }
         let mut out = Transitions::new(buf.schema());
-        py.detach(|| buf.sample_transitions_into(&spec, &mut out))
+        py.detach(|| either!(buf, b => b.sample_transitions_into(&spec, &mut out)))
             .map_err(to_py)?;
         units::transitions_dict(py, &out, &obs, beta.is_some())
     }
@@ -453,7 +558,7 @@ impl PyBuffer {
             spec = spec.prioritized(b);
         }
         let mut out = Sequences::new(buf.schema());
-        py.detach(|| buf.sample_sequences_into(&spec, &mut out))
+        py.detach(|| either!(buf, b => b.sample_sequences_into(&spec, &mut out)))
             .map_err(to_py)?;
         let steps = usize::try_from(burn_in + length).unwrap_or(usize::MAX);
         units::sequences_dict(py, &out, &obs, steps, beta.is_some())
@@ -481,7 +586,7 @@ impl PyBuffer {
             None => UnitSpec::new(n),
         };
         let mut out = EpisodeBatch::new(buf.schema());
-        py.detach(|| buf.sample_episodes_into(&spec, &mut out))
+        py.detach(|| either!(buf, b => b.sample_episodes_into(&spec, &mut out)))
             .map_err(to_py)?;
         units::episodes_dict(py, &out, beta.is_some())
     }
@@ -503,14 +608,16 @@ impl PyBuffer {
     fn delete_snapshot(&self, py: Python<'_>, name: &str) -> PyResult<()> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.delete_snapshot(name)).map_err(to_py)
+        py.detach(|| either!(buf, b => b.delete_snapshot(name)))
+            .map_err(to_py)
     }
 
     /// Deletes all but the `k` newest snapshots; returns the names deleted.
     fn keep_last(&self, py: Python<'_>, k: usize) -> PyResult<Vec<String>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.keep_last(k)).map_err(to_py)
+        py.detach(|| either!(buf, b => b.keep_last(k)))
+            .map_err(to_py)
     }
 
     /// Sets the priorities of the items at `indices` (typically |TD error|). Items
@@ -526,7 +633,7 @@ impl PyBuffer {
         let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
         let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
+        let buf = open_buf(&mut held)?.owner()?;
         let done = py
             .detach(|| buf.update_priorities(idx, pr))
             .map_err(to_py)?;
@@ -545,6 +652,7 @@ impl PyBuffer {
         let idx = index_array(py, indices, "indices")?;
         let idx = idx.as_slice()?;
         let p = open_buf(&mut self.inner.lock(py))?
+            .owner()?
             .priorities(idx)
             .map_err(to_py)?;
         Ok(PyArray1::from_vec(py, p))
@@ -560,8 +668,8 @@ impl PyBuffer {
         let buf = open_buf(&mut held)?;
         let state = py
             .detach(|| match name {
-                Some(n) => buf.get_state_named(n),
-                None => buf.get_state(),
+                Some(n) => either!(buf, b => b.get_state_named(n)),
+                None => either!(buf, b => b.get_state()),
             })
             .map_err(to_py)?;
         let d = PyDict::new(py);
@@ -588,7 +696,8 @@ impl PyBuffer {
         let state = State::from_bytes(&bytes).map_err(to_py)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.set_state(&state)).map_err(to_py)
+        py.detach(|| either!(buf, b => b.set_state(&state)))
+            .map_err(to_py)
     }
 
     /// Counters and sizes: len, capacity, head, tail, added, evicted, sampled, ...
@@ -602,7 +711,7 @@ impl PyBuffer {
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        py.detach(|| buf.flush()).map_err(to_py)
+        py.detach(|| either!(buf, b => b.flush())).map_err(to_py)
     }
 
     /// Flushes and closes; the buffer then refuses every call. Closing twice is fine.
@@ -610,7 +719,7 @@ impl PyBuffer {
         // Taken out under the lock, closed without it (a close flushes).
         let taken = self.inner.lock(py).take();
         match taken {
-            Some(buf) => py.detach(|| buf.close()).map_err(to_py),
+            Some(buf) => py.detach(|| either!(buf, b => b.close())).map_err(to_py),
             None => Ok(()),
         }
     }

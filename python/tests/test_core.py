@@ -187,6 +187,31 @@ def test_priorities_steer_draws_and_weights_come_back(path):
         check_batch(b)
 
 
+def test_an_actor_adds_and_checkpoints_but_leaves_priorities_to_their_owner(path):
+    """`open(path, actor=True)` (Ape-X): adds, flushes and get_state as the writer;
+    every priority call raises LockedError naming the owner's lock, and nothing is
+    changed by it."""
+    rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=0.6, seed=1).close()
+    with rs.ReplayBuffer.open(path, actor=True) as actor:
+        assert actor.add_batch(items(0, 5)).tolist() == list(range(5))
+        actor.flush()
+        assert actor.max_priority is None
+        for call in (
+            lambda: actor.update_priorities([0], [2.0]),
+            lambda: actor.priorities([0]),
+            lambda: actor.sample(4, beta=0.4),
+            lambda: actor.add_batch(items(5, 6), priorities=[1.0]),
+        ):
+            with pytest.raises(rs.LockedError, match="priorities.lock"):
+                call()
+        assert len(actor) == 5
+        check_batch(actor.sample(8))
+        assert actor.get_state()["len"] == 5
+    with rs.ReplayBuffer.open(path) as buf:
+        # The writer catches the actor's items up to the largest priority seen.
+        assert buf.priorities(np.arange(5)).tolist() == pytest.approx([1.0] * 5)
+
+
 def _reader(path, n, out, pread=False):
     r = rs.Reader.open(path, pread=pread)
     assert r.pread is pread

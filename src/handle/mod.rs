@@ -22,5 +22,4 @@ pub use reader::Reader;
 pub use transitions::{TransitionSpec, Transitions};
 pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
 pub use views::{EpisodeChunk, GetOptions};
-pub use writer::ReplayBuffer;
-use writer::Role;
+pub use writer::{Actor, Frozen, HoldsTree, ReplayBuffer, Role, Writer, Writes};

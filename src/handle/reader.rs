@@ -13,12 +13,14 @@ use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
+use super::Stats;
 use super::rows::Rows;
-use super::{ReplayBuffer, Role, Stats};
+use super::writer::open::{open_parts, snapshot_parts};
 use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
+use crate::parts::hooks::Holder;
 use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
 use crate::parts::tree_role::TreeRole;
 use crate::schema::Schema;
@@ -121,7 +123,7 @@ impl Reader {
         // Loaded before mapping: files replaced after this are remapped by the first
         // call that sees the epoch move.
         let epoch = wait_steady(&progress, None);
-        let opened = ReplayBuffer::open_parts(dir, io, Role::Live, false)?;
+        let opened = open_parts(dir, io, Holder::Live, None, false)?;
         let mut rows = opened.rows;
         rows.reseed(crate::algo::entropy::seed());
         let tree = open_priorities(&rows)?;
@@ -142,7 +144,7 @@ impl Reader {
     /// changes, sampling from the snapshot's RNG position (as
     /// [`ReplayBuffer::open_snapshot`]).
     pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Reader> {
-        let opened = ReplayBuffer::snapshot_parts(dir.as_ref(), name)?;
+        let opened = snapshot_parts(dir.as_ref(), name)?;
         Ok(Reader {
             rows: opened.rows,
             tree: match opened.parts.tree {

@@ -5,7 +5,7 @@
 
 use rand::RngExt;
 
-use super::ReplayBuffer;
+use super::{ReplayBuffer, Role};
 use crate::algo::windows::End;
 use crate::batch::Batch;
 use crate::dtype::DType;
@@ -259,7 +259,7 @@ fn at(i: usize, frames: u64, f: u64) -> usize {
     i * frames as usize + f as usize
 }
 
-impl ReplayBuffer {
+impl<R: Role> ReplayBuffer<R> {
     /// Draws `spec.n` transitions uniformly over the steps of live episodes.
     ///
     /// ```

@@ -7,8 +7,8 @@ use std::ops::Range;
 
 use rand::RngExt;
 
-use super::ReplayBuffer;
 use super::transitions::with_leading;
+use super::{ReplayBuffer, Role};
 use crate::algo::windows::{End, Span};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -311,7 +311,7 @@ fn step_span(rows: Span) -> Span {
     }
 }
 
-impl ReplayBuffer {
+impl<R: Role> ReplayBuffer<R> {
     /// Gathers the fields marked in `which` of the rows `rows` into `batch`, whose
     /// indices become `indices`. The others are not written: they stay as they were,
     /// zero in a batch that only ever gathered with this `which`. A field of `k`

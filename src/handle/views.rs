@@ -8,7 +8,7 @@
 //! at observation `k`, the reward it earned, ...) is row `start + k + 1`. So a chunk
 //! of `t` steps has `t + 1` observations and `t` step entries.
 
-use super::ReplayBuffer;
+use super::{ReplayBuffer, Role};
 use crate::algo::lookback::{Indices, Pos, Window};
 use crate::batch::FieldArray;
 use crate::error::{Error, Result};
@@ -52,7 +52,7 @@ enum Entries {
     Steps,
 }
 
-impl ReplayBuffer {
+impl<R: Role> ReplayBuffer<R> {
     /// The chunk of the whole stored episode `id`: from its first stored observation,
     /// without lookback.
     ///

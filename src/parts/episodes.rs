@@ -353,14 +353,8 @@ impl Part for Episodes {
         if !(at.sb.episodic && at.items) {
             return;
         }
-        let rebuilt = Episodes::from_rows(
-            at.schema,
-            at.ring,
-            at.sb.capacity,
-            at.head,
-            at.tail,
-            at.dir,
-        );
+        let rebuilt =
+            Episodes::from_rows(at.schema, at.ring, at.sb.capacity, at.head, at.tail, at.dir);
         if let Err(e) = rebuilt {
             found.problems.push(crate::error::Finding::of(&e, at.dir));
         }

@@ -17,7 +17,11 @@ use super::priorities::LiveRange;
 /// Who is opening the buffer, as the parts need to know it: whether their files may be
 /// written, and who keeps the priority tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Holder {
+#[expect(
+    unnameable_types,
+    reason = "the sealed trait of ReplayBuffer's roles names it; callers can neither name nor make one"
+)]
+pub enum Holder {
     /// The one writer, owning every part (the priority tree and its lock included).
     Writer,
     /// The one writer, adding while a `PriorityOwner` process keeps the tree.

@@ -77,10 +77,15 @@ impl Parts {
 
     /// The files the parts of a buffer with superblock `sb` keep beside its rows.
     pub fn files(sb: &Superblock) -> Vec<PartFile> {
-        [TreeRole::files, Episodes::files, Fragments::files, Evictions::files]
-            .iter()
-            .flat_map(|files| files(sb))
-            .collect()
+        [
+            TreeRole::files,
+            Episodes::files,
+            Fragments::files,
+            Evictions::files,
+        ]
+        .iter()
+        .flat_map(|files| files(sb))
+        .collect()
     }
 
     /// Checks every part's files, read-only (`verify`).

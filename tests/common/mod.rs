@@ -11,7 +11,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
-use replaystore::{Column, DType, ReplayBuffer, Schema};
+use replaystore::{Column, DType, ReplayBuffer, Role, Schema, Writes};
 
 pub mod fingerprint;
 
@@ -81,7 +81,7 @@ pub fn item_bytes(i: u64) -> Vec<u8> {
 }
 
 /// Adds items `from..to` as one batch (columns with the batch dimension first).
-pub fn add_range(buf: &mut ReplayBuffer, from: u64, to: u64) -> std::ops::Range<u64> {
+pub fn add_range<R: Writes>(buf: &mut ReplayBuffer<R>, from: u64, to: u64) -> std::ops::Range<u64> {
     let items: Vec<Item> = (from..to).map(item).collect();
     let n = items.len();
     let obs: Vec<f32> = items.iter().flat_map(|x| x.obs).collect();
@@ -102,7 +102,7 @@ pub fn add_range(buf: &mut ReplayBuffer, from: u64, to: u64) -> std::ops::Range<
 }
 
 /// Asserts every live item reads back as `item_bytes(index)`.
-pub fn assert_live_items_intact(buf: &ReplayBuffer) {
+pub fn assert_live_items_intact<R: Role>(buf: &ReplayBuffer<R>) {
     let live: Vec<u64> = buf.live().collect();
     for chunk in live.chunks(4096) {
         let batch = buf.get_many(chunk).unwrap();

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use rand_chacha::ChaCha8Rng;
 
 use super::rows::Rows;
-use super::{Config, PriorityOwner, Reader, ReplayBuffer, Stats};
+use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::algo::sample::SampleSpec;
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
@@ -185,7 +185,7 @@ impl Lanes<ReplayBuffer> {
 
     /// Opens lane `lane` alone for adding while a [`Lanes::open_owner`] process owns the
     /// priorities (see [`ReplayBuffer::open_actor`]).
-    pub fn open_lane_actor(dir: impl AsRef<Path>, lane: usize) -> Result<ReplayBuffer> {
+    pub fn open_lane_actor(dir: impl AsRef<Path>, lane: usize) -> Result<ReplayBuffer<Actor>> {
         open_one(dir.as_ref(), lane, |d| ReplayBuffer::open_actor(d))
     }
 
@@ -724,11 +724,11 @@ fn open_all<L: Lane>(
     })
 }
 
-fn open_one(
+fn open_one<R: Role>(
     dir: &Path,
     lane: usize,
-    open: impl Fn(&Path) -> Result<ReplayBuffer>,
-) -> Result<ReplayBuffer> {
+    open: impl Fn(&Path) -> Result<ReplayBuffer<R>>,
+) -> Result<ReplayBuffer<R>> {
     let dir = &storage::resolve_root(dir);
     let dirs = lane_dirs(&io::os(), dir)?;
     let d = dirs

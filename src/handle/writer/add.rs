@@ -17,11 +17,109 @@ use crate::storage::{self};
 
 use super::ReplayBuffer;
 use super::commit::mark_changing;
+use super::role::{Role, Writer, Writes};
 
 /// Fields an add passes on the stack; more take a heap allocation.
 const INLINE_FIELDS: usize = 16;
 
-impl ReplayBuffer {
+impl ReplayBuffer<Writer> {
+    /// Adds one item with a given priority instead of the largest seen so far (Ape-X
+    /// actors compute initial priorities). A bad priority is an error and nothing is
+    /// added.
+    pub fn add_with_priority<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priority: P,
+    ) -> Result<u64> {
+        self.check_new_priorities(&[priority])?;
+        let index = self.add(columns)?;
+        self.update_priorities(&[index], &[priority])?;
+        Ok(index)
+    }
+    /// `add_batch` with one priority per row. The priorities and the columns are checked
+    /// before anything is added; a batch longer than the capacity keeps its newest rows
+    /// and their priorities.
+    pub fn add_batch_with_priorities<P: Priority>(
+        &mut self,
+        columns: &[Column<'_>],
+        priorities: &[P],
+    ) -> Result<Range<u64>> {
+        self.check_new_priorities(priorities)?;
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let rows = match_columns(
+            &self.rows.schema,
+            columns,
+            true,
+            &mut order,
+            &mut self.scratch.names,
+        );
+        self.scratch.order = order;
+        let rows = rows?;
+        if rows != priorities.len() {
+            return Err(Error::CountMismatch {
+                what: "add_batch_with_priorities: rows and priorities",
+                expected: rows,
+                got: priorities.len(),
+            });
+        }
+        let added = self.add_batch(columns)?;
+        let from = added.start.max(self.rows.head);
+        let indices: Vec<u64> = (from..added.end).collect();
+        let skip = (from - added.start) as usize;
+        self.update_priorities(&indices, priorities.get(skip..).unwrap_or(&[]))?;
+        Ok(added)
+    }
+    fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
+        self.writable()?;
+        match self.parts.tree.tree() {
+            Some(p) => p.check_values(self.rows.tail, priorities),
+            None => Err(self.no_priorities()),
+        }
+    }
+}
+
+impl<R: Role> ReplayBuffer<R> {
+    /// Stores a word of the progress page, if this handle has one (the writer's).
+    #[inline(always)]
+    pub(super) fn publish(&mut self, off: usize, value: u64) {
+        if let Some(p) = &mut self.progress {
+            p.store(off, value);
+        }
+    }
+    /// Tells readers that the lane's files were replaced (they remap): the epoch goes
+    /// to the next even number. Whatever goes with the new files (a restore's head,
+    /// tail and sealed bound) is stored before it, under an odd epoch: a reader that
+    /// loads the new epoch then loads those, never the old range over the new files.
+    pub(super) fn publish_files_changed(&mut self) {
+        if let Some(p) = &mut self.progress {
+            let epoch = (p.load(EPOCH_OFF) | 1).wrapping_add(1);
+            p.store(EPOCH_OFF, epoch);
+        }
+    }
+    /// Tells readers that several files are about to be replaced one by one (a
+    /// restore): an odd epoch, which readers wait out rather than map a mix.
+    pub(super) fn publish_files_changing(&mut self) {
+        if let Some(p) = &mut self.progress {
+            mark_changing(p);
+        }
+    }
+    /// What a writer's open publishes: new files possibly (a restore, a recovery),
+    /// the live range, what is sealed, and which process writes.
+    /// The range goes out while the epoch is odd (readers wait), then the even epoch
+    /// releases it with the files: published the other way round, a reader could map
+    /// the restored files at the new epoch and still load the old head and tail, and
+    /// take the rows those name for damage.
+    pub(super) fn publish_open(&mut self) {
+        self.publish_files_changing();
+        self.publish(HEAD_OFF, self.rows.head);
+        self.publish(TAIL_OFF, self.rows.tail);
+        self.publish(SEALED_OFF, self.rows.flushed_tail);
+        self.publish(PID_OFF, u64::from(std::process::id()));
+        self.publish_files_changed();
+    }
+}
+
+impl<R: Writes> ReplayBuffer<R> {
     /// Copies each segment that a snapshot links and that the next `count` stores from
     /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
     /// live rows are copied. Fails before anything is stored, losing nothing.
@@ -102,44 +200,6 @@ impl ReplayBuffer {
             self.rows.tail_slot = 0;
         }
         self.publish(TAIL_OFF, self.rows.tail);
-    }
-    /// Stores a word of the progress page, if this handle has one (the writer's).
-    #[inline(always)]
-    pub(super) fn publish(&mut self, off: usize, value: u64) {
-        if let Some(p) = &mut self.progress {
-            p.store(off, value);
-        }
-    }
-    /// Tells readers that the lane's files were replaced (they remap): the epoch goes
-    /// to the next even number. Whatever goes with the new files (a restore's head,
-    /// tail and sealed bound) is stored before it, under an odd epoch: a reader that
-    /// loads the new epoch then loads those, never the old range over the new files.
-    pub(super) fn publish_files_changed(&mut self) {
-        if let Some(p) = &mut self.progress {
-            let epoch = (p.load(EPOCH_OFF) | 1).wrapping_add(1);
-            p.store(EPOCH_OFF, epoch);
-        }
-    }
-    /// Tells readers that several files are about to be replaced one by one (a
-    /// restore): an odd epoch, which readers wait out rather than map a mix.
-    pub(super) fn publish_files_changing(&mut self) {
-        if let Some(p) = &mut self.progress {
-            mark_changing(p);
-        }
-    }
-    /// What a writer's open publishes: new files possibly (a restore, a recovery),
-    /// the live range, what is sealed, and which process writes.
-    /// The range goes out while the epoch is odd (readers wait), then the even epoch
-    /// releases it with the files: published the other way round, a reader could map
-    /// the restored files at the new epoch and still load the old head and tail, and
-    /// take the rows those name for damage.
-    pub(super) fn publish_open(&mut self) {
-        self.publish_files_changing();
-        self.publish(HEAD_OFF, self.rows.head);
-        self.publish(TAIL_OFF, self.rows.tail);
-        self.publish(SEALED_OFF, self.rows.flushed_tail);
-        self.publish(PID_OFF, u64::from(std::process::id()));
-        self.publish_files_changed();
     }
     /// Eviction in an episodic buffer about to overwrite its oldest row, when something
     /// depends on the oldest row's episode (whole episodes, or priorities). With whole
@@ -289,59 +349,6 @@ impl ReplayBuffer {
         });
         self.scratch.order = order;
         result
-    }
-    /// Adds one item with a given priority instead of the largest seen so far (Ape-X
-    /// actors compute initial priorities). A bad priority is an error and nothing is
-    /// added.
-    pub fn add_with_priority<P: Priority>(
-        &mut self,
-        columns: &[Column<'_>],
-        priority: P,
-    ) -> Result<u64> {
-        self.check_new_priorities(&[priority])?;
-        let index = self.add(columns)?;
-        self.update_priorities(&[index], &[priority])?;
-        Ok(index)
-    }
-    /// `add_batch` with one priority per row. The priorities and the columns are checked
-    /// before anything is added; a batch longer than the capacity keeps its newest rows
-    /// and their priorities.
-    pub fn add_batch_with_priorities<P: Priority>(
-        &mut self,
-        columns: &[Column<'_>],
-        priorities: &[P],
-    ) -> Result<Range<u64>> {
-        self.check_new_priorities(priorities)?;
-        let mut order = std::mem::take(&mut self.scratch.order);
-        let rows = match_columns(
-            &self.rows.schema,
-            columns,
-            true,
-            &mut order,
-            &mut self.scratch.names,
-        );
-        self.scratch.order = order;
-        let rows = rows?;
-        if rows != priorities.len() {
-            return Err(Error::CountMismatch {
-                what: "add_batch_with_priorities: rows and priorities",
-                expected: rows,
-                got: priorities.len(),
-            });
-        }
-        let added = self.add_batch(columns)?;
-        let from = added.start.max(self.rows.head);
-        let indices: Vec<u64> = (from..added.end).collect();
-        let skip = (from - added.start) as usize;
-        self.update_priorities(&indices, priorities.get(skip..).unwrap_or(&[]))?;
-        Ok(added)
-    }
-    fn check_new_priorities<P: Priority>(&self, priorities: &[P]) -> Result<()> {
-        self.writable()?;
-        match self.parts.tree.tree() {
-            Some(p) => p.check_values(self.rows.tail, priorities),
-            None => Err(self.no_priorities()),
-        }
     }
     /// Begins an episode with what `env.reset()` returned: the observation fields (any
     /// field left out is stored as zeros). An episode still open is abandoned and

@@ -12,18 +12,10 @@ use crate::storage::io::{self, Access};
 use crate::storage::map::ProgressMap;
 use crate::storage::{self, LANE_DIR, Manifest};
 
-use super::{ReplayBuffer, Role};
+use super::ReplayBuffer;
+use super::role::{Role, Writes};
 
-impl ReplayBuffer {
-    /// Makes everything added so far, the counters and the RNG position survive a power
-    /// loss: checksums for the items added since the last flush, msync of their rows,
-    /// then a durable commit.
-    pub fn flush(&mut self) -> Result<()> {
-        self.writable()?;
-        self.sync_rows()?;
-        self.sync_parts()?;
-        self.commit(0, true)
-    }
+impl<R: Role> ReplayBuffer<R> {
     /// Makes each part's state for the items below the tail durable, before a commit
     /// covers them.
     fn sync_parts(&mut self) -> Result<()> {
@@ -100,6 +92,86 @@ impl ReplayBuffer {
             }
             Err(e) => Err(self.poison(e)),
         }
+    }
+    /// The state that restores snapshot `name`, read from the snapshot itself: for a
+    /// run that lost the dict `get_state` returned (a crash before the checkpoint was
+    /// saved) and resumes from the newest snapshot instead.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::scalar("x", &3u8)])?;
+    /// let state = buf.get_state_named("ckpt")?;
+    /// assert_eq!(buf.snapshot_state("ckpt")?, state);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot_state(&self, name: &str) -> Result<State> {
+        snapshot::valid_name(name)?;
+        let snap = snapshot::snapshot_dir(&self.rows.dir, name);
+        if !snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
+            return Err(Error::NoSuchSnapshot {
+                dir: self.rows.dir.clone(),
+                name: name.to_owned(),
+            });
+        }
+        let c = Manifest::load(&*self.rows.io, &snap)
+            .and_then(|m| m.newest_commit())
+            .map_err(|e| Error::BadSnapshot {
+                dir: self.rows.dir.clone(),
+                name: name.to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(State {
+            name: name.to_owned(),
+            uuid: self.rows.superblock.uuid,
+            generation: c.generation,
+            head: c.head,
+            tail: c.tail,
+            cleared: c.cleared,
+            sampled: c.sampled,
+            rng_seed: c.rng_seed,
+            rng_word_pos: c.rng_word_pos,
+        })
+    }
+    /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).
+    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        snapshot::snapshots(&self.rows.dir)
+    }
+    /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
+    /// (A read-only snapshot has nothing to flush.)
+    pub fn close(mut self) -> Result<()> {
+        if self.commits.lock.is_none() || self.closed {
+            // Read-only, or already let go by a set_state that failed part way: its
+            // files are the next open's to finish (the restore intent says how), and
+            // nothing of this handle is left to commit.
+            self.closed = true;
+            return Ok(());
+        }
+        self.shutdown()
+    }
+    pub(super) fn shutdown(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        self.parts.on_close();
+        self.sync_parts()?;
+        self.commit(FLAG_CLEAN, true)?;
+        self.closed = true;
+        self.publish(PID_OFF, 0);
+        Ok(())
+    }
+}
+
+impl<R: Writes> ReplayBuffer<R> {
+    /// Makes everything added so far, the counters and the RNG position survive a power
+    /// loss: checksums for the items added since the last flush, msync of their rows,
+    /// then a durable commit.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sync_rows()?;
+        self.sync_parts()?;
+        self.commit(0, true)
     }
     /// Drops every live item; logical indices go on from where they were. Durable.
     pub fn clear(&mut self) -> Result<()> {
@@ -230,14 +302,11 @@ impl ReplayBuffer {
         // The live files are (or may be) replaced: this handle's mappings are of the old
         // ones. Close it without a commit and open the restored files.
         self.closed = true;
-        let role = match self.commits.lock.take() {
-            Some(lock) if self.parts.tree.is_actor() => Role::Actor(lock),
-            Some(lock) => Role::Writer(lock),
-            None => Role::Frozen,
-        };
+        let lock = self.commits.lock.take();
         // The new handle takes the priority lock again (flock is per open file).
         self.parts.tree.release_lock();
-        match ReplayBuffer::open_as(self.rows.dir.clone(), self.rows.io.clone(), role, true) {
+        let (dir, io) = (self.rows.dir.clone(), self.rows.io.clone());
+        match ReplayBuffer::<R>::open_as(dir, io, lock, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
                 release_in_background((old, replaced));
@@ -268,52 +337,6 @@ impl ReplayBuffer {
     /// ```
     pub fn abandon(mut self) {
         self.closed = true;
-    }
-    /// The state that restores snapshot `name`, read from the snapshot itself: for a
-    /// run that lost the dict `get_state` returned (a crash before the checkpoint was
-    /// saved) and resumes from the newest snapshot instead.
-    ///
-    /// ```
-    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
-    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
-    /// buf.add(&[Column::scalar("x", &3u8)])?;
-    /// let state = buf.get_state_named("ckpt")?;
-    /// assert_eq!(buf.snapshot_state("ckpt")?, state);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn snapshot_state(&self, name: &str) -> Result<State> {
-        snapshot::valid_name(name)?;
-        let snap = snapshot::snapshot_dir(&self.rows.dir, name);
-        if !snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
-            return Err(Error::NoSuchSnapshot {
-                dir: self.rows.dir.clone(),
-                name: name.to_owned(),
-            });
-        }
-        let c = Manifest::load(&*self.rows.io, &snap)
-            .and_then(|m| m.newest_commit())
-            .map_err(|e| Error::BadSnapshot {
-                dir: self.rows.dir.clone(),
-                name: name.to_owned(),
-                source: Box::new(e),
-            })?;
-        Ok(State {
-            name: name.to_owned(),
-            uuid: self.rows.superblock.uuid,
-            generation: c.generation,
-            head: c.head,
-            tail: c.tail,
-            cleared: c.cleared,
-            sampled: c.sampled,
-            rng_seed: c.rng_seed,
-            rng_word_pos: c.rng_word_pos,
-        })
-    }
-    /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).
-    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        snapshot::snapshots(&self.rows.dir)
     }
     /// Deletes snapshot `name`. Its segments stay as long as the live buffer (or another
     /// snapshot) links them; segments nothing else links are freed. A kill leaves it
@@ -347,28 +370,6 @@ impl ReplayBuffer {
         }
         self.rows.ring.refresh_shared();
         Ok(doomed)
-    }
-    /// Flushes and marks the buffer cleanly closed, so the next open needs no recovery.
-    /// (A read-only snapshot has nothing to flush.)
-    pub fn close(mut self) -> Result<()> {
-        if self.commits.lock.is_none() || self.closed {
-            // Read-only, or already let go by a set_state that failed part way: its
-            // files are the next open's to finish (the restore intent says how), and
-            // nothing of this handle is left to commit.
-            self.closed = true;
-            return Ok(());
-        }
-        self.shutdown()
-    }
-    pub(super) fn shutdown(&mut self) -> Result<()> {
-        self.writable()?;
-        self.sync_rows()?;
-        self.parts.on_close();
-        self.sync_parts()?;
-        self.commit(FLAG_CLEAN, true)?;
-        self.closed = true;
-        self.publish(PID_OFF, 0);
-        Ok(())
     }
 }
 

@@ -10,8 +10,70 @@ use crate::parts::priorities::{
 };
 
 use super::ReplayBuffer;
+use super::role::{Actor, HoldsTree, Role, Writer};
 
-impl ReplayBuffer {
+impl ReplayBuffer<Writer> {
+    /// Sets the priorities of the items at logical `indices` (typically the TD errors of
+    /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
+    /// counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
+    /// slot. A priority that is negative, NaN or infinite, an index never added, or
+    /// arrays of different lengths are an error, and then nothing is applied.
+    /// Survives a kill at once, and a power loss after the next `flush`.
+    pub fn update_priorities<P: Priority>(
+        &mut self,
+        indices: &[u64],
+        priorities: &[P],
+    ) -> Result<PriorityUpdate> {
+        self.writable()?;
+        let Some(p) = self.parts.tree.tree_mut() else {
+            return Err(self.no_priorities());
+        };
+        p.update(
+            self.rows.head,
+            self.rows.head_slot,
+            self.rows.tail,
+            indices,
+            priorities,
+        )
+    }
+}
+
+impl ReplayBuffer<Actor> {
+    /// The error a call on priorities gets from this actor: `NotPriorityOwner`, naming
+    /// the owner's lock file and the process that owns the priorities now, if one runs
+    /// (`NotPrioritized` when the buffer keeps none). For bindings that hold writers and
+    /// actors behind one type.
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, Error, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).prioritized(0.6, 1e-6))?.close()?;
+    /// let actor = ReplayBuffer::open_actor(dir.path().join("b"))?;
+    /// assert!(matches!(actor.not_priority_owner(), Error::NotPriorityOwner { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn not_priority_owner(&self) -> Error {
+        self.no_priorities()
+    }
+}
+
+impl<R: HoldsTree> ReplayBuffer<R> {
+    /// The current `priority + eps` of each live item in `indices` (recovered from the
+    /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
+    pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
+        let Some(p) = self.parts.tree.tree() else {
+            return Err(self.no_priorities());
+        };
+        p.of_live(self.rows.head, self.rows.tail, indices)
+    }
+    /// Priority totals and counters, if the buffer keeps priorities.
+    pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
+        self.parts.tree.tree_mut().map(Priorities::summary)
+    }
+}
+
+impl<R: Role> ReplayBuffer<R> {
     /// Draws `n` indices uniformly with replacement and gathers their items.
     pub fn sample(&mut self, n: usize) -> Result<Batch> {
         self.sample_with(&SampleSpec::new(n))
@@ -82,41 +144,6 @@ impl ReplayBuffer {
         p.draw(&mut self.rows.draws.rng, spec, live, indices, weights)?;
         self.rows.draws.sampled += indices.len() as u64;
         Ok(())
-    }
-    /// Sets the priorities of the items at logical `indices` (typically the TD errors of
-    /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
-    /// counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
-    /// slot. A priority that is negative, NaN or infinite, an index never added, or
-    /// arrays of different lengths are an error, and then nothing is applied.
-    /// Survives a kill at once, and a power loss after the next `flush`.
-    pub fn update_priorities<P: Priority>(
-        &mut self,
-        indices: &[u64],
-        priorities: &[P],
-    ) -> Result<PriorityUpdate> {
-        self.writable()?;
-        let Some(p) = self.parts.tree.tree_mut() else {
-            return Err(self.no_priorities());
-        };
-        p.update(
-            self.rows.head,
-            self.rows.head_slot,
-            self.rows.tail,
-            indices,
-            priorities,
-        )
-    }
-    /// The current `priority + eps` of each live item in `indices` (recovered from the
-    /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
-    pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
-        let Some(p) = self.parts.tree.tree() else {
-            return Err(self.no_priorities());
-        };
-        p.of_live(self.rows.head, self.rows.tail, indices)
-    }
-    /// Priority totals and counters, if the buffer keeps priorities.
-    pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
-        self.parts.tree.tree_mut().map(Priorities::summary)
     }
     /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
     /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.

@@ -5,8 +5,11 @@ mod add;
 mod commit;
 mod draw;
 pub(super) mod open;
+mod role;
 
-use std::fs::File;
+pub use role::{Actor, Frozen, HoldsTree, Role, Writer, Writes};
+
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::path::Path;
 
@@ -22,7 +25,11 @@ use crate::storage::map::ProgressMap;
 use crate::storage::ring::Ring;
 use crate::storage::{self};
 
-/// A replay buffer open for writing: the one writer of its directory.
+/// A replay buffer handle: the one writer of its directory (`ReplayBuffer`, which is
+/// `ReplayBuffer<Writer>`), an actor adding beside a priority owner
+/// (`ReplayBuffer<Actor>`, from [`ReplayBuffer::open_actor`]), or a frozen snapshot
+/// (`ReplayBuffer<Frozen>`, from [`ReplayBuffer::open_snapshot`]). The role `R` says
+/// what the handle may do: a method it may not call is not there.
 ///
 /// ```
 /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
@@ -45,7 +52,7 @@ use crate::storage::{self};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct ReplayBuffer {
+pub struct ReplayBuffer<R: Role = Writer> {
     /// The rows, the live range and the sampling stream (the read side).
     pub(super) rows: Rows,
     /// The commit slots and locks this handle writes with.
@@ -59,6 +66,7 @@ pub struct ReplayBuffer {
     pub(super) parts: Parts,
     /// The progress page readers in other processes follow (the writer's only).
     pub(super) progress: Option<ProgressMap>,
+    role: PhantomData<R>,
 }
 
 impl SlotProbe for Ring {
@@ -68,19 +76,6 @@ impl SlotProbe for Ring {
     fn crc_ok(&self, slot: u64) -> bool {
         self.check(slot).is_some_and(|c| c.crc_ok)
     }
-}
-
-/// Who opens a buffer, and so how its files are mapped.
-pub(super) enum Role {
-    /// The one writer, holding the lock: shared writable mappings.
-    Writer(File),
-    /// The one writer, adding items while another process owns the priorities (see
-    /// [`crate::PriorityOwner`]): the tree is neither mapped nor written.
-    Actor(File),
-    /// A snapshot: private mappings that never change a byte on disk.
-    Frozen,
-    /// A reader of a buffer a writer may be changing: shared read-only mappings.
-    Live,
 }
 
 /// What opening a buffer's files yields, before it becomes a handle: a writer wraps all
@@ -93,7 +88,22 @@ pub(super) struct Opened {
     pub progress: Option<ProgressMap>,
 }
 
-impl ReplayBuffer {
+impl<R: Role> ReplayBuffer<R> {
+    /// The handle over files just opened.
+    fn from_opened(o: Opened) -> ReplayBuffer<R> {
+        ReplayBuffer {
+            rows: o.rows,
+            commits: o.commits,
+            scratch: Scratch::default(),
+            poisoned: None,
+            closed: false,
+            recovered: o.recovered,
+            parts: o.parts,
+            progress: o.progress,
+            role: PhantomData,
+        }
+    }
+
     /// The buffer directory.
     pub fn dir(&self) -> &Path {
         &self.rows.dir
@@ -131,7 +141,8 @@ impl ReplayBuffer {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        self.rows.stats(self.commits.generation, self.parts.tree.tree())
+        self.rows
+            .stats(self.commits.generation, self.parts.tree.tree())
     }
 
     pub(super) fn writable(&self) -> Result<()> {
@@ -187,13 +198,16 @@ impl ReplayBuffer {
     }
 
     pub(super) fn episodes_ref(&self) -> Result<&Episodes> {
-        self.parts.episodes.as_ref().ok_or_else(|| Error::NotEpisodic {
-            dir: self.rows.dir.clone(),
-        })
+        self.parts
+            .episodes
+            .as_ref()
+            .ok_or_else(|| Error::NotEpisodic {
+                dir: self.rows.dir.clone(),
+            })
     }
 }
 
-impl Drop for ReplayBuffer {
+impl<R: Role> Drop for ReplayBuffer<R> {
     fn drop(&mut self) {
         if !self.closed && self.poisoned.is_none() && self.commits.lock.is_some() {
             // Errors cannot be returned from drop; the data is in the page cache either

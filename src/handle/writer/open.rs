@@ -1,6 +1,7 @@
 //! Opening a buffer: create (with disk reserved up front), open as the writer, an actor
 //! or a snapshot, and recovery after an unclean shutdown.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use rand_chacha::ChaCha8Rng;
@@ -12,7 +13,7 @@ use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
 use crate::format::state::State;
-use crate::handle::core::{Commits, Draws, Scratch};
+use crate::handle::core::{Commits, Draws};
 use crate::handle::rows::Rows;
 use crate::parts::hooks::{Holder, Opening};
 use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
@@ -23,13 +24,14 @@ use crate::storage::ring::Ring;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 
 use super::commit::{files_changing, release_in_background};
-use super::{Opened, ReplayBuffer, Role};
+use super::role::{Actor, Frozen, Role, Writer};
+use super::{Opened, ReplayBuffer};
 use crate::handle::config::Config;
 
 /// Names a field may not have: what every sample returns beside the fields.
 pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
 
-impl ReplayBuffer {
+impl ReplayBuffer<Writer> {
     /// Creates a buffer in `dir` (which must be absent or empty), reserving all its disk
     /// space now, so a full disk is an error here and never a crash later.
     pub fn create(dir: impl AsRef<Path>, config: Config) -> Result<ReplayBuffer> {
@@ -106,11 +108,9 @@ impl ReplayBuffer {
         }
         // A buffer that cannot be opened (its mappings refused: ENOMEM) is removed too:
         // it holds nothing yet, and its reserved files would only fill the disk.
-        ReplayBuffer::open_as(dir.clone(), io.clone(), Role::Writer(lock), false).inspect_err(
-            |_| {
-                remove_new_buffer(&*io, &dir, &sb);
-            },
-        )
+        ReplayBuffer::open_as(dir.clone(), io.clone(), Some(lock), false).inspect_err(|_| {
+            remove_new_buffer(&*io, &dir, &sb);
+        })
     }
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
     /// a power loss) it recovers every item that is complete and intact first.
@@ -133,14 +133,15 @@ impl ReplayBuffer {
         }
         snapshot::finish_restore(&*io, &dir)?;
         snapshot::clean_leftovers(&*io, &dir, &sb)?;
-        ReplayBuffer::open_as(dir, io, Role::Writer(lock), false)
+        ReplayBuffer::open_as(dir, io, Some(lock), false)
     }
     /// Opens an existing buffer for adding while another process owns its priorities:
     /// the actor of an Ape-X style setup, whose learner samples by priority and updates
     /// them through [`crate::PriorityOwner`]. The actor never maps or writes the tree;
     /// the owner gives each new item the largest priority seen before its next draw.
-    /// Sampling by priority and updating them here are `NotPriorityOwner` errors.
-    /// Everything else is as [`ReplayBuffer::open`], including the one-writer lock.
+    /// Drawing by priority here is a `NotPriorityOwner` error, and the handle has no
+    /// method that sets priorities. Everything else is as [`ReplayBuffer::open`],
+    /// including the one-writer lock.
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, Error, PriorityOwner, ReplayBuffer, Schema};
@@ -153,14 +154,14 @@ impl ReplayBuffer {
     /// actor.add(&[Column::scalar("x", &1.0f32)])?;
     /// let batch = learner.sample_prioritized(4, 0.4)?;
     /// learner.update_priorities(batch.indices(), &[2.0f32; 4])?;
-    /// assert!(matches!(actor.update_priorities(&[0], &[1.0f32]), Err(Error::NotPriorityOwner { .. })));
+    /// assert!(matches!(actor.sample_prioritized(4, 0.4), Err(Error::NotPriorityOwner { .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn open_actor(dir: impl AsRef<Path>) -> Result<ReplayBuffer> {
+    pub fn open_actor(dir: impl AsRef<Path>) -> Result<ReplayBuffer<Actor>> {
         ReplayBuffer::open_actor_with(dir, io::os())
     }
     /// `open_actor` through a given file-operation seam.
-    pub fn open_actor_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer> {
+    pub fn open_actor_with(dir: impl AsRef<Path>, io: IoRef) -> Result<ReplayBuffer<Actor>> {
         let dir = storage::resolve_root(dir.as_ref());
         let sb = Manifest::load(&*io, &dir)?.superblock;
         let lock = storage::lock(&*io, &dir)?;
@@ -174,10 +175,11 @@ impl ReplayBuffer {
             snapshot::finish_restore(&*io, &dir)?;
         }
         snapshot::clean_leftovers(&*io, &dir, &sb)?;
-        ReplayBuffer::open_as(dir, io, Role::Actor(lock), false)
+        ReplayBuffer::open_as(dir, io, Some(lock), false)
     }
     /// Opens snapshot `name` of the buffer in `dir` read-only: sampling and reads work
-    /// (from the snapshot's RNG position), writes are `ReadOnly` errors. Any number of
+    /// (from the snapshot's RNG position), and the handle has no method that writes
+    /// (see [`Frozen`]). Any number of
     /// processes may do this while the writer goes on; nothing here takes a lock or
     /// writes a byte (the files are mapped private).
     ///
@@ -193,30 +195,11 @@ impl ReplayBuffer {
     /// assert_eq!((frozen.len(), buf.len()), (1, 2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<ReplayBuffer> {
-        let o = ReplayBuffer::snapshot_parts(dir.as_ref(), name)?;
+    pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<ReplayBuffer<Frozen>> {
+        let o = snapshot_parts(dir.as_ref(), name)?;
         Ok(ReplayBuffer::from_opened(o))
     }
-    /// The files of snapshot `name` of the buffer in `dir`, opened frozen (private
-    /// mappings: recovery's repairs and reads never change a byte on disk).
-    pub(in crate::handle) fn snapshot_parts(dir: &Path, name: &str) -> Result<Opened> {
-        let dir = &storage::resolve_root(dir);
-        snapshot::valid_name(name)?;
-        let snap = snapshot::snapshot_dir(dir, name);
-        if !snapshot::exists(&io::OsIo, dir, name)? {
-            return Err(Error::NoSuchSnapshot {
-                dir: dir.to_path_buf(),
-                name: name.to_owned(),
-            });
-        }
-        ReplayBuffer::open_parts(snap, io::os(), Role::Frozen, false).map_err(|e| {
-            Error::BadSnapshot {
-                dir: dir.to_path_buf(),
-                name: name.to_owned(),
-                source: Box::new(e),
-            }
-        })
-    }
+
     /// Opens the buffer in `dir` at `state`, as a fresh process resuming from a training
     /// checkpoint does: the same as [`ReplayBuffer::open`] then
     /// [`ReplayBuffer::set_state`], without opening the state it leaves behind.
@@ -253,160 +236,21 @@ impl ReplayBuffer {
         snapshot::write_intent(&*io, &dir, state)?;
         let replaced = snapshot::restore(&*io, &dir, &sb, &state.name)?;
         release_in_background(replaced);
-        ReplayBuffer::open_as(dir, io, Role::Writer(lock), true)
+        ReplayBuffer::open_as(dir, io, Some(lock), true)
     }
-    /// Opens the buffer in `dir` in `role`. `restored`: this process has just put a
-    /// snapshot's files in place, whose commit `restore` already marked open (not clean);
-    /// they are exactly the snapshot's, so they need no recovery and no marker commit.
-    pub(in crate::handle) fn open_parts(
-        dir: PathBuf,
-        io: IoRef,
-        role: Role,
-        restored: bool,
-    ) -> Result<Opened> {
-        let (access, lock, holder) = match role {
-            Role::Writer(lock) => (Access::Write, Some(lock), Holder::Writer),
-            Role::Actor(lock) => (Access::Write, Some(lock), Holder::Actor),
-            Role::Frozen => (Access::Frozen, None, Holder::Frozen),
-            Role::Live => (Access::Read, None, Holder::Live),
-        };
-        if access.writes_file() {
-            storage::refuse_network_fs(&*io, &dir)?;
-        }
-        let m = Manifest::load(&*io, &dir)?;
-        let commit = m.newest_commit()?;
-        let sb = m.superblock.clone();
-        let segments = (0..sb.segment_count)
-            .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
-            .collect::<Result<Vec<_>>>()?;
-        let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
-        // What every part is handed while the buffer opens, over the ring as it is then.
-        macro_rules! at {
-            ($ring:expr) => {
-                &Opening {
-                    io: &*io,
-                    dir: &dir,
-                    sb: &sb,
-                    schema: &m.schema,
-                    ring: $ring,
-                    holder,
-                    restored,
-                }
-            };
-        }
-        let range = |head: u64, tail: u64| LiveRange {
-            head,
-            head_slot: head % sb.capacity,
-            tail,
-        };
-        let mut parts = Parts::open(at!(&ring), range(commit.head, commit.tail))?;
-        let (mut head, mut tail) = (commit.head, commit.tail);
-        let mut recovered = None;
-        // A live reader takes the live range from the progress page instead, and never
-        // repairs: the writer owns the files.
-        if !commit.is_clean() && !restored && holder != Holder::Live {
-            let trust_stamps = storage::same_boot(&commit);
-            // In another boot, items an eviction record names may hold newer bytes on disk.
-            let head_c = match trust_stamps {
-                true => commit.head,
-                false => m.evicted_below(&commit),
-            };
-            let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
-            for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
-                ring.clear_stamp(slot);
-            }
-            // The commit below covers the items rolled forward: seal them first.
-            let from = r.head.max(commit.tail);
-            if r.tail > from {
-                ring.seal(from % sb.capacity, from, r.tail - from);
-            }
-            // Read-only: the repairs stay in private pages; the files are not changed.
-            if access.writes_file() {
-                ring.flush_all(&*io).map_err(|(s, e)| {
-                    Error::io("msync", storage::segment_path(&dir, s as u64), e)
-                })?;
-            }
-            parts.recovered(at!(&ring), range(r.head, r.tail))?;
-            (head, tail) = (r.head, r.tail);
-            recovered = Some(r);
-        }
-        // Items dropped by `clear` are counted below the head recovery settled on;
-        // settling a cut first episode moves the head by eviction.
-        let cleared = commit.cleared.min(head);
-        let head = parts.ready(at!(&ring), range(head, tail))?;
-        let progress = if access.writes_file() {
-            Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
-        } else {
-            None
-        };
-        let manifest_path = dir.join(MANIFEST);
-        let manifest = if access.writes_file() {
-            // Commits are written in place: never into another name of the file.
-            storage::sole_name(&*io, &manifest_path)?;
-            Some(
-                io.open_rw(&manifest_path)
-                    .map_err(|e| Error::io("open", &manifest_path, e))?,
-            )
-        } else {
-            None
-        };
-        let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
-        rng.set_word_pos(commit.rng_word_pos);
-        Ok(Opened {
-            rows: Rows {
-                schema: m.schema,
-                ring,
-                head,
-                tail,
-                head_slot: head % sb.capacity,
-                tail_slot: tail % sb.capacity,
-                cleared,
-                flushed_tail: tail,
-                read_checks: true,
-                draws: Draws {
-                    rng,
-                    seed: commit.rng_seed,
-                    sampled: commit.sampled,
-                },
-                superblock: sb,
-                dir,
-                io,
-            },
-            commits: Commits {
-                path: manifest_path,
-                file: manifest,
-                lock,
-                generation: commit.generation,
-                boot_id: storage::boot_id(),
-                lane_dirty: false,
-            },
-            recovered,
-            parts,
-            progress,
-        })
-    }
-    /// The handle over files just opened.
-    fn from_opened(o: Opened) -> ReplayBuffer {
-        ReplayBuffer {
-            rows: o.rows,
-            commits: o.commits,
-            scratch: Scratch::default(),
-            poisoned: None,
-            closed: false,
-            recovered: o.recovered,
-            parts: o.parts,
-            progress: o.progress,
-        }
-    }
-    /// Opens the buffer in `dir` in `role` as a handle (see [`ReplayBuffer::open_parts`]).
+}
+
+impl<R: Role> ReplayBuffer<R> {
+    /// Opens the buffer in `dir` as a handle of role `R` holding the writer `lock` (see
+    /// [`open_parts`]).
     pub(super) fn open_as(
         dir: PathBuf,
         io: IoRef,
-        role: Role,
+        lock: Option<File>,
         restored: bool,
-    ) -> Result<ReplayBuffer> {
-        let o = ReplayBuffer::open_parts(dir, io, role, restored)?;
-        let mut buf = ReplayBuffer::from_opened(o);
+    ) -> Result<ReplayBuffer<R>> {
+        let o = open_parts(dir, io, R::HOLDER, lock, restored)?;
+        let mut buf = ReplayBuffer::<R>::from_opened(o);
         if buf.commits.lock.is_some() && !restored {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.
@@ -415,6 +259,156 @@ impl ReplayBuffer {
         buf.publish_open();
         Ok(buf)
     }
+}
+
+/// The files of snapshot `name` of the buffer in `dir`, opened frozen (private mappings:
+/// recovery's repairs and reads never change a byte on disk).
+pub(in crate::handle) fn snapshot_parts(dir: &Path, name: &str) -> Result<Opened> {
+    let dir = &storage::resolve_root(dir);
+    snapshot::valid_name(name)?;
+    let snap = snapshot::snapshot_dir(dir, name);
+    if !snapshot::exists(&io::OsIo, dir, name)? {
+        return Err(Error::NoSuchSnapshot {
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+        });
+    }
+    open_parts(snap, io::os(), Holder::Frozen, None, false).map_err(|e| Error::BadSnapshot {
+        dir: dir.to_path_buf(),
+        name: name.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+/// Opens the files of the buffer in `dir` for `holder`, who holds the writer `lock` if
+/// it writes. `restored`: this process has just put a snapshot's files in place, whose
+/// commit `restore` already marked open (not clean); they are exactly the snapshot's,
+/// so they need no recovery and no marker commit.
+pub(in crate::handle) fn open_parts(
+    dir: PathBuf,
+    io: IoRef,
+    holder: Holder,
+    lock: Option<File>,
+    restored: bool,
+) -> Result<Opened> {
+    let access = match holder {
+        Holder::Writer | Holder::Actor => Access::Write,
+        Holder::Frozen => Access::Frozen,
+        Holder::Live => Access::Read,
+    };
+    if access.writes_file() {
+        storage::refuse_network_fs(&*io, &dir)?;
+    }
+    let m = Manifest::load(&*io, &dir)?;
+    let commit = m.newest_commit()?;
+    let sb = m.superblock.clone();
+    let segments = (0..sb.segment_count)
+        .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
+    // What every part is handed while the buffer opens, over the ring as it is then.
+    macro_rules! at {
+        ($ring:expr) => {
+            &Opening {
+                io: &*io,
+                dir: &dir,
+                sb: &sb,
+                schema: &m.schema,
+                ring: $ring,
+                holder,
+                restored,
+            }
+        };
+    }
+    let range = |head: u64, tail: u64| LiveRange {
+        head,
+        head_slot: head % sb.capacity,
+        tail,
+    };
+    let mut parts = Parts::open(at!(&ring), range(commit.head, commit.tail))?;
+    let (mut head, mut tail) = (commit.head, commit.tail);
+    let mut recovered = None;
+    // A live reader takes the live range from the progress page instead, and never
+    // repairs: the writer owns the files.
+    if !commit.is_clean() && !restored && holder != Holder::Live {
+        let trust_stamps = storage::same_boot(&commit);
+        // In another boot, items an eviction record names may hold newer bytes on disk.
+        let head_c = match trust_stamps {
+            true => commit.head,
+            false => m.evicted_below(&commit),
+        };
+        let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
+        for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
+            ring.clear_stamp(slot);
+        }
+        // The commit below covers the items rolled forward: seal them first.
+        let from = r.head.max(commit.tail);
+        if r.tail > from {
+            ring.seal(from % sb.capacity, from, r.tail - from);
+        }
+        // Read-only: the repairs stay in private pages; the files are not changed.
+        if access.writes_file() {
+            ring.flush_all(&*io)
+                .map_err(|(s, e)| Error::io("msync", storage::segment_path(&dir, s as u64), e))?;
+        }
+        parts.recovered(at!(&ring), range(r.head, r.tail))?;
+        (head, tail) = (r.head, r.tail);
+        recovered = Some(r);
+    }
+    // Items dropped by `clear` are counted below the head recovery settled on;
+    // settling a cut first episode moves the head by eviction.
+    let cleared = commit.cleared.min(head);
+    let head = parts.ready(at!(&ring), range(head, tail))?;
+    let progress = if access.writes_file() {
+        Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
+    } else {
+        None
+    };
+    let manifest_path = dir.join(MANIFEST);
+    let manifest = if access.writes_file() {
+        // Commits are written in place: never into another name of the file.
+        storage::sole_name(&*io, &manifest_path)?;
+        Some(
+            io.open_rw(&manifest_path)
+                .map_err(|e| Error::io("open", &manifest_path, e))?,
+        )
+    } else {
+        None
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
+    rng.set_word_pos(commit.rng_word_pos);
+    Ok(Opened {
+        rows: Rows {
+            schema: m.schema,
+            ring,
+            head,
+            tail,
+            head_slot: head % sb.capacity,
+            tail_slot: tail % sb.capacity,
+            cleared,
+            flushed_tail: tail,
+            read_checks: true,
+            draws: Draws {
+                rng,
+                seed: commit.rng_seed,
+                sampled: commit.sampled,
+            },
+            superblock: sb,
+            dir,
+            io,
+        },
+        commits: Commits {
+            path: manifest_path,
+            file: manifest,
+            lock,
+            generation: commit.generation,
+            boot_id: storage::boot_id(),
+            lane_dirty: false,
+        },
+        recovered,
+        parts,
+        progress,
+    })
 }
 
 fn write_new_buffer(

@@ -29,7 +29,8 @@ pub(crate) fn verify(at: &Checking<'_>, found: &mut Found<'_>) {
         return;
     }
     let mismatches = copy.tree.check(&copy.words, TREE_FINDINGS);
-    let (leaves, parents): (Vec<_>, Vec<_>) = mismatches.into_iter().partition(|m| m.tree == "leaf");
+    let (leaves, parents): (Vec<_>, Vec<_>) =
+        mismatches.into_iter().partition(|m| m.tree == "leaf");
     let finding = |m: &crate::algo::sumtree::Mismatch| Finding {
         file: copy.path.clone(),
         offset: (crate::format::tree::BODY_OFFSET + m.word * 8) as u64,
