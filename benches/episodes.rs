@@ -9,7 +9,7 @@
 //! - `w2_frames/stack4_32`: W2 with native frame stacking (`workloads::W2Frames`: one
 //!   84x84 frame per row), 32 transitions with `obs` and `next_obs` of 4 frames each;
 //! - `w2_frames/window4_32`: the same transitions as one window of 5 frames each
-//!   (`obs` and `next_obs` are its views; `TransitionSpec::window`).
+//!   (`obs` and `next_obs` are its views; `Request::window`).
 //!
 //! Before the criterion output, the bytes per stored item of each layout.
 //! `cargo bench --bench episodes`.
@@ -22,9 +22,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 #[path = "../tools/src/workloads.rs"]
 #[allow(dead_code, reason = "each bench uses some of the workloads")]
 mod workloads;
-use replaystore::{
-    Batch, Column, Config, DType, ReplayBuffer, SampleSpec, Schema, TransitionSpec, Transitions,
-};
+use replaystore::{Batch, Column, Config, DType, ReplayBuffer, Request, Schema};
 use workloads::{Chunk, W2Frames, Workload};
 
 const CAPACITY: u64 = 1_000_000;
@@ -93,27 +91,23 @@ fn episodes(c: &mut Criterion) {
     let mut g = c.benchmark_group("w1_plain");
     g.sample_size(30).measurement_time(Duration::from_secs(3));
     g.throughput(Throughput::Elements(1));
-    let spec = SampleSpec::new(256);
-    let mut batch = Batch::new(plain.schema(), 0);
+    let mut batch = Batch::default();
     g.bench_function("sample256", |b| {
-        b.iter(|| plain.sample_into(&spec, &mut batch).expect("sample"));
+        b.iter(|| plain.sample_into(256, &mut batch).expect("sample"));
     });
     g.finish();
 
     let mut g = c.benchmark_group("w1_episodic");
     g.sample_size(30).measurement_time(Duration::from_secs(3));
     g.throughput(Throughput::Elements(1));
-    let mut out = Transitions::new(epi.schema());
-    let one = TransitionSpec::new(256, &["obs"]);
+    let mut out = Batch::default();
+    let one = Request::transitions(256, &["obs"]);
     g.bench_function("transitions256", |b| {
-        b.iter(|| epi.sample_transitions_into(&one, &mut out).expect("sample"));
+        b.iter(|| epi.sample_into(one, &mut out).expect("sample"));
     });
-    let three = TransitionSpec::new(256, &["obs"]).nstep(3, 0.99);
+    let three = Request::transitions(256, &["obs"]).nstep(3, 0.99);
     g.bench_function("nstep3_256", |b| {
-        b.iter(|| {
-            epi.sample_transitions_into(&three, &mut out)
-                .expect("sample")
-        });
+        b.iter(|| epi.sample_into(three, &mut out).expect("sample"));
     });
     g.finish();
 }
@@ -152,10 +146,9 @@ fn frames(c: &mut Criterion) {
     let mut g = c.benchmark_group("w2_plain");
     g.sample_size(30).measurement_time(Duration::from_secs(3));
     g.throughput(Throughput::Elements(1));
-    let spec = SampleSpec::new(32);
-    let mut batch = Batch::new(plain.schema(), 0);
+    let mut batch = Batch::default();
     g.bench_function("sample32", |b| {
-        b.iter(|| plain.sample_into(&spec, &mut batch).expect("sample"));
+        b.iter(|| plain.sample_into(32, &mut batch).expect("sample"));
     });
     g.finish();
     drop(plain);
@@ -163,22 +156,14 @@ fn frames(c: &mut Criterion) {
     let mut g = c.benchmark_group("w2_frames");
     g.sample_size(30).measurement_time(Duration::from_secs(3));
     g.throughput(Throughput::Elements(1));
-    let mut out = Transitions::new(stacked.schema());
-    let spec = TransitionSpec::new(32, &["obs"]).stack(4);
+    let mut out = Batch::default();
+    let spec = Request::transitions(32, &["obs"]).stack(4);
     g.bench_function("stack4_32", |b| {
-        b.iter(|| {
-            stacked
-                .sample_transitions_into(&spec, &mut out)
-                .expect("sample")
-        });
+        b.iter(|| stacked.sample_into(spec, &mut out).expect("sample"));
     });
     let spec = spec.window();
     g.bench_function("window4_32", |b| {
-        b.iter(|| {
-            stacked
-                .sample_transitions_into(&spec, &mut out)
-                .expect("sample")
-        });
+        b.iter(|| stacked.sample_into(spec, &mut out).expect("sample"));
     });
     g.finish();
 }

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::{Batch, Config, Lanes, PrioritySpec, ReplayBuffer, SampleSpec};
+use replaystore::{Batch, Config, Lanes, ReplayBuffer, Request};
 
 mod common;
 use common::{W1Data, w1_schema};
@@ -40,34 +40,27 @@ fn lanes(c: &mut Criterion) {
     let mut g = c.benchmark_group("lanes");
     g.sample_size(20).measurement_time(Duration::from_secs(6));
     g.throughput(Throughput::Elements(1));
-    let mut out = Batch::new(&w1_schema(), 0);
-    let uniform = SampleSpec::new(BATCH);
-    let per = PrioritySpec::new(BATCH, 0.4);
+    let mut out = Batch::default();
+    let uniform = Request::rows(BATCH);
+    let per = Request::rows(BATCH).prioritized(0.4);
     g.bench_function("4_lanes/sample256", |b| {
         b.iter(|| {
             lanes
-                .sample_into(black_box(&uniform), &mut out)
+                .sample_into(black_box(uniform), &mut out)
                 .expect("sample")
         })
     });
     g.bench_function("4_lanes/per256", |b| {
-        b.iter(|| {
-            lanes
-                .sample_prioritized_into(black_box(&per), &mut out)
-                .expect("sample")
-        })
+        b.iter(|| lanes.sample_into(black_box(per), &mut out).expect("sample"))
     });
     g.bench_function("one_ring/sample256", |b| {
         b.iter(|| {
-            one.sample_into(black_box(&uniform), &mut out)
+            one.sample_into(black_box(uniform), &mut out)
                 .expect("sample")
         })
     });
     g.bench_function("one_ring/per256", |b| {
-        b.iter(|| {
-            one.sample_prioritized_into(black_box(&per), &mut out)
-                .expect("sample")
-        })
+        b.iter(|| one.sample_into(black_box(per), &mut out).expect("sample"))
     });
     g.finish();
 }

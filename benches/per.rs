@@ -21,7 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use replaystore::internal::format::tree::TreeShape;
 use replaystore::internal::sumtree::SumTree;
-use replaystore::{Batch, Config, PriorityConfig, PrioritySpec};
+use replaystore::{Batch, Config, PriorityConfig, Request};
 
 mod common;
 use common::{W1_CAP, W1Data, W2_CAP, w1_fill, w1_schema, w2_add, w2_schema};
@@ -139,15 +139,14 @@ fn w1_per(c: &mut Criterion) {
                 arity,
             });
         let mut buf = w1_fill(dir.path(), "w1per", config, &data);
-        let mut spec = PrioritySpec::new(256, BETA);
+        let mut spec = Request::rows(256).prioritized(BETA);
         spec.stratified = stratified;
-        let mut batch = Batch::new(buf.schema(), 0);
+        let mut batch = Batch::default();
         let mut at = 0usize;
         let name = format!("{arity}-ary{}", if stratified { "_stratified" } else { "" });
         g.bench_function(name, |b| {
             b.iter(|| {
-                buf.sample_prioritized_into(&spec, &mut batch)
-                    .expect("sample");
+                buf.sample_into(spec, &mut batch).expect("sample");
                 at = (at + 256) % (POOL - 256);
                 buf.update_priorities(batch.indices(), &uniforms[at..at + 256])
                     .expect("update");
@@ -177,12 +176,11 @@ fn w2_per(c: &mut Criterion) {
             }
             buf
         });
-        let spec = PrioritySpec::new(32, BETA);
-        let mut batch = Batch::new(buf.schema(), 0);
+        let spec = Request::rows(32).prioritized(BETA);
+        let mut batch = Batch::default();
         let mut at = 0usize;
         b.iter(|| {
-            buf.sample_prioritized_into(&spec, &mut batch)
-                .expect("sample");
+            buf.sample_into(spec, &mut batch).expect("sample");
             at = (at + 32) % (POOL - 32);
             buf.update_priorities(batch.indices(), &uniforms[at..at + 32])
                 .expect("update");

@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::{Batch, Config, ReplayBuffer, SampleSpec};
+use replaystore::{Batch, Config, ReplayBuffer};
 
 mod common;
 use common::{W1_CAP, W1Data, W2_CAP, w1_full, w1_schema, w2_add, w2_schema};
@@ -59,17 +59,16 @@ fn w1(c: &mut Criterion) {
     });
     g.sample_size(50).measurement_time(Duration::from_secs(5));
     g.throughput(Throughput::Elements(1));
-    let spec = SampleSpec::new(256);
-    let mut batch = Batch::new(buf.schema(), 0);
+    let mut batch = Batch::default();
     // Sealed, so every sampled row is checked against its checksum; then the same draws
     // unchecked, for the check's cost.
     buf.flush().expect("flush");
     g.bench_function("sample256", |b| {
-        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+        b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
     });
     buf.set_read_checks(false);
     g.bench_function("sample256_unchecked", |b| {
-        b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+        b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
     });
     buf.set_read_checks(true);
     g.finish();
@@ -138,7 +137,6 @@ fn w2(c: &mut Criterion) {
     });
     g.sample_size(50).measurement_time(Duration::from_secs(5));
     g.throughput(Throughput::Elements(1));
-    let spec = SampleSpec::new(32);
     for (checks, name) in [(true, "sample32"), (false, "sample32_unchecked")] {
         g.bench_function(name, |b| {
             full(&mut state);
@@ -148,8 +146,8 @@ fn w2(c: &mut Criterion) {
             // Sealed: every sampled row is checked against its checksum, or not.
             buf.flush().expect("flush");
             buf.set_read_checks(checks);
-            let mut batch = Batch::new(buf.schema(), 0);
-            b.iter(|| buf.sample_into(&spec, &mut batch).expect("sample"))
+            let mut batch = Batch::default();
+            b.iter(|| buf.sample_into(32, &mut batch).expect("sample"))
         });
     }
     g.finish();

@@ -7,7 +7,7 @@
 //! damaged file is an error, never a wrong sample.
 //!
 //! ```
-//! use replaystore::{Column, Config, DType, ReplayBuffer, SampleSpec, Schema};
+//! use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
 //! let dir = tempfile::tempdir()?;
 //! let schema = Schema::builder()
 //!     .field("obs", DType::F32, &[4])
@@ -25,7 +25,7 @@
 //!     Column::new("done", &done),
 //! ])?;
 //! assert_eq!(added, 0..8);
-//! let batch = buf.sample_with(&SampleSpec::new(4).without_replacement())?;
+//! let batch = buf.sample(Request::rows(4).without_replacement())?;
 //! assert_eq!(batch.get::<i64>("action")?, &[1, 1, 1, 1]);
 //! buf.flush()?; // survives power loss from here
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -48,11 +48,12 @@ mod column;
 mod dtype;
 mod error;
 mod killpoint;
+mod request;
 mod schema;
+mod sink;
 
 pub use algo::lookback::Indices;
 pub use algo::recovery::Recovered;
-pub use algo::sample::SampleSpec;
 pub use algo::windows::End;
 pub use batch::{Batch, FieldArray};
 pub use column::Column;
@@ -65,16 +66,15 @@ pub use handle::inspect::{
     EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
 };
 pub use handle::{
-    Actor, Config, EpisodeBatch, EpisodeChunk, FragmentBatch, Frozen, GetOptions, HoldsTree, Lane,
-    Lanes, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, SequenceSpec, Sequences, Stats,
-    TransitionSpec, Transitions, UnitSpec, Writer, Writes,
+    Actor, Config, EpisodeChunk, Frozen, GetOptions, HoldsTree, Lane, Lanes, PriorityLane,
+    PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
-pub use parts::priorities::{
-    Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate,
-};
+pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 pub use parts::snapshot::{SnapshotInfo, snapshots};
+pub use request::{Pick, Request, Unit};
 pub use schema::{Field, Schema, SchemaBuilder};
+pub use sink::{Array, Layout, Sink};
 pub use storage::io;
 pub use storage::pread::RowAccess;
 
@@ -106,7 +106,7 @@ pub mod internal {
         }
     }
     pub use crate::algo::{lookback, sumtree, windows};
-    pub use crate::batch::check_rows;
     pub use crate::parts::priorities::PriorityInfo;
     pub use crate::parts::snapshot::snapshot_dir;
+    pub use crate::sink::check_rows;
 }

@@ -16,7 +16,7 @@ use common::{
     COMMIT_LEN, COMMIT_SLOTS, SEGMENT_HEADER_LEN, SUPERBLOCK_LEN, add_range,
     assert_live_items_intact, flip, schema, segment,
 };
-use replaystore::{Config, Error, ReplayBuffer, inspect, verify};
+use replaystore::{Config, Error, ReplayBuffer, Request, inspect, verify};
 
 const ROW_HEADER: usize = 16;
 
@@ -283,7 +283,7 @@ fn a_damaged_stamp_is_never_served() {
 /// naming that row, never a return summed from a row that may be another item.
 #[test]
 fn a_damaged_stamp_inside_an_nstep_transition_is_never_served() {
-    use replaystore::{Column, DType, Schema, TransitionSpec};
+    use replaystore::{Column, DType, Schema};
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("epi");
     let schema = Schema::builder()
@@ -303,10 +303,10 @@ fn a_damaged_stamp_inside_an_nstep_transition_is_never_served() {
     // Row 10 is only ever read for its reward (and as some transitions' obs row).
     flip(&segment(&p, 0), 4096 + 10 * stride, 1);
     let mut buf = ReplayBuffer::open(&p).unwrap();
-    let spec = TransitionSpec::new(16, &["obs"]).nstep(3, 0.5);
+    let spec = Request::transitions(16, &["obs"]).nstep(3, 0.5);
     let mut saw = false;
     for _ in 0..200 {
-        match buf.sample_transitions(&spec) {
+        match buf.sample(spec) {
             // Steps 8, 9 and 10 sum row 10's reward; step 11 reads it as its obs.
             Ok(t) => assert!(t.indices().iter().all(|j| !(8..=11).contains(j))),
             Err(Error::BadItem { index: 10, .. }) => saw = true,

@@ -17,7 +17,7 @@ use common::{
     add_range, columns, item, item_bytes, pretend_reboot, run_child_and_kill_after,
     run_child_then_kill, schema, xorshift,
 };
-use replaystore::{Config, ReplayBuffer, SampleSpec, verify};
+use replaystore::{Config, ReplayBuffer, Request, verify};
 
 const CHILD_ENV: &str = "REPLAYSTORE_CRASH_CHILD";
 const CAPACITY: u64 = 700;
@@ -161,7 +161,7 @@ fn rng_child() {
     }
     buf.flush().unwrap();
     for _ in 0..4 {
-        let b = buf.sample_with(&SampleSpec::new(32)).unwrap();
+        let b = buf.sample(Request::rows(32)).unwrap();
         println!("marker={:?}", b.indices());
     }
     println!("marker=done");

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use common::{add_range, flip, item_bytes, schema, segment};
 use replaystore::Indices;
 use replaystore::{
-    Column, Config, DType, Error, GetOptions, Reader, ReplayBuffer, RowAccess, Schema,
-    SequenceSpec, TransitionSpec, inspect,
+    Batch, Column, Config, DType, Error, GetOptions, Reader, ReplayBuffer, Request, RowAccess,
+    Schema, inspect,
 };
 
 /// Offset of the first field of a row of the common schema (after the 16-byte header).
@@ -80,16 +80,14 @@ fn every_read_of_a_sealed_row_with_a_flipped_bit_is_an_error_naming_file_offset_
     let e = buf.get_many(&[129, 130, 131]).unwrap_err();
     assert!(names_damage(&e, 130, &seg, at), "{e}");
     assert_eq!(buf.get(131).unwrap().item_bytes(0), item_bytes(131));
-    // The fill-in-place gather the bindings use.
-    let sizes: Vec<usize> = schema().fields().iter().map(|f| f.bytes()).collect();
-    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&s| vec![0; s]).collect();
-    let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-    let e = buf.gather_into(&[130], &mut outs).unwrap_err();
+    // The fill-in-place read the bindings use (into a sink).
+    let mut out = Batch::default();
+    let e = buf.sample_into(Request::at(&[130]), &mut out).unwrap_err();
     assert!(names_damage(&e, 130, &seg, at), "{e}");
     sampling_never_serves(|| buf.sample(64).map(|b| b.indices().to_vec()), &seg, at);
     sampling_never_serves(
         || {
-            buf.sample_prioritized(64, 0.4)
+            buf.sample(Request::rows(64).prioritized(0.4))
                 .map(|b| b.indices().to_vec())
         },
         &seg,
@@ -112,7 +110,10 @@ fn every_read_of_a_sealed_row_with_a_flipped_bit_is_an_error_naming_file_offset_
         assert!(names_damage(&e, 130, &seg, at), "{access:?}: {e}");
         sampling_never_serves(|| r.sample(64).map(|b| b.indices().to_vec()), &seg, at);
         sampling_never_serves(
-            || r.sample_prioritized(64, 0.4).map(|b| b.indices().to_vec()),
+            || {
+                r.sample(Request::rows(64).prioritized(0.4))
+                    .map(|b| b.indices().to_vec())
+            },
             &seg,
             at,
         );
@@ -207,10 +208,10 @@ fn transitions_sequences_episodes_and_episode_getters_never_serve_a_damaged_step
     let (_d, p, seg, at) = damaged_episodes(30);
     let mut buf = ReplayBuffer::open(&p).unwrap();
     let check = |e: &Error| assert!(names_damage(e, 30, &seg, at), "{e}");
-    let spec = TransitionSpec::new(16, &["obs"]).nstep(3, 0.5);
+    let spec = Request::transitions(16, &["obs"]).nstep(3, 0.5);
     let mut saw = false;
     for _ in 0..300 {
-        match buf.sample_transitions(&spec) {
+        match buf.sample(spec) {
             // Steps 28..=30 sum row 30's reward; step 31 reads row 30 as its obs.
             Ok(t) => assert!(t.indices().iter().all(|j| !(28..=31).contains(j))),
             Err(e) => {
@@ -220,10 +221,10 @@ fn transitions_sequences_episodes_and_episode_getters_never_serve_a_damaged_step
         }
     }
     assert!(saw, "no transition over row 30 drawn");
-    let spec = SequenceSpec::new(8, 5, &["obs"]);
+    let spec = Request::sequences(8, 5, &["obs"]);
     let mut saw = false;
     for _ in 0..300 {
-        match buf.sample_sequences(&spec) {
+        match buf.sample(spec) {
             Ok(_) => {}
             Err(e) => {
                 check(&e);
@@ -234,8 +235,8 @@ fn transitions_sequences_episodes_and_episode_getters_never_serve_a_damaged_step
     assert!(saw, "no sequence over row 30 drawn");
     let mut saw = false;
     for _ in 0..100 {
-        match buf.sample_episodes(1) {
-            Ok(b) => assert!(!b.rows().indices().contains(&30)),
+        match buf.sample(Request::episodes(1)) {
+            Ok(b) => assert!(!b.indices().contains(&30)),
             Err(e) => {
                 check(&e);
                 saw = true;

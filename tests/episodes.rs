@@ -14,7 +14,9 @@ use std::path::Path;
 
 use common::xorshift;
 use replaystore::End;
-use replaystore::{Column, Config, DType, EpisodeInfo, Error, ReplayBuffer, Schema, verify};
+use replaystore::{
+    Column, Config, DType, EpisodeInfo, Error, ReplayBuffer, Request, Schema, verify,
+};
 
 const CAPACITY: u64 = 64;
 
@@ -553,7 +555,6 @@ fn naive_transition(
 
 #[test]
 fn transitions_and_nstep_returns_match_a_naive_reference() {
-    use replaystore::TransitionSpec;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
     let mut buf = create(&dir);
@@ -566,8 +567,8 @@ fn transitions_and_nstep_returns_match_a_naive_reference() {
             continue;
         }
         for (n, gamma) in [(1u64, 0.9f64), (3, 0.9), (5, 0.5)] {
-            let spec = TransitionSpec::new(64, &["obs"]).nstep(n, gamma);
-            let t = match buf.sample_transitions(&spec) {
+            let spec = Request::transitions(64, &["obs"]).nstep(n, gamma);
+            let t = match buf.sample(spec) {
                 Ok(t) => t,
                 Err(Error::InvalidSample(_)) => continue,
                 Err(e) => panic!("{e}"),
@@ -581,30 +582,33 @@ fn transitions_and_nstep_returns_match_a_naive_reference() {
                 assert!(j as u64 > buf.live().start);
                 let (o, b, g, d, term, trunc) = naive_transition(&model, j, n, gamma);
                 assert_eq!(
-                    t.obs().get::<f32>("obs").unwrap()[3 * i..3 * i + 3],
+                    t.get::<f32>("obs").unwrap()[3 * i..3 * i + 3],
                     obs(o as u64)
                 );
                 assert_eq!(
-                    t.next_obs().get::<f32>("obs").unwrap()[3 * i..3 * i + 3],
+                    t.get::<f32>("next_obs").unwrap()[3 * i..3 * i + 3],
                     obs(b as u64)
                 );
-                assert_eq!(
-                    t.step().get::<f32>("reward").unwrap()[i],
-                    model.rows[j].reward
+                assert_eq!(t.get::<f32>("reward").unwrap()[i], model.rows[j].reward);
+                assert!(
+                    (t.get::<f64>("returns").unwrap()[i] - g).abs() < 1e-9,
+                    "row {j} n {n}: {} vs {g}",
+                    t.get::<f64>("returns").unwrap()[i]
                 );
                 assert!(
-                    (t.returns()[i] - g).abs() < 1e-9,
-                    "row {j} n {n}: {} vs {g}",
-                    t.returns()[i]
+                    (t.get::<f64>("discounts").unwrap()[i] - d).abs() < 1e-12,
+                    "row {j} n {n}"
                 );
-                assert!((t.discounts()[i] - d).abs() < 1e-12, "row {j} n {n}");
                 assert_eq!(
-                    (t.terminated()[i], t.truncated()[i]),
+                    (
+                        t.get::<bool>("terminated").unwrap()[i],
+                        t.get::<bool>("truncated").unwrap()[i]
+                    ),
                     (term, trunc),
                     "row {j} n {n}"
                 );
-                // The other batches carry only their fields.
-                assert_eq!(t.obs().get::<f32>("reward").unwrap()[i], 0.0);
+                // The observations carry only the observation fields.
+                assert!(t.field("next_reward").is_none() && t.field("next_action").is_none());
                 seen.insert(j);
             }
         }

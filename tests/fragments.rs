@@ -13,9 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use common::xorshift;
-use replaystore::{
-    Column, Config, DType, Error, FragmentBatch, ReplayBuffer, Schema, UnitSpec, verify,
-};
+use replaystore::{Batch, Column, Config, DType, Error, ReplayBuffer, Request, Schema, verify};
 
 const CAPACITY: u64 = 2048;
 const KILL_ENV: &str = "REPLAYSTORE_FRAGMENT_KILL_DIR";
@@ -70,18 +68,32 @@ fn add_call_of(buf: &mut ReplayBuffer, call_len: fn(u64) -> u64) -> Range<u64> {
 
 /// Checks a draw against the calls: every fragment is a whole call whose rows are all
 /// live, and its rows hold what was added.
-fn check_draw(batch: &FragmentBatch, whole: &HashSet<Range<u64>>) {
-    let xs = batch.rows().get::<u64>("x").unwrap();
-    assert_eq!(batch.offsets().len(), batch.len() + 1);
-    for (i, r) in batch.fragments().iter().enumerate() {
+fn check_draw(batch: &Batch, whole: &HashSet<Range<u64>>) {
+    let xs = batch.get::<u64>("x").unwrap();
+    let offsets = batch.get::<u64>("offsets").unwrap();
+    assert_eq!(offsets.last().copied(), Some(batch.len() as u64));
+    for (i, r) in ranges(batch).iter().enumerate() {
         assert!(whole.contains(r), "fragment {r:?} is not a whole live call");
-        let rows = batch.offsets()[i]..batch.offsets()[i + 1];
+        let rows = offsets[i] as usize..offsets[i + 1] as usize;
         assert_eq!(rows.len() as u64, r.end - r.start);
         for (k, row) in rows.enumerate() {
             assert_eq!(xs[row], r.start + k as u64);
-            assert_eq!(batch.rows().indices()[row], r.start + k as u64);
+            assert_eq!(batch.indices()[row], r.start + k as u64);
         }
     }
+}
+
+/// Each fragment of a draw as the logical indices its `add_batch` returned: its first
+/// row's index and its row count (`check_draw` checks the rows between are those).
+fn ranges(batch: &Batch) -> Vec<Range<u64>> {
+    let offsets = batch.get::<u64>("offsets").unwrap();
+    offsets
+        .windows(2)
+        .map(|o| {
+            let first = batch.indices()[o[0] as usize];
+            first..first + (o[1] - o[0])
+        })
+        .collect()
 }
 
 #[test]
@@ -90,7 +102,7 @@ fn fragments_are_whole_calls_while_the_ring_wraps_and_after_reopening() {
     let dir = tmp.path().join("b");
     let mut buf = ReplayBuffer::create(&dir, config()).unwrap();
     let mut calls: Vec<Range<u64>> = Vec::new();
-    let mut batch = FragmentBatch::new(buf.schema());
+    let mut batch = Batch::default();
     for round in 0..40 {
         for _ in 0..8 {
             calls.push(add_call(&mut buf));
@@ -103,12 +115,12 @@ fn fragments_are_whole_calls_while_the_ring_wraps_and_after_reopening() {
         let head = buf.live().start;
         let whole: HashSet<Range<u64>> =
             calls.iter().filter(|r| r.start >= head).cloned().collect();
-        buf.sample_fragments_into(&UnitSpec::new(400), &mut batch)
+        buf.sample_into(Request::fragments(400), &mut batch)
             .unwrap();
         check_draw(&batch, &whole);
         // Uniform over the whole calls, whatever their lengths.
         let mut counts: HashMap<u64, usize> = HashMap::new();
-        for r in batch.fragments() {
+        for r in ranges(&batch) {
             *counts.entry(r.start).or_default() += 1;
         }
         let expect = 400.0 / whole.len() as f64;
@@ -125,12 +137,12 @@ fn fragments_are_whole_calls_while_the_ring_wraps_and_after_reopening() {
     let xs: Vec<u64> = (0..CAPACITY + 10).map(|k| buf.live().end + k).collect();
     buf.add_batch(&[Column::new("x", &xs)]).unwrap();
     assert!(matches!(
-        buf.sample_fragments(1),
+        buf.sample(Request::fragments(1)),
         Err(Error::InvalidSample(_))
     ));
     calls.push(add_call(&mut buf));
-    let f = buf.sample_fragments(20).unwrap();
-    assert!(f.fragments().iter().all(|r| r == calls.last().unwrap()));
+    let f = buf.sample(Request::fragments(20)).unwrap();
+    assert!(ranges(&f).iter().all(|r| r == calls.last().unwrap()));
     buf.close().unwrap();
     assert!(verify(&dir).unwrap().is_sound());
 }
@@ -154,19 +166,19 @@ fn prioritized_fragments_follow_their_mean_row_priority() {
         .unwrap();
     let rows = hot.end - hot.start;
     let mean = (third.len() as f64 * 25.0 + (rows - third.len() as u64) as f64) / rows as f64;
-    let mut batch = FragmentBatch::new(buf.schema());
+    let mut batch = Batch::default();
     let draws = 3000;
-    buf.sample_fragments_into(&UnitSpec::new(draws).prioritized(1.0), &mut batch)
+    buf.sample_into(Request::fragments(draws).prioritized(1.0), &mut batch)
         .unwrap();
     check_draw(&batch, &calls.iter().cloned().collect());
     let p_hot = mean / (mean + (calls.len() - 1) as f64);
-    let hits = batch.fragments().iter().filter(|r| **r == hot).count() as f64;
+    let hits = ranges(&batch).iter().filter(|r| **r == hot).count() as f64;
     let expect = draws as f64 * p_hot;
     assert!(
         (hits - expect).abs() < 5.0 * expect.sqrt(),
         "{hits} draws of the hot call, expected {expect:.0}"
     );
-    for (r, &w) in batch.fragments().iter().zip(batch.weights()) {
+    for (r, &w) in ranges(&batch).iter().zip(batch.weights()) {
         let want = if *r == hot { (1.0 / mean) as f32 } else { 1.0 };
         assert!((w - want).abs() < 1e-5, "{r:?}: weight {w}, want {want}");
     }
@@ -178,7 +190,7 @@ fn buffers_without_fragments_refuse_to_sample_them_and_episodes_exclude_them() {
     let mut plain = ReplayBuffer::create(tmp.path().join("p"), Config::new(schema(), 16)).unwrap();
     plain.add(&[Column::scalar("x", &1u64)]).unwrap();
     assert!(matches!(
-        plain.sample_fragments(1),
+        plain.sample(Request::fragments(1)),
         Err(Error::InvalidSample(m)) if m.contains("Config::fragments")
     ));
     assert!(matches!(
@@ -271,8 +283,8 @@ fn kill_9_mid_batch_never_yields_a_cut_fragment() {
         if live.end > acked_end && live.end < acked_end + long_call_len(acked_end) {
             cut += 1;
         }
-        let f = buf.sample_fragments(200).unwrap();
-        for r in f.fragments() {
+        let f = buf.sample(Request::fragments(200)).unwrap();
+        for r in ranges(&f) {
             assert!(
                 r.start >= live.start && r.end <= live.end,
                 "{r:?} of {live:?}"

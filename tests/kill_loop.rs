@@ -26,7 +26,7 @@ use std::path::Path;
 use common::{
     add_range, assert_live_items_intact, columns, item, run_child_and_kill_after, xorshift,
 };
-use replaystore::{Config, ReplayBuffer, snapshots, verify};
+use replaystore::{Config, ReplayBuffer, Request, snapshots, verify};
 
 const CHILD_ENV: &str = "REPLAYSTORE_KILL_LOOP_CHILD";
 const CAPACITY: u64 = 120;
@@ -127,7 +127,7 @@ fn kill_loop_child() {
             _ => {
                 say(&mut out, "start sample");
                 if !buf.live().is_empty() {
-                    buf.sample_prioritized(16, 0.4).unwrap();
+                    buf.sample(Request::rows(16).prioritized(0.4)).unwrap();
                 }
             }
         }

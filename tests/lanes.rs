@@ -15,8 +15,7 @@ mod common;
 
 use common::{Drained, KillOnDrop, add_range, columns, item, item_bytes, schema, xorshift};
 use replaystore::{
-    Column, Config, DType, Error, Lanes, PrioritySpec, Reader, ReplayBuffer, SampleSpec, Schema,
-    verify,
+    Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Request, Schema, verify,
 };
 
 const CHILD_ENV: &str = "REPLAYSTORE_LANES_CHILD";
@@ -130,15 +129,17 @@ fn rows_go_to_their_lanes_and_samples_cover_all_lanes_by_size() {
         assert!((share - want).abs() < 0.03, "lane {k}: {share} vs {want}");
     }
     // Without replacement, all live items exactly once.
-    let all = buf.sample_with_spec(&SampleSpec::new(buf.len() as usize).without_replacement());
+    let all = buf
+        .sample(Request::rows(buf.len() as usize).without_replacement())
+        .unwrap();
     let mut seen: Vec<u64> = all.indices().to_vec();
     seen.sort_unstable();
     let live: Vec<u64> = edges.iter().flat_map(|e| e.clone()).collect();
     assert_eq!(seen, live);
     assert!(matches!(
         buf.sample_into(
-            &SampleSpec::new(buf.len() as usize + 1).without_replacement(),
-            &mut replaystore::Batch::new(&schema(), 0)
+            Request::rows(buf.len() as usize + 1).without_replacement(),
+            &mut replaystore::Batch::default()
         ),
         Err(Error::InvalidSample(_))
     ));
@@ -147,18 +148,6 @@ fn rows_go_to_their_lanes_and_samples_cover_all_lanes_by_size() {
     let got = buf.get_many(&want).unwrap();
     assert_eq!(got.indices(), want);
     assert_batch_intact(&got);
-}
-
-trait SampleAll {
-    fn sample_with_spec(&mut self, spec: &SampleSpec) -> replaystore::Batch;
-}
-
-impl SampleAll for Lanes {
-    fn sample_with_spec(&mut self, spec: &SampleSpec) -> replaystore::Batch {
-        let mut b = replaystore::Batch::new(self.schema(), 0);
-        self.sample_into(spec, &mut b).unwrap();
-        b
-    }
 }
 
 #[test]
@@ -214,7 +203,7 @@ fn prioritized_draws_weigh_every_lane_by_its_priority_mass() {
     let mut hits = std::collections::HashMap::<u64, u64>::new();
     let draws = 48_000;
     for _ in 0..draws / 1_000 {
-        let batch = buf.sample_prioritized(1_000, 0.5).unwrap();
+        let batch = buf.sample(Request::rows(1_000).prioritized(0.5)).unwrap();
         assert_batch_intact(&batch);
         for (&i, &w) in batch.indices().iter().zip(batch.weights()) {
             *hits.entry(i).or_default() += 1;
@@ -229,9 +218,9 @@ fn prioritized_draws_weigh_every_lane_by_its_priority_mass() {
         assert!((share - want).abs() < 0.015, "{i:#x}: {share} vs {want}");
     }
     // Stratified: the same shares.
-    let spec = PrioritySpec::new(1_200, 0.0).stratified();
-    let mut b = replaystore::Batch::new(&schema(), 0);
-    buf.sample_prioritized_into(&spec, &mut b).unwrap();
+    let spec = Request::rows(1_200).prioritized(0.0).stratified();
+    let mut b = replaystore::Batch::default();
+    buf.sample_into(spec, &mut b).unwrap();
     let last = b.indices().iter().filter(|&&i| i == ids[5]).count();
     assert!((550..=650).contains(&last), "stratified: {last} of 1200");
     // New items in any lane enter at the largest priority of all lanes (6).
@@ -389,13 +378,13 @@ fn every_forbidden_combination_is_a_typed_error() {
     // An actor lane has no update_priorities (a compile_fail example on `Actor` keeps
     // it so), and draws by priority are the owner's.
     assert!(matches!(
-        actor.sample_prioritized(4, 0.4),
+        actor.sample(Request::rows(4).prioritized(0.4)),
         Err(Error::NotPriorityOwner { .. })
     ));
     // The owner and the reader see the actor's adds; the owner's updates reach readers.
     add_range(&mut actor, 1, 3);
     owner.update_priorities(&[2, LANE], &[0.0f32, 0.0]).unwrap();
-    let b = reader.sample_prioritized(256, 0.4).unwrap();
+    let b = reader.sample(Request::rows(256).prioritized(0.4)).unwrap();
     assert!(b.indices().iter().all(|&i| i < 2), "{:?}", b.indices());
     assert_batch_intact(&b);
     drop((actor, owner, reader));
@@ -454,26 +443,25 @@ fn an_empty_draw_over_lanes_is_a_typed_error_with_one_lane_or_several() {
         let path = dir.path().join(format!("lanes-{lanes}"));
         let mut buf = Lanes::create(&path, lanes_config(64), lanes).unwrap();
         assert!(matches!(buf.sample(4), Err(Error::Empty)), "{lanes} lanes");
-        let per = buf.sample_prioritized(4, 0.4);
+        let per = buf.sample(Request::rows(4).prioritized(0.4));
         assert!(matches!(per, Err(Error::Empty)), "{lanes} lanes: {per:?}");
-        let mut indices = vec![7u64; 4];
-        let mut bytes: Vec<Vec<u8>> = schema()
+        // The caller's own arrays: the fields, then the indices.
+        let mut arrays: Vec<Vec<u8>> = schema()
             .fields()
             .iter()
             .map(|f| vec![9u8; 4 * f.bytes()])
             .collect();
-        let mut outs: Vec<&mut [u8]> = bytes.iter_mut().map(|b| &mut b[..]).collect();
-        let r = buf.sample_fill(&SampleSpec::new(4), &mut indices, &mut outs);
+        arrays.push(7u64.to_le_bytes().repeat(4));
+        let mut sink = common::Arrays(arrays);
+        let r = buf.sample_into(4, &mut sink);
         assert!(matches!(r, Err(Error::Empty)), "{lanes} lanes: {r:?}");
-        assert_eq!(indices, [7; 4]);
+        assert_eq!(sink.0.last().unwrap(), &7u64.to_le_bytes().repeat(4));
         // Once an item is in, the same arrays are filled.
         let it = item(0);
         buf.add(0, &columns(&it)).unwrap();
-        buf.sample_fill(&SampleSpec::new(4), &mut indices, &mut outs)
-            .unwrap();
-        assert_eq!(indices, [0; 4]);
-        drop(outs);
-        assert_eq!(bytes[1], it.action.to_le_bytes().repeat(4));
+        buf.sample_into(4, &mut sink).unwrap();
+        assert_eq!(sink.0.last().unwrap(), &[0u8; 32]);
+        assert_eq!(sink.0[1], it.action.to_le_bytes().repeat(4));
     }
 }
 
@@ -543,7 +531,7 @@ fn run_lane_writer(dir: &str, lane: usize, seed: u64) {
 /// bytes are not their index's, or whose weight is not a positive number.
 fn bad_in_sample(lanes: &mut Lanes<Reader>, n: usize, per: bool) -> u64 {
     let batch = match per {
-        true => lanes.sample_prioritized(n, 0.4).unwrap(),
+        true => lanes.sample(Request::rows(n).prioritized(0.4)).unwrap(),
         false => lanes.sample(n).unwrap(),
     };
     assert_eq!(batch.len(), n);
@@ -668,7 +656,7 @@ fn run_owner(dir: &str) {
     let mut checked = 0u64;
     let mut s = 5u64;
     loop {
-        let batch = owner.sample_prioritized(64, 0.4).unwrap();
+        let batch = owner.sample(Request::rows(64).prioritized(0.4)).unwrap();
         for (r, &i) in batch.indices().iter().enumerate() {
             if batch.item_bytes(r) != item_bytes(i) {
                 println!("bad {i}");

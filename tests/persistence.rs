@@ -10,7 +10,7 @@
 mod common;
 
 use common::{add_range, assert_live_items_intact, columns, item, item_bytes, schema};
-use replaystore::{Config, ReplayBuffer, SampleSpec};
+use replaystore::{Config, ReplayBuffer, Request};
 
 #[test]
 fn hundred_thousand_items_survive_close_and_reopen_byte_identical() {
@@ -86,11 +86,11 @@ fn draws(buf: &mut ReplayBuffer, rounds: std::ops::Range<usize>) -> Vec<Vec<u64>
     rounds
         .map(|r| {
             let spec = if r % 3 == 2 {
-                SampleSpec::new(64).without_replacement()
+                Request::rows(64).without_replacement()
             } else {
-                SampleSpec::new(64)
+                Request::rows(64)
             };
-            let b = buf.sample_with(&spec).unwrap();
+            let b = buf.sample(spec).unwrap();
             for (row, &i) in b.indices().iter().enumerate() {
                 assert_eq!(b.item_bytes(row), item_bytes(i), "sampled item {i} differs");
             }

@@ -16,7 +16,7 @@ use common::{
 };
 use replaystore::internal::format::tree::TreeShape;
 use replaystore::internal::sumtree::SumTree;
-use replaystore::{Config, Error, PriorityConfig, PrioritySpec, ReplayBuffer, verify};
+use replaystore::{Config, Error, PriorityConfig, ReplayBuffer, Request, verify};
 
 fn unit(s: &mut u64) -> f64 {
     (xorshift(s) >> 11) as f64 / (1u64 << 53) as f64
@@ -60,13 +60,12 @@ fn sampling_frequencies_match_priorities_to_the_alpha_chi_square() {
             let p: Vec<f64> = indices.iter().map(|&i| shape(i)).collect();
             buf.update_priorities(&indices, &p).unwrap();
             let mut counts = vec![0u64; ITEMS as usize];
-            let mut spec = PrioritySpec::new(CALL, 0.4);
+            let mut spec = Request::rows(CALL).prioritized(0.4);
             spec.stratified = stratified;
-            let mut idx = vec![0u64; CALL];
-            let mut w = vec![0f32; CALL];
+            let mut batch = replaystore::Batch::default();
             for _ in 0..DRAWS / CALL {
-                buf.draw_prioritized(&spec, &mut idx, &mut w).unwrap();
-                for &i in &idx {
+                buf.sample_into(spec, &mut batch).unwrap();
+                for &i in batch.indices() {
                     counts[i as usize] += 1;
                 }
             }
@@ -144,7 +143,7 @@ fn importance_weights_match_a_naive_reference() {
         if model.iter().all(|&(_, q)| q == 0.0) {
             continue;
         }
-        let batch = buf.sample_prioritized(64, beta).unwrap();
+        let batch = buf.sample(Request::rows(64).prioritized(beta)).unwrap();
         for (&i, &w) in batch.indices().iter().zip(batch.weights()) {
             assert!(buf.live().contains(&i), "case {case}: drew dead {i}");
             assert!(
@@ -165,7 +164,11 @@ fn updates_of_items_evicted_since_sampling_are_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let mut buf = per_buffer(dir.path(), 50, 0.6, 0.01, 8);
     add_range(&mut buf, 0, 50);
-    let sampled = buf.sample_prioritized(20, 0.4).unwrap().indices().to_vec();
+    let sampled = buf
+        .sample(Request::rows(20).prioritized(0.4))
+        .unwrap()
+        .indices()
+        .to_vec();
     // The ring wraps past every sampled item: their slots now hold newer items.
     add_range(&mut buf, 50, 100);
     let before = buf.priorities(&(50..100).collect::<Vec<_>>()).unwrap();
@@ -250,19 +253,22 @@ fn invalid_priorities_are_refused_and_nothing_is_applied() {
 fn a_tree_whose_total_is_zero_refuses_to_draw_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let mut buf = per_buffer(dir.path(), 100, 1.0, 0.0, 8);
-    assert!(matches!(buf.sample_prioritized(4, 0.4), Err(Error::Empty)));
+    assert!(matches!(
+        buf.sample(Request::rows(4).prioritized(0.4)),
+        Err(Error::Empty)
+    ));
     add_range(&mut buf, 0, 30);
     let all: Vec<u64> = buf.live().collect();
     buf.update_priorities(&all, &vec![0.0; 30]).unwrap();
-    let e = buf.sample_prioritized(4, 0.4).unwrap_err();
+    let e = buf.sample(Request::rows(4).prioritized(0.4)).unwrap_err();
     assert!(matches!(e, Error::ZeroTotalPriority { live: 30 }), "{e}");
     // One item with a priority: every draw is that item, with weight 1.
     buf.update_priorities(&[17], &[0.25]).unwrap();
-    let b = buf.sample_prioritized(16, 1.0).unwrap();
+    let b = buf.sample(Request::rows(16).prioritized(1.0)).unwrap();
     assert!(b.indices().iter().all(|&i| i == 17));
     assert!(b.weights().iter().all(|&w| w == 1.0));
     assert!(matches!(
-        buf.sample_prioritized(4, f64::NAN),
+        buf.sample(Request::rows(4).prioritized(f64::NAN)),
         Err(Error::InvalidSample(_))
     ));
     // A priority so large that a full tree's total could overflow is refused too.
@@ -273,7 +279,7 @@ fn a_tree_whose_total_is_zero_refuses_to_draw_instead_of_hanging() {
     let mut buf = ReplayBuffer::create(&plain, Config::new(schema(), 10)).unwrap();
     add_range(&mut buf, 0, 3);
     assert!(matches!(
-        buf.sample_prioritized(1, 0.4),
+        buf.sample(Request::rows(1).prioritized(0.4)),
         Err(Error::NotPrioritized { .. })
     ));
     assert!(matches!(
@@ -545,7 +551,7 @@ fn kill_9_loses_no_acknowledged_priority_update() {
             s.total
         );
         // The tree serves draws of live items only.
-        let b = buf.sample_prioritized(64, 0.4).unwrap();
+        let b = buf.sample(Request::rows(64).prioritized(0.4)).unwrap();
         assert!(b.indices().iter().all(|i| live.contains(i)));
         drop(buf);
         let report = verify(&path).unwrap();
@@ -634,7 +640,7 @@ fn a_damaged_tree_is_an_error_at_draw_time_never_a_nan_weight() {
         }
         std::fs::write(&tree, &bytes).unwrap();
         let mut buf = ReplayBuffer::open(&path).unwrap();
-        let e = buf.sample_prioritized(8, 0.4).unwrap_err();
+        let e = buf.sample(Request::rows(8).prioritized(0.4)).unwrap_err();
         assert!(
             matches!(&e, Error::Corrupt { file, .. } if *file == tree),
             "{e}"

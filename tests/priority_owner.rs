@@ -15,7 +15,7 @@ use std::path::Path;
 
 use common::{Drained, add_range, item_bytes, schema, xorshift};
 use replaystore::{
-    Actor, Column, Config, DType, Error, PriorityOwner, Reader, ReplayBuffer, Schema,
+    Actor, Column, Config, DType, Error, PriorityOwner, Reader, ReplayBuffer, Request, Schema,
 };
 
 const CHILD_ENV: &str = "REPLAYSTORE_OWNER_CHILD";
@@ -53,7 +53,7 @@ fn items_an_actor_adds_enter_the_owners_tree_at_the_largest_priority() {
     assert_eq!(owner.priorities(&live).unwrap(), vec![3.0; 8]);
     assert_eq!(owner.priority_summary().unwrap().total, 24.0);
     // Draws land on live items only, with their weights.
-    let batch = owner.sample_prioritized(256, 0.4).unwrap();
+    let batch = owner.sample(Request::rows(256).prioritized(0.4)).unwrap();
     assert!(batch.indices().iter().all(|i| live.contains(i)));
     for (r, &i) in batch.indices().iter().enumerate() {
         assert_eq!(batch.item_bytes(r), item_bytes(i));
@@ -158,7 +158,7 @@ fn every_combination_but_one_owner_and_its_actors_is_a_typed_error() {
     add_range(&mut actor, 0, 2);
     // An actor has no update_priorities at all (a compile_fail example on `Actor` keeps
     // it so); a draw by priority names the owner's lock and process.
-    match actor.sample_prioritized(4, 0.4) {
+    match actor.sample(Request::rows(4).prioritized(0.4)) {
         Err(e @ Error::NotPriorityOwner { .. }) => {
             let text = e.to_string();
             assert!(text.contains("priorities.lock"), "{text}");
@@ -191,7 +191,7 @@ fn run_endless_owner(dir: &str, seed: u64) {
     let mut s = seed;
     let mut rounds = 0u64;
     loop {
-        match owner.sample_prioritized(32, 0.4) {
+        match owner.sample(Request::rows(32).prioritized(0.4)) {
             Ok(batch) => {
                 let p: Vec<f32> = (0..batch.len())
                     .map(|_| (xorshift(&mut s) % 1000) as f32 / 100.0)

@@ -18,7 +18,9 @@ use common::{
     Drained, KillOnDrop, add_range, columns, item, item_bytes, reader_result, schema, spawn_child,
     xorshift,
 };
-use replaystore::{Column, Config, DType, Error, Reader, ReplayBuffer, RowAccess, Schema, inspect};
+use replaystore::{
+    Column, Config, DType, Error, Reader, ReplayBuffer, Request, RowAccess, Schema, inspect,
+};
 
 const CHILD_ENV: &str = "REPLAYSTORE_READERS_CHILD";
 
@@ -32,7 +34,7 @@ fn create(path: &Path, capacity: u64) {
 /// their index's, or whose weight is not a positive number.
 fn bad_in_sample(reader: &mut Reader, n: usize, per: bool) -> usize {
     let batch = match per {
-        true => reader.sample_prioritized(n, 0.4).unwrap(),
+        true => reader.sample(Request::rows(n).prioritized(0.4)).unwrap(),
         false => reader.sample(n).unwrap(),
     };
     let bad_weights = (batch.weights().iter())
@@ -215,12 +217,12 @@ fn a_reader_draws_by_the_priorities_the_writer_sets() {
     let mut writer = ReplayBuffer::create(&path, config).unwrap();
     let mut reader = Reader::open(&path).unwrap();
     assert!(matches!(
-        reader.sample_prioritized(4, 0.4),
+        reader.sample(Request::rows(4).prioritized(0.4)),
         Err(Error::Empty)
     ));
     add_tagged(&mut writer, 40, 0);
     let only = |reader: &mut Reader, want: &[u64]| {
-        let batch = reader.sample_prioritized(64, 1.0).unwrap();
+        let batch = reader.sample(Request::rows(64).prioritized(1.0)).unwrap();
         for (&i, &x) in batch.indices().iter().zip(batch.get::<u64>("x").unwrap()) {
             assert!(want.contains(&i), "drew {i}, expected one of {want:?}");
             assert_eq!(x, i * 10);
@@ -236,7 +238,9 @@ fn a_reader_draws_by_the_priorities_the_writer_sets() {
         .update_priorities(&[7, 9, 30], &[0.0f64, 1.0, 3.0])
         .unwrap();
     only(&mut reader, &[9, 30]);
-    let batch = reader.sample_prioritized(2_000, 1.0).unwrap();
+    let batch = reader
+        .sample(Request::rows(2_000).prioritized(1.0))
+        .unwrap();
     let thirty = batch.indices().iter().filter(|&&i| i == 30).count();
     assert!(
         (1_350..1_650).contains(&thirty),
@@ -250,7 +254,7 @@ fn a_reader_draws_by_the_priorities_the_writer_sets() {
     // New items enter at the largest priority seen (3), once the writer has fixed
     // the parents of their leaves (before its own draws, and every 1,024 adds).
     add_tagged(&mut writer, 50, 0);
-    writer.sample_prioritized(1, 0.4).unwrap();
+    writer.sample(Request::rows(1).prioritized(0.4)).unwrap();
     only(
         &mut reader,
         &[9, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49],
@@ -259,7 +263,7 @@ fn a_reader_draws_by_the_priorities_the_writer_sets() {
 
 #[test]
 fn filling_caller_arrays_draws_and_copies_what_sample_into_does() {
-    use replaystore::{Batch, PrioritySpec, SampleSpec};
+    use replaystore::Batch;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b");
     create(&path, 256);
@@ -275,40 +279,42 @@ fn filling_caller_arrays_draws_and_copies_what_sample_into_does() {
         b.reseed(9);
         let n = 64;
         let mut batch = Batch::new(&schema(), n);
-        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|s| vec![0; s * n]).collect();
-        let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
-        let (mut indices, mut weights) = (vec![0u64; n], vec![0f32; n]);
+        // The caller's own arrays (a binding's): the fields, the indices, the weights.
+        let mut arrays: Vec<Vec<u8>> = sizes.iter().map(|s| vec![0; s * n]).collect();
+        arrays.push(vec![0; 8 * n]);
+        let request = match per {
+            true => {
+                arrays.push(vec![0; 4 * n]);
+                Request::rows(n).prioritized(0.4)
+            }
+            false => Request::rows(n),
+        };
+        let mut arrays = common::Arrays(arrays);
+        a.sample_into(request, &mut batch).unwrap();
+        b.sample_into(request, &mut arrays).unwrap();
+        let fields = sizes.len();
+        let indices: Vec<u64> = (arrays.0[fields].chunks(8))
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         if per {
-            a.sample_prioritized_into(&PrioritySpec::new(n, 0.4), &mut batch)
-                .unwrap();
-            b.sample_prioritized_fill(
-                &PrioritySpec::new(n, 0.4),
-                &mut indices,
-                &mut weights,
-                &mut outs,
-            )
-            .unwrap();
+            let weights: Vec<f32> = (arrays.0[fields + 1].chunks(4))
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
             assert_eq!(batch.weights(), weights.as_slice());
-        } else {
-            a.sample_into(&SampleSpec::new(n), &mut batch).unwrap();
-            b.sample_fill(&SampleSpec::new(n), &mut indices, &mut outs)
-                .unwrap();
         }
         assert_eq!(batch.indices(), indices.as_slice());
         for (r, &i) in indices.iter().enumerate() {
-            let row: Vec<u8> = bufs
-                .iter()
+            let row: Vec<u8> = (arrays.0.iter().take(fields))
                 .zip(&sizes)
                 .flat_map(|(b, &s)| b[r * s..(r + 1) * s].to_vec())
                 .collect();
             assert_eq!(row, item_bytes(i), "row {r}, index {i}");
         }
     }
-    // Outputs of the wrong size are refused before anything is drawn.
-    let mut short = [0u8; 3];
-    let mut outs: Vec<&mut [u8]> = vec![&mut short[..]];
+    // Outputs of the wrong number or size are refused, naming what is wrong.
+    let mut short = common::Arrays(vec![vec![0u8; 3]]);
     assert!(matches!(
-        b.sample_fill(&SampleSpec::new(4), &mut Vec::new(), &mut outs),
+        b.sample_into(4, &mut short),
         Err(Error::InvalidSample(_))
     ));
     writer.close().unwrap();
@@ -344,7 +350,7 @@ fn damaged_stamp_is_reported(path: &Path, seg: &Path, access: RowAccess) {
     for _ in 0..100 {
         let drawn = match saw {
             true => reader.sample(64),
-            false => reader.sample_prioritized(64, 0.4),
+            false => reader.sample(Request::rows(64).prioritized(0.4)),
         };
         match drawn {
             Ok(b) => assert!(!b.indices().contains(&9)),

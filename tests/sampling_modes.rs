@@ -16,7 +16,9 @@ use std::collections::{HashMap, HashSet};
 
 use common::xorshift;
 use replaystore::End;
-use replaystore::{Column, Config, DType, Error, ReplayBuffer, Schema, TransitionSpec};
+use replaystore::{
+    Batch, Column, Config, DType, EpisodeInfo, Error, ReplayBuffer, Request, Schema,
+};
 
 const CAPACITY: u64 = 2048;
 
@@ -194,6 +196,20 @@ fn add_episodes(buf: &mut ReplayBuffer, reference: &mut Reference, rng: &mut u64
     }
 }
 
+/// The episodes a draw returned, as the buffer's table records them (by the ids the
+/// draw's `episodes` array names, in order).
+fn drawn_episodes(buf: &ReplayBuffer, batch: &Batch) -> Vec<EpisodeInfo> {
+    let table = buf.episodes().unwrap();
+    (batch.get::<u64>("episodes").unwrap().iter())
+        .map(|id| {
+            *table
+                .iter()
+                .find(|e| e.id == *id)
+                .expect("a drawn episode is live")
+        })
+        .collect()
+}
+
 fn create(dir: &std::path::Path) -> ReplayBuffer {
     let config = Config::new(schema(), CAPACITY)
         .segment_slots(256)
@@ -225,25 +241,25 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
             (1, 0.99, 4),
         ] {
             for window in [false, true] {
-                let mut spec = TransitionSpec::new(200, &["obs"])
+                let mut spec = Request::transitions(200, &["obs"])
                     .nstep(n as u64, gamma)
                     .stack(k as u64);
                 spec.window = window;
-                let t = buf.sample_transitions(&spec).unwrap();
+                let t = buf.sample(spec).unwrap();
                 // Frame f of transition i's obs and next_obs, whichever mode.
                 let obs_frame = |i: usize, f: usize| {
                     if window {
-                        obs_at(t.frames().get::<f32>("obs").unwrap(), i * (k + n) + f)
+                        obs_at(t.get::<f32>("obs").unwrap(), i * (k + n) + f)
                     } else {
-                        obs_at(t.obs().get::<f32>("obs").unwrap(), i * k + f)
+                        obs_at(t.get::<f32>("obs").unwrap(), i * k + f)
                     }
                 };
                 let next_frame = |i: usize, f: usize| {
                     if window {
-                        let off = t.next_offsets()[i] as usize;
-                        obs_at(t.frames().get::<f32>("obs").unwrap(), i * (k + n) + off + f)
+                        let off = t.get::<u32>("next_offsets").unwrap()[i] as usize;
+                        obs_at(t.get::<f32>("obs").unwrap(), i * (k + n) + off + f)
                     } else {
-                        obs_at(t.next_obs().get::<f32>("obs").unwrap(), i * k + f)
+                        obs_at(t.get::<f32>("next_obs").unwrap(), i * k + f)
                     }
                 };
                 let shape = match (window, k) {
@@ -251,8 +267,8 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
                     (false, 1) => vec![200, 2],
                     (false, _) => vec![200, k, 2],
                 };
-                let held = if window { t.frames() } else { t.obs() };
-                assert_eq!(held.field("obs").unwrap().shape(), shape);
+                // The observations: the windows in window mode, else the obs stacks.
+                assert_eq!(t.field("obs").unwrap().shape(), shape);
                 for i in 0..t.len() {
                     let j = t.indices()[i] as usize;
                     let what = format!("round {round} row {j} n {n} k {k} window {window}");
@@ -272,22 +288,32 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
                         );
                     }
                     if window {
-                        assert_eq!(t.next_offsets()[i] as usize, boot + 1 - j, "{what}");
+                        assert_eq!(
+                            t.get::<u32>("next_offsets").unwrap()[i] as usize,
+                            boot + 1 - j,
+                            "{what}"
+                        );
                     }
                     stacks_at_reset += usize::from(frames[0] == frames[k - 1] && k > 1);
                     assert_eq!(
-                        t.step().get::<i32>("action").unwrap()[i],
+                        t.get::<i32>("action").unwrap()[i],
                         reference.rows[j].action,
                         "{what}"
                     );
                     assert!(
-                        (t.returns()[i] - g).abs() < 1e-9,
+                        (t.get::<f64>("returns").unwrap()[i] - g).abs() < 1e-9,
                         "{what}: {} vs {g}",
-                        t.returns()[i]
+                        t.get::<f64>("returns").unwrap()[i]
                     );
-                    assert!((t.discounts()[i] - d).abs() < 1e-12, "{what}");
+                    assert!(
+                        (t.get::<f64>("discounts").unwrap()[i] - d).abs() < 1e-12,
+                        "{what}"
+                    );
                     assert_eq!(
-                        (t.terminated()[i], t.truncated()[i]),
+                        (
+                            t.get::<bool>("terminated").unwrap()[i],
+                            t.get::<bool>("truncated").unwrap()[i]
+                        ),
                         (term, trunc),
                         "{what}"
                     );
@@ -357,11 +383,11 @@ fn nstep_returns_sum_rewards_of_any_scalar_type() {
             }
         }
         let gamma = 0.5;
-        let spec = TransitionSpec::new(300, &["obs"]).nstep(3, gamma);
-        let got = buf.sample_transitions(&spec).unwrap();
-        let obs = got.obs().get::<f32>("obs").unwrap();
+        let spec = Request::transitions(300, &["obs"]).nstep(3, gamma);
+        let got = buf.sample(spec).unwrap();
+        let obs = got.get::<f32>("obs").unwrap();
         assert_eq!(got.len(), 300);
-        for (&o, &g) in obs.iter().zip(got.returns()) {
+        for (&o, &g) in obs.iter().zip(got.get::<f64>("returns").unwrap()) {
             // The step's first reward belongs to step t (row t of its episode).
             let t = o as u64 % 10 + 1;
             let steps = 3.min(10 - t);
@@ -393,20 +419,20 @@ fn stacks_needing_evicted_frames_are_never_drawn() {
     }
     // Rows 36..100 live, all of episode 0 whose reset row 0 is gone.
     let t = buf
-        .sample_transitions(&TransitionSpec::new(500, &["obs"]).stack(8))
+        .sample(Request::transitions(500, &["obs"]).stack(8))
         .unwrap();
-    let o = t.obs().get::<f32>("obs").unwrap();
+    let o = t.get::<f32>("obs").unwrap();
     for i in 0..t.len() {
         let j = t.indices()[i];
         assert!(j > 36 + 7, "row {j}: its stack reaches below the head");
         assert_eq!(obs_at(o, i * 8), j - 8);
     }
     let err = buf
-        .sample_transitions(&TransitionSpec::new(4, &["obs"]).stack(65))
+        .sample(Request::transitions(4, &["obs"]).stack(65))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidSample(_)), "{err}");
     let err = buf
-        .sample_transitions(&TransitionSpec::new(4, &["obs"]).stack(0))
+        .sample(Request::transitions(4, &["obs"]).stack(0))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidSample(_)), "{err}");
 }
@@ -433,7 +459,7 @@ fn create_with(dir: &std::path::Path, config: impl Fn(Config) -> Config) -> Repl
 
 #[test]
 fn sequences_with_burn_in_match_the_reference_and_never_cross_episodes() {
-    use replaystore::SequenceSpec;
+    use replaystore::Request;
     let tmp = tempfile::tempdir().unwrap();
     let mut buf = create(&tmp.path().join("b"));
     let mut reference = Reference::default();
@@ -442,15 +468,15 @@ fn sequences_with_burn_in_match_the_reference_and_never_cross_episodes() {
     for round in 0..16 {
         add_episodes(&mut buf, &mut reference, &mut rng, 3);
         for (len, burn_in) in [(1usize, 0usize), (8, 4), (40, 20)] {
-            let spec = SequenceSpec::new(64, len as u64, &["obs"]).burn_in(burn_in as u64);
-            let s = buf.sample_sequences(&spec).unwrap();
+            let spec = Request::sequences(64, len as u64, &["obs"]).burn_in(burn_in as u64);
+            let s = buf.sample(spec).unwrap();
             let w = len + burn_in;
-            assert_eq!(s.obs().field("obs").unwrap().shape(), vec![64, w, 2]);
+            assert_eq!(s.field("obs").unwrap().shape(), vec![64, w, 2]);
             let (o, next) = (
-                s.obs().get::<f32>("obs").unwrap(),
-                s.next_obs().get::<f32>("obs").unwrap(),
+                s.get::<f32>("obs").unwrap(),
+                s.get::<f32>("next_obs").unwrap(),
             );
-            let action = s.step().get::<i32>("action").unwrap();
+            let action = s.get::<i32>("action").unwrap();
             for i in 0..s.len() {
                 let j = s.indices()[i] as usize;
                 let what = format!("round {round} start {j} len {len} burn-in {burn_in}");
@@ -461,7 +487,11 @@ fn sequences_with_burn_in_match_the_reference_and_never_cross_episodes() {
                 );
                 for (q, p) in want.iter().enumerate() {
                     let at = i * w + q;
-                    assert_eq!(s.mask()[at], p.is_some(), "{what} position {q}");
+                    assert_eq!(
+                        s.get::<bool>("mask").unwrap()[at],
+                        p.is_some(),
+                        "{what} position {q}"
+                    );
                     match *p {
                         Some(p) => {
                             // Every step shown, burn-in included, is stored.
@@ -470,12 +500,21 @@ fn sequences_with_burn_in_match_the_reference_and_never_cross_episodes() {
                             assert_eq!(obs_at(next, at), p as u64, "{what} position {q}");
                             assert_eq!(action[at], reference.rows[p].action, "{what}");
                             let end = reference.ended_at(p);
-                            assert_eq!(s.terminated()[at], end == Some(End::Terminated));
-                            assert_eq!(s.truncated()[at], end == Some(End::Truncated));
+                            assert_eq!(
+                                s.get::<bool>("terminated").unwrap()[at],
+                                end == Some(End::Terminated)
+                            );
+                            assert_eq!(
+                                s.get::<bool>("truncated").unwrap()[at],
+                                end == Some(End::Truncated)
+                            );
                         }
                         None => {
                             assert_eq!((o[2 * at], next[2 * at], action[at]), (0.0, 0.0, 0));
-                            assert!(!s.terminated()[at] && !s.truncated()[at]);
+                            assert!(
+                                !s.get::<bool>("terminated").unwrap()[at]
+                                    && !s.get::<bool>("truncated").unwrap()[at]
+                            );
                             if q < burn_in {
                                 padded_front += 1;
                             } else {
@@ -509,19 +548,20 @@ fn whole_episodes_are_drawn_complete_and_match_their_rows() {
             .filter(|e| e.end.is_some() && reference.live(e.start as usize))
             .map(|e| e.id)
             .collect();
-        let eps = match buf.sample_episodes(8) {
+        let eps = match buf.sample(Request::episodes(8)) {
             Ok(eps) => eps,
             Err(Error::InvalidSample(_)) if complete.is_empty() => continue,
             Err(e) => panic!("{e} with {} complete", complete.len()),
         };
-        let o = eps.rows().get::<f32>("obs").unwrap();
-        for (i, e) in eps.episodes().iter().enumerate() {
+        let o = eps.get::<f32>("obs").unwrap();
+        let offsets = eps.get::<u64>("offsets").unwrap();
+        for (i, e) in drawn_episodes(&buf, &eps).iter().enumerate() {
             assert!(complete.contains(&e.id), "episode {} is not complete", e.id);
-            let rows = eps.offsets()[i]..eps.offsets()[i + 1];
+            let rows = offsets[i] as usize..offsets[i + 1] as usize;
             assert_eq!(rows.len() as u64, e.steps() + 1);
             for (k, r) in rows.enumerate() {
                 let index = e.start as usize + k;
-                assert_eq!(eps.rows().indices()[r], index as u64);
+                assert_eq!(eps.indices()[r], index as u64);
                 assert_eq!(obs_at(o, r), index as u64);
                 assert_eq!(reference.rows[index].episode, e.id);
             }
@@ -563,8 +603,9 @@ fn whole_episode_eviction_keeps_every_episode_whole() {
             "round {round}: {first:?}"
         );
         // Nothing is sampled from a partly stored episode.
-        let batch = buf.sample_episodes(4).unwrap();
-        assert!(batch.episodes().iter().all(|e| e.start >= buf.live().start));
+        let batch = buf.sample(Request::episodes(4)).unwrap();
+        let drawn = drawn_episodes(&buf, &batch);
+        assert!(drawn.iter().all(|e| e.start >= buf.live().start));
         if round % 10 == 9 {
             buf.close().unwrap();
             buf = ReplayBuffer::open(&dir).unwrap();
@@ -598,7 +639,7 @@ fn whole_episode_eviction_keeps_every_episode_whole() {
 /// never drawn; draws follow the priorities set on step rows, with importance weights.
 #[test]
 fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
-    use replaystore::TransitionSpec;
+    use replaystore::Request;
     let tmp = tempfile::tempdir().unwrap();
     let mut buf = create_with(&tmp.path().join("b"), |c| {
         c.episodic().prioritized(1.0, 0.0)
@@ -614,8 +655,8 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
         let ends_a_step = reference.rows[j as usize].t >= 1 && j > live.start;
         assert_eq!(p > 0.0, ends_a_step, "row {j}: priority {p}");
     }
-    let spec = TransitionSpec::new(2000, &["obs"]).prioritized(0.5);
-    let t = buf.sample_transitions(&spec).unwrap();
+    let spec = Request::transitions(2000, &["obs"]).prioritized(0.5);
+    let t = buf.sample(spec).unwrap();
     for &j in t.indices() {
         assert!(
             reference.rows[j as usize].t >= 1 && reference.live(j as usize - 1),
@@ -631,7 +672,7 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
         .unwrap();
     let (a, b) = (steps[3], steps[steps.len() / 2]);
     buf.update_priorities(&[a, b], &[9.0f64, 9.0]).unwrap();
-    let t = buf.sample_transitions(&spec).unwrap();
+    let t = buf.sample(spec).unwrap();
     let hits = t.indices().iter().filter(|&&j| j == a || j == b).count() as f64;
     let expect = 2000.0 * 18.0 / (steps.len() as f64 + 16.0);
     assert!(
@@ -639,8 +680,8 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
         "{hits} vs {expect}"
     );
     // Sequences key on their first trained step the same way.
-    let spec = replaystore::SequenceSpec::new(2000, 4, &["obs"]).prioritized(0.5);
-    let s = buf.sample_sequences(&spec).unwrap();
+    let spec = replaystore::Request::sequences(2000, 4, &["obs"]).prioritized(0.5);
+    let s = buf.sample(spec).unwrap();
     let hits = s.indices().iter().filter(|&&j| j == a || j == b).count() as f64;
     assert!(
         (hits - expect).abs() < 5.0 * expect.sqrt() + 5.0,
@@ -678,7 +719,7 @@ fn prioritized_transitions_follow_step_priorities_and_skip_reset_rows() {
 /// draw uniformly, as the uniform sampler does.
 #[test]
 fn prioritized_episodes_follow_their_mean_step_priority() {
-    use replaystore::{EpisodeBatch, UnitSpec};
+    use replaystore::Request;
     let tmp = tempfile::tempdir().unwrap();
     let mut buf = create_with(&tmp.path().join("b"), |c| {
         c.episodic().prioritized(1.0, 0.0)
@@ -713,11 +754,11 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
     let min = mass.values().copied().fold(f64::INFINITY, f64::min);
 
     let draws = 3000;
-    let mut batch = EpisodeBatch::new(buf.schema());
-    buf.sample_episodes_into(&UnitSpec::new(draws).prioritized(0.5), &mut batch)
+    let mut batch = Batch::default();
+    buf.sample_into(Request::episodes(draws).prioritized(0.5), &mut batch)
         .unwrap();
     let mut counts: HashMap<u64, usize> = HashMap::new();
-    for (e, &w) in batch.episodes().iter().zip(batch.weights()) {
+    for (e, &w) in drawn_episodes(&buf, &batch).iter().zip(batch.weights()) {
         let m = *mass
             .get(&e.id)
             .unwrap_or_else(|| panic!("episode {} is not complete", e.id));
@@ -742,11 +783,11 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
     // Equal priorities: uniform over complete episodes, every weight 1.
     buf.update_priorities(&steps, &vec![3.0f64; steps.len()])
         .unwrap();
-    buf.sample_episodes_into(&UnitSpec::new(draws).prioritized(0.5), &mut batch)
+    buf.sample_into(Request::episodes(draws).prioritized(0.5), &mut batch)
         .unwrap();
     assert!(batch.weights().iter().all(|&w| (w - 1.0).abs() < 1e-6));
     let mut counts: HashMap<u64, usize> = HashMap::new();
-    for e in batch.episodes() {
+    for e in drawn_episodes(&buf, &batch) {
         *counts.entry(e.id).or_default() += 1;
     }
     let expect = draws as f64 / mass.len() as f64;
@@ -759,13 +800,12 @@ fn prioritized_episodes_follow_their_mean_step_priority() {
     }
 
     // Uniform specs leave the weights empty; a buffer without priorities refuses.
-    buf.sample_episodes_into(&UnitSpec::new(4), &mut batch)
-        .unwrap();
+    buf.sample_into(Request::episodes(4), &mut batch).unwrap();
     assert!(batch.weights().is_empty());
     let mut plain = create(&tmp.path().join("plain"));
     add_episodes(&mut plain, &mut Reference::default(), &mut rng, 3);
     assert!(matches!(
-        plain.sample_episodes_into(&UnitSpec::new(4).prioritized(0.5), &mut batch),
+        plain.sample_into(Request::episodes(4).prioritized(0.5), &mut batch),
         Err(Error::NotPrioritized { .. })
     ));
 }

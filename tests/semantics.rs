@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::{add_range, columns, item, schema};
 use replaystore::io::FaultyIo;
-use replaystore::{Column, Config, DType, Error, ReplayBuffer, SampleSpec, Schema};
+use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema};
 
 fn buffer(capacity: u64) -> (tempfile::TempDir, ReplayBuffer) {
     let dir = tempfile::tempdir().unwrap();
@@ -156,15 +156,15 @@ fn impossible_samples_are_typed_errors() {
     add_range(&mut buf, 0, 10);
     assert!(matches!(buf.sample(0), Err(Error::InvalidSample(_))));
     assert!(matches!(
-        buf.sample_with(&SampleSpec::new(11).without_replacement()),
+        buf.sample(Request::rows(11).without_replacement()),
         Err(Error::InvalidSample(m)) if m.contains("11") && m.contains("10")
     ));
     assert!(matches!(
-        buf.sample_with(&SampleSpec::new(3).without_replacement().newest(2)),
+        buf.sample(Request::rows(3).without_replacement().newest(2)),
         Err(Error::InvalidSample(_))
     ));
     assert!(matches!(
-        buf.sample_with(&SampleSpec::new(3).newest(0)),
+        buf.sample(Request::rows(3).newest(0)),
         Err(Error::InvalidSample(_))
     ));
     assert!(matches!(
@@ -184,18 +184,18 @@ fn without_replacement_draws_distinct_items_and_newest_k_restricts_the_range() {
     add_range(&mut buf, 0, 1500);
     for _ in 0..50 {
         let b = buf
-            .sample_with(&SampleSpec::new(1000).without_replacement())
+            .sample(Request::rows(1000).without_replacement())
             .unwrap();
         let mut idx = b.indices().to_vec();
         idx.sort_unstable();
         idx.dedup();
         assert_eq!(idx.len(), 1000, "all distinct");
         assert!(idx.iter().all(|&i| (500..1500).contains(&i)));
-        let b = buf.sample_with(&SampleSpec::new(64).newest(10)).unwrap();
+        let b = buf.sample(Request::rows(64).newest(10)).unwrap();
         assert!(b.indices().iter().all(|&i| (1490..1500).contains(&i)));
     }
     // With replacement over many draws, every item of a small range turns up.
-    let b = buf.sample_with(&SampleSpec::new(5000).newest(20)).unwrap();
+    let b = buf.sample(Request::rows(5000).newest(20)).unwrap();
     let mut seen = b.indices().to_vec();
     seen.sort_unstable();
     seen.dedup();
@@ -222,25 +222,28 @@ fn sampled_batches_hold_the_items_of_their_indices_field_by_field() {
         b.get::<f64>("obs"),
         Err(Error::DTypeMismatch { .. })
     ));
-    // gather_into refuses outputs of the wrong size and evicted indices.
-    let mut small = vec![0u8; 3];
-    let mut outs: Vec<&mut [u8]> = vec![&mut small];
+    // A read into the caller's arrays refuses arrays of the wrong number or size,
+    // and evicted indices.
+    let mut small = common::Arrays(vec![vec![0u8; 3]]);
     assert!(matches!(
-        buf.gather_into(&[900], &mut outs),
+        buf.sample_into(Request::at(&[900]), &mut small),
         Err(Error::InvalidSample(_))
     ));
-    let mut bufs: Vec<Vec<u8>> = schema()
+    let mut arrays: Vec<Vec<u8>> = schema()
         .fields()
         .iter()
         .map(|f| vec![0u8; f.bytes()])
         .collect();
-    let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    arrays.push(vec![0u8; 8]);
+    let mut arrays = common::Arrays(arrays);
     assert!(matches!(
-        buf.gather_into(&[5], &mut outs),
+        buf.sample_into(Request::at(&[5]), &mut arrays),
         Err(Error::Evicted { index: 5, .. })
     ));
-    buf.gather_into(&[999], &mut outs).unwrap();
-    assert_eq!(bufs.concat(), common::item_bytes(999));
+    buf.sample_into(Request::at(&[999]), &mut arrays).unwrap();
+    let fields = arrays.0.len() - 1;
+    assert_eq!(arrays.0[..fields].concat(), common::item_bytes(999));
+    assert_eq!(arrays.0[fields], 999u64.to_le_bytes());
 }
 
 #[test]

@@ -13,8 +13,7 @@ mod common;
 use common::{COMMIT_LEN, COMMIT_SLOTS, add_range, schema};
 use replaystore::internal::format::manifest::Commit;
 use replaystore::{
-    Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Schema, SequenceSpec,
-    TransitionSpec, verify,
+    Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Request, Schema, verify,
 };
 
 /// Sizes no machine holds: past memory, past the address space, past `usize` products.
@@ -44,13 +43,13 @@ fn a_draw_larger_than_memory_is_too_large_from_every_handle_never_an_abort() {
         too_large(
             "writer sample_prioritized",
             n,
-            buf.sample_prioritized(n, 0.4),
+            buf.sample(Request::rows(n).prioritized(0.4)),
         );
         too_large("reader sample", n, reader.sample(n));
         too_large(
             "reader sample_prioritized",
             n,
-            reader.sample_prioritized(n, 0.4),
+            reader.sample(Request::rows(n).prioritized(0.4)),
         );
     }
     // The buffer is untouched and still draws.
@@ -97,16 +96,17 @@ fn episodic_draws_larger_than_memory_are_too_large() {
         too_large(
             "sample_transitions",
             n,
-            buf.sample_transitions(&TransitionSpec::new(n, &["obs"])),
+            buf.sample(Request::transitions(n, &["obs"])),
         );
         too_large(
             "sample_sequences",
             n,
-            buf.sample_sequences(&SequenceSpec::new(n, 4, &["obs"])),
+            buf.sample(Request::sequences(n, 4, &["obs"])),
         );
-        too_large("sample_episodes", n, buf.sample_episodes(n));
+        too_large("sample_episodes", n, buf.sample(Request::episodes(n)));
     }
-    assert_eq!(buf.sample_episodes(2).unwrap().len(), 2);
+    let two = buf.sample(Request::episodes(2)).unwrap();
+    assert_eq!(two.get::<u64>("episodes").unwrap().len(), 2);
 }
 
 #[test]

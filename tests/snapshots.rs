@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{StopIo, add_range, assert_live_items_intact, columns, item, item_bytes, schema};
-use replaystore::{Config, Error, HoldsTree, ReplayBuffer, State, snapshots, verify};
+use replaystore::{Config, Error, HoldsTree, ReplayBuffer, Request, State, snapshots, verify};
 
 const CAPACITY: u64 = 64;
 const SEGMENT: u64 = 16;
@@ -56,7 +56,7 @@ fn forty_with_priorities(dir: &Path) -> (ReplayBuffer, State) {
 fn step(buf: &mut ReplayBuffer, t: u64, next: &mut u64) -> (Vec<u64>, Vec<f32>, Vec<u8>) {
     let r = add_range(buf, *next, *next + 1 + t % 3);
     *next = r.end;
-    let batch = buf.sample_prioritized(16, 0.4).unwrap();
+    let batch = buf.sample(Request::rows(16).prioritized(0.4)).unwrap();
     let indices = batch.indices().to_vec();
     let new: Vec<f64> = indices
         .iter()
@@ -288,7 +288,7 @@ fn snapshot_reader_child() {
         let mut snap = ReplayBuffer::open_snapshot(&dir, "fixed").unwrap();
         assert_eq!(snap.live(), 0..40);
         assert_live_items_intact(&snap);
-        let batch = snap.sample_prioritized(32, 0.4).unwrap();
+        let batch = snap.sample(Request::rows(32).prioritized(0.4)).unwrap();
         for (r, &i) in batch.indices().iter().enumerate() {
             assert_eq!(batch.item_bytes(r), item_bytes(i));
         }
@@ -527,11 +527,11 @@ fn a_read_only_snapshot_refuses_writes_and_samples_from_its_rng_position() {
     // get_state are not there (a compile_fail example on `Frozen` keeps it so).
     let mut snap = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
     assert!(snap.is_read_only());
-    let from_snapshot = snap.sample_prioritized(16, 0.4).unwrap();
+    let from_snapshot = snap.sample(Request::rows(16).prioritized(0.4)).unwrap();
     snap.close().unwrap();
     add_range(&mut buf, 30, 90);
     buf.set_state(&state).unwrap();
-    let from_writer = buf.sample_prioritized(16, 0.4).unwrap();
+    let from_writer = buf.sample(Request::rows(16).prioritized(0.4)).unwrap();
     assert_eq!(from_snapshot.indices(), from_writer.indices());
     assert_eq!(from_snapshot.weights(), from_writer.weights());
     // Reading it changed no byte of it.

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use replaystore::{Column, Config, DType, ReplayBuffer, Schema, inspect, verify};
+use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema, inspect, verify};
 
 fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -46,9 +46,9 @@ fuzz_target!(|data: &[u8]| {
         for i in buf.live() {
             let _ = buf.get(i);
         }
-        let _ = buf.sample_prioritized(16, 0.4);
+        let _ = buf.sample(Request::rows(16).prioritized(0.4));
         let live: Vec<u64> = buf.live().collect();
         let _ = buf.update_priorities(&live, &vec![1.0f64; live.len()]);
-        let _ = buf.sample_prioritized(16, 0.4);
+        let _ = buf.sample(Request::rows(16).prioritized(0.4));
     }
 });

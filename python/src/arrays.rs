@@ -1,15 +1,15 @@
 //! NumPy arrays in and out, without per-element Python work or hidden copies: an input
 //! array is read in place when it is C-contiguous and of the field's dtype (anything
-//! else raises, so no silent copy or cast), and outputs are allocated once, with the
-//! field's dtype and shape, and filled by the engine.
+//! else raises, so no silent copy or cast), and a draw's outputs are allocated once, with
+//! each array's dtype and shape, filled by the engine and handed to NumPy as they are.
 
+use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{
-    PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArray,
-    PyUntypedArrayMethods,
+    PyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
-use replaystore::{DType, Field, Schema};
+use replaystore::{DType, Field, Layout, Sink};
 
 use crate::errors::SchemaError;
 
@@ -202,100 +202,104 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
     })
 }
 
-/// An output array borrowed for writing, with its element type. Bool fields are written
-/// as `u8` (the engine stores 0 or 1) and viewed as bool once written: a `&mut [bool]`
+/// The arrays of one draw, allocated when the engine asks for them (`Sink::arrays`) as
+/// Rust vectors of each array's element type, filled in place by the engine with the GIL
+/// released, then handed to NumPy without a copy ([`NumpySink::into_dict`]: each vector
+/// becomes its array's base object). Bool arrays are `u8` until then: a `&mut [bool]`
 /// must never be handed bytes it did not check.
-pub enum Writing<'py> {
-    U8(PyReadwriteArrayDyn<'py, u8>),
-    I8(PyReadwriteArrayDyn<'py, i8>),
-    U16(PyReadwriteArrayDyn<'py, u16>),
-    I16(PyReadwriteArrayDyn<'py, i16>),
-    U32(PyReadwriteArrayDyn<'py, u32>),
-    I32(PyReadwriteArrayDyn<'py, i32>),
-    U64(PyReadwriteArrayDyn<'py, u64>),
-    I64(PyReadwriteArrayDyn<'py, i64>),
-    F32(PyReadwriteArrayDyn<'py, f32>),
-    F64(PyReadwriteArrayDyn<'py, f64>),
+#[derive(Default)]
+pub struct NumpySink {
+    arrays: Vec<(String, DType, Vec<usize>, Owned)>,
 }
 
-impl Writing<'_> {
-    /// The array's bytes (C-contiguous: it was made so).
-    pub fn bytes(&mut self) -> PyResult<&mut [u8]> {
-        macro_rules! raw {
-            ($a:expr) => {
-                bytemuck::cast_slice_mut($a.as_slice_mut()?)
-            };
+/// One array's storage, with its element type.
+enum Owned {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// Runs `$body` with `$v` bound to the vector, whatever its element type.
+macro_rules! owned {
+    ($o:expr, $v:ident => $body:expr) => {
+        match $o {
+            Owned::U8($v) => $body,
+            Owned::I8($v) => $body,
+            Owned::U16($v) => $body,
+            Owned::I16($v) => $body,
+            Owned::U32($v) => $body,
+            Owned::I32($v) => $body,
+            Owned::U64($v) => $body,
+            Owned::I64($v) => $body,
+            Owned::F32($v) => $body,
+            Owned::F64($v) => $body,
         }
-        Ok(match self {
-            Writing::U8(a) => raw!(a),
-            Writing::I8(a) => raw!(a),
-            Writing::U16(a) => raw!(a),
-            Writing::I16(a) => raw!(a),
-            Writing::U32(a) => raw!(a),
-            Writing::I32(a) => raw!(a),
-            Writing::U64(a) => raw!(a),
-            Writing::I64(a) => raw!(a),
-            Writing::F32(a) => raw!(a),
-            Writing::F64(a) => raw!(a),
+    };
+}
+
+impl Owned {
+    /// `n` zeroed elements of `dtype` (calloc'd: pages are touched only when the engine
+    /// fills them).
+    fn zeroed(dtype: DType, n: usize) -> Owned {
+        match dtype {
+            DType::Bool | DType::U8 => Owned::U8(vec![0; n]),
+            DType::I8 => Owned::I8(vec![0; n]),
+            DType::U16 => Owned::U16(vec![0; n]),
+            DType::I16 => Owned::I16(vec![0; n]),
+            DType::U32 => Owned::U32(vec![0; n]),
+            DType::I32 => Owned::I32(vec![0; n]),
+            DType::U64 => Owned::U64(vec![0; n]),
+            DType::I64 => Owned::I64(vec![0; n]),
+            DType::F32 => Owned::F32(vec![0.0; n]),
+            DType::F64 => Owned::F64(vec![0.0; n]),
+        }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        owned!(self, v => bytemuck::cast_slice_mut(v.as_mut_slice()))
+    }
+
+    /// The vector as a NumPy array of `shape`, without a copy.
+    fn into_array<'py>(self, py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+        owned!(self, v => {
+            let a = ArrayD::from_shape_vec(IxDyn(shape), v)
+                .map_err(|e| SchemaError::new_err(format!("array of shape {shape:?}: {e}")))?;
+            Ok(PyArray::from_owned_array(py, a).into_any())
         })
     }
 }
 
-/// A zeroed (calloc'd: pages are touched only when the engine fills them) array for
-/// `rows` items of `field`, made with its element type and shape `[rows, *shape]` by
-/// NumPy's C API: no Python-level `view` or `reshape` per field and call. Returns the
-/// array and its write borrow; a bool field's array is `u8` until [`finished`].
-pub fn typed_output<'py>(
-    py: Python<'py>,
-    field: &Field,
-    rows: usize,
-) -> PyResult<(Bound<'py, PyAny>, Writing<'py>)> {
-    let mut shape = vec![rows];
-    shape.extend_from_slice(field.shape());
-    macro_rules! make {
-        ($t:ty, $v:ident) => {{
-            let a = PyArrayDyn::<$t>::zeros(py, shape, false);
-            let w = Writing::$v(a.try_readwrite()?);
-            (a.into_any(), w)
-        }};
-    }
-    Ok(match field.dtype() {
-        DType::Bool | DType::U8 => make!(u8, U8),
-        DType::I8 => make!(i8, I8),
-        DType::U16 => make!(u16, U16),
-        DType::I16 => make!(i16, I16),
-        DType::U32 => make!(u32, U32),
-        DType::I32 => make!(i32, I32),
-        DType::U64 => make!(u64, U64),
-        DType::I64 => make!(i64, I64),
-        DType::F32 => make!(f32, F32),
-        DType::F64 => make!(f64, F64),
-    })
-}
-
-/// An array from [`typed_output`], once written, as the caller gets it.
-pub fn finished<'py>(array: Bound<'py, PyAny>, field: &Field) -> PyResult<Bound<'py, PyAny>> {
-    match field.dtype() {
-        DType::Bool => array.call_method1("view", (numpy::dtype::<bool>(array.py()),)),
-        _ => Ok(array),
+impl Sink for NumpySink {
+    fn arrays(&mut self, layout: &Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+        self.arrays = (layout.arrays().iter())
+            .map(|a| {
+                let n = a.rows.saturating_mul(a.row_elements());
+                (a.full_name(), a.dtype, a.shape(), Owned::zeroed(a.dtype, n))
+            })
+            .collect();
+        Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
     }
 }
 
-/// The dict a sample returns: each field, then `indices` (and `weights`).
-pub fn batch_dict<'py>(
-    py: Python<'py>,
-    schema: &Schema,
-    outs: Vec<Bound<'py, PyAny>>,
-    indices: Vec<u64>,
-    weights: Option<Vec<f32>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    for (f, out) in schema.fields().iter().zip(outs) {
-        d.set_item(f.name(), out)?;
+impl NumpySink {
+    /// The arrays as the dict every draw returns, in the draw's order.
+    pub fn into_dict(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, dtype, shape, owned) in self.arrays {
+            let a = owned.into_array(py, &shape)?;
+            let a = match dtype {
+                DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,
+                _ => a,
+            };
+            d.set_item(name, a)?;
+        }
+        Ok(d)
     }
-    d.set_item("indices", PyArray1::from_vec(py, indices))?;
-    if let Some(w) = weights {
-        d.set_item("weights", PyArray1::from_vec(py, w))?;
-    }
-    Ok(d)
 }

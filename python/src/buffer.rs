@@ -7,12 +7,8 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use replaystore::{
-    Actor, EpisodeBatch, PrioritySpec, ReplayBuffer, Schema, SequenceSpec, Sequences, State,
-    TransitionSpec, Transitions, UnitSpec,
-};
+use replaystore::{Actor, ReplayBuffer, Request, Schema, State};
 
-use crate::arrays::{self};
 use crate::calls::*;
 use crate::errors::{ReadOnlyError, StateError, to_py};
 use crate::schema::PySchema;
@@ -271,14 +267,12 @@ impl PyBuffer {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        let schema = buf.schema().clone();
-        get_items(
+        draw(
             py,
-            &schema,
-            indices,
-            |idx, slices| either!(buf, b => b.gather_into(idx, slices)),
+            |sink| either!(buf, b => b.sample_into(Request::at(&idx), sink)),
         )
     }
 
@@ -332,19 +326,10 @@ impl PyBuffer {
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        let schema = buf.schema().clone();
-        // draw_dict checks the size before any allocation: sample(2**45) is a
+        // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        draw_dict(py, &schema, n, beta, |indices, weights, slices| {
-            match (beta, weights) {
-                (Some(beta), Some(w)) => {
-                    let spec = PrioritySpec::new(n, beta);
-                    either!(buf, b => b.draw_prioritized(&spec, indices, w))?
-                }
-                _ => either!(buf, b => b.draw_indices(&uniform(n, replace), indices))?,
-            }
-            either!(buf, b => b.gather_into(indices, slices))
-        })
+        let request = rows(n, beta, replace);
+        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that
@@ -365,32 +350,11 @@ impl PyBuffer {
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        let schema = buf.schema().clone();
-        let spec = match beta {
-            Some(b) => UnitSpec::new(n).prioritized(b),
-            None => UnitSpec::new(n),
+        let request = match beta {
+            Some(b) => Request::fragments(n).prioritized(b),
+            None => Request::fragments(n),
         };
-        let (mut fragments, mut weights) = (Vec::new(), Vec::new());
-        py.detach(|| either!(buf, b => b.draw_fragments(&spec, &mut fragments, &mut weights)))
-            .map_err(to_py)?;
-        let mut indices = Vec::new();
-        let mut offsets = vec![0u64];
-        for f in &fragments {
-            indices.extend(f.clone());
-            offsets.push(indices.len() as u64);
-        }
-        replaystore::internal::check_rows(indices.len(), schema.item_bytes()).map_err(to_py)?;
-        // The rows go straight into the arrays returned: no batch in between.
-        let outs = filled(
-            py,
-            &schema,
-            indices.len(),
-            |slices| either!(buf, b => b.gather_into(&indices, slices)),
-        )?;
-        let weights = beta.map(|_| weights);
-        let d = arrays::batch_dict(py, &schema, outs, indices, weights)?;
-        d.set_item("offsets", PyArray1::from_vec(py, offsets))?;
-        Ok(d)
+        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
@@ -515,16 +479,13 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let mut spec = TransitionSpec::new(n, &obs_refs)
+        let mut request = Request::transitions(n, &obs_refs)
             .stack(stack)
             .nstep(nstep, gamma);
         if let Some(b) = beta {
-            spec = spec.prioritized(b);
+            request = request.prioritized(b);
         }
-        let mut out = Transitions::new(buf.schema());
-        py.detach(|| either!(buf, b => b.sample_transitions_into(&spec, &mut out)))
-            .map_err(to_py)?;
-        units::transitions_dict(py, &out, &obs, beta.is_some())
+        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
     }
 
     /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a
@@ -553,15 +514,11 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let mut spec = SequenceSpec::new(n, length, &obs_refs).burn_in(burn_in);
+        let mut request = Request::sequences(n, length, &obs_refs).burn_in(burn_in);
         if let Some(b) = beta {
-            spec = spec.prioritized(b);
+            request = request.prioritized(b);
         }
-        let mut out = Sequences::new(buf.schema());
-        py.detach(|| either!(buf, b => b.sample_sequences_into(&spec, &mut out)))
-            .map_err(to_py)?;
-        let steps = usize::try_from(burn_in + length).unwrap_or(usize::MAX);
-        units::sequences_dict(py, &out, &obs, steps, beta.is_some())
+        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
     }
 
     /// Draws `n` whole episodes (ended ones with every row live): uniformly, or by the
@@ -581,14 +538,11 @@ impl PyBuffer {
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        let spec = match beta {
-            Some(b) => UnitSpec::new(n).prioritized(b),
-            None => UnitSpec::new(n),
+        let request = match beta {
+            Some(b) => Request::episodes(n).prioritized(b),
+            None => Request::episodes(n),
         };
-        let mut out = EpisodeBatch::new(buf.schema());
-        py.detach(|| either!(buf, b => b.sample_episodes_into(&spec, &mut out)))
-            .map_err(to_py)?;
-        units::episodes_dict(py, &out, beta.is_some())
+        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
     }
 
     /// This buffer's snapshots (checkpoints), oldest first: `{"name", "path",

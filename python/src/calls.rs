@@ -1,12 +1,12 @@
 //! What every Python class does with its arguments and results: columns and configs
-//! from Python values, index arrays, the arrays a sample fills, stats as a dict.
+//! from Python values, index arrays, requests, the arrays a draw fills, stats as a dict.
 
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use replaystore::{Column, Config, Error, SampleSpec, Schema, Stats};
+use replaystore::{Column, Config, Error, Request, Schema, Stats};
 
-use crate::arrays::{self, Input};
+use crate::arrays::{self, Input, NumpySink};
 use crate::errors::{SchemaError, to_py};
 
 /// The fields of `values` (keyword arguments or a dict) with their schema fields, in
@@ -170,34 +170,16 @@ pub(crate) fn index_array<'py>(
     contiguous::<u64>(py, &a, "<u8")
 }
 
-/// One new output array per field for `rows` items (the field's dtype and shape),
-/// filled by `fill` with the GIL released.
-pub(crate) fn filled<'py>(
+/// A draw into fresh NumPy arrays, as the dict every sample and get returns: `sample`
+/// (the engine's `sample_into`) runs with the GIL released and fills the arrays in
+/// place; they become the dict's without a copy.
+pub(crate) fn draw<'py>(
     py: Python<'py>,
-    schema: &Schema,
-    rows: usize,
-    fill: impl FnOnce(&mut [&mut [u8]]) -> replaystore::Result<()> + Send,
-) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let (outs, mut writing): (Vec<_>, Vec<_>) = schema
-        .fields()
-        .iter()
-        .map(|f| arrays::typed_output(py, f, rows))
-        .collect::<PyResult<Vec<_>>>()?
-        .into_iter()
-        .unzip();
-    let mut slices = writing
-        .iter_mut()
-        .map(arrays::Writing::bytes)
-        .collect::<PyResult<Vec<&mut [u8]>>>()?;
-    py.detach(|| fill(&mut slices)).map_err(to_py)?;
-    drop(slices);
-    drop(writing);
-    schema
-        .fields()
-        .iter()
-        .zip(outs)
-        .map(|(f, a)| arrays::finished(a, f))
-        .collect()
+    sample: impl FnOnce(&mut NumpySink) -> replaystore::Result<()> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut sink = NumpySink::default();
+    py.detach(|| sample(&mut sink)).map_err(to_py)?;
+    sink.into_dict(py)
 }
 
 /// `values` as an int when the question was one, else as an array.
@@ -212,45 +194,16 @@ pub(crate) fn one_or_many<'py>(
     }
 }
 
-/// A uniform draw of `n`, with or without replacement.
-pub(crate) fn uniform(n: usize, replace: bool) -> SampleSpec {
-    if replace {
-        SampleSpec::new(n)
-    } else {
-        SampleSpec::new(n).without_replacement()
+/// The rows a Python `sample(n, beta=None, replace=True)` asks for.
+pub(crate) fn rows(n: usize, beta: Option<f64>, replace: bool) -> Request<'static> {
+    match (beta, replace) {
+        (Some(b), _) => Request::rows(n).prioritized(b),
+        (None, true) => Request::rows(n),
+        (None, false) => Request::rows(n).without_replacement(),
     }
 }
 
-/// The items at `indices` as a dict of arrays plus `indices`, filled in place by
-/// `gather` (the writer's or a reader's) with the GIL released.
-pub(crate) fn get_items<'py>(
-    py: Python<'py>,
-    schema: &Schema,
-    indices: &Bound<'py, PyAny>,
-    gather: impl FnOnce(&[u64], &mut [&mut [u8]]) -> replaystore::Result<()> + Send,
-) -> PyResult<Bound<'py, PyDict>> {
-    let idx = index_array(py, indices, "indices")?;
-    let idx = idx.as_slice()?.to_vec();
-    let outs = filled(py, schema, idx.len(), |slices| gather(&idx, slices))?;
-    arrays::batch_dict(py, schema, outs, idx, None)
-}
-
-/// A draw of `n` rows into fresh NumPy arrays, as the dict every `sample` returns:
-/// `fill` gets the indices, the weights (by priority, with `beta`) and one output per
-/// field, and draws and gathers straight into them.
-pub(crate) fn draw_dict<'py>(
-    py: Python<'py>,
-    schema: &Schema,
-    n: usize,
-    beta: Option<f64>,
-    fill: impl FnOnce(&mut Vec<u64>, Option<&mut [f32]>, &mut [&mut [u8]]) -> replaystore::Result<()>
-    + Send,
-) -> PyResult<Bound<'py, PyDict>> {
-    replaystore::internal::check_rows(n, schema.item_bytes()).map_err(to_py)?;
-    let mut indices = vec![0u64; n];
-    let mut weights = beta.map(|_| vec![0f32; n]);
-    let outs = filled(py, schema, n, |slices| {
-        fill(&mut indices, weights.as_deref_mut(), slices)
-    })?;
-    arrays::batch_dict(py, schema, outs, indices, weights)
+/// The indices a Python `get(indices)` reads (an int or an array-like).
+pub(crate) fn get_indices<'py>(py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<Vec<u64>> {
+    Ok(index_array(py, indices, "indices")?.as_slice()?.to_vec())
 }

@@ -8,14 +8,15 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::{Lane, Lanes, PrioritySpec, Reader, ReplayBuffer, SampleSpec};
+use replaystore::{Lane, Lanes, Reader, ReplayBuffer, Request};
 
-use crate::calls::{columns, config, contiguous, draw_dict, index_array, inputs, stats_dict};
+use crate::calls::{
+    columns, config, contiguous, draw, get_indices, index_array, inputs, rows, stats_dict,
+};
 use crate::errors::{ReadOnlyError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
-use crate::units;
 
 /// The lanes, opened for writing (every lane, in this process) or for reading.
 enum Opened {
@@ -50,27 +51,18 @@ fn writer(held: &mut Option<Opened>) -> PyResult<&mut Lanes<ReplayBuffer>> {
     }
 }
 
-/// Draws from any kind of lanes into a dict.
-fn sample_lanes<'py, L: Lane + Send>(
+/// Draws `request` from any kind of lanes into a dict: each lane gathers its share of
+/// the rows straight into the arrays returned.
+fn draw_lanes<'py, L: Lane + Send>(
     py: Python<'py>,
     lanes: &mut Lanes<L>,
-    n: usize,
-    beta: Option<f64>,
+    request: Request<'_>,
     seed: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if let Some(s) = seed {
         lanes.reseed(s);
     }
-    let schema = lanes.schema().clone();
-    // Each lane gathers its share of the rows straight into these arrays.
-    draw_dict(py, &schema, n, beta, |indices, weights, slices| {
-        match (beta, weights) {
-            (Some(b), Some(w)) => {
-                lanes.sample_prioritized_fill(&PrioritySpec::new(n, b), indices, w, slices)
-            }
-            _ => lanes.sample_fill(&SampleSpec::new(n), indices, slices),
-        }
-    })
+    draw(py, |sink| lanes.sample_into(request, sink))
 }
 
 #[pymethods]
@@ -204,9 +196,10 @@ impl PyLanes {
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let request = rows(n, beta, true);
         match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => sample_lanes(py, w, n, beta, seed),
-            Opened::Reader(r) => sample_lanes(py, r, n, beta, seed),
+            Opened::Writer(w) => draw_lanes(py, w, request, seed),
+            Opened::Reader(r) => draw_lanes(py, r, request, seed),
         }
     }
 
@@ -216,14 +209,12 @@ impl PyLanes {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let idx = idx.as_slice()?;
-        let batch = match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => py.detach(|| w.get_many(idx)),
-            Opened::Reader(r) => py.detach(|| r.get_many(idx)),
+        let idx = get_indices(py, indices)?;
+        let request = Request::at(&idx);
+        match opened(&mut self.inner.lock(py))? {
+            Opened::Writer(w) => draw_lanes(py, w, request, None),
+            Opened::Reader(r) => draw_lanes(py, r, request, None),
         }
-        .map_err(to_py)?;
-        units::batch_dict(py, &batch, false)
     }
 
     /// Sets priorities in whichever lanes hold `indices`; returns `{"applied",

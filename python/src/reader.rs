@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use replaystore::{PrioritySpec, Reader, RowAccess};
+use replaystore::{Reader, Request, RowAccess};
 
 use crate::errors::to_py;
 use crate::schema::PySchema;
@@ -115,22 +115,15 @@ impl PyReader {
         seed: Option<u64>,
         replace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(s) = seed {
-            self.inner.lock(py).reseed(s);
-        }
-        let schema = self.inner.lock(py).schema().clone();
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
+        if let Some(s) = seed {
+            reader.reseed(s);
+        }
         // The reader re-draws an item the writer overwrites mid-copy, straight into
-        // these arrays: no batch in between.
-        draw_dict(py, &schema, n, beta, |indices, weights, slices| {
-            match (beta, weights) {
-                (Some(b), Some(w)) => {
-                    reader.sample_prioritized_fill(&PrioritySpec::new(n, b), indices, w, slices)
-                }
-                _ => reader.sample_fill(&uniform(n, replace), indices, slices),
-            }
-        })
+        // the arrays returned: no batch in between.
+        let request = rows(n, beta, replace);
+        draw(py, |sink| reader.sample_into(request, sink))
     }
 
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
@@ -142,12 +135,10 @@ impl PyReader {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let schema = self.inner.lock(py).schema().clone();
+        let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
-        get_items(py, &schema, indices, |idx, slices| {
-            reader.gather_into(idx, slices)
-        })
+        draw(py, |sink| reader.sample_into(Request::at(&idx), sink))
     }
 
     /// Items live now.

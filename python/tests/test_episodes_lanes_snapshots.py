@@ -127,6 +127,22 @@ def test_whole_episodes_come_back_whole_and_only_when_ended(episodic):
         np.testing.assert_array_equal(rows, [obs(ep, t) for t in range(STEPS[ep] + 1)])
 
 
+def test_a_field_named_like_a_key_of_the_draw_is_refused_not_overwritten(tmp_path):
+    """A field called `returns` would have been replaced by the draw's own `returns` in
+    the dict: the draw raises SchemaError naming the key instead, and rows are still
+    drawn."""
+    schema = rs.Schema({"obs": "float32", "returns": "float32"})
+    with rs.ReplayBuffer.create(tmp_path / "b", schema, 50, episodic=True) as buf:
+        buf.add_reset(obs=0.0)
+        for t in range(1, 6):
+            buf.add_step(obs=float(t), returns=10.0 * t, terminated=t == 5)
+        with pytest.raises(rs.SchemaError, match="returns"):
+            buf.sample_transitions(4, "obs")
+        rows = buf.sample(8)
+        assert set(rows) == {"obs", "returns", "indices"}
+        assert np.all(rows["returns"] == 10.0 * rows["obs"])
+
+
 def test_a_plain_buffer_refuses_episode_calls(tmp_path):
     with rs.ReplayBuffer.create(str(tmp_path / "b"), SCHEMA, 8) as buf:
         with pytest.raises(rs.Error, match="episod"):

@@ -5,18 +5,11 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
+use crate::request::Request;
 
-/// A uniform sample request.
-///
-/// ```
-/// use replaystore::SampleSpec;
-/// let spec = SampleSpec::new(256).without_replacement().newest(10_000);
-/// assert_eq!(spec.n, 256);
-/// assert!(!spec.replace);
-/// assert_eq!(spec.newest, Some(10_000));
-/// ```
+/// A uniform draw of rows: what `Request` says of one (`n`, replacement, newest `k`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SampleSpec {
+pub(crate) struct SampleSpec {
     /// Items to draw.
     pub n: usize,
     /// Draw with replacement (the default) or not.
@@ -26,25 +19,13 @@ pub struct SampleSpec {
 }
 
 impl SampleSpec {
-    /// `n` items, uniformly, with replacement, from the whole buffer.
-    pub fn new(n: usize) -> SampleSpec {
+    /// The uniform draw `request` asks for.
+    pub(crate) fn of(request: &Request<'_>) -> SampleSpec {
         SampleSpec {
-            n,
-            replace: true,
-            newest: None,
+            n: request.n,
+            replace: request.replace,
+            newest: request.newest,
         }
-    }
-
-    /// Draw distinct items (`n` must not exceed the items in range).
-    pub fn without_replacement(mut self) -> SampleSpec {
-        self.replace = false;
-        self
-    }
-
-    /// Draw only from the newest `k` items.
-    pub fn newest(mut self, k: u64) -> SampleSpec {
-        self.newest = Some(k);
-        self
     }
 }
 

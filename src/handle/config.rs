@@ -139,7 +139,7 @@ impl Config {
 
     /// Keeps each `add` / `add_batch` call's rows as one fragment (RLlib's
     /// `StorageUnit.FRAGMENTS`: a rollout fragment as an env runner sent it), to be
-    /// drawn whole by [`crate::ReplayBuffer::sample_fragments`]. Every row records its position
+    /// drawn whole by [`crate::Request::fragments`]. Every row records its position
     /// in its call. Eviction stays row by row, so a fragment whose first rows were
     /// evicted is no longer drawn. Not with episodes, which are units of their own.
     ///

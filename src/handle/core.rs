@@ -34,6 +34,16 @@ pub(crate) struct Draws {
     pub seed: u64,
     /// Items sampled so far (`Stats::sampled`).
     pub sampled: u64,
+    /// The indices and weights of the draw under way, kept between draws so that a
+    /// draw allocates nothing of its own once warm.
+    pub picked: Picked,
+}
+
+/// What a draw picked, before it is copied into the caller's arrays.
+#[derive(Debug, Default)]
+pub(crate) struct Picked {
+    pub indices: Vec<u64>,
+    pub weights: Vec<f32>,
 }
 
 /// Buffers reused across calls.

@@ -19,7 +19,5 @@ pub use config::{Config, Stats};
 pub use lanes::{Lane, Lanes, PriorityLane};
 pub use owner::PriorityOwner;
 pub use reader::Reader;
-pub use transitions::{TransitionSpec, Transitions};
-pub use units::{EpisodeBatch, FragmentBatch, SequenceSpec, Sequences, UnitSpec};
 pub use views::{EpisodeChunk, GetOptions};
 pub use writer::{Actor, Frozen, HoldsTree, ReplayBuffer, Role, Writer, Writes};

@@ -12,11 +12,12 @@ use std::fs::File;
 use std::path::Path;
 
 use super::Reader;
+use super::rows::{DrawsRows, Rows};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::parts::priorities::{
-    Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
-};
+use crate::parts::priorities::{Priorities, Priority, PrioritySummary, PriorityUpdate};
+use crate::request::Request;
+use crate::sink::Sink;
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::{self, Manifest};
 
@@ -27,7 +28,7 @@ use crate::storage::{self, Manifest};
 /// refused with `Locked` naming the holder.
 ///
 /// ```
-/// use replaystore::{Column, Config, DType, PriorityOwner, ReplayBuffer, Schema};
+/// use replaystore::{Column, Config, DType, PriorityOwner, ReplayBuffer, Request, Schema};
 /// let dir = tempfile::tempdir()?;
 /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
 /// let config = Config::new(schema, 100).prioritized(1.0, 0.0);
@@ -37,7 +38,7 @@ use crate::storage::{self, Manifest};
 /// actor.add_batch(&[Column::new("x", &[0u32, 1, 2])])?;
 /// learner.update_priorities(&[0, 1, 2], &[0.0f32, 0.0, 3.0])?;
 /// actor.add_batch(&[Column::new("x", &[3u32])])?; // enters at the largest priority, 3
-/// let batch = learner.sample_prioritized(64, 0.4)?;
+/// let batch = learner.sample(Request::rows(64).prioritized(0.4))?;
 /// assert!(batch.indices().iter().all(|&i| i == 2 || i == 3));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -104,17 +105,23 @@ impl PriorityOwner {
         Ok(())
     }
 
-    /// Draws `n` items by priority, with importance weights for exponent `beta`.
-    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
-        let mut batch = Batch::new(self.reader.schema(), 0);
-        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+    /// Draws as `request` says, after catching up (see [`PriorityOwner::catch_up`]):
+    /// by priority ([`Request::prioritized`]) from the tree this process keeps, or
+    /// uniformly and at given indices as a [`Reader`] draws.
+    pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
+        let mut batch = Batch::default();
+        self.sample_into(request, &mut batch)?;
         Ok(batch)
     }
 
-    /// `sample_prioritized` into a reused batch.
-    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
+    /// [`PriorityOwner::sample`] into `sink`, filled in place.
+    pub fn sample_into<'r>(
+        &mut self,
+        request: impl Into<Request<'r>>,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
         self.catch_up()?;
-        self.reader.sample_prioritized_into(spec, out)
+        self.reader.sample_into(request, sink)
     }
 
     /// Sets the priorities of live items (as [`crate::ReplayBuffer::update_priorities`]):
@@ -166,11 +173,6 @@ impl PriorityOwner {
         self.tree.raise_max(q);
     }
 
-    /// The reading side, borrowed shared.
-    pub(super) fn reader_ref(&self) -> &Reader {
-        &self.reader
-    }
-
     /// The reading side: uniform sampling, `get`, `len` and stats, as any reader.
     pub fn reader(&mut self) -> &mut Reader {
         &mut self.reader
@@ -192,5 +194,35 @@ impl Drop for PriorityOwner {
             self.tree.fix_pending();
             self.tree.set_owner(0);
         }
+    }
+}
+
+/// The owner draws rows as its reader does (its callers catch it up first).
+impl DrawsRows for PriorityOwner {
+    fn rows(&self) -> &Rows {
+        &self.reader.rows
+    }
+
+    fn rows_mut(&mut self) -> &mut Rows {
+        &mut self.reader.rows
+    }
+
+    fn pick_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.reader.pick_rows(request, indices, weights)
+    }
+
+    fn gather_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.reader.gather_rows(request, indices, weights, outs)
     }
 }

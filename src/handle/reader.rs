@@ -14,7 +14,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use super::Stats;
-use super::rows::Rows;
+use super::rows::{DrawsRows, Rows, sample_rows};
 use super::writer::open::{open_parts, snapshot_parts};
 use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
@@ -23,7 +23,9 @@ use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
 use crate::parts::hooks::Holder;
 use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
 use crate::parts::tree_role::TreeRole;
+use crate::request::{Pick, Request};
 use crate::schema::Schema;
+use crate::sink::Sink;
 use crate::storage::io::{self, Access, IoRef};
 use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::{Missed, RowAccess, RowFiles};
@@ -142,7 +144,7 @@ impl Reader {
 
     /// Opens snapshot `name` of the buffer in `dir`: a reader of a state that never
     /// changes, sampling from the snapshot's RNG position (as
-    /// [`ReplayBuffer::open_snapshot`]).
+    /// [`crate::ReplayBuffer::open_snapshot`]).
     pub fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Reader> {
         let opened = snapshot_parts(dir.as_ref(), name)?;
         Ok(Reader {
@@ -190,7 +192,7 @@ impl Reader {
     }
 
     /// Whether reads check each sealed item against its checksum (the default; see
-    /// [`ReplayBuffer::set_read_checks`], and what turning it off risks).
+    /// [`crate::ReplayBuffer::set_read_checks`], and what turning it off risks).
     ///
     /// ```
     /// # use replaystore::{Config, DType, Reader, ReplayBuffer, Schema};
@@ -360,28 +362,20 @@ impl Reader {
         self.seeded_in = None;
     }
 
-    /// `n` items drawn uniformly from those live now.
-    pub fn sample(&mut self, n: usize) -> Result<Batch> {
-        let mut batch = Batch::new(self.schema(), 0);
-        self.sample_into(&SampleSpec::new(n), &mut batch)?;
-        Ok(batch)
-    }
-
-    /// Draws as `spec` says into `out`, reusing its storage (see
-    /// [`ReplayBuffer::sample_into`]).
+    /// Draws as `request` says from the items live now, into a new [`Batch`]: a
+    /// `usize` is that many items drawn uniformly; a [`Request`] picks rows uniformly,
+    /// by priority or at given indices (a reader draws rows: transitions, sequences,
+    /// episodes and fragments are drawn by the writer or a snapshot,
+    /// [`crate::ReplayBuffer::open_snapshot`]).
     ///
     /// A drawn item that the writer overwrites before it is copied is replaced by a
-    /// new draw from the items live then; the others stay as copied.
-    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        let (indices, _, mut outs) = out.ready(&self.rows.schema, spec.n, false)?;
-        self.sample_fill(spec, indices, &mut outs)
-    }
-
-    /// `n` items drawn by priority from those live now, with importance weights for
-    /// exponent `beta` (see [`ReplayBuffer::sample_prioritized`]).
+    /// new draw from the items live then; the others stay as copied. Priorities are
+    /// read as the writer keeps them, which is at most a thousand adds behind for the
+    /// tree's upper levels: a draw that lands on a slot the writer has just emptied is
+    /// made again.
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Request, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
     /// let config = Config::new(schema, 100).prioritized(1.0, 0.0);
@@ -389,82 +383,45 @@ impl Reader {
     /// writer.add_batch(&[Column::new("x", &[0u32, 1, 2, 3])])?;
     /// writer.update_priorities(&[0, 1, 2, 3], &[0.0f32, 0.0, 0.0, 1.0])?;
     /// let mut reader = Reader::open(dir.path().join("b"))?;
-    /// let batch = reader.sample_prioritized(8, 0.4)?;
+    /// let batch = reader.sample(Request::rows(8).prioritized(0.4))?;
     /// assert!(batch.indices().iter().all(|&i| i == 3));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
-        let mut batch = Batch::new(self.schema(), 0);
-        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+    pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
+        let mut batch = Batch::default();
+        self.sample_into(request, &mut batch)?;
         Ok(batch)
     }
 
-    /// `sample_prioritized` into a reused batch. Priorities are read as the writer
-    /// keeps them, which is at most a thousand adds behind for the tree's upper
-    /// levels: a draw that lands on a slot the writer has just emptied is made again.
-    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        let (indices, weights, mut outs) = out.ready(&self.rows.schema, spec.n, true)?;
-        self.sample_prioritized_fill(spec, indices, weights, &mut outs)
-    }
-
-    /// [`Reader::sample_into`] for a binding that owns its arrays: draws into `indices`
-    /// and gathers into `outs` (one per field, `spec.n` rows each), with no batch in
-    /// between. An item the writer overwrites mid-copy is drawn again, as there.
+    /// [`Reader::sample`] into `sink`: a [`Batch`] to reuse, or arrays a binding owns,
+    /// filled in place (an item drawn again after a lost race is copied over the one
+    /// the writer took).
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, SampleSpec, Schema};
+    /// use replaystore::{Batch, Column, Config, DType, Reader, ReplayBuffer, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
     /// let mut writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
     /// writer.add_batch(&[Column::new("x", &[7u32, 8, 9])])?;
     /// let mut reader = Reader::open(dir.path().join("b"))?;
-    /// let (mut indices, mut x) = (Vec::new(), vec![0u8; 4 * 16]);
-    /// reader.sample_fill(&SampleSpec::new(16), &mut indices, &mut [&mut x[..]])?;
-    /// assert!(x.chunks(4).all(|v| [7, 8, 9].contains(&v[0])));
+    /// let mut batch = Batch::default();
+    /// reader.sample_into(16, &mut batch)?; // reused by every later draw of 16
+    /// assert!(batch.get::<u32>("x")?.iter().all(|x| [7, 8, 9].contains(x)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn sample_fill(
+    pub fn sample_into<'r>(
         &mut self,
-        spec: &SampleSpec,
-        indices: &mut Vec<u64>,
-        outs: &mut [&mut [u8]],
+        request: impl Into<Request<'r>>,
+        sink: &mut dyn Sink,
     ) -> Result<()> {
-        self.refresh_files()?;
-        self.rows.check_outputs(spec.n, outs)?;
-        self.rows.draw_indices(spec, indices)?;
-        self.gather_drawn_into(Draw::Uniform(spec), indices, &mut [], outs)
-    }
-
-    /// [`Reader::sample_prioritized_into`] into caller-owned `indices`, `weights` (both
-    /// `spec.n` long) and `outs`.
-    pub fn sample_prioritized_fill(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        let (i, w) = (Some(indices.len()), Some(weights.len()));
-        Batch::check_fill(&self.rows.schema, spec.n, i, w, outs)?;
-        self.refresh_files()?;
-        let live = self.rows.live_range();
-        let rng = &mut self.rows.draws.rng;
-        match &mut self.tree {
-            // A snapshot: its own priorities, which never change, nor do its rows.
-            ReadTree::Frozen(p) => {
-                p.draw(rng, spec, live, indices, weights)?;
-                self.rows.draws.sampled += spec.n as u64;
-                return self.rows.gather_into(indices, outs);
-            }
-            ReadTree::Shared(p) => p.draw(rng, spec, live, indices, weights)?,
-            ReadTree::Absent => {
-                return Err(Error::NotPrioritized {
-                    dir: self.rows.dir.clone(),
-                });
-            }
-        }
-        self.rows.draws.sampled += spec.n as u64;
-        self.gather_drawn_into(Draw::Prioritized(spec), indices, weights, outs)
+        let request = request.into();
+        request.check()?;
+        request.rows_only(
+            "readers",
+            "transitions, sequences, episodes and fragments are drawn by the writer or a \
+             snapshot (ReplayBuffer::open_snapshot)",
+        )?;
+        sample_rows(self, &request, sink)
     }
 
     /// `(total, smallest non-zero leaf)` of the priorities as they read now.
@@ -563,21 +520,15 @@ impl Reader {
         Ok(())
     }
 
-    /// The items at `indices`, checked as [`ReplayBuffer::get_many`] checks them. An
-    /// index the writer has evicted is `Evicted`.
+    /// The items at `indices`, checked as [`crate::ReplayBuffer::get_many`] checks them
+    /// (`sample(Request::at(indices))`). An index the writer has evicted is `Evicted`.
     pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.retrying(|rows| rows.get_many(indices))
+        self.sample(Request::at(indices))
     }
 
     /// The item at a logical index, as a batch of one.
     pub fn get(&mut self, index: u64) -> Result<Batch> {
         self.get_many(&[index])
-    }
-
-    /// Copies the items at `indices` into per-field outputs, as
-    /// [`ReplayBuffer::gather_into`] does: the fill-in-place path for bindings.
-    pub fn gather_into(&mut self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
-        self.retrying(|rows| rows.gather_into(indices, outs))
     }
 }
 
@@ -640,4 +591,70 @@ fn map_ring(rows: &Rows) -> Result<Ring> {
         sb.capacity,
         sb.segment_slots,
     )
+}
+
+/// A reader's rows draw: picked from the items live now, gathered with its race
+/// handling.
+impl DrawsRows for Reader {
+    fn rows(&self) -> &Rows {
+        &self.rows
+    }
+
+    fn rows_mut(&mut self) -> &mut Rows {
+        &mut self.rows
+    }
+
+    /// Picks the rows of `request` from those live now into `indices` (and `weights`),
+    /// advancing this reader's RNG, without gathering.
+    fn pick_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.refresh_files()?;
+        let Some(spec) = self.rows.pick_unless_priority(request, indices, weights)? else {
+            return Ok(());
+        };
+        let live = self.rows.live_range();
+        let rng = &mut self.rows.draws.rng;
+        match &mut self.tree {
+            // A snapshot: its own priorities, which never change, nor do its rows.
+            ReadTree::Frozen(p) => p.draw(rng, &spec, live, indices, weights)?,
+            ReadTree::Shared(p) => p.draw(rng, &spec, live, indices, weights)?,
+            ReadTree::Absent => {
+                return Err(Error::NotPrioritized {
+                    dir: self.rows.dir.clone(),
+                });
+            }
+        }
+        self.rows.draws.sampled += spec.n as u64;
+        Ok(())
+    }
+
+    /// Gathers the rows `pick_rows` picked for `request` into `outs` (one per field,
+    /// `indices.len()` rows each). A picked item the writer overwrites before it is
+    /// copied is picked again the same way; a given index it evicted is `Evicted`.
+    fn gather_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        match request.pick {
+            Pick::Uniform => {
+                let spec = SampleSpec::of(request);
+                self.gather_drawn_into(Draw::Uniform(&spec), indices, &mut [], outs)
+            }
+            Pick::Priority { beta } => match self.tree {
+                ReadTree::Frozen(_) => self.rows.gather_into(indices, outs),
+                _ => {
+                    let spec = PrioritySpec::of(request, beta);
+                    self.gather_drawn_into(Draw::Prioritized(&spec), indices, weights, outs)
+                }
+            },
+            Pick::Given(_) => self.retrying(|rows| rows.gather_into(indices, outs)),
+        }
+    }
 }

@@ -15,8 +15,10 @@ use crate::algo::sample::{SampleSpec, draw_uniform};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::manifest::Superblock;
-use crate::parts::priorities::{LiveRange, Priorities};
+use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
+use crate::request::{Pick, Request};
 use crate::schema::Schema;
+use crate::sink::{Filled, Layout, Own, Sink, check_rows};
 use crate::storage;
 use crate::storage::io::IoRef;
 use crate::storage::map::Found;
@@ -109,11 +111,6 @@ impl Rows {
         self.draws.rng = ChaCha8Rng::seed_from_u64(seed);
     }
 
-    /// Checks that `outs` has one output per field, each `rows` items long.
-    pub(crate) fn check_outputs(&self, rows: usize, outs: &[&mut [u8]]) -> Result<()> {
-        Batch::check_fill(&self.schema, rows, None, None, outs)
-    }
-
     /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
     pub(crate) fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
         draw_uniform(&mut self.draws.rng, spec, self.head, self.tail, out)?;
@@ -121,36 +118,81 @@ impl Rows {
         Ok(())
     }
 
-    /// Draws as `spec` says and gathers into `out`, reusing its storage.
-    pub(crate) fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        let (indices, _, mut outs) = out.ready(&self.schema, spec.n, false)?;
-        self.draw_indices(spec, indices)?;
-        self.ring
-            .gather(self.live_rows(), indices, &mut outs)
-            .map_err(|m| self.stamp_error(indices, m))
+    /// Picks the rows of `request` that need no priority tree (uniform, given) into
+    /// `indices`; for a draw by priority, sizes `indices` and `weights` for it and
+    /// returns the spec, for the handle to draw from the tree it keeps.
+    /// `sample(2**45)` is `TooLarge` here, before anything is allocated.
+    pub(crate) fn pick_unless_priority(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        weights: &mut Vec<f32>,
+    ) -> Result<Option<PrioritySpec>> {
+        check_rows(request.n, self.schema.item_bytes())?;
+        weights.clear();
+        indices.clear();
+        match request.pick {
+            Pick::Uniform => self.draw_indices(&SampleSpec::of(request), indices)?,
+            Pick::Given(given) => {
+                self.check_live(given)?;
+                indices.extend_from_slice(given);
+            }
+            Pick::Priority { beta } => {
+                indices.resize(request.n, 0);
+                weights.resize(request.n, 0.0);
+                return Ok(Some(PrioritySpec::of(request, beta)));
+            }
+        }
+        Ok(None)
     }
 
-    /// Copies the live items at `indices` into per-field outputs.
-    pub(crate) fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
-        self.check_outputs(indices.len(), outs)?;
-        if let Some(&index) = indices.iter().find(|&&i| i < self.head || i >= self.tail) {
-            return Err(Error::Evicted {
+    /// `Evicted` for the first of `indices` that is not live.
+    pub(crate) fn check_live(&self, indices: &[u64]) -> Result<()> {
+        match indices.iter().find(|&&i| i < self.head || i >= self.tail) {
+            Some(&index) => Err(Error::Evicted {
                 index,
                 head: self.head,
                 tail: self.tail,
-            });
+            }),
+            None => Ok(()),
         }
+    }
+
+    /// Copies the live items at `indices` into per-field outputs (one per field, each
+    /// `indices.len()` items long: a checked layout's).
+    pub(crate) fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
+        self.check_live(indices)?;
         self.ring
             .gather(self.live_rows(), indices, outs)
             .map_err(|m| self.stamp_error(indices, m))
     }
 
+    /// Asks `sink` for the arrays of `request`, `units` units of `rows` rows in all.
+    pub(crate) fn open_sink<'s>(
+        &self,
+        request: &Request<'_>,
+        units: usize,
+        rows: usize,
+        sink: &'s mut dyn Sink,
+    ) -> Result<Filled<'s>> {
+        let layout = Layout::of(&self.schema, request, units, rows)?;
+        Filled::from_sink(&layout, sink, self.schema.len())
+    }
+
+    /// The items at `indices` into `sink`, as [`Request::at`] draws them.
+    pub(crate) fn read_into(&self, indices: &[u64], sink: &mut dyn Sink) -> Result<()> {
+        self.check_live(indices)?;
+        let n = indices.len();
+        let mut f = self.open_sink(&Request::at(indices), n, n, sink)?;
+        self.gather_into(indices, &mut f.row)?;
+        f.put(Own::Indices, bytemuck::cast_slice(indices));
+        Ok(())
+    }
+
     /// The items at `indices`, as a batch.
     pub(crate) fn get_many(&self, indices: &[u64]) -> Result<Batch> {
-        let mut batch = Batch::new(&self.schema, indices.len());
-        let (idx, mut outs) = batch.parts_mut();
-        idx.copy_from_slice(indices);
-        self.gather_into(indices, &mut outs)?;
+        let mut batch = Batch::default();
+        self.read_into(indices, &mut batch)?;
         Ok(batch)
     }
 
@@ -185,4 +227,61 @@ impl Rows {
             problem,
         }
     }
+}
+
+/// A handle that draws rows (the writer in any role, a reader, the priority owner), as
+/// two halves: picking and gathering. [`sample_rows`] joins them with a sink; `Lanes`
+/// joins them across lanes, picking in every lane before it asks the sink for the
+/// arrays. Nominally `pub`, as the sealed supertrait of the public `Lane`: callers can
+/// name neither it nor `Rows`.
+#[expect(
+    unnameable_types,
+    reason = "sealed: callers may reach it through a public trait but not name or implement it"
+)]
+pub trait DrawsRows {
+    /// The rows as this handle sees them.
+    fn rows(&self) -> &Rows;
+    /// The rows, to draw from.
+    fn rows_mut(&mut self) -> &mut Rows;
+    /// Picks the rows of `request` (rows: uniformly, by priority or given) into
+    /// `indices` and, by priority, `weights`, advancing the RNG, without gathering.
+    fn pick_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()>;
+    /// Gathers the rows `pick_rows` picked into `outs` (one slice per field,
+    /// `indices.len()` rows each). A reader picks again, the same way, a row the writer
+    /// took mid-copy, changing `indices` and `weights` there.
+    fn gather_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut [u64],
+        weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()>;
+}
+
+/// A draw of rows by `handle` into `sink`: picked into the draw's scratch vectors, then
+/// the sink is asked for the arrays (a refused or empty draw allocates nothing), then
+/// the rows are gathered straight into them and the indices and weights copied.
+pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
+    handle: &mut H,
+    request: &Request<'_>,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    let mut picked = std::mem::take(&mut handle.rows_mut().draws.picked);
+    let done =
+        (handle.pick_rows(request, &mut picked.indices, &mut picked.weights)).and_then(|()| {
+            let n = picked.indices.len();
+            let mut f = handle.rows().open_sink(request, n, n, sink)?;
+            let (indices, weights) = (&mut picked.indices, &mut picked.weights);
+            handle.gather_rows(request, indices, weights, &mut f.row)?;
+            f.put(Own::Indices, bytemuck::cast_slice(indices));
+            f.put(Own::Weights, bytemuck::cast_slice(weights));
+            Ok(())
+        });
+    handle.rows_mut().draws.picked = picked;
+    done
 }

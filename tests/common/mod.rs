@@ -112,6 +112,16 @@ pub fn assert_live_items_intact<R: Role>(buf: &ReplayBuffer<R>) {
     }
 }
 
+/// A sink over arrays the caller allocated once, as a binding's NumPy arrays are: it
+/// hands them out as they are, one per array of the layout (the draw checks their sizes).
+pub struct Arrays(pub Vec<Vec<u8>>);
+
+impl replaystore::Sink for Arrays {
+    fn arrays(&mut self, _layout: &replaystore::Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+        Ok(self.0.iter_mut().map(|a| &mut a[..]).collect())
+    }
+}
+
 /// Starts child test `name` of this binary (the test re-executed) with `env` set to
 /// `value`, its stdout piped.
 pub fn spawn_child(

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::workloads::{Chunk, Workload, written_bytes};
-use replaystore::{Batch, Config, Error, PrioritySpec, ReplayBuffer, SampleSpec};
+use replaystore::{Batch, Config, Error, ReplayBuffer, Request};
 use serde_json::json;
 
 use crate::row::{Row, min_max};
@@ -74,15 +74,14 @@ fn throughput(
     // Sealed, as a buffer is after its first checkpoint: every sampled row is checked
     // against its checksum. The same draws unchecked give the check's cost in one sitting.
     buf.flush()?;
-    let spec = SampleSpec::new(n);
-    let mut batch = Batch::new(buf.schema(), 0);
+    let mut batch = Batch::default();
     for (checks, name) in [(true, "sample"), (false, "sample unchecked")] {
         buf.set_read_checks(checks);
         let mut sample = Row::new(format!("{}-{name}", w.name()), "k batches/s", data);
         for _ in 0..runs {
             let t = Instant::now();
             for _ in 0..batches {
-                buf.sample_into(&spec, &mut batch)?;
+                buf.sample_into(n, &mut batch)?;
             }
             sample
                 .values
@@ -100,13 +99,13 @@ fn throughput(
     w.fill(&mut buf, capacity)?;
     buf.flush()?;
     let mut per = Row::new(format!("{}-per", w.name()), "k it/s", data);
-    let spec = PrioritySpec::new(n, 0.4);
+    let spec = Request::rows(n).prioritized(0.4);
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut priorities = vec![0f32; n];
     for _ in 0..runs {
         let t = Instant::now();
         for _ in 0..batches {
-            buf.sample_prioritized_into(&spec, &mut batch)?;
+            buf.sample_into(spec, &mut batch)?;
             for p in &mut priorities {
                 *p = (xorshift(&mut rng) >> 40) as f32 / (1u64 << 24) as f32 + 0.01;
             }

@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use replaystore::{
-    Column, Config, DType, Error, PrioritySpec, ReplayBuffer, SampleSpec, Schema, verify,
-};
+use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema, verify};
 
 /// A point mass chasing a goal: deterministic for a seed, episodes of varying length
 /// (terminated on reaching the goal, truncated after `MAX_STEPS`).
@@ -189,11 +187,10 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     );
 
     let batches = 2000;
-    let spec = SampleSpec::new(BATCH);
-    let mut batch = replaystore::Batch::new(buf.schema(), 0);
+    let mut batch = replaystore::Batch::default();
     let t = Instant::now();
     for _ in 0..batches {
-        buf.sample_into(&spec, &mut batch)?;
+        buf.sample_into(BATCH, &mut batch)?;
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
@@ -204,11 +201,11 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
 
     // Prioritized replay as a DQN learner drives it: sample with importance weights,
     // then set each sampled item's priority to its (here: made-up) TD error.
-    let spec = PrioritySpec::new(BATCH, 0.4);
+    let spec = Request::rows(BATCH).prioritized(0.4);
     let mut td = vec![0f32; BATCH];
     let t = Instant::now();
     for _ in 0..batches {
-        buf.sample_prioritized_into(&spec, &mut batch)?;
+        buf.sample_into(spec, &mut batch)?;
         let reward = batch.get::<f32>("reward")?;
         for ((e, r), w) in td.iter_mut().zip(reward).zip(batch.weights()) {
             *e = r.abs() * w + 0.01;
@@ -284,7 +281,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let t = Instant::now();
     let state = buf.get_state_named("demo-checkpoint")?;
     let save_ms = ms(t);
-    let next_batch = buf.sample_prioritized(BATCH, 0.4)?;
+    let next_batch = buf.sample(Request::rows(BATCH).prioritized(0.4))?;
     let ahead = (live.end - live.start) / 10 + 1;
     for _ in 0..ahead {
         buf.add(&columns(&env.step()))?;
@@ -292,7 +289,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let t = Instant::now();
     buf.set_state(&state)?;
     let load_ms = ms(t);
-    let again = buf.sample_prioritized(BATCH, 0.4)?;
+    let again = buf.sample(Request::rows(BATCH).prioritized(0.4))?;
     let resumed = buf.live() == live
         && again.indices() == next_batch.indices()
         && again.weights() == next_batch.weights();

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use replaystore::{Batch, Lanes, PrioritySpec, Reader, SampleSpec};
+use replaystore::{Batch, Lanes, Reader, Request};
 
 use crate::fail::Failure;
 use crate::show::{Format, Printer};
@@ -337,10 +337,10 @@ fn sample(
             "a lane set has no snapshots of its own: sample a lane's (lane-K/) instead".into(),
         ));
     }
-    let uniform = if draw.without_replacement {
-        SampleSpec::new(draw.n).without_replacement()
-    } else {
-        SampleSpec::new(draw.n)
+    let request = match (draw.beta, draw.without_replacement) {
+        (Some(beta), _) => Request::rows(draw.n).prioritized(beta),
+        (None, true) => Request::rows(draw.n).without_replacement(),
+        (None, false) => Request::rows(draw.n),
     };
     // `Reader` and `Lanes<Reader>` have these methods alike, through no common trait.
     macro_rules! draw_from {
@@ -351,13 +351,8 @@ fn sample(
             }
             // Sized by the draw itself, which checks the size first (an error, not an
             // abort, for `-n 2^45`).
-            let mut out = Batch::new(r.schema(), 0);
-            match draw.beta {
-                Some(beta) => {
-                    r.sample_prioritized_into(&PrioritySpec::new(draw.n, beta), &mut out)?
-                }
-                None => r.sample_into(&uniform, &mut out)?,
-            }
+            let mut out = Batch::default();
+            r.sample_into(request, &mut out)?;
             (r.schema().clone(), out)
         }};
     }

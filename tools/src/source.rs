@@ -7,7 +7,7 @@ use std::path::Path;
 use replaystore::internal::format::lanes::first_index;
 use replaystore::internal::storage;
 use replaystore::io::OsIo;
-use replaystore::{Error, Reader, Schema};
+use replaystore::{Batch, Error, Reader, Request, Schema};
 
 use crate::fail::Failure;
 
@@ -181,8 +181,7 @@ impl Source {
         mut each: impl FnMut(&[u64], &[&[u8]]) -> Result<(), Failure>,
     ) -> Result<(), Failure> {
         let chunk = chunk.max(1);
-        let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
-        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&b| vec![0; chunk as usize * b]).collect();
+        let mut batch = Batch::default();
         let mut indices = Vec::with_capacity(chunk as usize);
         for (part, run) in self.parts.iter_mut().zip(runs) {
             let mut at = run.start;
@@ -190,20 +189,11 @@ impl Source {
                 let take = (run.end - at).min(chunk);
                 indices.clear();
                 indices.extend(at..at + take);
-                let rows = indices.len();
-                let mut outs: Vec<&mut [u8]> = bufs
-                    .iter_mut()
-                    .zip(&sizes)
-                    .map(|(b, &size)| b.get_mut(..rows * size).unwrap_or_default())
-                    .collect();
+                // One batch reused chunk after chunk: the rows go straight into it.
                 part.reader
-                    .gather_into(&indices, &mut outs)
+                    .sample_into(Request::at(&indices), &mut batch)
                     .map_err(|e| evicted_hint(e, what))?;
-                let cols: Vec<&[u8]> = bufs
-                    .iter()
-                    .zip(&sizes)
-                    .map(|(b, &size)| b.get(..rows * size).unwrap_or_default())
-                    .collect();
+                let cols: Vec<&[u8]> = batch.fields().iter().map(|f| f.bytes()).collect();
                 each(&indices, &cols)?;
                 at += take;
             }

@@ -12,7 +12,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::workloads::Workload;
-use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, SampleSpec};
+use replaystore::{Batch, Config, Error, Reader, ReplayBuffer};
 
 use crate::row::Row;
 
@@ -72,14 +72,13 @@ fn rss_anon() -> u64 {
 /// stdin, samples for `seconds`, and prints `batches_per_s rss_anon_bytes`.
 pub fn reader(dir: &Path, seconds: f64) -> Result<ExitCode, Error> {
     let mut reader = Reader::open(dir)?;
-    let mut batch = Batch::new(reader.schema(), 0);
-    let spec = SampleSpec::new(BATCH);
+    let mut batch = Batch::default();
     // Touch the outputs once so the batch's memory counts, then wait for the start.
-    reader.sample_into(&spec, &mut batch)?;
+    reader.sample_into(BATCH, &mut batch)?;
     println!("ready");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
-    let rate = sample_for(|b| reader.sample_into(&spec, b), &mut batch, seconds)?;
+    let rate = sample_for(|b| reader.sample_into(BATCH, b), &mut batch, seconds)?;
     println!("{rate} {}", rss_anon());
     Ok(ExitCode::SUCCESS)
 }
@@ -152,12 +151,11 @@ pub fn rows(capacity: u64, scratch: &Path, runs: usize, quick: bool) -> Result<V
     let mut buf = ReplayBuffer::create(&dir, Config::new(w.schema()?, capacity).seed(3))?;
     w.fill(&mut buf, capacity)?;
     let seconds = if quick { 0.5 } else { 2.0 };
-    let mut batch = Batch::new(buf.schema(), 0);
-    let spec = SampleSpec::new(BATCH);
+    let mut batch = Batch::default();
     let mut base_sample = Row::new("W3 base sample".into(), "k batches/s", data);
     let mut base_add = Row::new("W3 base add1".into(), "M items/s", data);
     for _ in 0..runs {
-        let rate = sample_for(|b| buf.sample_into(&spec, b), &mut batch, seconds)?;
+        let rate = sample_for(|b| buf.sample_into(BATCH, b), &mut batch, seconds)?;
         base_sample.values.push(rate / 1e3);
         base_add.values.push(add_for(&mut buf, seconds)? / 1e6);
     }

@@ -7,7 +7,7 @@
     reason = "tests fail loudly"
 )]
 use crate::workloads::*;
-use replaystore::{Config, ReplayBuffer, TransitionSpec};
+use replaystore::{Config, ReplayBuffer, Request};
 
 /// Each workload fills a buffer one item at a time and in chunks.
 #[test]
@@ -33,12 +33,9 @@ fn w2_frames_stack_at_sample_time() {
     let mut frames = W2Frames::default();
     frames.fill(&mut buf, 600).unwrap();
     let t = buf
-        .sample_transitions(&TransitionSpec::new(32, &["obs"]).stack(4))
+        .sample(Request::transitions(32, &["obs"]).stack(4))
         .unwrap();
-    assert_eq!(
-        t.obs().field("obs").map(|f| f.shape()),
-        Some(vec![32, 4, 84, 84])
-    );
+    assert_eq!(t.field("obs").map(|f| f.shape()), Some(vec![32, 4, 84, 84]));
 }
 
 /// Items depend on their index only, so two runs (or a bench and a CLI run) store

@@ -1,57 +1,18 @@
-//! What `Lanes` needs of each lane's handle: `Lane` (draw, get, refresh) for every handle,
-//! `PriorityLane` (set priorities) only for those that may. Both sealed: the handles
-//! are the writer, the reader and the priority owner.
+//! What `Lanes` needs of each lane's handle: `Lane` (refresh, reseed, priority mass,
+//! over the rows draw every handle has: `rows::DrawsRows`) for every handle,
+//! `PriorityLane` (set priorities) only for those that may. Both sealed (their
+//! supertrait cannot be named outside the crate): the handles are the writer, the
+//! reader and the priority owner.
 
-use crate::algo::sample::SampleSpec;
-use crate::batch::Batch;
 use crate::error::Result;
-use crate::handle::rows::Rows;
+use crate::handle::rows::DrawsRows;
 use crate::handle::{PriorityOwner, Reader, ReplayBuffer};
-use crate::parts::priorities::{PrioritySpec, PriorityUpdate};
-
-mod sealed {
-    use super::Rows;
-
-    /// What `Lanes` reads of each lane: its rows. Out of reach of callers, who can
-    /// name neither this trait nor `Rows`.
-    #[expect(
-        unnameable_types,
-        reason = "sealed: callers may reach it through a public trait but not name or implement it"
-    )]
-    pub trait Sealed {
-        fn rows(&self) -> &Rows;
-        fn rows_mut(&mut self) -> &mut Rows;
-    }
-    impl Sealed for super::ReplayBuffer {
-        fn rows(&self) -> &Rows {
-            &self.rows
-        }
-        fn rows_mut(&mut self) -> &mut Rows {
-            &mut self.rows
-        }
-    }
-    impl Sealed for super::Reader {
-        fn rows(&self) -> &Rows {
-            &self.rows
-        }
-        fn rows_mut(&mut self) -> &mut Rows {
-            &mut self.rows
-        }
-    }
-    impl Sealed for super::PriorityOwner {
-        fn rows(&self) -> &Rows {
-            &self.reader_ref().rows
-        }
-        fn rows_mut(&mut self) -> &mut Rows {
-            &mut self.reader().rows
-        }
-    }
-}
+use crate::parts::priorities::PriorityUpdate;
 
 /// What one lane of [`crate::Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
 /// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
 /// the plumbing `Lanes` calls.
-pub trait Lane: sealed::Sealed {
+pub trait Lane: DrawsRows {
     /// Looks at where the lane's writer is now (a reader), and catches the priorities
     /// up (the owner).
     #[doc(hidden)]
@@ -62,30 +23,9 @@ pub trait Lane: sealed::Sealed {
     fn reseed_lane(&mut self, seed: u64) {
         self.rows_mut().reseed(seed);
     }
-    /// Draws uniformly as `spec` says into `indices` (resized to `spec.n`) and gathers
-    /// the rows straight into `outs` (one slice per field, `spec.n` rows each).
-    #[doc(hidden)]
-    fn fill_lane(
-        &mut self,
-        spec: &SampleSpec,
-        indices: &mut Vec<u64>,
-        outs: &mut [&mut [u8]],
-    ) -> Result<()>;
-    /// Draws by priority into `indices` and `weights` (`spec.n` each), gathering into
-    /// `outs`.
-    #[doc(hidden)]
-    fn fill_lane_prioritized(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()>;
     /// `(total, smallest non-zero leaf)` of the lane's priorities.
     #[doc(hidden)]
     fn priority_mass(&mut self) -> Result<(f64, f64)>;
-    #[doc(hidden)]
-    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch>;
 }
 
 /// A lane handle that may set priorities: a writer that owns its lane's tree, or the
@@ -106,33 +46,11 @@ impl Lane for ReplayBuffer {
     fn refresh_lane(&mut self) -> Result<()> {
         Ok(())
     }
-    fn fill_lane(
-        &mut self,
-        spec: &SampleSpec,
-        indices: &mut Vec<u64>,
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.draw_indices(spec, indices)?;
-        self.gather_into(indices, outs)
-    }
-    fn fill_lane_prioritized(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.draw_prioritized(spec, indices, weights)?;
-        self.gather_into(indices, outs)
-    }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         match self.priority_summary() {
             Some(s) => Ok((s.total, s.min_leaf)),
             None => Err(self.no_priorities()),
         }
-    }
-    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.get_many(indices)
     }
 }
 
@@ -163,28 +81,8 @@ impl Lane for Reader {
     fn reseed_lane(&mut self, seed: u64) {
         self.reseed(seed);
     }
-    fn fill_lane(
-        &mut self,
-        spec: &SampleSpec,
-        indices: &mut Vec<u64>,
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.sample_fill(spec, indices, outs)
-    }
-    fn fill_lane_prioritized(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.sample_prioritized_fill(spec, indices, weights, outs)
-    }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         Reader::priority_mass(self)
-    }
-    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.get_many(indices)
     }
 }
 
@@ -195,31 +93,9 @@ impl Lane for PriorityOwner {
     fn reseed_lane(&mut self, seed: u64) {
         self.reader().reseed(seed);
     }
-    fn fill_lane(
-        &mut self,
-        spec: &SampleSpec,
-        indices: &mut Vec<u64>,
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.reader().sample_fill(spec, indices, outs)
-    }
-    fn fill_lane_prioritized(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.catch_up()?;
-        self.reader()
-            .sample_prioritized_fill(spec, indices, weights, outs)
-    }
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         let s = self.priority_summary()?;
         Ok((s.total, s.min_leaf))
-    }
-    fn get_lane(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.reader().get_many(indices)
     }
 }
 

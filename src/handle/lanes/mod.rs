@@ -21,15 +21,17 @@ use std::path::{Path, PathBuf};
 
 use rand_chacha::ChaCha8Rng;
 
+use super::core::Picked;
 use super::rows::Rows;
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
-use crate::algo::sample::SampleSpec;
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
 use crate::parts::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
+use crate::request::{Pick, Request};
 use crate::schema::Schema;
+use crate::sink::{Filled, Layout, Own, Sink, check_rows};
 use crate::storage::io::{self, Io, IoRef};
 use crate::storage::{self, Manifest};
 
@@ -76,15 +78,10 @@ pub struct Lanes<L: Lane = ReplayBuffer> {
     lanes: Vec<L>,
     /// Rows per lane of the draw in progress.
     counts: Vec<usize>,
-    /// The indices one lane drew, before they join the output's.
-    drawn: Vec<u64>,
-}
-
-/// One lane's consecutive part of a draw's arrays.
-struct Part<'a, 'b> {
-    indices: &'a mut [u64],
-    weights: &'a mut [f32],
-    outs: &'a mut Vec<&'b mut [u8]>,
+    /// What the draw in progress picked, all lanes' in output order.
+    picked: Picked,
+    /// What one lane picked, before it joins `picked`.
+    lane_picked: Picked,
 }
 
 impl Lanes<ReplayBuffer> {
@@ -320,7 +317,8 @@ impl<L: Lane> Lanes<L> {
             schema,
             lanes,
             counts,
-            drawn: Vec::new(),
+            picked: Picked::default(),
+            lane_picked: Picked::default(),
         })
     }
 
@@ -396,119 +394,168 @@ impl<L: Lane> Lanes<L> {
         self.lanes.first_mut().map(|l| &mut l.rows_mut().draws.rng)
     }
 
-    /// `n` items drawn uniformly from all lanes' live items.
-    pub fn sample(&mut self, n: usize) -> Result<Batch> {
-        let mut batch = Batch::new(self.schema(), 0);
-        self.sample_into(&SampleSpec::new(n), &mut batch)?;
+    /// Draws as `request` says over all lanes into a new [`Batch`]: a `usize` is that
+    /// many items drawn uniformly from all lanes' live items; [`Request::rows`] with
+    /// `prioritized(beta)` draws by all lanes' priorities (importance weights against
+    /// the smallest priority of all lanes, stratified over all lanes' mass if asked),
+    /// `newest(k)` from the `k` newest items of each lane, without replacement no item
+    /// twice across lanes; [`Request::at`] reads the items at given indices (any lanes).
+    /// Drawn rows come grouped by lane, in lane order.
+    pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
+        let mut batch = Batch::default();
+        self.sample_into(request, &mut batch)?;
         Ok(batch)
     }
 
-    /// Draws as `spec` says over all lanes into `out`, reusing its storage. `newest(k)`
-    /// draws from the `k` newest items of each lane; without replacement, no item is
-    /// drawn twice across lanes.
-    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        let (indices, _, mut outs) = out.ready(&self.schema, spec.n, false)?;
-        self.sample_fill(spec, indices, &mut outs)
-    }
-
-    /// [`Lanes::sample_into`] for a binding that owns its arrays: draws into `indices`
-    /// (`spec.n` long) and gathers into `outs` (one per field, `spec.n` rows each). Each
-    /// lane gathers its share of the rows straight into its part of `outs`, in lane
-    /// order: no batch in between.
+    /// [`Lanes::sample`] into `sink`: each lane gathers its share of the rows straight
+    /// into its part of the sink's arrays, with no batch in between.
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, Lanes, SampleSpec, Schema};
+    /// use replaystore::{Batch, Column, Config, DType, Lanes, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
     /// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 100), 2)?;
     /// lanes.add_batch(&[Column::new("x", &[10u32, 11, 12, 13])], &[0, 1, 0, 1])?;
-    /// let (mut indices, mut x) = (vec![0u64; 8], vec![0u8; 4 * 8]);
-    /// lanes.sample_fill(&SampleSpec::new(8), &mut indices, &mut [&mut x[..]])?;
-    /// for (&i, v) in indices.iter().zip(x.chunks(4)) {
-    ///     assert_eq!(lanes.get(i)?.get::<u32>("x")?[0], u32::from_le_bytes(v.try_into()?));
+    /// let mut batch = Batch::default();
+    /// lanes.sample_into(8, &mut batch)?;
+    /// for (&i, &x) in batch.indices().iter().zip(batch.get::<u32>("x")?) {
+    ///     assert_eq!(lanes.get(i)?.get::<u32>("x")?[0], x);
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn sample_fill(
+    pub fn sample_into<'r>(
         &mut self,
-        spec: &SampleSpec,
-        indices: &mut [u64],
-        outs: &mut [&mut [u8]],
+        request: impl Into<Request<'r>>,
+        sink: &mut dyn Sink,
     ) -> Result<()> {
+        let request = request.into();
+        request.check()?;
+        request.rows_only(
+            "lanes",
+            "draw longer units from one lane (Lanes::lane_mut, Lanes::open_lane)",
+        )?;
         self.refresh()?;
-        Batch::check_fill(&self.schema, spec.n, Some(indices.len()), None, outs)?;
-        let mut drawn = std::mem::take(&mut self.drawn);
-        if let [one] = self.lanes.as_mut_slice() {
-            let result = one.fill_lane(spec, &mut drawn, outs).and_then(|()| {
-                let d = drawn.get(..indices.len()).ok_or(Error::Empty)?;
-                indices.copy_from_slice(d);
-                Ok(())
-            });
-            self.drawn = drawn;
-            return result;
+        let mut picked = std::mem::take(&mut self.picked);
+        let done = self.sample_picked(&request, &mut picked, sink);
+        self.picked = picked;
+        done
+    }
+
+    /// `sample_into` with the scratch vectors taken out of `self`.
+    fn sample_picked(
+        &mut self,
+        request: &Request<'_>,
+        picked: &mut Picked,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
+        check_rows(request.n, self.schema.item_bytes())?;
+        // Which lane fills which consecutive rows of the output, and by how much a
+        // lane's weights are scaled to be against all lanes' smallest priority.
+        let (runs, scales) = match request.pick {
+            Pick::Given(indices) => (self.runs_of(indices)?, Vec::new()),
+            Pick::Uniform => (self.split_uniform(request)?, Vec::new()),
+            Pick::Priority { beta } => self.split_by_mass(request, beta)?,
+        };
+        picked.indices.clear();
+        picked.weights.clear();
+        let mut lane_picked = std::mem::take(&mut self.lane_picked);
+        for &(k, c) in &runs {
+            let Some(lane) = self.lanes.get_mut(k) else {
+                continue;
+            };
+            if let Pick::Given(given) = request.pick {
+                let from = picked.indices.len();
+                picked
+                    .indices
+                    .extend(given.get(from..from + c).unwrap_or(&[]));
+                continue;
+            }
+            let one = Request { n: c, ..*request };
+            let (i, w) = (&mut lane_picked.indices, &mut lane_picked.weights);
+            let done = lane.pick_rows(&one, i, w);
+            if let Err(e) = done {
+                self.lane_picked = lane_picked;
+                return Err(e);
+            }
+            picked
+                .indices
+                .extend_from_slice(i.get(..c).ok_or(Error::Empty)?);
+            picked.weights.extend_from_slice(w);
         }
-        let sizes: Vec<u64> = self
-            .lanes
-            .iter()
+        self.lane_picked = lane_picked;
+        let n = picked.indices.len();
+        let layout = Layout::of(&self.schema, request, n, n)?;
+        let mut f = Filled::from_sink(&layout, sink, self.schema.len())?;
+        let (indices, weights) = (&mut picked.indices, &mut picked.weights);
+        self.gather_runs(&runs, request, indices, weights, &mut f.row)?;
+        let mut rest = &mut weights[..];
+        for ((_, c), &scale) in runs.iter().zip(&scales) {
+            let (part, more) = std::mem::take(&mut rest).split_at_mut(*c);
+            if scale != 1.0 {
+                part.iter_mut().for_each(|w| *w *= scale);
+            }
+            rest = more;
+        }
+        f.put(Own::Indices, bytemuck::cast_slice(&picked.indices));
+        f.put(Own::Weights, bytemuck::cast_slice(&picked.weights));
+        Ok(())
+    }
+
+    /// The lanes of given `indices`, as runs of consecutive positions in one lane.
+    fn runs_of(&self, indices: &[u64]) -> Result<Vec<Run>> {
+        let mut runs: Vec<Run> = Vec::new();
+        for &i in indices {
+            let k = self.lane_index(i)?;
+            match runs.last_mut() {
+                Some((last, c)) if *last == k => *c += 1,
+                _ => runs.push((k, 1)),
+            }
+        }
+        Ok(runs)
+    }
+
+    /// How many of a uniform draw each lane gives, in lane order (one lane: all, with
+    /// no draw of the split's own).
+    fn split_uniform(&mut self, request: &Request<'_>) -> Result<Vec<Run>> {
+        if self.lanes.len() == 1 {
+            return Ok(vec![(0, request.n)]);
+        }
+        let sizes: Vec<u64> = (self.lanes.iter())
             .map(|l| {
                 let len = l.rows().len();
-                spec.newest.map_or(len, |k| len.min(k))
+                request.newest.map_or(len, |k| len.min(k))
             })
             .collect();
         let total: u64 = sizes.iter().sum();
         if total == 0 {
             return Err(Error::Empty);
         }
-        if !spec.replace && spec.n as u64 > total {
+        if !request.replace && request.n as u64 > total {
             return Err(Error::InvalidSample(format!(
                 "{} items without replacement from {total} live in all lanes",
-                spec.n
+                request.n
             )));
         }
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
-            split_uniform(rng, &sizes, spec.n, spec.replace, &mut counts);
+            split_uniform(rng, &sizes, request.n, request.replace, &mut counts);
         }
-        let result = self.fill_split(&counts, indices, &mut [], outs, |_, lane, c, part| {
-            lane.fill_lane(&SampleSpec { n: c, ..*spec }, &mut drawn, part.outs)?;
-            let d = drawn.get(..part.indices.len()).ok_or(Error::Empty)?;
-            part.indices.copy_from_slice(d);
-            Ok(1.0)
-        });
-        self.drawn = drawn;
+        let runs = counts
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|r| r.1 > 0)
+            .collect();
         self.counts = counts;
-        result
+        Ok(runs)
     }
 
-    /// `n` items drawn by priority over all lanes' priorities, with importance weights
-    /// for exponent `beta` against the smallest priority of all lanes.
-    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
-        let mut batch = Batch::new(self.schema(), 0);
-        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
-        Ok(batch)
-    }
-
-    /// `sample_prioritized` into a reused batch (stratified if `spec` says so, over
-    /// all lanes' mass).
-    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        let (indices, weights, mut outs) = out.ready(&self.schema, spec.n, true)?;
-        self.sample_prioritized_fill(spec, indices, weights, &mut outs)
-    }
-
-    /// [`Lanes::sample_prioritized_into`] into caller-owned `indices`, `weights` (both
-    /// `spec.n` long) and `outs`, each lane filling its part in place.
-    pub fn sample_prioritized_fill(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-        outs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        self.refresh()?;
-        let (i, w) = (Some(indices.len()), Some(weights.len()));
-        Batch::check_fill(&self.schema, spec.n, i, w, outs)?;
-        if let [one] = self.lanes.as_mut_slice() {
-            return one.fill_lane_prioritized(spec, indices, weights, outs);
+    /// How many of a draw by priority each lane gives, in lane order, and the factor
+    /// each lane's weights are scaled by: the lane weighed against its own smallest
+    /// leaf; all lanes' is smaller.
+    fn split_by_mass(&mut self, request: &Request<'_>, beta: f64) -> Result<(Vec<Run>, Vec<f32>)> {
+        if self.lanes.len() == 1 {
+            return Ok((vec![(0, request.n)], vec![1.0]));
         }
         let masses = self
             .lanes
@@ -530,43 +577,39 @@ impl<L: Lane> Lanes<L> {
             .fold(f64::INFINITY, f64::min);
         let mut counts = std::mem::take(&mut self.counts);
         if let Some(rng) = self.split_rng() {
-            split_by_mass(rng, &totals, total, spec, &mut counts);
+            let spec = PrioritySpec::of(request, beta);
+            split_by_mass(rng, &totals, total, &spec, &mut counts);
         }
-        let beta = spec.beta as f32;
-        let result = self.fill_split(&counts, indices, weights, outs, |k, lane, c, part| {
-            let one = PrioritySpec { n: c, ..*spec };
-            lane.fill_lane_prioritized(&one, part.indices, part.weights, part.outs)?;
-            // The lane weighed against its own smallest leaf; all lanes' is smaller.
-            let lane_min = masses.get(k).map_or(min, |m| m.1);
-            Ok(((min / lane_min) as f32).powf(beta))
-        });
+        let (runs, scales) = (counts.iter().copied().enumerate())
+            .filter(|r| r.1 > 0)
+            .map(|(k, c)| {
+                let lane_min = masses.get(k).map_or(min, |m| m.1);
+                ((k, c), ((min / lane_min) as f32).powf(beta as f32))
+            })
+            .unzip();
         self.counts = counts;
-        result
+        Ok((runs, scales))
     }
 
-    /// Has each lane with a count draw into its consecutive part of `indices`,
-    /// `weights` (empty for a uniform draw) and `outs`, in lane order; `draw` returns
-    /// the factor the lane's weights are scaled by.
-    fn fill_split(
+    /// Has each lane of `runs` gather its rows into its consecutive part of `indices`,
+    /// `weights` (empty unless drawn by priority) and `outs`, in order.
+    fn gather_runs(
         &mut self,
-        counts: &[usize],
+        runs: &[Run],
+        request: &Request<'_>,
         indices: &mut [u64],
         weights: &mut [f32],
         outs: &mut [&mut [u8]],
-        mut draw: impl FnMut(usize, &mut L, usize, Part<'_, '_>) -> Result<f32>,
     ) -> Result<()> {
         let sizes: Vec<usize> = self.schema.fields().iter().map(|f| f.bytes()).collect();
         let mut rest: Vec<&mut [u8]> = outs.iter_mut().map(|o| &mut **o).collect();
         let (mut indices, mut weights) = (indices, weights);
-        let mut part_outs: Vec<&mut [u8]> = Vec::with_capacity(rest.len());
-        for (k, (lane, &c)) in self.lanes.iter_mut().zip(counts).enumerate() {
-            if c == 0 {
-                continue;
-            }
-            part_outs.clear();
+        let mut part: Vec<&mut [u8]> = Vec::with_capacity(rest.len());
+        for &(k, c) in runs {
+            part.clear();
             for (r, &size) in rest.iter_mut().zip(&sizes) {
                 let (head, tail) = std::mem::take(r).split_at_mut(c * size);
-                part_outs.push(head);
+                part.push(head);
                 *r = tail;
             }
             let (idx, more) = std::mem::take(&mut indices).split_at_mut(c);
@@ -579,47 +622,27 @@ impl<L: Lane> Lanes<L> {
                     w
                 }
             };
-            let part = Part {
-                indices: idx,
-                weights: &mut *w,
-                outs: &mut part_outs,
+            // Given indices are copied: the lane reads them as its request while it
+            // writes its part of the output's indices.
+            let given: Vec<u64>;
+            let one = match request.pick {
+                Pick::Given(_) => {
+                    given = idx.to_vec();
+                    Request::at(&given)
+                }
+                _ => Request { n: c, ..*request },
             };
-            let scale = draw(k, lane, c, part)?;
-            if scale != 1.0 {
-                w.iter_mut().for_each(|x| *x *= scale);
-            }
+            let count = self.lanes.len();
+            let lane = (self.lanes.get_mut(k))
+                .ok_or_else(|| no_such_lane(self.dir.clone(), k as u64, None, count))?;
+            lane.gather_rows(&one, idx, w, &mut part)?;
         }
         Ok(())
     }
 
-    /// The items at `indices` (any lanes), in order.
+    /// The items at `indices` (any lanes), in order (`sample(Request::at(indices))`).
     pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {
-        self.refresh()?;
-        if let [one] = self.lanes.as_mut_slice() {
-            return one.get_lane(indices);
-        }
-        let mut out = Batch::new(self.schema(), indices.len());
-        let mut by_lane: Vec<Vec<usize>> = vec![Vec::new(); self.lanes.len()];
-        for (pos, &i) in indices.iter().enumerate() {
-            let k = self.lane_index(i)?;
-            if let Some(v) = by_lane.get_mut(k) {
-                v.push(pos);
-            }
-        }
-        for (lane, positions) in self.lanes.iter_mut().zip(&by_lane) {
-            if positions.is_empty() {
-                continue;
-            }
-            let wanted: Vec<u64> = positions
-                .iter()
-                .filter_map(|&p| indices.get(p).copied())
-                .collect();
-            let got = lane.get_lane(&wanted)?;
-            for (row, &pos) in positions.iter().enumerate() {
-                out.copy_row(pos, &got, row);
-            }
-        }
-        Ok(out)
+        self.sample(Request::at(indices))
     }
 
     /// The item at `index`, as a batch of one.
@@ -679,6 +702,9 @@ impl<L: PriorityLane> Lanes<L> {
         Ok(done)
     }
 }
+
+/// A lane and how many consecutive rows of a draw's output it fills.
+type Run = (usize, usize);
 
 /// Closes every lane, returning the first error once all are closed.
 fn close_all<L>(lanes: Vec<L>, close: impl Fn(L) -> Result<()>) -> Result<()> {

@@ -1,13 +1,17 @@
-//! The writer's draws and reads: uniform and prioritized samples, gathers, priority
-//! updates and the episode getters. Rows are copied by `Rows`, as a reader copies them.
+//! The writer's draws and reads: `sample` / `sample_into` for every unit (rows here;
+//! transitions, sequences, episodes and fragments in `handle/transitions.rs` and
+//! `handle/units.rs`), reads by index, priority updates and the episode getters. Rows
+//! are copied by `Rows`, as a reader copies them.
 
-use crate::algo::sample::SampleSpec;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::handle::rows::{DrawsRows, Rows, sample_rows};
 use crate::parts::episodes::EpisodeInfo;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
+use crate::request::{Pick, Request, Unit};
+use crate::sink::Sink;
 
 use super::ReplayBuffer;
 use super::role::{Actor, HoldsTree, Role, Writer};
@@ -74,35 +78,19 @@ impl<R: HoldsTree> ReplayBuffer<R> {
 }
 
 impl<R: Role> ReplayBuffer<R> {
-    /// Draws `n` indices uniformly with replacement and gathers their items.
-    pub fn sample(&mut self, n: usize) -> Result<Batch> {
-        self.sample_with(&SampleSpec::new(n))
-    }
-    /// Draws as `spec` says and gathers the items into a new batch.
-    pub fn sample_with(&mut self, spec: &SampleSpec) -> Result<Batch> {
-        let mut batch = Batch::new(&self.rows.schema, 0);
-        self.sample_into(spec, &mut batch)?;
-        Ok(batch)
-    }
-    /// Draws as `spec` says and gathers into `out`, reusing its storage.
-    pub fn sample_into(&mut self, spec: &SampleSpec, out: &mut Batch) -> Result<()> {
-        self.rows.sample_into(spec, out)
-    }
-    /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
-    pub fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
-        self.rows.draw_indices(spec, out)
-    }
-    /// Draws `n` items by priority (independently) and gathers them; the batch carries
-    /// importance weights for exponent `beta`.
+    /// Draws as `request` says into a new [`Batch`]: a `usize` is that many items drawn
+    /// uniformly; a [`Request`] says which units, how they are picked and how many.
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
     /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6).seed(3);
     /// let mut buf = ReplayBuffer::create(dir.path().join("per"), config)?;
     /// buf.add_batch(&[Column::new("x", &[0.0f32, 1.0, 2.0, 3.0])])?;
-    /// let batch = buf.sample_prioritized(8, 0.4)?;
+    /// let batch = buf.sample(8)?; // uniformly, with replacement
+    /// assert_eq!(batch.get::<f32>("x")?.len(), 8);
+    /// let batch = buf.sample(Request::rows(8).prioritized(0.4))?;
     /// assert_eq!(batch.weights().len(), 8);
     /// // Item 3 becomes 100x more likely than the others; items sampled earlier may
     /// // have been evicted since, and are skipped and counted.
@@ -110,24 +98,34 @@ impl<R: Role> ReplayBuffer<R> {
     /// assert_eq!(done.applied, 4);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn sample_prioritized(&mut self, n: usize, beta: f64) -> Result<Batch> {
-        let mut batch = Batch::new(&self.rows.schema, 0);
-        self.sample_prioritized_into(&PrioritySpec::new(n, beta), &mut batch)?;
+    pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
+        let mut batch = Batch::default();
+        self.sample_into(request, &mut batch)?;
         Ok(batch)
     }
-    /// Draws by priority as `spec` says and gathers into `out`, reusing its storage.
-    pub fn sample_prioritized_into(&mut self, spec: &PrioritySpec, out: &mut Batch) -> Result<()> {
-        let (indices, weights, mut outs) = out.ready(&self.rows.schema, spec.n, true)?;
-        self.draw_prioritized(spec, indices, weights)?;
-        self.rows
-            .ring
-            .gather(self.rows.live_rows(), indices, &mut outs)
-            .map_err(|m| self.rows.stamp_error(indices, m))
+
+    /// Draws as `request` says into `sink`: a [`Batch`] to reuse, or the arrays a
+    /// binding owns (the Python package's NumPy arrays). The sink is asked for its
+    /// arrays once the draw knows their sizes, and every byte is written in place.
+    pub fn sample_into<'r>(
+        &mut self,
+        request: impl Into<Request<'r>>,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
+        let request = request.into();
+        request.check()?;
+        match request.unit {
+            Unit::Rows => sample_rows(self, &request, sink),
+            Unit::Transitions => self.sample_transitions(&request, sink),
+            Unit::Sequences => self.sample_sequences(&request, sink),
+            Unit::Episodes => self.sample_episodes(&request, sink),
+            Unit::Fragments => self.sample_fragments(&request, sink),
+        }
     }
+
     /// Draws `indices.len()` live indices by priority into `indices`, with their
-    /// importance weights into `weights`, advancing the RNG, without gathering: the
-    /// fill-in-place path for bindings (then [`ReplayBuffer::gather_into`]).
-    pub fn draw_prioritized(
+    /// importance weights into `weights`, advancing the RNG, without gathering.
+    pub(crate) fn draw_prioritized(
         &mut self,
         spec: &PrioritySpec,
         indices: &mut [u64],
@@ -145,21 +143,20 @@ impl<R: Role> ReplayBuffer<R> {
         self.rows.draws.sampled += indices.len() as u64;
         Ok(())
     }
-    /// Copies the items at `indices` into per-field outputs (`outs[f]` must be
-    /// `indices.len()` times field `f`'s size): the fill-in-place path for bindings.
-    pub fn gather_into(&self, indices: &[u64], outs: &mut [&mut [u8]]) -> Result<()> {
-        self.rows.gather_into(indices, outs)
-    }
-    /// The items at `indices`, as a batch. Every read checks what it copies: each item's
+
+    /// The items at `indices`, as a batch (as `sample(Request::at(indices))` reads
+    /// them, without moving the RNG). Every read checks what it copies: each item's
     /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
     /// error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
         self.rows.get_many(indices)
     }
+
     /// The item at a logical index, as a batch of one.
     pub fn get(&self, index: u64) -> Result<Batch> {
         self.get_many(&[index])
     }
+
     /// Whether reads check each sealed item against its checksum (the default). Turning
     /// it off saves the checksum's cost on every sample and get (see the closing figures
     /// in ARCHITECTURE), and is unsafe on damaged media: a flipped bit in a row is then
@@ -224,5 +221,45 @@ impl<R: Role> ReplayBuffer<R> {
     /// The episode still being written, if any (at most one: episodes are contiguous).
     pub fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
         Ok(self.episodes_ref()?.open().copied().into_iter().collect())
+    }
+}
+
+/// The writer's rows draw, in every role (an actor's draw by priority is
+/// `NotPriorityOwner`).
+impl<R: Role> DrawsRows for ReplayBuffer<R> {
+    fn rows(&self) -> &Rows {
+        &self.rows
+    }
+
+    fn rows_mut(&mut self) -> &mut Rows {
+        &mut self.rows
+    }
+
+    fn pick_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        weights: &mut Vec<f32>,
+    ) -> Result<()> {
+        match self.rows.pick_unless_priority(request, indices, weights)? {
+            Some(spec) => self.draw_prioritized(&spec, indices, weights),
+            None => Ok(()),
+        }
+    }
+
+    fn gather_rows(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut [u64],
+        _weights: &mut [f32],
+        outs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        if let Pick::Given(_) = request.pick {
+            return self.rows.gather_into(indices, outs);
+        }
+        // Drawn indices are live by construction.
+        let rows = &self.rows;
+        (rows.ring.gather(rows.live_rows(), indices, outs))
+            .map_err(|m| rows.stamp_error(indices, m))
     }
 }

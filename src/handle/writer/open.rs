@@ -13,7 +13,7 @@ use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
 use crate::format::state::State;
-use crate::handle::core::{Commits, Draws};
+use crate::handle::core::{Commits, Draws, Picked};
 use crate::handle::rows::Rows;
 use crate::parts::hooks::{Holder, Opening};
 use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
@@ -144,7 +144,7 @@ impl ReplayBuffer<Writer> {
     /// including the one-writer lock.
     ///
     /// ```
-    /// use replaystore::{Column, Config, DType, Error, PriorityOwner, ReplayBuffer, Schema};
+    /// use replaystore::{Column, Config, DType, Error, PriorityOwner, ReplayBuffer, Request, Schema};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
     /// let config = Config::new(schema, 100).prioritized(0.6, 1e-6);
@@ -152,9 +152,10 @@ impl ReplayBuffer<Writer> {
     /// let mut actor = ReplayBuffer::open_actor(dir.path().join("b"))?;
     /// let mut learner = PriorityOwner::open(dir.path().join("b"))?; // another process
     /// actor.add(&[Column::scalar("x", &1.0f32)])?;
-    /// let batch = learner.sample_prioritized(4, 0.4)?;
+    /// let per = Request::rows(4).prioritized(0.4);
+    /// let batch = learner.sample(per)?;
     /// learner.update_priorities(batch.indices(), &[2.0f32; 4])?;
-    /// assert!(matches!(actor.sample_prioritized(4, 0.4), Err(Error::NotPriorityOwner { .. })));
+    /// assert!(matches!(actor.sample(per), Err(Error::NotPriorityOwner { .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open_actor(dir: impl AsRef<Path>) -> Result<ReplayBuffer<Actor>> {
@@ -392,6 +393,7 @@ pub(in crate::handle) fn open_parts(
                 rng,
                 seed: commit.rng_seed,
                 sampled: commit.sampled,
+                picked: Picked::default(),
             },
             superblock: sb,
             dir,

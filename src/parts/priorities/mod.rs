@@ -12,7 +12,8 @@ pub(crate) mod verify;
 
 pub use shared::PriorityInfo;
 pub(crate) use shared::{SharedPriorities, TreeCopy};
-pub use spec::{Priority, PriorityConfig, PrioritySpec, PrioritySummary, PriorityUpdate};
+pub(crate) use spec::PrioritySpec;
+pub use spec::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 
 use std::path::Path;
 

@@ -49,15 +49,9 @@ impl PriorityConfig {
     }
 }
 
-/// A prioritized sample request.
-///
-/// ```
-/// use replaystore::PrioritySpec;
-/// let spec = PrioritySpec::new(256, 0.4).stratified();
-/// assert!(spec.stratified);
-/// ```
+/// A draw by priority: what `Request` says of one (`n`, `beta`, stratified).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PrioritySpec {
+pub(crate) struct PrioritySpec {
     /// Items to draw (with replacement).
     pub n: usize,
     /// Importance-sampling exponent: weights are `(N * P(i))^-beta / max_j w_j`.
@@ -69,7 +63,7 @@ pub struct PrioritySpec {
 
 impl PrioritySpec {
     /// `n` independent draws with exponent `beta`.
-    pub fn new(n: usize, beta: f64) -> PrioritySpec {
+    pub(crate) fn new(n: usize, beta: f64) -> PrioritySpec {
         PrioritySpec {
             n,
             beta,
@@ -77,10 +71,13 @@ impl PrioritySpec {
         }
     }
 
-    /// Draw one item in each of `n` equal slices of the total.
-    pub fn stratified(mut self) -> PrioritySpec {
-        self.stratified = true;
-        self
+    /// The draw by priority `request` asks for, with exponent `beta`.
+    pub(crate) fn of(request: &crate::request::Request<'_>, beta: f64) -> PrioritySpec {
+        PrioritySpec {
+            n: request.n,
+            beta,
+            stratified: request.stratified,
+        }
     }
 }
 

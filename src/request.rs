@@ -1,0 +1,315 @@
+//! What a draw asks for: which units (rows, transitions, sequences, whole episodes,
+//! whole fragments), how they are picked (uniformly, by priority, or given indices) and
+//! how many. One type for every draw of every handle (`sample` / `sample_into`); what a
+//! draw returns is described by `sink::Layout`.
+
+use crate::error::{Error, Result};
+
+/// What a draw returns one of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Items (rows), each with every field.
+    Rows,
+    /// Transitions of an episodic buffer: `obs` from the row before a step, the step's
+    /// fields, `next_<obs>` from the row it led to (n steps on), with n-step returns and
+    /// frame stacks (see [`Request::transitions`]).
+    Transitions,
+    /// Sequences of `burn_in + len` steps of one episode each (R2D2).
+    Sequences,
+    /// Whole episodes (ended, every row stored), their rows concatenated.
+    Episodes,
+    /// Whole fragments (the rows of one `add` / `add_batch` call each), concatenated.
+    Fragments,
+}
+
+/// How a draw picks its units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pick<'a> {
+    /// Uniformly over the live units (see [`Request::replace`] and [`Request::newest`]).
+    Uniform,
+    /// By priority, with importance-sampling exponent `beta`: weights are
+    /// `(N * P(i))^-beta` over their largest value (see [`Request::stratified`]).
+    Priority {
+        /// The importance-sampling exponent.
+        beta: f64,
+    },
+    /// These logical indices, in order: a read, the sampling RNG does not move.
+    Given(&'a [u64]),
+}
+
+/// A draw: `n` units of `unit`, picked as `pick` says, with the options of its unit.
+/// Build one with [`Request::rows`], [`Request::at`], [`Request::transitions`],
+/// [`Request::sequences`], [`Request::episodes`] or [`Request::fragments`], then the
+/// options; a plain `usize` is `n` rows drawn uniformly. An option that does not apply
+/// to the unit (or a pick the unit cannot take) is an `InvalidSample` error naming it
+/// when the draw is made, never ignored.
+///
+/// ```
+/// use replaystore::{Pick, Request, Unit};
+/// let per = Request::rows(256).prioritized(0.4).stratified();
+/// assert_eq!((per.pick, per.stratified), (Pick::Priority { beta: 0.4 }, true));
+/// let dqn = Request::transitions(32, &["obs"]).nstep(3, 0.99).stack(4);
+/// assert_eq!((dqn.unit, dqn.nstep, dqn.stack), (Unit::Transitions, 3, 4));
+/// assert_eq!(Request::from(64), Request::rows(64));
+/// assert!(Request::rows(8).nstep(3, 0.9).check().is_err()); // rows have no n-step
+/// assert!(Request::rows(8).prioritized(0.4).without_replacement().check().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Request<'a> {
+    /// What is drawn.
+    pub unit: Unit,
+    /// Units to draw.
+    pub n: usize,
+    /// How they are picked.
+    pub pick: Pick<'a>,
+    /// Uniform rows: with replacement (the default) or distinct ones.
+    pub replace: bool,
+    /// Uniform rows: only from the newest `k` items (DI-engine's `sample_range`).
+    pub newest: Option<u64>,
+    /// Rows by priority: one draw in each of `n` equal slices of the total (Schaul et
+    /// al., appendix B.2.1) instead of `n` independent draws.
+    pub stratified: bool,
+    /// Transitions and sequences: the observation fields, read as `obs` from the row
+    /// before each step and as `next_<obs>` from the row it led to; every other field
+    /// is read from the step's row.
+    pub obs: &'a [&'a str],
+    /// Transitions: steps summed into `returns`, cut at the episode's end (1: plain).
+    pub nstep: u64,
+    /// Transitions: discount of the n-step sum and of the bootstrap.
+    pub gamma: f64,
+    /// Transitions: frames per observation (1: no stacking). With `k > 1` each
+    /// observation is the `k` newest frames up to its row, oldest first, shaped
+    /// `[k, ...]`; before the episode's reset row its first frame repeats.
+    pub stack: u64,
+    /// Transitions: each observation field comes back once, as a window of
+    /// `stack + nstep` frames per transition (`obs` is frames `0..stack`, the next
+    /// observation frames `next_offsets[i]..next_offsets[i] + stack`), instead of
+    /// separate `obs` and `next_<obs>` stacks: `(k + n) / 2k` of the bytes.
+    pub window: bool,
+    /// Sequences: trained steps per sequence.
+    pub len: u64,
+    /// Sequences: steps before the trained part, to warm up a recurrent state.
+    pub burn_in: u64,
+}
+
+impl<'a> Request<'a> {
+    fn of(unit: Unit, n: usize) -> Request<'a> {
+        Request {
+            unit,
+            n,
+            pick: Pick::Uniform,
+            replace: true,
+            newest: None,
+            stratified: false,
+            obs: &[],
+            nstep: 1,
+            gamma: 1.0,
+            stack: 1,
+            window: false,
+            len: 0,
+            burn_in: 0,
+        }
+    }
+
+    /// `n` items, uniformly with replacement.
+    pub fn rows(n: usize) -> Request<'a> {
+        Request::of(Unit::Rows, n)
+    }
+
+    /// The items at `indices`, in order (a read: the RNG does not move).
+    pub fn at(indices: &'a [u64]) -> Request<'a> {
+        Request {
+            pick: Pick::Given(indices),
+            ..Request::of(Unit::Rows, indices.len())
+        }
+    }
+
+    /// `n` one-step transitions of an episodic buffer, uniformly over the steps of
+    /// live episodes; `obs` names the observation fields.
+    pub fn transitions(n: usize, obs: &'a [&'a str]) -> Request<'a> {
+        Request {
+            obs,
+            ..Request::of(Unit::Transitions, n)
+        }
+    }
+
+    /// `n` sequences of `len` trained steps of one episode each, uniformly over their
+    /// first trained step; `obs` names the observation fields.
+    pub fn sequences(n: usize, len: u64, obs: &'a [&'a str]) -> Request<'a> {
+        Request {
+            obs,
+            len,
+            ..Request::of(Unit::Sequences, n)
+        }
+    }
+
+    /// `n` whole episodes (ended, every row stored), uniformly with replacement.
+    pub fn episodes(n: usize) -> Request<'a> {
+        Request::of(Unit::Episodes, n)
+    }
+
+    /// `n` whole fragments (the rows of one `add` / `add_batch` call each, every row
+    /// stored), uniformly with replacement.
+    pub fn fragments(n: usize) -> Request<'a> {
+        Request::of(Unit::Fragments, n)
+    }
+
+    /// Picks by priority with importance-sampling exponent `beta`. A unit longer than
+    /// a row weighs as its rows do: a transition or sequence by its first step's row,
+    /// an episode or fragment by the mean leaf of its rows (an episode's step rows).
+    pub fn prioritized(mut self, beta: f64) -> Request<'a> {
+        self.pick = Pick::Priority { beta };
+        self
+    }
+
+    /// By priority, one draw in each of `n` equal slices of the total (rows only).
+    pub fn stratified(mut self) -> Request<'a> {
+        self.stratified = true;
+        self
+    }
+
+    /// Distinct rows (uniform only; `n` must not exceed the items in range).
+    pub fn without_replacement(mut self) -> Request<'a> {
+        self.replace = false;
+        self
+    }
+
+    /// From the newest `k` items only (uniform rows).
+    pub fn newest(mut self, k: u64) -> Request<'a> {
+        self.newest = Some(k);
+        self
+    }
+
+    /// Sums rewards over `nstep` steps with discount `gamma` (transitions).
+    pub fn nstep(mut self, nstep: u64, gamma: f64) -> Request<'a> {
+        self.nstep = nstep;
+        self.gamma = gamma;
+        self
+    }
+
+    /// Stacks the `k` newest frames into each observation (transitions).
+    pub fn stack(mut self, k: u64) -> Request<'a> {
+        self.stack = k;
+        self
+    }
+
+    /// Returns each transition's frames as one window (see [`Request::window`]).
+    pub fn window(mut self) -> Request<'a> {
+        self.window = true;
+        self
+    }
+
+    /// Adds `burn_in` steps before the trained part (sequences).
+    pub fn burn_in(mut self, burn_in: u64) -> Request<'a> {
+        self.burn_in = burn_in;
+        self
+    }
+
+    /// How the units are picked, as an error message says it.
+    fn how(&self) -> &'static str {
+        match self.pick {
+            Pick::Uniform => "drawn uniformly",
+            Pick::Priority { .. } => "drawn by priority",
+            Pick::Given(_) => "read at given indices",
+        }
+    }
+
+    /// `InvalidSample` unless this draws rows: what `who` (a reader, lanes) draws.
+    pub(crate) fn rows_only(&self, who: &str, instead: &str) -> Result<()> {
+        match self.unit {
+            Unit::Rows => Ok(()),
+            unit => Err(Error::InvalidSample(format!(
+                "{who} draw rows, not {unit:?}: {instead}"
+            ))),
+        }
+    }
+
+    /// The importance-sampling exponent, when drawn by priority.
+    pub fn beta(&self) -> Option<f64> {
+        match self.pick {
+            Pick::Priority { beta, .. } => Some(beta),
+            _ => None,
+        }
+    }
+
+    /// Checks that every option set applies to the unit and pick, naming the first
+    /// that does not. Every draw does this first.
+    pub fn check(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidSample(what));
+        let unit = self.unit;
+        let name = match unit {
+            Unit::Rows => "rows",
+            Unit::Transitions => "transitions",
+            Unit::Sequences => "sequences",
+            Unit::Episodes => "episodes",
+            Unit::Fragments => "fragments",
+        };
+        let steps = matches!(unit, Unit::Transitions | Unit::Sequences);
+        if !steps && !self.obs.is_empty() {
+            return bad(format!(
+                "observation fields are for transitions and sequences, not {name}"
+            ));
+        }
+        if unit != Unit::Transitions {
+            let options = [
+                ("nstep", self.nstep != 1 || self.gamma != 1.0),
+                ("stack", self.stack != 1),
+                ("window", self.window),
+            ];
+            if let Some((option, _)) = options.iter().find(|o| o.1) {
+                return bad(format!("{option} is an option of transitions, not {name}"));
+            }
+        }
+        if unit != Unit::Sequences && (self.len != 0 || self.burn_in != 0) {
+            return bad(format!(
+                "len and burn_in are options of sequences, not {name}"
+            ));
+        }
+        let uniform_rows = unit == Unit::Rows && self.pick == Pick::Uniform;
+        if !self.replace && !uniform_rows {
+            return bad(format!(
+                "only uniform rows are drawn without replacement, not {name} {}",
+                self.how()
+            ));
+        }
+        if self.newest.is_some() && !uniform_rows {
+            return bad(format!(
+                "newest(k) picks uniform rows, not {name} {}",
+                self.how()
+            ));
+        }
+        let priority_rows = unit == Unit::Rows && matches!(self.pick, Pick::Priority { .. });
+        if self.stratified && !priority_rows {
+            return bad(format!(
+                "a stratified draw picks rows by priority, not {name} {}",
+                self.how()
+            ));
+        }
+        match self.pick {
+            Pick::Priority { beta } if !(beta.is_finite() && beta >= 0.0) => {
+                return bad(format!("beta {beta} is not finite and >= 0"));
+            }
+            Pick::Given(indices) => {
+                if unit != Unit::Rows {
+                    return bad(format!("given indices read rows, not {name}"));
+                }
+                if indices.len() != self.n {
+                    return bad(format!(
+                        "{} indices given for a read of {}",
+                        indices.len(),
+                        self.n
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `n` items, uniformly with replacement: `buf.sample(256)`.
+impl From<usize> for Request<'_> {
+    fn from(n: usize) -> Self {
+        Request::rows(n)
+    }
+}
