@@ -193,7 +193,9 @@ impl<'a> Request<'a> {
         self
     }
 
-    /// Returns each transition's frames as one window (see [`Request::window`]).
+    /// Returns each transition's frames as one window of `stack + nstep` frames per
+    /// observation field, with `next_offsets` saying where the next observation starts
+    /// in it (transitions).
     pub fn window(mut self) -> Request<'a> {
         self.window = true;
         self
@@ -227,7 +229,7 @@ impl<'a> Request<'a> {
     /// The importance-sampling exponent, when drawn by priority.
     pub fn beta(&self) -> Option<f64> {
         match self.pick {
-            Pick::Priority { beta, .. } => Some(beta),
+            Pick::Priority { beta } => Some(beta),
             _ => None,
         }
     }

@@ -459,7 +459,7 @@ impl PyBuffer {
     #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None))]
     #[expect(
         clippy::too_many_arguments,
-        reason = "Python keyword arguments, each a TransitionSpec option"
+        reason = "Python keyword arguments, each an option of a transitions Request"
     )]
     fn sample_transitions<'py>(
         &self,
@@ -495,7 +495,7 @@ impl PyBuffer {
     #[pyo3(signature = (n, length, obs, *, burn_in=0, beta=None, seed=None))]
     #[expect(
         clippy::too_many_arguments,
-        reason = "Python keyword arguments, each a SequenceSpec option"
+        reason = "Python keyword arguments, each an option of a sequences Request"
     )]
     fn sample_sequences<'py>(
         &self,

@@ -55,4 +55,35 @@ pub(crate) struct Scratch {
     pub names: NameCache,
     /// Zero bytes for fields a reset row leaves out.
     pub zeros: Vec<u8>,
+    /// The own arrays of a transition or sequence draw, filled unit by unit.
+    pub units: UnitArrays,
+}
+
+/// The own arrays of a transition or sequence draw (see `sink::Layout`), kept between
+/// draws so that a draw grows none of them once warm: a transition draw pushes every
+/// one of them per transition.
+#[derive(Debug, Default)]
+pub(crate) struct UnitArrays {
+    pub indices: Vec<u64>,
+    pub weights: Vec<f32>,
+    pub returns: Vec<f64>,
+    pub discounts: Vec<f64>,
+    pub terminated: Vec<bool>,
+    pub truncated: Vec<bool>,
+    pub next_offsets: Vec<u32>,
+    pub mask: Vec<bool>,
+}
+
+impl UnitArrays {
+    /// Empties every array, keeping its storage.
+    pub fn clear(&mut self) {
+        self.indices.clear();
+        self.weights.clear();
+        self.returns.clear();
+        self.discounts.clear();
+        self.terminated.clear();
+        self.truncated.clear();
+        self.next_offsets.clear();
+        self.mask.clear();
+    }
 }

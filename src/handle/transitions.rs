@@ -6,6 +6,7 @@
 
 use rand::RngExt;
 
+use super::core::UnitArrays;
 use super::{ReplayBuffer, Role};
 use crate::algo::windows::End;
 use crate::dtype::DType;
@@ -35,19 +36,6 @@ fn reward_of(run: &RowRun<'_>, r: u64, off: usize, len: usize, dtype: DType) -> 
 #[inline(always)]
 fn at(i: usize, frames: u64, f: u64) -> usize {
     i * frames as usize + f as usize
-}
-
-/// What a transition draw accumulates besides the rows it copies into the sink: the
-/// draw's own arrays, filled transition by transition.
-#[derive(Default)]
-struct Drawn {
-    indices: Vec<u64>,
-    weights: Vec<f32>,
-    returns: Vec<f64>,
-    discounts: Vec<f64>,
-    terminated: Vec<bool>,
-    truncated: Vec<bool>,
-    next_offsets: Vec<u32>,
 }
 
 impl<R: Role> ReplayBuffer<R> {
@@ -95,7 +83,31 @@ impl<R: Role> ReplayBuffer<R> {
         }
         let n = request.n;
         let mut f = self.rows.open_sink(request, n, n, sink)?;
-        let mut out = Drawn::default();
+        let mut out = std::mem::take(&mut self.scratch.units);
+        out.clear();
+        let done = self.draw_transitions(request, &is_obs, &mut f, &mut out);
+        if done.is_ok() {
+            f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
+            f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
+            f.put(Own::Returns, bytemuck::cast_slice(&out.returns));
+            f.put(Own::Discounts, bytemuck::cast_slice(&out.discounts));
+            f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
+            f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
+            f.put(Own::NextOffsets, bytemuck::cast_slice(&out.next_offsets));
+        }
+        self.scratch.units = out;
+        done
+    }
+
+    /// Picks and reads `request.n` transitions into `f` and `out`.
+    fn draw_transitions(
+        &mut self,
+        request: &Request<'_>,
+        is_obs: &[bool],
+        f: &mut Filled<'_>,
+        out: &mut UnitArrays,
+    ) -> Result<()> {
+        let n = request.n;
         let mut tries = 0usize;
         let mut candidates = Vec::with_capacity(n);
         let mut drawn_weights = Vec::new();
@@ -125,25 +137,11 @@ impl<R: Role> ReplayBuffer<R> {
                         .random_range(self.rows.head + 1..self.rows.tail)
                 }));
             }
-            self.read_transitions(
-                request,
-                &is_obs,
-                &candidates,
-                &drawn_weights,
-                &mut f,
-                &mut out,
-            )?;
+            self.read_transitions(request, is_obs, &candidates, &drawn_weights, f, out)?;
         }
         if request.beta().is_none() {
             self.rows.draws.sampled += n as u64;
         }
-        f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
-        f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
-        f.put(Own::Returns, bytemuck::cast_slice(&out.returns));
-        f.put(Own::Discounts, bytemuck::cast_slice(&out.discounts));
-        f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
-        f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
-        f.put(Own::NextOffsets, bytemuck::cast_slice(&out.next_offsets));
         Ok(())
     }
 
@@ -160,7 +158,7 @@ impl<R: Role> ReplayBuffer<R> {
         candidates: &[u64],
         drawn_weights: &[f32],
         f: &mut Filled<'_>,
-        out: &mut Drawn,
+        out: &mut UnitArrays,
     ) -> Result<()> {
         let (head, tail, k, nstep) = (self.rows.head, self.rows.tail, spec.stack, spec.nstep);
         let rows = self.rows.ring.reader(self.rows.live_rows());

@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use rand::RngExt;
 
+use super::core::UnitArrays;
 use super::{ReplayBuffer, Role};
 use crate::algo::windows::{End, Span};
 use crate::error::{Error, Result};
@@ -84,8 +85,45 @@ impl<R: Role> ReplayBuffer<R> {
             spec.n,
             positions.saturating_mul(self.rows.schema.item_bytes().saturating_add(8)),
         )?;
-        let mut out = Picks::default();
+        let mut out = std::mem::take(&mut self.scratch.units);
+        out.clear();
         let mut rows = Vec::with_capacity(spec.n.saturating_mul(positions));
+        let done = self
+            .pick_sequences(spec, &mut out, &mut rows)
+            .and_then(|()| {
+                let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
+                let mut f = self.rows.open_sink(spec, spec.n, spec.n, sink)?;
+                for (outs, rows) in [
+                    (&mut f.obs, &prev),
+                    (&mut f.row, &rows),
+                    (&mut f.next, &rows),
+                ] {
+                    self.rows
+                        .ring
+                        .gather(self.rows.live_rows(), rows, outs)
+                        .map_err(|m| self.rows.stamp_error(rows, m))?;
+                    zero_padding(outs, &out.mask);
+                }
+                f.put(Own::Mask, bytemuck::cast_slice(&out.mask));
+                f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
+                f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
+                f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
+                f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
+                Ok(())
+            });
+        self.scratch.units = out;
+        done
+    }
+
+    /// Picks `spec.n` sequences into `out` (each sequence's first trained step row,
+    /// weight, and per position its mask and end flags), with the rows each position
+    /// reads into `rows`.
+    fn pick_sequences(
+        &mut self,
+        spec: &Request<'_>,
+        out: &mut UnitArrays,
+        rows: &mut Vec<u64>,
+    ) -> Result<()> {
         let mut tries = 0usize;
         while out.indices.len() < spec.n {
             tries += 1;
@@ -136,24 +174,6 @@ impl<R: Role> ReplayBuffer<R> {
         if spec.beta().is_none() {
             self.rows.draws.sampled += out.indices.len() as u64;
         }
-        let prev: Vec<u64> = rows.iter().map(|r| r - 1).collect();
-        let mut f = self.rows.open_sink(spec, spec.n, spec.n, sink)?;
-        for (outs, rows) in [
-            (&mut f.obs, &prev),
-            (&mut f.row, &rows),
-            (&mut f.next, &rows),
-        ] {
-            self.rows
-                .ring
-                .gather(self.rows.live_rows(), rows, outs)
-                .map_err(|m| self.rows.stamp_error(rows, m))?;
-            zero_padding(outs, &out.mask);
-        }
-        f.put(Own::Mask, bytemuck::cast_slice(&out.mask));
-        f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
-        f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
-        f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
-        f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
         Ok(())
     }
 
@@ -402,14 +422,4 @@ fn zero_padding(outs: &mut [&mut [u8]], mask: &[bool]) {
             }
         }
     }
-}
-
-/// What a sequence draw picked: the draw's own arrays, sequence by sequence.
-#[derive(Default)]
-struct Picks {
-    indices: Vec<u64>,
-    weights: Vec<f32>,
-    mask: Vec<bool>,
-    terminated: Vec<bool>,
-    truncated: Vec<bool>,
 }
