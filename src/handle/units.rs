@@ -409,17 +409,21 @@ impl<R: Role> ReplayBuffer<R> {
 }
 
 /// Zeroes the positions of `outs` (one slice per field, empty for the fields not
-/// drawn) whose `mask` is false: padding gathered a stored row to stay in step.
+/// drawn) whose `mask` is false: padding gathered a stored row to stay in step. Padding
+/// comes in runs (before an episode's first step, after its last), each zeroed at once.
 fn zero_padding(outs: &mut [&mut [u8]], mask: &[bool]) {
-    if mask.is_empty() || mask.iter().all(|&m| m) {
+    if mask.iter().all(|&m| m) {
         return;
     }
-    for out in outs.iter_mut() {
+    for out in outs.iter_mut().filter(|o| !o.is_empty()) {
         let len = out.len() / mask.len();
-        for (p, _) in mask.iter().enumerate().filter(|(_, m)| !**m) {
-            if let Some(b) = out.get_mut(p * len..(p + 1) * len) {
+        let mut p = 0;
+        while let Some(start) = mask.iter().skip(p).position(|&m| !m).map(|q| p + q) {
+            let run = mask.iter().skip(start).take_while(|&&m| !m).count();
+            if let Some(b) = out.get_mut(start * len..(start + run) * len) {
                 b.fill(0);
             }
+            p = start + run;
         }
     }
 }
