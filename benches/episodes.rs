@@ -2,8 +2,10 @@
 //! W1 buffer of docs/WORKLOADS.md.
 //! - `w1_plain/sample256`: the plain W1 buffer (obs and next_obs stored in each row);
 //! - `w1_episodic/transitions256`: episodes of 1,000 steps stored one row per step
-//!   (obs once, the step header instead of next_obs), `sample_transitions` of 256;
-//! - `w1_episodic/nstep3_256`: the same with 3-step returns (gamma 0.99).
+//!   (obs once, the step header instead of next_obs), 256 transitions;
+//! - `w1_episodic/nstep3_256`: the same with 3-step returns (gamma 0.99);
+//! - `w1_episodic/sequences32x40`: 32 sequences of 20 burn-in and 20 trained steps,
+//!   zero-padded before an episode's first step and past its last (R2D2).
 //!
 //! - `w2_plain/sample32`: W2 as given (`obs` u8[4,84,84] stored in every row);
 //! - `w2_frames/stack4_32`: W2 with native frame stacking (`workloads::W2Frames`: one
@@ -108,6 +110,12 @@ fn episodes(c: &mut Criterion) {
     let three = Request::transitions(256, &["obs"]).nstep(3, 0.99);
     g.bench_function("nstep3_256", |b| {
         b.iter(|| epi.sample_into(three, &mut out).expect("sample"));
+    });
+    // R2D2's draw: 32 sequences of 20 trained steps after 20 of burn-in, padded past an
+    // episode's ends (the padding is zeroed in place).
+    let r2d2 = Request::sequences(32, 20, &["obs"]).burn_in(20);
+    g.bench_function("sequences32x40", |b| {
+        b.iter(|| epi.sample_into(r2d2, &mut out).expect("sample"));
     });
     g.finish();
 }
