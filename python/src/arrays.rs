@@ -9,7 +9,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
-use replaystore::{DType, Field, Layout, Sink};
+use replaystore::{Array, DType, Field, Layout, Sink};
 
 use crate::errors::SchemaError;
 
@@ -209,7 +209,7 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
 /// must never be handed bytes it did not check.
 #[derive(Default)]
 pub struct NumpySink {
-    arrays: Vec<(String, DType, Vec<usize>, Owned)>,
+    arrays: Vec<(String, DType, IxDyn, Owned)>,
 }
 
 /// One array's storage, with its element type.
@@ -267,12 +267,33 @@ impl Owned {
     }
 
     /// The vector as a NumPy array of `shape`, without a copy.
-    fn into_array<'py>(self, py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+    fn into_array<'py>(self, py: Python<'py>, shape: IxDyn) -> PyResult<Bound<'py, PyAny>> {
         owned!(self, v => {
-            let a = ArrayD::from_shape_vec(IxDyn(shape), v)
-                .map_err(|e| SchemaError::new_err(format!("array of shape {shape:?}: {e}")))?;
+            let a = ArrayD::from_shape_vec(shape, v)
+                .map_err(|e| SchemaError::new_err(format!("a draw's array: {e}")))?;
             Ok(PyArray::from_owned_array(py, a).into_any())
         })
+    }
+}
+
+/// `array`'s shape as NumPy gets it. IxDyn keeps up to four dimensions inline, and the
+/// dimensions are gathered on the stack: no allocation per array and draw (a shape of
+/// more dimensions than the buffer below takes one).
+fn shape_of(array: &Array<'_>) -> IxDyn {
+    let mut dims = [0usize; 8];
+    let mut n = 0;
+    let all = std::iter::once(array.rows)
+        .chain(array.lead)
+        .chain(array.item.iter().copied());
+    for d in all {
+        if let Some(slot) = dims.get_mut(n) {
+            *slot = d;
+        }
+        n += 1;
+    }
+    match dims.get(..n) {
+        Some(d) => IxDyn(d),
+        None => IxDyn(&array.shape()),
     }
 }
 
@@ -281,7 +302,10 @@ impl Sink for NumpySink {
         self.arrays = (layout.arrays().iter())
             .map(|a| {
                 let n = a.rows.saturating_mul(a.row_elements());
-                (a.full_name(), a.dtype, a.shape(), Owned::zeroed(a.dtype, n))
+                let mut name = String::with_capacity(a.prefix.len() + a.name.len());
+                name.push_str(a.prefix);
+                name.push_str(a.name);
+                (name, a.dtype, shape_of(a), Owned::zeroed(a.dtype, n))
             })
             .collect();
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
@@ -293,7 +317,7 @@ impl NumpySink {
     pub fn into_dict(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let d = PyDict::new(py);
         for (name, dtype, shape, owned) in self.arrays {
-            let a = owned.into_array(py, &shape)?;
+            let a = owned.into_array(py, shape)?;
             let a = match dtype {
                 DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,
                 _ => a,

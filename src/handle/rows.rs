@@ -252,8 +252,9 @@ pub trait DrawsRows {
         weights: &mut Vec<f32>,
     ) -> Result<()>;
     /// Gathers the rows `pick_rows` picked into `outs` (one slice per field,
-    /// `indices.len()` rows each). A reader picks again, the same way, a row the writer
-    /// took mid-copy, changing `indices` and `weights` there.
+    /// `indices.len()` rows each): only picked rows, whose given indices the pick has
+    /// checked are live. A reader picks again, the same way, a row the writer took
+    /// mid-copy, changing `indices` and `weights` there.
     fn gather_rows(
         &mut self,
         request: &Request<'_>,

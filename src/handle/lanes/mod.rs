@@ -463,14 +463,12 @@ impl<L: Lane> Lanes<L> {
             let Some(lane) = self.lanes.get_mut(k) else {
                 continue;
             };
-            if let Pick::Given(given) = request.pick {
-                let from = picked.indices.len();
-                picked
-                    .indices
-                    .extend(given.get(from..from + c).unwrap_or(&[]));
-                continue;
-            }
-            let one = Request { n: c, ..*request };
+            let from = picked.indices.len();
+            let one = match request.pick {
+                // The lane checks its share of given indices are live.
+                Pick::Given(given) => Request::at(given.get(from..from + c).unwrap_or(&[])),
+                _ => Request { n: c, ..*request },
+            };
             let (i, w) = (&mut lane_picked.indices, &mut lane_picked.weights);
             let done = lane.pick_rows(&one, i, w);
             if let Err(e) = done {

@@ -10,7 +10,7 @@ use crate::parts::episodes::EpisodeInfo;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
-use crate::request::{Pick, Request, Unit};
+use crate::request::{Request, Unit};
 use crate::sink::Sink;
 
 use super::ReplayBuffer;
@@ -249,15 +249,13 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
 
     fn gather_rows(
         &mut self,
-        request: &Request<'_>,
+        _request: &Request<'_>,
         indices: &mut [u64],
         _weights: &mut [f32],
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
-        if let Pick::Given(_) = request.pick {
-            return self.rows.gather_into(indices, outs);
-        }
-        // Drawn indices are live by construction.
+        // Picked indices are live: drawn ones by construction, given ones checked by
+        // `pick_rows` (the writer's rows change only under `&mut self`).
         let rows = &self.rows;
         (rows.ring.gather(rows.live_rows(), indices, outs))
             .map_err(|m| rows.stamp_error(indices, m))
