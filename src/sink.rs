@@ -397,8 +397,10 @@ pub(crate) struct Filled<'s> {
     own: [Option<&'s mut [u8]>; OWN_KINDS],
 }
 
-/// How many kinds of own arrays there are.
+/// How many kinds of own arrays there are: one slot each in `Filled`.
 const OWN_KINDS: usize = 10;
+// `Own` is indexed by its discriminant: its last variant must take the last slot.
+const _: () = assert!(Own::NextOffsets as usize + 1 == OWN_KINDS);
 
 impl<'s> Filled<'s> {
     /// Asks `sink` for the arrays of `layout` (after checking they fit in memory), checks
