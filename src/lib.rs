@@ -35,13 +35,13 @@
 #![warn(unnameable_types)]
 
 // The layers, bottom up (docs/ARCHITECTURE.md, "Layers"): each imports only the ones
-// below it (tests/layers.rs). The value types (dtype, error, schema, column, batch) sit
-// under all of them.
+// below it (tests/layers.rs). The value types (dtype, error, schema, column, request,
+// sink, batch) sit under all of them.
 mod algo; // pure algorithms: recovery's decisions, the sum-tree, draws, windows
 mod format; // byte layouts of every file, as pure functions over byte slices
-mod handle;
+mod handle; // what a program holds: writer, reader, priority owner, lanes, inspect
 mod parts; // what a buffer holds beyond its rows: priorities, episodes, fragments, snapshots
-mod storage; // files, mappings, the Io seam and the ring of rows: the only `unsafe` // what a program holds: writer, reader, priority owner, lanes, inspect
+mod storage; // files, mappings, the Io seam and the ring of rows: the only `unsafe`
 
 mod batch;
 mod column;

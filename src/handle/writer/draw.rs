@@ -107,6 +107,11 @@ impl<R: Role> ReplayBuffer<R> {
     /// Draws as `request` says into `sink`: a [`Batch`] to reuse, or the arrays a
     /// binding owns (the Python package's NumPy arrays). The sink is asked for its
     /// arrays once the draw knows their sizes, and every byte is written in place.
+    ///
+    /// A request refused by [`Request`]'s checks moves nothing. A sink that fails, or
+    /// hands back arrays of the wrong size, fails the draw after its units are picked:
+    /// the sampling RNG has then moved as for a completed draw, so the draws that follow
+    /// are not the ones a seeded run without the failure would see.
     pub fn sample_into<'r>(
         &mut self,
         request: impl Into<Request<'r>>,
