@@ -123,10 +123,19 @@ class ReplayBuffer:
         beta: Optional[float] = None,
         seed: Optional[int] = None,
         replace: bool = True,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
-        """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``)."""
+        """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
+
+        With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
+        those arrays in place and returns them: a training loop then allocates nothing."""
     def sample_fragments(
-        self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None
+        self,
+        n: int,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
         """``n`` whole fragments: rows concatenated, ``indices``, ``offsets`` (n + 1) and,
         with ``beta``, one weight per fragment."""
@@ -160,6 +169,7 @@ class ReplayBuffer:
         nstep: int = 1,
         gamma: float = 1.0,
         seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
         """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ..."""
     def sample_sequences(
@@ -171,10 +181,16 @@ class ReplayBuffer:
         burn_in: int = 0,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
         """Sequences `[n, burn_in + length, ...]` with `mask`."""
     def sample_episodes(
-        self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None
+        self,
+        n: int,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
         """Whole episodes: rows, `offsets`, `episodes` (ids)."""
     def priorities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -235,8 +251,9 @@ class Reader:
         beta: Optional[float] = None,
         seed: Optional[int] = None,
         replace: bool = True,
+        out: Optional[_Batch] = None,
     ) -> _Batch:
-        """``n`` of the items live now, as ``ReplayBuffer.sample``."""
+        """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` too)."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was
@@ -274,8 +291,15 @@ class Lanes:
         """Adds one item to lane `lane`."""
     def add_batch(self, batch: Mapping[str, npt.ArrayLike], lanes: npt.ArrayLike) -> npt.NDArray[np.uint64]:
         """Adds row r of `batch` to lane `lanes[r]`."""
-    def sample(self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None) -> _Batch:
-        """Draws over all lanes, grouped by lane."""
+    def sample(
+        self,
+        n: int,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """Draws over all lanes, grouped by lane (``out`` as ``ReplayBuffer.sample``)."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at `indices`."""
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> Dict[str, int]:

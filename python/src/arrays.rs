@@ -282,10 +282,7 @@ impl Owned {
 fn shape_of(array: &Array<'_>) -> IxDyn {
     let mut dims = [0usize; 8];
     let mut n = 0;
-    let all = std::iter::once(array.rows)
-        .chain(array.lead)
-        .chain(array.item.iter().copied());
-    for d in all {
+    for d in shape_dims(array) {
         if let Some(slot) = dims.get_mut(n) {
             *slot = d;
         }
@@ -326,4 +323,221 @@ impl NumpySink {
         }
         Ok(d)
     }
+}
+
+/// A caller's array borrowed for writing, as its element type (bool arrays as their
+/// `uint8` view: the engine writes bytes it has not checked are 0 or 1).
+enum Writable<'py> {
+    U8(numpy::PyReadwriteArrayDyn<'py, u8>),
+    I8(numpy::PyReadwriteArrayDyn<'py, i8>),
+    U16(numpy::PyReadwriteArrayDyn<'py, u16>),
+    I16(numpy::PyReadwriteArrayDyn<'py, i16>),
+    U32(numpy::PyReadwriteArrayDyn<'py, u32>),
+    I32(numpy::PyReadwriteArrayDyn<'py, i32>),
+    U64(numpy::PyReadwriteArrayDyn<'py, u64>),
+    I64(numpy::PyReadwriteArrayDyn<'py, i64>),
+    F32(numpy::PyReadwriteArrayDyn<'py, f32>),
+    F64(numpy::PyReadwriteArrayDyn<'py, f64>),
+}
+
+impl Writable<'_> {
+    fn bytes(&mut self) -> PyResult<&mut [u8]> {
+        macro_rules! raw {
+            ($a:expr) => {
+                bytemuck::cast_slice_mut($a.as_slice_mut()?)
+            };
+        }
+        Ok(match self {
+            Writable::U8(a) => raw!(a),
+            Writable::I8(a) => raw!(a),
+            Writable::U16(a) => raw!(a),
+            Writable::I16(a) => raw!(a),
+            Writable::U32(a) => raw!(a),
+            Writable::I32(a) => raw!(a),
+            Writable::U64(a) => raw!(a),
+            Writable::I64(a) => raw!(a),
+            Writable::F32(a) => raw!(a),
+            Writable::F64(a) => raw!(a),
+        })
+    }
+}
+
+/// The arrays of `sample(..., out=...)`: a dict the caller keeps from one draw to the
+/// next (typically the dict an earlier draw returned), borrowed for writing while the
+/// GIL is held, so a training loop draws every batch into the same memory and
+/// allocates nothing. [`OutArrays::sink`] hands the engine their bytes.
+pub struct OutArrays<'py> {
+    given: Vec<Given<'py>>,
+}
+
+/// One array of `out`, borrowed.
+struct Given<'py> {
+    name: String,
+    /// The caller's object, returned as it was given.
+    object: Bound<'py, PyAny>,
+    dtype: DType,
+    shape: Vec<usize>,
+    borrowed: Writable<'py>,
+}
+
+impl<'py> OutArrays<'py> {
+    /// Borrows every array of `out` for writing: each must be a C-contiguous, writable
+    /// NumPy array of one of the engine's dtypes, and no two may share memory (a
+    /// `SchemaError` says which is not). Keys the draw does not fill are left alone.
+    pub fn borrow(out: &Bound<'py, PyDict>) -> PyResult<OutArrays<'py>> {
+        let mut given = Vec::with_capacity(out.len());
+        for (key, object) in out.iter() {
+            let name: String = key.extract().map_err(|_| {
+                SchemaError::new_err(format!("out: keys are array names, got {key:?}"))
+            })?;
+            let array = object.cast::<PyUntypedArray>().map_err(|_| {
+                SchemaError::new_err(format!(
+                    "out[{name:?}]: expected a numpy array, got {}",
+                    object
+                        .get_type()
+                        .name()
+                        .map_or_else(|_| "?".into(), |n| n.to_string())
+                ))
+            })?;
+            let code = array
+                .getattr("dtype")?
+                .getattr("str")?
+                .extract::<String>()?;
+            let dtype = DType::from_numpy_str(&code)
+                .map_err(|e| SchemaError::new_err(format!("out[{name:?}]: {e}")))?;
+            if !array.is_c_contiguous() {
+                return Err(SchemaError::new_err(format!(
+                    "out[{name:?}]: the array is not C-contiguous (a draw writes rows \
+                     back to back)"
+                )));
+            }
+            let shape = array.shape().to_vec();
+            let borrowed = writable(array, dtype).map_err(|e| {
+                SchemaError::new_err(format!(
+                    "out[{name:?}]: cannot write into it ({e}): it must be writable and \
+                     share no memory with another array of out"
+                ))
+            })?;
+            given.push(Given {
+                name,
+                object: object.clone(),
+                dtype,
+                shape,
+                borrowed,
+            });
+        }
+        Ok(OutArrays { given })
+    }
+
+    /// The sink a draw fills: the arrays' bytes, free of the GIL.
+    pub fn sink(&mut self) -> PyResult<OutSink<'_>> {
+        let mut arrays = Vec::with_capacity(self.given.len());
+        for g in &mut self.given {
+            arrays.push((
+                g.name.as_str(),
+                g.dtype,
+                g.shape.as_slice(),
+                g.borrowed.bytes()?,
+            ));
+        }
+        Ok(OutSink {
+            arrays,
+            filled: Vec::new(),
+        })
+    }
+
+    /// The arrays a draw filled, as the dict it returns: the caller's own objects, in
+    /// the draw's order (`filled`, from [`OutSink::filled`]).
+    pub fn into_dict(self, filled: &[usize]) -> PyResult<Bound<'py, PyDict>> {
+        let Some(first) = self.given.first() else {
+            return Err(SchemaError::new_err("out: the dict is empty"));
+        };
+        let d = PyDict::new(first.object.py());
+        for &i in filled {
+            if let Some(g) = self.given.get(i) {
+                d.set_item(&g.name, &g.object)?;
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// `array` borrowed for writing as `dtype`'s element type (a bool array as its
+/// `uint8` view, which shares its memory).
+fn writable<'py>(array: &Bound<'py, PyUntypedArray>, dtype: DType) -> PyResult<Writable<'py>> {
+    macro_rules! rw {
+        ($a:expr, $t:ty, $v:ident) => {
+            Writable::$v($a.cast::<PyArrayDyn<$t>>()?.try_readwrite()?)
+        };
+    }
+    Ok(match dtype {
+        DType::Bool => {
+            let view = array.call_method1("view", ("u1",))?;
+            rw!(view, u8, U8)
+        }
+        DType::U8 => rw!(array, u8, U8),
+        DType::I8 => rw!(array, i8, I8),
+        DType::U16 => rw!(array, u16, U16),
+        DType::I16 => rw!(array, i16, I16),
+        DType::U32 => rw!(array, u32, U32),
+        DType::I32 => rw!(array, i32, I32),
+        DType::U64 => rw!(array, u64, U64),
+        DType::I64 => rw!(array, i64, I64),
+        DType::F32 => rw!(array, f32, F32),
+        DType::F64 => rw!(array, f64, F64),
+    })
+}
+
+/// The bytes of a caller's arrays, handed to a draw by name: each array of the draw's
+/// layout must be there with its dtype and shape, or the draw fails with
+/// `OutMismatch` naming it.
+pub struct OutSink<'a> {
+    arrays: Vec<(&'a str, DType, &'a [usize], &'a mut [u8])>,
+    filled: Vec<usize>,
+}
+
+impl OutSink<'_> {
+    /// Which arrays of `out` the draw filled, in the draw's order.
+    pub fn filled(&self) -> &[usize] {
+        &self.filled
+    }
+}
+
+impl Sink for OutSink<'_> {
+    fn arrays(&mut self, layout: &Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+        self.filled.clear();
+        for a in layout.arrays() {
+            let found = self.arrays.iter().enumerate().find(|(_, g)| a.is(g.0));
+            let Some((i, (_, dtype, shape, _))) = found else {
+                return Err(replaystore::Error::OutMismatch {
+                    array: a.full_name(),
+                    expected: format!("{} {:?}", a.dtype.numpy_str(), a.shape()),
+                    got: "no such array".into(),
+                });
+            };
+            if *dtype != a.dtype || !shape.iter().copied().eq(shape_dims(a)) {
+                return Err(replaystore::Error::OutMismatch {
+                    array: a.full_name(),
+                    expected: format!("{} {:?}", a.dtype.numpy_str(), a.shape()),
+                    got: format!("{} {:?}", dtype.numpy_str(), shape),
+                });
+            }
+            self.filled.push(i);
+        }
+        // Each array of `out` at most once: the layout's names are distinct.
+        let mut slots: Vec<Option<&mut [u8]>> =
+            self.arrays.iter_mut().map(|g| Some(&mut *g.3)).collect();
+        Ok(self
+            .filled
+            .iter()
+            .filter_map(|&i| slots.get_mut(i).and_then(Option::take))
+            .collect())
+    }
+}
+
+/// `array`'s dimensions, without building a vector.
+fn shape_dims<'a>(array: &'a Array<'a>) -> impl Iterator<Item = usize> + 'a {
+    std::iter::once(array.rows)
+        .chain(array.lead)
+        .chain(array.item.iter().copied())
 }

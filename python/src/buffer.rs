@@ -272,6 +272,7 @@ impl PyBuffer {
         let buf = open_buf(&mut held)?;
         draw(
             py,
+            None,
             |sink| either!(buf, b => b.sample_into(Request::at(&idx), sink)),
         )
     }
@@ -311,8 +312,12 @@ impl PyBuffer {
     /// Draws `n` items: uniformly (with replacement unless `replace=False`), or by
     /// priority when `beta` is given (then `weights` holds the importance weights).
     /// Returns a dict of arrays, one per field (`[n, *shape]`), plus `indices`.
-    /// `seed` restarts the sampling RNG first, for a repeatable draw.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true))]
+    /// `seed` restarts the sampling RNG first, for a repeatable draw. `out` (a dict kept
+    /// from an earlier draw of the same shape, as every draw method takes) is filled in
+    /// place and returned: a training loop then allocates nothing per batch. An array of
+    /// `out` that is absent, of another dtype or shape, read-only or not C-contiguous
+    /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -320,6 +325,7 @@ impl PyBuffer {
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -329,7 +335,11 @@ impl PyBuffer {
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
         let request = rows(n, beta, replace);
-        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
+        draw(
+            py,
+            out,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that
@@ -337,13 +347,14 @@ impl PyBuffer {
     /// Returns the rows concatenated (one array per field, plus `indices`), `offsets`
     /// (fragment `i` is rows `offsets[i]:offsets[i+1]`) and, with `beta`, one weight per
     /// fragment in `weights`.
-    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
     fn sample_fragments<'py>(
         &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -354,7 +365,11 @@ impl PyBuffer {
             Some(b) => Request::fragments(n).prioritized(b),
             None => Request::fragments(n),
         };
-        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
+        draw(
+            py,
+            out,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
@@ -456,7 +471,7 @@ impl PyBuffer {
     /// `returns` and bootstraps from the observation `n` steps on (`discounts` is
     /// `gamma**k`, 0 after a termination). Also `terminated`, `truncated`, `indices`
     /// (the rows ending each transition's first step) and `weights` by priority.
-    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None))]
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a transitions Request"
@@ -471,6 +486,7 @@ impl PyBuffer {
         nstep: u64,
         gamma: f64,
         seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let obs = names(obs)?;
         let mut held = self.inner.lock(py);
@@ -485,14 +501,18 @@ impl PyBuffer {
         if let Some(b) = beta {
             request = request.prioritized(b);
         }
-        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
+        draw(
+            py,
+            out,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a
     /// recurrent state) from an episodic buffer: uniformly, or by priority with `beta`.
     /// Arrays are `[n, burn_in + length, ...]`, named as `sample_transitions` names
     /// them, with `mask` false on positions past an episode's end.
-    #[pyo3(signature = (n, length, obs, *, burn_in=0, beta=None, seed=None))]
+    #[pyo3(signature = (n, length, obs, *, burn_in=0, beta=None, seed=None, out=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a sequences Request"
@@ -506,6 +526,7 @@ impl PyBuffer {
         burn_in: u64,
         beta: Option<f64>,
         seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let obs = names(obs)?;
         let mut held = self.inner.lock(py);
@@ -518,20 +539,25 @@ impl PyBuffer {
         if let Some(b) = beta {
             request = request.prioritized(b);
         }
-        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
+        draw(
+            py,
+            out,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// Draws `n` whole episodes (ended ones with every row live): uniformly, or by the
     /// mean priority of their rows with `beta`. Returns the rows one episode after
     /// another (each field, `indices`), `offsets` (episode `i` is rows
     /// `offsets[i]:offsets[i+1]`), `episodes` (ids) and `weights` by priority.
-    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
     fn sample_episodes<'py>(
         &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -542,7 +568,11 @@ impl PyBuffer {
             Some(b) => Request::episodes(n).prioritized(b),
             None => Request::episodes(n),
         };
-        draw(py, |sink| either!(buf, b => b.sample_into(request, sink)))
+        draw(
+            py,
+            out,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// This buffer's snapshots (checkpoints), oldest first: `{"name", "path",

@@ -4,9 +4,9 @@
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use replaystore::{Column, Config, Error, Request, Schema, Stats};
+use replaystore::{Column, Config, Error, Request, Schema, Sink, Stats};
 
-use crate::arrays::{self, Input, NumpySink};
+use crate::arrays::{self, Input, NumpySink, OutArrays};
 use crate::errors::{SchemaError, to_py};
 
 /// The fields of `values` (keyword arguments or a dict) with their schema fields, in
@@ -170,16 +170,30 @@ pub(crate) fn index_array<'py>(
     contiguous::<u64>(py, &a, "<u8")
 }
 
-/// A draw into fresh NumPy arrays, as the dict every sample and get returns: `sample`
-/// (the engine's `sample_into`) runs with the GIL released and fills the arrays in
-/// place; they become the dict's without a copy.
+/// A draw as the dict every sample and get returns: `sample` (the engine's
+/// `sample_into`) runs with the GIL released and fills the arrays in place. Without
+/// `out` they are fresh NumPy arrays, which become the dict's without a copy; with
+/// `out`, the caller's arrays of those names (`sample(..., out=...)`), returned as given.
 pub(crate) fn draw<'py>(
     py: Python<'py>,
-    sample: impl FnOnce(&mut NumpySink) -> replaystore::Result<()> + Send,
+    out: Option<&Bound<'py, PyDict>>,
+    sample: impl FnOnce(&mut dyn Sink) -> replaystore::Result<()> + Send,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let mut sink = NumpySink::default();
-    py.detach(|| sample(&mut sink)).map_err(to_py)?;
-    sink.into_dict(py)
+    match out {
+        None => {
+            let mut sink = NumpySink::default();
+            py.detach(|| sample(&mut sink)).map_err(to_py)?;
+            sink.into_dict(py)
+        }
+        Some(out) => {
+            let mut given = OutArrays::borrow(out)?;
+            let mut sink = given.sink()?;
+            py.detach(|| sample(&mut sink)).map_err(to_py)?;
+            let filled = sink.filled().to_vec();
+            drop(sink);
+            given.into_dict(&filled)
+        }
+    }
 }
 
 /// `values` as an int when the question was one, else as an array.

@@ -115,7 +115,8 @@ pub fn to_py(e: E) -> PyErr {
         | E::LengthMismatch { .. }
         | E::BadValue { .. }
         | E::RaggedBatch { .. }
-        | E::OutputSize { .. } => SchemaError::new_err(msg),
+        | E::OutputSize { .. }
+        | E::OutMismatch { .. } => SchemaError::new_err(msg),
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
         E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
         E::BadState(_)

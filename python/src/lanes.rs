@@ -58,11 +58,12 @@ fn draw_lanes<'py, L: Lane + Send>(
     lanes: &mut Lanes<L>,
     request: Request<'_>,
     seed: Option<u64>,
+    out: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if let Some(s) = seed {
         lanes.reseed(s);
     }
-    draw(py, |sink| lanes.sample_into(request, sink))
+    draw(py, out, |sink| lanes.sample_into(request, sink))
 }
 
 #[pymethods]
@@ -188,18 +189,19 @@ impl PyLanes {
 
     /// Draws `n` items over all lanes: uniformly, or by priority with `beta` (then
     /// `weights`). Rows come grouped by lane. Returns a dict of arrays plus `indices`.
-    #[pyo3(signature = (n, *, beta=None, seed=None))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
     fn sample<'py>(
         &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let request = rows(n, beta, true);
         match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => draw_lanes(py, w, request, seed),
-            Opened::Reader(r) => draw_lanes(py, r, request, seed),
+            Opened::Writer(w) => draw_lanes(py, w, request, seed, out),
+            Opened::Reader(r) => draw_lanes(py, r, request, seed, out),
         }
     }
 
@@ -212,8 +214,8 @@ impl PyLanes {
         let idx = get_indices(py, indices)?;
         let request = Request::at(&idx);
         match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => draw_lanes(py, w, request, None),
-            Opened::Reader(r) => draw_lanes(py, r, request, None),
+            Opened::Writer(w) => draw_lanes(py, w, request, None, None),
+            Opened::Reader(r) => draw_lanes(py, r, request, None, None),
         }
     }
 

@@ -106,7 +106,7 @@ impl PyReader {
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -114,6 +114,7 @@ impl PyReader {
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
+        out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
@@ -123,7 +124,7 @@ impl PyReader {
         // The reader re-draws an item the writer overwrites mid-copy, straight into
         // the arrays returned: no batch in between.
         let request = rows(n, beta, replace);
-        draw(py, |sink| reader.sample_into(request, sink))
+        draw(py, out, |sink| reader.sample_into(request, sink))
     }
 
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
@@ -138,7 +139,7 @@ impl PyReader {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
-        draw(py, |sink| reader.sample_into(Request::at(&idx), sink))
+        draw(py, None, |sink| reader.sample_into(Request::at(&idx), sink))
     }
 
     /// Items live now.

@@ -318,6 +318,18 @@ pub enum Error {
         got: usize,
     },
 
+    /// An array a caller handed a draw to fill (Python's `sample(..., out=...)`) is
+    /// not the array the draw fills: absent, or of another dtype or shape.
+    #[error("out[{array:?}]: expected {expected}, got {got}")]
+    OutMismatch {
+        /// The array's name, as the draw returns it.
+        array: String,
+        /// What the draw fills: dtype and shape.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+
     /// The logical index is no longer (or not yet) in the buffer.
     #[error("index {index} is not live: the buffer holds indices {head}..{tail}")]
     Evicted {
