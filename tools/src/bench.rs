@@ -21,7 +21,8 @@ use crate::workloads::{Chunk, Workload, written_bytes};
 use replaystore::{Batch, Config, Error, ReplayBuffer, Request};
 use serde_json::json;
 
-use crate::row::{Row, min_max};
+use crate::floor::{Arena, Tree8};
+use crate::row::{Row, median, min_max};
 
 /// Items added before each timed checkpoint.
 const STEP: u64 = 32;
@@ -45,6 +46,15 @@ fn throughput(
     let item_bytes = w.schema()?.item_bytes() as u64;
     let data = capacity * item_bytes;
     let mut rows = Vec::new();
+    // The floors' ring, of the buffer's size and row shape, before the buffer fills the
+    // page cache (both fit in memory together on the standard workloads).
+    let widths: Vec<usize> = w.schema()?.fields().iter().map(|f| f.bytes()).collect();
+    let mut arena = Arena::new(&widths, capacity as usize).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        op: "map the floors' anonymous ring",
+        source,
+    })?;
+    let floor = |f: &mut dyn FnMut() -> f64| median(&(0..runs).map(|_| f()).collect::<Vec<_>>());
     let path = dir.join(format!("{}-plain", w.name()));
     let mut buf = ReplayBuffer::create(&path, Config::new(w.schema()?, capacity).seed(1))?;
     let mut add1 = Row::new(format!("{}-add1", w.name()), "M items/s", data);
@@ -54,6 +64,7 @@ fn throughput(
         add1.values
             .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
     }
+    add1.floor = Some(floor(&mut || arena.add_rate(capacity as usize, 1)) / 1e6);
     rows.push(add1);
     if w == Workload::W1 {
         let mut add_b = Row::new(format!("{}-addB", w.name()), "M items/s", data);
@@ -68,6 +79,7 @@ fn throughput(
                 .values
                 .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
         }
+        add_b.floor = Some(floor(&mut || arena.add_rate(capacity as usize, 1000)) / 1e6);
         rows.push(add_b);
     }
     let n = if w == Workload::W1 { 256 } else { 32 };
@@ -75,6 +87,7 @@ fn throughput(
     // against its checksum. The same draws unchecked give the check's cost in one sitting.
     buf.flush()?;
     let mut batch = Batch::default();
+    let sample_floor = floor(&mut || arena.sample_rate(n, batches)) / 1e3;
     for (checks, name) in [(true, "sample"), (false, "sample unchecked")] {
         buf.set_read_checks(checks);
         let mut sample = Row::new(format!("{}-{name}", w.name()), "k batches/s", data);
@@ -87,6 +100,7 @@ fn throughput(
                 .values
                 .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
         }
+        sample.floor = Some(sample_floor);
         rows.push(sample);
     }
     buf.close()?;
@@ -114,6 +128,8 @@ fn throughput(
         per.values
             .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
     }
+    let mut tree = Tree8::new(capacity as usize, 1.0);
+    per.floor = Some(floor(&mut || arena.per_rate(&mut tree, n, batches, 0.4)) / 1e3);
     rows.push(per);
     buf.close()?;
     Ok(rows)
@@ -182,6 +198,7 @@ pub fn run(
     runs: usize,
     dir: Option<PathBuf>,
     as_json: bool,
+    baseline: Option<PathBuf>,
 ) -> Result<ExitCode, Error> {
     let (workloads, w3): (Vec<Workload>, bool) = match workload.to_ascii_lowercase().as_str() {
         "w1" => (vec![Workload::W1], false),
@@ -244,6 +261,10 @@ pub fn run(
     // The buffers are scratch; an error removing them must not hide the figures.
     let _ = std::fs::remove_dir_all(&scratch);
     result?;
+    let base = match baseline {
+        Some(path) => Some(Baseline::read(&path)?),
+        None => None,
+    };
     if as_json {
         let items: Vec<_> = rows
             .iter()
@@ -258,6 +279,9 @@ pub fn run(
                     "runs": r.values.len(),
                     "data_bytes": r.data_bytes,
                     "written_bytes": r.written_bytes.iter().copied().max(),
+                    "floor": r.floor,
+                    "of_floor_pct": r.of_floor(),
+                    "vs_baseline": base.as_ref().and_then(|b| b.better(r)),
                 })
             })
             .collect();
@@ -265,13 +289,13 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<22} {:>10} {:>21} {:<12} {:>12} {:>12}",
-        "workload", "median", "min-max", "unit", "data", "written"
+        "{:<22} {:>10} {:>21} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
+        "workload", "median", "min-max", "unit", "data", "written", "floor", "% floor", "vs base"
     );
     for r in &rows {
         let (lo, hi) = min_max(&r.values);
         println!(
-            "{:<22} {:>10.2} {:>21} {:<12} {:>12} {:>12}",
+            "{:<22} {:>10.2} {:>21} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
             r.name,
             r.median(),
             format!("{lo:.2}-{hi:.2}"),
@@ -281,8 +305,56 @@ pub fn run(
                 .iter()
                 .copied()
                 .max()
-                .map_or("-".into(), crate::info::human)
+                .map_or("-".into(), crate::info::human),
+            r.floor.map_or("-".into(), |f| format!("{f:.2}")),
+            r.of_floor().map_or("-".into(), |p| format!("{p:.0}%")),
+            (base.as_ref().and_then(|b| b.better(r))).map_or("-".into(), |x| format!("{x:.2}x")),
         );
     }
+    println!(
+        "floor: the same work by a plain Rust kernel over memory of the same size on this \
+         host, this run (bench --help); vs base: times better than --baseline"
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Figures of an earlier `bench --json`, to compare a run against.
+struct Baseline {
+    medians: Vec<(String, f64)>,
+}
+
+impl Baseline {
+    fn read(path: &Path) -> Result<Baseline, Error> {
+        let bad = |problem: String| Error::InvalidConfig {
+            field: "baseline",
+            problem: format!("{}: {problem}", path.display()),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let results = (v.get("results").and_then(|r| r.as_array()))
+            .ok_or_else(|| bad("no \"results\" list (write it with bench --json)".into()))?;
+        let medians = results
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.get("workload")?.as_str()?.to_owned(),
+                    r.get("median")?.as_f64()?,
+                ))
+            })
+            .collect();
+        Ok(Baseline { medians })
+    }
+
+    /// How many times better `row` is than the baseline's figure of the same name:
+    /// ours / theirs for rates, theirs / ours for times.
+    fn better(&self, row: &Row) -> Option<f64> {
+        let (_, theirs) = self.medians.iter().find(|(n, _)| *n == row.name)?;
+        let ours = row.median();
+        Some(if row.unit == "ms" {
+            theirs / ours
+        } else {
+            ours / theirs
+        })
+    }
 }

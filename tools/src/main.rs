@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod demo;
 mod fail;
+mod floor;
 mod info;
 mod npz;
 mod progress;
@@ -76,7 +77,9 @@ enum Command {
     },
     /// Time the standard workloads (docs/WORKLOADS.md) on this machine: W1/W2 add,
     /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full; W3 one
-    /// writer with 1, 2 and 4 reader processes.
+    /// writer with 1, 2 and 4 reader processes. Beside each add, sample and prioritized
+    /// figure, its floor: the same work by a plain Rust kernel over memory of the same
+    /// size and row shape, measured in the same run (no files, checks or crash safety).
     Bench {
         /// W1, W2, W3 or all.
         #[arg(long, default_value = "all")]
@@ -94,6 +97,10 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// An earlier `bench --json` output: each figure is also given as how many
+        /// times better it is than the same figure there.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// W3's reader process (started by `bench`): samples `dir` for `seconds` once a
     /// line arrives on stdin, then prints batches/s and its anonymous resident bytes.
@@ -274,7 +281,8 @@ fn main() -> ExitCode {
             runs,
             dir,
             json,
-        } => bench::run(&workload, quick, runs, dir, json).map_err(Failure::from),
+            baseline,
+        } => bench::run(&workload, quick, runs, dir, json, baseline).map_err(Failure::from),
         Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds).map_err(Failure::from),
         Command::Snapshots {
             dir,

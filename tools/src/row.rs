@@ -9,6 +9,9 @@ pub(crate) struct Row {
     pub unit: &'static str,
     pub data_bytes: u64,
     pub written_bytes: Vec<u64>,
+    /// The same work by the plainest kernel on this host (`floor.rs`), in `unit`: the
+    /// median of as many runs as `values`.
+    pub floor: Option<f64>,
 }
 
 impl Row {
@@ -19,15 +22,21 @@ impl Row {
             unit,
             data_bytes,
             written_bytes: Vec::new(),
+            floor: None,
         }
     }
 
     pub fn median(&self) -> f64 {
         median(&self.values)
     }
+
+    /// The median as a percentage of the floor (a rate: higher is better).
+    pub fn of_floor(&self) -> Option<f64> {
+        self.floor.map(|f| 100.0 * self.median() / f)
+    }
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)

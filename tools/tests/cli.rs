@@ -510,6 +510,17 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
             _ => "ms",
         };
         assert_eq!(unit, expected, "{r}");
+        // The floor beside every add, sample and prioritized figure (and only there),
+        // with the figure as a percentage of it.
+        if expected == "ms" {
+            assert!(r["floor"].is_null() && r["of_floor_pct"].is_null(), "{r}");
+        } else {
+            let floor = r["floor"].as_f64().unwrap();
+            assert!(floor > 0.0, "{r}");
+            let pct = r["of_floor_pct"].as_f64().unwrap();
+            assert!((pct - 100.0 * med / floor).abs() < 1e-6 * pct, "{r}");
+        }
+        assert!(r["vs_baseline"].is_null(), "{r}");
     }
     // W1 items are 165 bytes; the quick capacity is 62,500.
     let data = |i: usize| rows[i]["data_bytes"].as_u64().unwrap();
@@ -525,6 +536,62 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
     );
     let o = run(&["bench", "--workload", "w9", "--quick"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // Against a saved run: each figure as how many times better than the baseline's.
+    let base = d.path().join("base.json");
+    std::fs::write(&base, halved_rates(&v)).unwrap();
+    let again = run(&[
+        "bench",
+        "--workload",
+        "w1",
+        "--quick",
+        "--runs",
+        "1",
+        "--json",
+        "--baseline",
+        base.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", text(&again));
+    let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    for (r, b) in w["results"].as_array().unwrap().iter().zip(rows) {
+        let (ours, theirs) = (r["median"].as_f64().unwrap(), b["median"].as_f64().unwrap());
+        let want = if r["unit"] == "ms" {
+            theirs / ours
+        } else {
+            2.0 * ours / theirs
+        };
+        assert!(
+            (r["vs_baseline"].as_f64().unwrap() - want).abs() < 1e-9 * want,
+            "{r} {b}"
+        );
+    }
+    std::fs::write(&base, "[1, 2]").unwrap();
+    let bad = run(&[
+        "bench",
+        "--workload",
+        "w1",
+        "--quick",
+        "--baseline",
+        base.to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("base.json") && text(&bad).contains("results"),
+        "{}",
+        text(&bad)
+    );
+}
+
+/// `v` with every rate halved (times left as they are): a baseline the next run beats
+/// twice over, to check the ratio's direction.
+fn halved_rates(v: &serde_json::Value) -> String {
+    let mut v = v.clone();
+    for r in v["results"].as_array_mut().unwrap() {
+        if r["unit"] != "ms" {
+            r["median"] = serde_json::json!(r["median"].as_f64().unwrap() / 2.0);
+        }
+    }
+    v.to_string()
 }
 
 #[test]

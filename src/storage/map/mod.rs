@@ -357,6 +357,20 @@ pub(crate) fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Asks the CPU to bring in the cache lines of `bytes`' first [`PREFETCH_BYTES`], as a
+/// gather does for a row it copies soon: the safe form, for code outside `storage/`
+/// held to the same means (the bench's floor kernels).
+#[inline(always)]
+pub fn prefetch_bytes(bytes: &[u8]) {
+    let start = bytes.as_ptr() as usize;
+    let end = start + bytes.len().min(PREFETCH_BYTES);
+    let mut line = start & !63;
+    while line < end {
+        prefetch(line as *const u8);
+        line += 64;
+    }
+}
+
 /// Where logical indices live: `segments[slot >> shift]`, row `slot & mask`, with
 /// `slot = base_slot + (index - base_index)` wrapped once at `capacity`.
 #[derive(Debug, Clone, Copy)]
