@@ -8,6 +8,14 @@ Each (library, workload) runs in its own child process, so peak memory is its ow
 one library's page cache use does not tilt the next one's figures more than the machine
 already does. Medians of --runs runs with min-max; --quick divides capacities and
 iteration counts by 16.
+
+What is timed: addB makes the buffer inside the timed fill (a library that allocates and
+touches its whole ring in its constructor, as cpprb does, pays for it there); addB_lap is
+one more capacity's worth added to the full ring; sample drops each batch before the
+next, sample_out draws into the arrays of one kept batch (replaystore's out=), and
+sample_kept keeps every batch alive (W2: ~9 GB of new memory per run). Beside
+replaystore's figures, the floor of this host (`replaystore bench --floors`, found as
+$REPLAYSTORE_BIN, target/release/replaystore or on PATH) and ours as a share of it.
 """
 
 from __future__ import annotations
@@ -72,6 +80,12 @@ class Replaystore:
 
     def sample(self, n):
         return self.buf.sample(n)
+
+    def sample_out(self, n, iters):
+        # A training loop that keeps one batch's arrays and draws into them.
+        out = self.buf.sample(n)
+        for _ in range(iters):
+            self.buf.sample(n, out=out)
 
     def settle(self):
         # Sealed, as after a trainer's first checkpoint: every sampled row is then
@@ -287,20 +301,55 @@ def child(lib_name, workload, quick, runs, scratch):
     n1 = min(capacity, 100_000 // div)
     timed("add1", lambda: [b.add1(one[i % len(one)]) for i in range(n1)], n1)
     b.close()
-    b = fresh(False)
     chunk = 1000
-    fill = lambda: [b.add_batch({k: v[i:i + chunk] for k, v in rows.items()}) for i in range(0, capacity, chunk)]
+    made = []
+
+    def fill():
+        # The buffer is made inside the timed fill: a library that allocates (and
+        # touches) its whole ring in its constructor, as cpprb does, pays for it here
+        # as one that maps its files lazily pays in its adds.
+        made.append(fresh(False))
+        for i in range(0, capacity, chunk):
+            made[-1].add_batch({k: v[i:i + chunk] for k, v in rows.items()})
+
     if getattr(lib, "NO_BATCH_ADD", False):
         fill()  # filled row by row for the sampling figures, not timed as a batch add
     else:
-        timed("addB", fill, capacity)
+        for _ in range(runs):
+            t = time.perf_counter()
+            fill()
+            results.setdefault("addB", []).append(capacity / (time.perf_counter() - t))
+            if len(made) > 1:
+                old = made.pop(0)
+                old.close()
+                if getattr(old, "path", None):
+                    shutil.rmtree(old.path, ignore_errors=True)
+        print(json.dumps(results), flush=True)
+    b = made[-1]
+    if not getattr(lib, "NO_BATCH_ADD", False):
+        # A lap over the full ring: what a long run adds at, every page already there.
+        timed("addB_lap", lambda: [b.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
+                                   for i in range(0, capacity, chunk)], capacity)
     getattr(b, "settle", lambda: None)()
-    timed("sample", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
+
+    def sample_dropped():
+        # Each batch dropped before the next, as a training step does: what is timed is
+        # the draw, not the growth of the process by a batch per call.
+        for _ in range(iters):
+            b.sample(batch_n)
+
+    timed("sample", sample_dropped, iters)
+    if hasattr(b, "sample_out"):
+        timed("sample_out", lambda: b.sample_out(batch_n, iters), iters)
+    # Every batch kept alive, as the first version of this script did (W2: ~9 GB of
+    # new memory per run, a page fault per 4 KiB): a figure of the allocator and the
+    # kernel as much as of the library.
+    timed("sample_kept", lambda: [b.sample(batch_n) for _ in range(iters)], iters)
     b.close()
     # Only one buffer and no source rows alive from here on: a library's save may need
     # memory of its own (cpprb's and Tianshou's W2 saves were killed for want of it
     # while the uniform buffer and 2.8 GB of source rows were still held).
-    del b, fill
+    del b, fill, made
     p = fresh(True)
     for i in range(0, capacity, chunk):
         p.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
@@ -355,10 +404,46 @@ def child(lib_name, workload, quick, runs, scratch):
     print(json.dumps(results))
 
 
-UNITS = {"add1": "items/s", "addB": "items/s", "sample": "batches/s", "per": "it/s",
+UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s", "sample": "batches/s", "sample_out": "batches/s",
+         "sample_kept": "batches/s", "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
          "reader_pread_sample": "batches/s", "reader_pread_peak_mib": "MiB",
          "reader_mapped_sample": "batches/s", "reader_mapped_peak_mib": "MiB"}
+
+
+# Which floor (`replaystore bench --floors`) bounds each figure, and the factor from the
+# floor's unit (M items/s, k batches/s, k it/s) to this script's.
+FLOOR_OF = {"add1": ("add1", 1e6), "addB": ("addB", 1e6), "addB_lap": ("addB", 1e6),
+            "sample": ("sample", 1e3), "sample_out": ("sample", 1e3), "sample_kept": ("sample", 1e3),
+            "per": ("per", 1e3), "reader_pread_sample": ("sample", 1e3),
+            "reader_mapped_sample": ("sample", 1e3)}
+
+
+def replaystore_cli():
+    """The `replaystore` command: $REPLAYSTORE_BIN, the checkout's release build, or PATH."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "release", "replaystore")
+    for c in (os.environ.get("REPLAYSTORE_BIN"), here, shutil.which("replaystore")):
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def floors(workload, quick, runs):
+    """This host's floors for `workload`, measured now by `replaystore bench --floors`
+    (plain Rust kernels over memory of the buffer's size: docs/WORKLOADS.md, "Floors"),
+    as {figure: [values in this script's units]}; {} without the command."""
+    cli = replaystore_cli()
+    if cli is None:
+        return {}
+    cmd = [cli, "bench", "--workload", workload, "--floors", "--json", "--runs", str(runs)]
+    if quick:
+        cmd.append("--quick")
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"floors of {workload}: {out.stderr.strip()[-500:]}", file=sys.stderr)
+        return {}
+    medians = {r["workload"].split("-", 1)[1]: r["median"] for r in json.loads(out.stdout)["results"]}
+    return {key: [medians[f] * scale] for key, (f, scale) in FLOOR_OF.items() if f in medians}
 
 
 def fmt(vals):
@@ -390,8 +475,11 @@ def main():
     scratch = tempfile.mkdtemp(prefix="replaystore-compare-")
     table = {}
     failed = {}
+    floor = {}
     try:
         for w in args.workloads.split(","):
+            # Measured in the same run as the libraries, before them.
+            floor[w] = floors(w, args.quick, args.runs)
             for lib in libs:
                 cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
@@ -409,19 +497,22 @@ def main():
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
-        print(json.dumps({f"{w}/{lib}": r for (w, lib), r in table.items()}))
+        out = {f"{w}/{lib}": r for (w, lib), r in table.items()}
+        out.update({f"{w}/floor": f for w, f in floor.items()})
+        print(json.dumps(out))
         return
     others = [lib for lib in libs if lib != "replaystore"]
     ratio_cols = [f"vs {lib}" for lib in others] if "replaystore" in libs else []
-    print(f"{'figure':<18} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs)
-          + "".join(f"{c:>13}" for c in ratio_cols))
+    floor_cols = ["floor", "ours/floor"] if "replaystore" in libs and any(floor.values()) else []
+    print(f"{'figure':<20} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs)
+          + "".join(f"{c:>13}" for c in ratio_cols + floor_cols))
     for w in args.workloads.split(","):
         for key, unit in UNITS.items():
             cells = [table[(w, lib)].get(key) for lib in libs]
             if not any(cells):
                 continue
             shown = [fmt(c) if c else ("failed" if (w, lib) in failed else "-") for c, lib in zip(cells, libs)]
-            line = f"{w + '-' + key:<18} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
+            line = f"{w + '-' + key:<20} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
             ours = table[(w, "replaystore")].get(key) if "replaystore" in libs else None
             for lib in others if ratio_cols else []:
                 theirs = table[(w, lib)].get(key)
@@ -431,12 +522,21 @@ def main():
                     line += f"{ratio:>12.2f}x"
                 else:
                     line += f"{'-':>13}"
+            if floor_cols:
+                f = floor[w].get(key)
+                if f and ours:
+                    line += f"{f[0]:>13.4g}{100 * statistics.median(ours) / f[0]:>12.0f}%"
+                else:
+                    line += f"{'-':>13}{'-':>13}"
             print(line)
     if skipped:
         print(f"(not installed, left out: {', '.join(skipped)})")
     for (w, lib), why in failed.items():
         print(f"({lib} could not run {w}: {why})")
     print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
+    if floor_cols:
+        print("floor: the same work by a plain Rust kernel over memory of the same size, this host, "
+              "this run (replaystore bench --floors); ours/floor: replaystore's median as a share of it")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ use replaystore::{Batch, Config, Error, ReplayBuffer, Request};
 use serde_json::json;
 
 use crate::floor::{Arena, Tree8};
-use crate::row::{Row, median, min_max};
+use crate::row::{Row, min_max};
 
 /// Items added before each timed checkpoint.
 const STEP: u64 = 32;
@@ -46,15 +46,12 @@ fn throughput(
     let item_bytes = w.schema()?.item_bytes() as u64;
     let data = capacity * item_bytes;
     let mut rows = Vec::new();
-    // The floors' ring, of the buffer's size and row shape, before the buffer fills the
-    // page cache (both fit in memory together on the standard workloads).
-    let widths: Vec<usize> = w.schema()?.fields().iter().map(|f| f.bytes()).collect();
-    let mut arena = Arena::new(&widths, capacity as usize).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        op: "map the floors' anonymous ring",
-        source,
-    })?;
-    let floor = |f: &mut dyn FnMut() -> f64| median(&(0..runs).map(|_| f()).collect::<Vec<_>>());
+    // Measured first, and their ring let go before the buffer fills the page cache.
+    let floors = floor_rows(w, capacity, dir, runs, batches)?;
+    let floor = |name: &str| {
+        let full = format!("{}-{name}", w.name());
+        floors.iter().find(|r| r.name == full).map(Row::median)
+    };
     let path = dir.join(format!("{}-plain", w.name()));
     let mut buf = ReplayBuffer::create(&path, Config::new(w.schema()?, capacity).seed(1))?;
     let mut add1 = Row::new(format!("{}-add1", w.name()), "M items/s", data);
@@ -64,7 +61,7 @@ fn throughput(
         add1.values
             .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
     }
-    add1.floor = Some(floor(&mut || arena.add_rate(capacity as usize, 1)) / 1e6);
+    add1.floor = floor("add1");
     rows.push(add1);
     if w == Workload::W1 {
         let mut add_b = Row::new(format!("{}-addB", w.name()), "M items/s", data);
@@ -79,7 +76,7 @@ fn throughput(
                 .values
                 .push(capacity as f64 / t.elapsed().as_secs_f64() / 1e6);
         }
-        add_b.floor = Some(floor(&mut || arena.add_rate(capacity as usize, 1000)) / 1e6);
+        add_b.floor = floor("addB");
         rows.push(add_b);
     }
     let n = if w == Workload::W1 { 256 } else { 32 };
@@ -87,7 +84,6 @@ fn throughput(
     // against its checksum. The same draws unchecked give the check's cost in one sitting.
     buf.flush()?;
     let mut batch = Batch::default();
-    let sample_floor = floor(&mut || arena.sample_rate(n, batches)) / 1e3;
     for (checks, name) in [(true, "sample"), (false, "sample unchecked")] {
         buf.set_read_checks(checks);
         let mut sample = Row::new(format!("{}-{name}", w.name()), "k batches/s", data);
@@ -100,7 +96,7 @@ fn throughput(
                 .values
                 .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
         }
-        sample.floor = Some(sample_floor);
+        sample.floor = floor("sample");
         rows.push(sample);
     }
     buf.close()?;
@@ -128,10 +124,52 @@ fn throughput(
         per.values
             .push(batches as f64 / t.elapsed().as_secs_f64() / 1e3);
     }
-    let mut tree = Tree8::new(capacity as usize, 1.0);
-    per.floor = Some(floor(&mut || arena.per_rate(&mut tree, n, batches, 0.4)) / 1e3);
+    per.floor = floor("per");
     rows.push(per);
     buf.close()?;
+    Ok(rows)
+}
+
+/// One floor kernel: a rate, measured on the ring it is given.
+type Kernel<'a> = dyn FnMut(&mut Arena) -> f64 + 'a;
+
+/// The floors of one workload's add1, addB, sample and per figures (`floor.rs`), each
+/// a row of `runs` runs in the unit of the figure it bounds.
+fn floor_rows(
+    w: Workload,
+    capacity: u64,
+    dir: &Path,
+    runs: usize,
+    batches: usize,
+) -> Result<Vec<Row>, Error> {
+    let data = capacity * w.schema()?.item_bytes() as u64;
+    let widths: Vec<usize> = w.schema()?.fields().iter().map(|f| f.bytes()).collect();
+    let mut arena = Arena::new(&widths, capacity as usize).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        op: "map the floors' anonymous ring",
+        source,
+    })?;
+    let cap = capacity as usize;
+    let n = if w == Workload::W1 { 256 } else { 32 };
+    let mut tree = Tree8::new(cap, 1.0);
+    let mut rows = Vec::new();
+    let kernels: [(&str, &str, f64, &mut Kernel<'_>); 4] = [
+        ("add1", "M items/s", 1e6, &mut |a| a.add_rate(cap, 1)),
+        ("addB", "M items/s", 1e6, &mut |a| a.add_rate(cap, 1000)),
+        ("sample", "k batches/s", 1e3, &mut |a| {
+            a.sample_rate(n, batches)
+        }),
+        ("per", "k it/s", 1e3, &mut |a| {
+            a.per_rate(&mut tree, n, batches, 0.4)
+        }),
+    ];
+    for (name, unit, scale, kernel) in kernels {
+        let mut row = Row::new(format!("{}-{name}", w.name()), unit, data);
+        for _ in 0..runs {
+            row.values.push(kernel(&mut arena) / scale);
+        }
+        rows.push(row);
+    }
     Ok(rows)
 }
 
@@ -199,6 +237,7 @@ pub fn run(
     dir: Option<PathBuf>,
     as_json: bool,
     baseline: Option<PathBuf>,
+    floors_only: bool,
 ) -> Result<ExitCode, Error> {
     let (workloads, w3): (Vec<Workload>, bool) = match workload.to_ascii_lowercase().as_str() {
         "w1" => (vec![Workload::W1], false),
@@ -231,10 +270,14 @@ pub fn run(
             });
         }
         let batches = if quick { 10_000 / 16 } else { 10_000 };
-        let measured = throughput(w, capacity, &scratch, runs, batches).and_then(|mut r| {
-            r.extend(checkpoints(w, capacity, &scratch, runs)?);
-            Ok(r)
-        });
+        let measured = if floors_only {
+            floor_rows(w, capacity, &scratch, runs, batches)
+        } else {
+            throughput(w, capacity, &scratch, runs, batches).and_then(|mut r| {
+                r.extend(checkpoints(w, capacity, &scratch, runs)?);
+                Ok(r)
+            })
+        };
         bar.inc(1);
         match measured {
             Ok(r) => rows.extend(r),
@@ -244,7 +287,7 @@ pub fn run(
             }
         }
     }
-    if w3 && result.is_ok() {
+    if w3 && !floors_only && result.is_ok() {
         let capacity = Workload::W1.capacity() / if quick { 16 } else { 1 };
         if !as_json {
             bar.suspend(|| {

@@ -101,6 +101,10 @@ enum Command {
         /// times better it is than the same figure there.
         #[arg(long)]
         baseline: Option<PathBuf>,
+        /// Only the floors (the plain kernels' figures, as the rows they bound): for
+        /// another benchmark (python/bench/compare.py) to set its figures against.
+        #[arg(long)]
+        floors: bool,
     },
     /// W3's reader process (started by `bench`): samples `dir` for `seconds` once a
     /// line arrives on stdin, then prints batches/s and its anonymous resident bytes.
@@ -282,7 +286,8 @@ fn main() -> ExitCode {
             dir,
             json,
             baseline,
-        } => bench::run(&workload, quick, runs, dir, json, baseline).map_err(Failure::from),
+            floors,
+        } => bench::run(&workload, quick, runs, dir, json, baseline, floors).map_err(Failure::from),
         Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds).map_err(Failure::from),
         Command::Snapshots {
             dir,

@@ -565,6 +565,40 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
             "{r} {b}"
         );
     }
+    // The floors alone, as rows of the figures they bound.
+    let floors = run(&[
+        "bench",
+        "--workload",
+        "w1",
+        "--quick",
+        "--runs",
+        "1",
+        "--floors",
+        "--json",
+    ]);
+    assert!(floors.status.success(), "{}", text(&floors));
+    let f: serde_json::Value = serde_json::from_slice(&floors.stdout).unwrap();
+    let f: Vec<(&str, &str, f64)> = (f["results"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap(),
+                r["unit"].as_str().unwrap(),
+                r["median"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let names: Vec<_> = f.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        names,
+        [
+            ("W1-add1", "M items/s"),
+            ("W1-addB", "M items/s"),
+            ("W1-sample", "k batches/s"),
+            ("W1-per", "k it/s")
+        ]
+    );
+    assert!(f.iter().all(|r| r.2 > 0.0), "{f:?}");
+
     std::fs::write(&base, "[1, 2]").unwrap();
     let bad = run(&[
         "bench",
