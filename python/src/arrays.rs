@@ -5,7 +5,8 @@
 
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{
-    PyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
+    PyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
@@ -399,11 +400,7 @@ impl<'py> OutArrays<'py> {
                         .map_or_else(|_| "?".into(), |n| n.to_string())
                 ))
             })?;
-            let code = array
-                .getattr("dtype")?
-                .getattr("str")?
-                .extract::<String>()?;
-            let dtype = DType::from_numpy_str(&code)
+            let dtype = engine_dtype(array)
                 .map_err(|e| SchemaError::new_err(format!("out[{name:?}]: {e}")))?;
             if !array.is_c_contiguous() {
                 return Err(SchemaError::new_err(format!(
@@ -459,6 +456,42 @@ impl<'py> OutArrays<'py> {
             }
         }
         Ok(d)
+    }
+}
+
+/// The engine dtype of `array`, read from its descriptor's fields: `dtype.str` formats
+/// a string on every call (a third of an `out=` draw's overhead on W1). A dtype the
+/// engine lacks is refused as the schema's parser words it.
+fn engine_dtype(array: &Bound<'_, PyUntypedArray>) -> Result<DType, String> {
+    let d = array.dtype();
+    let (kind, size, order) = (d.kind(), d.itemsize(), d.byteorder());
+    // '=' is native order; '|' has none (one byte); '>' is big-endian.
+    let little =
+        order == b'<' || order == b'|' || (order == b'=' && cfg!(target_endian = "little"));
+    let found = match (kind, size) {
+        (b'b', 1) => Some(DType::Bool),
+        (b'u', 1) => Some(DType::U8),
+        (b'i', 1) => Some(DType::I8),
+        (b'u', 2) => Some(DType::U16),
+        (b'i', 2) => Some(DType::I16),
+        (b'u', 4) => Some(DType::U32),
+        (b'i', 4) => Some(DType::I32),
+        (b'u', 8) => Some(DType::U64),
+        (b'i', 8) => Some(DType::I64),
+        (b'f', 4) => Some(DType::F32),
+        (b'f', 8) => Some(DType::F64),
+        _ => None,
+    };
+    match found {
+        Some(t) if little => Ok(t),
+        _ => {
+            let code = (d.getattr("str").and_then(|c| c.extract::<String>()))
+                .map_err(|e| e.to_string())?;
+            Err(match DType::from_numpy_str(&code) {
+                Err(e) => e,
+                Ok(_) => format!("dtype {code:?} is not little-endian"),
+            })
+        }
     }
 }
 

@@ -106,6 +106,7 @@ def test_an_array_that_does_not_fit_the_draw_is_refused_by_name(buf):
     wrong(buf, r'out\["obs"\]: the array is not C-contiguous', obs=np.empty((3, 16), np.float32).T)
     wrong(buf, r'out\["obs"\]: expected a numpy array, got list', obs=[[0.0] * 3] * 16)
     wrong(buf, r'out\["obs"\]: dtype "<f2" has no replaystore equivalent', obs=np.empty((16, 3), np.float16))
+    wrong(buf, r'out\["obs"\]: .*>f4', obs=np.empty((16, 3), ">f4"))
     ro = np.empty((16, 3), np.float32)
     ro.flags.writeable = False
     wrong(buf, r'out\["obs"\]: cannot write into it', obs=ro)
