@@ -56,6 +56,25 @@ struct PairKeys([u64; 4]);
 
 const _: () = assert!(std::mem::size_of::<PairKeys>() == 32);
 
+/// Four block keys, loaded 64 bytes at a time by the 512-bit loop, aligned to a cache
+/// line as [`PairKeys`] is to half of one.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct QuadKeys([u64; 8]);
+
+const _: () = assert!(std::mem::size_of::<QuadKeys>() == 64);
+
+/// How many 16-byte blocks one carry-less multiply takes on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Width {
+    /// PCLMULQDQ: one.
+    One,
+    /// VPCLMULQDQ on 256 bits (AVX2): two.
+    Two,
+    /// VPCLMULQDQ on 512 bits (AVX-512F): four.
+    Four,
+}
+
 /// The constants of the carry-less path for one span length.
 #[derive(Debug, Clone)]
 struct Folds {
@@ -73,10 +92,13 @@ struct Folds {
     /// `block_keys` in pairs for 32-byte loads: blocks 2p + 2 (the lower half) and
     /// 2p + 1 (the upper).
     pair_keys: Vec<PairKeys>,
+    /// `block_keys` in fours for 64-byte loads: blocks 4q + 4 (the lowest lanes), 4q + 3,
+    /// 4q + 2 and 4q + 1 (the highest).
+    quad_keys: Vec<QuadKeys>,
     /// Folds a window's sum one window further.
     window_keys: [u64; 2],
-    /// The CPU folds two blocks per instruction (VPCLMULQDQ on 256 bits).
-    wide: bool,
+    /// Blocks per multiply on this CPU: which loop `crc_at` runs.
+    width: Width,
 }
 
 impl SpanCrc {
@@ -108,13 +130,13 @@ impl SpanCrc {
         #[cfg(target_arch = "x86_64")]
         if let Some(f) = &self.folds {
             // SAFETY: `folds` exists only where `has_clmul` found the instructions, and
-            // `wide` only where `has_wide_clmul` found the wider ones; the caller vouches
+            // `width` names only forms `clmul_width` found; the caller vouches
             // for `len` readable bytes, which `Folds::new(len)` sized.
             return unsafe {
-                if f.wide {
-                    folded_wide(f, initial, src)
-                } else {
-                    folded(f, initial, src)
+                match f.width {
+                    Width::Four => folded_512(f, initial, src),
+                    Width::Two => folded_wide(f, initial, src),
+                    Width::One => folded(f, initial, src),
                 }
             };
         }
@@ -123,17 +145,19 @@ impl SpanCrc {
     }
 }
 
-/// Whether this CPU multiplies two pairs of lanes carry-less per instruction.
-fn has_wide_clmul() -> bool {
+/// How many blocks this CPU multiplies carry-less per instruction.
+fn clmul_width() -> Width {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("vpclmulqdq")
-            && std::arch::is_x86_feature_detected!("avx2")
+        use std::arch::is_x86_feature_detected as has;
+        if has!("vpclmulqdq") && has!("avx512f") && has!("avx2") {
+            return Width::Four;
+        }
+        if has!("vpclmulqdq") && has!("avx2") {
+            return Width::Two;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Width::One
 }
 
 /// Whether this CPU multiplies carry-less (checked once; the standard library caches it).
@@ -246,6 +270,13 @@ impl Folds {
                 _ => PairKeys([0; 4]),
             })
             .collect();
+        let quad_keys = block_keys
+            .chunks_exact(4)
+            .map(|q| match q {
+                [a, b, c, d] => QuadKeys([d[0], d[1], c[0], c[1], b[0], b[1], a[0], a[1]]),
+                _ => QuadKeys([0; 8]),
+            })
+            .collect();
         Folds {
             target,
             first_mask,
@@ -253,8 +284,9 @@ impl Folds {
             middle: blocks - 1,
             block_keys,
             pair_keys,
+            quad_keys,
             window_keys: keys(8 * WINDOW as u64),
-            wide: has_wide_clmul(),
+            width: clmul_width(),
         }
     }
 }
@@ -337,6 +369,72 @@ unsafe fn folded_wide(f: &Folds, initial: u32, src: *const u8) -> u32 {
             // SAFETY: block base + count <= middle, inside the span as in `folded`.
             let block = unsafe { load16(src.add(f.target - 16 * (base + count))) };
             part = _mm_xor_si128(part, fold(block, keys16(k)));
+        }
+        sum = _mm_xor_si128(fold(sum, window), part);
+    }
+    acc = _mm_xor_si128(acc, sum);
+    reduce(acc)
+}
+
+/// [`folded`] with four blocks per multiply (VPCLMULQDQ on 512 bits): the same sums.
+/// A sealed W2 row (28 KB) is checked at each draw, so this loop's throughput is a
+/// share of every checked Atari sample.
+///
+/// # Safety
+/// `src` must be valid for reads of `f.target + 16` bytes. (The CPU must have the
+/// features the attribute names.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "pclmulqdq,vpclmulqdq,avx512f")]
+unsafe fn folded_512(f: &Folds, initial: u32, src: *const u8) -> u32 {
+    use std::arch::x86_64::{
+        __m512i, _mm_setzero_si128, _mm_xor_si128, _mm512_castsi512_si128,
+        _mm512_clmulepi64_epi128, _mm512_extracti32x4_epi32, _mm512_load_si512, _mm512_loadu_si512,
+        _mm512_setzero_si512, _mm512_xor_si512,
+    };
+    // SAFETY: as the caller vouched.
+    let mut acc = unsafe { ends(f, initial, src) };
+    let window = keys16(&f.window_keys);
+    let mut sum = _mm_setzero_si128();
+    for w in (0..f.middle.div_ceil(WINDOW_BLOCKS)).rev() {
+        let base = w * WINDOW_BLOCKS;
+        let count = (f.middle - base).min(WINDOW_BLOCKS);
+        let mut quads = _mm512_setzero_si512();
+        for (q, keys) in f.quad_keys.iter().take(count / 4).enumerate() {
+            // SAFETY: blocks j + 3 .. j (j = base + 4q + 1, j + 3 <= middle) are the 64
+            // bytes from target - 16(j + 3) >= 1, inside the span; `keys` is a
+            // 64-byte-aligned QuadKeys.
+            let (x, k) = unsafe {
+                (
+                    _mm512_loadu_si512(
+                        src.add(f.target - 16 * (base + 4 * q + 4))
+                            .cast::<__m512i>(),
+                    ),
+                    _mm512_load_si512(std::ptr::from_ref(keys).cast::<__m512i>()),
+                )
+            };
+            let x = _mm512_xor_si512(
+                _mm512_clmulepi64_epi128::<0x00>(x, k),
+                _mm512_clmulepi64_epi128::<0x11>(x, k),
+            );
+            quads = _mm512_xor_si512(quads, x);
+        }
+        let mut part = _mm_xor_si128(
+            _mm_xor_si128(
+                _mm512_castsi512_si128(quads),
+                _mm512_extracti32x4_epi32::<1>(quads),
+            ),
+            _mm_xor_si128(
+                _mm512_extracti32x4_epi32::<2>(quads),
+                _mm512_extracti32x4_epi32::<3>(quads),
+            ),
+        );
+        // The window's last blocks (fewer than four), one at a time.
+        for i in (count / 4 * 4)..count {
+            if let Some(k) = f.block_keys.get(i) {
+                // SAFETY: block base + i + 1 <= middle, inside the span as in `folded`.
+                let block = unsafe { load16(src.add(f.target - 16 * (base + i + 1))) };
+                part = _mm_xor_si128(part, fold(block, keys16(k)));
+            }
         }
         sum = _mm_xor_si128(fold(sum, window), part);
     }
@@ -497,10 +595,16 @@ mod tests {
                     // `len` bytes.
                     let narrow = unsafe { folded(f, initial, data.as_ptr()) };
                     assert_eq!(narrow, want, "128-bit path, len {len}");
-                    if f.wide {
-                        // SAFETY: `wide` is set where the CPU has the 256-bit forms.
+                    if f.width != Width::One {
+                        // SAFETY: a width above one is set only where the CPU has the
+                        // 256-bit forms (`clmul_width` asks for AVX2 with AVX-512).
                         let wide = unsafe { folded_wide(f, initial, data.as_ptr()) };
                         assert_eq!(wide, want, "256-bit path, len {len}");
+                    }
+                    if f.width == Width::Four {
+                        // SAFETY: `Four` is set where the CPU has the 512-bit forms.
+                        let w512 = unsafe { folded_512(f, initial, data.as_ptr()) };
+                        assert_eq!(w512, want, "512-bit path, len {len}");
                     }
                 }
             }
