@@ -105,6 +105,9 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
         return None;
     }
     let dtype = field.dtype();
+    if let Some(bytes) = numpy_scalar(dtype, value) {
+        return Some(bytes);
+    }
     if value.is_instance_of::<PyBool>() {
         let b = value.extract::<bool>().ok()?;
         return (dtype == DType::Bool).then(|| dtype.encode_f64(f64::from(u8::from(b))));
@@ -146,6 +149,43 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
         });
     }
     None
+}
+
+/// A NumPy scalar of exactly `dtype` (what indexing a row of a NumPy batch gives, such
+/// as `rewards[i]`), encoded from its value: it holds the field's type, so nothing can
+/// change. Any other value is `None` and goes the checked ways; before this, such
+/// scalars went through `_convert.field_array`, most of a W2 `add` from Python.
+fn numpy_scalar(dtype: DType, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
+    let py = value.py();
+    macro_rules! exact {
+        ($t:ty) => {
+            value.get_type().is(&numpy::dtype::<$t>(py).typeobj())
+        };
+    }
+    let int = |v: &Bound<'_, PyAny>| {
+        let v = v.extract::<i128>().ok()?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(v.to_le_bytes().get(..8)?);
+        Some(b)
+    };
+    match dtype {
+        DType::Bool if exact!(bool) => {
+            let b = value.extract::<bool>().ok()?;
+            Some(dtype.encode_f64(f64::from(u8::from(b))))
+        }
+        DType::U8 if exact!(u8) => int(value),
+        DType::I8 if exact!(i8) => int(value),
+        DType::U16 if exact!(u16) => int(value),
+        DType::I16 if exact!(i16) => int(value),
+        DType::U32 if exact!(u32) => int(value),
+        DType::I32 if exact!(i32) => int(value),
+        DType::U64 if exact!(u64) => int(value),
+        DType::I64 if exact!(i64) => int(value),
+        // A float32's value is exactly a double's, and back.
+        DType::F32 if exact!(f32) => Some(dtype.encode_f64(value.extract::<f64>().ok()?)),
+        DType::F64 if exact!(f64) => Some(dtype.encode_f64(value.extract::<f64>().ok()?)),
+        _ => None,
+    }
 }
 
 /// Reads `value` for `field`: an ndarray must already have the field's dtype and be

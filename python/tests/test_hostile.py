@@ -138,3 +138,40 @@ def test_a_python_value_that_would_change_on_conversion_is_refused(tmp_path, fie
         assert got["done"].tolist() == [True, False, False]
         assert got["reward"].tolist() == [1.0, float("inf"), 0.25]
         assert got["action"].tolist() == [7, 1, 4]
+
+
+def test_numpy_scalars_of_the_fields_dtype_are_stored_bit_for_bit(tmp_path):
+    # What `batch[k][i]` gives: NumPy scalars of the field's own dtype, at the edges of
+    # each type. They take a fast path; these must come back exactly.
+    kinds = ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64",
+             "int64", "float32", "float64"]
+    schema = {k: k for k in kinds}
+    rows = []
+    for pick in (min, max):
+        row = {}
+        for k in kinds:
+            t = np.dtype(k)
+            if t.kind == "b":
+                row[k] = np.bool_(pick is max)
+            elif t.kind == "f":
+                row[k] = t.type(np.finfo(t).max if pick is max else np.finfo(t).tiny)
+            else:
+                row[k] = t.type(np.iinfo(t).max if pick is max else np.iinfo(t).min)
+        rows.append(row)
+    rows.append({**rows[0], "float32": np.float32(-0.0), "float64": np.float64(np.nan)})
+    with rs.ReplayBuffer.create(str(tmp_path / "b"), schema, capacity=8) as buf:
+        for r in rows:
+            buf.add(**r)
+        got = buf.get([0, 1, 2])
+        for i, r in enumerate(rows):
+            for k in kinds:
+                want = np.array([r[k]], dtype=k)
+                assert got[k][i : i + 1].tobytes() == want.tobytes(), (k, i)
+        # A NumPy scalar of another dtype still goes the checked way.
+        with pytest.raises(rs.SchemaError, match="does not fit"):
+            buf.add(**{**rows[0], "uint8": np.int64(300)})
+        with pytest.raises(rs.SchemaError, match="would be truncated"):
+            buf.add(**{**rows[0], "int32": np.float32(1.5)})
+        with pytest.raises(rs.SchemaError, match="too large for float32"):
+            buf.add(**{**rows[0], "float32": np.float64(1e300)})
+        assert len(buf) == 3
