@@ -10,7 +10,7 @@ pub(crate) struct Row {
     pub data_bytes: u64,
     pub written_bytes: Vec<u64>,
     /// The same work by the plainest kernel on this host (`floor.rs`), in `unit`: the
-    /// median of as many runs as `values`.
+    /// best of as many runs as `values` (a floor is what the host can do).
     pub floor: Option<f64>,
 }
 
