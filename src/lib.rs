@@ -109,5 +109,5 @@ pub mod internal {
     pub use crate::parts::priorities::PriorityInfo;
     pub use crate::parts::snapshot::snapshot_dir;
     pub use crate::sink::check_rows;
-    pub use crate::storage::map::prefetch_bytes;
+    pub use crate::storage::map::{copy_field, prefetch_bytes};
 }

@@ -85,8 +85,8 @@ impl Arena {
     }
 
     /// Copies the rows `indices` names into `outs` (one array per field), as a gather
-    /// does: each row prefetched `AHEAD` rows before it is copied, each field moved
-    /// inline.
+    /// does: each row prefetched `AHEAD` rows before it is copied, each field moved with
+    /// the engine's small-field copy.
     fn gather(&self, indices: &[u64], outs: &mut [Vec<u8>]) {
         for &i in indices.iter().take(AHEAD) {
             self.touch(i as usize);
@@ -102,7 +102,7 @@ impl Arena {
             for (out, &w) in outs.iter_mut().zip(&self.widths) {
                 let (field, rest) = row.split_at(w);
                 if let Some(dst) = out.get_mut(r * w..(r + 1) * w) {
-                    copy_small(field, dst);
+                    replaystore::internal::copy_field(field, dst);
                 }
                 row = rest;
             }
@@ -278,38 +278,6 @@ impl Tree8 {
 
 /// Rows ahead of the copy that a gather prefetches (the engine's distance).
 const AHEAD: usize = 32;
-
-/// `src` into `dst` (of the same length): fields of up to 255 bytes as two
-/// overlapping moves of the largest power of two not above their length, chosen by one
-/// jump on its bit width (a call into memcpy costs more than a field of a few bytes).
-#[inline(always)]
-fn copy_small(src: &[u8], dst: &mut [u8]) {
-    match src.len().checked_ilog2() {
-        None => {}
-        Some(0) => dst.copy_from_slice(src),
-        Some(1) => two::<2>(src, dst),
-        Some(2) => two::<4>(src, dst),
-        Some(3) => two::<8>(src, dst),
-        Some(4) => two::<16>(src, dst),
-        Some(5) => two::<32>(src, dst),
-        Some(6) => two::<64>(src, dst),
-        Some(7) => two::<128>(src, dst),
-        Some(_) => dst.copy_from_slice(src),
-    }
-}
-
-/// The first and last `N` bytes of `src` (`N <= len <= 2N`) into `dst`'s.
-#[inline(always)]
-fn two<const N: usize>(src: &[u8], dst: &mut [u8]) {
-    if let (Some(&h), Some(&t)) = (src.first_chunk::<N>(), src.last_chunk::<N>()) {
-        if let Some(d) = dst.first_chunk_mut::<N>() {
-            *d = h;
-        }
-        if let Some(d) = dst.last_chunk_mut::<N>() {
-            *d = t;
-        }
-    }
-}
 
 /// A number below `n` from a xorshift draw (multiply and shift: no division).
 fn below(s: &mut u64, n: usize) -> u64 {

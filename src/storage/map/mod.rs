@@ -357,6 +357,16 @@ pub(crate) fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Copies `src` into `dst` with the gather's small-field moves (`copy_small`), over
+/// the shorter of the two lengths: the safe form, for the bench's floor kernels, which
+/// are held to the same means as the engine.
+#[inline(always)]
+pub fn copy_field(src: &[u8], dst: &mut [u8]) {
+    let len = src.len().min(dst.len());
+    // SAFETY: both slices hold at least `len` bytes, and a `&mut` never overlaps a `&`.
+    unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), len) };
+}
+
 /// Asks the CPU to bring in the cache lines of `bytes`' first [`PREFETCH_BYTES`], as a
 /// gather does for a row it copies soon: the safe form, for code outside `storage/`
 /// held to the same means (the bench's floor kernels).
