@@ -105,9 +105,6 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
         return None;
     }
     let dtype = field.dtype();
-    if let Some(bytes) = numpy_scalar(dtype, value) {
-        return Some(bytes);
-    }
     if value.is_instance_of::<PyBool>() {
         let b = value.extract::<bool>().ok()?;
         return (dtype == DType::Bool).then(|| dtype.encode_f64(f64::from(u8::from(b))));
@@ -148,7 +145,8 @@ fn scalar(field: &Field, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
             b
         });
     }
-    None
+    // Last: a Python float, int or bool (np.float64 included) never reaches it.
+    numpy_scalar(dtype, value)
 }
 
 /// A NumPy scalar of exactly `dtype` (what indexing a row of a NumPy batch gives, such
@@ -484,12 +482,9 @@ impl<'py> OutArrays<'py> {
     }
 
     /// The arrays a draw filled, as the dict it returns: the caller's own objects, in
-    /// the draw's order (`filled`, from [`OutSink::filled`]).
-    pub fn into_dict(self, filled: &[usize]) -> PyResult<Bound<'py, PyDict>> {
-        let Some(first) = self.given.first() else {
-            return Err(SchemaError::new_err("out: the dict is empty"));
-        };
-        let d = PyDict::new(first.object.py());
+    /// the draw's order (`filled`, from [`OutSink::into_filled`]).
+    pub fn into_dict(self, py: Python<'py>, filled: &[usize]) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
         for &i in filled {
             if let Some(g) = self.given.get(i) {
                 d.set_item(&g.name, &g.object)?;
@@ -571,8 +566,8 @@ pub struct OutSink<'a> {
 
 impl OutSink<'_> {
     /// Which arrays of `out` the draw filled, in the draw's order.
-    pub fn filled(&self) -> &[usize] {
-        &self.filled
+    pub fn into_filled(self) -> Vec<usize> {
+        self.filled
     }
 }
 

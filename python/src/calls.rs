@@ -189,9 +189,8 @@ pub(crate) fn draw<'py>(
             let mut given = OutArrays::borrow(out)?;
             let mut sink = given.sink()?;
             py.detach(|| sample(&mut sink)).map_err(to_py)?;
-            let filled = sink.filled().to_vec();
-            drop(sink);
-            given.into_dict(&filled)
+            let filled = sink.into_filled();
+            given.into_dict(py, &filled)
         }
     }
 }
