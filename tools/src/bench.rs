@@ -244,18 +244,20 @@ pub fn run(
     baseline: Option<PathBuf>,
     floors_only: bool,
 ) -> Result<ExitCode, Error> {
-    let (workloads, w3): (Vec<Workload>, bool) = match workload.to_ascii_lowercase().as_str() {
-        "w1" => (vec![Workload::W1], false),
-        "w2" => (vec![Workload::W2], false),
-        "w3" => (vec![], true),
-        "all" => (vec![Workload::W1, Workload::W2], true),
-        other => {
-            return Err(Error::InvalidConfig {
-                field: "workload",
-                problem: format!("{other:?} is not W1, W2, W3 or all"),
-            });
-        }
-    };
+    let (workloads, w3, ckpt): (Vec<Workload>, bool, bool) =
+        match workload.to_ascii_lowercase().as_str() {
+            "w1" => (vec![Workload::W1], false, false),
+            "w2" => (vec![Workload::W2], false, false),
+            "w3" => (vec![], true, false),
+            "ckpt" => (vec![], false, true),
+            "all" => (vec![Workload::W1, Workload::W2], true, false),
+            other => {
+                return Err(Error::InvalidConfig {
+                    field: "workload",
+                    problem: format!("{other:?} is not W1, W2, W3, ckpt or all"),
+                });
+            }
+        };
     let runs = runs.max(1);
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let scratch = parent.join(format!("replaystore-bench-{}", std::process::id()));
@@ -305,6 +307,19 @@ pub fn run(
         }
         bar.inc(1);
     }
+    if ckpt && !floors_only && result.is_ok() {
+        // `runs` is the number of checkpoints per case: p99 needs many (100 standard).
+        let calls = if quick { runs.max(20) } else { runs.max(100) };
+        let progress = |case: &str| {
+            if !as_json {
+                bar.suspend(|| eprintln!("ckpt {case}: fill, then {calls} checkpoints..."));
+            }
+        };
+        match crate::ckpt::rows(&scratch, calls, quick, progress) {
+            Ok(r) => rows.extend(r),
+            Err(e) => result = Err(e),
+        }
+    }
     bar.finish_and_clear();
     // The buffers are scratch; an error removing them must not hide the figures.
     let _ = std::fs::remove_dir_all(&scratch);
@@ -321,6 +336,7 @@ pub fn run(
                 json!({
                     "workload": r.name,
                     "median": r.median(),
+                    "p99": r.p99(),
                     "min": lo,
                     "max": hi,
                     "unit": r.unit,
@@ -337,16 +353,26 @@ pub fn run(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<22} {:>10} {:>21} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
-        "workload", "median", "min-max", "unit", "data", "written", "floor", "% floor", "vs base"
+        "{:<24} {:>10} {:>21} {:>9} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
+        "workload",
+        "median",
+        "min-max",
+        "p99",
+        "unit",
+        "data",
+        "written",
+        "floor",
+        "% floor",
+        "vs base"
     );
     for r in &rows {
         let (lo, hi) = min_max(&r.values);
         println!(
-            "{:<22} {:>10.2} {:>21} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
+            "{:<24} {:>10.2} {:>21} {:>9} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
             r.name,
             r.median(),
             format!("{lo:.2}-{hi:.2}"),
+            r.p99().map_or("-".into(), |p| format!("{p:.2}")),
             r.unit,
             crate::info::human(r.data_bytes),
             r.written_bytes

@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod ckpt;
 mod demo;
 mod fail;
 mod floor;
@@ -81,7 +82,9 @@ enum Command {
     /// figure, its floor: the same work by a plain Rust kernel over memory of the same
     /// size and row shape, measured in the same run (no files, checks or crash safety).
     Bench {
-        /// W1, W2, W3 or all.
+        /// W1, W2, W3, all (W1, W2 and W3), or ckpt: checkpoint latency p50/p99 as a
+        /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
+        /// prioritized; --runs is then the number of checkpoints per case, at least 100).
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard

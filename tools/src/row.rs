@@ -30,6 +30,12 @@ impl Row {
         median(&self.values)
     }
 
+    /// The 99th percentile (nearest rank), given only for 20 or more values: fewer say
+    /// nothing about a tail.
+    pub fn p99(&self) -> Option<f64> {
+        (self.values.len() >= 20).then(|| crate::ckpt::quantile(&self.values, 0.99))
+    }
+
     /// The median as a percentage of the floor (a rate: higher is better).
     pub fn of_floor(&self) -> Option<f64> {
         self.floor.map(|f| 100.0 * self.median() / f)
