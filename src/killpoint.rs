@@ -5,7 +5,8 @@
 //! away, so release builds pay nothing.
 //!
 //! Points: `before-stamp` (an item's bytes and priority leaf written, its final stamp
-//! not), `commit-written` (a commit slot written, not yet fdatasynced),
+//! not), `write-behind-started` (rows sealed and their writeback started behind the
+//! tail, no commit covering them yet), `commit-written` (a commit slot written, not yet fdatasynced),
 //! `eviction-written` (an eviction record written, not yet fdatasynced),
 //! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
 //! `restore-mid-links` (a restore's first segment replaced, the others not),

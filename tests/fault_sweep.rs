@@ -149,7 +149,8 @@ fn run_case(root: &Path, case: &Case) -> bool {
     let mut buf = None;
     let mut added = 0;
     let result = match ReplayBuffer::open_with(&dir, io) {
-        Ok(b) => {
+        Ok(mut b) => {
+            b.set_write_behind(common::SMALL_WRITE_BEHIND);
             buf = Some(b);
             case.step.run(&mut buf, &s, &mut added)
         }
@@ -223,6 +224,9 @@ fn count(root: &Path, step: Step) -> (u64, u64) {
     let s = base(&dir);
     let io = Arc::new(FaultyIo::fail_once(u64::MAX));
     let mut buf = Some(ReplayBuffer::open_with(&dir, io.clone()).unwrap());
+    if let Some(b) = buf.as_mut() {
+        b.set_write_behind(common::SMALL_WRITE_BEHIND);
+    }
     let opened = io.ops();
     step.run(&mut buf, &s, &mut 0).unwrap();
     let done = io.ops();

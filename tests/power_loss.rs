@@ -133,10 +133,14 @@ impl Driver {
                     .prioritized(0.6, 1e-6)
                     .seed(7)
                     .io(self.io.clone());
-                *buf = Some(ReplayBuffer::create(&self.dir, config).unwrap());
+                let mut b = ReplayBuffer::create(&self.dir, config).unwrap();
+                b.set_write_behind(common::SMALL_WRITE_BEHIND);
+                *buf = Some(b);
             }
             Op::Open => {
-                *buf = Some(ReplayBuffer::open_with(&self.dir, self.io.clone()).unwrap());
+                let mut b = ReplayBuffer::open_with(&self.dir, self.io.clone()).unwrap();
+                b.set_write_behind(common::SMALL_WRITE_BEHIND);
+                *buf = Some(b);
             }
             Op::Close => buf.take().unwrap().close().unwrap(),
             _ => {}

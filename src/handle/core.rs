@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use rand_chacha::ChaCha8Rng;
 
 use crate::column::NameCache;
+use crate::storage::behind::WriteBehind;
 
 /// The MANIFEST's commit slots as this handle writes them, and the locks it holds.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub(crate) struct Commits {
     /// A segment was copied and renamed since the last commit: the lane folder must be
     /// fsynced before the next commit.
     pub lane_dirty: bool,
+    /// Rows sealed and sent to disk behind the tail (`storage::behind`).
+    pub behind: WriteBehind,
 }
 
 /// The sampling stream: a seeded RNG whose position each commit records, so the same

@@ -59,6 +59,15 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn remove_dir(&self, dir: &Path) -> io::Result<()>;
     /// The `statfs` magic number of the file system holding `dir` (0 where unknown).
     fn fs_magic(&self, dir: &Path) -> io::Result<i64>;
+    /// Starts writing back `len` bytes of the file at `path` from `offset`, and with
+    /// `wait` also waits until they are written (`sync_file_range`: no durability, no
+    /// metadata, no device cache flush; a later msync or fdatasync still makes them
+    /// durable, and only faster). Advice: a seam that does nothing is correct, so that is
+    /// the default.
+    fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        let _ = (path, offset, len, wait);
+        Ok(())
+    }
     /// The entries of a directory with their kinds, links not followed.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<(OsString, Kind)>> {
         confined::list_dir(dir)
@@ -210,6 +219,43 @@ impl Io for OsIo {
     fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
         statfs_magic(dir)
     }
+    fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        start_writeback(&self.open_ro(path)?, offset, len, wait)
+    }
+}
+
+/// `sync_file_range(2)` of a byte range: start its writeback, and with `wait` also wait
+/// for it (and for writeback already under way there) to finish.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "sync_file_range is a C call")]
+fn start_writeback(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Err(io::Error::other("range past the largest off_t"));
+    };
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    // SAFETY: the descriptor stays open while `file` is borrowed, and the call touches no
+    // memory of this process.
+    let ret = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: u64, _wait: bool) -> io::Result<()> {
+    Ok(())
 }
 
 /// `statfs(2)`'s `f_type` for `dir`.
@@ -438,6 +484,10 @@ impl Io for FaultyIo {
     fn kind(&self, path: &Path) -> io::Result<Kind> {
         self.tick("kind")?;
         self.inner.kind(path)
+    }
+    fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        self.tick("write_behind")?;
+        self.inner.write_behind(path, offset, len, wait)
     }
     fn fs_magic(&self, dir: &Path) -> io::Result<i64> {
         // A question, not an operation on a file: never counted, never failed.

@@ -1,6 +1,7 @@
 //! The buffer's files: names, creation with reserved disk, the manifest's commit slots,
 //! mapped segments and the writer lock. Every call goes through the [`io::Io`] seam.
 
+pub(crate) mod behind;
 pub(crate) mod confined;
 pub mod crc;
 pub mod io;

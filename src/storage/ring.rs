@@ -92,6 +92,10 @@ impl Ring {
     }
 
     /// Slots in the ring.
+    pub(crate) fn stride(&self) -> u64 {
+        self.layout.stride as u64
+    }
+
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -366,6 +370,30 @@ impl Ring {
             };
             let n = left.min((seg.slots() - k) as u64);
             seg.flush_rows(io, k, k + n as usize).map_err(|e| (s, e))?;
+            left -= n;
+            slot = (slot + n) % self.capacity;
+        }
+        Ok(())
+    }
+
+    /// Starts writeback (with `wait`: and waits for it) of `count` slots from `slot`,
+    /// wrapping at the capacity; see `behind.rs`.
+    pub(crate) fn write_behind(
+        &self,
+        io: &dyn Io,
+        slot: u64,
+        count: u64,
+        wait: bool,
+    ) -> std::io::Result<()> {
+        let mut slot = slot;
+        let mut left = count.min(self.capacity);
+        while left > 0 {
+            let (s, k) = self.split(slot);
+            let Some(seg) = self.segments.get(s) else {
+                break;
+            };
+            let n = left.min((seg.slots() - k) as u64);
+            seg.write_behind(io, k, k + n as usize, wait)?;
             left -= n;
             slot = (slot + n) % self.capacity;
         }

@@ -319,7 +319,12 @@ stop_io_forward! {
     copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
     fs_magic(dir: &Path) -> std::io::Result<i64>;
     remove_dir(dir: &Path) -> std::io::Result<()>;
+    write_behind(path: &Path, offset: u64, len: u64, wait: bool) -> std::io::Result<()>;
 }
+
+/// A write-behind window a few rows wide for the test schema, so that even the small
+/// rings of the crash tests seal rows and start their writeback behind the tail.
+pub const SMALL_WRITE_BEHIND: u64 = 512;
 
 /// A child whose output a thread drains into the last number it printed, so the child
 /// never blocks on a full pipe while the parent waits on something else; a line saying

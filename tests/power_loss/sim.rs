@@ -407,6 +407,12 @@ impl Io for SimIo {
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.inner.write_at(file, offset, bytes)
     }
+    fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        // No promise is made, but the writer has just sealed rows no commit covers yet:
+        // a moment worth a crash image (any dirty page may have reached the disk).
+        self.sim.lock().unwrap().capture("at a write-behind");
+        self.inner.write_behind(path, offset, len, wait)
+    }
     fn sync_data(&self, file: &File) -> io::Result<()> {
         let ino = self.known(file);
         let mut s = self.sim.lock().unwrap();

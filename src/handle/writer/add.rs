@@ -200,6 +200,18 @@ impl<R: Writes> ReplayBuffer<R> {
             self.rows.tail_slot = 0;
         }
         self.publish(TAIL_OFF, self.rows.tail);
+        if self.commits.behind.due(self.rows.tail) {
+            self.send_rows_behind();
+        }
+    }
+    /// A chunk of rows lies behind the tail: seal it and send it to disk (see
+    /// `storage::behind`).
+    #[cold]
+    fn send_rows_behind(&mut self) {
+        let (head, tail) = (self.rows.head, self.rows.tail);
+        self.commits
+            .behind
+            .run(&mut self.rows.ring, &*self.rows.io, head, tail);
     }
     /// Eviction in an episodic buffer about to overwrite its oldest row, when something
     /// depends on the oldest row's episode (whole episodes, or priorities). With whole

@@ -8,6 +8,7 @@ use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF};
 use crate::format::state::State;
 use crate::parts::snapshot::{self, SnapshotInfo};
+use crate::storage::behind::WriteBehind;
 use crate::storage::io::{self, Access};
 use crate::storage::map::ProgressMap;
 use crate::storage::{self, LANE_DIR, Manifest};
@@ -31,13 +32,18 @@ impl<R: Role> ReplayBuffer<R> {
         let written = self.rows.tail.saturating_sub(from);
         if written > 0 {
             let start = from % cap;
-            self.rows.ring.seal(start, from, written);
+            // Rows the write-behind already sealed keep their checksums.
+            let unsealed = self.commits.behind.sealed().clamp(from, self.rows.tail);
+            self.rows
+                .ring
+                .seal(unsealed % cap, unsealed, self.rows.tail - unsealed);
             if let Err((s, e)) = self.rows.ring.flush_slots(&*self.rows.io, start, written) {
                 let e = Error::io("msync", storage::segment_path(&self.rows.dir, s as u64), e);
                 return Err(self.poison(e));
             }
         }
         self.rows.flushed_tail = self.rows.tail;
+        self.commits.behind.flushed(self.rows.tail);
         self.publish(SEALED_OFF, self.rows.flushed_tail);
         Ok(())
     }
@@ -164,6 +170,45 @@ impl<R: Role> ReplayBuffer<R> {
 }
 
 impl<R: Writes> ReplayBuffer<R> {
+    /// Sets the write-behind window: how many bytes of added rows may be on their way to
+    /// disk before an add waits for the oldest of them. The writer seals rows and starts
+    /// their writeback in chunks a little behind the tail, so a `flush` or `get_state`
+    /// finds at most about this much (plus up to two chunks of at most 16 MiB each) still
+    /// to write: the first checkpoint after filling a 2.8 GB ring took 1.1–1.2 s without
+    /// it and 9–18 ms with it. A writer adding faster than the disk writes is paced at
+    /// the disk's rate (and a new ring fills slower than it would into the page cache
+    /// alone; the closing note of issue 28 has the figures). 0 turns it off: the kernel
+    /// writes rows back when it sees fit, and the next flush writes the rest. Default
+    /// 64 MiB; a ring no larger than the window and a chunk does not need it, and
+    /// [`ReplayBuffer::write_behind`] then reports 0.
+    ///
+    /// ```
+    /// use replaystore::{Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("frame", DType::U8, &[84, 84]).build()?;
+    /// // 20,000 frames of 7 KiB: 135 MiB, more than the default window.
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 20_000))?;
+    /// assert_eq!(buf.write_behind(), 64 << 20);
+    /// buf.set_write_behind(0);
+    /// assert_eq!(buf.write_behind(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_write_behind(&mut self, window_bytes: u64) {
+        let sealed = self.commits.behind.sealed().max(self.rows.flushed_tail);
+        self.commits.behind = WriteBehind::new(
+            window_bytes,
+            self.rows.superblock.capacity,
+            self.rows.ring.stride(),
+            sealed,
+        );
+    }
+
+    /// The write-behind window in use, in bytes (0: off). See
+    /// [`ReplayBuffer::set_write_behind`].
+    pub fn write_behind(&self) -> u64 {
+        self.commits.behind.window()
+    }
+
     /// Makes everything added so far, the counters and the RNG position survive a power
     /// loss: checksums for the items added since the last flush, msync of their rows,
     /// then a durable commit.
@@ -309,6 +354,7 @@ impl<R: Writes> ReplayBuffer<R> {
         match ReplayBuffer::<R>::open_as(dir, io, lock, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
+                self.set_write_behind(old.commits.behind.asked());
                 release_in_background((old, replaced));
                 Ok(())
             }

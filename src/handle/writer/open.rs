@@ -19,6 +19,7 @@ use crate::parts::hooks::{Holder, Opening};
 use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
 use crate::parts::set::Parts;
 use crate::parts::snapshot::{self};
+use crate::storage::behind::{DEFAULT_WINDOW, WriteBehind};
 use crate::storage::io::{self, Access, Io, IoRef};
 use crate::storage::ring::Ring;
 use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
@@ -376,6 +377,11 @@ pub(in crate::handle) fn open_parts(
     } else {
         None
     };
+    let behind = if access.writes_file() {
+        WriteBehind::new(DEFAULT_WINDOW, sb.capacity, ring.stride(), tail)
+    } else {
+        WriteBehind::off()
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(commit.rng_seed);
     rng.set_word_pos(commit.rng_word_pos);
     Ok(Opened {
@@ -406,6 +412,7 @@ pub(in crate::handle) fn open_parts(
             generation: commit.generation,
             boot_id: storage::boot_id(),
             lane_dirty: false,
+            behind,
         },
         recovered,
         parts,

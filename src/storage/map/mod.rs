@@ -289,6 +289,23 @@ impl SegmentMap {
         io.flush_map(&self.map, start, end - start)
     }
 
+    /// Starts writeback of rows `from..to` (with `wait`: and waits for it), through the
+    /// file's name: a segment keeps no descriptor open, lane sets have thousands.
+    pub(crate) fn write_behind(
+        &self,
+        io: &dyn Io,
+        from: usize,
+        to: usize,
+        wait: bool,
+    ) -> std::io::Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let start = DATA_OFFSET + from * self.stride;
+        let end = DATA_OFFSET + to.min(self.slots) * self.stride;
+        io.write_behind(&self.path, start as u64, (end - start) as u64, wait)
+    }
+
     /// msync of the whole mapping.
     pub(crate) fn flush_all(&self, io: &dyn Io) -> std::io::Result<()> {
         io.flush_map(&self.map, 0, self.map.len())
