@@ -8,7 +8,9 @@
 //!   in between (what a trainer's first checkpoint after warm-up costs);
 //! - `save`: `get_state` after [`STEPS`] training steps, the previous checkpoint deleted
 //!   (keep-last-one, what a trainer does), over `calls` calls: p50 and p99;
-//! - `set_state`: restoring the last checkpoint after [`STEPS`] more training steps;
+//! - `set_state`: restoring a checkpoint after [`STEPS`] more training steps, and
+//!   `step after`: the first training step after it, which pays the copies a restore
+//!   leaves to the first store (the segment written next, a prioritized tree);
 //! - `extra`: bytes written per checkpoint beyond what the same training steps write
 //!   without checkpoints (`/proc/self/io` write_bytes of two runs of the same loop).
 //!
@@ -202,6 +204,7 @@ fn profile(case: &Case, dir: &Path, calls: usize) -> Result<Vec<Row>, Error> {
 
     let base = buf.get_state_named("ckpt-base")?;
     let mut set = Row::new(format!("{label} set_state"), "ms", data);
+    let mut pause = Row::new(format!("{label} step after"), "ms", data);
     for _ in 0..calls {
         trainer.steps(&mut buf, STEPS)?;
         let before = written_bytes();
@@ -209,13 +212,20 @@ fn profile(case: &Case, dir: &Path, calls: usize) -> Result<Vec<Row>, Error> {
         buf.set_state(&base)?;
         set.values.push(elapsed_ms(t));
         set.written_bytes.push(written_bytes() - before);
+        // The first training step after a restore: it pays what the restore left for
+        // the first store (copies of what the snapshot links).
+        let before = written_bytes();
+        let t = Instant::now();
+        trainer.steps(&mut buf, 1)?;
+        pause.values.push(elapsed_ms(t));
+        pause.written_bytes.push(written_bytes() - before);
     }
     buf.delete_snapshot("ckpt-base")?;
     buf.close()?;
     // Scratch: freed now so that the 4M and W2 cases do not sit on the disk together;
     // `bench` removes the whole scratch folder at the end in any case.
     let _ = std::fs::remove_dir_all(&path);
-    Ok(vec![fill, first, lap, save, set, extra])
+    Ok(vec![fill, first, lap, save, set, pause, extra])
 }
 
 /// Every case's rows, `calls` checkpoints each; `progress` is told after each case.
