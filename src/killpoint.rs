@@ -10,6 +10,8 @@
 //! `eviction-written` (an eviction record written, not yet fdatasynced),
 //! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
 //! `restore-mid-links` (a restore's first segment replaced, the others not),
+//! `own-copy-made` (a file written in place that had other names, such as a tree a
+//! restore linked, copied durably, the copy not yet renamed over its name),
 //! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published).
 
 /// Kills the process here if the environment names this point and count.

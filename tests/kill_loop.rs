@@ -344,6 +344,7 @@ fn kill_at_each_named_point_loses_nothing_acknowledged() {
         "eviction-written",
         "snapshot-mid-links",
         "restore-mid-links",
+        "own-copy-made",
     ];
     let mut landed = BTreeMap::<&str, u64>::new();
     for point in points {

@@ -905,3 +905,137 @@ fn a_full_disk_during_get_state_or_set_state_is_disk_full_and_leaves_nothing_beh
     drop(buf);
     assert_sound(&dir);
 }
+
+/// Inode of a file (to tell a link from a copy).
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// Issue 28, point 3: `set_state` links the snapshot's tree instead of copying it, so a
+/// restore costs the same at any capacity. Whatever the writer then does first (draw,
+/// flush, add, update, clear, a new checkpoint, close), the snapshot's tree keeps its
+/// bytes, and the first store copies the tree to a file of its own; with the snapshot
+/// deleted first, nothing is copied at all.
+#[test]
+fn set_state_links_the_tree_and_the_first_store_copies_it_leaving_the_snapshot_whole() {
+    type Op = fn(&mut ReplayBuffer, &State);
+    let ops: [(&str, bool, Op); 6] = [
+        ("draws and a flush", false, |b, _| {
+            b.sample(Request::rows(8).prioritized(0.4)).unwrap();
+            b.flush().unwrap();
+        }),
+        ("an add", true, |b, _| {
+            let end = b.live().end;
+            add_range(b, end, end + 1);
+        }),
+        ("an update", true, |b, _| {
+            b.update_priorities(&[5], &[9.0]).unwrap();
+        }),
+        ("a clear", true, |b, _| b.clear().unwrap()),
+        ("a checkpoint", false, |b, _| {
+            b.get_state_named("again").unwrap();
+        }),
+        ("a restore of the same state", false, |b, s| {
+            b.set_state(s).unwrap()
+        }),
+    ];
+    for (what, copies, op) in ops {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        let (mut buf, state) = forty_with_priorities(&dir);
+        let before = priorities_of(&buf);
+        let snap_tree =
+            replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
+        let snap_bytes = std::fs::read(&snap_tree).unwrap();
+        add_range(&mut buf, 40, 70);
+        buf.update_priorities(&[45], &[3.0]).unwrap();
+        buf.set_state(&state).unwrap();
+        let live_tree = dir.join("priorities.tree");
+        assert_eq!(inode(&live_tree), inode(&snap_tree), "{what}: not linked");
+        assert_eq!(priorities_of(&buf), before, "{what}");
+        op(&mut buf, &state);
+        assert_eq!(
+            inode(&live_tree) != inode(&snap_tree),
+            copies,
+            "{what}: copied {}",
+            !copies
+        );
+        assert_eq!(
+            std::fs::read(&snap_tree).unwrap(),
+            snap_bytes,
+            "{what}: the snapshot's tree changed"
+        );
+        buf.close().unwrap();
+        assert_eq!(
+            std::fs::read(&snap_tree).unwrap(),
+            snap_bytes,
+            "{what}: close"
+        );
+        assert_sound(&dir);
+        let mut buf = ReplayBuffer::open(&dir).unwrap();
+        buf.set_state(&state).unwrap();
+        assert_eq!(priorities_of(&buf), before, "{what}: restored again");
+        buf.close().unwrap();
+    }
+
+    // A close and an open in between: still linked (nothing was stored), and the first
+    // update after the open copies.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let (mut buf, state) = forty_with_priorities(&dir);
+    let snap_tree = replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let snap_bytes = std::fs::read(&snap_tree).unwrap();
+    buf.set_state(&state).unwrap();
+    buf.close().unwrap();
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(inode(&dir.join("priorities.tree")), inode(&snap_tree));
+    buf.update_priorities(&[5], &[9.0]).unwrap();
+    assert_ne!(inode(&dir.join("priorities.tree")), inode(&snap_tree));
+    assert_eq!(std::fs::read(&snap_tree).unwrap(), snap_bytes);
+    buf.close().unwrap();
+    assert_sound(&dir);
+
+    // The snapshot deleted before the first store: the tree has one name again, and is
+    // written in place.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let (mut buf, state) = forty_with_priorities(&dir);
+    buf.set_state(&state).unwrap();
+    let linked = inode(&dir.join("priorities.tree"));
+    buf.delete_snapshot(&state.name).unwrap();
+    buf.update_priorities(&[5], &[9.0]).unwrap();
+    assert_eq!(inode(&dir.join("priorities.tree")), linked);
+    buf.close().unwrap();
+    assert_sound(&dir);
+}
+
+/// The copy a linked tree needs before its first store can fail (a full disk): the
+/// call is an error, nothing is stored, the snapshot keeps its bytes, and the next
+/// call makes the copy.
+#[test]
+fn a_failed_copy_of_a_linked_tree_stores_nothing_and_the_next_call_makes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let (buf, state) = forty_with_priorities(&dir);
+    let before = priorities_of(&buf);
+    buf.close().unwrap();
+    let snap_tree = replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
+    let snap_bytes = std::fs::read(&snap_tree).unwrap();
+    let io = std::sync::Arc::new(
+        replaystore::io::FaultyIo::fail_once(0)
+            .only("copy_file")
+            .errno(28),
+    );
+    let mut buf = ReplayBuffer::open_with(&dir, io).unwrap();
+    buf.set_state(&state).unwrap();
+    let e = buf.update_priorities(&[5], &[9.0]).unwrap_err();
+    assert!(e.to_string().contains("priorities.tree"), "{e}");
+    assert_eq!(priorities_of(&buf), before);
+    assert_eq!(std::fs::read(&snap_tree).unwrap(), snap_bytes);
+    buf.update_priorities(&[5], &[9.0]).unwrap();
+    assert_eq!(std::fs::read(&snap_tree).unwrap(), snap_bytes);
+    assert!((buf.priorities(&[5]).unwrap()[0] - 9.0).abs() < 0.01);
+    buf.close().unwrap();
+    assert_sound(&dir);
+}

@@ -69,6 +69,8 @@ impl PriorityOwner {
         let lock = storage::lock_priorities(&*io, &dir)?;
         let mut reader = Reader::open_with(&dir, io.clone())?;
         let mut tree = Priorities::open(&*io, &dir, &sb, Access::Write)?;
+        // The owner repairs below, a store: a tree an actor's restore linked is copied.
+        tree.make_private(&*io)?;
         reader.refresh()?;
         let (head, tail) = (reader.rows.head, reader.rows.tail);
         let cap = sb.capacity;

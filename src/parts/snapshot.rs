@@ -520,13 +520,14 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Puts copies of `from` in place of `to` through a temporary name.
-fn replace_with_copy(io: &dyn Io, from: &Path, to: &Path) -> Result<()> {
-    let tmp = with_ext(to, RESTORE_EXT);
+/// Makes `live` another name of the snapshot's file `frozen`, through a temporary name.
+fn relink(io: &dyn Io, frozen: &Path, live: &Path) -> Result<()> {
+    let tmp = with_ext(live, RESTORE_EXT);
     remove_if_present(io, &tmp)?;
-    io.copy_file(from, &tmp)
-        .map_err(|e| Error::io("copy", &tmp, e))?;
-    io.rename(&tmp, to).map_err(|e| Error::io("rename", to, e))
+    io.hard_link(frozen, &tmp)
+        .map_err(|e| Error::io("hard link", &tmp, e))?;
+    io.rename(&tmp, live)
+        .map_err(|e| Error::io("rename", live, e))
 }
 
 /// `path` with `.ext` appended to its file name.
@@ -537,8 +538,8 @@ fn with_ext(path: &Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Makes the live files those of snapshot `name`: each segment becomes another link to
-/// the snapshot's (skipped where it already is), the tree a copy, and MANIFEST (last: it
+/// Makes the live files those of snapshot `name`: each segment and the tree become
+/// another link to the snapshot's (skipped where they already are), and MANIFEST (last: it
 /// is what open reads first) the snapshot's with its commit renumbered past every
 /// generation the live buffer has used (so generations never repeat, and neither do the
 /// snapshot names made from them) and marked open for writing. Idempotent, so the next
@@ -595,16 +596,18 @@ pub(crate) fn restore(
         }
         // A live file may be missing only when a redo finds an earlier attempt's work.
         replaced.extend(io.open_ro(&live).ok());
-        let tmp = with_ext(&live, RESTORE_EXT);
-        remove_if_present(io, &tmp)?;
-        io.hard_link(&frozen, &tmp)
-            .map_err(|e| Error::io("hard link", &tmp, e))?;
-        io.rename(&tmp, &live)
-            .map_err(|e| Error::io("rename", &live, e))?;
+        relink(io, &frozen, &live)?;
         crate::killpoint::hit("restore-mid-links");
     }
+    // The parts' files (the tree) are linked too: the owner maps a linked file
+    // read-only and copies it before its first store (`storage::private_tree`).
+    // Their renames become durable with MANIFEST's, by the fsync of the folder below.
     for file in Parts::files(sb) {
-        replace_with_copy(io, &(file.path)(&snap), &(file.path)(dir))?;
+        let (live, frozen) = ((file.path)(dir), (file.path)(&snap));
+        if !same_file(&live, &frozen) {
+            replaced.extend(io.open_ro(&live).ok());
+            relink(io, &frozen, &live)?;
+        }
     }
     sync_dir(io, &dir.join(LANE_DIR))?;
     let manifest = frozen_manifest(io, &snap, &renumbered)?;

@@ -100,6 +100,28 @@ impl TreeRole {
         }
     }
 
+    /// Whether this handle owns a tree that a restore linked (read-only until copied).
+    #[inline(always)]
+    pub fn is_shared(&self) -> bool {
+        matches!(self, TreeRole::Owned { tree, .. } if tree.is_shared())
+    }
+
+    /// Gives a linked tree a file of its own before this handle's first store into it,
+    /// and names this process its owner there (deferred from the open: the linked file
+    /// is the snapshot's, which names none). Returns whether the file was replaced.
+    pub fn make_private(&mut self, io: &dyn Io) -> Result<bool> {
+        let TreeRole::Owned { tree, lock, .. } = self else {
+            return Ok(false);
+        };
+        if !tree.make_private(io)? {
+            return Ok(false);
+        }
+        if lock.is_some() {
+            tree.set_owner(std::process::id());
+        }
+        Ok(true)
+    }
+
     /// The leaves of every item below `tail` are durable now.
     pub fn set_durable_below(&mut self, tail: u64) {
         if let TreeRole::Owned { durable_below, .. } = self {
@@ -129,6 +151,9 @@ impl Part for TreeRole {
     }
 
     fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        if at.holder.writes() {
+            self.make_private(at.io)?;
+        }
         if let Some(p) = self.tree_mut() {
             p.repair(live.head_slot as usize, (live.tail - live.head) as usize)?;
             if at.holder.writes() {
@@ -155,6 +180,7 @@ impl Part for TreeRole {
         let (first, len) = (live.head_slot as usize, (tail - head) as usize);
         let repaired = at.restored && !p.is_sound(first, len);
         if repaired {
+            p.make_private(at.io)?;
             p.repair(first, len)?;
         }
         // Items an actor added while another process owned the tree (or none did):
@@ -165,10 +191,12 @@ impl Part for TreeRole {
         }
         let caught_up_now = p.caught_up() < tail;
         if caught_up_now {
+            p.make_private(at.io)?;
             let is_reset = |i: u64| sb.episodic && ring.step_header(i % sb.capacity).t == 0;
             p.catch_up(tail.saturating_sub(sb.capacity), head, tail, is_reset);
         }
-        if lock.is_some() {
+        // A linked tree names its owner when it gets a file of its own (`make_private`).
+        if lock.is_some() && !p.is_shared() {
             p.set_owner(std::process::id());
         }
         if at.holder.writes() && (repaired || caught_up_now) {
@@ -247,6 +275,7 @@ impl Part for TreeRole {
     fn on_close(&mut self) {
         if self.holds_lock()
             && let Some(p) = self.tree_mut()
+            && !p.is_shared()
         {
             p.set_owner(0);
         }

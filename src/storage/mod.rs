@@ -390,10 +390,25 @@ pub(crate) fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
     }
     io.copy_file(path, &tmp)
         .map_err(|e| Error::io("copy", &tmp, e))?;
+    crate::killpoint::hit("own-copy-made");
     io.rename(&tmp, path)
         .map_err(|e| Error::io("rename", path, e))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
+}
+
+/// Gives a tree mapped as shared (`open_tree`) a file of its own, holding the same bytes,
+/// and maps that writable: the copy is durable before its rename and the rename before
+/// this returns (`sole_name`), as with a segment's copy-on-write. If the other names are
+/// gone by now (the snapshot was deleted) nothing is copied.
+pub(crate) fn private_tree(io: &dyn Io, map: &mut map::TreeMap) -> Result<()> {
+    let path = map.path().to_path_buf();
+    sole_name(io, &path)?;
+    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
+    let raw = io
+        .map(&file, map.mapped_len() as u64, Access::Write)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    map.replace_mapping(raw)
 }
 
 /// The metadata of `path` if it is a regular file, the name itself (a link is not
@@ -473,9 +488,12 @@ pub(crate) fn open_tree(
 )> {
     use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
     let path = tree_path(dir);
-    if access.writes_file() {
-        sole_name(io, &path)?;
-    }
+    // A tree with other names (a restore linked the snapshot's copy) is mapped
+    // read-only; its owner copies it before the first store (`private_tree`), so a
+    // restore costs links, and a restored tree that is only read is never copied.
+    use std::os::unix::fs::MetadataExt;
+    let shared = access.writes_file() && regular_file_meta(&path).is_some_and(|m| m.nlink() > 1);
+    let access = if shared { Access::Read } else { access };
     let (file, len) = open_with_len(io, &path, access)?;
     if len < BODY_OFFSET as u64 {
         return Err(Error::Truncated {
@@ -526,7 +544,10 @@ pub(crate) fn open_tree(
     let raw = io
         .map(&file, shape.file_len(), access)
         .map_err(|e| Error::io("mmap", &path, e))?;
-    let map = map::TreeMap::new(raw, &path, shape.words, access.can_store())?;
+    let mut map = map::TreeMap::new(raw, &path, shape.words, shared || access.can_store())?;
+    if shared {
+        map.set_shared();
+    }
     Ok((map, header, counters))
 }
 

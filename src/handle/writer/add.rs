@@ -124,6 +124,10 @@ impl<R: Writes> ReplayBuffer<R> {
     /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
     /// live rows are copied. Fails before anything is stored, losing nothing.
     fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
+        // Adds write leaves (and evictions zero them): a linked tree is copied first.
+        if self.parts.tree.is_shared() {
+            self.private_tree()?;
+        }
         if !self.rows.ring.any_shared() {
             return Ok(());
         }
@@ -146,6 +150,16 @@ impl<R: Writes> ReplayBuffer<R> {
             )?;
             self.rows.ring.replace_segment(s, seg);
             self.commits.lane_dirty = true;
+            self.publish_files_changed();
+        }
+        Ok(())
+    }
+    /// Gives a tree that a restore linked a file of its own before the first store into
+    /// it (the snapshot keeps its copy), and tells readers to map the new file. Fails
+    /// before anything is stored, losing nothing.
+    #[cold]
+    pub(super) fn private_tree(&mut self) -> Result<()> {
+        if self.parts.tree.make_private(&*self.rows.io)? {
             self.publish_files_changed();
         }
         Ok(())

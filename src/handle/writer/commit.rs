@@ -221,6 +221,9 @@ impl<R: Writes> ReplayBuffer<R> {
     /// Drops every live item; logical indices go on from where they were. Durable.
     pub fn clear(&mut self) -> Result<()> {
         self.writable()?;
+        if self.parts.tree.is_shared() {
+            self.private_tree()?;
+        }
         self.rows.cleared += self.rows.tail - self.rows.head;
         self.rows.head = self.rows.tail;
         self.rows.head_slot = self.rows.tail_slot;

@@ -29,6 +29,9 @@ impl ReplayBuffer<Writer> {
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
         self.writable()?;
+        if self.parts.tree.is_shared() {
+            self.private_tree()?;
+        }
         let Some(p) = self.parts.tree.tree_mut() else {
             return Err(self.no_priorities());
         };

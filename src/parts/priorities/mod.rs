@@ -321,6 +321,24 @@ impl Priorities {
         dead_leaves_zero && with_tree!(&self.tree, t => t.check(w, 1)).is_empty()
     }
 
+    /// Whether the file is a snapshot's copy that a restore linked: read-only until
+    /// [`Priorities::make_private`].
+    pub(crate) fn is_shared(&self) -> bool {
+        self.map.is_shared()
+    }
+
+    /// Gives a linked tree (`is_shared`) a file of its own before the first store: a
+    /// durable copy renamed over the live name (nothing is copied if the snapshot was
+    /// deleted meanwhile). Returns whether the file was replaced, so readers in other
+    /// processes must map it again. Fails before anything is stored.
+    pub(crate) fn make_private(&mut self, io: &dyn Io) -> Result<bool> {
+        if !self.map.is_shared() {
+            return Ok(false);
+        }
+        storage::private_tree(io, &mut self.map)?;
+        Ok(true)
+    }
+
     /// Fixes pending parents and writes the counters into the mapping, without an
     /// msync: for a copy of the tree taken from the page cache (a snapshot), which is
     /// made durable on its own.
@@ -558,6 +576,13 @@ impl Priorities {
     }
 
     fn write_counters(&mut self) {
+        // A tree a snapshot links is written only once it has a file of its own
+        // (`make_private`, before any store of leaves or parents); until then the counters
+        // live in memory (a lane set's raised maximum) and reach the file with the first
+        // flush after the copy.
+        if self.map.is_shared() {
+            return;
+        }
         let mut page = [0u8; crate::format::tree::HEADER_LEN];
         crate::format::tree::encode_counters(&mut page, &self.counters);
         if let Some(bytes) = page.get(MAX_PRIORITY_OFF..) {
@@ -607,6 +632,11 @@ impl Priorities {
 
     /// Fixes pending parents, writes the counters and msyncs the file.
     pub(crate) fn flush(&mut self, io: &dyn Io) -> Result<()> {
+        if self.map.is_shared() {
+            // Nothing was stored since the restore linked it, and the snapshot's copy
+            // was durable before the snapshot was published.
+            return Ok(());
+        }
         self.settle();
         self.map
             .flush(io)

@@ -23,6 +23,10 @@ pub(crate) struct TreeMap {
     path: PathBuf,
     words: usize,
     writable: bool,
+    /// The file has other names (a restore linked a snapshot's copy): it is mapped
+    /// read-only, and the owner gives it a name of its own before its first store
+    /// (`storage::private_tree`), so no store ever reaches the snapshot.
+    shared: bool,
 }
 
 impl TreeMap {
@@ -37,6 +41,7 @@ impl TreeMap {
                 path: path.to_path_buf(),
                 words,
                 writable,
+                shared: false,
             }),
             _ => Err(Error::Truncated {
                 file: path.to_path_buf(),
@@ -49,6 +54,29 @@ impl TreeMap {
     /// The file this maps.
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Marks the mapping as one of a file other names share, mapped read-only: every
+    /// store panics until [`TreeMap::replace_mapping`] gives it a file of its own.
+    pub(crate) fn set_shared(&mut self) {
+        self.shared = true;
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn mapped_len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the file has other names and must be copied before a store.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Maps the file of its own that now holds the same bytes (writable).
+    pub(crate) fn replace_mapping(&mut self, map: MmapRaw) -> Result<()> {
+        let fresh = TreeMap::new(map, &self.path, self.words, self.writable)?;
+        *self = fresh;
+        Ok(())
     }
 
     /// Maps every page now (`MADV_POPULATE_READ`), in one call instead of one fault
@@ -71,6 +99,7 @@ impl TreeMap {
     /// Writes `bytes` into the header page at `offset` (the writer's counters).
     pub(crate) fn write_header(&mut self, offset: usize, bytes: &[u8]) {
         assert!(self.writable, "write to a read-only tree mapping");
+        assert!(!self.shared, "write to a tree a snapshot links");
         let end = offset.saturating_add(bytes.len());
         if end > TREE_BODY_OFFSET {
             debug_assert!(false, "header write past the header page");
@@ -90,6 +119,7 @@ impl TreeMap {
     /// The tree's words, for the writer.
     pub(crate) fn words_mut(&mut self) -> &mut [f64] {
         assert!(self.writable, "write to a read-only tree mapping");
+        assert!(!self.shared, "write to a tree a snapshot links");
         // The mapping holds `words` f64s after the header page (checked by `new`), 8-aligned
         // (page-aligned map, 4096-byte offset); any bit pattern is a valid f64.
         // SAFETY: as above; `&mut self` makes this the only borrow in this process, and
