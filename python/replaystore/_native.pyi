@@ -114,6 +114,11 @@ class ReplayBuffer:
     @read_checks.setter
     def read_checks(self, on: bool) -> None: ...
     @property
+    def write_behind(self) -> int:
+        """Bytes of added rows that may be under writeback before an add waits (0: off)."""
+    @write_behind.setter
+    def write_behind(self, window_bytes: int) -> None: ...
+    @property
     def max_priority(self) -> Optional[float]:
         """The ``priority + eps`` new items get (``None`` without priorities)."""
     def sample(

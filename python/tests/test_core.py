@@ -103,6 +103,28 @@ def test_reopen_gives_the_same_items_and_the_same_next_batch(path):
     np.testing.assert_array_equal(after["indices"], again["indices"])
 
 
+def test_write_behind_window_is_a_property_that_keeps_every_item(path):
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=1000, seed=1) as buf:
+        # 1000 small rows: well inside the default window, so it is not in use.
+        assert buf.write_behind == 0
+        buf.write_behind = 4096
+        assert buf.write_behind == 4096
+        for i in range(2500):
+            buf.add(**item(i))
+        buf.flush()
+        buf.write_behind = 0
+        assert buf.write_behind == 0
+    with rs.ReplayBuffer.open(path) as buf:
+        assert len(buf) == 1000
+        for i in range(1500, 2500, 97):
+            row = buf.get([i])
+            for name, value in item(i).items():
+                np.testing.assert_array_equal(row[name][0], value)
+    buf.close()
+    with pytest.raises(rs.ReadOnlyError):
+        buf.write_behind = 1
+
+
 def test_bad_arrays_raise_before_anything_is_written(path):
     with rs.ReplayBuffer.create(path, SCHEMA, capacity=10) as buf:
         good = items(0, 4)
