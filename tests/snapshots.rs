@@ -1039,3 +1039,45 @@ fn a_failed_copy_of_a_linked_tree_stores_nothing_and_the_next_call_makes_it() {
     buf.close().unwrap();
     assert_sound(&dir);
 }
+
+/// Issue 28: the writer seals its snapshot copies of the tree (the crc of the body in
+/// the header), and a restore that finds the seal holding trusts the copy instead of
+/// recomputing every parent. Shown with a forged seal over a damaged root, which is
+/// kept (the pass was skipped), against the same damage without a seal, which is
+/// repaired. The damage without a forged seal is `a_restored_tree_whose_parents_...`.
+#[test]
+fn a_sealed_tree_copy_is_trusted_and_an_unsealed_one_is_judged() {
+    use replaystore::internal::format::crc32;
+    use replaystore::internal::format::tree::{
+        BODY_OFFSET, HEADER_LEN, SEAL_CHECK_OFF, SEAL_OFF, encode_seal, seal_holds,
+    };
+    for forge in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        let (mut buf, state) = forty_with_priorities(&dir);
+        let tree = replaystore::internal::snapshot_dir(&dir, &state.name).join("priorities.tree");
+        let mut bytes = std::fs::read(&tree).unwrap();
+        assert!(
+            seal_holds(&bytes[..HEADER_LEN], crc32(&bytes[BODY_OFFSET..])),
+            "get_state did not seal its copy"
+        );
+        let root = buf.priority_summary().unwrap().total;
+        bytes[BODY_OFFSET..BODY_OFFSET + 8].copy_from_slice(&12_345.0f64.to_le_bytes());
+        if forge {
+            let body = crc32(&bytes[BODY_OFFSET..]);
+            encode_seal(&mut bytes[..HEADER_LEN], body);
+        } else {
+            bytes[SEAL_OFF..SEAL_CHECK_OFF + 4].fill(0);
+        }
+        std::fs::write(&tree, &bytes).unwrap();
+        add_range(&mut buf, 40, 50);
+        buf.set_state(&state).unwrap();
+        let total = buf.priority_summary().unwrap().total;
+        if forge {
+            assert!(total >= 12_345.0, "a holding seal was not trusted: {total}");
+        } else {
+            assert!((total - root).abs() < 1e-9 * root, "{total} vs {root}");
+        }
+        buf.close().unwrap();
+    }
+}

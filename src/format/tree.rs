@@ -29,6 +29,12 @@
 //! 104 4  owner_check: crc32(owner_pid) ^ crc32(eight zero bytes), so 0 with no owner:
 //!        written with owner_pid. A flipped bit in either word is damage, not an owner
 //!        (a named owner makes `verify` hold back its judgement of the parents)
+//! 108 4  seal: crc32 of the whole body, written only into a snapshot's copy by the
+//!        writer that settled the tree it copied; 0 in a live tree (every write of the
+//!        counters zeroes it)
+//! 112 4  seal check: crc32 of bytes 64..112; a seal holds when this matches and the
+//!        body's crc32 is the seal: the copy is byte for byte what its owner settled,
+//!        and a restore need not judge its parents
 //! ```
 //! A snapshot's copy of the tree names no owner when the writer that took it owned the
 //! tree (the copy is settled); an actor's checkpoint, copied while a `PriorityOwner` may
@@ -69,8 +75,12 @@ pub const CAUGHT_UP_OFF: usize = UPDATES_OFF + 8;
 pub const OWNER_PID_OFF: usize = CAUGHT_UP_OFF + 8;
 /// Offset of the check word of `owner_pid` (see [`owner_check`]).
 pub const OWNER_CHECK_OFF: usize = OWNER_PID_OFF + 8;
+/// Offset of the seal: crc32 of the body of a settled snapshot copy.
+pub const SEAL_OFF: usize = OWNER_CHECK_OFF + 4;
+/// Offset of the seal's check word: crc32 of bytes `MAX_PRIORITY_OFF..SEAL_CHECK_OFF`.
+pub const SEAL_CHECK_OFF: usize = SEAL_OFF + 4;
 /// Bytes of the header that carry data.
-pub const HEADER_LEN: usize = OWNER_CHECK_OFF + 4;
+pub const HEADER_LEN: usize = SEAL_CHECK_OFF + 4;
 /// Offset of the tree body.
 pub const BODY_OFFSET: usize = 4096;
 /// Arities this build reads and writes.
@@ -252,6 +262,43 @@ pub fn check_owner(page: &[u8]) -> Result<(), Problem> {
             got: format!("{pid}, whose check word is {:#010x}", owner_check(pid)),
         })
     }
+}
+
+/// Writes the seal of a body whose crc32 is `body_crc` into a header page holding the
+/// copy's counters (see [`seal_holds`]).
+pub fn encode_seal(page: &mut [u8], body_crc: u32) {
+    let mut w = BytesMut(page);
+    w.u32(SEAL_OFF, body_crc);
+    let check = page.get(MAX_PRIORITY_OFF..SEAL_CHECK_OFF).map_or(0, crc32);
+    BytesMut(page).u32(SEAL_CHECK_OFF, check);
+}
+
+/// Whether a header page's seal holds for a body whose crc32 is `body_crc`: its check
+/// word matches the counters and the seal, and the seal is the body's crc. A header
+/// without a seal (all zero there, as every live tree and every file from before the
+/// seal) never holds, since the check of zeros is not zero.
+///
+/// ```
+/// use replaystore::internal::format::tree::{TreeCounters, encode_counters, encode_seal, seal_holds, SEAL_OFF};
+/// let mut page = vec![0u8; 4096];
+/// encode_counters(&mut page, &TreeCounters::default());
+/// assert!(!seal_holds(&page, 0));
+/// encode_seal(&mut page, 0xdead_beef);
+/// assert!(seal_holds(&page, 0xdead_beef));
+/// assert!(!seal_holds(&page, 0xdead_beee));
+/// page[SEAL_OFF] ^= 1;
+/// assert!(!seal_holds(&page, 0xdead_beef ^ 1));
+/// // Writing the counters again (a live tree's first change) breaks the seal.
+/// encode_seal(&mut page, 7);
+/// encode_counters(&mut page, &TreeCounters { updates: 1, ..TreeCounters::default() });
+/// assert!(!seal_holds(&page, 7));
+/// ```
+pub fn seal_holds(page: &[u8], body_crc: u32) -> bool {
+    let r = Bytes(page);
+    let (Some(seal), Some(check)) = (r.u32(SEAL_OFF), r.u32(SEAL_CHECK_OFF)) else {
+        return false;
+    };
+    page.get(MAX_PRIORITY_OFF..SEAL_CHECK_OFF).map(crc32) == Some(check) && seal == body_crc
 }
 
 /// Reads the mutable header fields (unchecked; `TreeHeader::decode` checks them).

@@ -178,7 +178,10 @@ impl Part for TreeRole {
         // actor's checkpoint): its parents are recomputed from the leaves. A copy its
         // owner made is sound and is left untouched (and unflushed).
         let (first, len) = (live.head_slot as usize, (tail - head) as usize);
-        let repaired = at.restored && !p.is_sound(first, len);
+        // A sealed copy (its owner settled the tree it copied, and not a byte changed
+        // since) is sound without the pass: a crc of the body instead of recomputing
+        // every parent (~3 ms per million slots).
+        let repaired = at.restored && !p.seal_holds() && !p.is_sound(first, len);
         if repaired {
             p.make_private(at.io)?;
             p.repair(first, len)?;
@@ -263,11 +266,15 @@ impl Part for TreeRole {
     }
 
     /// The writer settled the tree it owns before the copy: the copy names no owner,
-    /// so `verify` judges its parents. An actor's copy keeps the owner's pid: it may
-    /// have been taken mid-update, and is repaired when restored.
+    /// so `verify` judges its parents, and is sealed with the crc of its body (taken from
+    /// the live tree: the same bytes, nothing stores into it between the copy and this).
+    /// An actor's copy keeps the owner's pid and no seal: it may have been taken
+    /// mid-update, and is judged (and repaired if need be) when restored.
     fn checkpoint_copied(&self, io: &dyn Io, snapshot: &Path) -> Result<()> {
         match self.tree() {
-            Some(_) => storage::clear_tree_owner(io, &storage::tree_path(snapshot)),
+            Some(tree) => {
+                storage::seal_tree_copy(io, &storage::tree_path(snapshot), tree.body_crc())
+            }
             None => Ok(()),
         }
     }

@@ -430,15 +430,24 @@ pub(crate) fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
             .sum::<u64>()
 }
 
-/// Zeroes the owner word (and its check word) of the priorities file at `path`,
-/// durably: a copy a settled owner made names nobody, so `verify` judges its parents.
-pub(crate) fn clear_tree_owner(io: &dyn Io, path: &Path) -> Result<()> {
-    use crate::format::tree::{HEADER_LEN, OWNER_PID_OFF};
+/// Zeroes the owner word (and its check word) of the priorities file at `path` and seals
+/// it with `body_crc`, the crc32 of its body, durably: a copy a settled owner made names
+/// nobody, so `verify` judges its parents, and its seal lets a restore skip that
+/// judgement while the copy is byte for byte what was sealed.
+pub(crate) fn seal_tree_copy(io: &dyn Io, path: &Path, body_crc: u32) -> Result<()> {
+    use crate::format::tree::{HEADER_LEN, OWNER_PID_OFF, encode_seal};
     let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
+    let mut page = [0u8; HEADER_LEN];
+    io.read_at(&file, 0, &mut page)
+        .map_err(|e| Error::io("read", path, e))?;
+    if let Some(owner) = page.get_mut(OWNER_PID_OFF..) {
+        owner.fill(0);
+    }
+    encode_seal(&mut page, body_crc);
     io.write_at(
         &file,
         OWNER_PID_OFF as u64,
-        &[0; HEADER_LEN - OWNER_PID_OFF],
+        page.get(OWNER_PID_OFF..).unwrap_or(&[]),
     )
     .map_err(|e| Error::io("write", path, e))?;
     io.sync_data(&file)

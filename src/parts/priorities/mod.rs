@@ -321,6 +321,18 @@ impl Priorities {
         dead_leaves_zero && with_tree!(&self.tree, t => t.check(w, 1)).is_empty()
     }
 
+    /// crc32 of the body as mapped: the seal of a snapshot's copy of this settled tree.
+    pub(crate) fn body_crc(&self) -> u32 {
+        crate::format::crc32(bytemuck::cast_slice(self.map.words()))
+    }
+
+    /// Whether the header's seal holds for the body (`format::tree::seal_holds`): the
+    /// file is byte for byte a copy its settled owner made, so its parents are exact.
+    pub(crate) fn seal_holds(&self) -> bool {
+        let header = self.map.header(crate::format::tree::HEADER_LEN);
+        crate::format::tree::seal_holds(&header, self.body_crc())
+    }
+
     /// Whether the file is a snapshot's copy that a restore linked: read-only until
     /// [`Priorities::make_private`].
     pub(crate) fn is_shared(&self) -> bool {
