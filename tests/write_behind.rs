@@ -13,12 +13,11 @@
 
 mod common;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use common::{add_range, assert_live_items_intact, pretend_reboot};
-use replaystore::io::{Access, Io, OsIo};
+use replaystore::io::OsIo;
 use replaystore::{Config, ReplayBuffer, verify};
 
 /// The real file system, with a record of every write-behind call.
@@ -28,41 +27,15 @@ struct Recording {
     calls: Mutex<Vec<(PathBuf, u64, u64, bool)>>,
 }
 
-macro_rules! forward {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        impl Io for Recording {
-            $(fn $name(&self, $($arg: $ty),*) -> $ret {
-                self.inner.$name($($arg),*)
-            })*
-            fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> std::io::Result<()> {
-                self.calls.lock().unwrap().push((path.to_owned(), offset, len, wait));
-                self.inner.write_behind(path, offset, len, wait)
-            }
-        }
-    };
-}
-
-forward! {
-    create_new(path: &Path) -> std::io::Result<File>;
-    open_rw(path: &Path) -> std::io::Result<File>;
-    open_ro(path: &Path) -> std::io::Result<File>;
-    read(path: &Path) -> std::io::Result<Vec<u8>>;
-    read_at(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
-    allocate(file: &File, len: u64) -> std::io::Result<()>;
-    write_at(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
-    sync_data(file: &File) -> std::io::Result<()>;
-    sync_dir(dir: &Path) -> std::io::Result<()>;
-    map(file: &File, len: u64, access: Access) -> std::io::Result<memmap2::MmapRaw>;
-    flush_map(map: &memmap2::MmapRaw, offset: usize, len: usize) -> std::io::Result<()>;
-    create_dir_all(dir: &Path) -> std::io::Result<()>;
-    try_lock_exclusive(file: &File) -> std::io::Result<()>;
-    rename(from: &Path, to: &Path) -> std::io::Result<()>;
-    remove_file(path: &Path) -> std::io::Result<()>;
-    hard_link(original: &Path, link: &Path) -> std::io::Result<()>;
-    copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
-    fs_magic(dir: &Path) -> std::io::Result<i64>;
-    remove_dir(dir: &Path) -> std::io::Result<()>;
-}
+forward_io!(Recording, |_io| {}, {
+    fn write_behind(&self, path: &Path, offset: u64, len: u64, wait: bool) -> std::io::Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((path.to_owned(), offset, len, wait));
+        self.inner.write_behind(path, offset, len, wait)
+    }
+});
 
 const CAPACITY: u64 = 200;
 const WINDOW: u64 = 2048;

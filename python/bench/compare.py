@@ -17,6 +17,10 @@ sample_kept keeps every batch alive (W2: ~9 GB of new memory per run); W2-sample
 is W2 stored one frame per step and stacked 4 at sample time (replaystore only). Beside
 replaystore's figures, the floor of this host (`replaystore bench --floors`, found as
 $REPLAYSTORE_BIN, target/release/replaystore or on PATH) and ours as a share of it.
+After each workload, the disk's write rate measured in the same run (the ring's bytes,
+written and fdatasynced in the scratch folder): a ring larger than the kernel's dirty
+thresholds cannot be added to durably faster than that, so the add figures are given
+as a share of it too.
 """
 
 from __future__ import annotations
@@ -491,6 +495,32 @@ def floors(workload, quick, runs):
     return {key: [best[f] * scale] for key, (f, scale) in FLOOR_OF.items() if f in best}
 
 
+def item_bytes(fields):
+    """Bytes of one item of a workload's fields."""
+    return sum(np.dtype(dt).itemsize * int(np.prod(shape, dtype=np.int64)) for dt, shape in fields.values())
+
+
+def disk_rate(scratch, nbytes, runs):
+    """The disk's write rate in bytes/s, best of `runs`: `nbytes` written in 4 MiB
+    blocks and fdatasynced, in the folder the libraries write to."""
+    block = os.urandom(4 << 20)
+    best = 0.0
+    for _ in range(runs):
+        path = os.path.join(scratch, "disk-rate")
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            t = time.perf_counter()
+            left = nbytes
+            while left > 0:
+                left -= os.write(fd, block[: min(left, len(block))])
+            os.fdatasync(fd)
+            best = max(best, nbytes / (time.perf_counter() - t))
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    return best
+
+
 def fmt(vals):
     med = statistics.median(vals)
     return f"{med:.4g} ({min(vals):.3g}-{max(vals):.3g})"
@@ -521,10 +551,14 @@ def main():
     table = {}
     failed = {}
     floor = {}
+    disk = {}
     try:
         for w in args.workloads.split(","):
             # Measured in the same run as the libraries, before them.
             floor[w] = floors(w, args.quick, args.runs)
+            fields, capacity, _ = SPEC[w]
+            ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
+            disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
             for lib in libs:
                 cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
@@ -544,6 +578,7 @@ def main():
     if args.json:
         out = {f"{w}/{lib}": r for (w, lib), r in table.items()}
         out.update({f"{w}/floor": f for w, f in floor.items()})
+        out.update({f"{w}/disk_items_per_s": d for w, d in disk.items()})
         print(json.dumps(out))
         return
     others = [lib for lib in libs if lib != "replaystore"]
@@ -574,6 +609,12 @@ def main():
                 else:
                     line += f"{'-':>13}{'-':>13}"
             print(line)
+        if "replaystore" in libs and disk.get(w):
+            ours = table[(w, "replaystore")]
+            shares = ", ".join(f"{k} {100 * statistics.median(ours[k]) / disk[w]:.0f}%"
+                               for k in ("add1", "addB", "addB_lap") if ours.get(k))
+            print(f"{w} disk: {disk[w]:.4g} items/s written and fdatasynced ({disk[w] * item_bytes(SPEC[w][0]) / 1e9:.2f} GB/s);"
+                  f" replaystore {shares} of it")
     if skipped:
         print(f"(not installed, left out: {', '.join(skipped)})")
     for (w, lib), why in failed.items():

@@ -285,42 +285,59 @@ pub fn wait_for_kill() -> ! {
     }
 }
 
-macro_rules! stop_io_forward {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        impl replaystore::io::Io for StopIo {
-            $(fn $name(&self, $($arg: $ty),*) -> $ret {
-                self.tick();
-                self.inner.$name($($arg),*)
+/// `impl Io for $ty`: every operation runs `$before` (with `$this` bound to `self`) and
+/// then the same operation of `$this.inner`, except those given in `{ ... }`, which are
+/// written out there. One list of the seam's operations for every test seam.
+#[macro_export]
+macro_rules! forward_io {
+    ($ty:ty, |$this:ident| $before:expr, { $($own:tt)* }) => {
+        $crate::forward_io!(@ $ty, $this, $before, { $($own)* },
+            create_new(path: &std::path::Path) -> std::io::Result<std::fs::File>;
+            open_rw(path: &std::path::Path) -> std::io::Result<std::fs::File>;
+            open_ro(path: &std::path::Path) -> std::io::Result<std::fs::File>;
+            read(path: &std::path::Path) -> std::io::Result<Vec<u8>>;
+            read_at(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+            allocate(file: &std::fs::File, len: u64) -> std::io::Result<()>;
+            write_at(file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
+            sync_data(file: &std::fs::File) -> std::io::Result<()>;
+            sync_dir(dir: &std::path::Path) -> std::io::Result<()>;
+            map(file: &std::fs::File, len: u64, access: replaystore::io::Access) -> std::io::Result<memmap2::MmapRaw>;
+            flush_map(map: &memmap2::MmapRaw, offset: usize, len: usize) -> std::io::Result<()>;
+            create_dir_all(dir: &std::path::Path) -> std::io::Result<()>;
+            try_lock_exclusive(file: &std::fs::File) -> std::io::Result<()>;
+            rename(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()>;
+            remove_file(path: &std::path::Path) -> std::io::Result<()>;
+            hard_link(original: &std::path::Path, link: &std::path::Path) -> std::io::Result<()>;
+            copy_file(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()>;
+            fs_magic(dir: &std::path::Path) -> std::io::Result<i64>;
+            remove_dir(dir: &std::path::Path) -> std::io::Result<()>;
+        );
+    };
+    (@ $ty:ty, $this:ident, $before:expr, { $($own:tt)* },
+        $($name:ident($($arg:ident: $argty:ty),*) -> $ret:ty;)*) => {
+        impl replaystore::io::Io for $ty {
+            $(fn $name(&self, $($arg: $argty),*) -> $ret {
+                let $this = self;
+                $before;
+                $this.inner.$name($($arg),*)
             })*
+            $($own)*
         }
     };
 }
 
-use replaystore::io::Access;
-use std::fs::File;
-use std::path::Path;
-stop_io_forward! {
-    create_new(path: &Path) -> std::io::Result<File>;
-    open_rw(path: &Path) -> std::io::Result<File>;
-    open_ro(path: &Path) -> std::io::Result<File>;
-    read(path: &Path) -> std::io::Result<Vec<u8>>;
-    read_at(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
-    allocate(file: &File, len: u64) -> std::io::Result<()>;
-    write_at(file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
-    sync_data(file: &File) -> std::io::Result<()>;
-    sync_dir(dir: &Path) -> std::io::Result<()>;
-    map(file: &File, len: u64, access: Access) -> std::io::Result<memmap2::MmapRaw>;
-    flush_map(map: &memmap2::MmapRaw, offset: usize, len: usize) -> std::io::Result<()>;
-    create_dir_all(dir: &Path) -> std::io::Result<()>;
-    try_lock_exclusive(file: &File) -> std::io::Result<()>;
-    rename(from: &Path, to: &Path) -> std::io::Result<()>;
-    remove_file(path: &Path) -> std::io::Result<()>;
-    hard_link(original: &Path, link: &Path) -> std::io::Result<()>;
-    copy_file(from: &Path, to: &Path) -> std::io::Result<()>;
-    fs_magic(dir: &Path) -> std::io::Result<i64>;
-    remove_dir(dir: &Path) -> std::io::Result<()>;
-    write_behind(path: &Path, offset: u64, len: u64, wait: bool) -> std::io::Result<()>;
-}
+forward_io!(StopIo, |io| io.tick(), {
+    fn write_behind(
+        &self,
+        path: &std::path::Path,
+        offset: u64,
+        len: u64,
+        wait: bool,
+    ) -> std::io::Result<()> {
+        self.tick();
+        self.inner.write_behind(path, offset, len, wait)
+    }
+});
 
 /// A write-behind window a few rows wide for the test schema, so that even the small
 /// rings of the crash tests seal rows and start their writeback behind the tail.
