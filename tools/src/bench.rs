@@ -244,20 +244,21 @@ pub fn run(
     baseline: Option<PathBuf>,
     floors_only: bool,
 ) -> Result<ExitCode, Error> {
-    let (workloads, w3, ckpt): (Vec<Workload>, bool, bool) =
-        match workload.to_ascii_lowercase().as_str() {
-            "w1" => (vec![Workload::W1], false, false),
-            "w2" => (vec![Workload::W2], false, false),
-            "w3" => (vec![], true, false),
-            "ckpt" => (vec![], false, true),
-            "all" => (vec![Workload::W1, Workload::W2], true, false),
-            other => {
-                return Err(Error::InvalidConfig {
-                    field: "workload",
-                    problem: format!("{other:?} is not W1, W2, W3, ckpt or all"),
-                });
-            }
-        };
+    let name = workload.to_ascii_lowercase();
+    let (workloads, w3): (Vec<Workload>, bool) = match name.as_str() {
+        "w1" => (vec![Workload::W1], false),
+        "w2" => (vec![Workload::W2], false),
+        "w3" => (vec![], true),
+        "ckpt" | "w4" => (vec![], false),
+        "all" => (vec![Workload::W1, Workload::W2], true),
+        other => {
+            return Err(Error::InvalidConfig {
+                field: "workload",
+                problem: format!("{other:?} is not W1, W2, W3, W4, ckpt or all"),
+            });
+        }
+    };
+    let (ckpt, w4) = (name == "ckpt", name == "w4");
     let runs = runs.max(1);
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let scratch = parent.join(format!("replaystore-bench-{}", std::process::id()));
@@ -306,6 +307,15 @@ pub fn run(
             Err(e) => result = Err(e),
         }
         bar.inc(1);
+    }
+    if w4 && !floors_only && result.is_ok() {
+        if !as_json {
+            bar.suspend(|| eprintln!("W4: filling a ring larger than memory, then sampling..."));
+        }
+        match crate::w4::rows(&scratch, quick) {
+            Ok(r) => rows.extend(r),
+            Err(e) => result = Err(e),
+        }
     }
     if ckpt && !floors_only && result.is_ok() {
         // `runs` is the number of checkpoints per case: p99 needs many (100 standard).

@@ -15,6 +15,7 @@ mod show;
 mod source;
 mod transfer;
 mod w3;
+mod w4;
 mod workloads;
 #[cfg(test)]
 mod workloads_tests;
@@ -82,9 +83,11 @@ enum Command {
     /// figure, its floor: the same work by a plain Rust kernel over memory of the same
     /// size and row shape, measured in the same run (no files, checks or crash safety).
     Bench {
-        /// W1, W2, W3, all (W1, W2 and W3), or ckpt: checkpoint latency p50/p99 as a
+        /// W1, W2, W3, all (W1, W2 and W3), ckpt: checkpoint latency p50/p99 as a
         /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
-        /// prioritized; --runs is then the number of checkpoints per case, at least 100).
+        /// prioritized; --runs is then the number of checkpoints per case, at least 100),
+        /// or w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
+        /// (skipped when the disk lacks the space; --quick: 140 MB).
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard

@@ -41,7 +41,7 @@ fn add_for(buf: &mut ReplayBuffer, seconds: f64) -> Result<f64, Error> {
 }
 
 /// Samples batches of 256 for `seconds`, returning batches per second.
-fn sample_for(
+pub(crate) fn sample_for(
     mut sample: impl FnMut(&mut Batch) -> Result<(), Error>,
     batch: &mut Batch,
     seconds: f64,
@@ -59,7 +59,7 @@ fn sample_for(
 
 /// This process's anonymous resident memory in bytes (`RssAnon` of /proc/self/status):
 /// its own pages, not the file pages it shares with the writer.
-fn rss_anon() -> u64 {
+pub(crate) fn rss_anon() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

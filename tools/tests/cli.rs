@@ -816,3 +816,83 @@ fn export_never_replaces_a_fifo_link_or_folder_and_snapshot_commands_never_leave
         assert!(text(&o).contains("rows"), "{}", text(&o));
     }
 }
+
+/// `bench --workload ckpt` (issue 28): every case gives its fill, first checkpoint, lap,
+/// save and restore with p99, the step after a restore, and the extra bytes; `w4` its
+/// fill, the disk's random-read floor, both samplers beside it and their memory.
+#[test]
+fn bench_ckpt_and_w4_quick_print_their_rows() {
+    let d = tempfile::tempdir().unwrap();
+    let json = |workload: &str| {
+        let o = run(&[
+            "bench",
+            "--workload",
+            workload,
+            "--quick",
+            "--runs",
+            "20",
+            "--json",
+            "--dir",
+            d.path().to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["results"].as_array().unwrap().clone()
+    };
+    let rows = json("ckpt");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    for case in [
+        "W1-100k-uniform",
+        "W1-100k-per",
+        "W2-6250-uniform",
+        "W2-6250-per",
+    ] {
+        for what in [
+            "fill",
+            "first",
+            "lap",
+            "save",
+            "set_state",
+            "step after",
+            "extra",
+        ] {
+            let name = format!("{case} {what}");
+            let r = rows
+                .iter()
+                .find(|r| r["workload"] == name.as_str())
+                .unwrap_or_else(|| panic!("no row {name} in {names:?}"));
+            assert!(r["median"].as_f64().unwrap() > 0.0, "{r}");
+            let calls = r["runs"].as_u64().unwrap();
+            if ["save", "set_state", "step after"].contains(&what) {
+                assert_eq!(calls, 20, "{r}");
+                assert!(
+                    r["p99"].as_f64().unwrap() >= r["median"].as_f64().unwrap(),
+                    "{r}"
+                );
+            }
+        }
+    }
+    let rows = json("w4");
+    let get = |name: &str| {
+        rows.iter()
+            .find(|r| r["workload"] == name)
+            .unwrap_or_else(|| panic!("no row {name}"))["median"]
+            .as_f64()
+            .unwrap()
+    };
+    for name in [
+        "W4 fill",
+        "W4 disk random read",
+        "W4 disk random read x16",
+        "W4 sample 32",
+        "W4 reader pread sample 32",
+    ] {
+        assert!(get(name) > 0.0, "{name}");
+    }
+    // --quick's ring fits in memory many times over, and the pread reader maps nothing.
+    assert!(get("W4 memory / ring") > 1.0);
+    assert!(get("W4 reader pread RSS growth") < 64.0);
+}
