@@ -520,6 +520,12 @@ impl Reader {
         Ok(())
     }
 
+    /// Gathers as for a ring larger than memory, whatever its size (tests).
+    #[cfg(test)]
+    pub(crate) fn force_page_in(&mut self) {
+        self.rows.ring.force_page_in();
+    }
+
     /// The items at `indices`, checked as [`crate::ReplayBuffer::get_many`] checks them
     /// (`sample(Request::at(indices))`). An index the writer has evicted is `Evicted`.
     pub fn get_many(&mut self, indices: &[u64]) -> Result<Batch> {

@@ -253,6 +253,25 @@ fn start_writeback(file: &File, offset: u64, len: u64, wait: bool) -> io::Result
     }
 }
 
+/// `posix_fadvise(WILLNEED)` of a byte range: the kernel starts reading it into the page
+/// cache and returns at once. A hint, not an operation: never a fault point, and an
+/// error (an old kernel) changes nothing but speed.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "posix_fadvise is a C call")]
+pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: the descriptor stays open while `file` is borrowed, and the call touches no
+    // memory of this process.
+    let _ =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
+
 #[cfg(not(target_os = "linux"))]
 fn start_writeback(_file: &File, _offset: u64, _len: u64, _wait: bool) -> io::Result<()> {
     Ok(())

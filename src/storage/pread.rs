@@ -58,6 +58,9 @@ pub(crate) struct RowFiles {
     io: IoRef,
     files: Vec<(File, PathBuf, usize)>,
     stride: usize,
+    /// The rows take more than half of memory: a gather asks for all of its rows before
+    /// reading the first (`storage::larger_than_memory`).
+    page_in: bool,
 }
 
 impl RowFiles {
@@ -72,7 +75,20 @@ impl RowFiles {
                     .map_err(|e| Error::io("open", &path, e))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(RowFiles { io, files, stride })
+        let rows: u64 = files.iter().map(|f| f.2 as u64).sum();
+        let page_in = super::larger_than_memory(rows.saturating_mul(stride as u64));
+        Ok(RowFiles {
+            io,
+            files,
+            stride,
+            page_in,
+        })
+    }
+
+    /// Asks for every row before reading it, whatever the ring's size (tests).
+    #[cfg(test)]
+    pub(crate) fn force_page_in(&mut self) {
+        self.page_in = true;
     }
 
     /// What [`crate::storage::map::gather`] does, with `pread`: the fields of the rows
@@ -93,6 +109,17 @@ impl RowFiles {
         let payload = layout.payload_span();
         let mut row = vec![0u8; span];
         let mut stamp = [0u8; 8];
+        if self.page_in {
+            // Every row's read in flight at once, then the preads below mostly find the
+            // page cache filled: the disk works on many rows at a time instead of one.
+            for &index in indices.iter().skip(from) {
+                let (s, k) = map.locate(index);
+                if let Some((file, _, _)) = self.files.get(s).filter(|f| k < f.2) {
+                    let at = (DATA_OFFSET + k * self.stride) as u64;
+                    super::io::will_need(file, at, span as u64);
+                }
+            }
+        }
         for (i, &index) in indices.iter().enumerate().skip(from) {
             let (s, k) = map.locate(index);
             let miss = |found| Missed::Row(RowMiss { position: i, found });

@@ -69,6 +69,14 @@ pub struct ReplayBuffer<R: Role = Writer> {
     role: PhantomData<R>,
 }
 
+impl<R: Role> ReplayBuffer<R> {
+    /// Gathers as for a ring larger than memory, whatever its size (tests).
+    #[cfg(test)]
+    pub(crate) fn force_page_in(&mut self) {
+        self.rows.ring.force_page_in();
+    }
+}
+
 impl SlotProbe for Ring {
     fn stamp(&self, slot: u64) -> u64 {
         Ring::stamp(self, slot)
