@@ -100,6 +100,17 @@ fn kill_loop_child() {
             }
             85..=89 => {
                 next_snap += 1;
+                // A name an earlier child took (each child starts numbering at random)
+                // would make get_state refuse, and the child die as if killed.
+                let taken: Vec<String> = buf
+                    .snapshots()
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| s.name)
+                    .collect();
+                while taken.contains(&format!("k{next_snap}")) {
+                    next_snap += 1;
+                }
                 let name = format!("k{next_snap}");
                 let l = buf.live();
                 say(

@@ -471,6 +471,10 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
     let mut checked = 0;
     let mut rng = 31u64;
     let mut buf = Some(ReplayBuffer::create(&dir, config).unwrap());
+    // Episodes sealed and sent to disk behind the tail, with whole-episode eviction.
+    if let Some(b) = buf.as_mut() {
+        b.set_write_behind(common::SMALL_WRITE_BEHIND);
+    }
     let seen = |b: &ReplayBuffer, commits: bool, syncs_tree: bool| {
         let idx: Vec<u64> = b.live().collect();
         let p = b.priorities(&idx).unwrap();
