@@ -91,7 +91,8 @@ pub mod internal {
     pub mod storage {
         pub use crate::storage::crc::SpanCrc;
         pub use crate::storage::{
-            LANE_DIR, MANIFEST, Manifest, lane_dir, read_lanes, resolve_root, segment_path,
+            LANE_DIR, MANIFEST, Manifest, lane_dir, mem_total, read_lanes, resolve_root,
+            segment_path,
         };
 
         /// Opens segment `n` of the buffer in `dir` read-only and lets it go: the checks

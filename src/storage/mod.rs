@@ -203,12 +203,11 @@ pub(crate) fn open_segment(
     Ok(seg)
 }
 
-/// Whether `bytes` of rows take more than half of this machine's memory: most draws
-/// then miss the page cache (issue 28, W4).
-pub(crate) fn larger_than_memory(bytes: u64) -> bool {
+/// This machine's memory in bytes (`MemTotal`; `u64::MAX` where unknown), read once.
+pub fn mem_total() -> u64 {
     use std::sync::OnceLock;
     static MEM_TOTAL: OnceLock<u64> = OnceLock::new();
-    let total = *MEM_TOTAL.get_or_init(|| {
+    *MEM_TOTAL.get_or_init(|| {
         std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|s| {
@@ -217,8 +216,13 @@ pub(crate) fn larger_than_memory(bytes: u64) -> bool {
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             })
             .map_or(u64::MAX, |kb| kb.saturating_mul(1024))
-    });
-    bytes > total / 2
+    })
+}
+
+/// Whether `bytes` of rows take more than half of this machine's memory: most draws
+/// then miss the page cache (issue 28, W4).
+pub(crate) fn larger_than_memory(bytes: u64) -> bool {
+    bytes > mem_total() / 2
 }
 
 /// Copies segment `n` before its first store while another name links it (a snapshot):

@@ -102,17 +102,6 @@ fn random_reads(files: &[std::path::PathBuf], seconds: f64, seed: u64) -> Result
     Ok(reads)
 }
 
-fn mem_total() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// W4's rows, or none (with a message on stderr) when the disk is too small for it.
 pub(crate) fn rows(scratch: &Path, quick: bool) -> Result<Vec<Row>, Error> {
     let w = Workload::W2;
@@ -185,7 +174,9 @@ pub(crate) fn rows(scratch: &Path, quick: bool) -> Result<Vec<Row>, Error> {
         .push(rss_anon().saturating_sub(before) as f64 / (1 << 20) as f64);
     drop(reader);
     let mut cached = Row::new("W4 memory / ring".into(), "ratio", data);
-    cached.values.push(mem_total() as f64 / data as f64);
+    cached
+        .values
+        .push(replaystore::internal::storage::mem_total() as f64 / data as f64);
     buf.close()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(vec![
