@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::workloads::{Chunk, Workload, written_bytes};
+use crate::workloads::{Chunk, Workload, random_priority, written_bytes};
 use replaystore::{Batch, Config, Error, ReplayBuffer, Request};
 use serde_json::json;
 
@@ -26,14 +26,6 @@ use crate::row::{Row, min_max};
 
 /// Items added before each timed checkpoint.
 const STEP: u64 = 32;
-
-/// A xorshift step: the bench's own reproducible priorities.
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
 
 /// add1, addB, sample and per rows of one workload.
 fn throughput(
@@ -122,7 +114,7 @@ fn throughput(
         for _ in 0..batches {
             buf.sample_into(spec, &mut batch)?;
             for p in &mut priorities {
-                *p = (xorshift(&mut rng) >> 40) as f32 / (1u64 << 24) as f32 + 0.01;
+                *p = random_priority(&mut rng);
             }
             buf.update_priorities(batch.indices(), &priorities)?;
         }

@@ -23,7 +23,7 @@ use std::time::Instant;
 use replaystore::{Batch, Config, Error, ReplayBuffer, Request};
 
 use crate::row::Row;
-use crate::workloads::{Chunk, Workload, written_bytes};
+use crate::workloads::{Chunk, Workload, random_priority, written_bytes};
 
 /// Training steps between two checkpoints.
 pub(crate) const STEPS: usize = 64;
@@ -85,10 +85,7 @@ impl Trainer {
             if self.prioritized {
                 buf.sample_into(Request::rows(self.n).prioritized(0.4), &mut self.batch)?;
                 for p in &mut self.priorities {
-                    self.rng ^= self.rng << 13;
-                    self.rng ^= self.rng >> 7;
-                    self.rng ^= self.rng << 17;
-                    *p = (self.rng >> 40) as f32 / (1u64 << 24) as f32 + 0.01;
+                    *p = random_priority(&mut self.rng);
                 }
                 buf.update_priorities(self.batch.indices(), &self.priorities)?;
             }

@@ -14,6 +14,7 @@
 //!   (a stratified descent per row, importance weights from the batch's own largest),
 //!   then `n` new priorities written and their sums carried up the tree.
 
+use crate::workloads::xorshift;
 use std::time::Instant;
 
 /// A ring of `capacity` rows of `widths` fields (bytes each), laid out as the segment
@@ -282,14 +283,6 @@ const AHEAD: usize = 32;
 /// A number below `n` from a xorshift draw (multiply and shift: no division).
 fn below(s: &mut u64, n: usize) -> u64 {
     ((u128::from(xorshift(s)) * n as u128) >> 64) as u64
-}
-
-/// A xorshift step.
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
 }
 
 /// A uniform draw in [0, 1).

@@ -25,7 +25,7 @@ use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, RowAccess};
 
 use crate::row::Row;
 use crate::w3::{rss_anon, sample_for};
-use crate::workloads::{Chunk, Workload};
+use crate::workloads::{Chunk, Workload, xorshift};
 
 /// The standard W4 ring: 36 GB of W2 items.
 const W4_BYTES: u64 = 36_000_000_000;
@@ -37,13 +37,6 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
         field: "bench w4",
         problem: format!("{what} {}: {e}", path.display()),
     }
-}
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
 }
 
 /// Threads of the parallel random-read floor: what a batch's reads in flight at once

@@ -257,6 +257,20 @@ fn w2_frames() -> &'static [u8] {
     })
 }
 
+/// A xorshift step: the benches' reproducible random numbers.
+pub fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// A priority in (0.01, 1.01) from a xorshift draw: what the prioritized benches write
+/// back after each draw, as a learner writes TD errors.
+pub fn random_priority(s: &mut u64) -> f32 {
+    (xorshift(s) >> 40) as f32 / (1u64 << 24) as f32 + 0.01
+}
+
 /// Bytes this process has caused to be written to storage so far (Linux
 /// `/proc/self/io` `write_bytes`; 0 where unknown): what a checkpoint costs in disk.
 pub fn written_bytes() -> u64 {
