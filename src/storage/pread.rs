@@ -58,9 +58,6 @@ pub(crate) struct RowFiles {
     io: IoRef,
     files: Vec<(File, PathBuf, usize)>,
     stride: usize,
-    /// The rows take more than half of memory: a gather asks for all of its rows before
-    /// reading the first (`storage::larger_than_memory`).
-    page_in: bool,
 }
 
 impl RowFiles {
@@ -75,25 +72,17 @@ impl RowFiles {
                     .map_err(|e| Error::io("open", &path, e))
             })
             .collect::<Result<Vec<_>>>()?;
-        let rows: u64 = files.iter().map(|f| f.2 as u64).sum();
-        let page_in = super::larger_than_memory(rows.saturating_mul(stride as u64));
-        Ok(RowFiles {
-            io,
-            files,
-            stride,
-            page_in,
-        })
-    }
-
-    /// Asks for every row before reading it, whatever the ring's size (tests).
-    #[cfg(test)]
-    pub(crate) fn force_page_in(&mut self) {
-        self.page_in = true;
+        Ok(RowFiles { io, files, stride })
     }
 
     /// What [`crate::storage::map::gather`] does, with `pread`: the fields of the rows
     /// holding `indices` into `outs` (field-major), from position `from` on, each row
-    /// below `sealed` checked against its checksum.
+    /// below `sealed` checked against its checksum. With `page_in` (the ring's rows take
+    /// more than half of memory), every row is asked for before the first is read.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the mapped gather's arguments, and the ring's page-in choice"
+    )]
     pub(crate) fn gather(
         &self,
         map: SlotMap,
@@ -102,6 +91,7 @@ impl RowFiles {
         indices: &[u64],
         outs: &mut [&mut [u8]],
         from: usize,
+        page_in: bool,
     ) -> Result<(), Missed> {
         // The row from its stamp to its last field: the checksum word and the whole
         // payload span (header fields included) are in it.
@@ -109,7 +99,7 @@ impl RowFiles {
         let payload = layout.payload_span();
         let mut row = vec![0u8; span];
         let mut stamp = [0u8; 8];
-        if self.page_in {
+        if page_in {
             // Every row's read in flight at once, then the preads below mostly find the
             // page cache filled: the disk works on many rows at a time instead of one.
             for &index in indices.iter().skip(from) {

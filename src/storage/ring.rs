@@ -23,7 +23,8 @@ pub(crate) struct Ring {
     /// The checksum routine for the layout's payload span (reads check sealed rows).
     crc: SpanCrc,
     /// The rows take more than half of memory: a gather asks the kernel to read all of
-    /// its rows (`MADV_WILLNEED`) before copying any (`storage::larger_than_memory`).
+    /// its rows (`MADV_WILLNEED`, or `POSIX_FADV_WILLNEED` when it reads with pread)
+    /// before copying any (`storage::larger_than_memory`).
     page_in: bool,
 }
 
@@ -329,6 +330,7 @@ impl Ring {
                 indices,
                 outs,
                 from,
+                self.page_in,
             ),
             None => map::gather(self.reader(at), indices, outs, from).map_err(Missed::Row),
         }
@@ -410,9 +412,6 @@ impl Ring {
     #[cfg(test)]
     pub(crate) fn force_page_in(&mut self) {
         self.page_in = true;
-        if let Some(files) = &mut self.files {
-            files.force_page_in();
-        }
     }
 
     /// msync of every segment.
