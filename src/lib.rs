@@ -73,7 +73,7 @@ pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use request::{Pick, Request, Unit};
-pub use schema::{Field, Schema, SchemaBuilder};
+pub use schema::{Field, Schema, SchemaBuilder, VarField, VarKind};
 pub use sink::{Array, Layout, Sink};
 pub use storage::io;
 pub use storage::pread::RowAccess;

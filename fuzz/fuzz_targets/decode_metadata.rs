@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = Superblock::decode(data);
     let _ = Commit::decode(data, 0, 1 << 20);
     let _ = Commit::decode(data, 1, 1);
-    let _ = schema_doc::decode(data);
+    let _ = schema_doc::decode(data, 1);
+    let _ = schema_doc::decode(data, 2);
     let expected = SegmentHeader { uuid: [0; 16], segment_no: 0, first_slot: 0, slots: 1, row_stride: 24 };
     let _ = SegmentHeader::check(data, &expected);
     if let Ok((h, _)) = TreeHeader::decode(data) {

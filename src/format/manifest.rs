@@ -10,7 +10,7 @@
 //! Each commit slot lives in its own 4 KiB page so a torn write of one can never touch
 //! the other; the newer valid slot wins on open.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, checksum, crc32, magic, need};
+use super::{Bytes, BytesMut, FORMAT_VERSION, HEAP_VERSION, Problem, checksum, crc32, magic, need};
 
 /// Magic at the start of MANIFEST.
 pub const MAGIC: [u8; 8] = *b"RPLYSTOR";
@@ -29,8 +29,19 @@ const SCHEMA_OFFSET_OFF: usize = ITEM_BYTES_OFF + 8;
 const SCHEMA_LEN_OFF: usize = SCHEMA_OFFSET_OFF + 8;
 const SCHEMA_CRC_OFF: usize = SCHEMA_LEN_OFF + 8;
 const SUPERBLOCK_CRC_OFF: usize = SCHEMA_CRC_OFF + 4;
-/// Bytes of the superblock that carry data (the rest of its page is zero).
+/// Bytes of a version-1 superblock that carry data (the rest of its page is zero).
 pub const SUPERBLOCK_LEN: usize = SUPERBLOCK_CRC_OFF + 4;
+// Version 2 (items with variable-length fields): the chunk ring's geometry where
+// version 1 has its crc, then the crc.
+const HEAP_CAPACITY_OFF: usize = SUPERBLOCK_CRC_OFF;
+const HEAP_SEGMENT_SLOTS_OFF: usize = HEAP_CAPACITY_OFF + 8;
+const HEAP_SEGMENT_COUNT_OFF: usize = HEAP_SEGMENT_SLOTS_OFF + 8;
+const HEAP_STRIDE_OFF: usize = HEAP_SEGMENT_COUNT_OFF + 8;
+const SUPERBLOCK_V2_CRC_OFF: usize = HEAP_STRIDE_OFF + 8;
+/// Bytes of a version-2 superblock that carry data.
+pub const SUPERBLOCK_V2_LEN: usize = SUPERBLOCK_V2_CRC_OFF + 4;
+/// Largest stride of a chunk row.
+pub const MAX_CHUNK_STRIDE: u64 = 1 << 20;
 
 /// Bytes reserved for the superblock and for each commit slot: one page each.
 pub const PAGE: usize = 4096;
@@ -94,6 +105,31 @@ pub struct Superblock {
     /// the calls' fragments can be sampled whole (superblock flag bit 3; not with bit
     /// 1). RLlib's `StorageUnit.FRAGMENTS`.
     pub fragments: bool,
+    /// The chunk ring holding the values of variable-length fields, if items have any
+    /// (format version 2).
+    pub heap: Option<HeapGeometry>,
+}
+
+/// Where the chunk ring of a version-2 buffer keeps its rows: `lane-K/heap-N.dat`, in
+/// the segment format of the data segments (FORMAT.md, "Chunk ring").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapGeometry {
+    /// Chunk rows in the ring.
+    pub capacity: u64,
+    /// Chunk rows per heap segment (a power of two).
+    pub segment_slots: u64,
+    /// Number of heap segment files.
+    pub segment_count: u64,
+    /// Bytes per chunk row: the 16-byte row header, then the chunk's payload.
+    pub stride: u64,
+}
+
+impl HeapGeometry {
+    /// Payload bytes of one chunk.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.stride
+            .saturating_sub(super::row::ROW_HEADER_LEN as u64)
+    }
 }
 
 /// Superblock flag: the buffer has a `priorities.tree`. Builds that predate it reject
@@ -123,7 +159,7 @@ impl Superblock {
         let mut page = vec![0u8; PAGE];
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, &MAGIC);
-        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(VERSION_OFF, self.version());
         let flag = |on: bool, bit: u32| if on { bit } else { 0 };
         w.u32(
             FLAGS_OFF,
@@ -141,9 +177,28 @@ impl Superblock {
         w.u64(SCHEMA_OFFSET_OFF, SCHEMA_OFFSET as u64);
         w.u64(SCHEMA_LEN_OFF, self.schema_len);
         w.u32(SCHEMA_CRC_OFF, self.schema_crc);
-        let crc = crc32(page.get(..SUPERBLOCK_CRC_OFF).unwrap_or(&[]));
-        BytesMut(&mut page).u32(SUPERBLOCK_CRC_OFF, crc);
+        let crc_off = match self.heap {
+            Some(h) => {
+                w.u64(HEAP_CAPACITY_OFF, h.capacity);
+                w.u64(HEAP_SEGMENT_SLOTS_OFF, h.segment_slots);
+                w.u64(HEAP_SEGMENT_COUNT_OFF, h.segment_count);
+                w.u64(HEAP_STRIDE_OFF, h.stride);
+                SUPERBLOCK_V2_CRC_OFF
+            }
+            None => SUPERBLOCK_CRC_OFF,
+        };
+        let crc = crc32(page.get(..crc_off).unwrap_or(&[]));
+        BytesMut(&mut page).u32(crc_off, crc);
         page
+    }
+
+    /// The MANIFEST's format version: 2 for items with variable-length fields, else 1.
+    pub fn version(&self) -> u32 {
+        if self.heap.is_some() {
+            HEAP_VERSION
+        } else {
+            FORMAT_VERSION
+        }
     }
 
     /// Decodes and checks a superblock: magic, version, checksum, then each field's range.
@@ -153,10 +208,18 @@ impl Superblock {
         need(bytes, SUPERBLOCK_LEN)?;
         let r = Bytes(bytes);
         let version = r.u32(VERSION_OFF).unwrap_or(0);
-        checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
-        if version != FORMAT_VERSION {
-            return Err(Problem::Version(version));
-        }
+        // The version says where the crc is: read before the crc is checked, and a
+        // damaged version finds no matching crc where it points.
+        let crc_off = match version {
+            FORMAT_VERSION => SUPERBLOCK_CRC_OFF,
+            HEAP_VERSION => SUPERBLOCK_V2_CRC_OFF,
+            _ => {
+                checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
+                return Err(Problem::Version(version));
+            }
+        };
+        need(bytes, crc_off + 4)?;
+        checksum(bytes, 0, crc_off, crc_off)?;
         let field = |off: usize| r.u64(off).unwrap_or(0);
         let sb = Superblock {
             uuid: r.array(UUID_OFF).unwrap_or([0; 16]),
@@ -171,6 +234,12 @@ impl Superblock {
             episodic: false,
             whole_episodes: false,
             fragments: false,
+            heap: (version == HEAP_VERSION).then(|| HeapGeometry {
+                capacity: field(HEAP_CAPACITY_OFF),
+                segment_slots: field(HEAP_SEGMENT_SLOTS_OFF),
+                segment_count: field(HEAP_SEGMENT_COUNT_OFF),
+                stride: field(HEAP_STRIDE_OFF),
+            }),
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -271,6 +340,42 @@ impl Superblock {
                 format!("1..={MAX_SCHEMA_LEN}"),
                 sb.schema_len,
             );
+        }
+        if let Some(h) = sb.heap {
+            if h.capacity == 0 || h.capacity > super::row::MAX_CAPACITY {
+                return bad(
+                    HEAP_CAPACITY_OFF,
+                    "heap capacity",
+                    format!("1..={}", super::row::MAX_CAPACITY),
+                    h.capacity,
+                );
+            }
+            if !h.segment_slots.is_power_of_two() {
+                return bad(
+                    HEAP_SEGMENT_SLOTS_OFF,
+                    "heap segment_slots",
+                    "a power of two".into(),
+                    h.segment_slots,
+                );
+            }
+            let segments = Superblock::segments_for(h.capacity, h.segment_slots);
+            if h.segment_count != segments {
+                return bad(
+                    HEAP_SEGMENT_COUNT_OFF,
+                    "heap segment_count",
+                    segments.to_string(),
+                    h.segment_count,
+                );
+            }
+            let least = super::row::ROW_HEADER_LEN as u64 + 8;
+            if !h.stride.is_multiple_of(8) || h.stride < least || h.stride > MAX_CHUNK_STRIDE {
+                return bad(
+                    HEAP_STRIDE_OFF,
+                    "heap stride",
+                    format!("a multiple of 8 in {least}..={MAX_CHUNK_STRIDE}"),
+                    h.stride,
+                );
+            }
         }
         Ok(sb)
     }
@@ -498,7 +603,7 @@ mod tests {
             (SCHEMA_LEN_OFF, 0),
             (SCHEMA_LEN_OFF, MAX_SCHEMA_LEN + 1),
             (CAPACITY_OFF, 1000),
-            (VERSION_OFF, 2),
+            (VERSION_OFF, 3),
         ];
         for (off, value) in cases {
             let got = Superblock::decode(&resealed(&good, off, value));
@@ -573,7 +678,79 @@ mod tests {
             episodic: false,
             whole_episodes: false,
             fragments: false,
+            heap: None,
         }
+    }
+
+    fn heap_sb() -> Superblock {
+        Superblock {
+            heap: Some(HeapGeometry {
+                capacity: 5000,
+                segment_slots: 1024,
+                segment_count: 5,
+                stride: 1024,
+            }),
+            ..sb()
+        }
+    }
+
+    /// `resealed` for a version-2 superblock (its crc is at 124).
+    fn resealed_v2(bytes: &[u8], off: usize, value: u64) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        match off {
+            VERSION_OFF | FLAGS_OFF => BytesMut(&mut b).u32(off, value as u32),
+            _ => BytesMut(&mut b).u64(off, value),
+        }
+        let crc = crc32(&b[..SUPERBLOCK_V2_CRC_OFF]);
+        BytesMut(&mut b).u32(SUPERBLOCK_V2_CRC_OFF, crc);
+        b
+    }
+
+    #[test]
+    fn a_heap_superblock_is_version_2_round_trips_and_each_heap_rule_refuses() {
+        let good = heap_sb().encode();
+        assert_eq!(Bytes(&good).u32(VERSION_OFF), Some(HEAP_VERSION));
+        assert_eq!(Superblock::decode(&good), Ok(heap_sb()));
+        assert_eq!(heap_sb().heap.map(|h| h.chunk_bytes()), Some(1008));
+        // Without a heap: version 1, byte for byte what builds before wrote (crc at 92).
+        let plain = sb().encode();
+        assert_eq!(Bytes(&plain).u32(VERSION_OFF), Some(FORMAT_VERSION));
+        assert!(plain[SUPERBLOCK_LEN..].iter().all(|&b| b == 0));
+        let cases: [(usize, u64); 8] = [
+            (HEAP_CAPACITY_OFF, 0),
+            (HEAP_CAPACITY_OFF, super::super::row::MAX_CAPACITY + 1),
+            (HEAP_SEGMENT_SLOTS_OFF, 1000),
+            (HEAP_SEGMENT_COUNT_OFF, 4),
+            (HEAP_STRIDE_OFF, 1020),
+            (HEAP_STRIDE_OFF, 16),
+            (HEAP_STRIDE_OFF, MAX_CHUNK_STRIDE + 8),
+            (HEAP_CAPACITY_OFF, 4097),
+        ];
+        for (off, value) in cases {
+            let got = Superblock::decode(&resealed_v2(&good, off, value));
+            if (off, value) == (HEAP_CAPACITY_OFF, 4097) {
+                // The control: a legal value (still five segments), resealed, decodes.
+                assert!(got.is_ok(), "{got:?}");
+            } else {
+                assert!(
+                    matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
+                    "offset {off} value {value}: {got:?}"
+                );
+            }
+        }
+        // A version flipped between 1 and 2 finds no crc where it points.
+        let mut flipped = good.clone();
+        BytesMut(&mut flipped).u32(VERSION_OFF, FORMAT_VERSION);
+        assert!(matches!(
+            Superblock::decode(&flipped),
+            Err(Problem::Checksum { .. })
+        ));
+        let mut flipped = plain.clone();
+        BytesMut(&mut flipped).u32(VERSION_OFF, HEAP_VERSION);
+        assert!(matches!(
+            Superblock::decode(&flipped),
+            Err(Problem::Checksum { .. })
+        ));
     }
 
     #[test]

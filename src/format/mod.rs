@@ -5,6 +5,7 @@
 //! All integers are little-endian. Offsets are chained constants: each field's offset is
 //! the previous one's plus its size, so a field cannot silently overlap another.
 
+pub mod heap;
 pub mod lanes;
 pub mod manifest;
 pub mod progress;
@@ -16,6 +17,11 @@ pub mod tree;
 
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
+/// The MANIFEST version of a buffer whose items have variable-length fields: its
+/// superblock describes a chunk ring and its schema archive has the variable fields
+/// (FORMAT.md, version log). Every other file, and every buffer without such fields,
+/// stays at [`FORMAT_VERSION`].
+pub const HEAP_VERSION: u32 = 2;
 
 /// Reads fixed-size little-endian integers from a byte slice without panicking.
 pub(crate) struct Bytes<'a>(pub &'a [u8]);

@@ -175,6 +175,9 @@ pub const fn writing_index(stamp: u64) -> Option<u64> {
 pub struct RowLayout {
     /// Per field: (offset in the row, bytes), in schema order.
     pub fields: Vec<(usize, usize)>,
+    /// Per variable-length field: the offset of its 16 slot bytes (`format::heap`),
+    /// after the fixed fields, in schema order.
+    pub var: Vec<usize>,
     /// Rows carry a step header at `EPISODE_OFF`.
     pub episodic: bool,
     /// Rows carry their fragment position at `FRAGMENT_POS_OFF`.
@@ -214,6 +217,16 @@ impl RowLayout {
                 (at, f.bytes())
             })
             .collect();
+        let var = schema
+            .var_fields()
+            .iter()
+            .map(|_| {
+                off = off.next_multiple_of(8);
+                let at = off;
+                off += crate::schema::VAR_SLOT_BYTES;
+                at
+            })
+            .collect();
         // A row that starts on a cache line and spans whole lines costs the fewest line
         // reads when sampled at random (a 184-byte row at any offset spans 3.9 lines on
         // average, at a 192-byte stride exactly 3): align to 64 when it costs at most an
@@ -227,6 +240,7 @@ impl RowLayout {
         };
         RowLayout {
             fields,
+            var,
             episodic,
             fragments: false,
             payload_end: off,

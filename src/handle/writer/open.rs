@@ -91,6 +91,7 @@ impl ReplayBuffer<Writer> {
             episodic: config.is_episodic(),
             whole_episodes: config.whole_episodes,
             fragments: config.fragments,
+            heap: None,
         };
         let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
             write_new_buffer(
