@@ -4,7 +4,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::schema::Schema;
+use crate::schema::{Schema, VarField, VarKind};
 use crate::sink::{Array, Layout, Sink};
 
 /// One field of a batch: `rows` items of the field's shape, row after row.
@@ -126,8 +126,97 @@ impl FieldArray {
 #[derive(Clone, Debug, Default)]
 pub struct Batch {
     fields: Vec<FieldArray>,
+    values: Vec<VarArray>,
     indices: Vec<u64>,
     weights: Vec<f32>,
+}
+
+/// The values of one variable-length field for the rows of a batch, end to end: row
+/// `r` is `bytes()[offsets()[r]..offsets()[r + 1]]` (Arrow's layout, in bytes).
+#[derive(Clone, Debug)]
+pub struct VarArray {
+    name: String,
+    kind: VarKind,
+    // u64 words so that every dtype's view of a value is aligned (values are whole
+    // elements, end to end from an aligned start).
+    words: Vec<u64>,
+    len: usize,
+    offsets: Vec<u64>,
+}
+
+impl VarArray {
+    /// The field's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the field holds.
+    pub fn kind(&self) -> VarKind {
+        self.kind
+    }
+
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every value's bytes, end to end.
+    pub fn bytes(&self) -> &[u8] {
+        let all: &[u8] = bytemuck::cast_slice(&self.words);
+        all.get(..self.len).unwrap_or(all)
+    }
+
+    /// Byte offsets of the rows' values, `len() + 1` of them.
+    pub fn offsets(&self) -> &[u64] {
+        &self.offsets
+    }
+
+    /// Row `r`'s value as bytes.
+    pub fn value(&self, r: usize) -> Option<&[u8]> {
+        let (&a, &b) = (self.offsets.get(r)?, self.offsets.get(r + 1)?);
+        self.bytes().get(a as usize..b as usize)
+    }
+
+    /// Row `r`'s value of a `str` field.
+    pub fn text(&self, r: usize) -> Result<&str> {
+        let bytes = self.value(r).ok_or(Error::Evicted {
+            index: r as u64,
+            head: 0,
+            tail: self.len() as u64,
+        })?;
+        std::str::from_utf8(bytes).map_err(|e| Error::InvalidText {
+            field: self.name.clone(),
+            row: r,
+            valid_up_to: e.valid_up_to(),
+        })
+    }
+
+    /// Row `r`'s value as elements `T` (the field's dtype).
+    pub fn elements<T: Element + bytemuck::checked::CheckedBitPattern>(
+        &self,
+        r: usize,
+    ) -> Result<&[T]> {
+        if T::DTYPE != self.kind.dtype() {
+            return Err(Error::DTypeMismatch {
+                field: self.name.clone(),
+                expected: self.kind.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        let bytes = self.value(r).unwrap_or(&[]);
+        bytemuck::checked::try_cast_slice(bytes).map_err(|e| Error::Corrupt {
+            file: Default::default(),
+            offset: 0,
+            field: self.name.clone(),
+            expected: format!("valid {} elements", T::DTYPE),
+            got: e.to_string(),
+        })
+    }
 }
 
 impl Batch {
@@ -139,6 +228,7 @@ impl Batch {
                 .iter()
                 .map(|f| FieldArray::zeroed(f, rows))
                 .collect(),
+            values: Vec::new(),
             indices: vec![0; rows],
             weights: Vec::new(),
         }
@@ -169,6 +259,36 @@ impl Batch {
     /// The array named `name`.
     pub fn field(&self, name: &str) -> Option<&FieldArray> {
         self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// The values of variable-length field `name`.
+    pub fn values(&self, name: &str) -> Option<&VarArray> {
+        self.values.iter().find(|v| v.name == name)
+    }
+
+    /// Row `r`'s value of `str` field `name`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, ReplayBuffer, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().variable("act", VarKind::Str, Some(64)).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// let i = buf.add(&[Column::text("act", "[move] e2e4")])?;
+    /// assert_eq!(buf.get(i)?.text("act", 0)?, "[move] e2e4");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn text(&self, name: &str, r: usize) -> Result<&str> {
+        self.values(name)
+            .ok_or_else(|| Error::UnknownField {
+                field: name.to_owned(),
+                known: self
+                    .values
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?
+            .text(r)
     }
 
     /// An array's elements as `T`: a field (`"obs"`, `"next_obs"`) or one of the
@@ -255,6 +375,7 @@ impl Sink for Batch {
         if !weighted {
             self.weights.clear();
         }
+        self.values.clear();
         let (mut indices, mut weights) = (
             Some(bytemuck::cast_slice_mut::<u64, u8>(&mut self.indices)),
             Some(bytemuck::cast_slice_mut::<f32, u8>(&mut self.weights)),
@@ -273,5 +394,20 @@ impl Sink for Batch {
             outs.push(out.unwrap_or_default());
         }
         Ok(outs)
+    }
+
+    fn values(&mut self, field: &VarField, bytes: &[u8], offsets: &[u64]) -> Result<()> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        if let Some(dst) = bytemuck::cast_slice_mut::<u64, u8>(&mut words).get_mut(..bytes.len()) {
+            dst.copy_from_slice(bytes);
+        }
+        self.values.push(VarArray {
+            name: field.name().to_owned(),
+            kind: field.kind(),
+            words,
+            len: bytes.len(),
+            offsets: offsets.to_vec(),
+        });
+        Ok(())
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::schema::{MAX_FIELD_RANK, Schema};
+use crate::schema::{MAX_FIELD_RANK, Schema, VarKind};
 
 /// Most dimensions a column may have: a field's rank plus the batch dimension.
 pub const MAX_COLUMN_RANK: usize = MAX_FIELD_RANK + 1;
@@ -30,6 +30,19 @@ pub struct Column<'a> {
     dims: [usize; MAX_COLUMN_RANK],
     /// Number of dimensions; `MAX_COLUMN_RANK + 1` marks a shape that was too long.
     rank: usize,
+    /// Values of a variable-length field: one (all of `bytes`), or one per row.
+    var: Var<'a>,
+}
+
+/// How a column's bytes divide into values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Var<'a> {
+    /// A fixed field's array.
+    No,
+    /// One variable-length value: all of `bytes`.
+    One,
+    /// One value per row: row `r` is `bytes[offsets[r]..offsets[r + 1]]`.
+    Many(&'a [u64]),
 }
 
 impl<'a> Column<'a> {
@@ -43,6 +56,77 @@ impl<'a> Column<'a> {
             bytes: bytemuck::cast_slice(data),
             dims,
             rank: 1,
+            var: Var::No,
+        }
+    }
+
+    /// One item's value of a `str` field.
+    ///
+    /// ```
+    /// use replaystore::Column;
+    /// let c = Column::text("obs", "You are player 0.");
+    /// assert!(c.is_variable());
+    /// ```
+    pub fn text(name: &'a str, value: &'a str) -> Column<'a> {
+        Column::value(name, value.as_bytes())
+    }
+
+    /// One item's value of a `bytes` field (or a `u8` ragged field).
+    pub fn value(name: &'a str, value: &'a [u8]) -> Column<'a> {
+        Column::ragged(name, value)
+    }
+
+    /// One item's value of a ragged field: a 1-D array of any length.
+    pub fn ragged<T: Element>(name: &'a str, value: &'a [T]) -> Column<'a> {
+        Column {
+            var: Var::One,
+            ..Column::new(name, value)
+        }
+    }
+
+    /// `add_batch` values of a variable-length field, end to end in `bytes`: row `r` is
+    /// `bytes[offsets[r]..offsets[r + 1]]` (byte offsets, `rows + 1` of them, from 0 to
+    /// `bytes.len()`, never decreasing: Arrow's layout, in bytes).
+    ///
+    /// ```
+    /// use replaystore::{Column, DType};
+    /// let tokens = [1i32, 2, 3, 4, 5];
+    /// let offsets = [0u64, 8, 8, 20]; // rows of 2, 0 and 3 tokens
+    /// let c = Column::values("tokens", DType::I32, bytemuck::cast_slice(&tokens), &offsets);
+    /// assert_eq!(c.rows(), Some(3));
+    /// ```
+    pub fn values(name: &'a str, dtype: DType, bytes: &'a [u8], offsets: &'a [u64]) -> Column<'a> {
+        Column {
+            var: Var::Many(offsets),
+            ..Column::from_bytes(name, dtype, &[bytes.len() / dtype.size().max(1)], bytes)
+        }
+    }
+
+    /// Whether the column holds variable-length values.
+    pub fn is_variable(&self) -> bool {
+        self.var != Var::No
+    }
+
+    /// Rows of a variable-length column (`None` for a fixed field's array).
+    pub fn rows(&self) -> Option<usize> {
+        match self.var {
+            Var::No => None,
+            Var::One => Some(1),
+            Var::Many(offsets) => Some(offsets.len().saturating_sub(1)),
+        }
+    }
+
+    /// Row `r`'s value of a variable-length column, once checked (`match_var_columns`).
+    pub(crate) fn value_of(&self, r: usize) -> &'a [u8] {
+        match self.var {
+            Var::No => &[],
+            Var::One => self.bytes,
+            Var::Many(offsets) => {
+                let (Some(&a), Some(&b)) = (offsets.get(r), offsets.get(r + 1)) else {
+                    return &[];
+                };
+                self.bytes.get(a as usize..b as usize).unwrap_or(&[])
+            }
         }
     }
 
@@ -62,6 +146,7 @@ impl<'a> Column<'a> {
             bytes,
             dims: [0; MAX_COLUMN_RANK],
             rank: 0,
+            var: Var::No,
         }
         .with_shape(shape)
     }
@@ -164,10 +249,10 @@ pub(crate) fn match_some_columns(
         };
         order.push(pos);
     }
-    if partial || columns.len() != schema.len() {
+    if partial || columns.len() != schema.len() + schema.var_fields().len() {
         // Every field was found, so an extra column is either unknown or a duplicate.
         for (i, c) in columns.iter().enumerate() {
-            if schema.position(c.name).is_none() {
+            if schema.position(c.name).is_none() && schema.var_field(c.name).is_none() {
                 return Err(Error::UnknownField {
                     field: c.name.to_owned(),
                     known: schema.names(),
@@ -183,6 +268,13 @@ pub(crate) fn match_some_columns(
     let mut rows: Option<(usize, &str)> = None;
     for (field, &pos) in schema.fields().iter().zip(order.iter()) {
         let Some(c) = columns.get(pos) else { continue };
+        if c.is_variable() {
+            return Err(Error::ShapeMismatch {
+                field: field.name().to_owned(),
+                expected: field.shape().to_vec(),
+                got: vec![c.bytes.len() / c.dtype.size().max(1)],
+            });
+        }
         if c.dtype != field.dtype() {
             return Err(Error::DTypeMismatch {
                 field: field.name().to_owned(),
@@ -243,6 +335,119 @@ pub(crate) fn match_some_columns(
             Some((first, first_field)) if first != n => {
                 return Err(Error::RaggedBatch {
                     field: field.name().to_owned(),
+                    first_field: first_field.to_owned(),
+                    expected: first,
+                    got: n,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(rows.map_or(0, |(n, _)| n))
+}
+
+/// Matches `columns` to the schema's variable-length fields, checking every value: its
+/// dtype, the offsets, its length against the field's maximum (and `max_bytes`, the most
+/// one value may take), UTF-8 for `str`. On success `order[v]` is the position of
+/// variable field `v`'s column, and the result is the number of rows (`rows` if the
+/// fixed fields gave one, which the variable columns must then agree with). Nothing is
+/// written by the caller unless this succeeds.
+pub(crate) fn match_var_columns(
+    schema: &Schema,
+    columns: &[Column<'_>],
+    rows: Option<(usize, &str)>,
+    max_bytes: usize,
+    order: &mut Vec<usize>,
+) -> Result<usize> {
+    order.clear();
+    let mut rows = rows;
+    for field in schema.var_fields() {
+        let Some(pos) = columns.iter().position(|c| c.name == field.name()) else {
+            return Err(Error::MissingField {
+                field: field.name().to_owned(),
+            });
+        };
+        order.push(pos);
+        let c = columns
+            .get(pos)
+            .copied()
+            .unwrap_or(Column::new("", &[0u8; 0]));
+        let name = || field.name().to_owned();
+        let dtype = field.kind().dtype();
+        if c.dtype != dtype {
+            return Err(Error::DTypeMismatch {
+                field: name(),
+                expected: dtype,
+                got: c.dtype,
+            });
+        }
+        let n = match c.var {
+            Var::No => {
+                return Err(Error::ShapeMismatch {
+                    field: name(),
+                    expected: vec![0],
+                    got: c.shape().to_vec(),
+                });
+            }
+            Var::One => 1,
+            Var::Many(offsets) => {
+                let bad = |problem: String| Error::BadOffsets {
+                    field: name(),
+                    problem,
+                };
+                let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+                    return Err(bad("are empty: a batch of n rows needs n + 1".into()));
+                };
+                if first != 0 || last != c.bytes.len() as u64 {
+                    return Err(bad(format!(
+                        "run from {first} to {last}: expected 0 to {} (the values' bytes)",
+                        c.bytes.len()
+                    )));
+                }
+                if let Some(r) = offsets.windows(2).position(|w| w.first() > w.get(1)) {
+                    return Err(bad(format!("decrease at row {r}")));
+                }
+                offsets.len() - 1
+            }
+        };
+        let size = dtype.size();
+        for r in 0..n {
+            let value = c.value_of(r);
+            if value.len() % size != 0 {
+                return Err(Error::BadOffsets {
+                    field: name(),
+                    problem: format!(
+                        "row {r} has {} bytes, not whole {} elements",
+                        value.len(),
+                        dtype.name()
+                    ),
+                });
+            }
+            let len = value.len() / size;
+            let max = field.max_len().unwrap_or(usize::MAX).min(max_bytes / size);
+            if len > max {
+                return Err(Error::ValueTooLong {
+                    field: name(),
+                    row: r,
+                    len,
+                    max,
+                });
+            }
+            if field.kind() == VarKind::Str
+                && let Err(e) = std::str::from_utf8(value)
+            {
+                return Err(Error::InvalidText {
+                    field: name(),
+                    row: r,
+                    valid_up_to: e.valid_up_to(),
+                });
+            }
+        }
+        match rows {
+            None => rows = Some((n, field.name())),
+            Some((first, first_field)) if first != n => {
+                return Err(Error::RaggedBatch {
+                    field: name(),
                     first_field: first_field.to_owned(),
                     expected: first,
                     got: n,

@@ -12,7 +12,9 @@
 //! `restore-mid-links` (a restore's first segment replaced, the others not),
 //! `own-copy-made` (a file written in place that had other names, such as a tree a
 //! restore linked, copied durably, the copy not yet renamed over its name),
-//! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published).
+//! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published),
+//! `chunk-before-stamp` (a chunk of variable-length values written, its final stamp
+//! not; the items naming it not yet written).
 
 /// Kills the process here if the environment names this point and count.
 #[cfg(feature = "kill-points")]

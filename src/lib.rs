@@ -55,7 +55,7 @@ mod sink;
 pub use algo::lookback::Indices;
 pub use algo::recovery::Recovered;
 pub use algo::windows::End;
-pub use batch::{Batch, FieldArray};
+pub use batch::{Batch, FieldArray, VarArray};
 pub use column::Column;
 pub use dtype::{DType, Element};
 pub use error::{Error, Finding, Result};
@@ -103,7 +103,14 @@ pub mod internal {
             sb: &crate::format::manifest::Superblock,
             n: u64,
         ) -> crate::Result<()> {
-            crate::storage::open_segment(io, dir, sb, n, crate::io::Access::Read).map(drop)
+            crate::storage::open_segment(
+                io,
+                dir,
+                &crate::storage::SegmentSet::rows(sb),
+                n,
+                crate::io::Access::Read,
+            )
+            .map(drop)
         }
     }
     pub use crate::algo::{lookback, sumtree, windows};

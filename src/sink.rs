@@ -6,7 +6,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::schema::{Field, Schema};
+use crate::schema::{Field, Schema, VarField};
 
 /// One array a draw fills: `[rows, lead, item...]` elements of `dtype`, named
 /// `prefix + name`.
@@ -382,6 +382,18 @@ pub(crate) fn obs_mask(schema: &Schema, names: &[&str]) -> Result<Vec<bool>> {
 pub trait Sink {
     /// Storage for the arrays of `layout`, in its order.
     fn arrays(&mut self, layout: &Layout<'_>) -> Result<Vec<&mut [u8]>>;
+
+    /// The values of variable-length field `field` for the rows of the draw (after
+    /// `arrays`): row `r` is `bytes[offsets[r]..offsets[r + 1]]`. A sink that keeps no
+    /// such values refuses, so that a draw never silently leaves a field out.
+    fn values(&mut self, field: &VarField, bytes: &[u8], offsets: &[u64]) -> Result<()> {
+        let _ = (bytes, offsets);
+        Err(Error::InvalidSchema(format!(
+            "field {:?} is variable-length ({}): this sink takes no such values",
+            field.name(),
+            field.kind().name()
+        )))
+    }
 }
 
 /// The storage a sink handed a draw, split by what each array holds: per schema field

@@ -16,7 +16,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = Commit::decode(data, 1, 1);
     let _ = schema_doc::decode(data, 1);
     let _ = schema_doc::decode(data, 2);
-    let expected = SegmentHeader { uuid: [0; 16], segment_no: 0, first_slot: 0, slots: 1, row_stride: 24 };
+    let expected = SegmentHeader { uuid: [0; 16], segment_no: 0, first_slot: 0, slots: 1, row_stride: 24, heap: false };
+    let _ = SegmentHeader::check(data, &SegmentHeader { heap: true, ..expected.clone() });
+    let _ = replaystore::internal::format::heap::VarSlot::decode(data);
     let _ = SegmentHeader::check(data, &expected);
     if let Ok((h, _)) = TreeHeader::decode(data) {
         let _ = h.shape();

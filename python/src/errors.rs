@@ -115,8 +115,12 @@ pub fn to_py(e: E) -> PyErr {
         | E::LengthMismatch { .. }
         | E::BadValue { .. }
         | E::RaggedBatch { .. }
+        | E::BadOffsets { .. }
         | E::OutputSize { .. }
         | E::OutMismatch { .. } => SchemaError::new_err(msg),
+        E::ValueTooLong { .. } | E::InvalidText { .. } => {
+            pyo3::exceptions::PyValueError::new_err(msg)
+        }
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
         E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
         E::BadState(_)

@@ -307,6 +307,40 @@ pub enum Error {
         got: usize,
     },
 
+    /// A variable-length value is longer than its field allows (or than the chunk ring
+    /// holds).
+    #[error("field {field:?}, row {row} of the call: {len} elements, at most {max} allowed")]
+    ValueTooLong {
+        /// The field.
+        field: String,
+        /// The row of the `add` / `add_batch` call.
+        row: usize,
+        /// Its length in elements (bytes for bytes and text).
+        len: usize,
+        /// The most the field (or the buffer's chunk ring) takes.
+        max: usize,
+    },
+
+    /// A `str` field's value is not UTF-8.
+    #[error("field {field:?}, row {row} of the call: not UTF-8 after byte {valid_up_to}")]
+    InvalidText {
+        /// The field.
+        field: String,
+        /// The row of the `add` / `add_batch` call.
+        row: usize,
+        /// Bytes of the value that are valid UTF-8.
+        valid_up_to: usize,
+    },
+
+    /// The offsets of a variable-length column do not describe its values.
+    #[error("field {field:?}: offsets {problem}")]
+    BadOffsets {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+
     /// An output buffer handed to a gather has the wrong size.
     #[error("output for field {field:?}: expected {expected} bytes, got {got}")]
     OutputSize {

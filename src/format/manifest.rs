@@ -215,7 +215,7 @@ impl Superblock {
             HEAP_VERSION => SUPERBLOCK_V2_CRC_OFF,
             _ => {
                 checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
-                return Err(Problem::Version(version));
+                return Err(Problem::ManifestVersion(version));
             }
         };
         need(bytes, crc_off + 4)?;
@@ -610,7 +610,7 @@ mod tests {
             match (off, value) {
                 // The control: a legal value, resealed, still decodes.
                 (CAPACITY_OFF, 1000) => assert_eq!(got, Ok(sb())),
-                (VERSION_OFF, v) => assert_eq!(got, Err(Problem::Version(v as u32))),
+                (VERSION_OFF, v) => assert_eq!(got, Err(Problem::ManifestVersion(v as u32))),
                 _ => assert!(
                     matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
                     "offset {off} value {value}: {got:?}"

@@ -90,6 +90,8 @@ pub enum Problem {
     },
     /// A version this build does not read.
     Version(u32),
+    /// A MANIFEST version this build does not read (it reads 1 and 2).
+    ManifestVersion(u32),
     /// A checksum mismatch.
     Checksum {
         /// Offset of the covered region.
@@ -138,6 +140,11 @@ impl Problem {
                 found,
                 supported: FORMAT_VERSION,
             },
+            Problem::ManifestVersion(found) => Error::UnsupportedVersion {
+                file,
+                found,
+                supported: HEAP_VERSION,
+            },
             Problem::Checksum {
                 offset,
                 stored,
@@ -170,7 +177,9 @@ impl std::fmt::Display for Problem {
         match self {
             Problem::Short { need, have } => write!(f, "truncated: need {need} bytes, have {have}"),
             Problem::Magic { offset, .. } => write!(f, "bad magic at offset {offset}"),
-            Problem::Version(v) => write!(f, "unsupported version {v}"),
+            Problem::Version(v) | Problem::ManifestVersion(v) => {
+                write!(f, "unsupported version {v}")
+            }
             Problem::Checksum {
                 offset,
                 stored,

@@ -173,11 +173,12 @@ pub const fn writing_index(stamp: u64) -> Option<u64> {
 /// Where each field of an item sits inside a row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowLayout {
-    /// Per field: (offset in the row, bytes), in schema order.
+    /// Per field: (offset in the row, bytes), in schema order: the fixed fields, then
+    /// the 16 slot bytes of each variable-length field (`format::heap`), which rows are
+    /// written and gathered with like fields.
     pub fields: Vec<(usize, usize)>,
-    /// Per variable-length field: the offset of its 16 slot bytes (`format::heap`),
-    /// after the fixed fields, in schema order.
-    pub var: Vec<usize>,
+    /// How many of `fields` are the schema's fixed fields.
+    pub fixed: usize,
     /// Rows carry a step header at `EPISODE_OFF`.
     pub episodic: bool,
     /// Rows carry their fragment position at `FRAGMENT_POS_OFF`.
@@ -207,7 +208,7 @@ impl RowLayout {
     /// The layout of rows that carry a step header when `episodic`.
     pub fn with_steps(schema: &Schema, episodic: bool) -> RowLayout {
         let mut off = header_len(episodic);
-        let fields = schema
+        let mut fields: Vec<(usize, usize)> = schema
             .fields()
             .iter()
             .map(|f| {
@@ -217,16 +218,12 @@ impl RowLayout {
                 (at, f.bytes())
             })
             .collect();
-        let var = schema
-            .var_fields()
-            .iter()
-            .map(|_| {
-                off = off.next_multiple_of(8);
-                let at = off;
-                off += crate::schema::VAR_SLOT_BYTES;
-                at
-            })
-            .collect();
+        let fixed = fields.len();
+        for _ in schema.var_fields() {
+            off = off.next_multiple_of(8);
+            fields.push((off, crate::schema::VAR_SLOT_BYTES));
+            off += crate::schema::VAR_SLOT_BYTES;
+        }
         // A row that starts on a cache line and spans whole lines costs the fewest line
         // reads when sampled at random (a 184-byte row at any offset spans 3.9 lines on
         // average, at a 192-byte stride exactly 3): align to 64 when it costs at most an
@@ -240,11 +237,30 @@ impl RowLayout {
         };
         RowLayout {
             fields,
-            var,
+            fixed,
             episodic,
             fragments: false,
             payload_end: off,
             stride,
+        }
+    }
+
+    /// The layout of a chunk row of the chunk ring: the row header, then one field of
+    /// `chunk` payload bytes (`chunk` a multiple of 8, so the stride is header + chunk).
+    ///
+    /// ```
+    /// use replaystore::internal::format::row::RowLayout;
+    /// let l = RowLayout::of_chunks(1008);
+    /// assert_eq!((l.fields.clone(), l.stride), (vec![(16, 1008)], 1024));
+    /// ```
+    pub fn of_chunks(chunk: usize) -> RowLayout {
+        RowLayout {
+            fields: vec![(ROW_HEADER_LEN, chunk)],
+            fixed: 1,
+            episodic: false,
+            fragments: false,
+            payload_end: ROW_HEADER_LEN + chunk,
+            stride: (ROW_HEADER_LEN + chunk).next_multiple_of(8),
         }
     }
 

@@ -1,4 +1,5 @@
-//! A segment file: one header page, then `slots` rows of `row_stride` bytes.
+//! A segment file: one header page, then `slots` rows of `row_stride` bytes. The chunk
+//! ring of a version-2 buffer (`heap-N.dat`) has the same layout under its own magic.
 //!
 //! ```text
 //! offset  size  what
@@ -7,7 +8,7 @@
 //! ```
 //! Header:
 //! ```text
-//! 0   8  magic "RPLYSEG\0"
+//! 0   8  magic "RPLYSEG\0" (a chunk ring's segment: "RPLYHEAP")
 //! 8   4  format version
 //! 12  4  reserved, 0
 //! 16  16 buffer uuid (as in the manifest)
@@ -22,6 +23,9 @@ use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
 
 /// Magic of a segment file.
 pub const MAGIC: [u8; 8] = *b"RPLYSEG\0";
+/// Magic of a segment of the chunk ring (variable-length values): a chunk segment put
+/// where a row segment belongs, or the other way round, is refused by its magic.
+pub const HEAP_MAGIC: [u8; 8] = *b"RPLYHEAP";
 
 const MAGIC_OFF: usize = 0;
 const VERSION_OFF: usize = MAGIC_OFF + 8;
@@ -50,6 +54,8 @@ pub struct SegmentHeader {
     pub slots: u64,
     /// Bytes per row.
     pub row_stride: u64,
+    /// A segment of the chunk ring (`HEAP_MAGIC`), not of the rows.
+    pub heap: bool,
 }
 
 impl SegmentHeader {
@@ -58,11 +64,16 @@ impl SegmentHeader {
         DATA_OFFSET as u64 + self.slots * self.row_stride
     }
 
+    /// The magic this kind of segment starts with.
+    pub fn magic(&self) -> &'static [u8; 8] {
+        if self.heap { &HEAP_MAGIC } else { &MAGIC }
+    }
+
     /// The header page.
     pub fn encode(&self) -> Vec<u8> {
         let mut page = vec![0u8; DATA_OFFSET];
         let mut w = BytesMut(&mut page);
-        w.put(MAGIC_OFF, &MAGIC);
+        w.put(MAGIC_OFF, self.magic());
         w.u32(VERSION_OFF, FORMAT_VERSION);
         w.put(UUID_OFF, &self.uuid);
         w.u64(SEGMENT_NO_OFF, self.segment_no);
@@ -77,7 +88,7 @@ impl SegmentHeader {
     /// Checks a header against the one the manifest implies.
     pub fn check(bytes: &[u8], expected: &SegmentHeader) -> Result<(), Problem> {
         const { assert!(MAGIC_OFF == 0) };
-        preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
+        preamble(bytes, expected.magic(), HEADER_LEN, CRC_OFF, VERSION_OFF)?;
         let r = Bytes(bytes);
         let fields: [(usize, &'static str, u64, u64); 5] = [
             (
@@ -146,6 +157,7 @@ mod tests {
             first_slot: 512,
             slots: 256,
             row_stride: 184,
+            heap: false,
         };
         let page = h.encode();
         assert_eq!(SegmentHeader::check(&page, &h), Ok(()));
@@ -166,6 +178,20 @@ mod tests {
         assert!(matches!(
             SegmentHeader::check(&page, &other),
             Err(Problem::Field { name: "uuid", .. })
+        ));
+        // A chunk segment where a row segment belongs (or the reverse): its magic.
+        let chunks = SegmentHeader {
+            heap: true,
+            ..h.clone()
+        };
+        assert_eq!(SegmentHeader::check(&chunks.encode(), &chunks), Ok(()));
+        assert!(matches!(
+            SegmentHeader::check(&chunks.encode(), &h),
+            Err(Problem::Magic { .. })
+        ));
+        assert!(matches!(
+            SegmentHeader::check(&page, &chunks),
+            Err(Problem::Magic { .. })
         ));
     }
 }

@@ -8,6 +8,10 @@ use crate::storage::io::IoRef;
 /// Default size of one segment file: small enough that copying the one being written is
 /// cheap (checkpoints), large enough that a million-item buffer has few files.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
+/// Payload bytes of a chunk row of the chunk ring, unless `Config::chunk_bytes` says.
+pub const DEFAULT_CHUNK_BYTES: u64 = 1008;
+/// Bytes of chunk ring per item of capacity, unless `Config::heap_bytes` says.
+pub const DEFAULT_HEAP_BYTES_PER_ITEM: u64 = 4096;
 
 /// How to create a buffer.
 ///
@@ -31,6 +35,8 @@ pub struct Config {
     pub(super) whole_episodes: bool,
     pub(super) fragments: bool,
     pub(super) first_index: u64,
+    pub(super) heap_bytes: Option<u64>,
+    pub(super) chunk_bytes: u64,
 }
 
 impl Config {
@@ -48,7 +54,14 @@ impl Config {
             whole_episodes: false,
             fragments: false,
             first_index: 0,
+            heap_bytes: None,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
         }
+    }
+
+    /// The schema of the items.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
     }
 
     /// The capacity.
@@ -163,6 +176,77 @@ impl Config {
     pub fn io(mut self, io: IoRef) -> Config {
         self.io = Some(io);
         self
+    }
+
+    /// Bytes of the chunk ring that holds the values of variable-length fields (schemas
+    /// with `bytes`, `str` or ragged fields). Default: 4 KiB per item of capacity. When
+    /// the values of the live items would need more, the oldest items are evicted
+    /// early, so size it for `capacity` times the mean bytes of an item's values.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().variable("text", VarKind::Str, None).build()?;
+    /// let config = Config::new(schema, 1000).heap_bytes(8 << 20);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// let i = buf.add(&[Column::text("text", "hello")])?;
+    /// assert_eq!(buf.get(i)?.text("text", 0)?, "hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn heap_bytes(mut self, bytes: u64) -> Config {
+        self.heap_bytes = Some(bytes);
+        self
+    }
+
+    /// Payload bytes of one chunk row of the chunk ring (a multiple of 8; default
+    /// 1008, a 1 KiB row). Each `add` / `add_batch` call starts a new chunk, so larger
+    /// chunks waste more of the ring on calls that add one small item at a time.
+    pub fn chunk_bytes(mut self, bytes: u64) -> Config {
+        self.chunk_bytes = bytes;
+        self
+    }
+
+    /// The chunk ring's geometry for a schema with variable-length fields.
+    pub(super) fn heap_geometry(&self) -> Result<Option<crate::format::manifest::HeapGeometry>> {
+        use crate::format::manifest::{HeapGeometry, MAX_CHUNK_STRIDE};
+        use crate::format::row::ROW_HEADER_LEN;
+        if !self.schema.has_var() {
+            return Ok(None);
+        }
+        let header = ROW_HEADER_LEN as u64;
+        let chunk = self.chunk_bytes;
+        if chunk == 0 || !chunk.is_multiple_of(8) || chunk + header > MAX_CHUNK_STRIDE {
+            return Err(Error::InvalidConfig {
+                field: "chunk_bytes",
+                problem: format!(
+                    "{chunk} is not a multiple of 8 in 8..={}",
+                    MAX_CHUNK_STRIDE - header
+                ),
+            });
+        }
+        let stride = chunk + header;
+        let bytes = self
+            .heap_bytes
+            .unwrap_or_else(|| self.capacity.saturating_mul(DEFAULT_HEAP_BYTES_PER_ITEM));
+        let capacity = bytes / stride;
+        if capacity == 0 || capacity > crate::format::row::MAX_CAPACITY {
+            return Err(Error::InvalidConfig {
+                field: "heap_bytes",
+                problem: format!(
+                    "{bytes} bytes hold {capacity} chunk rows of {stride} bytes: need 1..={}",
+                    crate::format::row::MAX_CAPACITY
+                ),
+            });
+        }
+        let fit = (self.segment_bytes / stride).max(1);
+        let pow = 1u64 << (63 - fit.leading_zeros());
+        let segment_slots = pow.min(capacity.next_power_of_two());
+        Ok(Some(HeapGeometry {
+            capacity,
+            segment_slots,
+            segment_count: capacity.div_ceil(segment_slots),
+            stride,
+        }))
     }
 
     pub(super) fn slots_per_segment(&self, stride: u64) -> Result<u64> {

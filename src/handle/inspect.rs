@@ -159,7 +159,15 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
 fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats {
     let sb = &m.superblock;
     let segments = (0..sb.segment_count)
-        .map(|n| storage::open_segment(&io::OsIo, dir, sb, n, Access::Read))
+        .map(|n| {
+            storage::open_segment(
+                &io::OsIo,
+                dir,
+                &storage::SegmentSet::rows(sb),
+                n,
+                Access::Read,
+            )
+        })
         .collect::<Result<Vec<_>>>()
         .and_then(|segments| Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots));
     let ring = match segments {
@@ -523,7 +531,7 @@ fn verify_live(
     }
     let mut segments = Vec::new();
     for n in 0..sb.segment_count {
-        match storage::open_segment(io, dir, sb, n, Access::Read) {
+        match storage::open_segment(io, dir, &storage::SegmentSet::rows(sb), n, Access::Read) {
             Ok(seg) => segments.push(seg),
             Err(e) => report
                 .problems

@@ -589,7 +589,15 @@ fn row_files(rows: &Rows, ring: &Ring, access: RowAccess) -> Result<Option<RowFi
 fn map_ring(rows: &Rows) -> Result<Ring> {
     let sb = &rows.superblock;
     let segments = (0..sb.segment_count)
-        .map(|n| storage::open_segment(&*rows.io, &rows.dir, sb, n, Access::Read))
+        .map(|n| {
+            storage::open_segment(
+                &*rows.io,
+                &rows.dir,
+                &storage::SegmentSet::rows(sb),
+                n,
+                Access::Read,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     Ring::new(
         segments,

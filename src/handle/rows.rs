@@ -15,6 +15,7 @@ use crate::algo::sample::{SampleSpec, draw_uniform};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::manifest::Superblock;
+use crate::parts::heap::Heap;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
 use crate::request::{Pick, Request};
 use crate::schema::Schema;
@@ -51,6 +52,8 @@ pub struct Rows {
     pub(crate) read_checks: bool,
     /// The sampling stream.
     pub(crate) draws: Draws,
+    /// The chunk ring of a buffer whose items have variable-length fields.
+    pub(crate) heap: Option<Heap>,
 }
 
 impl Rows {
@@ -186,6 +189,54 @@ impl Rows {
         let mut f = self.open_sink(&Request::at(indices), n, n, sink)?;
         self.gather_into(indices, &mut f.row)?;
         f.put(Own::Indices, bytemuck::cast_slice(indices));
+        drop(f);
+        self.put_values(indices, sink)
+    }
+
+    /// The values of every variable-length field of the live items at `indices` into
+    /// `sink`, field by field, after their rows were gathered. Each slot is checked
+    /// against the chunk ring before a byte is read or allocated (a damaged slot is an
+    /// error, never a huge allocation), and each chunk after its copy (`Heap::read`).
+    pub(crate) fn put_values(&self, indices: &[u64], sink: &mut dyn Sink) -> Result<()> {
+        let Some(heap) = &self.heap else {
+            return Ok(());
+        };
+        let cap = self.superblock.capacity;
+        let layout = self.ring.layout();
+        let checked_below = if self.read_checks { heap.sealed() } else { 0 };
+        let mut bytes = Vec::new();
+        let mut offsets = Vec::with_capacity(indices.len() + 1);
+        for (v, field) in self.schema.var_fields().iter().enumerate() {
+            bytes.clear();
+            offsets.clear();
+            offsets.push(0u64);
+            for &index in indices {
+                let mut b = [0u8; crate::format::heap::SLOT_LEN];
+                self.ring.read_field(index % cap, layout.fixed + v, &mut b);
+                let slot = crate::format::heap::VarSlot::decode(&b)
+                    .map_err(|p| {
+                        p.into_error(&self.ring.place(index % cap, &self.dir).0, "variable slot")
+                    })
+                    .and_then(|slot| {
+                        heap.check_slot(slot, field.max_bytes())
+                            .map(|()| slot)
+                            .map_err(|got| {
+                                let (file, offset) = self.ring.place(index % cap, &self.dir);
+                                Error::Corrupt {
+                                    file,
+                                    offset,
+                                    field: format!("slot of {:?} in item {index}", field.name()),
+                                    expected: "a value inside the chunk ring's live chunks".into(),
+                                    got,
+                                }
+                            })
+                    })?;
+                heap.read(slot, &mut bytes, checked_below)
+                    .map_err(|m| heap.error(&self.dir, index, field.name(), m))?;
+                offsets.push(bytes.len() as u64);
+            }
+            sink.values(field, &bytes, &offsets)?;
+        }
         Ok(())
     }
 
@@ -281,7 +332,8 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
             handle.gather_rows(request, indices, weights, &mut f.row)?;
             f.put(Own::Indices, bytemuck::cast_slice(indices));
             f.put(Own::Weights, bytemuck::cast_slice(weights));
-            Ok(())
+            drop(f);
+            handle.rows().put_values(indices, sink)
         });
     handle.rows_mut().draws.picked = picked;
     done

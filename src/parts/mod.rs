@@ -7,6 +7,7 @@
 pub mod episodes;
 pub(crate) mod evictions;
 pub(crate) mod fragments;
+pub(crate) mod heap;
 pub(crate) mod hooks;
 pub mod priorities;
 pub(crate) mod set;

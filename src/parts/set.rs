@@ -195,6 +195,28 @@ impl Parts {
         self.record_eviction(to, head, cap, records)
     }
 
+    /// The head is about to move from `head` to `to` for room in the chunk ring (the
+    /// values of a call would overwrite chunks the items below `to` name): an eviction
+    /// record first when that passes items the newest commit covers, as for rows.
+    pub fn before_head_moves(
+        &mut self,
+        sb: &Superblock,
+        head: u64,
+        to: u64,
+        records: Records<'_>,
+    ) -> Result<()> {
+        if !self.evictions.needed(to) {
+            return Ok(());
+        }
+        self.record_eviction(to, head, sb.capacity, records)
+    }
+
+    /// The items `head..to` (from `head_slot`) were evicted for room in the chunk ring:
+    /// their priorities go.
+    pub fn evicted_for_space(&mut self, head_slot: u64, count: u64) {
+        self.tree.on_evicted(head_slot, count);
+    }
+
     #[cold]
     fn record_eviction(&mut self, to: u64, head: u64, cap: u64, r: Records<'_>) -> Result<()> {
         let Some(manifest) = r.manifest else {

@@ -474,7 +474,7 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
         }));
     }
     for n in 0..sb.segment_count {
-        storage::check_segment_file(io, &snap, sb, n).map_err(bad)?;
+        storage::check_segment_file(io, &snap, &storage::SegmentSet::rows(sb), n).map_err(bad)?;
     }
     for file in Parts::files(sb) {
         (file.check)(io, &snap, sb).map_err(bad)?;

@@ -76,15 +76,76 @@ pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(LANE_DIR).join(format!("seg-{n:08}.dat"))
 }
 
-/// The header segment `n` must have.
-pub(crate) fn segment_header(sb: &Superblock, n: u64) -> SegmentHeader {
-    let first_slot = n * sb.segment_slots;
-    SegmentHeader {
-        uuid: sb.uuid,
-        segment_no: n,
-        first_slot,
-        slots: sb.segment_slots.min(sb.capacity - first_slot),
-        row_stride: sb.row_stride,
+/// Path of segment `n` of the chunk ring (variable-length values, format version 2).
+pub fn heap_segment_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(LANE_DIR).join(format!("heap-{n:08}.dat"))
+}
+
+/// One ring's segment files: the rows' (`seg-N.dat`) or the chunk ring's
+/// (`heap-N.dat`). Everything that creates, maps, copies or checks a segment takes one,
+/// so both rings get the same code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentSet {
+    pub uuid: [u8; 16],
+    pub capacity: u64,
+    pub segment_slots: u64,
+    pub segment_count: u64,
+    pub stride: u64,
+    pub heap: bool,
+}
+
+impl SegmentSet {
+    /// The rows' segments of the buffer `sb` describes.
+    pub(crate) fn rows(sb: &Superblock) -> SegmentSet {
+        SegmentSet {
+            uuid: sb.uuid,
+            capacity: sb.capacity,
+            segment_slots: sb.segment_slots,
+            segment_count: sb.segment_count,
+            stride: sb.row_stride,
+            heap: false,
+        }
+    }
+
+    /// The chunk ring's segments, if the buffer has one.
+    pub(crate) fn heap(sb: &Superblock) -> Option<SegmentSet> {
+        sb.heap.map(|h| SegmentSet {
+            uuid: sb.uuid,
+            capacity: h.capacity,
+            segment_slots: h.segment_slots,
+            segment_count: h.segment_count,
+            stride: h.stride,
+            heap: true,
+        })
+    }
+
+    /// The rows' segments, then the chunk ring's if the buffer has one.
+    pub(crate) fn all(sb: &Superblock) -> Vec<SegmentSet> {
+        std::iter::once(SegmentSet::rows(sb))
+            .chain(SegmentSet::heap(sb))
+            .collect()
+    }
+
+    /// Path of segment `n`.
+    pub(crate) fn path(&self, dir: &Path, n: u64) -> PathBuf {
+        if self.heap {
+            heap_segment_path(dir, n)
+        } else {
+            segment_path(dir, n)
+        }
+    }
+
+    /// The header segment `n` must have.
+    pub(crate) fn header(&self, n: u64) -> SegmentHeader {
+        let first_slot = n * self.segment_slots;
+        SegmentHeader {
+            uuid: self.uuid,
+            segment_no: n,
+            first_slot,
+            slots: self.segment_slots.min(self.capacity - first_slot),
+            row_stride: self.stride,
+            heap: self.heap,
+        }
     }
 }
 
@@ -150,9 +211,9 @@ fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<
 }
 
 /// Creates, reserves and stamps the header of segment file `n`.
-pub(crate) fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
-    let path = segment_path(dir, n);
-    let header = segment_header(sb, n);
+pub(crate) fn create_segment(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
+    let path = set.path(dir, n);
+    let header = set.header(n);
     let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &path, e))?;
@@ -163,13 +224,13 @@ pub(crate) fn create_segment(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -
 pub(crate) fn open_segment(
     io: &dyn Io,
     dir: &Path,
-    sb: &Superblock,
+    set: &SegmentSet,
     n: u64,
     access: Access,
 ) -> Result<SegmentMap> {
     use std::os::unix::fs::MetadataExt;
-    let path = segment_path(dir, n);
-    let header = segment_header(sb, n);
+    let path = set.path(dir, n);
+    let header = set.header(n);
     let (file, len) = open_with_len(io, &path, access)?;
     let links = file
         .metadata()
@@ -195,7 +256,7 @@ pub(crate) fn open_segment(
         raw,
         &path,
         header.slots as usize,
-        sb.row_stride as usize,
+        set.stride as usize,
         access.can_store(),
     )?;
     // Only stores that reach the file can change a byte another name shows.
@@ -233,12 +294,12 @@ pub(crate) fn larger_than_memory(bytes: u64) -> bool {
 pub(crate) fn copy_segment(
     io: &dyn Io,
     dir: &Path,
-    sb: &Superblock,
+    set: &SegmentSet,
     n: u64,
     old: &SegmentMap,
     live: &[std::ops::Range<usize>],
 ) -> Result<SegmentMap> {
-    let path = segment_path(dir, n);
+    let path = set.path(dir, n);
     let mut tmp = path.clone().into_os_string();
     tmp.push(".");
     tmp.push(COW_EXT);
@@ -249,7 +310,7 @@ pub(crate) fn copy_segment(
         }
         _ => {}
     }
-    let header = segment_header(sb, n);
+    let header = set.header(n);
     let file = create_reserved(io, &tmp, header.file_len(), &header.encode())?;
     for rows in live {
         old.copy_rows_to(io, &file, rows.start, rows.end)
@@ -262,13 +323,7 @@ pub(crate) fn copy_segment(
     let raw = io
         .map(&file, header.file_len(), Access::Write)
         .map_err(|e| Error::io("mmap", &tmp, e))?;
-    let seg = SegmentMap::new(
-        raw,
-        &path,
-        header.slots as usize,
-        sb.row_stride as usize,
-        true,
-    )?;
+    let seg = SegmentMap::new(raw, &path, header.slots as usize, set.stride as usize, true)?;
     io.rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, e))?;
     Ok(seg)
@@ -276,9 +331,9 @@ pub(crate) fn copy_segment(
 
 /// Checks segment `n`'s file without mapping it: present, long enough, header as
 /// expected. (Cheap enough to run over every segment of a snapshot before restoring it.)
-pub(crate) fn check_segment_file(io: &dyn Io, dir: &Path, sb: &Superblock, n: u64) -> Result<()> {
-    let path = segment_path(dir, n);
-    let header = segment_header(sb, n);
+pub(crate) fn check_segment_file(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
+    let path = set.path(dir, n);
+    let header = set.header(n);
     let (file, len) = open_with_len(io, &path, Access::Read)?;
     if len < header.file_len() {
         return Err(Error::Truncated {

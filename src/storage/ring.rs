@@ -269,6 +269,16 @@ impl Ring {
         }
     }
 
+    /// Copies `out.len()` bytes of field `f` of a slot, from `at` bytes into the field
+    /// (nothing past the field's end).
+    pub(crate) fn read_field_at(&self, slot: u64, f: usize, at: usize, out: &mut [u8]) {
+        if let (Some((seg, k)), Some(&(off, len))) = (self.locate(slot), self.layout.fields.get(f))
+            && at.saturating_add(out.len()) <= len
+        {
+            seg.read_row_bytes(k, off + at, out);
+        }
+    }
+
     /// Writes the checksums of `count` items from `first_index`, whose slots follow
     /// `first_slot` (wrapping at the capacity).
     pub(crate) fn seal(&mut self, first_slot: u64, first_index: u64, count: u64) {

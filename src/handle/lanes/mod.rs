@@ -108,6 +108,11 @@ impl Lanes<ReplayBuffer> {
                 field: "lanes",
                 problem: format!("{lanes} is not in 1..={MAX_LANES}"),
             })?;
+        if config.schema().has_var() {
+            return Err(Error::Unsupported(
+                "lanes of items with variable-length fields are not built yet (issue 29)",
+            ));
+        }
         if config.capacity < u64::from(count) {
             return Err(Error::InvalidConfig {
                 field: "capacity",

@@ -4,8 +4,9 @@
 use std::ops::Range;
 
 use crate::algo::windows::End;
-use crate::column::{ABSENT, Column, match_columns, match_some_columns};
+use crate::column::{ABSENT, Column, match_columns, match_some_columns, match_var_columns};
 use crate::error::{Error, Result};
+use crate::format::heap::VarSlot;
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
 use crate::format::row::{FRAGMENT_END, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
@@ -143,7 +144,7 @@ impl<R: Writes> ReplayBuffer<R> {
             let seg = storage::copy_segment(
                 &*self.rows.io,
                 &self.rows.dir,
-                &self.rows.superblock,
+                &storage::SegmentSet::rows(&self.rows.superblock),
                 s as u64,
                 old,
                 &live,
@@ -291,6 +292,9 @@ impl<R: Writes> ReplayBuffer<R> {
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         self.not_episodic("add")?;
+        if self.rows.heap.is_some() {
+            return self.add_with_values(columns, false).map(|r| r.start);
+        }
         let mut order = std::mem::take(&mut self.scratch.order);
         let checked = match_columns(
             &self.rows.schema,
@@ -327,6 +331,9 @@ impl<R: Writes> ReplayBuffer<R> {
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         self.not_episodic("add_batch")?;
+        if self.rows.heap.is_some() {
+            return self.add_with_values(columns, true);
+        }
         let mut order = std::mem::take(&mut self.scratch.order);
         let checked = match_columns(
             &self.rows.schema,
@@ -375,6 +382,154 @@ impl<R: Writes> ReplayBuffer<R> {
         });
         self.scratch.order = order;
         result
+    }
+    /// `add` (`batch` false) or `add_batch` of a schema with variable-length fields:
+    /// every column and value is checked first; then room is made in the chunk ring
+    /// (the oldest items go when the values would overwrite chunks they name, with an
+    /// eviction record first if a commit covers them); then the values are written
+    /// into fresh chunks, each stamped complete, and only then the rows that name them.
+    fn add_with_values(&mut self, columns: &[Column<'_>], batch: bool) -> Result<Range<u64>> {
+        let Some(heap) = &self.rows.heap else {
+            return Err(Error::Unsupported("no chunk ring"));
+        };
+        let ring_bytes = heap.capacity().saturating_mul(heap.chunk_bytes());
+        let chunks_cap = heap.capacity();
+        let mut order = std::mem::take(&mut self.scratch.order);
+        let mut var_order = Vec::new();
+        let schema = &self.rows.schema;
+        let matched = match_columns(schema, columns, batch, &mut order, &mut self.scratch.names)
+            .and_then(|n| {
+                let fixed = schema.fields().first().map(|f| (n, f.name()));
+                let max = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
+                match_var_columns(schema, columns, fixed, max, &mut var_order)
+            });
+        let rows = match matched {
+            Ok(rows) => rows as u64,
+            Err(e) => {
+                self.scratch.order = order;
+                return Err(e);
+            }
+        };
+        let cap = self.rows.superblock.capacity;
+        // Rows that later rows of the same batch would evict are never written.
+        let skip = rows.saturating_sub(cap);
+        let column = |p: usize| columns.get(p).copied();
+        let values: Vec<&[u8]> = (skip..rows)
+            .flat_map(|r| {
+                var_order
+                    .iter()
+                    .map(move |&p| column(p).map_or(&[][..], |c| c.value_of(r as usize)))
+            })
+            .collect();
+        let total: u64 = values.iter().map(|v| v.len() as u64).sum();
+        let needed = self.rows.heap.as_ref().map_or(0, |h| h.chunks_for(total));
+        let checked = if needed > chunks_cap {
+            Err(Error::ValueTooLong {
+                field: "(the variable-length values of one call)".into(),
+                row: 0,
+                len: usize::try_from(total).unwrap_or(usize::MAX),
+                max: usize::try_from(ring_bytes).unwrap_or(usize::MAX),
+            })
+        } else {
+            self.ensure_private(self.rows.tail_slot, rows)
+                .and_then(|()| self.guard_evictions(rows))
+                .and_then(|()| self.make_room_for_chunks(needed))
+        };
+        if let Err(e) = checked {
+            self.scratch.order = order;
+            return Err(e);
+        }
+        let first = self.rows.tail;
+        if skip > 0 {
+            self.rows.tail += skip;
+            self.rows.head = self.rows.head.max(self.rows.tail.saturating_sub(cap));
+            self.rows.head_slot = self.rows.head % cap;
+            self.rows.tail_slot = self.rows.tail % cap;
+        }
+        let mut slots: Vec<VarSlot> = Vec::with_capacity(values.len());
+        if let Some(heap) = &mut self.rows.heap {
+            heap.write(&values, &mut slots);
+        }
+        let nvar = var_order.len();
+        let sizes: Vec<usize> = self
+            .rows
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.bytes())
+            .collect();
+        let encoded: Vec<[u8; crate::format::heap::SLOT_LEN]> =
+            slots.iter().map(VarSlot::encode).collect();
+        let mut fields: Vec<&[u8]> = Vec::with_capacity(order.len() + nvar);
+        for (j, r) in (skip..rows).enumerate() {
+            let r = r as usize;
+            fields.clear();
+            for (&p, &size) in order.iter().zip(&sizes) {
+                let bytes = column(p).map_or(&[][..], |c| c.bytes());
+                let one = if batch {
+                    bytes.get(r * size..(r + 1) * size).unwrap_or(&[])
+                } else {
+                    bytes
+                };
+                fields.push(one);
+            }
+            for slot in encoded.get(j * nvar..(j + 1) * nvar).unwrap_or(&[]) {
+                fields.push(slot);
+            }
+            let word = if batch {
+                fragment_word(r as u64, rows)
+            } else {
+                FRAGMENT_END
+            };
+            self.push_row(&fields, None, false, word);
+        }
+        self.scratch.order = order;
+        Ok(first..first + rows)
+    }
+    /// Makes room for `needed` more chunks: the oldest items whose values lie in the
+    /// chunks those would overwrite are evicted first. Their rows lose their stamps
+    /// (recovery after a kill must not bring them back over chunks rewritten since)
+    /// and their priorities; readers see the new head before any chunk changes. The
+    /// eviction record a committed item needs is made durable before anything moves.
+    fn make_room_for_chunks(&mut self, needed: u64) -> Result<()> {
+        let Some(heap) = &self.rows.heap else {
+            return Ok(());
+        };
+        let bound = (heap.next_chunk() + needed).saturating_sub(heap.capacity());
+        let chunk = heap.chunk_bytes();
+        let (sb, head, tail) = (&self.rows.superblock, self.rows.head, self.rows.tail);
+        let cap = sb.capacity;
+        let layout = self.rows.ring.layout();
+        let names_below = |i: u64| {
+            super::open::item_slots(&self.rows.ring, layout, cap, i)
+                .iter()
+                .any(|s| s.pos / chunk < bound)
+        };
+        let mut to = head;
+        while to < tail && names_below(to) {
+            to += 1;
+        }
+        if to == head {
+            return Ok(());
+        }
+        let records = Records {
+            io: &*self.rows.io,
+            manifest: self.commits.file.as_ref(),
+            path: &self.commits.path,
+            generation: self.commits.generation,
+        };
+        if let Err(e) = self.parts.before_head_moves(sb, head, to, records) {
+            return Err(self.poison(e));
+        }
+        self.ensure_private(self.rows.head_slot, to - head)?;
+        self.publish(HEAD_OFF, to);
+        for index in head..to {
+            self.rows.ring.clear_stamp(index % cap);
+        }
+        self.parts.evicted_for_space(self.rows.head_slot, to - head);
+        self.rows.head = to;
+        self.rows.head_slot = to % cap;
+        Ok(())
     }
     /// Begins an episode with what `env.reset()` returned: the observation fields (any
     /// field left out is stored as zeros). An episode still open is abandoned and

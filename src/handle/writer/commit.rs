@@ -25,8 +25,17 @@ impl<R: Role> ReplayBuffer<R> {
             Err(e) => Err(self.poison(e)),
         }
     }
-    /// Seals (checksums) the live items added since the last flush and msyncs them.
+    /// Seals (checksums) the live items added since the last flush and msyncs them,
+    /// after the chunks of their variable-length values: a commit never covers an item
+    /// whose value is not on the disk.
     fn sync_rows(&mut self) -> Result<()> {
+        if let Some(h) = &mut self.rows.heap {
+            let from = h.sealed();
+            h.seal();
+            if let Err(e) = h.flush(&*self.rows.io, &self.rows.dir, from, h.sealed()) {
+                return Err(self.poison(e));
+            }
+        }
         let cap = self.rows.superblock.capacity;
         let from = self.rows.flushed_tail.max(self.rows.head);
         let written = self.rows.tail.saturating_sub(from);
@@ -266,6 +275,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// ```
     pub fn get_state_named(&mut self, name: &str) -> Result<State> {
         self.writable()?;
+        self.no_heap("get_state")?;
         snapshot::valid_name(name)?;
         if snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
             return Err(Error::SnapshotExists {
@@ -320,6 +330,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
         self.writable()?;
+        self.no_heap("set_state")?;
         snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)?;
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).

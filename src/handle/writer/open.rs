@@ -7,14 +7,16 @@ use std::path::{Path, PathBuf};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
-use crate::algo::recovery::{self};
+use crate::algo::recovery::{self, SlotProbe};
 use crate::error::{Error, Result};
+use crate::format::heap::VarSlot;
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
 use crate::format::state::State;
 use crate::handle::core::{Commits, Draws, Picked};
 use crate::handle::rows::Rows;
+use crate::parts::heap::Heap;
 use crate::parts::hooks::{Holder, Opening};
 use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
 use crate::parts::set::Parts;
@@ -61,6 +63,15 @@ impl ReplayBuffer<Writer> {
                  rename the field"
             )));
         }
+        if config.schema.has_var() && (config.is_episodic() || config.fragments) {
+            return Err(Error::InvalidConfig {
+                field: "episodic",
+                problem: "variable-length fields are stored by add and add_batch; \
+                          episodic buffers with them are not built yet (issue 29)"
+                    .into(),
+            });
+        }
+        let heap = config.heap_geometry()?;
         if config.fragments && config.is_episodic() {
             return Err(Error::InvalidConfig {
                 field: "fragments",
@@ -91,7 +102,7 @@ impl ReplayBuffer<Writer> {
             episodic: config.is_episodic(),
             whole_episodes: config.whole_episodes,
             fragments: config.fragments,
-            heap: None,
+            heap,
         };
         let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
             write_new_buffer(
@@ -306,9 +317,16 @@ pub(in crate::handle) fn open_parts(
     let commit = m.newest_commit()?;
     let sb = m.superblock.clone();
     let segments = (0..sb.segment_count)
-        .map(|n| storage::open_segment(&*io, &dir, &sb, n, access))
+        .map(|n| storage::open_segment(&*io, &dir, &storage::SegmentSet::rows(&sb), n, access))
         .collect::<Result<Vec<_>>>()?;
     let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
+    if sb.heap.is_some() && !access.writes_file() {
+        return Err(Error::Unsupported(
+            "readers and snapshots of items with variable-length fields are not built yet \
+             (issue 29)",
+        ));
+    }
+    let mut heap = Heap::open(&*io, &dir, &sb, access)?;
     // What every part is handed while the buffer opens, over the ring as it is then.
     macro_rules! at {
         ($ring:expr) => {
@@ -340,7 +358,17 @@ pub(in crate::handle) fn open_parts(
             true => commit.head,
             false => m.evicted_below(&commit),
         };
-        let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
+        let r = match &heap {
+            Some(h) => {
+                let probe = WithValues {
+                    rows: &ring,
+                    heap: h,
+                    var: m.layout.fixed..m.layout.fields.len(),
+                };
+                recovery::recover(&probe, sb.capacity, head_c, commit.tail, trust_stamps)
+            }
+            None => recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps),
+        };
         for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
             ring.clear_stamp(slot);
         }
@@ -348,6 +376,21 @@ pub(in crate::handle) fn open_parts(
         let from = r.head.max(commit.tail);
         if r.tail > from {
             ring.seal(from % sb.capacity, from, r.tail - from);
+            // And the chunks of their values, which no flush sealed either.
+            if let Some(h) = &mut heap {
+                let first = item_slots(&ring, &m.layout, sb.capacity, from)
+                    .iter()
+                    .map(|s| s.pos / h.chunk_bytes())
+                    .min();
+                let newest = item_slots(&ring, &m.layout, sb.capacity, r.tail - 1);
+                h.resume_after(&newest);
+                if let Some(first) = first {
+                    h.seal_from(first);
+                    if access.writes_file() {
+                        h.flush_all(&*io, &dir)?;
+                    }
+                }
+            }
         }
         // Read-only: the repairs stay in private pages; the files are not changed.
         if access.writes_file() {
@@ -362,6 +405,16 @@ pub(in crate::handle) fn open_parts(
     // settling a cut first episode moves the head by eviction.
     let cleared = commit.cleared.min(head);
     let head = parts.ready(at!(&ring), range(head, tail))?;
+    // Where the next call's values go: after the newest item's (its row is never
+    // overwritten while it is the newest, and keeps its stamp through `clear`).
+    if let Some(h) = &mut heap {
+        let newest = tail
+            .checked_sub(1)
+            .filter(|&i| ring.stamp(i % sb.capacity) == crate::format::row::stamp_of(i))
+            .map(|i| item_slots(&ring, &m.layout, sb.capacity, i))
+            .unwrap_or_default();
+        h.resume_after(&newest);
+    }
     let progress = if access.writes_file() {
         Some(storage::open_progress(&*io, &dir, &sb, Access::Write)?)
     } else {
@@ -405,6 +458,7 @@ pub(in crate::handle) fn open_parts(
             superblock: sb,
             dir,
             io,
+            heap,
         },
         commits: Commits {
             path: manifest_path,
@@ -433,8 +487,10 @@ fn write_new_buffer(
     let lane = dir.join(LANE_DIR);
     io.create_dir_all(&lane)
         .map_err(|e| Error::io("create directory", &lane, e))?;
-    for n in 0..sb.segment_count {
-        storage::create_segment(io, dir, sb, n)?;
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            storage::create_segment(io, dir, &set, n)?;
+        }
     }
     // The progress page too, durable before MANIFEST is published: a reader that finds
     // MANIFEST always finds the page (even after a power cut), so a sound new buffer is
@@ -504,10 +560,16 @@ pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
 /// whose mappings no address space can): `capacity=2**40` is an error at once, not a
 /// disk filled by fallocate and then emptied.
 fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
-    let rows = sb.capacity.saturating_mul(sb.row_stride);
-    let headers = sb
-        .segment_count
-        .saturating_mul(crate::format::segment::DATA_OFFSET as u64);
+    let page = crate::format::segment::DATA_OFFSET as u64;
+    let (rows, headers) =
+        storage::SegmentSet::all(sb)
+            .iter()
+            .fold((0u64, 0u64), |(rows, headers), set| {
+                (
+                    rows.saturating_add(set.capacity.saturating_mul(set.stride)),
+                    headers.saturating_add(set.segment_count.saturating_mul(page)),
+                )
+            });
     // The tree: at most two f64 words per slot plus its header page.
     let tree = if sb.prioritized {
         sb.capacity.saturating_mul(16).saturating_add(4096)
@@ -545,10 +607,12 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     // MANIFEST first: a kill during the removal leaves no buffer rather than a MANIFEST
     // over missing segments.
     let _ = io.remove_file(&dir.join(MANIFEST));
-    for n in 0..sb.segment_count {
-        let gone = io.remove_file(&storage::segment_path(dir, n));
-        if gone.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-            break;
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            let gone = io.remove_file(&set.path(dir, n));
+            if gone.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+                break;
+            }
         }
     }
     let _ = io.remove_file(&storage::progress_path(dir));
@@ -556,4 +620,44 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     let _ = io.remove_file(&dir.join(storage::MANIFEST_TMP));
     let _ = io.remove_file(&storage::tree_path(dir));
     let _ = io.remove_file(&dir.join(storage::LOCK));
+}
+
+/// The slots of item `index`'s variable-length values, as its row holds them (empty
+/// for a schema without such fields, or a slot that does not decode).
+pub(in crate::handle) fn item_slots(
+    ring: &Ring,
+    layout: &crate::format::row::RowLayout,
+    capacity: u64,
+    index: u64,
+) -> Vec<VarSlot> {
+    (layout.fixed..layout.fields.len())
+        .filter_map(|f| {
+            let mut b = [0u8; crate::format::heap::SLOT_LEN];
+            ring.read_field(index % capacity, f, &mut b);
+            VarSlot::decode(&b).ok()
+        })
+        .collect()
+}
+
+/// Recovery's view of a buffer with variable-length fields: an item is intact when its
+/// row is and (in another boot, where its crc is asked) every chunk its values lie in
+/// holds that chunk with a sound crc.
+struct WithValues<'a> {
+    rows: &'a Ring,
+    heap: &'a Heap,
+    var: std::ops::Range<usize>,
+}
+
+impl SlotProbe for WithValues<'_> {
+    fn stamp(&self, slot: u64) -> u64 {
+        self.rows.stamp(slot)
+    }
+    fn crc_ok(&self, slot: u64) -> bool {
+        self.rows.check(slot).is_some_and(|c| c.crc_ok)
+            && self.var.clone().all(|f| {
+                let mut b = [0u8; crate::format::heap::SLOT_LEN];
+                self.rows.read_field(slot, f, &mut b);
+                VarSlot::decode(&b).is_ok_and(|s| self.heap.intact(s, true))
+            })
+    }
 }

@@ -1,0 +1,247 @@
+//! Promise: items with variable-length fields (`str`, `bytes`, ragged arrays) come back
+//! exactly as added, by `get` and by `sample`, after a flush and a reopen, after a kill
+//! (`abandon`), and after the chunk ring laps: the oldest items are evicted when their
+//! values' chunks are needed, never served with another item's bytes. Bad values are
+//! refused with nothing stored.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema, VarKind};
+
+fn schema() -> Schema {
+    Schema::builder()
+        .field("reward", DType::F32, &[])
+        .variable("obs", VarKind::Str, Some(4000))
+        .variable("tokens", VarKind::Ragged(DType::I32), Some(600))
+        .variable("info", VarKind::Bytes, None)
+        .build()
+        .unwrap()
+}
+
+/// The values of item `i`: lengths and bytes a pure function of the index.
+fn obs(i: u64) -> String {
+    let n = (i * 37 % 1500) as usize;
+    (0..n)
+        .map(|k| (b'a' + ((i as usize + k) % 26) as u8) as char)
+        .collect()
+}
+fn tokens(i: u64) -> Vec<i32> {
+    (0..(i * 13 % 300) as i32)
+        .map(|k| k * 7 + i as i32)
+        .collect()
+}
+fn info(i: u64) -> Vec<u8> {
+    // Every fifth item has an empty value.
+    if i.is_multiple_of(5) {
+        Vec::new()
+    } else {
+        format!("{{\"i\": {i}}}").into_bytes()
+    }
+}
+
+fn add_one(buf: &mut ReplayBuffer, i: u64) -> u64 {
+    let (o, t, f, r) = (obs(i), tokens(i), info(i), i as f32);
+    buf.add(&[
+        Column::scalar("reward", &r),
+        Column::text("obs", &o),
+        Column::ragged("tokens", &t),
+        Column::value("info", &f),
+    ])
+    .unwrap()
+}
+
+fn add_batch(buf: &mut ReplayBuffer, from: u64, n: u64) -> std::ops::Range<u64> {
+    let rewards: Vec<f32> = (from..from + n).map(|i| i as f32).collect();
+    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
+    let (mut t, mut to) = (Vec::new(), vec![0u64]);
+    let (mut f, mut fo) = (Vec::new(), vec![0u64]);
+    for i in from..from + n {
+        o.extend_from_slice(obs(i).as_bytes());
+        oo.push(o.len() as u64);
+        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+        to.push(t.len() as u64);
+        f.extend_from_slice(&info(i));
+        fo.push(f.len() as u64);
+    }
+    buf.add_batch(&[
+        Column::new("reward", &rewards),
+        Column::values("obs", DType::U8, &o, &oo),
+        Column::values("tokens", DType::I32, &t, &to),
+        Column::values("info", DType::U8, &f, &fo),
+    ])
+    .unwrap()
+}
+
+/// Checks that item `index` of `batch` row `r` is the item added as `index`.
+fn check(batch: &replaystore::Batch, r: usize, index: u64) {
+    let reward = batch.get::<f32>("reward").unwrap()[r];
+    assert_eq!(reward, index as f32, "row {r}");
+    assert_eq!(batch.text("obs", r).unwrap(), obs(index), "obs of {index}");
+    let t = batch.values("tokens").unwrap().elements::<i32>(r).unwrap();
+    assert_eq!(t, tokens(index).as_slice(), "tokens of {index}");
+    assert_eq!(
+        batch.values("info").unwrap().value(r).unwrap(),
+        info(index).as_slice()
+    );
+}
+
+fn check_all(buf: &ReplayBuffer) {
+    let live: Vec<u64> = (buf.stats().head..buf.stats().tail).collect();
+    let batch = buf.get_many(&live).unwrap();
+    for (r, &i) in live.iter().enumerate() {
+        check(&batch, r, i);
+    }
+}
+
+#[test]
+fn values_come_back_exactly_by_get_and_sample_and_after_a_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 100).heap_bytes(1 << 20)).unwrap();
+    for i in 0..10 {
+        assert_eq!(add_one(&mut buf, i), i);
+    }
+    assert_eq!(add_batch(&mut buf, 10, 30), 10..40);
+    check_all(&buf);
+    let mut batch = replaystore::Batch::default();
+    buf.sample_into(Request::rows(64), &mut batch).unwrap();
+    for (r, &i) in batch.indices().to_vec().iter().enumerate() {
+        check(&batch, r, i);
+    }
+    buf.close().unwrap();
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    check_all(&buf);
+    // The next call's values go after the reopened ones.
+    add_batch(&mut buf, 40, 5);
+    add_one(&mut buf, 45);
+    check_all(&buf);
+}
+
+#[test]
+fn a_killed_writer_keeps_every_acknowledged_value_and_goes_on_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 64).heap_bytes(1 << 20)).unwrap();
+    add_batch(&mut buf, 0, 20);
+    buf.flush().unwrap();
+    add_batch(&mut buf, 20, 7);
+    add_one(&mut buf, 27);
+    buf.abandon();
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    assert_eq!(buf.stats().tail, 28);
+    check_all(&buf);
+    add_one(&mut buf, 28);
+    add_batch(&mut buf, 29, 3);
+    check_all(&buf);
+}
+
+#[test]
+fn when_the_chunk_ring_laps_the_oldest_items_go_first_and_none_is_served_mixed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    // 64 chunks of 1008 bytes: far fewer values than the 1,000 slots would hold.
+    let config = Config::new(schema(), 1000).heap_bytes(64 * 1024);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    let mut next = 0;
+    for round in 0..40 {
+        if round % 3 == 0 {
+            add_one(&mut buf, next);
+            next += 1;
+        } else {
+            add_batch(&mut buf, next, 4);
+            next += 4;
+        }
+        let s = buf.stats();
+        assert_eq!(s.tail, next);
+        assert!(s.len > 0 && s.len < 100, "{s:?}");
+        check_all(&buf);
+        if round == 20 {
+            buf.flush().unwrap();
+        }
+    }
+    assert!(buf.stats().evicted > 0);
+    buf.close().unwrap();
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    check_all(&buf);
+}
+
+#[test]
+fn bad_values_are_refused_with_nothing_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 10).heap_bytes(1 << 20)).unwrap();
+    add_one(&mut buf, 0);
+    let r = 1.0f32;
+    let long: Vec<i32> = vec![1; 601];
+    let e = buf
+        .add(&[
+            Column::scalar("reward", &r),
+            Column::text("obs", "ok"),
+            Column::ragged("tokens", &long),
+            Column::value("info", b""),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::ValueTooLong { field, len: 601, max: 600, .. } if field == "tokens"),
+        "{e}"
+    );
+    let bad = [b'o', b'k', 0xff];
+    let e = buf
+        .add(&[
+            Column::scalar("reward", &r),
+            Column::value("obs", &bad),
+            Column::ragged("tokens", &[1i32]),
+            Column::value("info", b""),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidText { valid_up_to: 2, .. }),
+        "{e}"
+    );
+    let e = buf
+        .add(&[
+            Column::scalar("reward", &r),
+            Column::text("obs", "x"),
+            Column::value("info", b""),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::MissingField { field } if field == "tokens"),
+        "{e}"
+    );
+    let e = buf
+        .add_batch(&[
+            Column::new("reward", &[1.0f32, 2.0]),
+            Column::values("obs", DType::U8, b"abc", &[0, 2, 1]),
+            Column::values("tokens", DType::I32, &[], &[0, 0, 0]),
+            Column::values("info", DType::U8, &[], &[0, 0, 0]),
+        ])
+        .unwrap_err();
+    assert!(matches!(&e, Error::BadOffsets { .. }), "{e}");
+    assert_eq!(buf.stats().tail, 1);
+    check_all(&buf);
+    add_one(&mut buf, 1);
+    check_all(&buf);
+}
+
+#[test]
+fn what_is_not_built_yet_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 10).heap_bytes(1 << 20)).unwrap();
+    add_one(&mut buf, 0);
+    assert!(matches!(buf.get_state(), Err(Error::Unsupported(m)) if m.contains("issue 29")));
+    assert!(
+        matches!(replaystore::Reader::open(&dir), Err(Error::Unsupported(m)) if m.contains("issue 29"))
+    );
+    let episodic = ReplayBuffer::create(tmp.path().join("e"), Config::new(schema(), 10).episodic());
+    assert!(matches!(episodic, Err(Error::InvalidConfig { .. })));
+    check_all(&buf);
+}

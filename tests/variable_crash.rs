@@ -1,0 +1,283 @@
+//! Promise: `kill -9` of a writer adding items with variable-length fields (one at a
+//! time, in batches, while the chunk ring laps and evicts the oldest items for room, and
+//! while flushing) loses nothing it acknowledged and never serves an item whose values
+//! are not the ones added with it. Random kill moments, and (with `--features
+//! kill-points`) the named points between a chunk's bytes and its stamp, between an
+//! item's bytes and its stamp, and around commits and eviction records.
+//! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 300).
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::io::Write;
+use std::ops::Range;
+use std::path::Path;
+
+use common::{run_child_and_kill_after, xorshift};
+use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema, VarKind, verify};
+
+const CHILD_ENV: &str = "REPLAYSTORE_VAR_KILL_CHILD";
+const CAPACITY: u64 = 200;
+
+fn schema() -> Schema {
+    Schema::builder()
+        .field("index", DType::U64, &[])
+        .variable("obs", VarKind::Str, None)
+        .variable("tokens", VarKind::Ragged(DType::I32), None)
+        .build()
+        .unwrap()
+}
+
+fn create(dir: &Path) {
+    // 48 chunks of 240 bytes: about a dozen items' values, so the chunk ring laps (and
+    // evicts for room) every few calls, and whole segments of it are passed.
+    let config = Config::new(schema(), CAPACITY)
+        .segment_slots(32)
+        .chunk_bytes(240)
+        .heap_bytes(48 * 256)
+        .segment_bytes(16 * 256)
+        .seed(3);
+    ReplayBuffer::create(dir, config).unwrap().close().unwrap();
+}
+
+fn obs(i: u64) -> String {
+    let n = (common::mix(i) % 700) as usize;
+    (0..n)
+        .map(|k| (b'A' + ((i as usize * 7 + k) % 26) as u8) as char)
+        .collect()
+}
+
+fn tokens(i: u64) -> Vec<i32> {
+    let n = (common::mix(i ^ 0x55) % 200) as i32;
+    (0..n).map(|k| k ^ i as i32).collect()
+}
+
+fn add(buf: &mut ReplayBuffer, from: u64, n: u64) {
+    if n == 1 {
+        let (o, t) = (obs(from), tokens(from));
+        buf.add(&[
+            Column::scalar("index", &from),
+            Column::text("obs", &o),
+            Column::ragged("tokens", &t),
+        ])
+        .unwrap();
+        return;
+    }
+    let index: Vec<u64> = (from..from + n).collect();
+    let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
+    for i in from..from + n {
+        o.extend_from_slice(obs(i).as_bytes());
+        oo.push(o.len() as u64);
+        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+        to.push(t.len() as u64);
+    }
+    buf.add_batch(&[
+        Column::new("index", &index),
+        Column::values("obs", DType::U8, &o, &oo),
+        Column::values("tokens", DType::I32, &t, &to),
+    ])
+    .unwrap();
+}
+
+/// Every live item holds the values added with its index.
+fn assert_intact(buf: &ReplayBuffer, ctx: &str) {
+    let live: Vec<u64> = buf.live().collect();
+    let batch = buf
+        .get_many(&live)
+        .unwrap_or_else(|e| panic!("{ctx}: get: {e}"));
+    for (r, &i) in live.iter().enumerate() {
+        assert_eq!(batch.get::<u64>("index").unwrap()[r], i, "{ctx}");
+        assert_eq!(batch.text("obs", r).unwrap(), obs(i), "{ctx}: obs of {i}");
+        let t = batch.values("tokens").unwrap().elements::<i32>(r).unwrap();
+        assert_eq!(t, tokens(i).as_slice(), "{ctx}: tokens of {i}");
+    }
+}
+
+fn say(out: &mut impl Write, line: &str) {
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// The child: opens the buffer and adds, flushes and samples until killed (or `ops`
+/// calls, for the named points), saying each call before it and the live range after.
+#[test]
+fn var_kill_child() {
+    let Ok(arg) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = arg.split(':');
+    let (dir, seed, ops) = (
+        parts.next().unwrap(),
+        parts.next().unwrap().parse::<u64>().unwrap(),
+        parts.next().unwrap().parse::<u64>().unwrap(),
+    );
+    let mut out = std::io::stdout();
+    let mut buf = ReplayBuffer::open(dir).unwrap();
+    let mut rng = seed | 1;
+    let live = |b: &ReplayBuffer| format!("live {} {}", b.live().start, b.live().end);
+    say(&mut out, &live(&buf));
+    for _ in 0..ops {
+        let tail = buf.live().end;
+        match xorshift(&mut rng) % 10 {
+            0..=4 => {
+                say(&mut out, "start add 1");
+                add(&mut buf, tail, 1);
+            }
+            5..=7 => {
+                let n = 2 + xorshift(&mut rng) % 5;
+                say(&mut out, &format!("start add {n}"));
+                add(&mut buf, tail, n);
+            }
+            8 => {
+                say(&mut out, "start flush");
+                buf.flush().unwrap();
+            }
+            _ => {
+                say(&mut out, "start sample");
+                if !buf.is_empty() {
+                    buf.sample(Request::rows(8)).unwrap();
+                }
+            }
+        }
+        say(&mut out, &live(&buf));
+    }
+    say(&mut out, "finished");
+}
+
+#[derive(Default)]
+struct Seen {
+    live: Option<Range<u64>>,
+    pending: Option<Vec<String>>,
+    finished: bool,
+}
+
+impl Seen {
+    fn note(&mut self, line: &str) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["live", a, b] => {
+                self.live = Some(a.parse().unwrap()..b.parse().unwrap());
+                self.pending = None;
+            }
+            ["start", rest @ ..] => {
+                self.pending = Some(rest.iter().map(|s| (*s).to_owned()).collect());
+            }
+            ["finished"] => self.finished = true,
+            _ => {}
+        }
+    }
+}
+
+fn check(dir: &Path, seen: &Seen, ctx: &str) {
+    let report = verify(dir).unwrap();
+    assert!(report.is_sound(), "{ctx}: verify: {:?}", report.problems);
+    let buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let got = buf.live();
+    assert_intact(&buf, ctx);
+    drop(buf);
+    let Some(acked) = seen.live.clone() else {
+        return;
+    };
+    let pending: Vec<&str> = seen.pending.iter().flatten().map(String::as_str).collect();
+    match pending.as_slice() {
+        ["add", n] => {
+            let n: u64 = n.parse().unwrap();
+            // The add in flight may be there; the oldest items it evicted for room
+            // may be gone, never an acknowledged item after them.
+            assert!(
+                (acked.end..=acked.end + n).contains(&got.end)
+                    && (acked.start..=acked.end).contains(&got.start),
+                "{ctx}: live {got:?}, acknowledged {acked:?}, add of {n} in flight"
+            );
+        }
+        _ => assert_eq!(got, acked, "{ctx}: in flight {pending:?}"),
+    }
+}
+
+#[test]
+fn kill_9_while_adding_values_loses_nothing_acknowledged() {
+    let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 1000) * 3 / 10;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    create(&dir);
+    let mut rng = 0xabcd_1234u64;
+    let (mut in_add, mut evicted) = (0u64, 0u64);
+    for cycle in 0..kills {
+        let lines = xorshift(&mut rng) % 80;
+        let seed = xorshift(&mut rng);
+        let mut seen = Seen::default();
+        run_child_and_kill_after(
+            "var_kill_child",
+            CHILD_ENV,
+            &format!("{}:{seed}:{}", dir.display(), u64::MAX),
+            lines,
+            |l| seen.note(l),
+        );
+        if seen
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.first().is_some_and(|w| w == "add"))
+        {
+            in_add += 1;
+        }
+        check(&dir, &seen, &format!("cycle {cycle}"));
+        evicted = ReplayBuffer::open(&dir).unwrap().stats().evicted;
+    }
+    println!("kill cycles {kills}; inside an add {in_add}; evicted {evicted}");
+    assert!(in_add > 0, "no kill landed inside an add");
+    assert!(evicted > 0, "the chunk ring never lapped");
+}
+
+#[test]
+fn kill_at_each_named_point_of_a_values_add_loses_nothing_acknowledged() {
+    if !cfg!(feature = "kill-points") {
+        return;
+    }
+    let points = [
+        "chunk-before-stamp",
+        "before-stamp",
+        "commit-written",
+        "eviction-written",
+    ];
+    let mut landed = std::collections::BTreeMap::<&str, u64>::new();
+    for point in points {
+        for n in [1u64, 2, 5, 13, 40] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("b");
+            create(&dir);
+            let mut seen = Seen::default();
+            let (mut child, mut out) = common::spawn_child_env(
+                "var_kill_child",
+                &[
+                    (
+                        CHILD_ENV,
+                        format!("{}:{}:{}", dir.display(), 7 + n, 400).into(),
+                    ),
+                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}").into()),
+                ],
+            );
+            let mut line = String::new();
+            while std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0 {
+                seen.note(line.trim());
+                line.clear();
+            }
+            let status = child.wait().unwrap();
+            if !seen.finished {
+                assert!(!status.success(), "{point}:{n}: stopped early but cleanly");
+                *landed.entry(point).or_default() += 1;
+            }
+            check(&dir, &seen, &format!("kill point {point}:{n}"));
+        }
+    }
+    println!("kills at named points: {landed:?}");
+    for point in points {
+        assert!(
+            landed.get(point).copied().unwrap_or(0) > 0,
+            "{point} was never reached"
+        );
+    }
+}
