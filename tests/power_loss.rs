@@ -692,3 +692,144 @@ fn every_crash_image_of_a_lane_set_opens_with_each_lane_at_an_acknowledged_state
     }
     report("lanes", &io, checked);
 }
+
+/// A value of item `i` of the variable-length workload: text whose length and bytes
+/// are a function of the index (some empty), so that a value of another item, a stale
+/// chunk or a torn one is caught byte for byte.
+fn var_text(i: u64) -> String {
+    let n = (common::mix(i) % 500) as usize;
+    (0..n)
+        .map(|k| (b'a' + ((i as usize + 3 * k) % 26) as u8) as char)
+        .collect()
+}
+
+/// Checks one image of the variable-length workload: it verifies and opens at the end
+/// of an acknowledged state (the newest commit before the call, or the call's own),
+/// with at most that state's oldest items evicted for room, and every live item holds
+/// exactly its own value.
+fn check_values(image: &Image, history: &[(Range<u64>, bool)], scratch: &Path, n: u64) {
+    let p = image.phase;
+    let ctx = format!("values call {p}, {}", image.what);
+    let dir = scratch.join(format!("v-{n}"));
+    sim::materialize(image, &dir);
+    if !dir.join("MANIFEST").exists() {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    let buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let live = buf.live();
+    let acked = (0..p).rev().find(|&j| history[j].1).unwrap_or(0);
+    let window = &history[acked..=p];
+    assert!(
+        window
+            .iter()
+            .any(|(s, _)| s.end == live.end && (s.start..=s.end).contains(&live.start)),
+        "{ctx}: live {live:?}, acknowledged {:?}",
+        window.iter().map(|s| s.0.clone()).collect::<Vec<_>>()
+    );
+    let idx: Vec<u64> = live.clone().collect();
+    if !idx.is_empty() {
+        let b = buf
+            .get_many(&idx)
+            .unwrap_or_else(|e| panic!("{ctx}: get: {e}"));
+        for (r, &i) in idx.iter().enumerate() {
+            assert_eq!(b.get::<u64>("index").unwrap()[r], i, "{ctx}");
+            assert_eq!(
+                b.text("text", r).unwrap(),
+                var_text(i),
+                "{ctx}: text of {i}"
+            );
+        }
+    }
+    drop(buf);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_crash_image_of_a_buffer_with_values_holds_each_item_with_its_own_value() {
+    use replaystore::{Column, DType, Schema, VarKind};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("v");
+    let scratch = tempfile::tempdir().unwrap();
+    let io = sim_io(&dir, 0x7a1);
+    let schema = Schema::builder()
+        .field("index", DType::U64, &[])
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap();
+    // 24 chunks of 120 bytes: a few items' values, so the ring laps and evicts for
+    // room (with eviction records past commits) several times in the workload.
+    let config = Config::new(schema, 64)
+        .segment_slots(16)
+        .chunk_bytes(120)
+        .heap_bytes(24 * 136)
+        .segment_bytes(8 * 136)
+        .seed(5)
+        .io(io.clone());
+    let mut buf = Some(ReplayBuffer::create(&dir, config).unwrap());
+    if let Some(b) = buf.as_mut() {
+        b.set_write_behind(common::SMALL_WRITE_BEHIND);
+    }
+    let mut history: Vec<(Range<u64>, bool)> = vec![(buf.as_ref().unwrap().live(), true)];
+    let mut checked = 0;
+    for image in io.take_images() {
+        check_values(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    let mut rng = 77u64;
+    for call in 0..40u64 {
+        let phase = history.len();
+        io.set_phase(phase);
+        let b = buf.as_mut().unwrap();
+        let tail = b.live().end;
+        let commits = match call % 5 {
+            0 | 2 => {
+                let text = var_text(tail);
+                b.add(&[Column::scalar("index", &tail), Column::text("text", &text)])
+                    .unwrap();
+                false
+            }
+            1 | 3 => {
+                let n = 2 + xorshift(&mut rng) % 4;
+                let index: Vec<u64> = (tail..tail + n).collect();
+                let (mut t, mut o) = (Vec::new(), vec![0u64]);
+                for i in tail..tail + n {
+                    t.extend_from_slice(var_text(i).as_bytes());
+                    o.push(t.len() as u64);
+                }
+                b.add_batch(&[
+                    Column::new("index", &index),
+                    Column::values("text", DType::U8, &t, &o),
+                ])
+                .unwrap();
+                false
+            }
+            _ => {
+                b.flush().unwrap();
+                true
+            }
+        };
+        history.push((b.live(), commits));
+        for image in io.take_images() {
+            check_values(&image, &history, scratch.path(), checked);
+            checked += 1;
+        }
+    }
+    let phase = history.len();
+    io.set_phase(phase);
+    let last = buf.as_ref().unwrap().live();
+    assert!(
+        buf.as_ref().unwrap().stats().evicted > 0,
+        "the chunk ring never lapped"
+    );
+    buf.take().unwrap().close().unwrap();
+    history.push((last, true));
+    io.capture("after close");
+    for image in io.take_images() {
+        check_values(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    report("values", &io, checked);
+}

@@ -245,3 +245,58 @@ fn what_is_not_built_yet_is_refused_by_name() {
     assert!(matches!(episodic, Err(Error::InvalidConfig { .. })));
     check_all(&buf);
 }
+
+#[test]
+fn a_damaged_chunk_is_found_by_verify_and_refused_by_reads_naming_the_item() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 50).heap_bytes(1 << 20)).unwrap();
+    add_batch(&mut buf, 0, 12);
+    buf.close().unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    // Item 3's obs: its first byte, in a sealed chunk (row 0 of the first heap file is
+    // chunk 0; the chunk stride is 1024, the payload starts 16 bytes into the row).
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    let pos = {
+        let b = buf.get(3).unwrap();
+        let before: usize = (0..3)
+            .map(|i| obs(i).len() + tokens(i).len() * 4 + info(i).len())
+            .sum();
+        assert_eq!(b.text("obs", 0).unwrap(), obs(3));
+        before as u64
+    };
+    drop(buf);
+    let heap = dir.join("lane-0").join("heap-00000000.dat");
+    let mut bytes = std::fs::read(&heap).unwrap();
+    let at = 4096 + (pos / 1008) as usize * 1024 + 16 + (pos % 1008) as usize;
+    bytes[at] ^= 0x20;
+    std::fs::write(&heap, &bytes).unwrap();
+    let report = replaystore::verify(&dir).unwrap();
+    assert!(!report.is_sound());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.what.contains("item 3") && p.what.contains("obs")),
+        "{:?}",
+        report.problems
+    );
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    let e = buf.get(3).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadItem { index: 3, problem, .. } if problem.contains("checksum")),
+        "{e}"
+    );
+    // Items whose values lie in other chunks still read.
+    let far = (0..12).find(|&i| {
+        let p: usize = (0..i)
+            .map(|j| obs(j).len() + tokens(j).len() * 4 + info(j).len())
+            .sum();
+        p as u64 / 1008 > pos / 1008 + 1
+    });
+    if let Some(i) = far {
+        let b = buf.get(i).unwrap();
+        assert_eq!(b.text("obs", 0).unwrap(), obs(i));
+    }
+}

@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 
 use crate::algo::recovery::{self, Recovered};
 use crate::error::{Error, Finding, Result};
+use crate::format::heap::VarSlot;
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
 use crate::format::segment::hex;
+use crate::handle::writer::open::{WithValues, item_slots};
+use crate::parts::heap::Heap;
 use crate::parts::hooks::{Checking, Found};
 use crate::parts::priorities::{PriorityInfo, TreeCopy};
 use crate::parts::set::Parts;
@@ -546,6 +549,23 @@ fn verify_live(
         return Ok(report);
     }
     let ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
+    let mut heap = None;
+    if let Some(set) = storage::SegmentSet::heap(sb) {
+        match Heap::open(io, dir, sb, Access::Read) {
+            Ok(h) => heap = h,
+            Err(e) => {
+                let file = match &e {
+                    Error::Io { path, .. } => path.clone(),
+                    _ => storage::heap_segment_path(dir, 0),
+                };
+                report.problems.push(Finding::of(&e, &file));
+                report
+                    .notes
+                    .push("values were not checked: a chunk segment could not be opened".into());
+            }
+        }
+        report.segments_checked += set.segment_count;
+    }
     // Items below `sealed_to` carry checksums; later ones (added after the last flush,
     // rolled forward on a same-boot open) are proved by their stamps.
     let (head, tail, sealed_to) = if commit.is_clean() {
@@ -557,7 +577,17 @@ fn verify_live(
             true => commit.head,
             false => m.evicted_below(&commit),
         };
-        let r = recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps);
+        let r = match &heap {
+            Some(h) => {
+                let probe = WithValues {
+                    rows: &ring,
+                    heap: h,
+                    var: m.layout.fixed..m.layout.fields.len(),
+                };
+                recovery::recover(&probe, sb.capacity, head_c, commit.tail, trust_stamps)
+            }
+            None => recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps),
+        };
         report.notes.push(format!(
             "the last writer did not close the buffer (crash, kill, or still running): open will recover \
              indices {}..{} ({} past the last commit{}{})",
@@ -580,6 +610,9 @@ fn verify_live(
     };
     if items {
         check_items(&ring, head..tail, sealed_to, progress, &mut report);
+        if let Some(h) = &mut heap {
+            check_values(&ring, h, &m.schema, head..tail, sealed_to, &mut report);
+        }
     }
     let at = Checking {
         io,
@@ -598,6 +631,48 @@ fn verify_live(
     };
     Parts::verify(&at, &mut found);
     Ok(report)
+}
+
+/// Checks every value of every item in `live`: its slot decodes and lies in the chunk
+/// ring's live chunks within its field's bound, every chunk it lies in holds that chunk,
+/// and (for items below `sealed_to`, whose chunks a flush sealed) each chunk's crc.
+fn check_values(
+    ring: &Ring,
+    heap: &mut Heap,
+    schema: &Schema,
+    live: std::ops::Range<u64>,
+    sealed_to: u64,
+    report: &mut Report,
+) {
+    let cap = ring.capacity();
+    let layout = ring.layout().clone();
+    // Where the writer's next call would go: after the newest item's values.
+    if live.end > live.start {
+        heap.resume_after(&item_slots(ring, &layout, cap, live.end - 1));
+    }
+    for index in live {
+        for (v, field) in schema.var_fields().iter().enumerate() {
+            let mut b = [0u8; crate::format::heap::SLOT_LEN];
+            ring.read_field(index % cap, layout.fixed + v, &mut b);
+            let problem = match VarSlot::decode(&b) {
+                Err(p) => Some(format!("item {index}: slot of {:?}: {p}", field.name())),
+                Ok(slot) => match heap.check_slot(slot, field.max_bytes()) {
+                    Err(got) => Some(format!("item {index}: slot of {:?}: {got}", field.name())),
+                    Ok(()) => {
+                        let mut scratch = Vec::new();
+                        let crc_below = if index < sealed_to { u64::MAX } else { 0 };
+                        heap.read(slot, &mut scratch, crc_below).err().map(|miss| {
+                            format!("item {index}: value of {:?}: {miss:?}", field.name())
+                        })
+                    }
+                },
+            };
+            if let Some(what) = problem {
+                let (file, offset) = ring.place(index % cap, Path::new(""));
+                report.problems.push(Finding { file, offset, what });
+            }
+        }
+    }
 }
 
 /// Checks the stamp of every item in `live` and the checksum of those below `sealed_to`.

@@ -642,10 +642,10 @@ pub(in crate::handle) fn item_slots(
 /// Recovery's view of a buffer with variable-length fields: an item is intact when its
 /// row is and (in another boot, where its crc is asked) every chunk its values lie in
 /// holds that chunk with a sound crc.
-struct WithValues<'a> {
-    rows: &'a Ring,
-    heap: &'a Heap,
-    var: std::ops::Range<usize>,
+pub(in crate::handle) struct WithValues<'a> {
+    pub rows: &'a Ring,
+    pub heap: &'a Heap,
+    pub var: std::ops::Range<usize>,
 }
 
 impl SlotProbe for WithValues<'_> {
