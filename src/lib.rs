@@ -91,8 +91,8 @@ pub mod internal {
     pub mod storage {
         pub use crate::storage::crc::SpanCrc;
         pub use crate::storage::{
-            LANE_DIR, MANIFEST, Manifest, lane_dir, mem_total, read_lanes, resolve_root,
-            segment_path,
+            LANE_DIR, MANIFEST, Manifest, heap_segment_path, lane_dir, mem_total, read_lanes,
+            resolve_root, segment_path,
         };
 
         /// Opens segment `n` of the buffer in `dir` read-only and lets it go: the checks
@@ -111,6 +111,19 @@ pub mod internal {
                 crate::io::Access::Read,
             )
             .map(drop)
+        }
+
+        /// `check_segment` for segment `n` of the chunk ring (variable-length values).
+        pub fn check_heap_segment(
+            io: &dyn crate::io::Io,
+            dir: &std::path::Path,
+            sb: &crate::format::manifest::Superblock,
+            n: u64,
+        ) -> crate::Result<()> {
+            let Some(set) = crate::storage::SegmentSet::heap(sb) else {
+                return Err(crate::Error::Unsupported("the buffer keeps no chunk ring"));
+            };
+            crate::storage::open_segment(io, dir, &set, n, crate::io::Access::Read).map(drop)
         }
     }
     pub use crate::algo::{lookback, sumtree, windows};

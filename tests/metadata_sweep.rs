@@ -317,3 +317,90 @@ fn every_file_replaced_by_a_link_a_fifo_or_a_folder_is_refused_naming_it() {
     );
     assert_eq!(refused, tried);
 }
+
+/// Issue 29: a version-2 buffer's metadata (the longer superblock with the chunk
+/// ring's geometry, and every chunk segment's header) gets the same sweep: every bit
+/// flip and every cut is a typed error naming the file.
+#[test]
+fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
+    use replaystore::internal::format::manifest::SUPERBLOCK_V2_LEN;
+    use replaystore::{Column, DType, Schema, VarKind};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("v");
+    let schema = Schema::builder()
+        .field("x", DType::U32, &[])
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 16)
+        .segment_slots(8)
+        .chunk_bytes(64)
+        .heap_bytes(16 * 80)
+        .segment_bytes(8 * 80);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    for i in 0..20u32 {
+        let text = "v".repeat(i as usize * 5);
+        buf.add(&[Column::scalar("x", &i), Column::text("text", &text)])
+            .unwrap();
+    }
+    buf.close().unwrap();
+    let manifest = dir.join("MANIFEST");
+    let mut flips = Tally::default();
+    let mut cuts = Tally::default();
+    each_flip(&manifest, 0..SUPERBLOCK_V2_LEN, |byte, bit| {
+        let e = Manifest::load(&OsIo, &dir).err();
+        let named = e
+            .as_ref()
+            .and_then(place)
+            .is_some_and(|(f, _)| f == manifest);
+        flips.count(named, || format!("superblock byte {byte} bit {bit}: {e:?}"));
+    });
+    let sb = Manifest::load(&OsIo, &dir).unwrap().superblock;
+    let heap = sb.heap.unwrap();
+    assert!(heap.segment_count > 1);
+    for n in 0..heap.segment_count {
+        let seg = storage::heap_segment_path(&dir, n);
+        each_flip(&seg, 0..SEGMENT_HEADER_LEN, |byte, bit| {
+            let e = storage::check_heap_segment(&OsIo, &dir, &sb, n).err();
+            let named = e
+                .as_ref()
+                .and_then(place)
+                .is_some_and(|(f, off)| f == seg && off.is_some());
+            flips.count(named, || {
+                format!("chunk segment {n} byte {byte} bit {bit}: {e:?}")
+            });
+            if byte == 0 && bit == 0 {
+                // An open refuses it too, naming the file.
+                let e = ReplayBuffer::open(&dir).map(drop).unwrap_err();
+                assert!(place(&e).is_some_and(|(f, _)| f == seg), "{e}");
+            }
+        });
+    }
+    let seg = storage::heap_segment_path(&dir, 1);
+    let original = std::fs::read(&seg).unwrap();
+    for cut in (0..original.len()).step_by(7) {
+        std::fs::write(&seg, &original[..cut]).unwrap();
+        let e = storage::check_heap_segment(&OsIo, &dir, &sb, 1).err();
+        cuts.count(
+            e.as_ref().and_then(place).is_some_and(|(f, _)| f == seg),
+            || format!("chunk segment cut to {cut}: {e:?}"),
+        );
+    }
+    std::fs::write(&seg, &original).unwrap();
+    // A row segment where a chunk segment belongs: its magic says so.
+    let rows = storage::segment_path(&dir, 0);
+    let mut swapped = std::fs::read(&rows).unwrap();
+    swapped.resize(original.len(), 0);
+    std::fs::write(&seg, &swapped).unwrap();
+    let e = storage::check_heap_segment(&OsIo, &dir, &sb, 1).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadMagic { file, .. } if *file == seg),
+        "{e}"
+    );
+    std::fs::write(&seg, &original).unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    println!(
+        "version-2 metadata bit flips detected {} of {}; truncations detected {} of {}",
+        flips.detected, flips.tried, cuts.detected, cuts.tried
+    );
+}

@@ -281,3 +281,155 @@ fn kill_at_each_named_point_of_a_values_add_loses_nothing_acknowledged() {
         );
     }
 }
+
+/// The buffer a fault case starts from: 30 items whose values have lapped the chunk
+/// ring, flushed and closed.
+fn fault_base(dir: &Path) {
+    create(dir);
+    let mut buf = ReplayBuffer::open(dir).unwrap();
+    for i in 0..30 {
+        add(&mut buf, i, 1);
+    }
+    buf.close().unwrap();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    Open,
+    Add,
+    Flush,
+    Close,
+}
+
+/// Runs `step` on `buf`, pushing the live range after each acknowledged add to `ranges`.
+fn run_step(
+    step: Step,
+    buf: &mut Option<ReplayBuffer>,
+    ranges: &mut Vec<Range<u64>>,
+) -> replaystore::Result<()> {
+    let Some(b) = buf.as_mut() else {
+        return Ok(());
+    };
+    let mut adds = |b: &mut ReplayBuffer, calls: u64| -> replaystore::Result<()> {
+        for k in 0..calls {
+            let tail = b.live().end;
+            let n = 1 + k % 3;
+            let index: Vec<u64> = (tail..tail + n).collect();
+            let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
+            for i in tail..tail + n {
+                o.extend_from_slice(obs(i).as_bytes());
+                oo.push(o.len() as u64);
+                t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+                to.push(t.len() as u64);
+            }
+            b.add_batch(&[
+                Column::new("index", &index),
+                Column::values("obs", DType::U8, &o, &oo),
+                Column::values("tokens", DType::I32, &t, &to),
+            ])?;
+            ranges.push(b.live());
+        }
+        Ok(())
+    };
+    match step {
+        Step::Open => Ok(()),
+        Step::Add => adds(b, 8),
+        Step::Flush => {
+            adds(b, 3)?;
+            b.flush()
+        }
+        Step::Close => buf.take().unwrap().close(),
+    }
+}
+
+#[test]
+fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing() {
+    use replaystore::io::FaultyIo;
+    use std::sync::Arc;
+    let root = tempfile::tempdir().unwrap();
+    let (mut points, mut failed) = (0u64, 0u64);
+    for step in [Step::Open, Step::Add, Step::Flush, Step::Close] {
+        // The run without a fault: how many operations, and the range after each add.
+        let dir = root.path().join(format!("count-{step:?}"));
+        fault_base(&dir);
+        let before = ReplayBuffer::open(&dir).unwrap().live();
+        let io = Arc::new(FaultyIo::fail_once(u64::MAX));
+        let mut buf = Some(ReplayBuffer::open_with(&dir, io.clone()).unwrap());
+        let opened = io.ops();
+        let mut ranges = vec![before.clone()];
+        run_step(step, &mut buf, &mut ranges).unwrap();
+        let after = buf
+            .as_ref()
+            .map_or_else(|| ranges.last().unwrap().clone(), ReplayBuffer::live);
+        let (from, ops) = match step {
+            Step::Open => (0, opened),
+            _ => (opened, io.ops() - opened),
+        };
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(ops > 0, "{step:?} makes no file operation");
+        for n in 0..ops {
+            for sticky in [false, true] {
+                points += 1;
+                let ctx = format!("{step:?}, operation {} failing (sticky {sticky})", from + n);
+                let dir = root.path().join(format!("{step:?}-{n}-{sticky}"));
+                fault_base(&dir);
+                let io = Arc::new(match sticky {
+                    true => FaultyIo::fail_from(from + n),
+                    false => FaultyIo::fail_once(from + n),
+                });
+                let mut seen = vec![before.clone()];
+                let mut buf = None;
+                let result = match ReplayBuffer::open_with(&dir, io) {
+                    Ok(b) => {
+                        buf = Some(b);
+                        run_step(step, &mut buf, &mut seen)
+                    }
+                    Err(e) => Err(e),
+                };
+                if let (Err(replaystore::Error::Io { op, .. }), Some(b)) = (&result, buf.as_mut())
+                    && [
+                        "msync",
+                        "fdatasync",
+                        "fsync",
+                        "write commit slot",
+                        "write eviction record",
+                    ]
+                    .contains(op)
+                {
+                    let next = b.add(&[
+                        Column::scalar("index", &0u64),
+                        Column::text("obs", ""),
+                        Column::ragged::<i32>("tokens", &[]),
+                    ]);
+                    assert!(
+                        matches!(next, Err(replaystore::Error::Poisoned { .. })),
+                        "{ctx}: after a failed sync an add returned {next:?}"
+                    );
+                }
+                drop(buf);
+                failed += u64::from(result.is_err());
+                let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+                assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+                let buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+                let live = buf.live();
+                match &result {
+                    Ok(()) => assert_eq!(live, after, "{ctx}: the step returned Ok"),
+                    Err(e) => assert!(
+                        live == *seen.last().unwrap() || live == after,
+                        "{ctx} ({e}): live {live:?}, acknowledged {:?}",
+                        seen.last()
+                    ),
+                }
+                assert_intact(&buf, &ctx);
+                drop(buf);
+                std::fs::remove_dir_all(&dir).unwrap();
+            }
+        }
+    }
+    println!("fault points {points}, of which the step failed {failed}");
+    assert!(
+        failed * 2 > points,
+        "only {failed} of {points} injected failures surfaced"
+    );
+}
