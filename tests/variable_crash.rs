@@ -122,7 +122,7 @@ fn var_kill_child() {
     say(&mut out, &live(&buf));
     for _ in 0..ops {
         let tail = buf.live().end;
-        match xorshift(&mut rng) % 10 {
+        match xorshift(&mut rng) % 12 {
             0..=4 => {
                 say(&mut out, "start add 1");
                 add(&mut buf, tail, 1);
@@ -136,10 +136,25 @@ fn var_kill_child() {
                 say(&mut out, "start flush");
                 buf.flush().unwrap();
             }
-            _ => {
+            9 => {
                 say(&mut out, "start sample");
                 if !buf.is_empty() {
                     buf.sample(Request::rows(8)).unwrap();
+                }
+            }
+            10 => {
+                say(&mut out, "start snap");
+                buf.get_state().unwrap();
+                buf.keep_last(3).unwrap();
+            }
+            _ => {
+                let snaps = replaystore::snapshots(dir).unwrap();
+                if let Some(s) = snaps.get(xorshift(&mut rng) as usize % snaps.len().max(1))
+                    && let Some(c) = &s.commit
+                {
+                    let state = buf.snapshot_state(&s.name).unwrap();
+                    say(&mut out, &format!("start restore {} {}", c.head, c.tail));
+                    buf.set_state(&state).unwrap();
                 }
             }
         }
@@ -194,6 +209,13 @@ fn check(dir: &Path, seen: &Seen, ctx: &str) {
                 "{ctx}: live {got:?}, acknowledged {acked:?}, add of {n} in flight"
             );
         }
+        ["restore", a, b] => {
+            let snap = a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap();
+            assert!(
+                got == acked || got == snap,
+                "{ctx}: live {got:?}, acknowledged {acked:?} or {snap:?}"
+            );
+        }
         _ => assert_eq!(got, acked, "{ctx}: in flight {pending:?}"),
     }
 }
@@ -205,7 +227,7 @@ fn kill_9_while_adding_values_loses_nothing_acknowledged() {
     let dir = tmp.path().join("b");
     create(&dir);
     let mut rng = 0xabcd_1234u64;
-    let (mut in_add, mut evicted) = (0u64, 0u64);
+    let (mut in_add, mut in_restore, mut evicted) = (0u64, 0u64, 0u64);
     for cycle in 0..kills {
         let lines = xorshift(&mut rng) % 80;
         let seed = xorshift(&mut rng);
@@ -217,18 +239,24 @@ fn kill_9_while_adding_values_loses_nothing_acknowledged() {
             lines,
             |l| seen.note(l),
         );
-        if seen
+        match seen
             .pending
             .as_ref()
-            .is_some_and(|p| p.first().is_some_and(|w| w == "add"))
+            .and_then(|p| p.first())
+            .map(String::as_str)
         {
-            in_add += 1;
+            Some("add") => in_add += 1,
+            Some("restore") => in_restore += 1,
+            _ => {}
         }
         check(&dir, &seen, &format!("cycle {cycle}"));
         evicted = ReplayBuffer::open(&dir).unwrap().stats().evicted;
     }
-    println!("kill cycles {kills}; inside an add {in_add}; evicted {evicted}");
+    println!(
+        "kill cycles {kills}; inside an add {in_add}, a restore {in_restore}; evicted {evicted}"
+    );
     assert!(in_add > 0, "no kill landed inside an add");
+    assert!(in_restore > 0, "no kill landed inside a restore");
     assert!(evicted > 0, "the chunk ring never lapped");
 }
 
@@ -242,6 +270,8 @@ fn kill_at_each_named_point_of_a_values_add_loses_nothing_acknowledged() {
         "before-stamp",
         "commit-written",
         "eviction-written",
+        "snapshot-mid-links",
+        "restore-mid-links",
     ];
     let mut landed = std::collections::BTreeMap::<&str, u64>::new();
     for point in points {

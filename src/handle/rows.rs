@@ -57,6 +57,23 @@ pub struct Rows {
 }
 
 impl Rows {
+    /// Records that every segment (of the rows and of the chunk ring) is now linked by
+    /// another name: a snapshot was taken.
+    pub(crate) fn mark_all_shared(&mut self) {
+        self.ring.mark_all_shared();
+        if let Some(h) = &mut self.heap {
+            h.ring_mut().mark_all_shared();
+        }
+    }
+
+    /// Re-reads each segment's link count (after snapshots were deleted).
+    pub(crate) fn refresh_shared(&mut self) {
+        self.ring.refresh_shared();
+        if let Some(h) = &mut self.heap {
+            h.ring_mut().refresh_shared();
+        }
+    }
+
     /// Items live.
     pub(crate) fn len(&self) -> u64 {
         self.tail - self.head

@@ -72,6 +72,45 @@ impl Heap {
         }))
     }
 
+    /// The chunk rows, to mark or replace segments a snapshot links.
+    pub(crate) fn ring_mut(&mut self) -> &mut Ring {
+        &mut self.ring
+    }
+
+    /// Copies each segment that a snapshot links and that the next `count` chunks from
+    /// `first` would change, so the snapshot keeps its bytes (copy-on-write); only the
+    /// chunks from `live_from` (the oldest a live item names) are copied. Returns
+    /// whether a file was replaced. Fails before anything is stored.
+    pub(crate) fn make_private(
+        &mut self,
+        io: &dyn Io,
+        dir: &Path,
+        sb: &Superblock,
+        live_from: u64,
+        first: u64,
+        count: u64,
+    ) -> Result<bool> {
+        let Some(set) = SegmentSet::heap(sb) else {
+            return Ok(false);
+        };
+        if !self.ring.any_shared() {
+            return Ok(false);
+        }
+        let cap = self.ring.capacity();
+        let live = self.next_chunk().saturating_sub(live_from).min(cap);
+        let mut copied = false;
+        while let Some(s) = self.ring.first_shared(first % cap, count.min(cap)) {
+            let rows = self.ring.rows_of(s, live_from % cap, live);
+            let Some(old) = self.ring.segment(s) else {
+                break;
+            };
+            let seg = storage::copy_segment(io, dir, &set, s as u64, old, &rows)?;
+            self.ring.replace_segment(s, seg);
+            copied = true;
+        }
+        Ok(copied)
+    }
+
     /// Payload bytes of one chunk.
     pub(crate) fn chunk_bytes(&self) -> u64 {
         self.chunk

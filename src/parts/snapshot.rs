@@ -197,6 +197,7 @@ fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
             .find_map(|e| n.strip_suffix(e).and_then(|n| n.strip_suffix('.')))
             .unwrap_or(n);
         n.strip_prefix("seg-")
+            .or_else(|| n.strip_prefix("heap-"))
             .and_then(|n| n.strip_suffix(".dat"))
             .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
     };
@@ -377,11 +378,14 @@ fn write_snapshot(
     let lane = tmp.join(LANE_DIR);
     io.create_dir_all(&lane)
         .map_err(|e| Error::io("create directory", &lane, e))?;
-    for n in 0..sb.segment_count {
-        let (from, to) = (storage::segment_path(dir, n), storage::segment_path(tmp, n));
-        io.hard_link(&from, &to)
-            .map_err(|e| Error::io("hard link", &to, e))?;
-        crate::killpoint::hit("snapshot-mid-links");
+    // The rows' segments and the chunk ring's (values of variable-length fields).
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            let (from, to) = (set.path(dir, n), set.path(tmp, n));
+            io.hard_link(&from, &to)
+                .map_err(|e| Error::io("hard link", &to, e))?;
+            crate::killpoint::hit("snapshot-mid-links");
+        }
     }
     for file in Parts::files(sb) {
         let (from, to) = ((file.path)(dir), (file.path)(tmp));
@@ -473,8 +477,10 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
             got: format!("{:#x}", c.flags),
         }));
     }
-    for n in 0..sb.segment_count {
-        storage::check_segment_file(io, &snap, &storage::SegmentSet::rows(sb), n).map_err(bad)?;
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            storage::check_segment_file(io, &snap, &set, n).map_err(bad)?;
+        }
     }
     for file in Parts::files(sb) {
         (file.check)(io, &snap, sb).map_err(bad)?;
@@ -586,18 +592,18 @@ pub(crate) fn restore(
         ..frozen
     };
     let mut replaced = Vec::new();
-    for n in 0..sb.segment_count {
-        let (live, frozen) = (
-            storage::segment_path(dir, n),
-            storage::segment_path(&snap, n),
-        );
-        if same_file(&live, &frozen) {
-            continue;
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            let (live, frozen) = (set.path(dir, n), set.path(&snap, n));
+            if same_file(&live, &frozen) {
+                continue;
+            }
+            // A live file may be missing only when a redo finds an earlier attempt's
+            // work.
+            replaced.extend(io.open_ro(&live).ok());
+            relink(io, &frozen, &live)?;
+            crate::killpoint::hit("restore-mid-links");
         }
-        // A live file may be missing only when a redo finds an earlier attempt's work.
-        replaced.extend(io.open_ro(&live).ok());
-        relink(io, &frozen, &live)?;
-        crate::killpoint::hit("restore-mid-links");
     }
     // The parts' files (the tree) are linked too: the owner maps a linked file
     // read-only and copies it before its first store (`storage::private_tree`).

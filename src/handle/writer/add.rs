@@ -434,6 +434,7 @@ impl<R: Writes> ReplayBuffer<R> {
             self.ensure_private(self.rows.tail_slot, rows)
                 .and_then(|()| self.guard_evictions(rows))
                 .and_then(|()| self.make_room_for_chunks(needed))
+                .and_then(|()| self.ensure_private_chunks(needed))
         };
         if let Err(e) = checked {
             self.scratch.order = order;
@@ -485,6 +486,46 @@ impl<R: Writes> ReplayBuffer<R> {
         }
         self.scratch.order = order;
         Ok(first..first + rows)
+    }
+    /// Copy-on-write of the chunk segments a snapshot links that the next `needed`
+    /// chunks would change (after `make_room_for_chunks`: only chunks live items still
+    /// name are copied).
+    fn ensure_private_chunks(&mut self, needed: u64) -> Result<()> {
+        let (head, tail, cap) = (
+            self.rows.head,
+            self.rows.tail,
+            self.rows.superblock.capacity,
+        );
+        let Some(heap) = &self.rows.heap else {
+            return Ok(());
+        };
+        let chunk = heap.chunk_bytes();
+        let next = heap.next_chunk();
+        let live_from = if head < tail {
+            super::open::item_slots(&self.rows.ring, self.rows.ring.layout(), cap, head)
+                .iter()
+                .map(|s| s.pos / chunk)
+                .min()
+                .unwrap_or(next)
+        } else {
+            next
+        };
+        let copied = match &mut self.rows.heap {
+            Some(h) => h.make_private(
+                &*self.rows.io,
+                &self.rows.dir,
+                &self.rows.superblock,
+                live_from,
+                next,
+                needed,
+            )?,
+            None => false,
+        };
+        if copied {
+            self.commits.lane_dirty = true;
+            self.publish_files_changed();
+        }
+        Ok(())
     }
     /// Makes room for `needed` more chunks: the oldest items whose values lie in the
     /// chunks those would overwrite are evicted first. Their rows lose their stamps

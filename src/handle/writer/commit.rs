@@ -275,7 +275,6 @@ impl<R: Writes> ReplayBuffer<R> {
     /// ```
     pub fn get_state_named(&mut self, name: &str) -> Result<State> {
         self.writable()?;
-        self.no_heap("get_state")?;
         snapshot::valid_name(name)?;
         if snapshot::exists(&*self.rows.io, &self.rows.dir, name)? {
             return Err(Error::SnapshotExists {
@@ -302,10 +301,10 @@ impl<R: Writes> ReplayBuffer<R> {
             &mut self.parts,
         );
         match made {
-            Ok(()) => self.rows.ring.mark_all_shared(),
+            Ok(()) => self.rows.mark_all_shared(),
             // Some links may exist (in the temporary folder, or published but not yet
             // durable): count them so no store changes a linked file.
-            Err(_) => self.rows.ring.refresh_shared(),
+            Err(_) => self.rows.refresh_shared(),
         }
         made?;
         Ok(State {
@@ -330,7 +329,6 @@ impl<R: Writes> ReplayBuffer<R> {
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
         self.writable()?;
-        self.no_heap("set_state")?;
         snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)?;
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).
@@ -408,7 +406,7 @@ impl<R: Writes> ReplayBuffer<R> {
         self.writable()?;
         snapshot::valid_name(name)?;
         let done = snapshot::delete(&*self.rows.io, &self.rows.dir, name);
-        self.rows.ring.refresh_shared();
+        self.rows.refresh_shared();
         done
     }
     /// Deletes all but the `k` newest snapshots (by the generation they froze; damaged
@@ -424,11 +422,11 @@ impl<R: Writes> ReplayBuffer<R> {
         for name in &doomed {
             let done = snapshot::delete(&*self.rows.io, &self.rows.dir, name);
             if done.is_err() {
-                self.rows.ring.refresh_shared();
+                self.rows.refresh_shared();
             }
             done?;
         }
-        self.rows.ring.refresh_shared();
+        self.rows.refresh_shared();
         Ok(doomed)
     }
 }

@@ -167,22 +167,6 @@ impl<R: Role> ReplayBuffer<R> {
         }
     }
 
-    /// Refuses `op` on a buffer whose items have variable-length fields, which it does
-    /// not handle yet (issue 29: checkpoints and snapshots of the chunk ring).
-    pub(super) fn no_heap(&self, op: &'static str) -> Result<()> {
-        match self.rows.heap {
-            Some(_) => Err(Error::Unsupported(match op {
-                "set_state" => {
-                    "set_state of items with variable-length fields is not built yet (issue 29)"
-                }
-                _ => {
-                    "get_state and snapshots of items with variable-length fields are not built yet (issue 29)"
-                }
-            })),
-            None => Ok(()),
-        }
-    }
-
     /// Whether this handle is a read-only snapshot.
     pub fn is_read_only(&self) -> bool {
         self.commits.lock.is_none()

@@ -322,8 +322,8 @@ pub(in crate::handle) fn open_parts(
     let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
     if sb.heap.is_some() && !access.writes_file() {
         return Err(Error::Unsupported(
-            "readers and snapshots of items with variable-length fields are not built yet \
-             (issue 29)",
+            "readers of items with variable-length fields, and snapshots of them opened for \
+             reading, are not built yet (issue 29)",
         ));
     }
     let mut heap = Heap::open(&*io, &dir, &sb, access)?;
