@@ -65,3 +65,24 @@ def field_array(value: Any, dtype: str, name: str) -> np.ndarray:
             )
         return out
     return source.astype(target)
+
+
+def ragged_array(value: Any, dtype: str, name: str) -> np.ndarray:
+    """One value of ragged field ``name``: a 1-D C-contiguous array of ``dtype``. An
+    array of another dtype is refused as fixed fields' arrays are; a list (or another
+    sequence) converts only where no value changes (``field_array``)."""
+    target = np.dtype(dtype)
+    if isinstance(value, np.ndarray):
+        if value.dtype != target:
+            raise SchemaError(
+                f"field {name!r}: wrong dtype: expected {target.str} ({target}), got "
+                f"{value.dtype.str} (no silent cast: convert with .astype({target.str!r}))"
+            )
+        out = value
+    else:
+        out = field_array(value if len(value) else np.empty(0, target), dtype, name)
+    if out.ndim != 1:
+        raise SchemaError(
+            f"field {name!r}: a ragged value is 1-D, got shape {tuple(out.shape)}"
+        )
+    return np.ascontiguousarray(out)

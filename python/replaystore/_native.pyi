@@ -89,9 +89,13 @@ class ReplayBuffer:
         fragments: bool = False,
         episodic: bool = False,
         whole_episodes: bool = False,
+        heap_bytes: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
-        ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``."""
+        ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``;
+        ``heap_bytes`` sizes the ring of variable-length values (``"str"``,
+        ``"bytes"``, ``(dtype, (None,))`` fields), ``chunk_bytes`` its rows."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
@@ -102,8 +106,14 @@ class ReplayBuffer:
     ) -> npt.NDArray[np.uint64]:
         """Adds ``n`` items (batch dimension first), with initial priorities if given;
         returns their indices."""
-    def get(self, indices: npt.ArrayLike) -> _Batch:
-        """The live items at ``indices`` (``EvictedError`` for one that is not)."""
+    def get(
+        self, indices: npt.ArrayLike, *, values: str = "list", pad: float = 0.0
+    ) -> _Batch:
+        """The live items at ``indices`` (``EvictedError`` for one that is not).
+
+        Variable-length fields: ``values="list"`` (a list of str, bytes or 1-D arrays),
+        ``"flat"`` (end to end, plus ``<name>_offsets``) or ``"padded"`` (2-D, padded with
+        ``pad``, plus ``<name>_lengths``)."""
     def clear(self) -> None:
         """Drops every item."""
     @property
@@ -129,8 +139,11 @@ class ReplayBuffer:
         seed: Optional[int] = None,
         replace: bool = True,
         out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
+        Variable-length fields as ``values`` says (see ``get``).
 
         With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
         those arrays in place and returns them: a training loop then allocates nothing."""

@@ -10,7 +10,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
-use replaystore::{Array, DType, Field, Layout, Sink};
+use replaystore::{Array, DType, Field, Layout, Sink, VarField, VarKind};
 
 use crate::errors::SchemaError;
 
@@ -249,6 +249,34 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
 #[derive(Default)]
 pub struct NumpySink {
     arrays: Vec<(String, DType, IxDyn, Owned)>,
+    /// Each variable-length field's values: name, kind, bytes end to end, byte offsets.
+    values: Vec<(String, VarKind, Vec<u8>, Vec<u64>)>,
+    /// How they are returned.
+    layout: VarLayout,
+}
+
+/// How a draw returns the values of variable-length fields.
+#[derive(Default, Clone)]
+pub enum VarLayout {
+    /// A list per field: `str`, `bytes`, or a 1-D array per row.
+    #[default]
+    List,
+    /// The values end to end (`name`) and `name + "_offsets"`: `int64` element offsets,
+    /// one more than the rows (Arrow's layout; PyTorch's jagged tensors take it).
+    Flat,
+    /// A 2-D array padded to the longest value of the draw with this value (`name`),
+    /// and `name + "_lengths"`: `int64` elements of each row.
+    Padded(f64),
+}
+
+impl NumpySink {
+    /// A sink returning variable-length values as `layout` says.
+    pub fn with_layout(layout: VarLayout) -> NumpySink {
+        NumpySink {
+            layout,
+            ..NumpySink::default()
+        }
+    }
 }
 
 /// One array's storage, with its element type.
@@ -344,7 +372,23 @@ impl Sink for NumpySink {
                 (name, a.dtype, shape_of(a), Owned::zeroed(a.dtype, n))
             })
             .collect();
+        self.values.clear();
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
+    }
+
+    fn values(
+        &mut self,
+        field: &VarField,
+        bytes: &[u8],
+        offsets: &[u64],
+    ) -> replaystore::Result<()> {
+        self.values.push((
+            field.name().to_owned(),
+            field.kind(),
+            bytes.to_vec(),
+            offsets.to_vec(),
+        ));
+        Ok(())
     }
 }
 
@@ -360,8 +404,107 @@ impl NumpySink {
             };
             d.set_item(name, a)?;
         }
+        for (name, kind, bytes, offsets) in self.values {
+            put_values(py, &d, &name, kind, &bytes, &offsets, &self.layout)?;
+        }
         Ok(d)
     }
+}
+
+/// One variable-length field's values into the draw's dict, as `layout` says.
+fn put_values(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    name: &str,
+    kind: VarKind,
+    bytes: &[u8],
+    offsets: &[u64],
+    layout: &VarLayout,
+) -> PyResult<()> {
+    use pyo3::types::{PyBytes, PyList, PyString};
+    let dtype = kind.dtype();
+    let size = dtype.size() as u64;
+    let rows = offsets.windows(2).map(|w| {
+        let (a, b) = (
+            w.first().copied().unwrap_or(0),
+            w.get(1).copied().unwrap_or(0),
+        );
+        bytes.get(a as usize..b as usize).unwrap_or(&[])
+    });
+    match layout {
+        VarLayout::List => {
+            let list = PyList::empty(py);
+            for value in rows {
+                match kind {
+                    VarKind::Str => {
+                        let text = std::str::from_utf8(value).map_err(|e| {
+                            crate::errors::CorruptError::new_err(format!(
+                                "field {name:?}: a stored value is not UTF-8 ({e})"
+                            ))
+                        })?;
+                        list.append(PyString::new(py, text))?;
+                    }
+                    VarKind::Bytes => list.append(PyBytes::new(py, value))?,
+                    VarKind::Ragged(_) => {
+                        let n = value.len() / size as usize;
+                        let mut owned = Owned::zeroed(dtype, n);
+                        owned.bytes().copy_from_slice(value);
+                        list.append(owned.into_array(py, IxDyn(&[n]))?)?;
+                    }
+                }
+            }
+            d.set_item(name, list)?;
+        }
+        VarLayout::Flat => {
+            let n = bytes.len() / size as usize;
+            let mut owned = Owned::zeroed(dtype, n);
+            owned
+                .bytes()
+                .copy_from_slice(bytes.get(..n * size as usize).unwrap_or(&[]));
+            d.set_item(name, owned.into_array(py, IxDyn(&[n]))?)?;
+            let elements: Vec<i64> = offsets.iter().map(|&o| (o / size) as i64).collect();
+            d.set_item(
+                format!("{name}_offsets"),
+                numpy::PyArray1::from_vec(py, elements),
+            )?;
+        }
+        VarLayout::Padded(pad) => {
+            let lengths: Vec<i64> = offsets
+                .windows(2)
+                .map(|w| {
+                    ((w.get(1).copied().unwrap_or(0) - w.first().copied().unwrap_or(0)) / size)
+                        as i64
+                })
+                .collect();
+            let width = lengths.iter().copied().max().unwrap_or(0).max(0) as usize;
+            let mut owned = Owned::zeroed(dtype, lengths.len() * width);
+            let out = owned.bytes();
+            let row_bytes = width * size as usize;
+            if *pad != 0.0 {
+                let word = dtype.encode_f64(*pad);
+                let pattern = word.get(..size as usize).unwrap_or(&[]);
+                for (i, b) in out.iter_mut().enumerate() {
+                    *b = pattern.get(i % size as usize).copied().unwrap_or(0);
+                }
+            }
+            for (r, value) in rows.enumerate() {
+                if let Some(dst) = out.get_mut(r * row_bytes..r * row_bytes + value.len()) {
+                    dst.copy_from_slice(value);
+                }
+            }
+            let a = owned.into_array(py, IxDyn(&[lengths.len(), width]))?;
+            let a = match dtype {
+                DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,
+                _ => a,
+            };
+            d.set_item(name, a)?;
+            d.set_item(
+                format!("{name}_lengths"),
+                numpy::PyArray1::from_vec(py, lengths),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// A caller's array borrowed for writing, as its element type (bool arrays as their

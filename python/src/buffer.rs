@@ -166,9 +166,12 @@ impl PyBuffer {
     /// `sample_fragments` (RLlib's fragments, sequences and episodes).
     /// `episodic=True` stores episodes step by step (`add_reset`, `add_step`) for
     /// `prev` / `next`, n-step and stacked transitions, sequences and whole episodes;
-    /// `whole_episodes=True` also evicts whole episodes only.
+    /// `whole_episodes=True` also evicts whole episodes only. With variable-length
+    /// fields (`"str"`, `"bytes"`, `(dtype, (None,))`), `heap_bytes` sizes the ring
+    /// their values live in (default 4 KiB per item; when the values of the live items
+    /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -185,9 +188,17 @@ impl PyBuffer {
         fragments: bool,
         episodic: bool,
         whole_episodes: bool,
+        heap_bytes: Option<u64>,
+        chunk_bytes: Option<u64>,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
+        if let Some(b) = heap_bytes {
+            config = config.heap_bytes(b);
+        }
+        if let Some(b) = chunk_bytes {
+            config = config.chunk_bytes(b);
+        }
         if whole_episodes {
             config = config.whole_episodes();
         } else if episodic {
@@ -232,7 +243,8 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs(&self.schema, fields, true)?;
-        let cols = columns(&inputs)?;
+        let var = var_inputs(&self.schema, fields, false)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         py.detach(|| either!(buf, b => b.add(&cols))).map_err(to_py)
@@ -253,7 +265,8 @@ impl PyBuffer {
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
         let inputs = inputs(&self.schema, batch, true)?;
-        let cols = columns(&inputs)?;
+        let var = var_inputs(&self.schema, batch, true)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let range = match &priorities {
@@ -270,17 +283,25 @@ impl PyBuffer {
 
     /// The items at `indices` (live ones; an evicted index raises `EvictedError`), as a
     /// dict of arrays plus `indices`.
+    /// Variable-length fields come back as `values` says: `"list"` (a list of `str`,
+    /// `bytes` or 1-D arrays), `"flat"` (the values end to end, plus `<name>_offsets`),
+    /// or `"padded"` (a 2-D array padded with `pad`, plus `<name>_lengths`).
+    #[pyo3(signature = (indices, *, values="list", pad=0.0))]
     fn get<'py>(
         &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
+        values: &str,
+        pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        draw(
+        draw_values(
             py,
             None,
+            values,
+            pad,
             |sink| either!(buf, b => b.sample_into(Request::at(&idx), sink)),
         )
     }
@@ -343,7 +364,10 @@ impl PyBuffer {
     /// place and returned: a training loop then allocates nothing per batch. An array of
     /// `out` that is absent, of another dtype or shape, read-only or not C-contiguous
     /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
+    /// Variable-length fields come back as `values` says (see `get`); `out` takes
+    /// fixed fields only.
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -352,6 +376,8 @@ impl PyBuffer {
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -361,9 +387,11 @@ impl PyBuffer {
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
         let request = rows(n, beta, replace);
-        draw(
+        draw_values(
             py,
             out,
+            values,
+            pad,
             |sink| either!(buf, b => b.sample_into(request, sink)),
         )
     }
@@ -410,7 +438,7 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs(&self.schema, fields, false)?;
-        let cols = columns(&inputs)?;
+        let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let info = py
@@ -435,7 +463,7 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs(&self.schema, fields, true)?;
-        let cols = columns(&inputs)?;
+        let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let info = py

@@ -20,7 +20,7 @@ pub(crate) fn inputs<'s, 'py>(
 ) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
     for key in values.keys() {
         let field: String = key.extract()?;
-        if schema.fields().iter().all(|f| f.name() != field) {
+        if schema.fields().iter().all(|f| f.name() != field) && schema.var_field(&field).is_none() {
             return Err(to_py(Error::UnknownField {
                 field,
                 known: schema.names(),
@@ -42,11 +42,12 @@ pub(crate) fn inputs<'s, 'py>(
     Ok(out)
 }
 
-/// Engine columns over the borrowed inputs.
+/// Engine columns over the borrowed inputs, and the variable-length values after them.
 pub(crate) fn columns<'a>(
     inputs: &'a [(&'a replaystore::Field, Input<'_>)],
+    var: &'a [VarInput],
 ) -> PyResult<Vec<Column<'a>>> {
-    inputs
+    let mut cols = inputs
         .iter()
         .map(|(f, i)| {
             Ok(Column::from_bytes(
@@ -56,7 +57,119 @@ pub(crate) fn columns<'a>(
                 i.bytes()?,
             ))
         })
-        .collect()
+        .collect::<PyResult<Vec<_>>>()?;
+    cols.extend(
+        var.iter()
+            .map(|v| Column::values(&v.name, v.dtype, &v.bytes, &v.offsets)),
+    );
+    Ok(cols)
+}
+
+/// One variable-length field's values of an `add` (one) or `add_batch` (one per row),
+/// end to end, with their byte offsets.
+pub(crate) struct VarInput {
+    name: String,
+    dtype: replaystore::DType,
+    bytes: Vec<u8>,
+    offsets: Vec<u64>,
+}
+
+/// The values of every variable-length field of the schema in `values`: one each, or
+/// with `batch` a sequence of them. `str` takes `str` (or UTF-8 `bytes`), `bytes`
+/// takes any bytes-like object, a ragged field a 1-D array-like of its dtype (converted
+/// only where no value changes, as fixed fields are). Every value is copied once here;
+/// the engine checks lengths and UTF-8 before anything is written.
+pub(crate) fn var_inputs(
+    schema: &Schema,
+    values: &Bound<'_, PyDict>,
+    batch: bool,
+) -> PyResult<Vec<VarInput>> {
+    let mut out = Vec::with_capacity(schema.var_fields().len());
+    for f in schema.var_fields() {
+        let Some(v) = values.get_item(f.name())? else {
+            return Err(to_py(Error::MissingField {
+                field: f.name().to_owned(),
+            }));
+        };
+        let mut input = VarInput {
+            name: f.name().to_owned(),
+            dtype: f.kind().dtype(),
+            bytes: Vec::new(),
+            offsets: vec![0],
+        };
+        if batch {
+            if v.is_instance_of::<pyo3::types::PyString>()
+                || v.is_instance_of::<pyo3::types::PyBytes>()
+            {
+                return Err(SchemaError::new_err(format!(
+                    "field {:?}: add_batch takes a sequence of values, one per row, got one \
+                     {}",
+                    f.name(),
+                    v.get_type().name()?
+                )));
+            }
+            for item in v.try_iter()? {
+                append_value(f, &item?, &mut input.bytes)?;
+                input.offsets.push(input.bytes.len() as u64);
+            }
+        } else {
+            append_value(f, &v, &mut input.bytes)?;
+            input.offsets.push(input.bytes.len() as u64);
+        }
+        out.push(input);
+    }
+    Ok(out)
+}
+
+/// Appends one value of variable-length field `f` to `out`.
+fn append_value(
+    f: &replaystore::VarField,
+    v: &Bound<'_, PyAny>,
+    out: &mut Vec<u8>,
+) -> PyResult<()> {
+    use pyo3::types::{PyByteArray, PyBytes, PyString};
+    use replaystore::VarKind;
+    let wrong = |expected: &str| -> PyResult<()> {
+        Err(SchemaError::new_err(format!(
+            "field {:?}: expected {expected}, got {}",
+            f.name(),
+            v.get_type().name()?
+        )))
+    };
+    match f.kind() {
+        VarKind::Str | VarKind::Bytes => {
+            if let Ok(s) = v.cast::<PyString>() {
+                if f.kind() == VarKind::Bytes {
+                    return wrong("bytes (encode text, or declare the field \"str\")");
+                }
+                out.extend_from_slice(s.to_cow()?.as_bytes());
+            } else if let Ok(b) = v.cast::<PyBytes>() {
+                out.extend_from_slice(b.as_bytes());
+            } else if let Ok(b) = v.cast::<PyByteArray>() {
+                out.extend_from_slice(&b.to_vec());
+            } else if let Ok(view) = v.cast::<pyo3::types::PyMemoryView>() {
+                let raw = view.call_method0("tobytes")?;
+                out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
+            } else {
+                return wrong(match f.kind() {
+                    VarKind::Str => "str",
+                    _ => "bytes",
+                });
+            }
+        }
+        VarKind::Ragged(dtype) => {
+            let a = v
+                .py()
+                .import("replaystore._convert")?
+                .call_method1("ragged_array", (v, dtype.numpy_str(), f.name()))?;
+            let a = a
+                .cast_into::<numpy::PyUntypedArray>()
+                .map_err(PyErr::from)?;
+            let raw = a.call_method0("tobytes")?;
+            out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
+        }
+    }
+    Ok(())
 }
 
 /// The engine configuration the Python `create` calls share.
@@ -191,6 +304,37 @@ pub(crate) fn draw<'py>(
             py.detach(|| sample(&mut sink)).map_err(to_py)?;
             let filled = sink.into_filled();
             given.into_dict(py, &filled)
+        }
+    }
+}
+
+/// `draw` for a handle whose items may have variable-length fields: returned as
+/// `values` says (`"list"`, `"flat"` or `"padded"`, padded with `pad`). `out=` takes
+/// fixed fields only (its arrays are the caller's, sized before the draw).
+pub(crate) fn draw_values<'py>(
+    py: Python<'py>,
+    out: Option<&Bound<'py, PyDict>>,
+    values: &str,
+    pad: f64,
+    sample: impl FnOnce(&mut dyn Sink) -> replaystore::Result<()> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
+    use crate::arrays::VarLayout;
+    let layout = match values {
+        "list" => VarLayout::List,
+        "flat" => VarLayout::Flat,
+        "padded" => VarLayout::Padded(pad),
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "values={other:?}: expected \"list\", \"flat\" or \"padded\""
+            )));
+        }
+    };
+    match out {
+        Some(_) => draw(py, out, sample),
+        None => {
+            let mut sink = NumpySink::with_layout(layout);
+            py.detach(|| sample(&mut sink)).map_err(to_py)?;
+            sink.into_dict(py)
         }
     }
 }

@@ -156,7 +156,7 @@ impl PyLanes {
         // threads wait.
         let schema = writer(&mut self.inner.lock(py))?.schema().clone();
         let inputs = inputs(&schema, fields, true)?;
-        let cols = columns(&inputs)?;
+        let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         py.detach(|| w.add(lane, &cols)).map_err(to_py)
@@ -180,7 +180,7 @@ impl PyLanes {
         // threads wait.
         let schema = writer(&mut self.inner.lock(py))?.schema().clone();
         let inputs = inputs(&schema, batch, true)?;
-        let cols = columns(&inputs)?;
+        let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         let idx = py.detach(|| w.add_batch(&cols, &ids)).map_err(to_py)?;

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::{DType, Schema};
+use replaystore::{DType, Schema, VarKind};
 
 use crate::errors::{SchemaError, to_py};
 
@@ -11,6 +11,9 @@ pub const RESERVED: [&str; 3] = ["indices", "weights", "offsets"];
 
 /// The fields every item has: `Schema({"obs": ("float32", (17,)), "reward": "float32"})`,
 /// or a list of `(name, dtype, shape)`. A dtype is anything `numpy.dtype` takes.
+/// Variable-length fields: `"str"` (UTF-8 text), `"bytes"`, or a 1-D array whose length
+/// varies per item, `("int32", (None,))`; each may add its maximum length in elements
+/// (bytes for str and bytes) as a third item: `("str", (None,), 8192)`.
 #[pyclass(module = "replaystore", name = "Schema", frozen)]
 pub struct PySchema {
     /// The engine's schema.
@@ -26,19 +29,67 @@ fn dtype_of(numpy: &Bound<'_, PyModule>, name: &str, like: &Bound<'_, PyAny>) ->
     DType::from_numpy_str(&s).map_err(|e| SchemaError::new_err(format!("field {name:?}: {e}")))
 }
 
-/// `(dtype, shape)` or a bare dtype (shape `()`).
-fn spec_of(
+/// A field as declared: fixed (dtype and shape) or variable-length (kind, maximum).
+enum Spec {
+    Fixed(DType, Vec<usize>),
+    Var(VarKind, Option<usize>),
+}
+
+/// The variable-length kind `like` names with `shape` (None when it is no such
+/// declaration): `"str"` and `"bytes"` (shape `()` or `(None,)`), or any dtype with
+/// shape `(None,)`.
+fn var_kind(
     numpy: &Bound<'_, PyModule>,
     name: &str,
-    spec: &Bound<'_, PyAny>,
-) -> PyResult<(DType, Vec<usize>)> {
-    if let Ok(t) = spec.cast::<PyTuple>()
-        && t.len() == 2
-        && let Ok(shape) = t.get_item(1)?.extract::<Vec<usize>>()
-    {
-        return Ok((dtype_of(numpy, name, &t.get_item(0)?)?, shape));
+    like: &Bound<'_, PyAny>,
+    shape: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<VarKind>> {
+    let ragged = match shape {
+        None => false,
+        Some(s) => s
+            .extract::<Vec<Option<usize>>>()
+            .is_ok_and(|d| d.as_slice() == [None]),
+    };
+    if let Ok(text) = like.extract::<String>() {
+        match text.as_str() {
+            "str" => return Ok(Some(VarKind::Str)),
+            "bytes" => return Ok(Some(VarKind::Bytes)),
+            _ => {}
+        }
     }
-    Ok((dtype_of(numpy, name, spec)?, Vec::new()))
+    if ragged {
+        return Ok(Some(VarKind::Ragged(dtype_of(numpy, name, like)?)));
+    }
+    Ok(None)
+}
+
+/// `(dtype, shape)`, `(dtype, shape, max_len)`, or a bare dtype (shape `()`).
+fn spec_of(numpy: &Bound<'_, PyModule>, name: &str, spec: &Bound<'_, PyAny>) -> PyResult<Spec> {
+    if let Ok(t) = spec.cast::<PyTuple>()
+        && (t.len() == 2 || t.len() == 3)
+    {
+        let (like, shape) = (t.get_item(0)?, t.get_item(1)?);
+        let max = match t.len() {
+            3 => Some(t.get_item(2)?.extract::<usize>()?),
+            _ => None,
+        };
+        if let Some(kind) = var_kind(numpy, name, &like, Some(&shape))? {
+            return Ok(Spec::Var(kind, max));
+        }
+        if let Ok(shape) = shape.extract::<Vec<usize>>() {
+            if max.is_some() {
+                return Err(SchemaError::new_err(format!(
+                    "field {name:?}: a maximum length is for variable-length fields \
+                     (shape (None,), \"str\" or \"bytes\")"
+                )));
+            }
+            return Ok(Spec::Fixed(dtype_of(numpy, name, &like)?, shape));
+        }
+    }
+    if let Some(kind) = var_kind(numpy, name, spec, None)? {
+        return Ok(Spec::Var(kind, None));
+    }
+    Ok(Spec::Fixed(dtype_of(numpy, name, spec)?, Vec::new()))
 }
 
 impl PySchema {
@@ -50,12 +101,12 @@ impl PySchema {
             });
         }
         let numpy = fields.py().import("numpy")?;
-        let mut entries: Vec<(String, DType, Vec<usize>)> = Vec::new();
+        let mut entries: Vec<(String, Spec)> = Vec::new();
         if let Ok(d) = fields.cast::<PyDict>() {
             for (k, v) in d.iter() {
                 let name: String = k.extract()?;
-                let (dtype, shape) = spec_of(&numpy, &name, &v)?;
-                entries.push((name, dtype, shape));
+                let spec = spec_of(&numpy, &name, &v)?;
+                entries.push((name, spec));
             }
         } else {
             for item in fields.try_iter()? {
@@ -64,30 +115,30 @@ impl PySchema {
                     SchemaError::new_err("a schema is a dict, or a list of (name, dtype, shape)")
                 })?;
                 let name: String = t.get_item(0)?.extract()?;
-                let (dtype, shape) = match t.len() {
+                let spec = match t.len() {
                     2 => spec_of(&numpy, &name, &t.get_item(1)?)?,
-                    3 => (
-                        dtype_of(&numpy, &name, &t.get_item(1)?)?,
-                        t.get_item(2)?.extract()?,
-                    ),
+                    3 | 4 => spec_of(&numpy, &name, &t.get_slice(1, t.len()).into_any())?,
                     n => {
                         return Err(SchemaError::new_err(format!(
                             "field {name:?}: expected (name, dtype, shape), got {n} items"
                         )));
                     }
                 };
-                entries.push((name, dtype, shape));
+                entries.push((name, spec));
             }
         }
         let mut b = Schema::builder();
-        for (name, dtype, shape) in &entries {
+        for (name, spec) in &entries {
             if RESERVED.contains(&name.as_str()) {
                 return Err(SchemaError::new_err(format!(
                     "field {name:?}: the name is reserved (a sample's dict holds `indices`, \
                      `weights` and `offsets` beside the fields)"
                 )));
             }
-            b = b.field(name, *dtype, shape);
+            b = match spec {
+                Spec::Fixed(dtype, shape) => b.field(name, *dtype, shape),
+                Spec::Var(kind, max) => b.variable(name, *kind, *max),
+            };
         }
         Ok(PySchema {
             inner: b.build().map_err(to_py)?,
@@ -130,7 +181,36 @@ impl PySchema {
                 ))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
+        let list = PyList::new(py, items)?;
+        for f in self.inner.var_fields() {
+            let none = PyTuple::new(py, [py.None()])?;
+            let dtype = match f.kind() {
+                VarKind::Str => "str".into_pyobject(py)?.into_any(),
+                VarKind::Bytes => "bytes".into_pyobject(py)?.into_any(),
+                VarKind::Ragged(d) => d.numpy_str().into_pyobject(py)?.into_any(),
+            };
+            let entry = match f.max_len() {
+                Some(m) => PyTuple::new(
+                    py,
+                    [
+                        f.name().into_pyobject(py)?.into_any(),
+                        dtype,
+                        none.into_any(),
+                        m.into_pyobject(py)?.into_any(),
+                    ],
+                )?,
+                None => PyTuple::new(
+                    py,
+                    [
+                        f.name().into_pyobject(py)?.into_any(),
+                        dtype,
+                        none.into_any(),
+                    ],
+                )?,
+            };
+            list.append(entry)?;
+        }
+        Ok(list)
     }
 
     /// Field names in order.
@@ -140,11 +220,12 @@ impl PySchema {
             .fields()
             .iter()
             .map(|f| f.name().to_string())
+            .chain(self.inner.var_fields().iter().map(|f| f.name().to_string()))
             .collect()
     }
 
     fn __len__(&self) -> usize {
-        self.inner.fields().len()
+        self.inner.fields().len() + self.inner.var_fields().len()
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -168,6 +249,17 @@ impl PySchema {
                     shape.join(", ")
                 )
             })
+            .chain(self.inner.var_fields().iter().map(|f| {
+                let kind = match f.kind() {
+                    VarKind::Str => "\"str\"".to_string(),
+                    VarKind::Bytes => "\"bytes\"".to_string(),
+                    VarKind::Ragged(d) => format!("{:?}", d.numpy_str()),
+                };
+                match f.max_len() {
+                    Some(m) => format!("{:?}: ({kind}, (None,), {m})", f.name()),
+                    None => format!("{:?}: ({kind}, (None,))", f.name()),
+                }
+            }))
             .collect();
         format!("Schema({{{}}})", parts.join(", "))
     }

@@ -1,0 +1,201 @@
+"""Promise (issue 29): text, bytes and ragged arrays are stored and returned exactly, in
+each of the three layouts a draw offers, bad values are refused with nothing stored, and
+LLM self-play steps shaped as UnstableBaselines keeps them (``Step(pid, obs, act,
+reward, env_id, step_info)``) survive a kill -9 of the writer."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+
+SCHEMA = {
+    "obs": "str",
+    "act": ("str", (None,), 4096),
+    "tokens": ("int32", (None,)),
+    "reward": "float32",
+    "pid": "int8",
+    "env_id": "str",
+    "step_info": "bytes",
+}
+
+
+@dataclasses.dataclass
+class Step:
+    """The shape of ``unstable._types.Step``."""
+
+    pid: int
+    obs: str
+    act: str
+    reward: float
+    env_id: str
+    step_info: dict
+
+
+def step(i):
+    """Step i: every value derived from its index (lengths too, some empty, some not
+    ASCII), so any row can be checked."""
+    return Step(
+        pid=i % 2,
+        obs=("<obs> " + "é" * (i % 7) + "x" * (i * 37 % 900)),
+        act=f"[move {i}]" * (i % 4),
+        reward=float(i % 5) - 2.0,
+        env_id=f"TicTacToe-v{i % 8}",
+        step_info={"raw_reward": i % 3, "step": i},
+    )
+
+
+def tokens(i):
+    return np.arange(i * 13 % 300, dtype=np.int32) ^ np.int32(i)
+
+
+def columns(lo, hi):
+    steps = [step(i) for i in range(lo, hi)]
+    return {
+        "obs": [s.obs for s in steps],
+        "act": [s.act for s in steps],
+        "tokens": [tokens(i) for i in range(lo, hi)],
+        "reward": np.array([s.reward for s in steps], np.float32),
+        "pid": np.array([s.pid for s in steps], np.int8),
+        "env_id": [s.env_id for s in steps],
+        "step_info": [json.dumps(s.step_info).encode() for s in steps],
+    }
+
+
+def check(batch, layout="list"):
+    """Every row of a draw equals the step its index names."""
+    for r, i in enumerate(batch["indices"].tolist()):
+        s = step(i)
+        assert batch["reward"][r] == np.float32(s.reward)
+        assert batch["pid"][r] == s.pid
+        if layout == "list":
+            assert batch["obs"][r] == s.obs
+            assert batch["act"][r] == s.act
+            assert batch["env_id"][r] == s.env_id
+            assert json.loads(batch["step_info"][r]) == s.step_info
+            np.testing.assert_array_equal(batch["tokens"][r], tokens(i))
+        elif layout == "flat":
+            o = batch["obs_offsets"]
+            assert bytes(batch["obs"][o[r] : o[r + 1]]).decode() == s.obs
+            t = batch["tokens_offsets"]
+            np.testing.assert_array_equal(batch["tokens"][t[r] : t[r + 1]], tokens(i))
+        else:
+            n = batch["tokens_lengths"][r]
+            np.testing.assert_array_equal(batch["tokens"][r, :n], tokens(i))
+            assert (batch["tokens"][r, n:] == -100).all()
+            m = batch["obs_lengths"][r]
+            assert bytes(batch["obs"][r, :m]).decode() == s.obs
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "buf")
+
+
+def test_values_round_trip_in_every_layout_and_after_a_reopen(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=500)
+    for i in range(10):
+        s = step(i)
+        assert (
+            buf.add(
+                obs=s.obs,
+                act=s.act,
+                tokens=tokens(i),
+                reward=s.reward,
+                pid=s.pid,
+                env_id=s.env_id,
+                step_info=json.dumps(s.step_info).encode(),
+            )
+            == i
+        )
+    assert buf.add_batch(columns(10, 200)).tolist() == list(range(10, 200))
+    everything = list(range(200))
+    check(buf.get(everything))
+    check(buf.get(everything, values="flat"), "flat")
+    check(buf.get(everything, values="padded", pad=-100), "padded")
+    check(buf.sample(64))
+    check(buf.sample(64, values="padded", pad=-100), "padded")
+    buf.close()
+    with rs.ReplayBuffer.open(path) as buf:
+        check(buf.get(everything))
+        buf.add_batch(columns(200, 210))
+        check(buf.get(list(range(200, 210))))
+
+
+def test_the_schema_declares_lengths_and_pickles(path):
+    import pickle
+
+    s = rs.Schema(SCHEMA)
+    assert ("act", "str", (None,), 4096) in s.fields
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert "tokens" in s.names and len(s) == len(SCHEMA)
+    with pytest.raises(rs.SchemaError, match="maximum length"):
+        rs.Schema({"x": ("float32", (3,), 10)})
+
+
+def test_bad_values_are_refused_with_nothing_stored(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=50)
+    buf.add_batch(columns(0, 3))
+    good = dict(obs="o", act="a", tokens=tokens(1), reward=0.0, pid=0, env_id="e", step_info=b"{}")
+    cases = [
+        (dict(act="x" * 4097), ValueError, "at most 4096"),
+        (dict(obs=b"ok\xff"), ValueError, "UTF-8"),
+        (dict(tokens=np.arange(3, dtype=np.float64)), rs.SchemaError, "wrong dtype"),
+        (dict(tokens=[1, 2.5]), rs.SchemaError, "truncated"),
+        (dict(tokens=np.zeros((2, 2), np.int32)), rs.SchemaError, "1-D"),
+        (dict(step_info="text"), rs.SchemaError, "bytes"),
+        (dict(obs=3), rs.SchemaError, "str"),
+    ]
+    for change, error, match in cases:
+        with pytest.raises(error, match=match):
+            buf.add(**{**good, **change})
+    with pytest.raises(rs.SchemaError, match="one per row"):
+        buf.add_batch({**columns(3, 5), "obs": "not a list"})
+    with pytest.raises(rs.SchemaError):
+        buf.add_batch({**columns(3, 5), "obs": ["only one"]})
+    assert len(buf) == 3
+    check(buf.get([0, 1, 2]))
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import replaystore as rs
+    from test_variable import columns
+    buf = rs.ReplayBuffer.open(sys.argv[1])
+    i = buf.stats()["tail"]
+    while True:
+        n = 1 + i % 7
+        buf.add_batch(columns(i, i + n))
+        i += n
+        print(i, flush=True)
+    """
+)
+
+
+def test_self_play_steps_survive_a_kill_9_of_the_writer(path):
+    rs.ReplayBuffer.create(path, SCHEMA, capacity=2_000, heap_bytes=2 << 20).close()
+    here = os.path.dirname(__file__)
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, "-c", WRITER, path, here], stdout=subprocess.PIPE, text=True)
+        acked = 0
+        for line in p.stdout:
+            acked = int(line)
+            if acked >= 1_500 + _ * 1_000:
+                break
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        with rs.ReplayBuffer.open(path) as buf:
+            stats = buf.stats()
+            assert stats["tail"] >= acked
+            live = list(range(stats["head"], stats["tail"]))
+            check(buf.get(live))
+            assert stats["evicted"] > 0 or _ == 0
