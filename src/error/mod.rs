@@ -569,7 +569,7 @@ pub enum Error {
     },
 
     /// The platform cannot hold this format (it is little-endian by definition).
-    #[error("unsupported platform: {0}")]
+    #[error("not supported: {0}")]
     Unsupported(&'static str),
 
     /// A draw asks for more rows than this machine's memory can hold (checked before

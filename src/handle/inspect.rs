@@ -38,6 +38,8 @@ pub struct Info {
     pub segment_count: u64,
     /// Bytes per slot.
     pub row_stride: u64,
+    /// The chunk ring of a buffer with variable-length fields (format version 2).
+    pub heap: Option<crate::format::manifest::HeapGeometry>,
     /// The newest valid commit.
     pub commit: Commit,
     /// Payload bytes of the live items.
@@ -144,15 +146,16 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         episodes,
         dir: dir.to_path_buf(),
         uuid: hex(&sb.uuid),
-        format_version: crate::format::FORMAT_VERSION,
+        format_version: sb.version(),
         capacity: sb.capacity,
         segment_slots: sb.segment_slots,
         segment_count: sb.segment_count,
         row_stride: sb.row_stride,
+        heap: sb.heap,
         whole_episodes: sb.whole_episodes,
         fragments: sb.fragments,
         data_bytes: (commit.tail - commit.head) * sb.item_bytes,
-        bytes_on_disk: storage::bytes_on_disk(dir, sb.segment_count),
+        bytes_on_disk: storage::bytes_on_disk(dir, sb),
         commit,
         schema: m.schema,
     })

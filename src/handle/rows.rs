@@ -118,7 +118,7 @@ impl Rows {
             evicted: self.head - self.cleared,
             cleared: self.cleared,
             sampled: self.draws.sampled,
-            bytes_on_disk: storage::bytes_on_disk(&self.dir, self.superblock.segment_count),
+            bytes_on_disk: storage::bytes_on_disk(&self.dir, &self.superblock),
             generation,
             priority_updates: tree.map_or(0, Priorities::updates),
             stale_updates: tree.map_or(0, Priorities::stale_updates),

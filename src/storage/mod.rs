@@ -496,14 +496,16 @@ pub(crate) fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
         .filter(std::fs::Metadata::is_file)
 }
 
-/// Bytes the files of a buffer occupy on disk (allocated blocks).
-pub(crate) fn bytes_on_disk(dir: &Path, segments: u64) -> u64 {
+/// Bytes the files of a buffer occupy on disk (allocated blocks): MANIFEST, the tree,
+/// and the segments of every ring (rows, and the chunk ring if there is one).
+pub(crate) fn bytes_on_disk(dir: &Path, sb: &Superblock) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let file = |p: PathBuf| regular_file_meta(&p).map_or(0, |m| m.blocks() * 512);
     file(dir.join(MANIFEST))
         + file(tree_path(dir))
-        + (0..segments)
-            .map(|n| file(segment_path(dir, n)))
+        + SegmentSet::all(sb)
+            .iter()
+            .flat_map(|set| (0..set.segment_count).map(|n| file(set.path(dir, n))))
             .sum::<u64>()
 }
 

@@ -137,10 +137,14 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
         }
     );
     println!(
-        "files      MANIFEST + {} segments of {} slots x {} bytes{}",
+        "files      MANIFEST + {} segments of {} slots x {} bytes{}{}",
         info.segment_count,
         info.segment_slots,
         info.row_stride,
+        info.heap.map_or(String::new(), |h| format!(
+            " + {} chunk segments of {} chunks x {} bytes",
+            h.segment_count, h.segment_slots, h.stride
+        )),
         if info.priorities.is_some() {
             " + priorities.tree"
         } else {
@@ -278,17 +282,38 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
 }
 
 fn schema_json(info: &Info) -> serde_json::Value {
-    info.schema
+    let fixed = info
+        .schema
         .fields()
         .iter()
-        .map(|f| json!({"name": f.name(), "dtype": f.dtype().name(), "shape": f.shape()}))
-        .collect()
+        .map(|f| json!({"name": f.name(), "dtype": f.dtype().name(), "shape": f.shape()}));
+    // Variable-length fields: their kind, `null` for the varying dimension, and their
+    // maximum length where the schema declares one.
+    let var = info.schema.var_fields().iter().map(|f| {
+        json!({
+            "name": f.name(),
+            "dtype": f.kind().name(),
+            "shape": [serde_json::Value::Null],
+            "max_len": f.max_len(),
+        })
+    });
+    fixed.chain(var).collect()
 }
 
 fn print_schema(info: &Info) {
     println!("schema");
     for f in info.schema.fields() {
         println!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
+    }
+    for f in info.schema.var_fields() {
+        let max = f
+            .max_len()
+            .map_or(String::new(), |m| format!(" (at most {m})"));
+        println!(
+            "  {:<16} {:<5} variable length{max}",
+            f.name(),
+            f.kind().name()
+        );
     }
 }
 

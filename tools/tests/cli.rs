@@ -896,3 +896,47 @@ fn bench_ckpt_and_w4_quick_print_their_rows() {
     assert!(get("W4 memory / ring") > 1.0);
     assert!(get("W4 reader pread RSS growth") < 64.0);
 }
+
+/// Issue 29: `info` shows variable-length fields (kind and maximum), the format version
+/// 2 and the chunk segments; `verify` checks the values; `dump`, which reads through a
+/// reader, refuses such a buffer by name instead of leaving the values out.
+#[test]
+fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("v");
+    let dir_s = dir.to_str().unwrap();
+    let schema = Schema::builder()
+        .field("r", DType::F32, &[])
+        .variable("obs", VarKind::Str, None)
+        .variable("tokens", VarKind::Ragged(DType::I32), Some(64))
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 10)).unwrap();
+    buf.add(&[
+        Column::scalar("r", &1.0f32),
+        Column::text("obs", "hi"),
+        Column::ragged("tokens", &[1i32, 2]),
+    ])
+    .unwrap();
+    buf.close().unwrap();
+    let o = run(&["info", dir_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format_version"], 2);
+    assert_eq!(v["schema"][2]["name"], "tokens");
+    assert_eq!(v["schema"][2]["dtype"], "i32[]");
+    assert_eq!(v["schema"][2]["max_len"], 64);
+    let o = run(&["info", dir_s]);
+    assert!(
+        text(&o).contains("obs              str   variable length"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("chunk segments"), "{}", text(&o));
+    let o = run(&["verify", dir_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(&["dump", dir_s]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("issue 29"), "{}", text(&o));
+}
