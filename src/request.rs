@@ -93,6 +93,12 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// Whether the units are drawn (uniformly or by priority) rather than given: a
+    /// draw that meets an item evicted mid-read may pick again.
+    pub(crate) fn draws(&self) -> bool {
+        !matches!(self.pick, Pick::Given(_))
+    }
+
     fn of(unit: Unit, n: usize) -> Request<'a> {
         Request {
             unit,

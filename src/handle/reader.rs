@@ -20,6 +20,7 @@ use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
+use crate::parts::heap::Heap;
 use crate::parts::hooks::Holder;
 use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
 use crate::parts::tree_role::TreeRole;
@@ -246,6 +247,10 @@ impl Reader {
                 let mut ring = map_ring(&self.rows)?;
                 ring.read_rows_from(row_files(&self.rows, &ring, self.access)?);
                 self.rows.ring = ring;
+                // The chunk ring's files may have been replaced too (copy-on-write
+                // after a checkpoint, a restore).
+                let rows = &self.rows;
+                self.rows.heap = Heap::open(&*rows.io, &rows.dir, &rows.superblock, Access::Read)?;
                 self.tree = open_priorities(&self.rows)?;
                 self.epoch = epoch;
                 remapped = true;

@@ -212,15 +212,19 @@ impl Rows {
 
     /// The values of every variable-length field of the live items at `indices` into
     /// `sink`, field by field, after their rows were gathered. Each slot is checked
-    /// against the chunk ring before a byte is read or allocated (a damaged slot is an
-    /// error, never a huge allocation), and each chunk after its copy (`Heap::read`).
+    /// before a byte is read or allocated for it (a damaged slot is an error, never a
+    /// huge allocation); each value is copied and then each chunk it lies in checked
+    /// (`Heap::read`: its stamp, and its crc when a flush sealed the item); and the
+    /// item's row stamp is loaded before its slot is read and again after its values
+    /// were copied. A writer in another process that passed the item meanwhile makes
+    /// this `Evicted` naming it (a draw then draws again): a value is never served
+    /// mixed or with another item's slot.
     pub(crate) fn put_values(&self, indices: &[u64], sink: &mut dyn Sink) -> Result<()> {
         let Some(heap) = &self.heap else {
             return Ok(());
         };
         let cap = self.superblock.capacity;
         let layout = self.ring.layout();
-        let checked_below = if self.read_checks { heap.sealed() } else { 0 };
         let mut bytes = Vec::new();
         let mut offsets = Vec::with_capacity(indices.len() + 1);
         for (v, field) in self.schema.var_fields().iter().enumerate() {
@@ -228,28 +232,47 @@ impl Rows {
             offsets.clear();
             offsets.push(0u64);
             for &index in indices {
+                let slot_of = index % cap;
+                let own = crate::format::row::stamp_of(index);
+                let evicted = || Error::Evicted {
+                    index,
+                    head: self.head,
+                    tail: self.tail,
+                };
+                if self.ring.stamp(slot_of) != own {
+                    return Err(evicted());
+                }
                 let mut b = [0u8; crate::format::heap::SLOT_LEN];
-                self.ring.read_field(index % cap, layout.fixed + v, &mut b);
+                self.ring.read_field(slot_of, layout.fixed + v, &mut b);
                 let slot = crate::format::heap::VarSlot::decode(&b)
                     .map_err(|p| {
-                        p.into_error(&self.ring.place(index % cap, &self.dir).0, "variable slot")
+                        p.into_error(&self.ring.place(slot_of, &self.dir).0, "variable slot")
                     })
                     .and_then(|slot| {
                         heap.check_slot(slot, field.max_bytes())
                             .map(|()| slot)
                             .map_err(|got| {
-                                let (file, offset) = self.ring.place(index % cap, &self.dir);
+                                let (file, offset) = self.ring.place(slot_of, &self.dir);
                                 Error::Corrupt {
                                     file,
                                     offset,
                                     field: format!("slot of {:?} in item {index}", field.name()),
-                                    expected: "a value inside the chunk ring's live chunks".into(),
+                                    expected: "a value inside the chunk ring".into(),
                                     got,
                                 }
                             })
-                    })?;
-                heap.read(slot, &mut bytes, checked_below)
-                    .map_err(|m| heap.error(&self.dir, index, field.name(), m))?;
+                    });
+                let sealed = self.read_checks && index < self.flushed_tail;
+                let read = slot.and_then(|slot| {
+                    heap.read(slot, &mut bytes, if sealed { u64::MAX } else { 0 })
+                        .map_err(|m| heap.error(&self.dir, index, field.name(), m))
+                });
+                // The row changed under the read (another process's writer passed the
+                // item): whatever the read found is not this item's.
+                if self.ring.stamp(slot_of) != own {
+                    return Err(evicted());
+                }
+                read?;
                 offsets.push(bytes.len() as u64);
             }
             sink.values(field, &bytes, &offsets)?;
@@ -341,17 +364,38 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
     sink: &mut dyn Sink,
 ) -> Result<()> {
     let mut picked = std::mem::take(&mut handle.rows_mut().draws.picked);
-    let done =
-        (handle.pick_rows(request, &mut picked.indices, &mut picked.weights)).and_then(|()| {
-            let n = picked.indices.len();
-            let mut f = handle.rows().open_sink(request, n, n, sink)?;
-            let (indices, weights) = (&mut picked.indices, &mut picked.weights);
-            handle.gather_rows(request, indices, weights, &mut f.row)?;
-            f.put(Own::Indices, bytemuck::cast_slice(indices));
-            f.put(Own::Weights, bytemuck::cast_slice(weights));
-            drop(f);
-            handle.rows().put_values(indices, sink)
-        });
+    let mut tries = 0;
+    let done = loop {
+        let done =
+            (handle.pick_rows(request, &mut picked.indices, &mut picked.weights)).and_then(|()| {
+                let n = picked.indices.len();
+                let mut f = handle.rows().open_sink(request, n, n, sink)?;
+                let (indices, weights) = (&mut picked.indices, &mut picked.weights);
+                handle.gather_rows(request, indices, weights, &mut f.row)?;
+                f.put(Own::Indices, bytemuck::cast_slice(indices));
+                f.put(Own::Weights, bytemuck::cast_slice(weights));
+                drop(f);
+                handle.rows().put_values(indices, sink)
+            });
+        // An item a writer in another process evicted while its values were read: a
+        // draw picks again (from the items live now); a given index is the caller's.
+        tries += 1;
+        match done {
+            Err(Error::Evicted { .. }) if request.draws() && tries < VALUE_TRIES => continue,
+            Err(Error::Evicted { .. }) if request.draws() => {
+                break Err(Error::InvalidSample(format!(
+                    "the writer evicted an item drawn while its values were read {VALUE_TRIES} \
+                     times in a row: it laps the live items faster than one call reads \
+                     them (a larger chunk ring, heap_bytes, keeps more items live)"
+                )));
+            }
+            other => break other,
+        }
+    };
     handle.rows_mut().draws.picked = picked;
     done
 }
+
+/// Draws of items with variable-length values made again when a writer in another
+/// process passes one of the items while its values are read.
+const VALUE_TRIES: u32 = 64;

@@ -31,6 +31,10 @@ pub(crate) struct Heap {
     sealed: u64,
     /// The chunk being filled.
     scratch: Vec<u8>,
+    /// `next` is known (the writer, a snapshot): a slot is checked against the live
+    /// chunks. A reader of a buffer another process writes knows only the ring's size,
+    /// and relies on the chunks' stamps.
+    bounded: bool,
 }
 
 /// Why a value could not be read.
@@ -69,6 +73,7 @@ impl Heap {
             next: 0,
             sealed: 0,
             scratch: Vec::new(),
+            bounded: false,
         }))
     }
 
@@ -133,6 +138,7 @@ impl Heap {
         let end = newest.iter().map(VarSlot::end).max().unwrap_or(0);
         self.next = next_call_start(end, self.chunk);
         self.sealed = self.next_chunk();
+        self.bounded = true;
     }
 
     /// Whether `slot` may name a live value: no longer than `max` (the field's bound, if
@@ -151,6 +157,9 @@ impl Heap {
                 "a value of {len} bytes (at most {} allowed)",
                 max.map_or(ring_bytes, |m| (m as u64).min(ring_bytes))
             ));
+        }
+        if !self.bounded {
+            return Ok(());
         }
         let end = self.next;
         let start = self.next_chunk().saturating_sub(self.capacity()) * self.chunk;

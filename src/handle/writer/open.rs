@@ -320,12 +320,6 @@ pub(in crate::handle) fn open_parts(
         .map(|n| storage::open_segment(&*io, &dir, &storage::SegmentSet::rows(&sb), n, access))
         .collect::<Result<Vec<_>>>()?;
     let mut ring = Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots)?;
-    if sb.heap.is_some() && !access.writes_file() {
-        return Err(Error::Unsupported(
-            "readers of items with variable-length fields, and snapshots of them opened for \
-             reading, are not built yet (issue 29)",
-        ));
-    }
     let mut heap = Heap::open(&*io, &dir, &sb, access)?;
     // What every part is handed while the buffer opens, over the ring as it is then.
     macro_rules! at {
@@ -407,7 +401,9 @@ pub(in crate::handle) fn open_parts(
     let head = parts.ready(at!(&ring), range(head, tail))?;
     // Where the next call's values go: after the newest item's (its row is never
     // overwritten while it is the newest, and keeps its stamp through `clear`).
-    if let Some(h) = &mut heap {
+    if let Some(h) = &mut heap
+        && holder != Holder::Live
+    {
         let newest = tail
             .checked_sub(1)
             .filter(|&i| ring.stamp(i % sb.capacity) == crate::format::row::stamp_of(i))
