@@ -5,7 +5,7 @@
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::schema::{Schema, VarField, VarKind};
-use crate::sink::{Array, Layout, Sink};
+use crate::sink::{Array, Layout, Sink, ValuesOut};
 
 /// One field of a batch: `rows` items of the field's shape, row after row.
 #[derive(Clone, Debug)]
@@ -396,18 +396,26 @@ impl Sink for Batch {
         Ok(outs)
     }
 
-    fn values(&mut self, field: &VarField, bytes: &[u8], offsets: &[u64]) -> Result<()> {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        if let Some(dst) = bytemuck::cast_slice_mut::<u64, u8>(&mut words).get_mut(..bytes.len()) {
-            dst.copy_from_slice(bytes);
+    fn values(&mut self, field: &VarField, lengths: &[u64]) -> Result<ValuesOut<'_>> {
+        let mut offsets = Vec::with_capacity(lengths.len() + 1);
+        let mut at = 0u64;
+        offsets.push(0);
+        for &n in lengths {
+            at += n;
+            offsets.push(at);
         }
+        let len = at as usize;
         self.values.push(VarArray {
             name: field.name().to_owned(),
             kind: field.kind(),
-            words,
-            len: bytes.len(),
-            offsets: offsets.to_vec(),
+            words: vec![0u64; len.div_ceil(8)],
+            len,
+            offsets,
         });
-        Ok(())
+        let v = self.values.last_mut().ok_or(Error::Empty)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v.words);
+        Ok(ValuesOut::EndToEnd(
+            bytes.get_mut(..len).unwrap_or_default(),
+        ))
     }
 }

@@ -74,7 +74,7 @@ pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityU
 pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use request::{Pick, Request, Unit};
 pub use schema::{Field, Schema, SchemaBuilder, VarField, VarKind};
-pub use sink::{Array, Layout, Sink};
+pub use sink::{Array, Layout, Sink, ValuesOut};
 pub use storage::io;
 pub use storage::pread::RowAccess;
 

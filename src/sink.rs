@@ -383,17 +383,34 @@ pub trait Sink {
     /// Storage for the arrays of `layout`, in its order.
     fn arrays(&mut self, layout: &Layout<'_>) -> Result<Vec<&mut [u8]>>;
 
-    /// The values of variable-length field `field` for the rows of the draw (after
-    /// `arrays`): row `r` is `bytes[offsets[r]..offsets[r + 1]]`. A sink that keeps no
-    /// such values refuses, so that a draw never silently leaves a field out.
-    fn values(&mut self, field: &VarField, bytes: &[u8], offsets: &[u64]) -> Result<()> {
-        let _ = (bytes, offsets);
+    /// Storage for the values of variable-length field `field` for the rows of the
+    /// draw (after `arrays`), whose lengths in bytes are `lengths`: the draw copies
+    /// each value there once, end to end or one row each (see [`ValuesOut`]). A sink
+    /// that keeps no such values refuses, so that a draw never silently leaves a field
+    /// out.
+    fn values(&mut self, field: &VarField, lengths: &[u64]) -> Result<ValuesOut<'_>> {
+        let _ = lengths;
         Err(Error::InvalidSchema(format!(
             "field {:?} is variable-length ({}): this sink takes no such values",
             field.name(),
             field.kind().name()
         )))
     }
+}
+
+/// Where a draw copies the values of one variable-length field.
+#[derive(Debug)]
+pub enum ValuesOut<'a> {
+    /// End to end: row `r`'s value at the sum of the lengths before it (Arrow's layout).
+    EndToEnd(&'a mut [u8]),
+    /// One row each: row `r`'s value at `r * row_bytes` (a padded 2-D array; the
+    /// bytes after each value are the sink's, its padding).
+    Rows {
+        /// The storage, at least `rows * row_bytes` long.
+        bytes: &'a mut [u8],
+        /// Bytes from one row's start to the next's: at least the longest value.
+        row_bytes: usize,
+    },
 }
 
 /// The storage a sink handed a draw, split by what each array holds: per schema field

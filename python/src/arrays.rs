@@ -10,7 +10,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
-use replaystore::{Array, DType, Field, Layout, Sink, VarField, VarKind};
+use replaystore::{Array, DType, Field, Layout, Sink, ValuesOut, VarField, VarKind};
 
 use crate::errors::SchemaError;
 
@@ -95,6 +95,27 @@ fn borrow_as<'py>(array: &Bound<'py, PyUntypedArray>, dtype: DType) -> Option<Ty
         DType::F32 => as_!(f32, F32),
         DType::F64 => as_!(f64, F64),
     }
+}
+
+/// Appends the elements of `value` to `out` when it is a 1-D C-contiguous NumPy array
+/// of `dtype` (a ragged field's value as trainers hand it: no conversion, one copy);
+/// `false` for anything else, which the caller converts.
+pub fn append_array(value: &Bound<'_, PyAny>, dtype: DType, out: &mut Vec<u8>) -> PyResult<bool> {
+    let Ok(array) = value.cast::<PyUntypedArray>() else {
+        return Ok(false);
+    };
+    if array.ndim() != 1 || !array.is_c_contiguous() {
+        return Ok(false);
+    }
+    let Some(typed) = borrow_as(array, dtype) else {
+        return Ok(false);
+    };
+    let input = Input {
+        held: Held::Array(typed),
+        shape: vec![array.len()],
+    };
+    out.extend_from_slice(input.bytes()?);
+    Ok(true)
 }
 
 /// A Python float, int or bool for a scalar field, encoded without NumPy; `None` when
@@ -249,10 +270,21 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'p
 #[derive(Default)]
 pub struct NumpySink {
     arrays: Vec<(String, DType, IxDyn, Owned)>,
-    /// Each variable-length field's values: name, kind, bytes end to end, byte offsets.
-    values: Vec<(String, VarKind, Vec<u8>, Vec<u64>)>,
+    /// Each variable-length field's values as the draw copied them: name, kind, the
+    /// storage (end to end, or `width` elements a row when padded), byte lengths.
+    values: Vec<VarValues>,
     /// How they are returned.
     layout: VarLayout,
+}
+
+/// One variable-length field's values, in the storage the draw copied them into.
+struct VarValues {
+    name: String,
+    kind: VarKind,
+    owned: Owned,
+    lengths: Vec<u64>,
+    /// Elements a row (padded), or `None` (end to end).
+    width: Option<usize>,
 }
 
 /// How a draw returns the values of variable-length fields.
@@ -376,19 +408,45 @@ impl Sink for NumpySink {
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
     }
 
-    fn values(
-        &mut self,
-        field: &VarField,
-        bytes: &[u8],
-        offsets: &[u64],
-    ) -> replaystore::Result<()> {
-        self.values.push((
-            field.name().to_owned(),
-            field.kind(),
-            bytes.to_vec(),
-            offsets.to_vec(),
-        ));
-        Ok(())
+    fn values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<ValuesOut<'_>> {
+        let dtype = field.kind().dtype();
+        let size = dtype.size() as u64;
+        let (owned, width) = match self.layout {
+            VarLayout::Padded(pad) => {
+                let width = lengths.iter().map(|&n| n / size).max().unwrap_or(0) as usize;
+                let mut owned = Owned::zeroed(dtype, lengths.len() * width);
+                if pad != 0.0 {
+                    let word = dtype.encode_f64(pad);
+                    let pattern = word.get(..size as usize).unwrap_or(&[]);
+                    for (i, b) in owned.bytes().iter_mut().enumerate() {
+                        *b = pattern.get(i % size as usize).copied().unwrap_or(0);
+                    }
+                }
+                (owned, Some(width))
+            }
+            _ => (
+                Owned::zeroed(dtype, (lengths.iter().sum::<u64>() / size) as usize),
+                None,
+            ),
+        };
+        self.values.push(VarValues {
+            name: field.name().to_owned(),
+            kind: field.kind(),
+            owned,
+            lengths: lengths.to_vec(),
+            width,
+        });
+        let Some(v) = self.values.last_mut() else {
+            return Err(replaystore::Error::Empty);
+        };
+        let bytes = v.owned.bytes();
+        Ok(match width {
+            Some(w) => ValuesOut::Rows {
+                bytes,
+                row_bytes: w * size as usize,
+            },
+            None => ValuesOut::EndToEnd(bytes),
+        })
     }
 }
 
@@ -404,37 +462,64 @@ impl NumpySink {
             };
             d.set_item(name, a)?;
         }
-        for (name, kind, bytes, offsets) in self.values {
-            put_values(py, &d, &name, kind, &bytes, &offsets, &self.layout)?;
+        for v in self.values {
+            put_values(py, &d, v, &self.layout)?;
         }
         Ok(d)
     }
 }
 
-/// One variable-length field's values into the draw's dict, as `layout` says.
+/// One variable-length field's values into the draw's dict, as `layout` says: the
+/// storage the draw filled becomes the array (end to end, or padded rows) without a
+/// copy; a list copies each value into its object.
 fn put_values(
     py: Python<'_>,
     d: &Bound<'_, PyDict>,
-    name: &str,
-    kind: VarKind,
-    bytes: &[u8],
-    offsets: &[u64],
+    v: VarValues,
     layout: &VarLayout,
 ) -> PyResult<()> {
     use pyo3::types::{PyBytes, PyList, PyString};
+    let VarValues {
+        name,
+        kind,
+        mut owned,
+        lengths,
+        width,
+    } = v;
     let dtype = kind.dtype();
     let size = dtype.size() as u64;
-    let rows = offsets.windows(2).map(|w| {
-        let (a, b) = (
-            w.first().copied().unwrap_or(0),
-            w.get(1).copied().unwrap_or(0),
-        );
-        bytes.get(a as usize..b as usize).unwrap_or(&[])
-    });
-    match layout {
-        VarLayout::List => {
+    let elements: Vec<i64> = lengths.iter().map(|&n| (n / size) as i64).collect();
+    match (layout, width) {
+        (VarLayout::Padded(_), Some(w)) => {
+            let a = owned.into_array(py, IxDyn(&[lengths.len(), w]))?;
+            d.set_item(&name, a)?;
+            d.set_item(
+                format!("{name}_lengths"),
+                numpy::PyArray1::from_vec(py, elements),
+            )?;
+        }
+        (VarLayout::Flat, _) => {
+            let n = elements.iter().sum::<i64>() as usize;
+            let mut offsets = Vec::with_capacity(elements.len() + 1);
+            offsets.push(0i64);
+            let mut at = 0;
+            for e in &elements {
+                at += e;
+                offsets.push(at);
+            }
+            d.set_item(&name, owned.into_array(py, IxDyn(&[n]))?)?;
+            d.set_item(
+                format!("{name}_offsets"),
+                numpy::PyArray1::from_vec(py, offsets),
+            )?;
+        }
+        _ => {
+            let bytes = owned.bytes();
             let list = PyList::empty(py);
-            for value in rows {
+            let mut at = 0usize;
+            for &n in &lengths {
+                let value = bytes.get(at..at + n as usize).unwrap_or(&[]);
+                at += n as usize;
                 match kind {
                     VarKind::Str => {
                         let text = std::str::from_utf8(value).map_err(|e| {
@@ -446,62 +531,14 @@ fn put_values(
                     }
                     VarKind::Bytes => list.append(PyBytes::new(py, value))?,
                     VarKind::Ragged(_) => {
-                        let n = value.len() / size as usize;
-                        let mut owned = Owned::zeroed(dtype, n);
-                        owned.bytes().copy_from_slice(value);
-                        list.append(owned.into_array(py, IxDyn(&[n]))?)?;
+                        let k = n as usize / size as usize;
+                        let mut one = Owned::zeroed(dtype, k);
+                        one.bytes().copy_from_slice(value);
+                        list.append(one.into_array(py, IxDyn(&[k]))?)?;
                     }
                 }
             }
-            d.set_item(name, list)?;
-        }
-        VarLayout::Flat => {
-            let n = bytes.len() / size as usize;
-            let mut owned = Owned::zeroed(dtype, n);
-            owned
-                .bytes()
-                .copy_from_slice(bytes.get(..n * size as usize).unwrap_or(&[]));
-            d.set_item(name, owned.into_array(py, IxDyn(&[n]))?)?;
-            let elements: Vec<i64> = offsets.iter().map(|&o| (o / size) as i64).collect();
-            d.set_item(
-                format!("{name}_offsets"),
-                numpy::PyArray1::from_vec(py, elements),
-            )?;
-        }
-        VarLayout::Padded(pad) => {
-            let lengths: Vec<i64> = offsets
-                .windows(2)
-                .map(|w| {
-                    ((w.get(1).copied().unwrap_or(0) - w.first().copied().unwrap_or(0)) / size)
-                        as i64
-                })
-                .collect();
-            let width = lengths.iter().copied().max().unwrap_or(0).max(0) as usize;
-            let mut owned = Owned::zeroed(dtype, lengths.len() * width);
-            let out = owned.bytes();
-            let row_bytes = width * size as usize;
-            if *pad != 0.0 {
-                let word = dtype.encode_f64(*pad);
-                let pattern = word.get(..size as usize).unwrap_or(&[]);
-                for (i, b) in out.iter_mut().enumerate() {
-                    *b = pattern.get(i % size as usize).copied().unwrap_or(0);
-                }
-            }
-            for (r, value) in rows.enumerate() {
-                if let Some(dst) = out.get_mut(r * row_bytes..r * row_bytes + value.len()) {
-                    dst.copy_from_slice(value);
-                }
-            }
-            let a = owned.into_array(py, IxDyn(&[lengths.len(), width]))?;
-            let a = match dtype {
-                DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,
-                _ => a,
-            };
-            d.set_item(name, a)?;
-            d.set_item(
-                format!("{name}_lengths"),
-                numpy::PyArray1::from_vec(py, lengths),
-            )?;
+            d.set_item(&name, list)?;
         }
     }
     Ok(())

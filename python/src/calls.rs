@@ -158,6 +158,9 @@ fn append_value(
             }
         }
         VarKind::Ragged(dtype) => {
+            if arrays::append_array(v, dtype, out)? {
+                return Ok(());
+            }
             let a = v
                 .py()
                 .import("replaystore._convert")?

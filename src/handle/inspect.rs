@@ -663,10 +663,12 @@ fn check_values(
                     Err(got) => Some(format!("item {index}: slot of {:?}: {got}", field.name())),
                     Ok(()) => {
                         let mut scratch = Vec::new();
-                        let crc_below = if index < sealed_to { u64::MAX } else { 0 };
-                        heap.read(slot, &mut scratch, crc_below).err().map(|miss| {
-                            format!("item {index}: value of {:?}: {miss:?}", field.name())
-                        })
+
+                        heap.read(slot, &mut scratch, index < sealed_to)
+                            .err()
+                            .map(|miss| {
+                                format!("item {index}: value of {:?}: {miss:?}", field.name())
+                            })
                     }
                 },
             };

@@ -19,7 +19,7 @@ use crate::parts::heap::Heap;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
 use crate::request::{Pick, Request};
 use crate::schema::Schema;
-use crate::sink::{Filled, Layout, Own, Sink, check_rows};
+use crate::sink::{Filled, Layout, Own, Sink, ValuesOut, check_rows};
 use crate::storage;
 use crate::storage::io::IoRef;
 use crate::storage::map::Found;
@@ -225,22 +225,17 @@ impl Rows {
         };
         let cap = self.superblock.capacity;
         let layout = self.ring.layout();
-        let mut bytes = Vec::new();
-        let mut offsets = Vec::with_capacity(indices.len() + 1);
+        let mut slots = Vec::with_capacity(indices.len());
+        let mut lengths = Vec::with_capacity(indices.len());
         for (v, field) in self.schema.var_fields().iter().enumerate() {
-            bytes.clear();
-            offsets.clear();
-            offsets.push(0u64);
+            // First every slot (checked before anything is allocated for it), so the
+            // sink can size its storage; then each value straight into it.
+            slots.clear();
+            lengths.clear();
             for &index in indices {
                 let slot_of = index % cap;
-                let own = crate::format::row::stamp_of(index);
-                let evicted = || Error::Evicted {
-                    index,
-                    head: self.head,
-                    tail: self.tail,
-                };
-                if self.ring.stamp(slot_of) != own {
-                    return Err(evicted());
+                if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
+                    return Err(self.evicted(index));
                 }
                 let mut b = [0u8; crate::format::heap::SLOT_LEN];
                 self.ring.read_field(slot_of, layout.fixed + v, &mut b);
@@ -262,22 +257,56 @@ impl Rows {
                                 }
                             })
                     });
+                // A slot read while the writer rewrote the row is not this item's.
+                if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
+                    return Err(self.evicted(index));
+                }
+                let slot = slot?;
+                lengths.push(u64::from(slot.len));
+                slots.push(slot);
+            }
+            let mut out = sink.values(field, &lengths)?;
+            let mut at = 0usize;
+            for (r, (&index, &slot)) in indices.iter().zip(&slots).enumerate() {
+                let n = slot.len as usize;
+                let dst = match &mut out {
+                    ValuesOut::EndToEnd(bytes) => bytes.get_mut(at..at + n),
+                    ValuesOut::Rows { bytes, row_bytes } => {
+                        bytes.get_mut(r * *row_bytes..r * *row_bytes + n)
+                    }
+                };
+                at += n;
+                let Some(dst) = dst else {
+                    return Err(Error::OutputSize {
+                        field: field.name().to_owned(),
+                        expected: lengths.iter().sum::<u64>() as usize,
+                        got: match &out {
+                            ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
+                        },
+                    });
+                };
                 let sealed = self.read_checks && index < self.flushed_tail;
-                let read = slot.and_then(|slot| {
-                    heap.read(slot, &mut bytes, if sealed { u64::MAX } else { 0 })
-                        .map_err(|m| heap.error(&self.dir, index, field.name(), m))
-                });
+                let read = heap
+                    .read_into(slot, dst, sealed)
+                    .map_err(|m| heap.error(&self.dir, index, field.name(), m));
                 // The row changed under the read (another process's writer passed the
                 // item): whatever the read found is not this item's.
-                if self.ring.stamp(slot_of) != own {
-                    return Err(evicted());
+                if self.ring.stamp(index % cap) != crate::format::row::stamp_of(index) {
+                    return Err(self.evicted(index));
                 }
                 read?;
-                offsets.push(bytes.len() as u64);
             }
-            sink.values(field, &bytes, &offsets)?;
         }
         Ok(())
+    }
+
+    /// `Evicted` for `index`, with the live range as this handle knows it.
+    fn evicted(&self, index: u64) -> Error {
+        Error::Evicted {
+            index,
+            head: self.head,
+            tail: self.tail,
+        }
     }
 
     /// The items at `indices`, as a batch.

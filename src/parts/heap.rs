@@ -228,18 +228,31 @@ impl Heap {
             });
     }
 
-    /// Appends `slot`'s value to `out`, then checks each chunk it lies in: its stamp
-    /// names the chunk, and, for chunks below `checked_below`, its crc holds.
+    /// Appends `slot`'s value to `out`, then checks each chunk it lies in (see
+    /// [`Heap::read_into`]); with `crc`, every chunk's crc too.
     pub(crate) fn read(
         &self,
         slot: VarSlot,
         out: &mut Vec<u8>,
-        checked_below: u64,
+        crc: bool,
     ) -> std::result::Result<(), HeapMiss> {
-        let cap = self.ring.capacity();
         let start = out.len();
         out.resize(start + slot.len as usize, 0);
-        let mut at = start;
+        let dst = out.get_mut(start..).unwrap_or_default();
+        self.read_into(slot, dst, crc)
+    }
+
+    /// Copies `slot`'s value into `out` (its length), then checks each chunk it lies
+    /// in: its stamp names the chunk, and with `crc` (the item was sealed by a flush)
+    /// its crc holds. Checked after the copy, so a chunk rewritten during it fails.
+    pub(crate) fn read_into(
+        &self,
+        slot: VarSlot,
+        out: &mut [u8],
+        crc: bool,
+    ) -> std::result::Result<(), HeapMiss> {
+        let cap = self.ring.capacity();
+        let mut at = 0;
         for (index, off, n) in slot.pieces(self.chunk) {
             if let Some(dst) = out.get_mut(at..at + n) {
                 self.ring.read_field_at(index % cap, 0, off, dst);
@@ -247,7 +260,7 @@ impl Heap {
             at += n;
         }
         for index in slot.chunks(self.chunk) {
-            self.check_chunk(index, index < checked_below)?;
+            self.check_chunk(index, crc)?;
         }
         Ok(())
     }
