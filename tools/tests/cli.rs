@@ -898,8 +898,8 @@ fn bench_ckpt_and_w4_quick_print_their_rows() {
 }
 
 /// Issue 29: `info` shows variable-length fields (kind and maximum), the format version
-/// 2 and the chunk segments; `verify` checks the values; `dump`, which reads through a
-/// reader, refuses such a buffer by name instead of leaving the values out.
+/// 2 and the chunk segments; `verify` checks the values; `dump` and `sample` refuse
+/// those fields by name instead of leaving them out, and show the fixed ones asked for.
 #[test]
 fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
     use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
@@ -936,7 +936,22 @@ fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
     assert!(text(&o).contains("chunk segments"), "{}", text(&o));
     let o = run(&["verify", dir_s]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let o = run(&["dump", dir_s]);
-    assert!(!o.status.success());
-    assert!(text(&o).contains("issue 29"), "{}", text(&o));
+    for cmd in [&["dump", dir_s][..], &["sample", dir_s, "-n", "1"][..]] {
+        let o = run(cmd);
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("obs, tokens") && text(&o).contains("--fields"),
+            "{}",
+            text(&o)
+        );
+    }
+    let o = run(&["dump", dir_s, "--fields", "r,obs"]);
+    assert!(
+        !o.status.success() && text(&o).contains("(obs)"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["dump", dir_s, "--fields", "r"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1.0"), "{}", text(&o));
 }
