@@ -1,4 +1,5 @@
-"""Schemas from Gymnasium spaces (Box, Discrete, MultiDiscrete, MultiBinary, Dict).
+"""Schemas from Gymnasium spaces (Box, Discrete, MultiDiscrete, MultiBinary, Dict, and
+the variable-length Text and Sequence).
 
 The spaces are read by their class name and attributes, so Gymnasium itself is needed
 only to make them, never to import replaystore.
@@ -6,13 +7,14 @@ only to make them, never to import replaystore.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Tuple, Union
 
 import numpy as np
 
 from ._native import Schema, SchemaError
 
-FieldSpec = Tuple[str, Tuple[int, ...]]
+# (dtype, shape), or a variable-length field (kind or dtype, (None,), maximum length).
+FieldSpec = Union[Tuple[str, Tuple[int, ...]], Tuple[str, Tuple[None], int]]
 
 
 def _space_fields(name: str, space: Any) -> Dict[str, FieldSpec]:
@@ -27,14 +29,28 @@ def _space_fields(name: str, space: Any) -> Dict[str, FieldSpec]:
         n = space.n
         shape = (int(n),) if np.isscalar(n) else tuple(int(d) for d in n)
         return {name: ("|i1", shape)}
+    if kind == "Text":
+        # max_length counts characters; the field's bound counts UTF-8 bytes.
+        width = max((len(c.encode()) for c in space.character_set), default=1)
+        return {name: ("str", (None,), int(space.max_length) * width)}
+    if kind == "Sequence":
+        inner = _space_fields(name, space.feature_space)
+        spec = inner.get(name)
+        if len(inner) != 1 or spec is None or len(spec) != 2 or spec[1] != ():
+            raise SchemaError(
+                f"{name}: a Sequence of {type(space.feature_space).__name__} "
+                f"{getattr(space.feature_space, 'shape', '')} is not a 1-D ragged field "
+                "(a Sequence of Discrete or of scalar Box spaces is)"
+            )
+        return {name: (spec[0], (None,))}
     if kind == "Dict":
         fields: Dict[str, FieldSpec] = {}
         for key, sub in space.spaces.items():
             fields.update(_space_fields(f"{name}.{key}", sub))
         return fields
     raise SchemaError(
-        f"{name}: a {kind} space has no fixed-size array form "
-        "(Box, Discrete, MultiDiscrete, MultiBinary and Dict of those do)"
+        f"{name}: a {kind} space has no array form here "
+        "(Box, Discrete, MultiDiscrete, MultiBinary, Text, Sequence and Dict of those do)"
     )
 
 

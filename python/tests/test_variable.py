@@ -199,3 +199,45 @@ def test_self_play_steps_survive_a_kill_9_of_the_writer(path):
             live = list(range(stats["head"], stats["tail"]))
             check(buf.get(live))
             assert stats["evicted"] > 0 or _ == 0
+
+
+def test_text_and_sequence_spaces_become_variable_length_fields_that_store_their_samples(path):
+    gym = pytest.importorskip("gymnasium")
+    obs = gym.spaces.Text(max_length=50)
+    act = gym.spaces.Sequence(gym.spaces.Discrete(10))
+    s = rs.Schema.from_spaces(obs, act)
+    fields = {f[0]: f for f in s.fields}
+    assert fields["obs"][1:3] == ("str", (None,)) and fields["obs"][3] >= 50
+    assert fields["action"][1:] == ("<i8", (None,))
+    buf = rs.ReplayBuffer.create(path, s, capacity=20)
+    obs.seed(1), act.seed(2)
+    added = []
+    for _ in range(10):
+        o, a, n = obs.sample(), np.asarray(act.sample(), np.int64), obs.sample()
+        buf.add(obs=o, action=a, reward=1.0, next_obs=n, terminated=False, truncated=False)
+        added.append((o, a, n))
+    got = buf.get(list(range(10)))
+    for r, (o, a, n) in enumerate(added):
+        assert got["obs"][r] == o and got["next_obs"][r] == n
+        np.testing.assert_array_equal(got["action"][r], a)
+    with pytest.raises(rs.SchemaError, match="Sequence of Box"):
+        rs.Schema.from_spaces(gym.spaces.Sequence(gym.spaces.Box(0, 1, (3,))), gym.spaces.Discrete(2))
+
+
+def test_a_reader_in_another_process_returns_each_steps_values(path):
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=100)
+    buf.add_batch(columns(0, 40))
+    buf.flush()
+    code = textwrap.dedent(
+        f"""
+        import sys, json
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import replaystore as rs
+        from test_variable import check
+        r = rs.Reader.open({path!r})
+        check(r.sample(64))
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
