@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::algo::recovery::{self, Recovered};
+use crate::algo::recovery::Recovered;
 use crate::error::{Error, Finding, Result};
 use crate::format::heap::VarSlot;
 use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
 use crate::format::segment::hex;
-use crate::handle::writer::open::{WithValues, item_slots};
+use crate::handle::writer::open::{item_slots, recover_range};
 use crate::parts::heap::Heap;
 use crate::parts::hooks::{Checking, Found};
 use crate::parts::priorities::{PriorityInfo, TreeCopy};
@@ -580,17 +580,14 @@ fn verify_live(
             true => commit.head,
             false => m.evicted_below(&commit),
         };
-        let r = match &heap {
-            Some(h) => {
-                let probe = WithValues {
-                    rows: &ring,
-                    heap: h,
-                    var: m.layout.fixed..m.layout.fields.len(),
-                };
-                recovery::recover(&probe, sb.capacity, head_c, commit.tail, trust_stamps)
-            }
-            None => recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps),
-        };
+        let r = recover_range(
+            &ring,
+            heap.as_ref(),
+            sb.capacity,
+            head_c,
+            commit.tail,
+            trust_stamps,
+        );
         report.notes.push(format!(
             "the last writer did not close the buffer (crash, kill, or still running): open will recover \
              indices {}..{} ({} past the last commit{}{})",

@@ -349,16 +349,8 @@ impl<R: Writes> ReplayBuffer<R> {
         });
         let result = checked.map(|rows| {
             let first = self.rows.tail;
-            let cap = self.rows.superblock.capacity;
             let rows = rows as u64;
-            // Rows that would be evicted by later rows of the same batch are never written.
-            let skip = rows.saturating_sub(cap);
-            if skip > 0 {
-                self.rows.tail += skip;
-                self.rows.head = self.rows.head.max(self.rows.tail.saturating_sub(cap));
-                self.rows.head_slot = self.rows.head % cap;
-                self.rows.tail_slot = self.rows.tail % cap;
-            }
+            let skip = self.skip_overwritten(rows);
             let nf = order.len();
             let sizes: Vec<usize> = self
                 .rows
@@ -441,12 +433,7 @@ impl<R: Writes> ReplayBuffer<R> {
             return Err(e);
         }
         let first = self.rows.tail;
-        if skip > 0 {
-            self.rows.tail += skip;
-            self.rows.head = self.rows.head.max(self.rows.tail.saturating_sub(cap));
-            self.rows.head_slot = self.rows.head % cap;
-            self.rows.tail_slot = self.rows.tail % cap;
-        }
+        self.skip_overwritten(rows);
         let mut slots: Vec<VarSlot> = Vec::with_capacity(values.len());
         if let Some(heap) = &mut self.rows.heap {
             heap.write(&values, &mut slots);
@@ -526,6 +513,20 @@ impl<R: Writes> ReplayBuffer<R> {
             self.publish_files_changed();
         }
         Ok(())
+    }
+    /// Of a batch of `rows` longer than the capacity, the first rows would be evicted
+    /// by later rows of the same batch, so they are never written: the tail (and the
+    /// head) move past them. Returns how many.
+    fn skip_overwritten(&mut self, rows: u64) -> u64 {
+        let cap = self.rows.superblock.capacity;
+        let skip = rows.saturating_sub(cap);
+        if skip > 0 {
+            self.rows.tail += skip;
+            self.rows.head = self.rows.head.max(self.rows.tail.saturating_sub(cap));
+            self.rows.head_slot = self.rows.head % cap;
+            self.rows.tail_slot = self.rows.tail % cap;
+        }
+        skip
     }
     /// Makes room for `needed` more chunks: the oldest items whose values lie in the
     /// chunks those would overwrite are evicted first. Their rows lose their stamps

@@ -352,17 +352,14 @@ pub(in crate::handle) fn open_parts(
             true => commit.head,
             false => m.evicted_below(&commit),
         };
-        let r = match &heap {
-            Some(h) => {
-                let probe = WithValues {
-                    rows: &ring,
-                    heap: h,
-                    var: m.layout.fixed..m.layout.fields.len(),
-                };
-                recovery::recover(&probe, sb.capacity, head_c, commit.tail, trust_stamps)
-            }
-            None => recovery::recover(&ring, sb.capacity, head_c, commit.tail, trust_stamps),
-        };
+        let r = recover_range(
+            &ring,
+            heap.as_ref(),
+            sb.capacity,
+            head_c,
+            commit.tail,
+            trust_stamps,
+        );
         for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
             ring.clear_stamp(slot);
         }
@@ -635,13 +632,37 @@ pub(in crate::handle) fn item_slots(
         .collect()
 }
 
+/// The live range recovery settles on (`algo::recovery`), over the rows and, for a
+/// buffer with variable-length fields, the chunks their values lie in: what an open
+/// keeps and what `verify` predicts it keeps.
+pub(in crate::handle) fn recover_range(
+    ring: &Ring,
+    heap: Option<&Heap>,
+    capacity: u64,
+    head_c: u64,
+    tail_c: u64,
+    trust_stamps: bool,
+) -> recovery::Recovered {
+    match heap {
+        Some(h) => {
+            let probe = WithValues {
+                rows: ring,
+                heap: h,
+                var: ring.layout().fixed..ring.layout().fields.len(),
+            };
+            recovery::recover(&probe, capacity, head_c, tail_c, trust_stamps)
+        }
+        None => recovery::recover(ring, capacity, head_c, tail_c, trust_stamps),
+    }
+}
+
 /// Recovery's view of a buffer with variable-length fields: an item is intact when its
 /// row is and (in another boot, where its crc is asked) every chunk its values lie in
 /// holds that chunk with a sound crc.
-pub(in crate::handle) struct WithValues<'a> {
-    pub rows: &'a Ring,
-    pub heap: &'a Heap,
-    pub var: std::ops::Range<usize>,
+struct WithValues<'a> {
+    rows: &'a Ring,
+    heap: &'a Heap,
+    var: std::ops::Range<usize>,
 }
 
 impl SlotProbe for WithValues<'_> {
