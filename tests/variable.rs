@@ -402,3 +402,66 @@ fn a_reader_never_returns_a_torn_or_foreign_value_while_the_ring_laps() {
         check(&b, k, i);
     }
 }
+
+/// Promise: a slot that lies (a length of 2 GiB, a position outside the ring), written
+/// with a valid row crc so that only the slot's own checks can catch it, is a typed
+/// error naming the item from `get`, `sample` and `verify`: never an allocation of its
+/// length, never a read outside the chunk ring.
+#[test]
+fn a_hostile_slot_is_a_typed_error_never_a_huge_allocation_or_a_stray_read() {
+    use replaystore::internal::format::heap::VarSlot;
+    use replaystore::internal::format::row::{RowLayout, item_crc};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema(), 8).heap_bytes(1 << 20)).unwrap();
+    add_batch(&mut buf, 0, 4);
+    buf.close().unwrap();
+    let layout = RowLayout::of(&schema());
+    let seg = dir.join("lane-0").join("seg-00000000.dat");
+    let original = std::fs::read(&seg).unwrap();
+    for (what, slot) in [
+        (
+            "length",
+            VarSlot {
+                pos: 0,
+                len: u32::MAX,
+            },
+        ),
+        (
+            "position",
+            VarSlot {
+                pos: 1 << 40,
+                len: 16,
+            },
+        ),
+    ] {
+        let mut bytes = original.clone();
+        // Item 2's "obs" slot (the first variable field), then its row crc made right.
+        let row = 4096 + 2 * layout.stride;
+        let (off, _) = layout.fields[layout.fixed];
+        bytes[row + off..row + off + 16].copy_from_slice(&slot.encode());
+        let span = layout.payload_span();
+        let crc = item_crc(2, &bytes[row + span.start..row + span.end]);
+        bytes[row + 8..row + 12].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&seg, &bytes).unwrap();
+        let buf = ReplayBuffer::open(&dir).unwrap();
+        let e = buf.get(2).unwrap_err();
+        assert!(
+            matches!(&e, Error::Corrupt { field, .. } if field.contains("item 2")),
+            "{what}: {e}"
+        );
+        assert!(
+            buf.get_many(&[0, 1, 3]).is_ok(),
+            "{what}: the other items read"
+        );
+        drop(buf);
+        let report = replaystore::verify(&dir).unwrap();
+        assert!(
+            report.problems.iter().any(|p| p.what.contains("item 2")),
+            "{what}: {:?}",
+            report.problems
+        );
+    }
+    std::fs::write(&seg, &original).unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+}
