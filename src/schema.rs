@@ -236,6 +236,11 @@ impl Schema {
         self.fields.iter().position(|f| f.name == name)
     }
 
+    /// Bytes per item of each fixed field, in storage order.
+    pub(crate) fn field_sizes(&self) -> Vec<usize> {
+        self.fields.iter().map(Field::bytes).collect()
+    }
+
     /// Bytes of one item's row payload (all fixed fields and the slots of the variable
     /// ones, without padding).
     pub fn item_bytes(&self) -> usize {

@@ -575,19 +575,7 @@ fn verify_live(
         (commit.head, commit.tail, commit.tail)
     } else {
         let trust_stamps = storage::same_boot(&commit);
-        // In another boot, items an eviction record names may hold newer bytes on disk.
-        let head_c = match trust_stamps {
-            true => commit.head,
-            false => m.evicted_below(&commit),
-        };
-        let r = recover_range(
-            &ring,
-            heap.as_ref(),
-            sb.capacity,
-            head_c,
-            commit.tail,
-            trust_stamps,
-        );
+        let r = recover_range(&m, &commit, &ring, heap.as_ref(), trust_stamps);
         report.notes.push(format!(
             "the last writer did not close the buffer (crash, kill, or still running): open will recover \
              indices {}..{} ({} past the last commit{}{})",

@@ -352,13 +352,7 @@ impl<R: Writes> ReplayBuffer<R> {
             let rows = rows as u64;
             let skip = self.skip_overwritten(rows);
             let nf = order.len();
-            let sizes: Vec<usize> = self
-                .rows
-                .schema
-                .fields()
-                .iter()
-                .map(|f| f.bytes())
-                .collect();
+            let sizes = self.rows.schema.field_sizes();
             let cols: Vec<&[u8]> = order
                 .iter()
                 .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
@@ -439,13 +433,7 @@ impl<R: Writes> ReplayBuffer<R> {
             heap.write(&values, &mut slots);
         }
         let nvar = var_order.len();
-        let sizes: Vec<usize> = self
-            .rows
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.bytes())
-            .collect();
+        let sizes = self.rows.schema.field_sizes();
         let encoded: Vec<[u8; crate::format::heap::SLOT_LEN]> =
             slots.iter().map(VarSlot::encode).collect();
         let mut fields: Vec<&[u8]> = Vec::with_capacity(order.len() + nvar);
@@ -619,13 +607,7 @@ impl<R: Writes> ReplayBuffer<R> {
                 Some(e) => e.begin(index),
                 None => StepHeader::default(),
             };
-            let sizes: Vec<usize> = self
-                .rows
-                .schema
-                .fields()
-                .iter()
-                .map(|f| f.bytes())
-                .collect();
+            let sizes = self.rows.schema.field_sizes();
             let largest = sizes.iter().copied().max().unwrap_or(0);
             if self.scratch.zeros.len() < largest {
                 self.scratch.zeros.resize(largest, 0);

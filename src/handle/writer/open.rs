@@ -347,19 +347,7 @@ pub(in crate::handle) fn open_parts(
     // repairs: the writer owns the files.
     if !commit.is_clean() && !restored && holder != Holder::Live {
         let trust_stamps = storage::same_boot(&commit);
-        // In another boot, items an eviction record names may hold newer bytes on disk.
-        let head_c = match trust_stamps {
-            true => commit.head,
-            false => m.evicted_below(&commit),
-        };
-        let r = recover_range(
-            &ring,
-            heap.as_ref(),
-            sb.capacity,
-            head_c,
-            commit.tail,
-            trust_stamps,
-        );
+        let r = recover_range(&m, &commit, &ring, heap.as_ref(), trust_stamps);
         for slot in recovery::stale_slots(&ring, sb.capacity, r.tail) {
             ring.clear_stamp(slot);
         }
@@ -636,13 +624,18 @@ pub(in crate::handle) fn item_slots(
 /// buffer with variable-length fields, the chunks their values lie in: what an open
 /// keeps and what `verify` predicts it keeps.
 pub(in crate::handle) fn recover_range(
+    m: &Manifest,
+    commit: &Commit,
     ring: &Ring,
     heap: Option<&Heap>,
-    capacity: u64,
-    head_c: u64,
-    tail_c: u64,
     trust_stamps: bool,
 ) -> recovery::Recovered {
+    // In another boot, items an eviction record names may hold newer bytes on disk.
+    let head_c = match trust_stamps {
+        true => commit.head,
+        false => m.evicted_below(commit),
+    };
+    let (capacity, tail_c) = (m.superblock.capacity, commit.tail);
     match heap {
         Some(h) => {
             let probe = WithValues {
