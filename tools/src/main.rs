@@ -147,6 +147,9 @@ enum Command {
         /// table (for people), jsonl or csv.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// Show whole text and arrays in a table (else text is cut at 200 characters).
+        #[arg(long)]
+        full: bool,
     },
     /// Draw a batch as a trainer would (from a reader: no lock, nothing written) and
     /// print it.
@@ -244,7 +247,12 @@ fn main() -> ExitCode {
         Command::Demo { dir, steps } => demo::run(dir, steps).map_err(Failure::from),
         Command::Info { dir, json } => info::info(&dir, json),
         Command::Verify { dir, deep, json } => check::run_verify(&dir, deep, json),
-        Command::Dump { dir, pick, format } => dump(&dir, &pick, format),
+        Command::Dump {
+            dir,
+            pick,
+            format,
+            full,
+        } => dump(&dir, &pick, format, full),
         Command::Sample {
             dir,
             n,
@@ -308,30 +316,53 @@ fn main() -> ExitCode {
 /// Rows `dump` reads and prints per call.
 const DUMP_CHUNK: u64 = 1024;
 
-fn dump(dir: &Path, pick: &Pick, format: Format) -> Result<ExitCode, Failure> {
+fn dump(dir: &Path, pick: &Pick, format: Format, full: bool) -> Result<ExitCode, Failure> {
     let mut source = Source::open(dir, pick.snapshot.as_deref(), pick.lane)?;
     let runs = source.runs(&pick.span())?;
     let schema = source.schema().clone();
     let chosen = select_fields(&schema, pick.fields.as_deref())?;
     let fields = chosen
+        .fixed
         .iter()
         .filter_map(|&f| schema.fields().get(f))
+        .collect();
+    let var: Vec<_> = chosen
+        .var
+        .iter()
+        .filter_map(|&v| schema.var_fields().get(v))
         .collect();
     let mut printer = Printer::new(
         BufWriter::new(std::io::stdout().lock()),
         format,
         fields,
         false,
-    );
-    source.read_chunks(&runs, DUMP_CHUNK, "dump", |indices, cols| {
+    )
+    .with_values(var.clone(), full);
+    source.read_chunks(&runs, DUMP_CHUNK, "dump", |indices, batch| {
         let picked: Vec<&[u8]> = chosen
+            .fixed
             .iter()
-            .filter_map(|&f| cols.get(f).copied())
+            .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
             .collect();
-        printer.rows(indices, None, &picked)
+        let vals = values_of(batch, &var)?;
+        printer.rows(indices, None, &picked, &vals)
     })?;
     printer.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The values of `var` in `batch`, in that order.
+fn values_of<'b>(
+    batch: &'b Batch,
+    var: &[&replaystore::VarField],
+) -> Result<Vec<&'b replaystore::VarArray>, Failure> {
+    var.iter()
+        .map(|f| {
+            batch
+                .values(f.name())
+                .ok_or_else(|| Failure::Usage(format!("the draw returned no {:?}", f.name())))
+        })
+        .collect()
 }
 
 /// What `sample` draws.
@@ -382,23 +413,33 @@ fn sample(
     };
     let chosen = select_fields(&schema, fields)?;
     let picked = chosen
+        .fixed
         .iter()
         .filter_map(|&f| schema.fields().get(f))
         .collect();
+    let var: Vec<_> = chosen
+        .var
+        .iter()
+        .filter_map(|&v| schema.var_fields().get(v))
+        .collect();
     let cols: Vec<&[u8]> = chosen
+        .fixed
         .iter()
         .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
         .collect();
+    let vals = values_of(&batch, &var)?;
     let mut printer = Printer::new(
         BufWriter::new(std::io::stdout().lock()),
         format,
         picked,
         draw.beta.is_some(),
-    );
+    )
+    .with_values(var, false);
     printer.rows(
         batch.indices(),
         draw.beta.is_some().then(|| batch.weights()),
         &cols,
+        &vals,
     )?;
     printer.finish()?;
     Ok(ExitCode::SUCCESS)

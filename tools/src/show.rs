@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use replaystore::{DType, Field};
+use replaystore::{DType, Field, VarArray, VarField, VarKind};
 
 use crate::fail::Failure;
 
@@ -21,6 +21,8 @@ pub enum Format {
 
 /// Array elements a table cell shows before "…".
 const TABLE_ELEMENTS: usize = 3;
+/// Characters of text (and bytes) a table cell shows before "…", unless `--full`.
+const TABLE_TEXT: usize = 200;
 
 /// Writes rows of the chosen fields in one format; the table's column widths are set by
 /// the first rows written.
@@ -28,6 +30,10 @@ pub struct Printer<'a, W: Write> {
     out: W,
     format: Format,
     fields: Vec<&'a Field>,
+    /// The variable-length fields, after the fixed ones.
+    var: Vec<&'a VarField>,
+    /// Table cells show whole values (text is cut at `TABLE_TEXT` characters otherwise).
+    full: bool,
     /// Whether rows carry importance weights (a prioritized sample).
     weights: bool,
     widths: Option<Vec<usize>>,
@@ -40,9 +46,20 @@ impl<'a, W: Write> Printer<'a, W> {
             out,
             format,
             fields,
+            var: Vec::new(),
+            full: false,
             weights,
             widths: None,
         }
+    }
+
+    /// Prints these variable-length fields too, after the fixed ones; `full`: whole
+    /// values in a table (else text and bytes are cut at 200 characters, arrays at 3
+    /// elements).
+    pub fn with_values(mut self, var: Vec<&'a VarField>, full: bool) -> Self {
+        self.var = var;
+        self.full = full;
+        self
     }
 
     fn headers(&self) -> Vec<String> {
@@ -58,16 +75,19 @@ impl<'a, W: Write> Printer<'a, W> {
                 h.push(f.name().to_string());
             }
         }
+        h.extend(self.var.iter().map(|f| f.name().to_string()));
         h
     }
 
-    /// Writes rows: `indices[r]`, `weights[r]`, and for each field its bytes
-    /// (`cols[f]` holds the rows back to back).
+    /// Writes rows: `indices[r]`, `weights[r]`, for each field its bytes (`cols[f]`
+    /// holds the rows back to back), and for each variable-length field its values
+    /// (`vals[v]`, in the order `with_values` was given).
     pub fn rows(
         &mut self,
         indices: &[u64],
         weights: Option<&[f32]>,
         cols: &[&[u8]],
+        vals: &[&VarArray],
     ) -> Result<(), Failure> {
         let sizes: Vec<usize> = self.fields.iter().map(|f| f.bytes()).collect();
         let mut lines: Vec<Vec<String>> = Vec::with_capacity(indices.len());
@@ -84,6 +104,10 @@ impl<'a, W: Write> Printer<'a, W> {
                     Format::Jsonl => cells.push(json_value(f, bytes)),
                 }
             }
+            for (f, v) in self.var.iter().zip(vals) {
+                let value = v.value(r).unwrap_or(&[]);
+                cells.push(var_cell(f.kind(), value, self.format, self.full));
+            }
             lines.push(cells);
         }
         self.write(lines).map_err(Failure::Stdout)
@@ -97,6 +121,7 @@ impl<'a, W: Write> Printer<'a, W> {
                     keys.push(json_string("weight"));
                 }
                 keys.extend(self.fields.iter().map(|f| json_string(f.name())));
+                keys.extend(self.var.iter().map(|f| json_string(f.name())));
                 for cells in lines {
                     let body: Vec<String> = keys
                         .iter()
@@ -260,6 +285,55 @@ fn table_cell(f: &Field, bytes: &[u8]) -> String {
         format!("{dims}[{}, … {n} values]", shown.join(", "))
     } else {
         format!("{dims}[{}]", shown.join(", "))
+    }
+}
+
+/// One variable-length value as a cell: text as text (JSON: a string; a table: cut at
+/// `TABLE_TEXT` characters, line breaks shown as `\n`, unless `full`), bytes as hex
+/// (a table: cut likewise), a ragged array as a list (a table: its first elements).
+fn var_cell(kind: VarKind, value: &[u8], format: Format, full: bool) -> String {
+    let cut = |text: String, n: usize| -> String {
+        if full || text.chars().count() <= TABLE_TEXT {
+            text
+        } else {
+            let shown: String = text.chars().take(TABLE_TEXT).collect();
+            format!("{shown}… ({n} in all)")
+        }
+    };
+    match kind {
+        VarKind::Str => {
+            let text = String::from_utf8_lossy(value);
+            match format {
+                Format::Jsonl => json_string(&text),
+                Format::Csv => text.into_owned(),
+                Format::Table => {
+                    let n = text.chars().count();
+                    cut(text.escape_debug().to_string(), n).replace("\\\"", "\"")
+                }
+            }
+        }
+        VarKind::Bytes => {
+            let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+            match format {
+                Format::Jsonl => json_string(&hex),
+                Format::Csv => hex,
+                Format::Table => cut(hex, value.len() * 2),
+            }
+        }
+        VarKind::Ragged(dtype) => {
+            let all: Vec<String> = elements(dtype, value)
+                .map(|v| match format {
+                    Format::Jsonl => v.json(),
+                    _ => v.text(),
+                })
+                .collect();
+            if format == Format::Table && !full && all.len() > TABLE_ELEMENTS {
+                let shown = all.get(..TABLE_ELEMENTS).unwrap_or(&[]).join(", ");
+                format!("[{shown}, … {} values]", all.len())
+            } else {
+                format!("[{}]", all.join(", "))
+            }
+        }
     }
 }
 

@@ -171,14 +171,15 @@ impl Source {
     }
 
     /// Reads `runs` (one per part, from [`Source::runs`]) in chunks of at most `chunk`
-    /// items, oldest first, and hands each chunk's indices and each field's bytes (rows
-    /// back to back) to `each`. `what` names the command in the hint an eviction gets.
+    /// items, oldest first, and hands each chunk's indices and the batch that holds
+    /// them (each field's rows back to back, and the variable-length values) to `each`.
+    /// `what` names the command in the hint an eviction gets.
     pub fn read_chunks(
         &mut self,
         runs: &[Range<u64>],
         chunk: u64,
         what: &str,
-        mut each: impl FnMut(&[u64], &[&[u8]]) -> Result<(), Failure>,
+        mut each: impl FnMut(&[u64], &Batch) -> Result<(), Failure>,
     ) -> Result<(), Failure> {
         let chunk = chunk.max(1);
         let mut batch = Batch::default();
@@ -193,8 +194,7 @@ impl Source {
                 part.reader
                     .sample_into(Request::at(&indices), &mut batch)
                     .map_err(|e| evicted_hint(e, what))?;
-                let cols: Vec<&[u8]> = batch.fields().iter().map(|f| f.bytes()).collect();
-                each(&indices, &cols)?;
+                each(&indices, &batch)?;
                 at += take;
             }
         }
@@ -213,44 +213,38 @@ fn evicted_hint(e: Error, what: &str) -> Failure {
     }
 }
 
-/// The schema fields a `--fields a,b` list names, in the list's order (all when `None`).
-///
-/// Variable-length fields are not shown by these commands yet: asked for (or, without
-/// a list, present at all), they are refused by name rather than left out in silence.
-pub fn select_fields(schema: &Schema, list: Option<&str>) -> Result<Vec<usize>, Failure> {
-    let not_shown = |names: String| {
-        Failure::Usage(format!(
-            "variable-length fields ({names}) are not shown by dump, sample and export yet \
-             (issue 29): name the fixed fields with --fields, or read the values through \
-             the Python or Rust API"
-        ))
-    };
+/// The fields a `--fields a,b` list names (all when `None`): positions of fixed fields
+/// and of variable-length fields in the schema, each in the list's order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Positions in `schema.fields()`.
+    pub fixed: Vec<usize>,
+    /// Positions in `schema.var_fields()`.
+    pub var: Vec<usize>,
+}
+
+/// The fields a `--fields a,b` list names, in the list's order (all when `None`).
+pub fn select_fields(schema: &Schema, list: Option<&str>) -> Result<Selection, Failure> {
     let Some(list) = list else {
-        if schema.has_var() {
-            let names: Vec<&str> = schema.var_fields().iter().map(|f| f.name()).collect();
-            return Err(not_shown(names.join(", ")));
-        }
-        return Ok((0..schema.fields().len()).collect());
+        return Ok(Selection {
+            fixed: (0..schema.fields().len()).collect(),
+            var: (0..schema.var_fields().len()).collect(),
+        });
     };
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|name| {
-            if schema.var_field(name).is_some() {
-                return Err(not_shown(name.to_owned()));
-            }
-            schema
-                .fields()
-                .iter()
-                .position(|f| f.name() == name)
-                .ok_or_else(|| {
-                    Failure::Usage(format!(
-                        "--fields: no field {name:?} (the schema has {})",
-                        schema.names()
-                    ))
-                })
-        })
-        .collect()
+    let mut out = Selection::default();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if let Some(p) = schema.fields().iter().position(|f| f.name() == name) {
+            out.fixed.push(p);
+        } else if let Some(p) = schema.var_fields().iter().position(|f| f.name() == name) {
+            out.var.push(p);
+        } else {
+            return Err(Failure::Usage(format!(
+                "--fields: no field {name:?} (the schema has {})",
+                schema.names()
+            )));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

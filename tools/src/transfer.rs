@@ -64,7 +64,16 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     let runs = source.runs(&args.span)?;
     let n: u64 = runs.iter().map(|r| r.end - r.start).sum();
     let schema = source.schema().clone();
-    let chosen = select_fields(&schema, args.fields)?;
+    let selection = select_fields(&schema, args.fields)?;
+    if let Some(&v) = selection.var.first() {
+        let name = schema.var_fields().get(v).map_or("?", |f| f.name());
+        return Err(Failure::Usage(format!(
+            "field {name:?} is variable-length: export writes .npz arrays of fixed fields \
+             (Parquet and JSONL for such fields are not built yet, issue 29); name the fixed \
+             fields with --fields, or use `dump --format jsonl`"
+        )));
+    }
+    let chosen = selection.fixed;
     let mut arrays = Vec::with_capacity(chosen.len());
     let mut offset = 0u64;
     for &f in &chosen {
@@ -147,9 +156,9 @@ fn write_archive(
     let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
     let bar = progress::bar(n, "export", quiet);
     let mut row = 0u64;
-    source.read_chunks(runs, chunk, "export", |indices, cols| {
+    source.read_chunks(runs, chunk, "export", |indices, batch| {
         for a in arrays.iter_mut() {
-            let bytes = cols.get(a.field).copied().unwrap_or_default();
+            let bytes = batch.fields().get(a.field).map_or(&[][..], |f| f.bytes());
             a.crc.update(bytes);
             write(a.data_at + row * a.item_bytes as u64, bytes)?;
         }

@@ -898,10 +898,11 @@ fn bench_ckpt_and_w4_quick_print_their_rows() {
 }
 
 /// Issue 29: `info` shows variable-length fields (kind and maximum), the format version
-/// 2 and the chunk segments; `verify` checks the values; `dump` and `sample` refuse
-/// those fields by name instead of leaving them out, and show the fixed ones asked for.
+/// 2 and the chunk segments; `verify` checks the values; `dump` and `sample` print them
+/// (text readably, cut in a table unless `--full`; whole in JSON lines and CSV);
+/// `export`, which writes `.npz`, refuses them by name.
 #[test]
-fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
+fn info_verify_and_dump_show_variable_length_fields() {
     use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("v");
@@ -910,13 +911,16 @@ fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
         .field("r", DType::F32, &[])
         .variable("obs", VarKind::Str, None)
         .variable("tokens", VarKind::Ragged(DType::I32), Some(64))
+        .variable("blob", VarKind::Bytes, None)
         .build()
         .unwrap();
     let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 10)).unwrap();
+    let long = format!("line one\n\"quoted\" {}", "x".repeat(300));
     buf.add(&[
         Column::scalar("r", &1.0f32),
-        Column::text("obs", "hi"),
-        Column::ragged("tokens", &[1i32, 2]),
+        Column::text("obs", &long),
+        Column::ragged("tokens", &[1i32, -2, 3, 4, 5]),
+        Column::value("blob", &[0xde, 0xad]),
     ])
     .unwrap();
     buf.close().unwrap();
@@ -936,22 +940,43 @@ fn info_and_verify_show_variable_length_fields_and_dump_refuses_them_by_name() {
     assert!(text(&o).contains("chunk segments"), "{}", text(&o));
     let o = run(&["verify", dir_s]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    for cmd in [&["dump", dir_s][..], &["sample", dir_s, "-n", "1"][..]] {
-        let o = run(cmd);
-        assert!(!o.status.success(), "{}", text(&o));
-        assert!(
-            text(&o).contains("obs, tokens") && text(&o).contains("--fields"),
-            "{}",
-            text(&o)
-        );
-    }
-    let o = run(&["dump", dir_s, "--fields", "r,obs"]);
+    // A table cuts the text and the array, and shows line breaks as \n.
+    let o = run(&["dump", dir_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("line one\\n\"quoted\""), "{t}");
     assert!(
-        !o.status.success() && text(&o).contains("(obs)"),
+        t.contains("(318 in all)") && !t.contains(&"x".repeat(250)),
+        "{t}"
+    );
+    assert!(
+        t.contains("[1, -2, 3, … 5 values]") && t.contains("dead"),
+        "{t}"
+    );
+    let o = run(&["dump", dir_s, "--full"]);
+    assert!(text(&o).contains(&"x".repeat(300)) && text(&o).contains("[1, -2, 3, 4, 5]"));
+    // JSON lines hold the whole values.
+    let o = run(&["dump", dir_s, "--format", "jsonl"]);
+    let row: serde_json::Value = serde_json::from_str(text(&o).lines().next().unwrap()).unwrap();
+    assert_eq!(row["obs"], long.as_str());
+    assert_eq!(row["tokens"], serde_json::json!([1, -2, 3, 4, 5]));
+    assert_eq!(row["blob"], "dead");
+    let o = run(&[
+        "sample", dir_s, "-n", "2", "--fields", "obs", "--format", "jsonl",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).lines().all(|l| l.contains("line one")),
         "{}",
         text(&o)
     );
-    let o = run(&["dump", dir_s, "--fields", "r"]);
+    let out = d.path().join("x.npz");
+    let o = run(&["export", dir_s, out.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && text(&o).contains("variable-length"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["export", dir_s, out.to_str().unwrap(), "--fields", "r"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("1.0"), "{}", text(&o));
 }

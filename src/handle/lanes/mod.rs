@@ -501,6 +501,20 @@ impl<L: Lane> Lanes<L> {
         }
         f.put(Own::Indices, bytemuck::cast_slice(&picked.indices));
         f.put(Own::Weights, bytemuck::cast_slice(&picked.weights));
+        drop(f);
+        // Variable-length values: a buffer of one ring opened as a lane set (lane sets
+        // of several lanes with such fields are refused at create).
+        if self.schema.has_var() {
+            match self.lanes.as_slice() {
+                [one] => one.rows().put_values(&picked.indices, sink)?,
+                _ => {
+                    return Err(Error::Unsupported(
+                        "lanes of items with variable-length fields are not built yet \
+                         (issue 29)",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
