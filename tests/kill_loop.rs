@@ -357,44 +357,22 @@ fn kill_at_each_named_point_loses_nothing_acknowledged() {
         "restore-mid-links",
         "own-copy-made",
     ];
-    let mut landed = BTreeMap::<&str, u64>::new();
+    let mut landed = std::collections::BTreeMap::<&str, u64>::new();
     for point in points {
         for n in [1u64, 2, 5, 13] {
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path().join("b");
             create(&dir);
+            let arg = format!("{}:{}:{}", dir.display(), 7 + n, 600);
+            let (lines, hit) =
+                common::run_to_kill_point("kill_loop_child", CHILD_ENV, &arg, point, n);
             let mut seen = Seen::default();
-            let (mut child, mut out) = common::spawn_child_env(
-                "kill_loop_child",
-                &[
-                    (
-                        CHILD_ENV,
-                        format!("{}:{}:{}", dir.display(), 7 + n, 600).into(),
-                    ),
-                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}").into()),
-                ],
-            );
-            let mut line = String::new();
-            while std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0 {
-                seen.note(line.trim());
-                line.clear();
-            }
-            let status = child.wait().unwrap();
-            if !seen.finished {
-                assert!(
-                    !status.success(),
-                    "{point}:{n}: the child stopped early but cleanly"
-                );
+            lines.iter().for_each(|l| seen.note(l));
+            if hit {
                 *landed.entry(point).or_default() += 1;
             }
             check(&dir, &seen, &format!("kill point {point}:{n}"));
         }
     }
-    println!("kills at named points: {landed:?}");
-    for point in points {
-        assert!(
-            landed.get(point).copied().unwrap_or(0) > 0,
-            "{point} was never reached"
-        );
-    }
+    common::assert_every_point_landed(&points, &landed);
 }

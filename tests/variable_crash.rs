@@ -279,37 +279,18 @@ fn kill_at_each_named_point_of_a_values_add_loses_nothing_acknowledged() {
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path().join("b");
             create(&dir);
+            let arg = format!("{}:{}:{}", dir.display(), 7 + n, 400);
+            let (lines, hit) =
+                common::run_to_kill_point("var_kill_child", CHILD_ENV, &arg, point, n);
             let mut seen = Seen::default();
-            let (mut child, mut out) = common::spawn_child_env(
-                "var_kill_child",
-                &[
-                    (
-                        CHILD_ENV,
-                        format!("{}:{}:{}", dir.display(), 7 + n, 400).into(),
-                    ),
-                    ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}").into()),
-                ],
-            );
-            let mut line = String::new();
-            while std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0 {
-                seen.note(line.trim());
-                line.clear();
-            }
-            let status = child.wait().unwrap();
-            if !seen.finished {
-                assert!(!status.success(), "{point}:{n}: stopped early but cleanly");
+            lines.iter().for_each(|l| seen.note(l));
+            if hit {
                 *landed.entry(point).or_default() += 1;
             }
             check(&dir, &seen, &format!("kill point {point}:{n}"));
         }
     }
-    println!("kills at named points: {landed:?}");
-    for point in points {
-        assert!(
-            landed.get(point).copied().unwrap_or(0) > 0,
-            "{point} was never reached"
-        );
-    }
+    common::assert_every_point_landed(&points, &landed);
 }
 
 /// The buffer a fault case starts from: 30 items whose values have lapped the chunk

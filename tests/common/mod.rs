@@ -477,3 +477,50 @@ pub fn flip(file: &std::path::Path, offset: usize, bit: u8) {
     b[offset] ^= 1 << bit;
     std::fs::write(file, b).unwrap();
 }
+
+/// One run of a kill-points test: child test `child` of this binary, with `env` set to
+/// `arg` and `REPLAYSTORE_KILL_POINT` to `point:n`, read to its end. Returns the lines
+/// it printed, trimmed, and whether the kill landed (it never printed `finished`; then
+/// it must not have exited cleanly either).
+pub fn run_to_kill_point(
+    child: &str,
+    env: &str,
+    arg: &str,
+    point: &str,
+    n: u64,
+) -> (Vec<String>, bool) {
+    let (mut proc, mut out) = spawn_child_env(
+        child,
+        &[
+            (env, arg.into()),
+            ("REPLAYSTORE_KILL_POINT", format!("{point}:{n}").into()),
+        ],
+    );
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        lines.push(line.trim().to_owned());
+        line.clear();
+    }
+    let status = proc.wait().unwrap();
+    let landed = !lines.iter().any(|l| l == "finished");
+    if landed {
+        assert!(
+            !status.success(),
+            "{point}:{n}: the child stopped early but cleanly"
+        );
+    }
+    (lines, landed)
+}
+
+/// Fails unless every one of `points` was reached at least once (`landed` counts the
+/// kills per point).
+pub fn assert_every_point_landed(points: &[&str], landed: &std::collections::BTreeMap<&str, u64>) {
+    println!("kills at named points: {landed:?}");
+    for point in points {
+        assert!(
+            landed.get(point).copied().unwrap_or(0) > 0,
+            "{point} was never reached"
+        );
+    }
+}
