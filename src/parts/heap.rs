@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::format::heap::{VarSlot, next_call_start};
 use crate::format::manifest::Superblock;
-use crate::format::row::{self, RowLayout, RowTags};
+use crate::format::row::{self, RowLayout};
 use crate::storage::io::{Access, Io};
 use crate::storage::ring::Ring;
 use crate::storage::{self, SegmentSet};
@@ -29,8 +29,6 @@ pub(crate) struct Heap {
     next: u64,
     /// Chunks below this index are sealed (their crcs written).
     sealed: u64,
-    /// The chunk being filled.
-    scratch: Vec<u8>,
     /// `next` is known (the writer, a snapshot): a slot is checked against the live
     /// chunks. A reader of a buffer another process writes knows only the ring's size,
     /// and relies on the chunks' stamps.
@@ -72,7 +70,6 @@ impl Heap {
             chunk,
             next: 0,
             sealed: 0,
-            scratch: Vec::new(),
             bounded: false,
         }))
     }
@@ -114,6 +111,11 @@ impl Heap {
             copied = true;
         }
         Ok(copied)
+    }
+
+    /// Whether a snapshot links any chunk segment (a store would need a copy first).
+    pub(crate) fn any_shared(&self) -> bool {
+        self.ring.any_shared()
     }
 
     /// Payload bytes of one chunk.
@@ -180,52 +182,46 @@ impl Heap {
 
     /// Writes `values`, in order, into the chunks from the next one on, and appends
     /// each value's slot to `slots`. The caller has made room (no live item names the
-    /// chunks written) and checked that they fit the ring.
+    /// chunks written) and checked that they fit the ring. Each chunk is written straight
+    /// from the pieces of the values it holds.
     pub(crate) fn write(&mut self, values: &[&[u8]], slots: &mut Vec<VarSlot>) {
-        let chunk = self.chunk as usize;
-        let mut pos = self.next;
-        let mut index = self.next_chunk();
-        self.scratch.clear();
-        self.scratch.resize(chunk, 0);
-        let mut fill = 0usize;
+        let start = self.next;
+        let mut pos = start;
         for value in values {
             slots.push(VarSlot {
                 pos,
                 len: value.len() as u32,
             });
+            pos += value.len() as u64;
+        }
+        let chunk = self.chunk as usize;
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        let (mut fill, mut index) = (0usize, self.next_chunk());
+        for value in values {
             let mut rest: &[u8] = value;
             while !rest.is_empty() {
-                let n = rest.len().min(chunk - fill);
-                let (head, tail) = rest.split_at(n);
-                if let Some(dst) = self.scratch.get_mut(fill..fill + n) {
-                    dst.copy_from_slice(head);
-                }
-                fill += n;
+                let (head, tail) = rest.split_at(rest.len().min(chunk - fill));
+                pieces.push(head);
+                fill += head.len();
                 rest = tail;
-                pos += n as u64;
                 if fill == chunk {
-                    self.store_chunk(index);
-                    index += 1;
-                    fill = 0;
+                    self.store_chunk(index, &pieces);
+                    pieces.clear();
+                    (fill, index) = (0, index + 1);
                 }
             }
         }
         if fill > 0 {
-            if let Some(pad) = self.scratch.get_mut(fill..) {
-                pad.fill(0);
-            }
-            self.store_chunk(index);
+            self.store_chunk(index, &pieces);
         }
         self.next = next_call_start(pos, self.chunk);
     }
 
-    fn store_chunk(&mut self, index: u64) {
+    fn store_chunk(&mut self, index: u64, pieces: &[&[u8]]) {
         let slot = index % self.ring.capacity();
-        let payload: &[u8] = &self.scratch;
-        self.ring
-            .write(slot, index, RowTags::default(), &[payload], || {
-                crate::killpoint::hit("chunk-before-stamp");
-            });
+        self.ring.write_chunk(slot, index, pieces, || {
+            crate::killpoint::hit("chunk-before-stamp");
+        });
     }
 
     /// Appends `slot`'s value to `out`, then checks each chunk it lies in (see

@@ -232,6 +232,21 @@ impl Ring {
         }
     }
 
+    /// Writes chunk `index` into `slot`: its one field is `pieces` end to end, zeros
+    /// after (see `SegmentMap::write_chunk`).
+    pub(crate) fn write_chunk(
+        &mut self,
+        slot: u64,
+        index: u64,
+        pieces: &[&[u8]],
+        between: impl FnOnce(),
+    ) {
+        let (s, k) = self.split(slot);
+        if let Some(seg) = self.segments.get_mut(s) {
+            seg.write_chunk(k, index, &self.layout, pieces, between);
+        }
+    }
+
     /// The step header of a slot (episodic buffers; zeros otherwise).
     pub(crate) fn step_header(&self, slot: u64) -> StepHeader {
         let mut b = [0u8; STEP_HEADER_LEN];

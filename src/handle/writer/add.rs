@@ -471,7 +471,8 @@ impl<R: Writes> ReplayBuffer<R> {
             self.rows.tail,
             self.rows.superblock.capacity,
         );
-        let Some(heap) = &self.rows.heap else {
+        // Most adds: no snapshot links a chunk segment, and nothing is read for this.
+        let Some(heap) = self.rows.heap.as_ref().filter(|h| h.any_shared()) else {
             return Ok(());
         };
         let chunk = heap.chunk_bytes();

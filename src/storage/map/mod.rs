@@ -179,6 +179,67 @@ impl SegmentMap {
         fields: &[&[u8]],
         between: impl FnOnce(),
     ) {
+        self.stamped(k, index, |row| {
+            if layout.fragments {
+                // SAFETY: the word at FRAGMENT_POS_OFF is 4-aligned (rows are 8-aligned)
+                // and inside row k's header.
+                unsafe {
+                    row.add(row::FRAGMENT_POS_OFF)
+                        .cast::<u32>()
+                        .write(tags.fragment.to_le())
+                };
+            }
+            if let Some(step) = tags.step.filter(|_| layout.episodic) {
+                // SAFETY: an episodic layout puts the fields after EPISODE_OFF + 16, so
+                // the step header lies inside row k; `step` is caller memory.
+                unsafe { copy_small(step.as_ptr(), row.add(row::EPISODE_OFF), step.len()) };
+            }
+            for (&(off, len), src) in layout.fields.iter().zip(fields) {
+                debug_assert_eq!(src.len(), len);
+                let n = src.len().min(len);
+                // SAFETY: off + len <= payload_end <= stride, so the destination lies
+                // inside row k; `src` is caller memory, never this mapping (it is not
+                // exposed).
+                unsafe { copy_small(src.as_ptr(), row.add(off), n) };
+            }
+            between();
+        });
+    }
+
+    /// Writes chunk `index` of the chunk ring into slot `k` with the row protocol: its
+    /// one field (`layout.fields[0]`) is `pieces` end to end, then zeros to the field's
+    /// end. The pieces are copied straight from the caller's values: no chunk is
+    /// assembled on the side first.
+    pub(crate) fn write_chunk(
+        &mut self,
+        k: usize,
+        index: u64,
+        layout: &RowLayout,
+        pieces: &[&[u8]],
+        between: impl FnOnce(),
+    ) {
+        let Some(&(off, len)) = layout.fields.first() else {
+            return;
+        };
+        self.stamped(k, index, |row| {
+            let mut at = 0usize;
+            for piece in pieces {
+                let n = piece.len().min(len - at);
+                // SAFETY: at + n <= len, and off + len <= payload_end <= stride, so the
+                // destination lies inside row k; `piece` is caller memory.
+                unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), row.add(off + at), n) };
+                at += n;
+            }
+            // SAFETY: off + at .. off + len lies inside row k, as above.
+            unsafe { std::ptr::write_bytes(row.add(off + at), 0, len - at) };
+            between();
+        });
+    }
+
+    /// The row protocol of slot `k` for `index`: stamp "being written", `body` (given
+    /// the row's start), stamp complete.
+    #[inline(always)]
+    fn stamped(&mut self, k: usize, index: u64, body: impl FnOnce(*mut u8)) {
         debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
         let row = self.row(k);
         let stamp = self.stamp_atomic(k);
@@ -186,28 +247,7 @@ impl SegmentMap {
         // visible to a reader that sees this stamp; the fence keeps it before the fields.
         stamp.store(row::writing_stamp(index), Ordering::Release);
         fence(Ordering::Release);
-        if layout.fragments {
-            // SAFETY: the word at FRAGMENT_POS_OFF is 4-aligned (rows are 8-aligned) and
-            // inside row k's header.
-            unsafe {
-                row.add(row::FRAGMENT_POS_OFF)
-                    .cast::<u32>()
-                    .write(tags.fragment.to_le())
-            };
-        }
-        if let Some(step) = tags.step.filter(|_| layout.episodic) {
-            // SAFETY: an episodic layout puts the fields after EPISODE_OFF + 16, so the
-            // step header lies inside row k; `step` is caller memory.
-            unsafe { copy_small(step.as_ptr(), row.add(row::EPISODE_OFF), step.len()) };
-        }
-        for (&(off, len), src) in layout.fields.iter().zip(fields) {
-            debug_assert_eq!(src.len(), len);
-            let n = src.len().min(len);
-            // SAFETY: off + len <= payload_end <= stride, so the destination lies inside
-            // row k; `src` is caller memory, never this mapping (it is not exposed).
-            unsafe { copy_small(src.as_ptr(), row.add(off), n) };
-        }
-        between();
+        body(row);
         stamp.store(row::stamp_of(index), Ordering::Release);
     }
 
