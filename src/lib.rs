@@ -63,7 +63,8 @@ pub use format::FORMAT_VERSION;
 pub use format::state::State;
 pub use handle::config::DEFAULT_SEGMENT_BYTES;
 pub use handle::inspect::{
-    EpisodeStats, Info, Report, VerifyOptions, inspect, verify, verify_opts,
+    EpisodeStats, Info, Report, ValueLengths, ValueStats, VerifyOptions, inspect, verify,
+    verify_opts,
 };
 pub use handle::{
     Actor, Config, EpisodeChunk, Frozen, GetOptions, HoldsTree, Lane, Lanes, PriorityLane,

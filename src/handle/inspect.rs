@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use crate::algo::recovery::Recovered;
 use crate::error::{Error, Finding, Result};
 use crate::format::heap::VarSlot;
-use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit};
+use crate::format::manifest::{COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, HeapGeometry};
 use crate::format::segment::hex;
 use crate::handle::writer::open::{item_slots, recover_range};
 use crate::parts::heap::Heap;
 use crate::parts::hooks::{Checking, Found};
 use crate::parts::priorities::{PriorityInfo, TreeCopy};
 use crate::parts::set::Parts;
-use crate::schema::Schema;
+use crate::schema::{Schema, VarField, VarKind};
 use crate::storage::io::{self, Access, Io};
 use crate::storage::ring::Ring;
 use crate::storage::{self, MANIFEST, Manifest};
@@ -39,7 +39,7 @@ pub struct Info {
     /// Bytes per slot.
     pub row_stride: u64,
     /// The chunk ring of a buffer with variable-length fields (format version 2).
-    pub heap: Option<crate::format::manifest::HeapGeometry>,
+    pub heap: Option<HeapGeometry>,
     /// The newest valid commit.
     pub commit: Commit,
     /// Payload bytes of the live items.
@@ -52,6 +52,8 @@ pub struct Info {
     pub episodes: Option<EpisodeStats>,
     /// Eviction removes whole episodes (superblock flag bit 2).
     pub whole_episodes: bool,
+    /// Lengths of the live items' variable-length values, when the schema has any.
+    pub values: Option<ValueStats>,
     /// Rows record their `add` / `add_batch` call (superblock flag bit 3): the
     /// `fragments` storage unit.
     pub fragments: bool,
@@ -71,6 +73,53 @@ pub struct EpisodeStats {
     pub mean_return: Option<f64>,
     /// Why the step headers could not be read as episodes, if they could not.
     pub problem: Option<String>,
+}
+
+/// Lengths of the live items' variable-length values, read from their slots.
+#[derive(Clone, Debug, Default)]
+pub struct ValueStats {
+    /// One entry per variable-length field, in schema order.
+    pub fields: Vec<ValueLengths>,
+    /// Bytes of the chunk ring from the oldest live value's chunk to the newest's end:
+    /// what the live values occupy, packing and chunk tails included.
+    pub chunk_bytes_used: u64,
+    /// Bytes the chunk ring holds in all.
+    pub chunk_bytes_capacity: u64,
+    /// Why the slots could not be read, if they could not.
+    pub problem: Option<String>,
+}
+
+/// Length statistics of one variable-length field over the live items.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ValueLengths {
+    /// The field.
+    pub field: String,
+    /// What a length counts: `"bytes"` for text and bytes, `"elements"` for ragged arrays.
+    pub unit: &'static str,
+    /// `(min, median, p99, max)` lengths (nearest rank), `None` with no live item.
+    pub lengths: Option<(u64, u64, u64, u64)>,
+    /// Bytes of all its live values.
+    pub bytes: u64,
+}
+
+impl ValueLengths {
+    /// The statistics of `lengths` (in `unit`s) whose values take `bytes` in all.
+    fn of(field: &VarField, mut lengths: Vec<u64>, bytes: u64) -> ValueLengths {
+        lengths.sort_unstable();
+        let rank = |q: f64| {
+            let k = ((q * lengths.len() as f64).ceil() as usize).max(1) - 1;
+            lengths.get(k).copied().unwrap_or(0)
+        };
+        ValueLengths {
+            field: field.name().to_string(),
+            unit: match field.kind() {
+                VarKind::Ragged(_) => "elements",
+                VarKind::Bytes | VarKind::Str => "bytes",
+            },
+            lengths: (!lengths.is_empty()).then(|| (rank(0.0), rank(0.5), rank(0.99), rank(1.0))),
+            bytes,
+        }
+    }
 }
 
 impl EpisodeStats {
@@ -141,7 +190,12 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
     let episodes = sb
         .episodic
         .then(|| episode_stats(dir, &m, commit.head, commit.tail));
+    let values = sb
+        .heap
+        .map(|h| value_stats(dir, &m, h, commit.head, commit.tail));
+    let value_bytes: u64 = values.iter().flat_map(|v| &v.fields).map(|f| f.bytes).sum();
     Ok(Info {
+        values,
         priorities,
         episodes,
         dir: dir.to_path_buf(),
@@ -154,17 +208,17 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         heap: sb.heap,
         whole_episodes: sb.whole_episodes,
         fragments: sb.fragments,
-        data_bytes: (commit.tail - commit.head) * sb.item_bytes,
+        data_bytes: (commit.tail - commit.head) * sb.item_bytes + value_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb),
         commit,
         schema: m.schema,
     })
 }
 
-/// Episode statistics of the rows `head..tail`, read from their step headers.
-fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats {
+/// The row ring of a buffer, opened for reading.
+fn read_ring(dir: &Path, m: &Manifest) -> Result<Ring> {
     let sb = &m.superblock;
-    let segments = (0..sb.segment_count)
+    (0..sb.segment_count)
         .map(|n| {
             storage::open_segment(
                 &io::OsIo,
@@ -175,8 +229,68 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
             )
         })
         .collect::<Result<Vec<_>>>()
-        .and_then(|segments| Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots));
-    let ring = match segments {
+        .and_then(|segments| Ring::new(segments, m.layout.clone(), sb.capacity, sb.segment_slots))
+}
+
+/// Value length statistics of the rows `head..tail`, read from their slots (the values
+/// themselves are not read: `verify` checks them).
+fn value_stats(dir: &Path, m: &Manifest, heap: HeapGeometry, head: u64, tail: u64) -> ValueStats {
+    let capacity = heap.capacity * heap.chunk_bytes();
+    let problem = |e: String| ValueStats {
+        chunk_bytes_capacity: capacity,
+        problem: Some(e),
+        ..ValueStats::default()
+    };
+    let ring = match read_ring(dir, m) {
+        Ok(ring) => ring,
+        Err(e) => return problem(e.to_string()),
+    };
+    let (cap, fixed) = (ring.capacity(), ring.layout().fixed);
+    let fields = m.schema.var_fields();
+    let mut acc: Vec<(Vec<u64>, u64)> = fields
+        .iter()
+        .map(|_| (Vec::with_capacity((tail - head) as usize), 0))
+        .collect();
+    let (mut first, mut last) = (u64::MAX, 0u64);
+    for index in head..tail {
+        for (v, (field, (lengths, bytes))) in fields.iter().zip(&mut acc).enumerate() {
+            let mut b = [0u8; crate::format::heap::SLOT_LEN];
+            ring.read_field(index % cap, fixed + v, &mut b);
+            let slot = match VarSlot::decode(&b) {
+                Ok(slot) => slot,
+                Err(p) => {
+                    return problem(format!("item {index}: slot of {:?}: {p}", field.name()));
+                }
+            };
+            let len = u64::from(slot.len);
+            first = first.min(slot.pos);
+            last = last.max(slot.pos + len);
+            *bytes += len;
+            lengths.push(len / field.kind().dtype().size() as u64);
+        }
+    }
+    // Whole chunks from the oldest value's chunk to the end of the newest's.
+    let c = heap.chunk_bytes();
+    let used = if last > first {
+        (last.div_ceil(c) - first / c) * c
+    } else {
+        0
+    };
+    ValueStats {
+        fields: fields
+            .iter()
+            .zip(acc)
+            .map(|(f, (l, b))| ValueLengths::of(f, l, b))
+            .collect(),
+        chunk_bytes_used: used,
+        chunk_bytes_capacity: capacity,
+        problem: None,
+    }
+}
+
+/// Episode statistics of the rows `head..tail`, read from their step headers.
+fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats {
+    let ring = match read_ring(dir, m) {
         Ok(ring) => ring,
         Err(e) => {
             return EpisodeStats {
@@ -188,7 +302,7 @@ fn episode_stats(dir: &Path, m: &Manifest, head: u64, tail: u64) -> EpisodeStats
     match crate::parts::episodes::Episodes::from_rows(
         &m.schema,
         &ring,
-        sb.capacity,
+        m.superblock.capacity,
         head,
         tail,
         dir,

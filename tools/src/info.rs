@@ -8,7 +8,7 @@ use replaystore::internal::format::lanes::{LanesFile, first_index};
 use replaystore::internal::format::segment::hex;
 use replaystore::internal::storage;
 use replaystore::io::OsIo;
-use replaystore::{Info, ReplayBuffer, inspect, snapshots};
+use replaystore::{Info, ReplayBuffer, ValueStats, inspect, snapshots};
 use serde_json::json;
 
 use crate::fail::Failure;
@@ -37,6 +37,7 @@ fn info_json(info: &Info) -> serde_json::Value {
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
         "whole_episodes": info.whole_episodes,
+        "values": info.values.as_ref().map(values_json),
         "fragments": info.fragments,
         "episodes": info.episodes.as_ref().map(|e| json!({
             "count": e.count,
@@ -63,6 +64,50 @@ fn info_json(info: &Info) -> serde_json::Value {
                 .collect::<Vec<_>>(),
         })),
     })
+}
+
+/// Per-field length statistics of the variable-length values, and the chunk ring's use.
+fn values_json(v: &ValueStats) -> serde_json::Value {
+    json!({
+        "fields": v.fields.iter().map(|f| json!({
+            "name": f.field,
+            "unit": f.unit,
+            "min": f.lengths.map(|l| l.0),
+            "median": f.lengths.map(|l| l.1),
+            "p99": f.lengths.map(|l| l.2),
+            "max": f.lengths.map(|l| l.3),
+            "bytes": f.bytes,
+        })).collect::<Vec<_>>(),
+        "chunk_bytes_used": v.chunk_bytes_used,
+        "chunk_bytes_capacity": v.chunk_bytes_capacity,
+        "problem": v.problem,
+    })
+}
+
+/// `values` lines: each field's lengths, then what the chunk ring holds.
+fn print_values(v: &ValueStats) {
+    if let Some(p) = &v.problem {
+        println!("values     unreadable: {p}");
+        return;
+    }
+    let total: u64 = v.fields.iter().map(|f| f.bytes).sum();
+    println!(
+        "values     {} in live values; chunk ring {} used of {}",
+        human(total),
+        human(v.chunk_bytes_used),
+        human(v.chunk_bytes_capacity)
+    );
+    for f in &v.fields {
+        match f.lengths {
+            Some((lo, mid, p99, hi)) => println!(
+                "  {:<16} {} min {lo}  median {mid}  p99 {p99}  max {hi}  ({})",
+                f.field,
+                f.unit,
+                human(f.bytes)
+            ),
+            None => println!("  {:<16} no live values", f.field),
+        }
+    }
 }
 
 /// Width of the longest histogram bar.
@@ -156,6 +201,9 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
         human(info.bytes_on_disk),
         human(info.data_bytes)
     );
+    if let Some(v) = &info.values {
+        print_values(v);
+    }
     if info.fragments {
         println!("units      fragments (each add / add_batch call is drawn whole)");
     }

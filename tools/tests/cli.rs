@@ -980,3 +980,60 @@ fn info_verify_and_dump_show_variable_length_fields() {
     let o = run(&["export", dir_s, out.to_str().unwrap(), "--fields", "r"]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn info_gives_the_length_statistics_of_the_live_values_only() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("v");
+    let dir_s = dir.to_str().unwrap();
+    let schema = Schema::builder()
+        .variable("obs", VarKind::Str, None)
+        .variable("tokens", VarKind::Ragged(DType::I32), None)
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 50)).unwrap();
+    // Item k has k tokens and 2k bytes of text; the first 50 are evicted.
+    for k in 1..=100usize {
+        let tokens: Vec<i32> = (0..k as i32).collect();
+        buf.add(&[
+            Column::text("obs", &"ab".repeat(k)),
+            Column::ragged("tokens", &tokens),
+        ])
+        .unwrap();
+    }
+    buf.close().unwrap();
+    let o = run(&["info", dir_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tokens = &v["values"]["fields"][1];
+    assert_eq!(tokens["name"], "tokens");
+    assert_eq!(tokens["unit"], "elements");
+    // Live lengths 51..=100: nearest-rank median is the 25th, p99 the 50th.
+    let stats = [
+        &tokens["min"],
+        &tokens["median"],
+        &tokens["p99"],
+        &tokens["max"],
+    ];
+    assert_eq!(stats.map(|s| s.as_u64().unwrap()), [51, 75, 100, 100]);
+    assert_eq!(tokens["bytes"], 4 * (51..=100).sum::<u64>());
+    let obs = &v["values"]["fields"][0];
+    assert_eq!(
+        (obs["unit"].as_str(), obs["max"].as_u64()),
+        (Some("bytes"), Some(200))
+    );
+    let used = v["values"]["chunk_bytes_used"].as_u64().unwrap();
+    assert!(used >= 6 * (51..=100).sum::<u64>(), "{used}");
+    // Live data: the two 16-byte slots of each row and the values' bytes.
+    assert_eq!(
+        v["data_bytes"].as_u64().unwrap(),
+        6 * (51..=100).sum::<u64>() + 50 * 32
+    );
+    let o = run(&["info", dir_s]);
+    let t = text(&o);
+    assert!(
+        t.contains("tokens           elements min 51  median 75  p99 100  max 100"),
+        "{t}"
+    );
+}
