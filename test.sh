@@ -18,8 +18,8 @@ VENV="$PWD/target/py-venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 export PATH="$VENV/bin:$PATH"
 # gymnasium: Schema.from_spaces is tested against real spaces, not skipped.
-"$VENV/bin/python" -c 'import numpy, pytest, gymnasium' 2>/dev/null \
-  || "$VENV/bin/python" -m pip install --quiet numpy pytest gymnasium
+"$VENV/bin/python" -c 'import numpy, pytest, gymnasium, pyarrow, pandas' 2>/dev/null \
+  || "$VENV/bin/python" -m pip install --quiet numpy pytest gymnasium pyarrow pandas
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 "$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

@@ -241,3 +241,76 @@ def test_a_reader_in_another_process_returns_each_steps_values(path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def cli():
+    """The ``replaystore`` command ``./test.sh`` builds before pytest runs."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    exe = os.environ.get("REPLAYSTORE_BIN") or os.path.join(root, "target", "debug", "replaystore")
+    if not os.path.exists(exe):
+        pytest.fail(f"{exe} is missing: build it with `cargo build` (./test.sh does)")
+    return exe
+
+
+def test_an_exported_parquet_file_is_what_pyarrow_and_pandas_read(path, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=300) as buf:
+        buf.add_batch(columns(0, 350))
+    out = tmp_path / "steps.parquet"
+    subprocess.run([cli(), "export", path, str(out)], check=True, capture_output=True)
+    table = pq.read_table(out)
+    assert [str(t) for t in table.schema.types] == [
+        "float", "int8", "string", "string", "list<item: int32 not null>", "string", "binary"]
+    df = table.to_pandas()
+    assert len(df) == 300
+    for r in (0, 1, 77, 299):
+        s = step(50 + r)
+        assert (df.obs[r], df.act[r], df.env_id[r]) == (s.obs, s.act, s.env_id)
+        assert json.loads(df.step_info[r]) == s.step_info
+        assert df.reward[r] == np.float32(s.reward) and df.pid[r] == s.pid
+        np.testing.assert_array_equal(df.tokens[r], tokens(50 + r))
+    # JSON lines too: pandas reads one object per item.
+    jl = tmp_path / "steps.jsonl"
+    subprocess.run([cli(), "export", path, str(jl), "--last", "5"], check=True, capture_output=True)
+    import pandas as pd
+
+    lines = pd.read_json(jl, lines=True)
+    assert list(lines.obs) == [step(i).obs for i in range(345, 350)]
+
+
+def test_a_parquet_file_pyarrow_wrote_imports_as_a_buffer(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 2_500
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 40, n)
+    tokens_ = [rng.integers(0, 50_000, k, dtype=np.int32) for k in lengths]
+    table = pa.table({
+        "prompt": pa.array([f"q{i} " * (i % 9) for i in range(n)], pa.large_string()),
+        "tokens": pa.array(tokens_, pa.list_(pa.int32())),
+        "logprobs": pa.array([(-t / 1e5).astype(np.float32) for t in tokens_], pa.large_list(pa.float32())),
+        "obs": pa.array(list(rng.random((n, 3), np.float32)), pa.list_(pa.float32(), 3)),
+        "reward": pa.array(rng.random(n)),
+        "done": pa.array(lengths % 5 == 0),
+    })
+    src = tmp_path / "hf.parquet"
+    pq.write_table(table, src, row_group_size=700)
+    dst = str(tmp_path / "imported")
+    r = subprocess.run([cli(), "import", str(src), dst], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with rs.ReplayBuffer.open(dst) as buf:
+        assert len(buf) == n
+        got = buf.get(list(range(n)))
+    assert got["prompt"] == [f"q{i} " * (i % 9) for i in range(n)]
+    for i in range(0, n, 97):
+        np.testing.assert_array_equal(got["tokens"][i], tokens_[i])
+        np.testing.assert_array_equal(got["logprobs"][i], (-tokens_[i] / 1e5).astype(np.float32))
+    np.testing.assert_array_equal(got["obs"], np.stack(table.column("obs").to_numpy(zero_copy_only=False)))
+    np.testing.assert_array_equal(got["reward"], table.column("reward").to_numpy())
+    np.testing.assert_array_equal(got["done"], lengths % 5 == 0)
+    # A null is refused, naming the column and row, and no buffer appears.
+    bad = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"reward": pa.array([1.0, None, 3.0])}), bad)
+    r = subprocess.run([cli(), "import", str(bad), str(tmp_path / "none")], capture_output=True, text=True)
+    assert r.returncode == 6 and 'column "reward", row 1: null' in r.stderr, r.stderr
+    assert not (tmp_path / "none").exists()

@@ -4,10 +4,12 @@
 mod bench;
 mod check;
 mod ckpt;
+mod columnar;
 mod demo;
 mod fail;
 mod floor;
 mod info;
+mod jsonl;
 mod npz;
 mod progress;
 mod row;
@@ -182,23 +184,32 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Write items to NumPy's .npz (one .npy array per field, item dimension first),
-    /// which numpy.load reads. Streams: memory stays at one chunk whatever the size.
+    /// Write items to a file: NumPy's .npz (one .npy array per fixed field, item
+    /// dimension first, for numpy.load), Apache Parquet (every field, variable-length
+    /// ones as strings, binary and lists: pandas, pyarrow, polars, Hugging Face datasets)
+    /// or JSON lines (one object per item). Streams: memory stays at one chunk whatever
+    /// the size.
     #[command(after_help = fail::EXIT_HELP)]
     Export {
         /// The buffer (or lane set) directory.
         dir: PathBuf,
-        /// The .npz to write (written under a temporary name, then renamed).
+        /// The file to write (under a temporary name, then renamed); its extension
+        /// names the format: .parquet or .pq, .jsonl or .ndjson, else .npz.
         out: PathBuf,
         #[command(flatten)]
         pick: Pick,
+        /// The format, whatever the extension.
+        #[arg(long, value_enum)]
+        to: Option<transfer::FileKind>,
     },
-    /// Create a buffer from an .npz of arrays of equal length (np.savez), the schema
-    /// inferred from their dtypes and shapes, items in array order.
+    /// Create a buffer from a file of items: an .npz of arrays of equal length
+    /// (np.savez; the schema from their dtypes and shapes), a Parquet file (one field
+    /// per column) or JSON lines (one field per key, types inferred); items in order.
     #[command(after_help = fail::EXIT_HELP)]
     Import {
-        /// The .npz to read.
-        npz: PathBuf,
+        /// The file to read; its extension names the format: .parquet or .pq, .jsonl or
+        /// .ndjson, else .npz.
+        input: PathBuf,
         /// The buffer directory to create (must not exist, or be empty).
         dir: PathBuf,
         /// Items the buffer holds (default: the arrays' length). With fewer, the newest
@@ -208,6 +219,9 @@ enum Command {
         /// Keep priorities, with this alpha (items start at priority 1).
         #[arg(long, value_name = "ALPHA")]
         prioritized: Option<f64>,
+        /// The format, whatever the extension.
+        #[arg(long, value_enum)]
+        from: Option<transfer::FileKind>,
     },
 }
 
@@ -272,22 +286,25 @@ fn main() -> ExitCode {
             };
             sample(&dir, snapshot.as_deref(), &draw, fields.as_deref(), format)
         }
-        Command::Export { dir, out, pick } => transfer::export(&transfer::ExportArgs {
+        Command::Export { dir, out, pick, to } => transfer::export(&transfer::ExportArgs {
             dir: &dir,
             out: &out,
             snapshot: pick.snapshot.as_deref(),
             lane: pick.lane,
             span: pick.span(),
             fields: pick.fields.as_deref(),
+            format: to,
             quiet: false,
         }),
         Command::Import {
-            npz,
+            input,
             dir,
             capacity,
             prioritized,
+            from,
         } => transfer::import(&transfer::ImportArgs {
-            npz: &npz,
+            input: &input,
+            format: from,
             dir: &dir,
             capacity,
             prioritized,

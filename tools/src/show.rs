@@ -36,6 +36,8 @@ pub struct Printer<'a, W: Write> {
     full: bool,
     /// Whether rows carry importance weights (a prioritized sample).
     weights: bool,
+    /// Whether rows start with their index (not in an exported file, which holds items).
+    index: bool,
     widths: Option<Vec<usize>>,
 }
 
@@ -49,8 +51,15 @@ impl<'a, W: Write> Printer<'a, W> {
             var: Vec::new(),
             full: false,
             weights,
+            index: true,
             widths: None,
         }
+    }
+
+    /// Rows without their index: an export holds the items, not where they were.
+    pub fn without_index(mut self) -> Self {
+        self.index = false;
+        self
     }
 
     /// Prints these variable-length fields too, after the fixed ones; `full`: whole
@@ -64,6 +73,7 @@ impl<'a, W: Write> Printer<'a, W> {
 
     fn headers(&self) -> Vec<String> {
         let mut h = vec!["index".to_string()];
+        h.truncate(usize::from(self.index));
         if self.weights {
             h.push("weight".into());
         }
@@ -93,6 +103,7 @@ impl<'a, W: Write> Printer<'a, W> {
         let mut lines: Vec<Vec<String>> = Vec::with_capacity(indices.len());
         for (r, &index) in indices.iter().enumerate() {
             let mut cells = vec![index.to_string()];
+            cells.truncate(usize::from(self.index));
             if let Some(w) = weights {
                 cells.push(format!("{:?}", w.get(r).copied().unwrap_or(f32::NAN)));
             }
@@ -117,6 +128,7 @@ impl<'a, W: Write> Printer<'a, W> {
         match self.format {
             Format::Jsonl => {
                 let mut keys = vec![json_string("index")];
+                keys.truncate(usize::from(self.index));
                 if self.weights {
                     keys.push(json_string("weight"));
                 }
@@ -173,6 +185,12 @@ impl<'a, W: Write> Printer<'a, W> {
     /// Flushes the output.
     pub fn finish(mut self) -> Result<(), Failure> {
         self.out.flush().map_err(Failure::Stdout)
+    }
+
+    /// Flushes the output and hands it back.
+    pub fn into_inner(mut self) -> std::io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
     }
 }
 

@@ -15,12 +15,18 @@ use flate2::read::DeflateDecoder;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use replaystore::{Column, Config, DType, Error, ReplayBuffer, Schema};
+use replaystore::{
+    Column, Config, DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DType, Error, ReplayBuffer,
+    Schema,
+};
 
+use crate::columnar::{ParquetIn, ParquetOut};
 use crate::fail::Failure;
+use crate::jsonl::JsonlIn;
 use crate::npz::{self, Entry};
 use crate::progress;
-use crate::source::{Source, Span, select_fields};
+use crate::show::{Format, Printer};
+use crate::source::{Selection, Source, Span, select_fields};
 
 /// Bytes of item data per chunk (all fields together).
 const CHUNK_BYTES: usize = 8 << 20;
@@ -39,6 +45,8 @@ pub struct ExportArgs<'a> {
     pub span: Span,
     /// Which fields (`a,b`), all when `None`.
     pub fields: Option<&'a str>,
+    /// The file's format (told by its extension when `None`).
+    pub format: Option<FileKind>,
     /// No progress bar.
     pub quiet: bool,
 }
@@ -57,7 +65,35 @@ struct Array {
     crc: crc32fast::Hasher,
 }
 
-/// Writes the chosen items of `args.dir` to `args.out`, one `.npy` per field.
+/// The file formats `export` writes and `import` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FileKind {
+    /// NumPy's `.npz`: one array per fixed field.
+    Npz,
+    /// Apache Parquet: every field, variable-length ones as strings, binary and lists.
+    Parquet,
+    /// JSON lines: one object per item, every field.
+    Jsonl,
+}
+
+impl FileKind {
+    /// The kind a file's extension names: `.parquet` / `.pq`, `.jsonl` / `.ndjson`,
+    /// anything else `.npz`.
+    pub fn of(path: &Path) -> FileKind {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("parquet" | "pq") => FileKind::Parquet,
+            Some("jsonl" | "ndjson") => FileKind::Jsonl,
+            _ => FileKind::Npz,
+        }
+    }
+}
+
+/// Writes the chosen items of `args.dir` to `args.out`: one `.npy` per field, or a
+/// Parquet or JSON-lines file.
 pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     refuse_special_output(args.out)?;
     let mut source = Source::open(args.dir, args.snapshot, args.lane)?;
@@ -65,18 +101,167 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     let n: u64 = runs.iter().map(|r| r.end - r.start).sum();
     let schema = source.schema().clone();
     let selection = select_fields(&schema, args.fields)?;
-    if let Some(&v) = selection.var.first() {
+    let kind = args.format.unwrap_or_else(|| FileKind::of(args.out));
+    if let (FileKind::Npz, Some(&v)) = (kind, selection.var.first()) {
         let name = schema.var_fields().get(v).map_or("?", |f| f.name());
         return Err(Failure::Usage(format!(
-            "field {name:?} is variable-length: export writes .npz arrays of fixed fields \
-             (Parquet and JSONL for such fields are not built yet, issue 29); name the fixed \
-             fields with --fields, or use `dump --format jsonl`"
+            "field {name:?} is variable-length: .npz holds arrays of fixed fields; export to \
+             a .parquet or .jsonl file for every field, or name the fixed fields with --fields"
         )));
     }
-    let chosen = selection.fixed;
-    let mut arrays = Vec::with_capacity(chosen.len());
+    let tmp = temp_name(args.out)?;
+    let file = File::create_new(&tmp).map_err(|e| Failure::file("create", &tmp, e))?;
+    let written = match kind {
+        FileKind::Npz => write_npz(
+            file,
+            &tmp,
+            &mut source,
+            &runs,
+            &schema,
+            &selection,
+            n,
+            args.quiet,
+        ),
+        FileKind::Parquet => write_table(
+            file,
+            &tmp,
+            &mut source,
+            &runs,
+            &schema,
+            &selection,
+            n,
+            args.quiet,
+            kind,
+        ),
+        FileKind::Jsonl => write_table(
+            file,
+            &tmp,
+            &mut source,
+            &runs,
+            &schema,
+            &selection,
+            n,
+            args.quiet,
+            kind,
+        ),
+    };
+    let result = written.and_then(|file| {
+        file.sync_all()
+            .map_err(|e| Failure::file("sync", &tmp, e))?;
+        std::fs::rename(&tmp, args.out).map_err(|e| Failure::file("rename", args.out, e))
+    });
+    if let Err(e) = result {
+        // Best effort: the temporary file is ours and partial.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    eprintln!(
+        "exported {n} items x {} fields to {}",
+        selection.fixed.len() + selection.var.len(),
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rows per chunk read for export: `CHUNK_BYTES` of fixed fields, at most 1024 items
+/// when there are variable-length values (their size is unknown until read).
+fn export_chunk(schema: &Schema, chosen: &Selection) -> u64 {
+    let row_bytes: usize = chosen
+        .fixed
+        .iter()
+        .filter_map(|&f| schema.fields().get(f))
+        .map(|f| f.bytes())
+        .sum();
+    let most = if chosen.var.is_empty() {
+        1 << 16
+    } else {
+        1 << 10
+    };
+    (CHUNK_BYTES / row_bytes.max(1)).clamp(1, most) as u64
+}
+
+/// Writes a Parquet or JSON-lines file of the chosen fields, a chunk of items at a time.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site per kind; the pieces are the export's state"
+)]
+fn write_table(
+    file: File,
+    path: &Path,
+    source: &mut Source,
+    runs: &[std::ops::Range<u64>],
+    schema: &Schema,
+    chosen: &Selection,
+    n: u64,
+    quiet: bool,
+    kind: FileKind,
+) -> Result<File, Failure> {
+    let bar = progress::bar(n, "export", quiet);
+    let chunk = export_chunk(schema, chosen);
+    let file = if kind == FileKind::Parquet {
+        let mut out = ParquetOut::new(file, schema, chosen)?;
+        source.read_chunks(runs, chunk, "export", |indices, batch| {
+            out.write(schema, chosen, batch, path)?;
+            bar.inc(indices.len() as u64);
+            Ok(())
+        })?;
+        out.finish(path)?
+    } else {
+        let fields = chosen
+            .fixed
+            .iter()
+            .filter_map(|&f| schema.fields().get(f))
+            .collect();
+        let var: Vec<_> = chosen
+            .var
+            .iter()
+            .filter_map(|&v| schema.var_fields().get(v))
+            .collect();
+        let mut printer = Printer::new(std::io::BufWriter::new(file), Format::Jsonl, fields, false)
+            .with_values(var.clone(), true)
+            .without_index();
+        source.read_chunks(runs, chunk, "export", |indices, batch| {
+            let picked: Vec<&[u8]> = chosen
+                .fixed
+                .iter()
+                .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
+                .collect();
+            let vals = var
+                .iter()
+                .filter_map(|f| batch.values(f.name()))
+                .collect::<Vec<_>>();
+            printer.rows(indices, None, &picked, &vals)?;
+            bar.inc(indices.len() as u64);
+            Ok(())
+        })?;
+        printer
+            .into_inner()
+            .and_then(|w| w.into_inner().map_err(std::io::IntoInnerError::into_error))
+            .map_err(|e| Failure::file("write", path, e))?
+    };
+    bar.finish_and_clear();
+    Ok(file)
+}
+
+/// Writes an `.npz` of the chosen fixed fields, each array's place fixed before the
+/// first byte (every size is known).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are the export's state"
+)]
+fn write_npz(
+    file: File,
+    path: &Path,
+    source: &mut Source,
+    runs: &[std::ops::Range<u64>],
+    schema: &Schema,
+    chosen: &Selection,
+    n: u64,
+    quiet: bool,
+) -> Result<File, Failure> {
+    let mut arrays = Vec::with_capacity(chosen.fixed.len());
     let mut offset = 0u64;
-    for &f in &chosen {
+    for &f in &chosen.fixed {
         let field = schema
             .fields()
             .get(f)
@@ -99,35 +284,18 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
         });
         offset = data_at + size;
     }
-    let tmp = temp_name(args.out)?;
-    let file = File::create_new(&tmp).map_err(|e| Failure::file("create", &tmp, e))?;
-    let result = write_archive(
+    write_archive(
         &file,
-        &tmp,
-        &mut source,
-        &runs,
-        &schema,
+        path,
+        source,
+        runs,
+        schema,
         &mut arrays,
         offset,
         n,
-        args.quiet,
-    );
-    let result = result.and_then(|()| {
-        file.sync_all()
-            .map_err(|e| Failure::file("sync", &tmp, e))?;
-        std::fs::rename(&tmp, args.out).map_err(|e| Failure::file("rename", args.out, e))
-    });
-    if let Err(e) = result {
-        // Best effort: the temporary file is ours and partial.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    eprintln!(
-        "exported {n} items x {} fields to {}",
-        arrays.len(),
-        args.out.display()
-    );
-    Ok(ExitCode::SUCCESS)
+        quiet,
+    )?;
+    Ok(file)
 }
 
 #[allow(
@@ -201,7 +369,7 @@ fn refuse_special_output(out: &Path) -> Result<(), Failure> {
         "a device"
     };
     Err(Failure::Usage(format!(
-        "{}: it is {what}, not a regular file; export writes a new .npz and renames it into \
+        "{}: it is {what}, not a regular file; export writes a new file and renames it into \
          place, which would replace it: choose another path or remove it first",
         out.display()
     )))
@@ -260,8 +428,10 @@ fn clear_stale_temps(path: &Path, prefix: &std::ffi::OsStr) {
 
 /// What `import` was asked for.
 pub struct ImportArgs<'a> {
-    /// The archive.
-    pub npz: &'a Path,
+    /// The `.npz`, Parquet or JSON-lines file.
+    pub input: &'a Path,
+    /// Its format (told by its extension when `None`).
+    pub format: Option<FileKind>,
     /// The buffer to create.
     pub dir: &'a Path,
     /// Items the new buffer holds (default: the arrays' length).
@@ -457,27 +627,81 @@ fn read_inputs(file: &File, path: &Path) -> Result<(Vec<Input>, u64), Failure> {
     Ok((inputs, rows.map_or(0, |r| r.0)))
 }
 
-/// Creates a buffer in `args.dir` from the arrays of `args.npz`, the schema inferred
-/// from their dtypes and shapes in archive order.
+/// Creates a buffer in `args.dir` from `args.input`: the arrays of an `.npz` (the
+/// schema from their dtypes and shapes, in archive order), or the columns of a Parquet
+/// or JSON-lines file (see `columnar` and `jsonl` for how each maps to fields).
 pub fn import(args: &ImportArgs<'_>) -> Result<ExitCode, Failure> {
-    let path = args.npz;
-    let file = File::open(path).map_err(|e| Failure::file("open", path, e))?;
-    let (mut inputs, n) = read_inputs(&file, path)?;
-    let mut builder = Schema::builder();
-    for i in &inputs {
-        builder = builder.field(&i.name, i.dtype, &i.item_shape);
+    let path = args.input;
+    match args.format.unwrap_or_else(|| FileKind::of(path)) {
+        FileKind::Npz => {
+            let file = File::open(path).map_err(|e| Failure::file("open", path, e))?;
+            let (mut inputs, n) = read_inputs(&file, path)?;
+            let mut builder = Schema::builder();
+            for i in &inputs {
+                builder = builder.field(&i.name, i.dtype, &i.item_shape);
+            }
+            create_from(args, builder.build()?, n, (0, 0), |buf, done| {
+                fill_npz(path, buf, &mut inputs, n, done)
+            })
+        }
+        FileKind::Parquet => {
+            let table = ParquetIn::open(path)?;
+            let values = table.value_bytes()?;
+            create_from(args, table.schema()?, table.rows, values, |buf, done| {
+                table.fill(buf, done)
+            })
+        }
+        FileKind::Jsonl => {
+            let table = JsonlIn::open(path)?;
+            create_from(
+                args,
+                table.schema()?,
+                table.rows,
+                (table.value_bytes, table.calls()),
+                |buf, done| table.fill(buf, done),
+            )
+        }
     }
-    let schema = builder.build()?;
+}
+
+/// Chunk-ring bytes for `n` items whose values take `value_bytes`, added in `calls`
+/// calls, in a buffer of `capacity`: room for all of them plus the chunk tail each call
+/// may leave unfilled and, for the room beyond `n`, what items of the same mean size added one
+/// call each need (whole chunks), at least the engine's default per item.
+fn heap_for((value_bytes, calls): (u64, u64), n: u64, capacity: u64) -> u64 {
+    // Chunk rows: the payload the values fill, and the row's 16-byte header.
+    let (payload, stride) = (DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES + 16);
+    let per_item = value_bytes.div_ceil(n.max(1));
+    let per_call = (per_item.div_ceil(payload) + 1) * stride;
+    let room = capacity.saturating_sub(n) * per_call.max(DEFAULT_HEAP_BYTES_PER_ITEM);
+    (value_bytes.div_ceil(payload) + calls + 1) * stride + room
+}
+
+/// Makes the buffer under a temporary name, has `fill` add the items (telling how many
+/// after each step), checks that none was lost, closes it and renames it into place.
+/// `values`: the bytes of the items' variable-length values and the calls that add them.
+fn create_from(
+    args: &ImportArgs<'_>,
+    schema: Schema,
+    n: u64,
+    values: (u64, u64),
+    fill: impl FnOnce(&mut ReplayBuffer, &mut dyn FnMut(u64)) -> Result<(), Failure>,
+) -> Result<ExitCode, Failure> {
     let capacity = match args.capacity {
         Some(c) => c,
         None if n > 0 => n,
         None => {
             return Err(Failure::Usage(
-                "the arrays hold no items: give --capacity for the empty buffer".into(),
+                "the input holds no items: give --capacity for the empty buffer".into(),
             ));
         }
     };
-    let mut config = Config::new(schema.clone(), capacity);
+    let fields = schema.fields().len() + schema.var_fields().len();
+    let has_var = schema.has_var();
+    let mut config = Config::new(schema, capacity);
+    if has_var {
+        config = config.heap_bytes(heap_for(values, n, capacity));
+    }
     if let Some(alpha) = args.prioritized {
         config = config.prioritized(alpha, 1e-6);
     }
@@ -489,42 +713,56 @@ pub fn import(args: &ImportArgs<'_>) -> Result<ExitCode, Failure> {
         .into());
     }
     let tmp = temp_name(args.dir)?;
-    let result = fill(path, &tmp, config, &mut inputs, n, args.quiet).and_then(|()| {
+    let made = (|| {
+        let mut buf = ReplayBuffer::create(&tmp, config)?;
+        let bar = progress::bar(n, "import", args.quiet);
+        fill(&mut buf, &mut |k| bar.inc(k))?;
+        bar.finish_and_clear();
+        // Every item read must be live (the newest `capacity` of them): a chunk ring
+        // too small would have evicted some for space.
+        let want = n.min(capacity);
+        if buf.len() != want {
+            return Err(Failure::input(
+                args.input,
+                format!(
+                    "the new buffer kept {} of the {want} items it should",
+                    buf.len()
+                ),
+            ));
+        }
+        buf.close()?;
         if args.dir.is_dir() {
             // An empty folder the user made: rename cannot replace it on every system.
             std::fs::remove_dir(args.dir).map_err(|e| Failure::file("replace", args.dir, e))?;
         }
         std::fs::rename(&tmp, args.dir).map_err(|e| Failure::file("rename", args.dir, e))
-    });
-    if let Err(e) = result {
+    })();
+    if let Err(e) = made {
         // Best effort: the half-made buffer is ours.
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     eprintln!(
-        "imported {n} items x {} fields into {} (capacity {capacity})",
-        inputs.len(),
+        "imported {n} items x {fields} fields into {} (capacity {capacity})",
         args.dir.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
-fn fill(
+/// Adds the arrays' rows, a chunk at a time, checking each member's CRC-32 at its end.
+fn fill_npz(
     path: &Path,
-    tmp: &Path,
-    config: Config,
+    buf: &mut ReplayBuffer,
     inputs: &mut [Input],
     n: u64,
-    quiet: bool,
+    done: &mut dyn FnMut(u64),
 ) -> Result<(), Failure> {
-    let mut buf = ReplayBuffer::create(tmp, config)?;
     let row_bytes: usize = inputs.iter().map(|i| i.item_bytes).sum();
     let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
     let mut bufs: Vec<Vec<u8>> = inputs
         .iter()
         .map(|i| vec![0u8; chunk as usize * i.item_bytes])
         .collect();
-    let bar = progress::bar(n, "import", quiet);
     let mut at = 0;
     while at < n {
         let rows = (n - at).min(chunk);
@@ -552,9 +790,8 @@ fn fill(
             .collect();
         buf.add_batch(&cols)?;
         at += rows;
-        bar.inc(rows);
+        done(rows);
     }
-    bar.finish_and_clear();
     for i in inputs.iter() {
         let got = i.crc.clone().finalize();
         if got != i.entry.crc {
@@ -567,6 +804,5 @@ fn fill(
             ));
         }
     }
-    buf.close()?;
     Ok(())
 }
