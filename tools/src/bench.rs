@@ -351,10 +351,10 @@ pub fn run(
                 })
             })
             .collect();
-        println!("{:#}", json!({"quick": quick, "results": items}));
+        say!("{:#}", json!({"quick": quick, "results": items}));
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    say!(
         "{:<24} {:>10} {:>21} {:>9} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
         "workload",
         "median",
@@ -369,7 +369,7 @@ pub fn run(
     );
     for r in &rows {
         let (lo, hi) = min_max(&r.values);
-        println!(
+        say!(
             "{:<24} {:>10.2} {:>21} {:>9} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
             r.name,
             r.median(),
@@ -387,7 +387,7 @@ pub fn run(
             (base.as_ref().and_then(|b| b.better(r))).map_or("-".into(), |x| format!("{x:.2}x")),
         );
     }
-    println!(
+    say!(
         "floor: the best run of the same work by a plain Rust kernel over memory of the same size on this \
          host, this run (bench --help); vs base: times better than --baseline"
     );

@@ -34,7 +34,7 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
             .iter()
             .map(|p| json!({"file": p.file, "offset": p.offset, "problem": p.what}))
             .collect();
-        println!(
+        say!(
             "{:#}",
             json!({
                 "sound": report.is_sound(),
@@ -49,12 +49,12 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
         );
     } else {
         for n in &report.notes {
-            println!("note: {n}");
+            say!("note: {n}");
         }
         for p in &report.problems {
-            println!("problem: {p}");
+            say!("problem: {p}");
         }
-        println!(
+        say!(
             "{}: {}{} segments, {} items checked ({} snapshot{}{}), {} problems",
             if report.is_sound() {
                 "sound"

@@ -161,15 +161,13 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let steps = steps.max(1);
     let capacity = (steps / 2).max(1);
     let schema = schema()?;
-    println!(
-        "replaystore demo: {steps} steps of a point-mass environment into a buffer of {capacity}"
-    );
-    println!("  buffer   {}", dir.display());
+    say!("replaystore demo: {steps} steps of a point-mass environment into a buffer of {capacity}");
+    say!("  buffer   {}", dir.display());
 
     let t = Instant::now();
     let config = Config::new(schema, capacity).seed(7).prioritized(0.6, 1e-6);
     let mut buf = ReplayBuffer::create(&dir, config)?;
-    println!("  create   {:.1} ms (disk reserved up front)", ms(t));
+    say!("  create   {:.1} ms (disk reserved up front)", ms(t));
 
     let mut env = PointMass::new(ENV_SEED);
     let mut episodes = 0u64;
@@ -180,7 +178,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         buf.add(&columns(&s))?;
     }
     let secs = t.elapsed().as_secs_f64();
-    println!(
+    say!(
         "  add      {steps} steps one at a time in {:.1} ms: {:.2} M steps/s (incl. the environment), {episodes} episodes ended",
         secs * 1e3,
         steps as f64 / secs / 1e6
@@ -193,7 +191,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         buf.sample_into(BATCH, &mut batch)?;
     }
     let secs = t.elapsed().as_secs_f64();
-    println!(
+    say!(
         "  sample   {batches} uniform batches of {BATCH} (every field copied out) in {:.1} ms: {:.0} k batches/s",
         secs * 1e3,
         batches as f64 / secs / 1e3
@@ -213,7 +211,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         buf.update_priorities(batch.indices(), &td)?;
     }
     let secs = t.elapsed().as_secs_f64();
-    println!(
+    say!(
         "  per      {batches} prioritized batches of {BATCH} + priority updates in {:.1} ms: {:.1} k iterations/s",
         secs * 1e3,
         batches as f64 / secs / 1e3
@@ -222,12 +220,12 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
 
     let t = Instant::now();
     buf.close()?;
-    println!("  close    {:.1} ms (msync + durable commit)", ms(t));
+    say!("  close    {:.1} ms (msync + durable commit)", ms(t));
 
     let t = Instant::now();
     let mut buf = ReplayBuffer::open(&dir)?;
     let same_priorities = buf.priority_summary() == before;
-    println!(
+    say!(
         "  reopen   {:.1} ms, {} items live (indices {}..{}), no rebuild; priorities {}",
         ms(t),
         buf.len(),
@@ -267,7 +265,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         }
     }
     let ok = mismatches == 0;
-    println!(
+    say!(
         "  check    {} items against the environment in {:.1} ms: {}",
         buf.len(),
         ms(t),
@@ -293,7 +291,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let resumed = buf.live() == live
         && again.indices() == next_batch.indices()
         && again.weights() == next_batch.weights();
-    println!(
+    say!(
         "  state    get_state {save_ms:.1} ms ({} bytes of State), ran {ahead} steps ahead, set_state {load_ms:.1} ms: {}",
         state.to_bytes().len(),
         if resumed {
@@ -307,7 +305,7 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
 
     let t = Instant::now();
     let report = verify(&dir)?;
-    println!(
+    say!(
         "  verify   {} in {:.1} ms: {} segments, {} items ({} snapshot), {} problems",
         if report.is_sound() {
             "sound"
@@ -320,14 +318,14 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         report.snapshots_checked,
         report.problems.len()
     );
-    println!(
+    say!(
         "  stats    added {}  evicted {}  sampled {}  on disk {}",
         stats.added,
         stats.evicted,
         stats.sampled,
         crate::info::human(stats.bytes_on_disk)
     );
-    println!(
+    say!(
         "  next     replaystore info {0}   |   replaystore verify {0}   |   replaystore snapshots {0}",
         dir.display()
     );

@@ -150,6 +150,20 @@ pub fn engine_code(e: &Error) -> u8 {
     }
 }
 
+/// Writes one line to standard output; a closed pipe exits with status 0 (the reader
+/// has what it wanted), any other failure with the "other error" status.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        drop(out);
+        let broken = e.kind() == std::io::ErrorKind::BrokenPipe;
+        let failure = Failure::Stdout(e);
+        failure.report();
+        std::process::exit(if broken { 0 } else { i32::from(failure.code()) });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

@@ -87,11 +87,11 @@ fn values_json(v: &ValueStats) -> serde_json::Value {
 /// `values` lines: each field's lengths, then what the chunk ring holds.
 fn print_values(v: &ValueStats) {
     if let Some(p) = &v.problem {
-        println!("values     unreadable: {p}");
+        say!("values     unreadable: {p}");
         return;
     }
     let total: u64 = v.fields.iter().map(|f| f.bytes).sum();
-    println!(
+    say!(
         "values     {} in live values; chunk ring {} used of {}",
         human(total),
         human(v.chunk_bytes_used),
@@ -99,13 +99,13 @@ fn print_values(v: &ValueStats) {
     );
     for f in &v.fields {
         match f.lengths {
-            Some((lo, mid, p99, hi)) => println!(
+            Some((lo, mid, p99, hi)) => say!(
                 "  {:<16} {} min {lo}  median {mid}  p99 {p99}  max {hi}  ({})",
                 f.field,
                 f.unit,
                 human(f.bytes)
             ),
-            None => println!("  {:<16} no live values", f.field),
+            None => say!("  {:<16} no live values", f.field),
         }
     }
 }
@@ -114,12 +114,15 @@ fn print_values(v: &ValueStats) {
 const BAR: u64 = 40;
 
 fn print_priorities(p: &PriorityInfo) {
-    println!(
+    say!(
         "priorities alpha {}  eps {}  {}-ary sum-tree, total {:.6e}",
-        p.alpha, p.eps, p.arity, p.total
+        p.alpha,
+        p.eps,
+        p.arity,
+        p.total
     );
     match p.min_max {
-        Some((lo, hi)) => println!(
+        Some((lo, hi)) => say!(
             "           priority+eps of live items: min {lo:.4e}  max {hi:.4e}{}",
             if p.zero > 0 {
                 format!("  ({} at 0)", p.zero)
@@ -127,17 +130,19 @@ fn print_priorities(p: &PriorityInfo) {
                 String::new()
             }
         ),
-        None if p.zero > 0 => println!("           all {} live items have priority 0", p.zero),
-        None => println!("           no live items"),
+        None if p.zero > 0 => say!("           all {} live items have priority 0", p.zero),
+        None => say!("           no live items"),
     }
-    println!(
+    say!(
         "           new items get {:.4e}; {} updates applied, {} stale skipped",
-        p.max_seen, p.updates, p.stale_updates
+        p.max_seen,
+        p.updates,
+        p.stale_updates
     );
     let most = p.histogram.iter().map(|b| b.2).max().unwrap_or(0).max(1);
     for &(lo, hi, n) in &p.histogram {
         let bar = "#".repeat(((n * BAR).div_ceil(most)) as usize);
-        println!("  {lo:>10.3e} .. {hi:<10.3e} {n:>10} {bar}");
+        say!("  {lo:>10.3e} .. {hi:<10.3e} {n:>10} {bar}");
     }
 }
 
@@ -148,31 +153,32 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
     }
     let info = inspect(dir)?;
     if as_json {
-        println!("{:#}", info_json(&info));
+        say!("{:#}", info_json(&info));
         return Ok(ExitCode::SUCCESS);
     }
     let c = &info.commit;
-    println!("buffer     {}", info.dir.display());
-    println!(
+    say!("buffer     {}", info.dir.display());
+    say!(
         "uuid       {}  (format version {})",
-        info.uuid, info.format_version
+        info.uuid,
+        info.format_version
     );
     print_schema(&info);
     let pct = 100.0 * info.len() as f64 / info.capacity as f64;
-    println!(
+    say!(
         "fill       {} / {} items ({pct:.1}%)",
         info.len(),
         info.capacity
     );
-    println!("indices    {}..{}", c.head, c.tail);
-    println!(
+    say!("indices    {}..{}", c.head, c.tail);
+    say!(
         "counters   added {}  evicted {}  cleared {}  sampled {}",
         c.tail,
         c.head - c.cleared,
         c.cleared,
         c.sampled
     );
-    println!(
+    say!(
         "commit     generation {}, {}",
         c.generation,
         if c.is_clean() {
@@ -181,7 +187,7 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
             "writer open or not closed cleanly (open recovers)"
         }
     );
-    println!(
+    say!(
         "files      MANIFEST + {} segments of {} slots x {} bytes{}{}",
         info.segment_count,
         info.segment_slots,
@@ -196,7 +202,7 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
             ""
         }
     );
-    println!(
+    say!(
         "disk       {} on disk, {} of live item data",
         human(info.bytes_on_disk),
         human(info.data_bytes)
@@ -205,12 +211,12 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
         print_values(v);
     }
     if info.fragments {
-        println!("units      fragments (each add / add_batch call is drawn whole)");
+        say!("units      fragments (each add / add_batch call is drawn whole)");
     }
     if let Some(e) = &info.episodes {
         match (&e.problem, e.steps) {
-            (Some(p), _) => println!("episodes   unreadable: {p}"),
-            (None, Some((lo, mean, hi))) => println!(
+            (Some(p), _) => say!("episodes   unreadable: {p}"),
+            (None, Some((lo, mean, hi))) => say!(
                 "episodes   {} ({} ended, {} open); steps min {lo} mean {mean:.1} max {hi}{}",
                 e.count,
                 e.ended,
@@ -218,14 +224,14 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
                 e.mean_return
                     .map_or(String::new(), |r| format!("; mean return {r:.3}"))
             ),
-            (None, None) => println!("episodes   none yet"),
+            (None, None) => say!("episodes   none yet"),
         }
         if info.whole_episodes {
-            println!("eviction   whole episodes (the oldest episode goes at once)");
+            say!("eviction   whole episodes (the oldest episode goes at once)");
         }
     }
     let snaps = snapshots(dir)?;
-    println!(
+    say!(
         "snapshots  {}{}",
         snaps.len(),
         if snaps.is_empty() {
@@ -270,7 +276,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
             })
             .collect();
         let fields = infos.first().map(schema_json).unwrap_or_default();
-        println!(
+        say!(
             "{:#}",
             json!({
                 "dir": dir,
@@ -287,8 +293,8 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("lane set   {}", dir.display());
-    println!(
+    say!("lane set   {}", dir.display());
+    say!(
         "uuid       {}  ({} lanes of {} items; lane K's indices start at K << 56)",
         hex(&file.uuid),
         file.lanes,
@@ -297,13 +303,17 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
     if let Some(first) = infos.first() {
         print_schema(first);
     }
-    println!(
+    say!(
         "fill       {len} / {capacity} items ({:.1}%)",
         100.0 * len as f64 / capacity.max(1) as f64
     );
-    println!(
+    say!(
         "  {:>4}  {:>21}  {:>12}  {:>12}  {:<7}  priorities / episodes",
-        "lane", "positions", "items", "added", "closed"
+        "lane",
+        "positions",
+        "items",
+        "added",
+        "closed"
     );
     for (i, k) in infos.iter().zip(0u32..) {
         let base = first_index(k);
@@ -313,7 +323,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
             (None, Some(e)) => format!("{} episodes, {} ended", e.count, e.ended),
             (None, None) => String::new(),
         };
-        println!(
+        say!(
             "  {k:>4}  {:>21}  {:>12}  {:>12}  {:<7}  {extra}",
             format!("{}..{}", c.head - base, c.tail - base),
             i.len(),
@@ -321,7 +331,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
             if c.is_clean() { "yes" } else { "no" },
         );
     }
-    println!(
+    say!(
         "disk       {} on disk, {} of live item data",
         human(on_disk),
         human(data)
@@ -349,15 +359,15 @@ fn schema_json(info: &Info) -> serde_json::Value {
 }
 
 fn print_schema(info: &Info) {
-    println!("schema");
+    say!("schema");
     for f in info.schema.fields() {
-        println!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
+        say!("  {:<16} {:<5} {:?}", f.name(), f.dtype().name(), f.shape());
     }
     for f in info.schema.var_fields() {
         let max = f
             .max_len()
             .map_or(String::new(), |m| format!(" (at most {m})"));
-        println!(
+        say!(
             "  {:<16} {:<5} variable length{max}",
             f.name(),
             f.kind().name()
@@ -408,22 +418,26 @@ pub fn run_snapshots(
                 })
             })
             .collect();
-        println!("{:#}", json!({"snapshots": items, "deleted": deleted}));
+        say!("{:#}", json!({"snapshots": items, "deleted": deleted}));
         return Ok(ExitCode::SUCCESS);
     }
     for name in &deleted {
-        println!("deleted {name}");
+        say!("deleted {name}");
     }
     if list.is_empty() {
-        println!("no snapshots in {}", dir.display());
+        say!("no snapshots in {}", dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    say!(
         "{:<24} {:>10} {:>12} {:>12} {:>12}  status",
-        "name", "generation", "items", "shared", "owned"
+        "name",
+        "generation",
+        "items",
+        "shared",
+        "owned"
     );
     for s in &list {
-        println!(
+        say!(
             "{:<24} {:>10} {:>12} {:>12} {:>12}  {}",
             s.name,
             s.commit.map_or("-".into(), |c| c.generation.to_string()),

@@ -1,6 +1,16 @@
 //! The `replaystore` command: look at, check, move and try out replay buffers. The exit
 //! statuses are in `fail::EXIT_HELP` (and `--help`).
 
+/// `println!` for the command's standard output: a closed pipe (`info | head`) ends
+/// the process quietly with status 0, as `dump` does through `Failure::Stdout`, instead
+/// of panicking mid-line. Every command that prints this way only reads or has
+/// finished writing, so exiting there loses nothing.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::fail::say(format_args!($($arg)*))
+    };
+}
+
 mod bench;
 mod check;
 mod ckpt;

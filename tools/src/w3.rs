@@ -75,11 +75,11 @@ pub fn reader(dir: &Path, seconds: f64) -> Result<ExitCode, Error> {
     let mut batch = Batch::default();
     // Touch the outputs once so the batch's memory counts, then wait for the start.
     reader.sample_into(BATCH, &mut batch)?;
-    println!("ready");
+    say!("ready");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let rate = sample_for(|b| reader.sample_into(BATCH, b), &mut batch, seconds)?;
-    println!("{rate} {}", rss_anon());
+    say!("{rate} {}", rss_anon());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -742,3 +742,29 @@ fn a_damaged_row_is_never_dumped_exported_or_sampled() {
     }
     assert!(!out.exists(), "export left no file behind");
 }
+
+#[test]
+fn info_verify_and_snapshots_into_a_closed_pipe_end_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    make(&dir, 50, 80, true);
+    for args in [
+        vec!["info", s(&dir)],
+        vec!["info", s(&dir), "--json"],
+        vec!["verify", s(&dir)],
+        vec!["snapshots", s(&dir)],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_replaystore"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the first line, as with `| head -0` or a closed
+        // terminal: the first write fails.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out));
+    }
+}
