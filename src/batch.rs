@@ -127,6 +127,10 @@ impl FieldArray {
 pub struct Batch {
     fields: Vec<FieldArray>,
     values: Vec<VarArray>,
+    /// The value storage of the last draw, handed to the next one in field order: a
+    /// batch reused draw after draw allocates (and zeroes, and faults in) its values'
+    /// memory once, not on every draw.
+    spare: Vec<Vec<u64>>,
     indices: Vec<u64>,
     weights: Vec<f32>,
 }
@@ -229,6 +233,7 @@ impl Batch {
                 .map(|f| FieldArray::zeroed(f, rows))
                 .collect(),
             values: Vec::new(),
+            spare: Vec::new(),
             indices: vec![0; rows],
             weights: Vec::new(),
         }
@@ -375,7 +380,8 @@ impl Sink for Batch {
         if !weighted {
             self.weights.clear();
         }
-        self.values.clear();
+        // Reversed, so that popping hands them out in the order they were used.
+        self.spare.extend(self.values.drain(..).rev().map(|v| v.words));
         let (mut indices, mut weights) = (
             Some(bytemuck::cast_slice_mut::<u64, u8>(&mut self.indices)),
             Some(bytemuck::cast_slice_mut::<f32, u8>(&mut self.weights)),
@@ -405,10 +411,14 @@ impl Sink for Batch {
             offsets.push(at);
         }
         let len = at as usize;
+        // The draw writes every byte of `..len`: only memory beyond the last draw's is
+        // zeroed first (so nothing uninitialised is ever seen), none is cleared again.
+        let mut words = self.spare.pop().unwrap_or_default();
+        words.resize(len.div_ceil(8), 0);
         self.values.push(VarArray {
             name: field.name().to_owned(),
             kind: field.kind(),
-            words: vec![0u64; len.div_ceil(8)],
+            words,
             len,
             offsets,
         });

@@ -241,16 +241,16 @@ pub fn run(
         "w1" => (vec![Workload::W1], false),
         "w2" => (vec![Workload::W2], false),
         "w3" => (vec![], true),
-        "ckpt" | "w4" => (vec![], false),
+        "ckpt" | "w4" | "w5" => (vec![], false),
         "all" => (vec![Workload::W1, Workload::W2], true),
         other => {
             return Err(Error::InvalidConfig {
                 field: "workload",
-                problem: format!("{other:?} is not W1, W2, W3, W4, ckpt or all"),
+                problem: format!("{other:?} is not W1, W2, W3, W4, W5, ckpt or all"),
             });
         }
     };
-    let (ckpt, w4) = (name == "ckpt", name == "w4");
+    let (ckpt, w4, w5) = (name == "ckpt", name == "w4", name == "w5");
     let runs = runs.max(1);
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let scratch = parent.join(format!("replaystore-bench-{}", std::process::id()));
@@ -305,6 +305,15 @@ pub fn run(
             bar.suspend(|| eprintln!("W4: filling a ring larger than memory, then sampling..."));
         }
         match crate::w4::rows(&scratch, quick) {
+            Ok(r) => rows.extend(r),
+            Err(e) => result = Err(e),
+        }
+    }
+    if w5 && !floors_only && result.is_ok() {
+        if !as_json {
+            bar.suspend(|| eprintln!("W5: LLM self-play steps, {runs} runs of add and sample..."));
+        }
+        match crate::w5::rows(&scratch, runs, quick) {
             Ok(r) => rows.extend(r),
             Err(e) => result = Err(e),
         }

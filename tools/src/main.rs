@@ -28,6 +28,7 @@ mod source;
 mod transfer;
 mod w3;
 mod w4;
+mod w5;
 mod workloads;
 #[cfg(test)]
 mod workloads_tests;
@@ -98,8 +99,10 @@ enum Command {
         /// W1, W2, W3, all (W1, W2 and W3), ckpt: checkpoint latency p50/p99 as a
         /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
         /// prioritized; --runs is then the number of checkpoints per case, at least 100),
-        /// or w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
-        /// (skipped when the disk lacks the space; --quick: 140 MB).
+        /// w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
+        /// (skipped when the disk lacks the space; --quick: 140 MB), or w5: LLM
+        /// self-play steps of text and token arrays (add in batches of 64 and one at a
+        /// time, sample 256 padded and flat beside a memcpy of the same bytes).
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard
