@@ -1,8 +1,19 @@
 """W1 and W2 (docs/WORKLOADS.md) through replaystore's Python API and, when they are
 installed, through cpprb, TorchRL (LazyMemmapStorage) and Tianshou, side by side in one
-run, with ratios (how many times better replaystore is than each).
+run, with ratios (how many times better replaystore is than each); and W5 (LLM
+self-play steps of text and token arrays) beside what UnstableBaselines' StepBuffer
+keeps (a Python list of dataclasses) and TorchRL (ListStorage, padded with
+pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
+    python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
+
+W5 figures: addB (batches of 64 into a new buffer) and addB_lap (into a full one) in
+steps/s and GB/s of payload, add1 (one step per call), sample_padded (256 steps, every
+variable-length field padded, as a trainer feeds a model) and, for replaystore,
+sample_flat (values end to end with offsets) beside memcpy_floor: the same payload bytes
+per batch at this host's memcpy rate, the floor the issue sets "within 3x" of.
+Sample-and-remove (W5-pop) waits for item lifecycles (issue 30).
 
 Each (library, workload) runs in its own child process, so peak memory is its own and
 one library's page cache use does not tilt the next one's figures more than the machine
@@ -26,6 +37,7 @@ as a share of it too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -265,8 +277,228 @@ class Tianshou:
 
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou}
 
+# -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
+
+W5_SCHEMA = {
+    "obs": "str",
+    "act": "str",
+    "tokens": ("int32", (None,)),
+    "logprobs": ("float32", (None,)),
+    "reward": "float32",
+    "pid": "int8",
+    "env_id": "str",
+}
+
+
+def w5_steps(n, seed=5):
+    """W5's steps: text of log-normal lengths (obs median 2 KB in 0.5-8 KB, act 400 B in
+    0.1-2 KB), token arrays of 128-2,048 with log-probs of the same length, 8 env ids;
+    and the payload bytes of all of them."""
+    rng = np.random.default_rng(seed)
+
+    def lengths(lo, hi, median):
+        return np.clip(rng.lognormal(np.log(median), 0.6, n), lo, hi).astype(int)
+
+    text = bytes(rng.choice(np.frombuffer(b"abcdefghijklmnopqrstuvwxyz .,", np.uint8), 4 << 20))
+    starts = rng.integers(0, (4 << 20) - 8192, n)
+    obs = [text[s:s + k].decode() for s, k in zip(starts, lengths(500, 8000, 2000))]
+    act = [text[s:s + k].decode() for s, k in zip(starts[::-1], lengths(100, 2000, 400))]
+    tok_len = rng.integers(128, 2049, n)
+    tokens = [rng.integers(0, 50_000, k, dtype=np.int32) for k in tok_len]
+    logprobs = [(-rng.random(k)).astype(np.float32) for k in tok_len]
+    envs = [f"TicTacToe-v{i % 8}-train" for i in range(n)]
+    payload = sum(len(o) + len(a) + 8 * len(t) + len(e) + 5 for o, a, t, e in zip(obs, act, tokens, envs))
+    return {"obs": obs, "act": act, "tokens": tokens, "logprobs": logprobs, "env_id": envs}, payload
+
+
+class W5Replaystore:
+    """replaystore: add_batch of 64 and add, sample 256 padded (and flat)."""
+
+    def __init__(self, n, path):
+        import replaystore as rs
+        # The chunk ring holds as many steps as the rows: about 12 KiB each.
+        self.buf = rs.ReplayBuffer.create(path, W5_SCHEMA, n, heap_bytes=n * 12 * 1024)
+
+    def add_batch(self, steps, i, j):
+        self.buf.add_batch({
+            "obs": steps["obs"][i:j], "act": steps["act"][i:j], "tokens": steps["tokens"][i:j],
+            "logprobs": steps["logprobs"][i:j], "env_id": steps["env_id"][i:j],
+            "reward": np.zeros(j - i, np.float32), "pid": (np.arange(i, j) % 2).astype(np.int8)})
+
+    def add1(self, steps, i):
+        self.buf.add(obs=steps["obs"][i], act=steps["act"][i], tokens=steps["tokens"][i],
+                     logprobs=steps["logprobs"][i], reward=0.0, pid=i % 2, env_id=steps["env_id"][i])
+
+    def settle(self):
+        # Sealed, as after a checkpoint: every value drawn is checked against its crc.
+        self.buf.flush()
+
+    def sample_padded(self, n):
+        return self.buf.sample(n, values="padded")
+
+    def sample_flat(self, n):
+        return self.buf.sample(n, values="flat")
+
+    def close(self):
+        self.buf.close()
+
+
+@dataclasses.dataclass
+class Step:
+    """``unstable._types.Step`` with the step's tokens and log-probs beside it."""
+
+    pid: int
+    obs: str
+    act: str
+    reward: float
+    env_id: str
+    tokens: np.ndarray
+    logprobs: np.ndarray
+
+
+class W5List:
+    """What ``unstable.buffers.StepBuffer`` keeps: a Python list of dataclasses, padded
+    from Python for a batch (``random.sample``, then NumPy per field)."""
+
+    def __init__(self, n, path):
+        self.steps = []
+
+    @staticmethod
+    def _step(steps, i):
+        return Step(i % 2, steps["obs"][i], steps["act"][i], 0.0, steps["env_id"][i],
+                    steps["tokens"][i], steps["logprobs"][i])
+
+    def add_batch(self, steps, i, j):
+        self.steps.extend(self._step(steps, k) for k in range(i, j))
+
+    def add1(self, steps, i):
+        self.steps.append(self._step(steps, i))
+
+    def sample_padded(self, n):
+        import random
+        picked = random.sample(self.steps, n)
+        width = max(len(s.tokens) for s in picked)
+        tok = np.zeros((n, width), np.int32)
+        lp = np.zeros((n, width), np.float32)
+        for r, s in enumerate(picked):
+            tok[r, :len(s.tokens)] = s.tokens
+            lp[r, :len(s.logprobs)] = s.logprobs
+        return tok, lp, [s.obs for s in picked], [s.act for s in picked]
+
+    def close(self):
+        pass
+
+
+class W5TorchRL:
+    """TorchRL's ReplayBuffer over ListStorage (any Python object per item: a dict of
+    text and tensors), batches padded with ``pad_sequence``, as a TorchRL user pads."""
+
+    def __init__(self, n, path):
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+        from torchrl.data import ListStorage, ReplayBuffer
+        self.torch, self.pad = torch, pad_sequence
+        self.rb = ReplayBuffer(storage=ListStorage(max_size=n), collate_fn=lambda x: x)
+
+    def _item(self, steps, i):
+        t = self.torch
+        return {"obs": steps["obs"][i], "act": steps["act"][i], "env_id": steps["env_id"][i],
+                "tokens": t.from_numpy(steps["tokens"][i]), "logprobs": t.from_numpy(steps["logprobs"][i]),
+                "reward": 0.0, "pid": i % 2}
+
+    def add_batch(self, steps, i, j):
+        self.rb.extend([self._item(steps, k) for k in range(i, j)])
+
+    def add1(self, steps, i):
+        self.rb.add(self._item(steps, i))
+
+    def sample_padded(self, n):
+        items = self.rb.sample(n)
+        tok = self.pad([x["tokens"] for x in items], batch_first=True)
+        lp = self.pad([x["logprobs"] for x in items], batch_first=True)
+        return tok, lp, [x["obs"] for x in items], [x["act"] for x in items]
+
+    def close(self):
+        pass
+
+
+W5_LIBS = {"replaystore": W5Replaystore, "list": W5List, "torchrl": W5TorchRL}
+
+
+def child_w5(lib_name, quick, runs, scratch):
+    """W5's figures for one library: addB (batches of 64 into a new buffer, then a lap
+    of a full one), add1, and sample 256 padded; for replaystore also flat, and the
+    memcpy floor of the same payload bytes per batch."""
+    n = 100_000 // (16 if quick else 1)
+    draws = 200 // (4 if quick else 1)
+    steps, payload = w5_steps(n)
+    lib = W5_LIBS[lib_name]
+    results = {}
+
+    def put(key, vals):
+        results[key] = vals
+        print(json.dumps(results), flush=True)
+
+    add_b, lap, add1, padded, flat = [], [], [], [], []
+    for r in range(runs):
+        path = os.path.join(scratch, f"{lib_name}-W5-{r}")
+        t = time.perf_counter()
+        b = lib(n, path)
+        for i in range(0, n, 64):
+            b.add_batch(steps, i, min(i + 64, n))
+        add_b.append(n / (time.perf_counter() - t))
+        # A lap until every ring has wrapped, then one timed: the steady state.
+        for i in range(0, n, 64):
+            b.add_batch(steps, i, min(i + 64, n))
+        t = time.perf_counter()
+        for i in range(0, n, 64):
+            b.add_batch(steps, i, min(i + 64, n))
+        lap.append(n / (time.perf_counter() - t))
+        m = n // 5
+        t = time.perf_counter()
+        for i in range(m):
+            b.add1(steps, i)
+        add1.append(m / (time.perf_counter() - t))
+        getattr(b, "settle", lambda: None)()
+        t = time.perf_counter()
+        for _ in range(draws):
+            b.sample_padded(256)
+        padded.append(draws / (time.perf_counter() - t))
+        if hasattr(b, "sample_flat"):
+            t = time.perf_counter()
+            for _ in range(draws):
+                b.sample_flat(256)
+            flat.append(draws / (time.perf_counter() - t))
+        b.close()
+        del b
+        shutil.rmtree(path, ignore_errors=True)
+    put("addB", add_b)
+    put("addB_lap", lap)
+    put("add1", add1)
+    put("addB_GBps", [x * payload / n / 1e9 for x in add_b])
+    put("addB_lap_GBps", [x * payload / n / 1e9 for x in lap])
+    put("sample_padded", padded)
+    if flat:
+        put("sample_flat", flat)
+        # The same payload bytes per batch at this host's memcpy rate, over arrays far
+        # larger than the caches (a batch's values lie anywhere in the ring).
+        big = np.ones(64 << 20, np.uint64)
+        dst = np.empty_like(big)
+        np.copyto(dst, big)
+        best = 0.0
+        for _ in range(3):
+            t = time.perf_counter()
+            np.copyto(dst, big)
+            best = max(best, big.nbytes / (time.perf_counter() - t))
+        put("memcpy_floor", [best / (payload / n * 256)])
+    results["peak_rss_mib"] = [status_mib("VmHWM")]
+    print(json.dumps(results))
+
+
 
 def available(name):
+    if name == "list":
+        return True
     try:
         __import__(name)
         return True
@@ -451,7 +683,9 @@ def frame_stacks(capacity, iters, runs, scratch):
     return out
 
 
-UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s", "sample": "batches/s", "sample_out": "batches/s",
+UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
+         "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
+         "sample_flat": "batches/s", "memcpy_floor": "batches/s", "sample": "batches/s", "sample_out": "batches/s",
          "sample_kept": "batches/s", "sample_stack4": "batches/s", "stack4_ring_mib": "MiB",
          "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
@@ -543,29 +777,43 @@ def main():
     # pools are left as they are.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.child:
-        child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
+        if args.child[1] == "W5":
+            child_w5(args.child[0], args.quick, args.runs, args.scratch)
+        else:
+            child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
         return
-    libs = [n for n in args.only.split(",") if n in LIBS and available(n)]
-    skipped = [n for n in args.only.split(",") if n not in libs]
+    workloads = args.workloads.split(",")
+    known = set(LIBS) | (set(W5_LIBS) if "W5" in workloads else set())
+    only = args.only.split(",") + (["list"] if "W5" in workloads and "list" not in args.only else [])
+    libs = [n for n in only if n in known and available(n)]
+    skipped = [n for n in only if n not in libs]
     scratch = tempfile.mkdtemp(prefix="replaystore-compare-")
     table = {}
     failed = {}
     floor = {}
     disk = {}
     try:
-        for w in args.workloads.split(","):
-            # Measured in the same run as the libraries, before them.
-            floor[w] = floors(w, args.quick, args.runs)
-            fields, capacity, _ = SPEC[w]
-            ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
-            disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
+        for w in workloads:
+            if w != "W5":
+                # Measured in the same run as the libraries, before them.
+                floor[w] = floors(w, args.quick, args.runs)
+                fields, capacity, _ = SPEC[w]
+                ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
+                disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
             for lib in libs:
+                if lib not in (W5_LIBS if w == "W5" else LIBS):
+                    continue
                 cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
                     cmd.append("--quick")
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 lines = out.stdout.strip().splitlines()
                 table[(w, lib)] = json.loads(lines[-1]) if lines else {}
+                if w == "W5" and lib == "replaystore" and table[(w, lib)].get("memcpy_floor"):
+                    # The floor of a W5 draw: a memcpy of its payload bytes (measured by
+                    # replaystore's child, in the same run).
+                    mem = table[(w, lib)]["memcpy_floor"]
+                    floor[w] = {"sample_padded": mem, "sample_flat": mem}
                 if out.returncode != 0:
                     # A library that cannot run a workload here is a result too (cpprb's
                     # save of W2 runs out of memory on a 24 GB machine); the figures it
@@ -584,18 +832,18 @@ def main():
     others = [lib for lib in libs if lib != "replaystore"]
     ratio_cols = [f"vs {lib}" for lib in others] if "replaystore" in libs else []
     floor_cols = ["floor", "ours/floor"] if "replaystore" in libs and any(floor.values()) else []
-    print(f"{'figure':<20} {'unit':<10}" + "".join(f"{lib:>28}" for lib in libs)
+    print(f"{'figure':<20} {'unit':<10}" + "".join(f"{lib:>31}" for lib in libs)
           + "".join(f"{c:>13}" for c in ratio_cols + floor_cols))
-    for w in args.workloads.split(","):
+    for w in workloads:
         for key, unit in UNITS.items():
-            cells = [table[(w, lib)].get(key) for lib in libs]
+            cells = [table.get((w, lib), {}).get(key) for lib in libs]
             if not any(cells):
                 continue
             shown = [fmt(c) if c else ("failed" if (w, lib) in failed else "-") for c, lib in zip(cells, libs)]
-            line = f"{w + '-' + key:<20} {unit:<10}" + "".join(f"{c:>28}" for c in shown)
+            line = f"{w + '-' + key:<20} {unit:<10}" + "".join(f"{c:>31}" for c in shown)
             ours = table[(w, "replaystore")].get(key) if "replaystore" in libs else None
             for lib in others if ratio_cols else []:
-                theirs = table[(w, lib)].get(key)
+                theirs = table.get((w, lib), {}).get(key)
                 if ours and theirs:
                     a, b = statistics.median(ours), statistics.median(theirs)
                     ratio = (b / a) if unit in ("s", "MiB") else (a / b)
@@ -603,7 +851,7 @@ def main():
                 else:
                     line += f"{'-':>13}"
             if floor_cols:
-                f = floor[w].get(key)
+                f = floor.get(w, {}).get(key)
                 if f and ours:
                     line += f"{f[0]:>13.4g}{100 * statistics.median(ours) / f[0]:>12.0f}%"
                 else:

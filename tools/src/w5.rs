@@ -121,7 +121,7 @@ impl Chunk {
     }
 }
 
-/// A log-normal length of median `median` (sigma 0.6, as python/bench/w5.py draws),
+/// A log-normal length of median `median` (sigma 0.6, as python/bench/compare.py draws),
 /// clamped to `lo..=hi`.
 fn log_normal(s: &mut u64, median: f64, lo: usize, hi: usize) -> usize {
     let u = |s: &mut u64| ((xorshift(s) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
