@@ -178,29 +178,37 @@ fn pool() -> Vec<Chunk> {
 }
 
 /// A sink of 2-D arrays: each variable-length field padded with zeros to the batch's
-/// longest value, as Python's `values="padded"` returns; new arrays every draw, as a
-/// trainer that keeps each batch gets.
+/// longest value, as Python's `values="padded"` returns. Its arrays are reused draw
+/// after draw, as a Rust trainer would keep them, and only each row's padding is
+/// written by the sink (the draw writes the value before it).
 #[derive(Default)]
 struct Padded {
     fixed: Vec<Vec<u8>>,
     values: Vec<Vec<u8>>,
+    used: usize,
 }
 
 impl Sink for Padded {
     fn arrays(&mut self, layout: &Layout<'_>) -> Result<Vec<&mut [u8]>, Error> {
-        self.values.clear();
-        self.fixed = layout
-            .arrays()
-            .iter()
-            .map(|a| vec![0u8; a.bytes()])
-            .collect();
+        self.used = 0;
+        self.fixed.resize_with(layout.len(), Vec::new);
+        for (v, a) in self.fixed.iter_mut().zip(layout.arrays()) {
+            v.resize(a.bytes(), 0);
+        }
         Ok(self.fixed.iter_mut().map(Vec::as_mut_slice).collect())
     }
 
     fn values(&mut self, _field: &VarField, lengths: &[u64]) -> Result<ValuesOut<'_>, Error> {
         let row_bytes = lengths.iter().copied().max().unwrap_or(0) as usize;
-        self.values.push(vec![0u8; row_bytes * lengths.len()]);
-        let bytes = self.values.last_mut().ok_or(Error::Empty)?;
+        if self.values.len() == self.used {
+            self.values.push(Vec::new());
+        }
+        let bytes = self.values.get_mut(self.used).ok_or(Error::Empty)?;
+        self.used += 1;
+        bytes.resize(row_bytes * lengths.len(), 0);
+        for (row, &n) in bytes.chunks_mut(row_bytes.max(1)).zip(lengths) {
+            row.get_mut(n as usize..).unwrap_or_default().fill(0);
+        }
         Ok(ValuesOut::Rows { bytes, row_bytes })
     }
 }
