@@ -169,6 +169,13 @@ impl VarArray {
         self.len() == 0
     }
 
+    /// Every value's bytes, end to end, to be written.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.words);
+        let len = self.len.min(all.len());
+        all.get_mut(..len).unwrap_or_default()
+    }
+
     /// Every value's bytes, end to end.
     pub fn bytes(&self) -> &[u8] {
         let all: &[u8] = bytemuck::cast_slice(&self.words);
@@ -381,7 +388,8 @@ impl Sink for Batch {
             self.weights.clear();
         }
         // Reversed, so that popping hands them out in the order they were used.
-        self.spare.extend(self.values.drain(..).rev().map(|v| v.words));
+        self.spare
+            .extend(self.values.drain(..).rev().map(|v| v.words));
         let (mut indices, mut weights) = (
             Some(bytemuck::cast_slice_mut::<u64, u8>(&mut self.indices)),
             Some(bytemuck::cast_slice_mut::<f32, u8>(&mut self.weights)),
@@ -403,6 +411,31 @@ impl Sink for Batch {
     }
 
     fn values(&mut self, field: &VarField, lengths: &[u64]) -> Result<ValuesOut<'_>> {
+        self.push_values(field, lengths);
+        let v = self.values.last_mut().ok_or(Error::Empty)?;
+        Ok(ValuesOut::EndToEnd(v.bytes_mut()))
+    }
+
+    fn all_values(
+        &mut self,
+        fields: &[&VarField],
+        lengths: &[Vec<u64>],
+    ) -> Result<Option<Vec<ValuesOut<'_>>>> {
+        for (field, l) in fields.iter().zip(lengths) {
+            self.push_values(field, l);
+        }
+        Ok(Some(
+            self.values
+                .iter_mut()
+                .map(|v| ValuesOut::EndToEnd(v.bytes_mut()))
+                .collect(),
+        ))
+    }
+}
+
+impl Batch {
+    /// Storage for one field's values of `lengths` bytes each, end to end.
+    fn push_values(&mut self, field: &VarField, lengths: &[u64]) {
         let mut offsets = Vec::with_capacity(lengths.len() + 1);
         let mut at = 0u64;
         offsets.push(0);
@@ -422,10 +455,5 @@ impl Sink for Batch {
             len,
             offsets,
         });
-        let v = self.values.last_mut().ok_or(Error::Empty)?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v.words);
-        Ok(ValuesOut::EndToEnd(
-            bytes.get_mut(..len).unwrap_or_default(),
-        ))
     }
 }

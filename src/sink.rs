@@ -396,6 +396,21 @@ pub trait Sink {
             field.kind().name()
         )))
     }
+
+    /// Storage for the values of every variable-length field of the draw at once: one
+    /// [`ValuesOut`] per field of `fields`, in that order, `lengths[f]` the lengths in
+    /// bytes of field `f`'s values. A draw given them copies each row's values
+    /// together: a row's values lie end to end in the chunk ring, so its bytes are
+    /// read once, in order, and a chunk two of them share is checked once. `None` (the
+    /// default) has the draw ask [`Sink::values`] field by field instead.
+    fn all_values(
+        &mut self,
+        fields: &[&VarField],
+        lengths: &[Vec<u64>],
+    ) -> Result<Option<Vec<ValuesOut<'_>>>> {
+        let _ = (fields, lengths);
+        Ok(None)
+    }
 }
 
 /// Where a draw copies the values of one variable-length field.

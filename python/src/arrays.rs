@@ -409,6 +409,44 @@ impl Sink for NumpySink {
     }
 
     fn values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<ValuesOut<'_>> {
+        self.push_values(field, lengths);
+        let v = self.values.last_mut().ok_or(replaystore::Error::Empty)?;
+        Ok(v.out())
+    }
+
+    fn all_values(
+        &mut self,
+        fields: &[&VarField],
+        lengths: &[Vec<u64>],
+    ) -> replaystore::Result<Option<Vec<ValuesOut<'_>>>> {
+        for (field, l) in fields.iter().zip(lengths) {
+            self.push_values(field, l);
+        }
+        Ok(Some(self.values.iter_mut().map(VarValues::out).collect()))
+    }
+}
+
+impl VarValues {
+    /// Where a draw copies these values: end to end, or one padded row each.
+    fn out(&mut self) -> ValuesOut<'_> {
+        let size = self.kind.dtype().size();
+        let width = self.width;
+        let bytes = self.owned.bytes();
+        match width {
+            Some(w) => ValuesOut::Rows {
+                bytes,
+                row_bytes: w * size,
+            },
+            None => ValuesOut::EndToEnd(bytes),
+        }
+    }
+}
+
+impl NumpySink {
+    /// Storage for one field's values of `lengths` bytes each, in this sink's layout:
+    /// zeroed (calloc'd, so pages are touched only as the draw fills them), padding
+    /// set to the pad value when it is not zero.
+    fn push_values(&mut self, field: &VarField, lengths: &[u64]) {
         let dtype = field.kind().dtype();
         let size = dtype.size() as u64;
         let (owned, width) = match self.layout {
@@ -436,17 +474,6 @@ impl Sink for NumpySink {
             lengths: lengths.to_vec(),
             width,
         });
-        let Some(v) = self.values.last_mut() else {
-            return Err(replaystore::Error::Empty);
-        };
-        let bytes = v.owned.bytes();
-        Ok(match width {
-            Some(w) => ValuesOut::Rows {
-                bytes,
-                row_bytes: w * size as usize,
-            },
-            None => ValuesOut::EndToEnd(bytes),
-        })
     }
 }
 

@@ -14,11 +14,12 @@ use super::core::Draws;
 use crate::algo::sample::{SampleSpec, draw_uniform};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::format::heap::VarSlot;
 use crate::format::manifest::Superblock;
 use crate::parts::heap::Heap;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
 use crate::request::{Pick, Request};
-use crate::schema::Schema;
+use crate::schema::{Schema, VarField};
 use crate::sink::{Filled, Layout, Own, Sink, ValuesOut, check_rows};
 use crate::storage;
 use crate::storage::io::IoRef;
@@ -211,93 +212,145 @@ impl Rows {
     }
 
     /// The values of every variable-length field of the live items at `indices` into
-    /// `sink`, field by field, after their rows were gathered. Each slot is checked
-    /// before a byte is read or allocated for it (a damaged slot is an error, never a
-    /// huge allocation); each value is copied and then each chunk it lies in checked
-    /// (`Heap::read`: its stamp, and its crc when a flush sealed the item); and the
-    /// item's row stamp is loaded before its slot is read and again after its values
-    /// were copied. A writer in another process that passed the item meanwhile makes
-    /// this `Evicted` naming it (a draw then draws again): a value is never served
-    /// mixed or with another item's slot.
+    /// `sink`, after their rows were gathered. Every slot is checked before a byte is
+    /// read or allocated for it (a damaged slot is an error, never a huge allocation);
+    /// each value is copied and then each chunk it lies in checked (its stamp, and its
+    /// crc when a flush sealed the item); and the item's row stamp is loaded before its
+    /// slots are read and again after its values were copied. A writer in another
+    /// process that passed the item meanwhile makes this `Evicted` naming it (a draw
+    /// then draws again): a value is never served mixed or with another item's slot.
+    /// A sink that takes every field's storage at once ([`Sink::all_values`]) gets each
+    /// row's values copied together, in the order they lie in the chunk ring, each
+    /// chunk checked once; any other gets them field by field.
     pub(crate) fn put_values(&self, indices: &[u64], sink: &mut dyn Sink) -> Result<()> {
         let Some(heap) = &self.heap else {
             return Ok(());
         };
-        let cap = self.superblock.capacity;
-        let layout = self.ring.layout();
-        let mut slots = Vec::with_capacity(indices.len());
-        let mut lengths = Vec::with_capacity(indices.len());
-        for (v, field) in self.schema.var_fields().iter().enumerate() {
-            // First every slot (checked before anything is allocated for it), so the
-            // sink can size its storage; then each value straight into it.
-            slots.clear();
-            lengths.clear();
-            for &index in indices {
-                let slot_of = index % cap;
-                if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
-                    return Err(self.evicted(index));
-                }
-                let mut b = [0u8; crate::format::heap::SLOT_LEN];
-                self.ring.read_field(slot_of, layout.fixed + v, &mut b);
-                let slot = crate::format::heap::VarSlot::decode(&b)
-                    .map_err(|p| {
-                        p.into_error(&self.ring.place(slot_of, &self.dir).0, "variable slot")
-                    })
-                    .and_then(|slot| {
-                        heap.check_slot(slot, field.max_bytes())
-                            .map(|()| slot)
-                            .map_err(|got| {
-                                let (file, offset) = self.ring.place(slot_of, &self.dir);
-                                Error::Corrupt {
-                                    file,
-                                    offset,
-                                    field: format!("slot of {:?} in item {index}", field.name()),
-                                    expected: "a value inside the chunk ring".into(),
-                                    got,
-                                }
-                            })
-                    });
-                // A slot read while the writer rewrote the row is not this item's.
-                if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
-                    return Err(self.evicted(index));
-                }
-                let slot = slot?;
-                lengths.push(u64::from(slot.len));
-                slots.push(slot);
+        let fields: Vec<&VarField> = self.schema.var_fields().iter().collect();
+        let nvar = fields.len();
+        if nvar == 0 {
+            return Ok(());
+        }
+        // Row-major: item `r`'s slots are `slots[r * nvar..][..nvar]`.
+        let mut slots = Vec::with_capacity(indices.len() * nvar);
+        let mut lengths: Vec<Vec<u64>> = vec![Vec::with_capacity(indices.len()); nvar];
+        for &index in indices {
+            self.item_slots(heap, index, &fields, &mut slots)?;
+        }
+        for (row, _) in slots.chunks(nvar).zip(indices) {
+            for (slot, l) in row.iter().zip(lengths.iter_mut()) {
+                l.push(u64::from(slot.len));
             }
-            let mut out = sink.values(field, &lengths)?;
+        }
+        let total = |v: usize| lengths.get(v).map_or(0, |l| l.iter().sum::<u64>() as usize);
+        let short = |v: usize, got: usize| Error::OutputSize {
+            field: fields.get(v).map_or("", |f| f.name()).to_owned(),
+            expected: total(v),
+            got,
+        };
+        if let Some(mut outs) = sink.all_values(&fields, &lengths)? {
+            if outs.len() != nvar {
+                return Err(short(outs.len(), 0));
+            }
+            let mut at = vec![0usize; nvar];
+            for (r, (&index, row)) in indices.iter().zip(slots.chunks(nvar)).enumerate() {
+                for (v, ((slot, out), at)) in row.iter().zip(&mut outs).zip(&mut at).enumerate() {
+                    let got = out_len(out);
+                    let dst =
+                        value_dst(out, r, at, slot.len as usize).ok_or_else(|| short(v, got))?;
+                    heap.copy(*slot, dst);
+                }
+                let sealed = self.read_checks && index < self.flushed_tail;
+                let checked = heap.check_values(row, sealed).map_err(|(v, miss)| {
+                    let name = fields.get(v).map_or("", |f| f.name());
+                    heap.error(&self.dir, index, name, miss)
+                });
+                // The row changed under the read (another process's writer passed the
+                // item): whatever the read found is not this item's.
+                if self.ring.stamp(index % self.superblock.capacity)
+                    != crate::format::row::stamp_of(index)
+                {
+                    return Err(self.evicted(index));
+                }
+                checked?;
+            }
+            return Ok(());
+        }
+        for (v, field) in fields.iter().enumerate() {
+            let l = lengths.get(v).map_or(&[][..], Vec::as_slice);
+            let mut out = sink.values(field, l)?;
             let mut at = 0usize;
-            for (r, (&index, &slot)) in indices.iter().zip(&slots).enumerate() {
-                let n = slot.len as usize;
-                let dst = match &mut out {
-                    ValuesOut::EndToEnd(bytes) => bytes.get_mut(at..at + n),
-                    ValuesOut::Rows { bytes, row_bytes } => {
-                        bytes.get_mut(r * *row_bytes..r * *row_bytes + n)
-                    }
-                };
-                at += n;
-                let Some(dst) = dst else {
-                    return Err(Error::OutputSize {
-                        field: field.name().to_owned(),
-                        expected: lengths.iter().sum::<u64>() as usize,
-                        got: match &out {
-                            ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
-                        },
-                    });
-                };
+            for (r, (&index, row)) in indices.iter().zip(slots.chunks(nvar)).enumerate() {
+                let Some(&slot) = row.get(v) else { continue };
+                let got = out_len(&out);
+                let dst = value_dst(&mut out, r, &mut at, slot.len as usize)
+                    .ok_or_else(|| short(v, got))?;
                 let sealed = self.read_checks && index < self.flushed_tail;
                 let read = heap
                     .read_into(slot, dst, sealed)
                     .map_err(|m| heap.error(&self.dir, index, field.name(), m));
-                // The row changed under the read (another process's writer passed the
-                // item): whatever the read found is not this item's.
-                if self.ring.stamp(index % cap) != crate::format::row::stamp_of(index) {
+                if self.ring.stamp(index % self.superblock.capacity)
+                    != crate::format::row::stamp_of(index)
+                {
                     return Err(self.evicted(index));
                 }
                 read?;
             }
         }
         Ok(())
+    }
+
+    /// Appends the slots of item `index`'s values (one per field of `fields`), each
+    /// decoded and bounded, read between two loads of the item's row stamp so that a
+    /// row rewritten meanwhile is `Evicted`, never another item's slot.
+    fn item_slots(
+        &self,
+        heap: &Heap,
+        index: u64,
+        fields: &[&VarField],
+        slots: &mut Vec<VarSlot>,
+    ) -> Result<()> {
+        let cap = self.superblock.capacity;
+        let slot_of = index % cap;
+        let fixed = self.ring.layout().fixed;
+        if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
+            return Err(self.evicted(index));
+        }
+        let start = slots.len();
+        let mut bad = None;
+        for (v, field) in fields.iter().enumerate() {
+            let mut b = [0u8; crate::format::heap::SLOT_LEN];
+            self.ring.read_field(slot_of, fixed + v, &mut b);
+            let slot = VarSlot::decode(&b)
+                .map_err(|p| p.into_error(&self.ring.place(slot_of, &self.dir).0, "variable slot"))
+                .and_then(|slot| {
+                    heap.check_slot(slot, field.max_bytes())
+                        .map(|()| slot)
+                        .map_err(|got| {
+                            let (file, offset) = self.ring.place(slot_of, &self.dir);
+                            Error::Corrupt {
+                                file,
+                                offset,
+                                field: format!("slot of {:?} in item {index}", field.name()),
+                                expected: "a value inside the chunk ring".into(),
+                                got,
+                            }
+                        })
+                });
+            match slot {
+                Ok(slot) => slots.push(slot),
+                Err(e) => {
+                    bad.get_or_insert(e);
+                    slots.push(VarSlot::default());
+                }
+            }
+        }
+        // A slot read while the writer rewrote the row is not this item's.
+        if self.ring.stamp(slot_of) != crate::format::row::stamp_of(index) {
+            slots.truncate(start);
+            return Err(self.evicted(index));
+        }
+        bad.map_or(Ok(()), Err)
     }
 
     /// `Evicted` for `index`, with the live range as this handle knows it.
@@ -428,3 +481,26 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
 /// Draws of items with variable-length values made again when a writer in another
 /// process passes one of the items while its values are read.
 const VALUE_TRIES: u32 = 64;
+
+/// Where row `r`'s value of `n` bytes goes in `out`: at `*at` end to end (which then
+/// moves past it), or at `r`'s row; `None` when `out` is too short.
+fn value_dst<'o>(
+    out: &'o mut ValuesOut<'_>,
+    r: usize,
+    at: &mut usize,
+    n: usize,
+) -> Option<&'o mut [u8]> {
+    let dst = match out {
+        ValuesOut::EndToEnd(bytes) => bytes.get_mut(*at..*at + n),
+        ValuesOut::Rows { bytes, row_bytes } => bytes.get_mut(r * *row_bytes..r * *row_bytes + n),
+    };
+    *at += n;
+    dst
+}
+
+/// Bytes a sink gave for one field's values.
+fn out_len(out: &ValuesOut<'_>) -> usize {
+    match out {
+        ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
+    }
+}

@@ -247,6 +247,13 @@ impl Heap {
         out: &mut [u8],
         crc: bool,
     ) -> std::result::Result<(), HeapMiss> {
+        self.copy(slot, out);
+        self.check_values(&[slot], crc).map_err(|(_, miss)| miss)
+    }
+
+    /// Copies `slot`'s value into `out` (its length), unchecked: [`Heap::check_values`]
+    /// must follow before the bytes are trusted.
+    pub(crate) fn copy(&self, slot: VarSlot, out: &mut [u8]) {
         let cap = self.ring.capacity();
         let mut at = 0;
         for (index, off, n) in slot.pieces(self.chunk) {
@@ -255,8 +262,35 @@ impl Heap {
             }
             at += n;
         }
-        for index in slot.chunks(self.chunk) {
-            self.check_chunk(index, crc)?;
+    }
+
+    /// Checks every chunk the values of `slots` lie in, once each however many of them
+    /// share it (one item's values lie end to end, so neighbours share their boundary
+    /// chunks): its stamp names it and, with `crc`, its crc holds. Called after the
+    /// values were copied, so a chunk rewritten during a copy fails. On a miss, the
+    /// position in `slots` of the value it concerns.
+    pub(crate) fn check_values(
+        &self,
+        slots: &[VarSlot],
+        crc: bool,
+    ) -> std::result::Result<(), (usize, HeapMiss)> {
+        let mut done: Option<std::ops::Range<u64>> = None;
+        for (k, slot) in slots.iter().enumerate() {
+            let chunks = slot.chunks(self.chunk);
+            for index in chunks.clone() {
+                // Values in slot order ascend through the chunks (a call packs them so),
+                // so a chunk already checked is in the span checked so far.
+                if done.as_ref().is_some_and(|d| d.contains(&index)) {
+                    continue;
+                }
+                self.check_chunk(index, crc).map_err(|miss| (k, miss))?;
+            }
+            done = match done {
+                Some(d) if d.end >= chunks.start && chunks.end >= d.start => {
+                    Some(d.start.min(chunks.start)..d.end.max(chunks.end))
+                }
+                _ => Some(chunks),
+            };
         }
         Ok(())
     }

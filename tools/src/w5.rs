@@ -199,17 +199,50 @@ impl Sink for Padded {
     }
 
     fn values(&mut self, _field: &VarField, lengths: &[u64]) -> Result<ValuesOut<'_>, Error> {
-        let row_bytes = lengths.iter().copied().max().unwrap_or(0) as usize;
+        self.push(lengths);
+        let row_bytes = Padded::width(lengths);
+        let bytes = self.values.get_mut(self.used - 1).ok_or(Error::Empty)?;
+        Ok(ValuesOut::Rows { bytes, row_bytes })
+    }
+
+    fn all_values(
+        &mut self,
+        fields: &[&VarField],
+        lengths: &[Vec<u64>],
+    ) -> Result<Option<Vec<ValuesOut<'_>>>, Error> {
+        for l in lengths.iter().take(fields.len()) {
+            self.push(l);
+        }
+        let outs = self.values.iter_mut().zip(lengths);
+        Ok(Some(
+            outs.map(|(bytes, l)| ValuesOut::Rows {
+                bytes,
+                row_bytes: Padded::width(l),
+            })
+            .collect(),
+        ))
+    }
+}
+
+impl Padded {
+    /// Bytes of one row: the longest value.
+    fn width(lengths: &[u64]) -> usize {
+        lengths.iter().copied().max().unwrap_or(0) as usize
+    }
+
+    /// Storage for one field's rows, its padding zeroed.
+    fn push(&mut self, lengths: &[u64]) {
+        let row_bytes = Padded::width(lengths);
         if self.values.len() == self.used {
             self.values.push(Vec::new());
         }
-        let bytes = self.values.get_mut(self.used).ok_or(Error::Empty)?;
-        self.used += 1;
-        bytes.resize(row_bytes * lengths.len(), 0);
-        for (row, &n) in bytes.chunks_mut(row_bytes.max(1)).zip(lengths) {
-            row.get_mut(n as usize..).unwrap_or_default().fill(0);
+        if let Some(bytes) = self.values.get_mut(self.used) {
+            bytes.resize(row_bytes * lengths.len(), 0);
+            for (row, &n) in bytes.chunks_mut(row_bytes.max(1)).zip(lengths) {
+                row.get_mut(n as usize..).unwrap_or_default().fill(0);
+            }
         }
-        Ok(ValuesOut::Rows { bytes, row_bytes })
+        self.used += 1;
     }
 }
 
