@@ -442,6 +442,10 @@ def child_w5(lib_name, quick, runs, scratch):
     add_b, lap, add1, padded, flat = [], [], [], [], []
     for r in range(runs):
         path = os.path.join(scratch, f"{lib_name}-W5-{r}")
+        # The previous run's writeback done first: a new ring fills the page cache at
+        # memory speed until the kernel's dirty limits, then at the disk's, so run N
+        # would otherwise pay for run N - 1's gigabytes.
+        os.sync()
         t = time.perf_counter()
         b = lib(n, path)
         for i in range(0, n, 64):
