@@ -403,6 +403,41 @@ pub trait Sink {
     /// together: a row's values lie end to end in the chunk ring, so its bytes are
     /// read once, in order, and a chunk two of them share is checked once. `None` (the
     /// default) has the draw ask [`Sink::values`] field by field instead.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, Layout, ReplayBuffer, Schema, Sink, ValuesOut, VarField, VarKind};
+    /// // Keeps every array, and every field's values end to end, as byte vectors.
+    /// #[derive(Default)]
+    /// struct Texts {
+    ///     arrays: Vec<Vec<u8>>,
+    ///     values: Vec<Vec<u8>>,
+    /// }
+    /// impl Sink for Texts {
+    ///     fn arrays(&mut self, layout: &Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+    ///         self.arrays = layout.arrays().iter().map(|a| vec![0; a.bytes()]).collect();
+    ///         Ok(self.arrays.iter_mut().map(|v| &mut v[..]).collect())
+    ///     }
+    ///     fn all_values(
+    ///         &mut self,
+    ///         _fields: &[&VarField],
+    ///         lengths: &[Vec<u64>],
+    ///     ) -> replaystore::Result<Option<Vec<ValuesOut<'_>>>> {
+    ///         self.values = lengths.iter().map(|l| vec![0; l.iter().sum::<u64>() as usize]).collect();
+    ///         Ok(Some(self.values.iter_mut().map(|v| ValuesOut::EndToEnd(v)).collect()))
+    ///     }
+    /// }
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .variable("obs", VarKind::Str, None)
+    ///     .variable("act", VarKind::Str, None)
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.add(&[Column::text("obs", "board"), Column::text("act", "[e2e4]")])?;
+    /// let mut sink = Texts::default();
+    /// buf.sample_into(replaystore::Request::at(&[0, 0]), &mut sink)?;
+    /// assert_eq!(sink.values, [b"boardboard".to_vec(), b"[e2e4][e2e4]".to_vec()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn all_values(
         &mut self,
         fields: &[&VarField],
