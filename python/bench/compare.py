@@ -874,7 +874,8 @@ def main():
     print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
     if floor_cols:
         print("floor: the best of --runs runs of the same work by a plain Rust kernel over memory of the same size, this host, "
-              "this run (replaystore bench --floors); ours/floor: replaystore's median as a share of it")
+              "this run (replaystore bench --floors; W5's: memcpy_floor, a NumPy copy of the same payload bytes); "
+              "ours/floor: replaystore's median as a share of it")
 
 
 if __name__ == "__main__":
