@@ -92,15 +92,9 @@ fn var_type(f: &VarField) -> DataType {
 
 /// The Arrow schema of the chosen fields: fixed ones, then variable-length ones.
 pub fn arrow_schema(schema: &Schema, chosen: &Selection) -> Arc<ArrowSchema> {
-    let fixed = chosen
-        .fixed
-        .iter()
-        .filter_map(|&i| schema.fields().get(i))
+    let fixed = (chosen.fields(schema).into_iter())
         .map(|f| ArrowField::new(f.name(), fixed_type(f), false));
-    let var = chosen
-        .var
-        .iter()
-        .filter_map(|&i| schema.var_fields().get(i))
+    let var = (chosen.var_fields(schema).into_iter())
         .map(|f| ArrowField::new(f.name(), var_type(f), false));
     Arc::new(ArrowSchema::new(fixed.chain(var).collect::<Vec<_>>()))
 }
@@ -223,15 +217,11 @@ impl ParquetOut {
         path: &Path,
     ) -> Result<(), Failure> {
         let mut columns = Vec::with_capacity(self.arrow.fields().len());
-        for &i in &chosen.fixed {
-            if let (Some(f), Some(a)) = (schema.fields().get(i), batch.fields().get(i)) {
-                columns.push(fixed_array(f, a.bytes())?);
-            }
+        for (f, bytes) in chosen.fields(schema).into_iter().zip(chosen.columns(batch)) {
+            columns.push(fixed_array(f, bytes)?);
         }
-        for &i in &chosen.var {
-            if let Some(f) = schema.var_fields().get(i) {
-                columns.push(var_array(f, batch)?);
-            }
+        for f in chosen.var_fields(schema) {
+            columns.push(var_array(f, batch)?);
         }
         let rb = RecordBatch::try_new(self.arrow.clone(), columns)
             .map_err(|e| Failure::Usage(format!("parquet: {e}")))?;

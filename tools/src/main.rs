@@ -42,7 +42,7 @@ use replaystore::{Batch, Lanes, Reader, Request};
 
 use crate::fail::Failure;
 use crate::show::{Format, Printer};
-use crate::source::{Source, Span, select_fields};
+use crate::source::{Source, Span, select_fields, values_of};
 
 #[derive(Parser)]
 #[command(
@@ -351,48 +351,16 @@ fn dump(dir: &Path, pick: &Pick, format: Format, full: bool) -> Result<ExitCode,
     let runs = source.runs(&pick.span())?;
     let schema = source.schema().clone();
     let chosen = select_fields(&schema, pick.fields.as_deref())?;
-    let fields = chosen
-        .fixed
-        .iter()
-        .filter_map(|&f| schema.fields().get(f))
-        .collect();
-    let var: Vec<_> = chosen
-        .var
-        .iter()
-        .filter_map(|&v| schema.var_fields().get(v))
-        .collect();
-    let mut printer = Printer::new(
-        BufWriter::new(std::io::stdout().lock()),
-        format,
-        fields,
-        false,
-    )
-    .with_values(var.clone(), full);
+    let var = chosen.var_fields(&schema);
+    let out = BufWriter::new(std::io::stdout().lock());
+    let mut printer =
+        Printer::new(out, format, chosen.fields(&schema), false).with_values(var.clone(), full);
     source.read_chunks(&runs, DUMP_CHUNK, "dump", |indices, batch| {
-        let picked: Vec<&[u8]> = chosen
-            .fixed
-            .iter()
-            .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
-            .collect();
         let vals = values_of(batch, &var)?;
-        printer.rows(indices, None, &picked, &vals)
+        printer.rows(indices, None, &chosen.columns(batch), &vals)
     })?;
     printer.finish()?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The values of `var` in `batch`, in that order.
-fn values_of<'b>(
-    batch: &'b Batch,
-    var: &[&replaystore::VarField],
-) -> Result<Vec<&'b replaystore::VarArray>, Failure> {
-    var.iter()
-        .map(|f| {
-            batch
-                .values(f.name())
-                .ok_or_else(|| Failure::Usage(format!("the draw returned no {:?}", f.name())))
-        })
-        .collect()
 }
 
 /// What `sample` draws.
@@ -442,21 +410,9 @@ fn sample(
         None => draw_from!(Lanes::open_reader(dir)?),
     };
     let chosen = select_fields(&schema, fields)?;
-    let picked = chosen
-        .fixed
-        .iter()
-        .filter_map(|&f| schema.fields().get(f))
-        .collect();
-    let var: Vec<_> = chosen
-        .var
-        .iter()
-        .filter_map(|&v| schema.var_fields().get(v))
-        .collect();
-    let cols: Vec<&[u8]> = chosen
-        .fixed
-        .iter()
-        .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
-        .collect();
+    let picked = chosen.fields(&schema);
+    let var = chosen.var_fields(&schema);
+    let cols = chosen.columns(&batch);
     let vals = values_of(&batch, &var)?;
     let mut printer = Printer::new(
         BufWriter::new(std::io::stdout().lock()),

@@ -7,7 +7,7 @@ use std::path::Path;
 use replaystore::internal::format::lanes::first_index;
 use replaystore::internal::storage;
 use replaystore::io::OsIo;
-use replaystore::{Batch, Error, Reader, Request, Schema};
+use replaystore::{Batch, Error, Field, Reader, Request, Schema, VarArray, VarField};
 
 use crate::fail::Failure;
 
@@ -221,6 +221,43 @@ pub struct Selection {
     pub fixed: Vec<usize>,
     /// Positions in `schema.var_fields()`.
     pub var: Vec<usize>,
+}
+
+impl Selection {
+    /// The chosen fixed fields.
+    pub fn fields<'s>(&self, schema: &'s Schema) -> Vec<&'s Field> {
+        self.fixed
+            .iter()
+            .filter_map(|&f| schema.fields().get(f))
+            .collect()
+    }
+
+    /// The chosen variable-length fields.
+    pub fn var_fields<'s>(&self, schema: &'s Schema) -> Vec<&'s VarField> {
+        self.var
+            .iter()
+            .filter_map(|&v| schema.var_fields().get(v))
+            .collect()
+    }
+
+    /// The chosen fixed fields' rows in `batch`, each field's back to back.
+    pub fn columns<'b>(&self, batch: &'b Batch) -> Vec<&'b [u8]> {
+        self.fixed
+            .iter()
+            .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
+            .collect()
+    }
+}
+
+/// The values of `var` in `batch`, in that order.
+pub fn values_of<'b>(batch: &'b Batch, var: &[&VarField]) -> Result<Vec<&'b VarArray>, Failure> {
+    var.iter()
+        .map(|f| {
+            batch
+                .values(f.name())
+                .ok_or_else(|| Failure::Usage(format!("the draw returned no {:?}", f.name())))
+        })
+        .collect()
 }
 
 /// The fields a `--fields a,b` list names, in the list's order (all when `None`).

@@ -26,7 +26,7 @@ use crate::jsonl::JsonlIn;
 use crate::npz::{self, Entry};
 use crate::progress;
 use crate::show::{Format, Printer};
-use crate::source::{Selection, Source, Span, select_fields};
+use crate::source::{Selection, Source, Span, select_fields, values_of};
 
 /// Bytes of item data per chunk (all fields together).
 const CHUNK_BYTES: usize = 8 << 20;
@@ -111,39 +111,18 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     }
     let tmp = temp_name(args.out)?;
     let file = File::create_new(&tmp).map_err(|e| Failure::file("create", &tmp, e))?;
+    let mut job = Job {
+        path: &tmp,
+        source: &mut source,
+        runs: &runs,
+        schema: &schema,
+        chosen: &selection,
+        n,
+        quiet: args.quiet,
+    };
     let written = match kind {
-        FileKind::Npz => write_npz(
-            file,
-            &tmp,
-            &mut source,
-            &runs,
-            &schema,
-            &selection,
-            n,
-            args.quiet,
-        ),
-        FileKind::Parquet => write_table(
-            file,
-            &tmp,
-            &mut source,
-            &runs,
-            &schema,
-            &selection,
-            n,
-            args.quiet,
-            kind,
-        ),
-        FileKind::Jsonl => write_table(
-            file,
-            &tmp,
-            &mut source,
-            &runs,
-            &schema,
-            &selection,
-            n,
-            args.quiet,
-            kind,
-        ),
+        FileKind::Npz => job.write_npz(file),
+        FileKind::Parquet | FileKind::Jsonl => job.write_table(file, kind),
     };
     let result = written.and_then(|file| {
         file.sync_all()
@@ -180,168 +159,133 @@ fn export_chunk(schema: &Schema, chosen: &Selection) -> u64 {
     (CHUNK_BYTES / row_bytes.max(1)).clamp(1, most) as u64
 }
 
-/// Writes a Parquet or JSON-lines file of the chosen fields, a chunk of items at a time.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site per kind; the pieces are the export's state"
-)]
-fn write_table(
-    file: File,
-    path: &Path,
-    source: &mut Source,
-    runs: &[std::ops::Range<u64>],
-    schema: &Schema,
-    chosen: &Selection,
+/// One export: the items it reads and the file it writes (under its temporary name).
+struct Job<'a> {
+    /// The file being written.
+    path: &'a Path,
+    source: &'a mut Source,
+    /// Positions to read, one run per part (`Source::runs`).
+    runs: &'a [std::ops::Range<u64>],
+    schema: &'a Schema,
+    chosen: &'a Selection,
+    /// Items in all.
     n: u64,
+    /// No progress bar.
     quiet: bool,
-    kind: FileKind,
-) -> Result<File, Failure> {
-    let bar = progress::bar(n, "export", quiet);
-    let chunk = export_chunk(schema, chosen);
-    let file = if kind == FileKind::Parquet {
-        let mut out = ParquetOut::new(file, schema, chosen)?;
-        source.read_chunks(runs, chunk, "export", |indices, batch| {
-            out.write(schema, chosen, batch, path)?;
-            bar.inc(indices.len() as u64);
-            Ok(())
-        })?;
-        out.finish(path)?
-    } else {
-        let fields = chosen
-            .fixed
-            .iter()
-            .filter_map(|&f| schema.fields().get(f))
-            .collect();
-        let var: Vec<_> = chosen
-            .var
-            .iter()
-            .filter_map(|&v| schema.var_fields().get(v))
-            .collect();
-        let mut printer = Printer::new(std::io::BufWriter::new(file), Format::Jsonl, fields, false)
-            .with_values(var.clone(), true)
-            .without_index();
-        source.read_chunks(runs, chunk, "export", |indices, batch| {
-            let picked: Vec<&[u8]> = chosen
-                .fixed
-                .iter()
-                .filter_map(|&f| batch.fields().get(f).map(|a| a.bytes()))
-                .collect();
-            let vals = var
-                .iter()
-                .filter_map(|f| batch.values(f.name()))
-                .collect::<Vec<_>>();
-            printer.rows(indices, None, &picked, &vals)?;
-            bar.inc(indices.len() as u64);
-            Ok(())
-        })?;
-        printer
-            .into_inner()
-            .and_then(|w| w.into_inner().map_err(std::io::IntoInnerError::into_error))
-            .map_err(|e| Failure::file("write", path, e))?
-    };
-    bar.finish_and_clear();
-    Ok(file)
 }
 
-/// Writes an `.npz` of the chosen fixed fields, each array's place fixed before the
-/// first byte (every size is known).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the pieces are the export's state"
-)]
-fn write_npz(
-    file: File,
-    path: &Path,
-    source: &mut Source,
-    runs: &[std::ops::Range<u64>],
-    schema: &Schema,
-    chosen: &Selection,
-    n: u64,
-    quiet: bool,
-) -> Result<File, Failure> {
-    let mut arrays = Vec::with_capacity(chosen.fixed.len());
-    let mut offset = 0u64;
-    for &f in &chosen.fixed {
-        let field = schema
-            .fields()
-            .get(f)
-            .ok_or_else(|| Failure::Usage(format!("no field {f}")))?;
-        let mut shape = vec![n];
-        shape.extend(field.shape().iter().map(|&d| d as u64));
-        let header = npz::npy_header(field.dtype(), &shape);
-        let size = header.len() as u64 + n * field.bytes() as u64;
-        let name = format!("{}.npy", field.name());
-        let data_at = offset + npz::Entry::local_len(&name, size, offset) as u64;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&header);
-        arrays.push(Array {
-            entry: Entry::stored(&name, size, offset),
-            data_at: data_at + header.len() as u64,
-            header,
-            item_bytes: field.bytes(),
-            field: f,
-            crc,
-        });
-        offset = data_at + size;
+impl Job<'_> {
+    /// Writes a Parquet or JSON-lines file of the chosen fields, a chunk of items at a
+    /// time.
+    fn write_table(&mut self, file: File, kind: FileKind) -> Result<File, Failure> {
+        let (path, schema, chosen) = (self.path, self.schema, self.chosen);
+        let bar = progress::bar(self.n, "export", self.quiet);
+        let chunk = export_chunk(schema, chosen);
+        let file = if kind == FileKind::Parquet {
+            let mut out = ParquetOut::new(file, schema, chosen)?;
+            self.source
+                .read_chunks(self.runs, chunk, "export", |indices, batch| {
+                    out.write(schema, chosen, batch, path)?;
+                    bar.inc(indices.len() as u64);
+                    Ok(())
+                })?;
+            out.finish(path)?
+        } else {
+            let var = chosen.var_fields(schema);
+            let out = std::io::BufWriter::new(file);
+            let mut printer = Printer::new(out, Format::Jsonl, chosen.fields(schema), false)
+                .with_values(var.clone(), true)
+                .without_index();
+            self.source
+                .read_chunks(self.runs, chunk, "export", |indices, batch| {
+                    let vals = values_of(batch, &var)?;
+                    printer.rows(indices, None, &chosen.columns(batch), &vals)?;
+                    bar.inc(indices.len() as u64);
+                    Ok(())
+                })?;
+            printer
+                .into_inner()
+                .and_then(|w| w.into_inner().map_err(std::io::IntoInnerError::into_error))
+                .map_err(|e| Failure::file("write", path, e))?
+        };
+        bar.finish_and_clear();
+        Ok(file)
     }
-    write_archive(
-        &file,
-        path,
-        source,
-        runs,
-        schema,
-        &mut arrays,
-        offset,
-        n,
-        quiet,
-    )?;
-    Ok(file)
-}
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the pieces are the export's state"
-)]
-fn write_archive(
-    file: &File,
-    path: &Path,
-    source: &mut Source,
-    runs: &[std::ops::Range<u64>],
-    schema: &Schema,
-    arrays: &mut [Array],
-    directory_at: u64,
-    n: u64,
-    quiet: bool,
-) -> Result<(), Failure> {
-    let write = |at: u64, bytes: &[u8]| {
-        file.write_all_at(bytes, at)
-            .map_err(|e| Failure::file("write", path, e))
-    };
-    for a in arrays.iter() {
-        write(a.data_at - a.header.len() as u64, &a.header)?;
-    }
-    let row_bytes: usize = schema.fields().iter().map(|f| f.bytes()).sum();
-    let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
-    let bar = progress::bar(n, "export", quiet);
-    let mut row = 0u64;
-    source.read_chunks(runs, chunk, "export", |indices, batch| {
-        for a in arrays.iter_mut() {
-            let bytes = batch.fields().get(a.field).map_or(&[][..], |f| f.bytes());
-            a.crc.update(bytes);
-            write(a.data_at + row * a.item_bytes as u64, bytes)?;
+    /// Writes an `.npz` of the chosen fixed fields, each array's place fixed before the
+    /// first byte (every size is known).
+    fn write_npz(&mut self, file: File) -> Result<File, Failure> {
+        let n = self.n;
+        let mut arrays = Vec::with_capacity(self.chosen.fixed.len());
+        let mut offset = 0u64;
+        for &f in &self.chosen.fixed {
+            let field = self
+                .schema
+                .fields()
+                .get(f)
+                .ok_or_else(|| Failure::Usage(format!("no field {f}")))?;
+            let mut shape = vec![n];
+            shape.extend(field.shape().iter().map(|&d| d as u64));
+            let header = npz::npy_header(field.dtype(), &shape);
+            let size = header.len() as u64 + n * field.bytes() as u64;
+            let name = format!("{}.npy", field.name());
+            let data_at = offset + npz::Entry::local_len(&name, size, offset) as u64;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&header);
+            arrays.push(Array {
+                entry: Entry::stored(&name, size, offset),
+                data_at: data_at + header.len() as u64,
+                header,
+                item_bytes: field.bytes(),
+                field: f,
+                crc,
+            });
+            offset = data_at + size;
         }
-        row += indices.len() as u64;
-        bar.inc(indices.len() as u64);
-        Ok(())
-    })?;
-    bar.finish_and_clear();
-    let mut entries = Vec::with_capacity(arrays.len());
-    for a in arrays.iter_mut() {
-        a.entry.crc = a.crc.clone().finalize();
-        write(a.entry.header_offset, &a.entry.local_header())?;
-        entries.push(a.entry.clone());
+        self.write_archive(&file, &mut arrays, offset)?;
+        Ok(file)
     }
-    write(directory_at, &npz::directory(&entries, directory_at))
+
+    /// Writes the arrays' headers, every chunk of items at its arrays' offsets, then
+    /// the local headers (with the CRCs) and the central directory at `directory_at`.
+    fn write_archive(
+        &mut self,
+        file: &File,
+        arrays: &mut [Array],
+        directory_at: u64,
+    ) -> Result<(), Failure> {
+        let path = self.path;
+        let write = |at: u64, bytes: &[u8]| {
+            file.write_all_at(bytes, at)
+                .map_err(|e| Failure::file("write", path, e))
+        };
+        for a in arrays.iter() {
+            write(a.data_at - a.header.len() as u64, &a.header)?;
+        }
+        let row_bytes: usize = self.schema.fields().iter().map(|f| f.bytes()).sum();
+        let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
+        let bar = progress::bar(self.n, "export", self.quiet);
+        let mut row = 0u64;
+        self.source
+            .read_chunks(self.runs, chunk, "export", |indices, batch| {
+                for a in arrays.iter_mut() {
+                    let bytes = batch.fields().get(a.field).map_or(&[][..], |f| f.bytes());
+                    a.crc.update(bytes);
+                    write(a.data_at + row * a.item_bytes as u64, bytes)?;
+                }
+                row += indices.len() as u64;
+                bar.inc(indices.len() as u64);
+                Ok(())
+            })?;
+        bar.finish_and_clear();
+        let mut entries = Vec::with_capacity(arrays.len());
+        for a in arrays.iter_mut() {
+            a.entry.crc = a.crc.clone().finalize();
+            write(a.entry.header_offset, &a.entry.local_header())?;
+            entries.push(a.entry.clone());
+        }
+        write(directory_at, &npz::directory(&entries, directory_at))
+    }
 }
 
 /// A sibling of `path` to write under before renaming into place.

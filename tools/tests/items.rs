@@ -14,11 +14,7 @@ use std::process::{Command, Output, Stdio};
 use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
 
 mod common;
-use common::{run, text};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{run, s, text};
 
 /// Item `i`'s values: obs = [i, i + 0.5, -i] (f32), action = i * 3 - 7 (i64),
 /// done = i % 3 == 0, frame = 2x2 bytes i, i+1, i+2, i+3 (u8).

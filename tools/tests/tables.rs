@@ -22,11 +22,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
 
 mod common;
-use common::{run, text};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{run, s, text};
 
 /// Item `i`: one fixed field of every dtype (two with shapes), text with non-ASCII
 /// characters (empty for every 5th item), bytes, and ragged arrays of `i % 7` elements.

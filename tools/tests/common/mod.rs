@@ -1,5 +1,6 @@
 //! What the command's tests share: running the built binary and reading what it said.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs `replaystore` with `args` and waits for it.
@@ -17,4 +18,10 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// A path as the `&str` an argument list takes.
+#[allow(dead_code, reason = "not every test file passes paths")]
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap_or_else(|| panic!("{} is not UTF-8", p.display()))
 }
