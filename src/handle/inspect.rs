@@ -264,7 +264,8 @@ fn value_stats(dir: &Path, m: &Manifest, heap: HeapGeometry, head: u64, tail: u6
             };
             let len = u64::from(slot.len);
             first = first.min(slot.pos);
-            last = last.max(slot.pos + len);
+            // Saturating: a damaged slot must not panic a look at a damaged buffer.
+            last = last.max(slot.pos.saturating_add(len));
             *bytes += len;
             lengths.push(len / field.kind().dtype().size() as u64);
         }

@@ -250,7 +250,12 @@ impl Rows {
         };
         if let Some(mut outs) = sink.all_values(&fields, &lengths)? {
             if outs.len() != nvar {
-                return Err(short(outs.len(), 0));
+                // A sink's bug: one storage per field was asked for.
+                return Err(Error::OutputSize {
+                    field: "(one storage per variable-length field)".into(),
+                    expected: nvar,
+                    got: outs.len(),
+                });
             }
             let mut at = vec![0usize; nvar];
             for (r, (&index, row)) in indices.iter().zip(slots.chunks(nvar)).enumerate() {

@@ -29,8 +29,8 @@ use arrow_array::{
 };
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field as ArrowField, Schema as ArrowSchema};
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use replaystore::{Batch, Column, DType, Field, ReplayBuffer, Schema, VarField, VarKind};
@@ -330,22 +330,35 @@ impl ParquetIn {
     }
 
     /// Bytes of every variable-length value in the file and the record batches `fill`
-    /// will add (a first pass, to size the new buffer's chunk ring so that no imported
-    /// item is evicted for space: each batch may leave a chunk's tail unfilled).
+    /// will add (a first pass over the variable-length columns only, to size the new
+    /// buffer's chunk ring so that no imported item is evicted for space: each batch
+    /// may leave a chunk's tail unfilled).
     pub fn value_bytes(&self) -> Result<(u64, u64), Failure> {
-        if !self.kinds.iter().any(|k| matches!(k, Kind::Var(_))) {
+        let var: Vec<(usize, &String, VarKind)> = (self.names.iter().zip(&self.kinds).enumerate())
+            .filter_map(|(i, (name, kind))| match kind {
+                Kind::Var(v) => Some((i, name, *v)),
+                Kind::Fixed(..) => None,
+            })
+            .collect();
+        if var.is_empty() {
             return Ok((0, 0));
         }
-        let mut batches = 0u64;
-        let mut total = 0u64;
-        let mut row = 0u64;
-        for rb in self.batches()? {
+        let bad = |e: parquet::errors::ParquetError| {
+            Failure::input(&self.path, format!("not a readable Parquet file: {e}"))
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(open(&self.path)?).map_err(bad)?;
+        let mask = ProjectionMask::roots(builder.parquet_schema(), var.iter().map(|v| v.0));
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(READ_ROWS)
+            .build()
+            .map_err(bad)?;
+        let (mut total, mut batches, mut row) = (0u64, 0u64, 0u64);
+        for rb in reader {
             let rb = rb.map_err(|e| Failure::input(&self.path, format!("row {row}: {e}")))?;
-            for (a, (name, kind)) in rb.columns().iter().zip(self.names.iter().zip(&self.kinds)) {
-                if let Kind::Var(v) = kind {
-                    let (bytes, _) = self.var_column(name, *v, a.as_ref(), row)?;
-                    total += bytes.len() as u64;
-                }
+            for (a, &(_, name, kind)) in rb.columns().iter().zip(&var) {
+                let (bytes, _) = self.var_column(name, kind, a.as_ref(), row)?;
+                total += bytes.len() as u64;
             }
             row += rb.num_rows() as u64;
             batches += 1;

@@ -23,5 +23,6 @@ pub fn text(o: &Output) -> String {
 /// A path as the `&str` an argument list takes.
 #[allow(dead_code, reason = "not every test file passes paths")]
 pub fn s(p: &Path) -> &str {
-    p.to_str().unwrap_or_else(|| panic!("{} is not UTF-8", p.display()))
+    p.to_str()
+        .unwrap_or_else(|| panic!("{} is not UTF-8", p.display()))
 }
