@@ -238,11 +238,13 @@ impl Seen {
             Seen::Scalar(e) => Field::Fixed(e.dtype(), Vec::new()),
             Seen::Str => Field::Var(VarKind::Str),
             Seen::Object => Field::Object,
+            // A shape with a zero (every line `[]`) is no fixed field: such arrays are
+            // ragged ones that happen to be empty so far.
             Seen::Array {
                 element,
                 shape: Some(shape),
                 ..
-            } => Field::Fixed(element.dtype(), shape.clone()),
+            } if !shape.contains(&0) => Field::Fixed(element.dtype(), shape.clone()),
             Seen::Array {
                 element,
                 flat: true,
@@ -280,9 +282,7 @@ impl JsonlIn {
     pub fn calls(&self) -> u64 {
         self.rows.div_ceil(LINES as u64)
     }
-}
 
-impl JsonlIn {
     /// Reads the whole file once, inferring each key's field.
     pub fn open(path: &Path) -> Result<JsonlIn, Failure> {
         let mut keys: Vec<String> = Vec::new();

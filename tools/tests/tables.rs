@@ -391,6 +391,29 @@ fn json_objects_become_text_of_their_json_and_bad_lines_are_refused_by_number() 
         r#"{"valid":false,"why":"x"}"#
     );
     assert_eq!(buf.get(0).unwrap().get::<i64>("pid").unwrap(), [1]);
+    // Arrays empty on every line so far are a ragged field (a fixed one of shape [0]
+    // cannot be), which takes longer ones later.
+    let empty = d.path().join("empty.jsonl");
+    std::fs::write(&empty, "{\"tokens\": []}\n{\"tokens\": []}\n").unwrap();
+    let o = run(&[
+        "import",
+        s(&empty),
+        s(&d.path().join("e")),
+        "--capacity",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut e = ReplayBuffer::open(d.path().join("e")).unwrap();
+    e.add(&[Column::ragged("tokens", &[5i64, 6])]).unwrap();
+    assert_eq!(
+        e.get(2)
+            .unwrap()
+            .values("tokens")
+            .unwrap()
+            .elements::<i64>(0)
+            .unwrap(),
+        [5, 6]
+    );
 
     let cases: [(&str, &str); 7] = [
         (
