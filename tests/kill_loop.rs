@@ -357,22 +357,19 @@ fn kill_at_each_named_point_loses_nothing_acknowledged() {
         "restore-mid-links",
         "own-copy-made",
     ];
-    let mut landed = std::collections::BTreeMap::<&str, u64>::new();
-    for point in points {
-        for n in [1u64, 2, 5, 13] {
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("b");
-            create(&dir);
-            let arg = format!("{}:{}:{}", dir.display(), 7 + n, 600);
-            let (lines, hit) =
-                common::run_to_kill_point("kill_loop_child", CHILD_ENV, &arg, point, n);
+    common::kill_at_each_point(
+        "kill_loop_child",
+        CHILD_ENV,
+        &points,
+        &[1, 2, 5, 13],
+        |dir, n| {
+            create(dir);
+            format!("{}:{}:{}", dir.display(), 7 + n, 600)
+        },
+        |dir, lines, ctx| {
             let mut seen = Seen::default();
             lines.iter().for_each(|l| seen.note(l));
-            if hit {
-                *landed.entry(point).or_default() += 1;
-            }
-            check(&dir, &seen, &format!("kill point {point}:{n}"));
-        }
-    }
-    common::assert_every_point_landed(&points, &landed);
+            check(dir, &seen, ctx);
+        },
+    );
 }

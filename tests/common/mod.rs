@@ -482,7 +482,7 @@ pub fn flip(file: &std::path::Path, offset: usize, bit: u8) {
 /// `arg` and `REPLAYSTORE_KILL_POINT` to `point:n`, read to its end. Returns the lines
 /// it printed, trimmed, and whether the kill landed (it never printed `finished`; then
 /// it must not have exited cleanly either).
-pub fn run_to_kill_point(
+fn run_to_kill_point(
     child: &str,
     env: &str,
     arg: &str,
@@ -513,9 +513,32 @@ pub fn run_to_kill_point(
     (lines, landed)
 }
 
-/// Fails unless every one of `points` was reached at least once (`landed` counts the
-/// kills per point).
-pub fn assert_every_point_landed(points: &[&str], landed: &std::collections::BTreeMap<&str, u64>) {
+/// Kills child test `child` at each of `points`, at each of its `ns`-th hits, on a
+/// fresh buffer folder each time: `start(dir, n)` makes the buffer and returns the
+/// child's argument (passed in `env`), and `check(dir, lines, ctx)` judges the buffer the
+/// kill left from the lines the child printed. Fails unless every point was reached at
+/// least once.
+pub fn kill_at_each_point(
+    child: &str,
+    env: &str,
+    points: &[&'static str],
+    ns: &[u64],
+    mut start: impl FnMut(&std::path::Path, u64) -> String,
+    mut check: impl FnMut(&std::path::Path, &[String], &str),
+) {
+    let mut landed = std::collections::BTreeMap::<&str, u64>::new();
+    for &point in points {
+        for &n in ns {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("b");
+            let arg = start(&dir, n);
+            let (lines, hit) = run_to_kill_point(child, env, &arg, point, n);
+            if hit {
+                *landed.entry(point).or_default() += 1;
+            }
+            check(&dir, &lines, &format!("kill point {point}:{n}"));
+        }
+    }
     println!("kills at named points: {landed:?}");
     for point in points {
         assert!(
