@@ -60,6 +60,7 @@ pub use column::Column;
 pub use dtype::{DType, Element};
 pub use error::{Error, Finding, Result};
 pub use format::FORMAT_VERSION;
+pub use format::lifecycle::Cause;
 pub use format::state::State;
 pub use handle::config::{DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DEFAULT_SEGMENT_BYTES};
 pub use handle::inspect::{
@@ -71,6 +72,7 @@ pub use handle::{
     PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
+pub use parts::lifecycle::{ItemState, ItemStats, Removals};
 pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use request::{Pick, Request, Unit};

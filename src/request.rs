@@ -90,6 +90,10 @@ pub struct Request<'a> {
     pub len: u64,
     /// Sequences: steps before the trained part, to warm up a recurrent state.
     pub burn_in: u64,
+    /// Rows, uniformly or given: each item returned is removed in the same call
+    /// (sample-and-remove), so no later draw returns it. Needs a buffer with item
+    /// states ([`crate::Config::item_states`]); drawn rows are then distinct.
+    pub remove: bool,
 }
 
 impl<'a> Request<'a> {
@@ -114,6 +118,7 @@ impl<'a> Request<'a> {
             window: false,
             len: 0,
             burn_in: 0,
+            remove: false,
         }
     }
 
@@ -176,6 +181,32 @@ impl<'a> Request<'a> {
 
     /// Distinct rows (uniform only; `n` must not exceed the items in range).
     pub fn without_replacement(mut self) -> Request<'a> {
+        self.replace = false;
+        self
+    }
+
+    /// Removes every item the draw returns, in the same call (UnstableBaselines'
+    /// `get_batch`, Reverb's `max_times_sampled=1`): the rows are distinct, and no later
+    /// draw or read returns them. Uniform or given rows of a buffer with item states.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let config = Config::new(schema, 100).item_states().seed(1);
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// buf.add_batch(&[Column::new("x", &(0..10i64).collect::<Vec<_>>())])?;
+    /// let popped = buf.sample(Request::rows(4).remove())?;
+    /// assert_eq!(buf.len(), 6);
+    /// let rest = buf.sample(Request::rows(6).remove())?;
+    /// let mut all: Vec<u64> = popped.indices().iter().chain(rest.indices()).copied().collect();
+    /// all.sort();
+    /// assert_eq!(all, (0..10).collect::<Vec<u64>>());
+    /// assert!(buf.sample(1).is_err()); // every item was removed
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remove(mut self) -> Request<'a> {
+        self.remove = true;
         self.replace = false;
         self
     }
@@ -274,7 +305,15 @@ impl<'a> Request<'a> {
             ));
         }
         let uniform_rows = unit == Unit::Rows && self.pick == Pick::Uniform;
-        if !self.replace && !uniform_rows {
+        let given_rows = unit == Unit::Rows && matches!(self.pick, Pick::Given(_));
+        if self.remove && !(uniform_rows || given_rows) {
+            return bad(format!(
+                "a draw that removes what it returns picks rows uniformly or at given \
+                 indices, not {name} {}: draw them, then remove(indices)",
+                self.how()
+            ));
+        }
+        if !(self.replace || uniform_rows || self.remove && given_rows) {
             return bad(format!(
                 "only uniform rows are drawn without replacement, not {name} {}",
                 self.how()

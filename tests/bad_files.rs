@@ -115,7 +115,7 @@ fn wrong_magic_is_a_typed_error() {
 fn a_future_format_version_is_refused_by_name() {
     let (_d, p) = fixture();
     let mut b = std::fs::read(manifest(&p)).unwrap();
-    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    b[8..12].copy_from_slice(&4u32.to_le_bytes());
     let crc = replaystore::internal::format::crc32(&b[..SUPERBLOCK_LEN - 4]);
     b[SUPERBLOCK_LEN - 4..SUPERBLOCK_LEN].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(manifest(&p), b).unwrap();
@@ -124,8 +124,8 @@ fn a_future_format_version_is_refused_by_name() {
         matches!(
             e,
             Error::UnsupportedVersion {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ),

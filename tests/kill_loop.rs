@@ -9,6 +9,10 @@
 //! snapshots it found on opening. After each kill the parent checks: `verify` passes,
 //! the buffer opens with the acknowledged live range (or, for the call in flight, one it
 //! may leave), every item is intact, and every acknowledged snapshot is whole.
+//! The buffer keeps item states: the child also removes items and draws that remove
+//! (`removed ...` lists each call's removals once it returned), and the parent checks
+//! that every acknowledged removal holds (and that no other item is removed) after the
+//! kill, through snapshots and restores, which bring back their checkpoint's removals.
 //! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 1,000).
 #![allow(
     clippy::unwrap_used,
@@ -18,7 +22,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::ops::Range;
 use std::path::Path;
@@ -35,6 +39,7 @@ fn create(dir: &Path) {
     let config = Config::new(common::schema(), CAPACITY)
         .segment_slots(16)
         .prioritized(0.6, 1e-6)
+        .item_states()
         .seed(9);
     ReplayBuffer::create(dir, config).unwrap().close().unwrap();
 }
@@ -138,9 +143,30 @@ fn kill_loop_child() {
                     say(&mut out, "start none");
                 }
             }
+            93..=94 => {
+                let live = buf.live();
+                let picks: Vec<u64> = match live.is_empty() {
+                    true => Vec::new(),
+                    false => (0..3)
+                        .map(|_| live.start + xorshift(&mut rng) % (live.end - live.start))
+                        .collect(),
+                };
+                let list: Vec<String> = picks.iter().map(u64::to_string).collect();
+                say(&mut out, &format!("start remove {}", list.join(" ")));
+                buf.remove(&picks).unwrap();
+                say(&mut out, &format!("removed {}", list.join(" ")));
+            }
+            95..=96 => {
+                say(&mut out, "start pop");
+                if buf.len() >= 4 {
+                    let b = buf.sample(Request::rows(4).remove()).unwrap();
+                    let list: Vec<String> = b.indices().iter().map(u64::to_string).collect();
+                    say(&mut out, &format!("removed {}", list.join(" ")));
+                }
+            }
             _ => {
                 say(&mut out, "start sample");
-                if !buf.live().is_empty() {
+                if !buf.is_empty() {
                     buf.sample(Request::rows(16).prioritized(0.4)).unwrap();
                 }
             }
@@ -157,6 +183,11 @@ struct Seen {
     pending: Option<Vec<String>>,
     snaps: BTreeMap<String, Range<u64>>,
     finished: bool,
+    /// Acknowledged removals (as of the live state), and each snapshot's.
+    removed: BTreeSet<u64>,
+    snap_removed: BTreeMap<String, BTreeSet<u64>>,
+    /// Removals of the restore in flight: the snapshot's.
+    restoring: Option<BTreeSet<u64>>,
 }
 
 impl Seen {
@@ -167,13 +198,29 @@ impl Seen {
             Some("have") => {
                 self.snaps.insert(w[1].clone(), range(&w[2], &w[3]));
             }
+            Some("removed") => {
+                self.removed
+                    .extend(w[1..].iter().map(|i| i.parse::<u64>().unwrap()));
+            }
             Some("live") => {
                 self.live = Some(range(&w[1], &w[2]));
+                if let Some(theirs) = self.restoring.take() {
+                    self.removed = theirs;
+                }
                 self.pending = None;
             }
-            Some("start") => self.pending = Some(w[1..].to_vec()),
+            Some("start") => {
+                self.pending = Some(w[1..].to_vec());
+                self.restoring = None;
+                if w.get(1).map(String::as_str) == Some("restore") {
+                    // The live state becomes the snapshot's, removals included.
+                    let theirs = self.snap_removed.get(&w[2]).cloned().unwrap_or_default();
+                    self.restoring = Some(theirs);
+                }
+            }
             Some("snap") => {
                 self.snaps.insert(w[1].clone(), range(&w[2], &w[3]));
+                self.snap_removed.insert(w[1].clone(), self.removed.clone());
             }
             Some("deleted") => {
                 self.snaps.remove(&w[1]);
@@ -191,6 +238,7 @@ fn check(dir: &Path, seen: &Seen, ctx: &str) {
     let buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
     let got = buf.live();
     assert_live_items_intact(&buf);
+    check_removals(&buf, seen, ctx);
     drop(buf);
     let Some(acked) = seen.live.clone() else {
         // Killed before it said anything: nothing new was acknowledged.
@@ -252,6 +300,53 @@ fn check(dir: &Path, seen: &Seen, ctx: &str) {
     }
 }
 
+/// Every acknowledged removal of a live item holds and no other item is removed,
+/// except those of the call in flight (a removal, a draw that removes) or, with a
+/// restore in flight, those of either state.
+fn check_removals(buf: &ReplayBuffer, seen: &Seen, ctx: &str) {
+    let pending: Vec<&str> = seen.pending.iter().flatten().map(String::as_str).collect();
+    let maybe: BTreeSet<u64> = match pending.first() {
+        Some(&"remove") => pending[1..].iter().map(|i| i.parse().unwrap()).collect(),
+        // A pop in flight removes items the parent does not know: up to four.
+        _ => BTreeSet::new(),
+    };
+    let restoring = pending.first() == Some(&"restore");
+    let theirs = seen
+        .snap_removed
+        .get(pending.get(1).copied().unwrap_or(""))
+        .cloned()
+        .unwrap_or_default();
+    let live: Vec<u64> = buf.live().collect();
+    let states = buf.item_states(&live).unwrap();
+    let mut unknown = 0;
+    for (&i, s) in live.iter().zip(&states) {
+        let acked = seen.removed.contains(&i) || (restoring && theirs.contains(&i));
+        let either =
+            maybe.contains(&i) || (restoring && (seen.removed.contains(&i) != theirs.contains(&i)));
+        match (s.removed.is_some(), acked) {
+            (true, true) | (false, false) => {}
+            (false, true) if either => {}
+            (true, false) if either => {}
+            (true, false) if pending.first() == Some(&"pop") => unknown += 1,
+            (got, _) => panic!(
+                "{ctx}: item {i} removed {got}, acknowledged removed {acked} (in flight {pending:?})"
+            ),
+        }
+    }
+    assert!(unknown <= 4, "{ctx}: {unknown} removals by a pop of 4");
+    // A removed item keeps no priority, also when the kill came between its word and
+    // its leaf (kill point `remove-before-leaf`): the open zeroed the leaf.
+    let gone: Vec<u64> = live
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| s.removed.is_some())
+        .map(|(&i, _)| i)
+        .collect();
+    for (i, p) in gone.iter().zip(buf.priorities(&gone).unwrap()) {
+        assert_eq!(p, 0.0, "{ctx}: removed item {i} has priority {p}");
+    }
+}
+
 #[test]
 fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
     let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 1000);
@@ -263,11 +358,17 @@ fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
     // Snapshots on disk after the last check: a child killed before it listed them
     // still has them.
     let mut known = BTreeMap::new();
+    // Removals as of the last check (read back from the buffer: the call in flight may
+    // or may not have removed), and each snapshot's.
+    let mut removed = BTreeSet::new();
+    let mut snap_removed: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
     for cycle in 0..kills {
         let lines = xorshift(&mut rng) % 120;
         let seed = xorshift(&mut rng);
         let mut seen = Seen {
             snaps: known.clone(),
+            removed: removed.clone(),
+            snap_removed: snap_removed.clone(),
             ..Seen::default()
         };
         run_child_and_kill_after(
@@ -284,6 +385,13 @@ fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
             .unwrap_or("none".into());
         *in_flight.entry(what).or_default() += 1;
         check(&dir, &seen, &format!("cycle {cycle}"));
+        removed = removed_now(&dir);
+        snap_removed = seen.snap_removed.clone();
+        for name in known.keys() {
+            if !seen.snap_removed.contains_key(name) {
+                snap_removed.insert(name.clone(), removed_in(&dir, Some(name)));
+            }
+        }
         known = snapshots(&dir)
             .unwrap()
             .into_iter()
@@ -295,11 +403,41 @@ fn kill_9_at_random_moments_of_every_kind_of_call_loses_nothing_acknowledged() {
     }
     println!("kill cycles {kills}; call in flight at the kill: {in_flight:?}");
     // The kills must have landed inside calls of several kinds, not only between them.
-    for kind in ["add", "flush", "snap", "update"] {
+    for kind in ["add", "flush", "snap", "update", "remove", "pop"] {
         assert!(
             in_flight.get(kind).copied().unwrap_or(0) > 0,
             "no kill inside a {kind}: {in_flight:?}"
         );
+    }
+}
+
+/// The removed items of the live range of the buffer in `dir`.
+fn removed_now(dir: &Path) -> BTreeSet<u64> {
+    removed_in(dir, None)
+}
+
+/// The removed items of the live range of the buffer in `dir`, or of its snapshot.
+fn removed_in(dir: &Path, snapshot: Option<&str>) -> BTreeSet<u64> {
+    let states = |live: Vec<u64>, s: Vec<replaystore::ItemState>| {
+        live.into_iter()
+            .zip(s)
+            .filter(|(_, s)| s.removed.is_some())
+            .map(|(i, _)| i)
+            .collect()
+    };
+    match snapshot {
+        None => {
+            let buf = ReplayBuffer::open(dir).unwrap();
+            let live: Vec<u64> = buf.live().collect();
+            let s = buf.item_states(&live).unwrap();
+            states(live, s)
+        }
+        Some(name) => {
+            let buf = ReplayBuffer::open_snapshot(dir, name).unwrap();
+            let live: Vec<u64> = buf.live().collect();
+            let s = buf.item_states(&live).unwrap();
+            states(live, s)
+        }
     }
 }
 
@@ -349,6 +487,7 @@ fn a_create_killed_before_its_manifest_is_created_again_in_the_same_folder() {
 #[test]
 fn kill_at_each_named_point_loses_nothing_acknowledged() {
     let points = [
+        "remove-before-leaf",
         "before-stamp",
         "write-behind-started",
         "commit-written",

@@ -122,7 +122,7 @@ pub fn to_py(e: E) -> PyErr {
             pyo3::exceptions::PyValueError::new_err(msg)
         }
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
-        E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
+        E::Evicted { .. } | E::NotYetAdded { .. } | E::Removed { .. } => EvictedError::new_err(msg),
         E::BadState(_)
         | E::StateMismatch { .. }
         | E::NoSuchSnapshot { .. }

@@ -375,6 +375,24 @@ pub enum Error {
         tail: u64,
     },
 
+    /// A call on item states (`remove`, a draw that removes, `item_states`) on a buffer
+    /// created without them.
+    #[error("the buffer in {} keeps no item states: create it with Config::item_states() (Python: item_states=True) to remove items or count their uses", dir.display())]
+    NoItemStates {
+        /// The buffer directory.
+        dir: PathBuf,
+    },
+
+    /// The item was removed before the ring overwrote it (item lifecycles: removed by
+    /// `remove`, by a draw that removes, used up, ...).
+    #[error("item {index} was removed ({cause}): no draw or read returns it")]
+    Removed {
+        /// The index asked for.
+        index: u64,
+        /// Why it was removed (`explicit`, `sampled`, `used_up`, ...).
+        cause: &'static str,
+    },
+
     /// A sample was asked of an empty buffer (or an empty range of it).
     #[error("cannot sample: the buffer is empty")]
     Empty,

@@ -10,7 +10,10 @@
 //! Each commit slot lives in its own 4 KiB page so a torn write of one can never touch
 //! the other; the newer valid slot wins on open.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, HEAP_VERSION, Problem, checksum, crc32, magic, need};
+use super::{
+    Bytes, BytesMut, FORMAT_VERSION, HEAP_VERSION, LIFECYCLE_VERSION, Problem, checksum, crc32,
+    magic, need,
+};
 
 /// Magic at the start of MANIFEST.
 pub const MAGIC: [u8; 8] = *b"RPLYSTOR";
@@ -106,8 +109,11 @@ pub struct Superblock {
     /// 1). RLlib's `StorageUnit.FRAGMENTS`.
     pub fragments: bool,
     /// The chunk ring holding the values of variable-length fields, if items have any
-    /// (format version 2).
+    /// (format version 2, or 3 with bytes 92..124 non-zero).
     pub heap: Option<HeapGeometry>,
+    /// Each item has a state word in `items.state`: removed or live, and its uses
+    /// (superblock flag bit 4, format version 3).
+    pub lifecycle: bool,
 }
 
 /// Where the chunk ring of a version-2 buffer keeps its rows: `lane-K/heap-N.dat`, in
@@ -145,8 +151,14 @@ pub const SB_FLAG_WHOLE_EPISODES: u32 = 4;
 /// the checksum). Builds that predate it reject the flag, so they never leave a stale
 /// position in a slot they reuse.
 pub const SB_FLAG_FRAGMENTS: u32 = 8;
-const SB_KNOWN_FLAGS: u32 =
-    SB_FLAG_PRIORITIES | SB_FLAG_EPISODES | SB_FLAG_WHOLE_EPISODES | SB_FLAG_FRAGMENTS;
+/// Superblock flag: the buffer has `items.state`, a state word per slot (format version
+/// 3, which builds before it refuse, so none of them draws a removed item).
+pub const SB_FLAG_LIFECYCLE: u32 = 16;
+const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES
+    | SB_FLAG_EPISODES
+    | SB_FLAG_WHOLE_EPISODES
+    | SB_FLAG_FRAGMENTS
+    | SB_FLAG_LIFECYCLE;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -166,7 +178,8 @@ impl Superblock {
             flag(self.prioritized, SB_FLAG_PRIORITIES)
                 | flag(self.episodic, SB_FLAG_EPISODES)
                 | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES)
-                | flag(self.fragments, SB_FLAG_FRAGMENTS),
+                | flag(self.fragments, SB_FLAG_FRAGMENTS)
+                | flag(self.lifecycle, SB_FLAG_LIFECYCLE),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -177,23 +190,37 @@ impl Superblock {
         w.u64(SCHEMA_OFFSET_OFF, SCHEMA_OFFSET as u64);
         w.u64(SCHEMA_LEN_OFF, self.schema_len);
         w.u32(SCHEMA_CRC_OFF, self.schema_crc);
-        let crc_off = match self.heap {
-            Some(h) => {
-                w.u64(HEAP_CAPACITY_OFF, h.capacity);
-                w.u64(HEAP_SEGMENT_SLOTS_OFF, h.segment_slots);
-                w.u64(HEAP_SEGMENT_COUNT_OFF, h.segment_count);
-                w.u64(HEAP_STRIDE_OFF, h.stride);
-                SUPERBLOCK_V2_CRC_OFF
-            }
-            None => SUPERBLOCK_CRC_OFF,
+        if let Some(h) = self.heap {
+            w.u64(HEAP_CAPACITY_OFF, h.capacity);
+            w.u64(HEAP_SEGMENT_SLOTS_OFF, h.segment_slots);
+            w.u64(HEAP_SEGMENT_COUNT_OFF, h.segment_count);
+            w.u64(HEAP_STRIDE_OFF, h.stride);
+        }
+        // Version 3 has version 2's layout, with zeros for a chunk ring it does not have.
+        let crc_off = match self.version() {
+            FORMAT_VERSION => SUPERBLOCK_CRC_OFF,
+            _ => SUPERBLOCK_V2_CRC_OFF,
         };
         let crc = crc32(page.get(..crc_off).unwrap_or(&[]));
         BytesMut(&mut page).u32(crc_off, crc);
         page
     }
 
-    /// The MANIFEST's format version: 2 for items with variable-length fields, else 1.
+    /// The MANIFEST's format version: 3 for a buffer with item states, else 2 for items
+    /// with variable-length fields, else 1.
     pub fn version(&self) -> u32 {
+        if self.lifecycle {
+            LIFECYCLE_VERSION
+        } else if self.heap.is_some() {
+            HEAP_VERSION
+        } else {
+            FORMAT_VERSION
+        }
+    }
+
+    /// The version of the schema archive: 2 (with the variable-length fields) when the
+    /// buffer has a chunk ring, else 1.
+    pub fn schema_version(&self) -> u32 {
         if self.heap.is_some() {
             HEAP_VERSION
         } else {
@@ -212,7 +239,7 @@ impl Superblock {
         // damaged version finds no matching crc where it points.
         let crc_off = match version {
             FORMAT_VERSION => SUPERBLOCK_CRC_OFF,
-            HEAP_VERSION => SUPERBLOCK_V2_CRC_OFF,
+            HEAP_VERSION | LIFECYCLE_VERSION => SUPERBLOCK_V2_CRC_OFF,
             _ => {
                 checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
                 return Err(Problem::ManifestVersion(version));
@@ -234,12 +261,17 @@ impl Superblock {
             episodic: false,
             whole_episodes: false,
             fragments: false,
-            heap: (version == HEAP_VERSION).then(|| HeapGeometry {
-                capacity: field(HEAP_CAPACITY_OFF),
-                segment_slots: field(HEAP_SEGMENT_SLOTS_OFF),
-                segment_count: field(HEAP_SEGMENT_COUNT_OFF),
-                stride: field(HEAP_STRIDE_OFF),
-            }),
+            // Version 3 has a chunk ring when its capacity is not zero; a version-3
+            // superblock with zero there must have zeros in all four words (below).
+            heap: (version == HEAP_VERSION
+                || (version == LIFECYCLE_VERSION && field(HEAP_CAPACITY_OFF) != 0))
+                .then(|| HeapGeometry {
+                    capacity: field(HEAP_CAPACITY_OFF),
+                    segment_slots: field(HEAP_SEGMENT_SLOTS_OFF),
+                    segment_count: field(HEAP_SEGMENT_COUNT_OFF),
+                    stride: field(HEAP_STRIDE_OFF),
+                }),
+            lifecycle: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -263,8 +295,30 @@ impl Superblock {
             episodic: flags & SB_FLAG_EPISODES != 0,
             whole_episodes: flags & SB_FLAG_WHOLE_EPISODES != 0,
             fragments: flags & SB_FLAG_FRAGMENTS != 0,
+            lifecycle: flags & SB_FLAG_LIFECYCLE != 0,
             ..sb
         };
+        if sb.lifecycle != (version == LIFECYCLE_VERSION) {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 4 (item states) set exactly in version 3".into(),
+                flags.into(),
+            );
+        }
+        if version == LIFECYCLE_VERSION && sb.heap.is_none() {
+            let stray = [
+                HEAP_SEGMENT_SLOTS_OFF,
+                HEAP_SEGMENT_COUNT_OFF,
+                HEAP_STRIDE_OFF,
+            ]
+            .into_iter()
+            .find(|&off| field(off) != 0);
+            if let Some(off) = stray {
+                let expected = "0 (no chunk ring: its capacity is 0)".into();
+                return bad(off, "heap geometry", expected, field(off));
+            }
+        }
         if sb.whole_episodes && !sb.episodic {
             return bad(
                 FLAGS_OFF,
@@ -603,7 +657,7 @@ mod tests {
             (SCHEMA_LEN_OFF, 0),
             (SCHEMA_LEN_OFF, MAX_SCHEMA_LEN + 1),
             (CAPACITY_OFF, 1000),
-            (VERSION_OFF, 3),
+            (VERSION_OFF, 4),
         ];
         for (off, value) in cases {
             let got = Superblock::decode(&resealed(&good, off, value));
@@ -679,6 +733,7 @@ mod tests {
             whole_episodes: false,
             fragments: false,
             heap: None,
+            lifecycle: false,
         }
     }
 
@@ -754,6 +809,42 @@ mod tests {
     }
 
     #[test]
+    fn a_superblock_with_item_states_is_version_3_with_or_without_a_chunk_ring() {
+        for base in [sb(), heap_sb()] {
+            let with = Superblock {
+                lifecycle: true,
+                ..base.clone()
+            };
+            let page = with.encode();
+            assert_eq!(Bytes(&page).u32(VERSION_OFF), Some(LIFECYCLE_VERSION));
+            assert_eq!(Superblock::decode(&page), Ok(with.clone()));
+            assert_eq!(with.schema_version(), base.schema_version());
+            // Version 3 without bit 4, or a version-2 superblock with it, is refused.
+            let cleared = resealed_v2(&page, FLAGS_OFF, 0);
+            assert!(matches!(
+                Superblock::decode(&cleared),
+                Err(Problem::Field { .. })
+            ));
+        }
+        // No chunk ring: its four words must all be zero.
+        let page = Superblock {
+            lifecycle: true,
+            ..sb()
+        }
+        .encode();
+        let stray = resealed_v2(&page, HEAP_STRIDE_OFF, 1024);
+        assert!(matches!(
+            Superblock::decode(&stray),
+            Err(Problem::Field { offset, .. }) if offset == HEAP_STRIDE_OFF as u64
+        ));
+        let v2 = resealed_v2(&heap_sb().encode(), FLAGS_OFF, u64::from(SB_FLAG_LIFECYCLE));
+        assert!(matches!(
+            Superblock::decode(&v2),
+            Err(Problem::Field { .. })
+        ));
+    }
+
+    #[test]
     fn the_flags_round_trip_and_unknown_flags_are_refused() {
         for (prioritized, episodic, whole_episodes, fragments) in [
             (true, false, false, false),
@@ -773,9 +864,11 @@ mod tests {
             };
             assert_eq!(Superblock::decode(&with.encode()), Ok(with));
         }
-        // An unknown bit, whole episodes without episodes, fragments with episodes.
+        // An unknown bit, item states outside version 3, whole episodes without
+        // episodes, fragments with episodes.
         for flags in [
-            16,
+            32,
+            SB_FLAG_LIFECYCLE,
             SB_FLAG_WHOLE_EPISODES,
             SB_FLAG_FRAGMENTS | SB_FLAG_EPISODES,
         ] {

@@ -7,6 +7,7 @@
 
 pub mod heap;
 pub mod lanes;
+pub mod lifecycle;
 pub mod manifest;
 pub mod progress;
 pub mod row;
@@ -22,6 +23,11 @@ pub const FORMAT_VERSION: u32 = 1;
 /// (FORMAT.md, version log). Every other file, and every buffer without such fields,
 /// stays at [`FORMAT_VERSION`].
 pub const HEAP_VERSION: u32 = 2;
+/// The MANIFEST version of a buffer that keeps a state word per item (`items.state`):
+/// version 2's superblock layout, its chunk ring geometry zero when it has none
+/// (FORMAT.md, version log). Builds before it refuse it, so none of them ever draws an
+/// item this build removed.
+pub const LIFECYCLE_VERSION: u32 = 3;
 
 /// Reads fixed-size little-endian integers from a byte slice without panicking.
 pub(crate) struct Bytes<'a>(pub &'a [u8]);
@@ -90,7 +96,7 @@ pub enum Problem {
     },
     /// A version this build does not read.
     Version(u32),
-    /// A MANIFEST version this build does not read (it reads 1 and 2).
+    /// A MANIFEST version this build does not read (it reads 1, 2 and 3).
     ManifestVersion(u32),
     /// A checksum mismatch.
     Checksum {
@@ -143,7 +149,7 @@ impl Problem {
             Problem::ManifestVersion(found) => Error::UnsupportedVersion {
                 file,
                 found,
-                supported: HEAP_VERSION,
+                supported: LIFECYCLE_VERSION,
             },
             Problem::Checksum {
                 offset,

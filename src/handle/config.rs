@@ -37,6 +37,8 @@ pub struct Config {
     pub(super) first_index: u64,
     pub(super) heap_bytes: Option<u64>,
     pub(super) chunk_bytes: u64,
+    /// Item states, with this `max_use` (0: none), when kept.
+    pub(super) lifecycle: Option<u64>,
 }
 
 impl Config {
@@ -56,6 +58,7 @@ impl Config {
             first_index: 0,
             heap_bytes: None,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            lifecycle: None,
         }
     }
 
@@ -170,6 +173,55 @@ impl Config {
     /// Whether the buffer keeps fragments.
     pub fn keeps_fragments(&self) -> bool {
         self.fragments
+    }
+
+    /// Keeps a state word per item (`items.state`): items can be removed before the
+    /// ring overwrites them ([`crate::ReplayBuffer::remove`], draws that remove what
+    /// they return with [`crate::Request::remove`]) and every draw's uses are counted
+    /// ([`crate::ReplayBuffer::item_states`]). Removed items are never drawn or read
+    /// again, and `len` counts only the items not removed. Persisted, crash-safe and
+    /// part of every snapshot like the rows. Not yet with episodes or fragments.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).item_states())?;
+    /// buf.add_batch(&[Column::new("x", &[1.0f32, 2.0, 3.0])])?;
+    /// assert_eq!(buf.remove(&[1])?, 1);
+    /// assert_eq!(buf.len(), 2);
+    /// assert!(buf.get(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn item_states(mut self) -> Config {
+        self.lifecycle = Some(self.lifecycle.unwrap_or(0));
+        self
+    }
+
+    /// Keeps item states ([`Config::item_states`]) and removes an item when a draw
+    /// returns it for the `n`-th time (DI-engine's `use_time_check`, Reverb's
+    /// `max_times_sampled`); `n` is 1..=65,535. Draws by priority and uniform draws
+    /// count; reads at given indices do not.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).max_use(2))?;
+    /// buf.add(&[Column::scalar("x", &1.0f32)])?;
+    /// buf.sample(2)?; // the only item, drawn twice: used up
+    /// assert!(buf.is_empty());
+    /// assert_eq!(buf.stats().removals.used_up, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_use(mut self, n: u64) -> Config {
+        self.lifecycle = Some(n);
+        self
+    }
+
+    /// Whether the buffer keeps item states, and its `max_use` (0: none).
+    pub fn lifecycle(&self) -> Option<u64> {
+        self.lifecycle
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.
@@ -294,4 +346,9 @@ pub struct Stats {
     /// Priority updates skipped because their item had been evicted or cleared since
     /// it was sampled (prioritized buffers).
     pub stale_updates: u64,
+    /// Items in the live range that were removed (buffers with item states); `len`
+    /// does not count them.
+    pub removed: u64,
+    /// Removals since the buffer was created, by cause (buffers with item states).
+    pub removals: crate::parts::lifecycle::Removals,
 }

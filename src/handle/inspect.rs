@@ -57,6 +57,9 @@ pub struct Info {
     /// Rows record their `add` / `add_batch` call (superblock flag bit 3): the
     /// `fragments` storage unit.
     pub fragments: bool,
+    /// Removed and live items and their uses, for a buffer with item states (format
+    /// version 3).
+    pub items: Option<crate::parts::lifecycle::ItemStats>,
 }
 
 /// Episode counts and lengths of an episodic buffer's live rows (as of the newest
@@ -154,9 +157,11 @@ impl EpisodeStats {
 }
 
 impl Info {
-    /// Live items as of the newest commit (a running writer may have more).
+    /// Live items as of the newest commit (a running writer may have more); with item
+    /// states, the removed ones (as the state file says now) are not counted.
     pub fn len(&self) -> u64 {
-        self.commit.tail - self.commit.head
+        let removed = self.items.as_ref().map_or(0, |i| i.removed);
+        (self.commit.tail - self.commit.head).saturating_sub(removed)
     }
 
     /// Whether no item was live at the newest commit.
@@ -194,7 +199,18 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         .heap
         .map(|h| value_stats(dir, &m, h, commit.head, commit.tail));
     let value_bytes: u64 = values.iter().flat_map(|v| &v.fields).map(|f| f.bytes).sum();
+    let items = match sb.lifecycle {
+        true => Some(crate::parts::lifecycle::ItemStats::read(
+            &io::OsIo,
+            dir,
+            sb,
+            commit.head,
+            commit.tail,
+        )?),
+        false => None,
+    };
     Ok(Info {
+        items,
         values,
         priorities,
         episodes,

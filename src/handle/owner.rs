@@ -135,8 +135,10 @@ impl PriorityOwner {
     ) -> Result<PriorityUpdate> {
         self.catch_up()?;
         let buf = &self.reader.rows;
+        let live = (buf.head, buf.head_slot, buf.tail);
+        let reader = &self.reader;
         self.tree
-            .update(buf.head, buf.head_slot, buf.tail, indices, priorities)
+            .update(live, indices, priorities, &|i| reader.is_removed(i))
     }
 
     /// The current `priority + eps` of each live item in `indices`.

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
 use crate::parts::heap::Heap;
 use crate::parts::hooks::Holder;
+use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
 use crate::parts::tree_role::TreeRole;
 use crate::request::{Pick, Request};
@@ -83,6 +84,9 @@ pub struct Reader {
     pub(super) rows: Rows,
     /// How this reader draws by priority.
     tree: ReadTree,
+    /// The item states, read-only (buffers with item states): removed items are not
+    /// drawn or read.
+    life: Option<Lifecycle>,
     /// The writer's progress page; `None` for a snapshot, which never changes.
     progress: Option<ProgressMap>,
     /// The newest commit's generation when the reader opened (`Stats::generation`).
@@ -133,6 +137,7 @@ impl Reader {
         let mut reader = Reader {
             rows,
             tree,
+            life: opened.parts.life,
             progress: Some(progress),
             generation: opened.commits.generation,
             epoch,
@@ -154,6 +159,7 @@ impl Reader {
                 TreeRole::Owned { tree, .. } => ReadTree::Frozen(tree),
                 _ => ReadTree::Absent,
             },
+            life: opened.parts.life,
             progress: None,
             generation: opened.commits.generation,
             epoch: 0,
@@ -252,6 +258,12 @@ impl Reader {
                 let rows = &self.rows;
                 self.rows.heap = Heap::open(&*rows.io, &rows.dir, &rows.superblock, Access::Read)?;
                 self.tree = open_priorities(&self.rows)?;
+                if self.life.is_some() {
+                    let rows = &self.rows;
+                    let sb = &rows.superblock;
+                    let life = Lifecycle::open_with(&*rows.io, &rows.dir, sb, Access::Read)?;
+                    self.life = Some(life);
+                }
                 self.epoch = epoch;
                 remapped = true;
                 // Loads below must pair with the files just mapped: start over.
@@ -333,14 +345,24 @@ impl Reader {
         self.rows.superblock.capacity
     }
 
-    /// Items live as of the last call (or [`Reader::refresh`]).
+    /// Items live as of the last call (or [`Reader::refresh`]); with item states, not
+    /// counting removed ones (as the writer last counted them).
     pub fn len(&self) -> u64 {
-        self.rows.len()
+        self.rows.len() - self.removed_live()
     }
 
     /// Whether no item was live as of the last call.
     pub fn is_empty(&self) -> bool {
-        self.rows.len() == 0
+        self.len() == 0
+    }
+
+    /// Whether live index `index` was removed (item states), as the words say now.
+    pub(super) fn is_removed(&self, index: u64) -> bool {
+        self.life.as_ref().is_some_and(|l| l.is_removed(index))
+    }
+
+    fn removed_live(&self) -> u64 {
+        (self.life.as_ref()).map_or(0, |l| l.removed_live().min(self.rows.len()))
     }
 
     /// Logical indices live as of the last call.
@@ -356,7 +378,16 @@ impl Reader {
             ReadTree::Frozen(p) => Some(p),
             _ => None,
         };
-        Ok(self.rows.stats(self.generation, frozen))
+        let stats = self.rows.stats(self.generation, frozen);
+        Ok(match &self.life {
+            Some(life) => Stats {
+                len: self.len(),
+                removed: self.removed_live(),
+                removals: life.removals(),
+                ..stats
+            },
+            None => stats,
+        })
     }
 
     /// Restarts this reader's sampling RNG from `seed` (reproducible draws; the writer's
@@ -525,6 +556,33 @@ impl Reader {
         Ok(())
     }
 
+    /// Draws again, by priority, each of `indices` whose item is removed: the writer
+    /// zeroes a removed item's leaf, but this reader's descent may have begun before
+    /// (a removal after the word was loaded is ordered after the draw).
+    fn redraw_removed(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        if self.life.is_none() {
+            return Ok(());
+        }
+        let how = Draw::Prioritized(spec);
+        let removed = |r: &Reader, i: u64| r.life.as_ref().is_some_and(|l| l.is_removed(i));
+        for p in 0..indices.len() {
+            let mut tries = 0;
+            while indices.get(p).is_some_and(|&i| removed(self, i)) {
+                tries += 1;
+                if tries > RACE_TRIES {
+                    return Err(self.lapped());
+                }
+                self.draw_again(how, indices, weights, p)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Gathers as for a ring larger than memory, whatever its size (tests).
     #[cfg(test)]
     pub(crate) fn force_page_in(&mut self) {
@@ -631,8 +689,15 @@ impl DrawsRows for Reader {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()> {
+        if request.remove {
+            return Err(Error::ReadOnly {
+                dir: self.rows.dir.clone(),
+                op: "removing items (a reader writes nothing: remove through the writer)",
+            });
+        }
         self.refresh_files()?;
-        let Some(spec) = self.rows.pick_unless_priority(request, indices, weights)? else {
+        let life = self.life.as_ref();
+        let Some(spec) = (self.rows).pick_unless_priority(request, life, indices, weights)? else {
             return Ok(());
         };
         let live = self.rows.live_range();
@@ -648,7 +713,7 @@ impl DrawsRows for Reader {
             }
         }
         self.rows.draws.sampled += spec.n as u64;
-        Ok(())
+        self.redraw_removed(&spec, indices, weights)
     }
 
     /// Gathers the rows `pick_rows` picked for `request` into `outs` (one per field,

@@ -11,12 +11,13 @@ use rand_chacha::rand_core::SeedableRng;
 
 use super::Stats;
 use super::core::Draws;
-use crate::algo::sample::{SampleSpec, draw_uniform};
+use crate::algo::sample::{SampleSpec, draw_uniform, draw_uniform_skipping};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::heap::VarSlot;
 use crate::format::manifest::Superblock;
 use crate::parts::heap::Heap;
+use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
 use crate::request::{Pick, Request};
 use crate::schema::{Schema, VarField};
@@ -123,6 +124,8 @@ impl Rows {
             generation,
             priority_updates: tree.map_or(0, Priorities::updates),
             stale_updates: tree.map_or(0, Priorities::stale_updates),
+            removed: 0,
+            removals: crate::parts::lifecycle::Removals::default(),
         }
     }
 
@@ -132,9 +135,22 @@ impl Rows {
         self.draws.rng = ChaCha8Rng::seed_from_u64(seed);
     }
 
-    /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering.
-    pub(crate) fn draw_indices(&mut self, spec: &SampleSpec, out: &mut Vec<u64>) -> Result<()> {
-        draw_uniform(&mut self.draws.rng, spec, self.head, self.tail, out)?;
+    /// Draws indices as `spec` says into `out`, advancing the RNG, without gathering;
+    /// with item states, never a removed one.
+    pub(crate) fn draw_indices(
+        &mut self,
+        spec: &SampleSpec,
+        life: Option<&Lifecycle>,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let rng = &mut self.draws.rng;
+        match life {
+            Some(l) => {
+                let live = (self.head, self.tail, l.removed_live());
+                draw_uniform_skipping(rng, spec, live, &|i| l.is_removed(i), out)?;
+            }
+            None => draw_uniform(rng, spec, self.head, self.tail, out)?,
+        }
         self.draws.sampled += out.len() as u64;
         Ok(())
     }
@@ -146,6 +162,7 @@ impl Rows {
     pub(crate) fn pick_unless_priority(
         &mut self,
         request: &Request<'_>,
+        life: Option<&Lifecycle>,
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<Option<PrioritySpec>> {
@@ -153,9 +170,10 @@ impl Rows {
         weights.clear();
         indices.clear();
         match request.pick {
-            Pick::Uniform => self.draw_indices(&SampleSpec::of(request), indices)?,
+            Pick::Uniform => self.draw_indices(&SampleSpec::of(request), life, indices)?,
             Pick::Given(given) => {
                 self.check_live(given)?;
+                check_not_removed(life, given)?;
                 indices.extend_from_slice(given);
             }
             Pick::Priority { beta } => {
@@ -429,6 +447,11 @@ pub trait DrawsRows {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()>;
+    /// The picked rows were gathered and handed out: a writer counts their uses, or
+    /// removes them when the request says so (item states).
+    fn drawn(&mut self, _request: &Request<'_>, _indices: &[u64]) -> Result<()> {
+        Ok(())
+    }
     /// Gathers the rows `pick_rows` picked into `outs` (one slice per field,
     /// `indices.len()` rows each): only picked rows, whose given indices the pick has
     /// checked are live. A reader picks again, the same way, a row the writer took
@@ -479,6 +502,7 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
             other => break other,
         }
     };
+    let done = done.and_then(|()| handle.drawn(request, &picked.indices));
     handle.rows_mut().draws.picked = picked;
     done
 }
@@ -507,5 +531,17 @@ fn value_dst<'o>(
 fn out_len(out: &ValuesOut<'_>) -> usize {
     match out {
         ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
+    }
+}
+
+/// `Removed` for the first of the live `indices` whose item was removed.
+pub(crate) fn check_not_removed(life: Option<&Lifecycle>, indices: &[u64]) -> Result<()> {
+    let Some(l) = life else { return Ok(()) };
+    match indices.iter().find(|&&i| l.is_removed(i)) {
+        Some(&index) => Err(Error::Removed {
+            index,
+            cause: l.state(index).removed.map_or("unknown", |c| c.name()),
+        }),
+        None => Ok(()),
     }
 }

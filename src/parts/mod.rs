@@ -9,6 +9,7 @@ pub(crate) mod evictions;
 pub(crate) mod fragments;
 pub(crate) mod heap;
 pub(crate) mod hooks;
+pub mod lifecycle;
 pub mod priorities;
 pub(crate) mod set;
 pub mod snapshot;

@@ -12,6 +12,7 @@ use super::episodes::Episodes;
 use super::evictions::{Evictions, RecordTo};
 use super::fragments::Fragments;
 use super::hooks::{Checking, Found, NewRow, Opening, Part, PartFile};
+use super::lifecycle::Lifecycle;
 use super::priorities::LiveRange;
 use super::tree_role::TreeRole;
 use crate::error::Result;
@@ -29,6 +30,8 @@ pub(crate) struct Parts {
     pub fragments: Option<Fragments>,
     /// Eviction records since the newest commit (overwriting a committed item needs one).
     pub evictions: Evictions,
+    /// Each item's state word: removed (and why), uses (buffers with item states).
+    pub life: Option<Lifecycle>,
 }
 
 /// Runs `$body` with `$p` bound to each part in turn, in the order of the hooks table.
@@ -48,6 +51,10 @@ macro_rules! each {
         }
         {
             let $p = &mut $parts.evictions;
+            $body;
+        }
+        {
+            let $p = &mut $parts.life;
             $body;
         }
     }};
@@ -72,6 +79,7 @@ impl Parts {
             episodes: Episodes::for_holder(at),
             fragments: None,
             evictions: Evictions::after_commit(commit.head, commit.tail),
+            life: Lifecycle::open(at)?,
         })
     }
 
@@ -82,6 +90,7 @@ impl Parts {
             Episodes::files,
             Fragments::files,
             Evictions::files,
+            Lifecycle::files,
         ]
         .iter()
         .flat_map(|files| files(sb))
@@ -94,18 +103,45 @@ impl Parts {
         Episodes::verify(at, found);
         Fragments::verify(at, found);
         Evictions::verify(at, found);
+        Lifecycle::verify(at, found);
     }
 
-    /// Recovery settled the live range `live`.
+    /// Recovery settled the live range `live`. Then the leaves of removed items are
+    /// zeroed: a kill between a removal's word and its leaf (kill point
+    /// `remove-before-leaf`) left the leaf, and the item must not be drawn by priority.
     pub fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
         each!(self, p => p.recovered(at, live)?);
+        self.zero_removed_leaves(at, live.head..live.tail)
+    }
+
+    /// Zeroes the priority leaves of the removed items of `range`, and makes that
+    /// durable when the holder writes.
+    fn zero_removed_leaves(&mut self, at: &Opening<'_>, range: std::ops::Range<u64>) -> Result<()> {
+        let (Some(life), Some(tree)) = (&self.life, self.tree.tree_mut()) else {
+            return Ok(());
+        };
+        let cap = at.sb.capacity;
+        let removed: Vec<u64> = range
+            .filter(|&i| life.is_removed(i))
+            .map(|i| i % cap)
+            .collect();
+        if !removed.is_empty() {
+            tree.zero_slots(&removed);
+            if at.holder.writes() {
+                tree.flush(at.io)?;
+            }
+        }
         Ok(())
     }
 
     /// The live range is final: each part gets ready, then a first episode the head
     /// has cut is settled. Returns the head, which settling may move.
     pub fn ready(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<u64> {
+        // The tree's catch-up gives the items it had not seen the largest priority,
+        // removed ones too: their leaves are zeroed again after it.
+        let caught_up = self.tree.tree().map_or(live.tail, |t| t.caught_up());
         each!(self, p => p.ready(at, live)?);
+        self.zero_removed_leaves(at, caught_up.max(live.head)..live.tail)?;
         Ok(self.settle_first_episode(at.sb, live))
     }
 

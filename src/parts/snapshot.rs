@@ -204,7 +204,11 @@ fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
     let restore_copy = |n: &str| {
         n.strip_suffix(RESTORE_EXT)
             .and_then(|n| n.strip_suffix('.'))
-            .is_some_and(|n| n == MANIFEST || n == crate::format::tree::FILE_NAME)
+            .is_some_and(|n| {
+                n == MANIFEST
+                    || n == crate::format::tree::FILE_NAME
+                    || n == crate::format::lifecycle::FILE_NAME
+            })
     };
     match (depth, kind) {
         (0, Kind::Dir) => name == LANE_DIR,
@@ -217,6 +221,7 @@ fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
                 RESTORE,
                 RESTORE_TMP,
                 crate::format::tree::FILE_NAME,
+                crate::format::lifecycle::FILE_NAME,
             ]
             .contains(&name)
                 || restore_copy(name)

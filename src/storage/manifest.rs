@@ -79,15 +79,16 @@ impl Manifest {
                 got: crc,
             });
         }
-        let schema = schema_doc::decode(schema_bytes, superblock.version()).map_err(|got| {
-            Error::Corrupt {
-                file: path.clone(),
-                offset: SCHEMA_OFFSET as u64,
-                field: "schema".into(),
-                expected: "a valid schema archive".into(),
-                got,
-            }
-        })?;
+        let schema =
+            schema_doc::decode(schema_bytes, superblock.schema_version()).map_err(|got| {
+                Error::Corrupt {
+                    file: path.clone(),
+                    offset: SCHEMA_OFFSET as u64,
+                    field: "schema".into(),
+                    expected: "a valid schema archive".into(),
+                    got,
+                }
+            })?;
         let layout = RowLayout::with_steps(&schema, superblock.episodic)
             .with_fragments(superblock.fragments);
         if layout.stride as u64 != superblock.row_stride

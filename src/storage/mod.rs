@@ -503,6 +503,7 @@ pub(crate) fn bytes_on_disk(dir: &Path, sb: &Superblock) -> u64 {
     let file = |p: PathBuf| regular_file_meta(&p).map_or(0, |m| m.blocks() * 512);
     file(dir.join(MANIFEST))
         + file(tree_path(dir))
+        + file(life_path(dir))
         + SegmentSet::all(sb)
             .iter()
             .flat_map(|set| (0..set.segment_count).map(|n| file(set.path(dir, n))))
@@ -637,6 +638,94 @@ pub(crate) fn open_tree(
         map.set_shared();
     }
     Ok((map, header, counters))
+}
+
+/// Path of the item state file.
+pub(crate) fn life_path(dir: &Path) -> PathBuf {
+    dir.join(crate::format::lifecycle::FILE_NAME)
+}
+
+/// Creates the item state file with its disk reserved: the header, then every word 0
+/// (every item live and never drawn), durable before it returns.
+pub(crate) fn create_life(
+    io: &dyn Io,
+    dir: &Path,
+    header: &crate::format::lifecycle::LifeHeader,
+) -> Result<()> {
+    let path = life_path(dir);
+    let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &path, e))
+}
+
+/// Opens and maps the item state file, checking its header against the superblock. A
+/// file with other names (a restore linked the snapshot's) is mapped read-only until
+/// its holder's first store (`private_life`), as the tree is.
+pub(crate) fn open_life(
+    io: &dyn Io,
+    dir: &Path,
+    sb: &Superblock,
+    access: Access,
+) -> Result<(map::LifeMap, crate::format::lifecycle::LifeHeader)> {
+    use crate::format::lifecycle::{BODY_OFFSET, CAPACITY_OFF, LifeHeader, UUID_OFF};
+    use std::os::unix::fs::MetadataExt;
+    let path = life_path(dir);
+    let shared = access.writes_file() && regular_file_meta(&path).is_some_and(|m| m.nlink() > 1);
+    let access = if shared { Access::Read } else { access };
+    let (file, len) = open_with_len(io, &path, access)?;
+    if len < BODY_OFFSET as u64 {
+        return Err(Error::Truncated {
+            file: path,
+            expected: BODY_OFFSET as u64,
+            got: len,
+        });
+    }
+    let mut page = vec![0u8; BODY_OFFSET];
+    io.read_at(&file, 0, &mut page)
+        .map_err(|e| Error::io("read", &path, e))?;
+    let header = LifeHeader::decode(&page).map_err(|p| p.into_error(&path, "item state header"))?;
+    let field = |offset: usize, field: &str, expected: String, got: String| Error::Corrupt {
+        file: path.clone(),
+        offset: offset as u64,
+        field: format!("item state header {field}"),
+        expected,
+        got,
+    };
+    if header.uuid != sb.uuid {
+        let got = "another buffer's".into();
+        return Err(field(UUID_OFF, "uuid", "the manifest's uuid".into(), got));
+    }
+    if header.capacity != sb.capacity {
+        let (expected, got) = (sb.capacity.to_string(), header.capacity.to_string());
+        return Err(field(CAPACITY_OFF, "capacity", expected, got));
+    }
+    if len < header.file_len() {
+        return Err(Error::Truncated {
+            file: path,
+            expected: header.file_len(),
+            got: len,
+        });
+    }
+    let raw = io
+        .map(&file, header.file_len(), access)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    let mut map = map::LifeMap::new(raw, &path, sb.capacity as usize, access.can_store())?;
+    if shared {
+        map.set_shared();
+    }
+    Ok((map, header))
+}
+
+/// Gives a state file mapped as shared (`open_life`) a file of its own holding the same
+/// bytes, durable before it is renamed into place, and maps that writable.
+pub(crate) fn private_life(io: &dyn Io, map: &mut map::LifeMap) -> Result<()> {
+    let path = map.path().to_path_buf();
+    sole_name(io, &path)?;
+    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
+    let raw = io
+        .map(&file, map.mapped_len() as u64, Access::Write)
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    map.replace_mapping(raw)
 }
 
 /// Path of the lane's progress page.

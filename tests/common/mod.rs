@@ -101,9 +101,19 @@ pub fn add_range<R: Writes>(buf: &mut ReplayBuffer<R>, from: u64, to: u64) -> st
     .unwrap()
 }
 
-/// Asserts every live item reads back as `item_bytes(index)`.
+/// Asserts every live item reads back as `item_bytes(index)` (with item states: every
+/// live item not removed).
 pub fn assert_live_items_intact<R: Role>(buf: &ReplayBuffer<R>) {
-    let live: Vec<u64> = buf.live().collect();
+    let mut live: Vec<u64> = buf.live().collect();
+    if let Ok(states) = buf.item_states(&live) {
+        let removed: std::collections::HashSet<u64> = live
+            .iter()
+            .zip(states)
+            .filter(|(_, s)| s.removed.is_some())
+            .map(|(&i, _)| i)
+            .collect();
+        live.retain(|i| !removed.contains(i));
+    }
     for chunk in live.chunks(4096) {
         let batch = buf.get_many(chunk).unwrap();
         for (r, &i) in chunk.iter().enumerate() {

@@ -39,6 +39,15 @@ fn info_json(info: &Info) -> serde_json::Value {
         "whole_episodes": info.whole_episodes,
         "values": info.values.as_ref().map(values_json),
         "fragments": info.fragments,
+        "items": info.items.as_ref().map(|i| json!({
+            "max_use": i.max_use,
+            "live": i.live,
+            "removed": i.removed,
+            "removals": removals_json(&i.removals),
+            "uses": i.uses,
+            "never_drawn": i.never_drawn,
+            "max_uses": i.max_uses,
+        })),
         "episodes": info.episodes.as_ref().map(|e| json!({
             "count": e.count,
             "ended": e.ended,
@@ -112,6 +121,51 @@ fn print_values(v: &ValueStats) {
 
 /// Width of the longest histogram bar.
 const BAR: u64 = 40;
+
+/// Removals by cause, as JSON (every cause, zeros included, so scripts can rely on
+/// the keys).
+fn removals_json(r: &replaystore::Removals) -> serde_json::Value {
+    let map = replaystore::Cause::ALL
+        .iter()
+        .map(|&c| (c.name().to_owned(), json!(r.of(c))))
+        .collect::<serde_json::Map<_, _>>();
+    serde_json::Value::Object(map)
+}
+
+/// The item states' lines: the live range split into live and removed, the uses of
+/// the live items, and the removals since create by cause (only causes that happened).
+fn print_items(i: &replaystore::ItemStats) {
+    say!(
+        "items      {} live, {} removed but not yet passed by the ring; max_use {}",
+        i.live,
+        i.removed,
+        if i.max_use == 0 {
+            "none".to_owned()
+        } else {
+            i.max_use.to_string()
+        }
+    );
+    say!(
+        "uses       {} draws of live items; {} never drawn; most {}",
+        i.uses,
+        i.never_drawn,
+        i.max_uses
+    );
+    let causes: Vec<String> = replaystore::Cause::ALL
+        .iter()
+        .filter(|&&c| i.removals.of(c) > 0)
+        .map(|&c| format!("{} {}", c.name(), i.removals.of(c)))
+        .collect();
+    say!(
+        "removed    {} since create{}",
+        i.removals.total(),
+        if causes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", causes.join(", "))
+        }
+    );
+}
 
 fn print_priorities(p: &PriorityInfo) {
     say!(
@@ -196,10 +250,11 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
             " + {} chunk segments of {} chunks x {} bytes",
             h.segment_count, h.segment_slots, h.stride
         )),
-        if info.priorities.is_some() {
-            " + priorities.tree"
-        } else {
-            ""
+        match (info.priorities.is_some(), info.items.is_some()) {
+            (true, true) => " + priorities.tree + items.state",
+            (true, false) => " + priorities.tree",
+            (false, true) => " + items.state",
+            (false, false) => "",
         }
     );
     say!(
@@ -212,6 +267,9 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
     }
     if info.fragments {
         say!("units      fragments (each add / add_batch call is drawn whole)");
+    }
+    if let Some(i) = &info.items {
+        print_items(i);
     }
     if let Some(e) = &info.episodes {
         match (&e.problem, e.steps) {

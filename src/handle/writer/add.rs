@@ -80,6 +80,16 @@ impl ReplayBuffer<Writer> {
 }
 
 impl<R: Role> ReplayBuffer<R> {
+    /// Gives a tree that a restore linked a file of its own before the first store into
+    /// it (the snapshot keeps its copy), and tells readers to map the new file. Fails
+    /// before anything is stored, losing nothing.
+    #[cold]
+    pub(super) fn private_tree(&mut self) -> Result<()> {
+        if self.parts.tree.make_private(&*self.rows.io)? {
+            self.publish_files_changed();
+        }
+        Ok(())
+    }
     /// Stores a word of the progress page, if this handle has one (the writer's).
     #[inline(always)]
     pub(super) fn publish(&mut self, off: usize, value: u64) {
@@ -151,16 +161,6 @@ impl<R: Writes> ReplayBuffer<R> {
             )?;
             self.rows.ring.replace_segment(s, seg);
             self.commits.lane_dirty = true;
-            self.publish_files_changed();
-        }
-        Ok(())
-    }
-    /// Gives a tree that a restore linked a file of its own before the first store into
-    /// it (the snapshot keeps its copy), and tells readers to map the new file. Fails
-    /// before anything is stored, losing nothing.
-    #[cold]
-    pub(super) fn private_tree(&mut self) -> Result<()> {
-        if self.parts.tree.make_private(&*self.rows.io)? {
             self.publish_files_changed();
         }
         Ok(())

@@ -5,7 +5,7 @@
 
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::handle::rows::{DrawsRows, Rows, sample_rows};
+use crate::handle::rows::{DrawsRows, Rows, check_not_removed, sample_rows};
 use crate::parts::episodes::EpisodeInfo;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
@@ -18,8 +18,8 @@ use super::role::{Actor, HoldsTree, Role, Writer};
 
 impl ReplayBuffer<Writer> {
     /// Sets the priorities of the items at logical `indices` (typically the TD errors of
-    /// a sampled batch). Items evicted or cleared since they were sampled are skipped and
-    /// counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
+    /// a sampled batch). Items evicted, cleared or removed since they were sampled are
+    /// skipped and counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
     /// slot. A priority that is negative, NaN or infinite, an index never added, or
     /// arrays of different lengths are an error, and then nothing is applied.
     /// Survives a kill at once, and a power loss after the next `flush`.
@@ -35,13 +35,11 @@ impl ReplayBuffer<Writer> {
         let Some(p) = self.parts.tree.tree_mut() else {
             return Err(self.no_priorities());
         };
-        p.update(
-            self.rows.head,
-            self.rows.head_slot,
-            self.rows.tail,
-            indices,
-            priorities,
-        )
+        let rows = &self.rows;
+        let life = self.parts.life.as_ref();
+        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
+        let live = (rows.head, rows.head_slot, rows.tail);
+        p.update(live, indices, priorities, &removed)
     }
 }
 
@@ -157,6 +155,8 @@ impl<R: Role> ReplayBuffer<R> {
     /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
     /// error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
+        self.rows.check_live(indices)?;
+        check_not_removed(self.parts.life.as_ref(), indices)?;
         self.rows.get_many(indices)
     }
 
@@ -249,10 +249,18 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()> {
-        match self.rows.pick_unless_priority(request, indices, weights)? {
+        if request.remove {
+            self.ready_to_remove()?;
+        }
+        let life = self.parts.life.as_ref();
+        match (self.rows).pick_unless_priority(request, life, indices, weights)? {
             Some(spec) => self.draw_prioritized(&spec, indices, weights),
             None => Ok(()),
         }
+    }
+
+    fn drawn(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
+        self.after_draw(request, indices)
     }
 
     fn gather_rows(

@@ -4,6 +4,7 @@
 mod add;
 mod commit;
 mod draw;
+mod life;
 pub(super) mod open;
 mod role;
 
@@ -122,14 +123,14 @@ impl<R: Role> ReplayBuffer<R> {
         &self.rows.schema
     }
 
-    /// Items live now.
+    /// Items live now (with item states: not counting removed ones).
     pub fn len(&self) -> u64 {
-        self.rows.len()
+        self.rows.len() - self.removed_live()
     }
 
     /// Whether no item is live.
     pub fn is_empty(&self) -> bool {
-        self.rows.head == self.rows.tail
+        self.len() == 0
     }
 
     /// Items the ring holds.
@@ -149,8 +150,18 @@ impl<R: Role> ReplayBuffer<R> {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        self.rows
-            .stats(self.commits.generation, self.parts.tree.tree())
+        let stats = self
+            .rows
+            .stats(self.commits.generation, self.parts.tree.tree());
+        match &self.parts.life {
+            Some(life) => Stats {
+                len: self.len(),
+                removed: self.removed_live(),
+                removals: life.removals(),
+                ..stats
+            },
+            None => stats,
+        }
     }
 
     pub(super) fn writable(&self) -> Result<()> {

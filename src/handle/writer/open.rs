@@ -18,7 +18,8 @@ use crate::handle::core::{Commits, Draws, Picked};
 use crate::handle::rows::Rows;
 use crate::parts::heap::Heap;
 use crate::parts::hooks::{Holder, Opening};
-use crate::parts::priorities::{LiveRange, Priorities, PriorityConfig};
+use crate::parts::lifecycle::Lifecycle;
+use crate::parts::priorities::{LiveRange, Priorities};
 use crate::parts::set::Parts;
 use crate::parts::snapshot::{self};
 use crate::storage::behind::{DEFAULT_WINDOW, WriteBehind};
@@ -72,6 +73,26 @@ impl ReplayBuffer<Writer> {
             });
         }
         let heap = config.heap_geometry()?;
+        if let Some(max_use) = config.lifecycle {
+            if max_use > crate::format::lifecycle::MAX_USES {
+                return Err(Error::InvalidConfig {
+                    field: "max_use",
+                    problem: format!(
+                        "{max_use} is more than {} (uses are counted in 16 bits)",
+                        crate::format::lifecycle::MAX_USES
+                    ),
+                });
+            }
+            if config.is_episodic() || config.fragments {
+                return Err(Error::InvalidConfig {
+                    field: "item_states",
+                    problem: "item states (removal, max_use) are kept for buffers drawn \
+                              by rows; episodic and fragment buffers with them are not \
+                              built yet (issue 30)"
+                        .into(),
+                });
+            }
+        }
         if config.fragments && config.is_episodic() {
             return Err(Error::InvalidConfig {
                 field: "fragments",
@@ -103,6 +124,7 @@ impl ReplayBuffer<Writer> {
             whole_episodes: config.whole_episodes,
             fragments: config.fragments,
             heap,
+            lifecycle: config.lifecycle.is_some(),
         };
         let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
             write_new_buffer(
@@ -111,8 +133,7 @@ impl ReplayBuffer<Writer> {
                 &sb,
                 &archive,
                 config.seed.unwrap_or_else(crate::algo::entropy::seed),
-                config.priorities.as_ref(),
-                config.first_index,
+                &config,
             )
         });
         if let Err(e) = result {
@@ -462,8 +483,7 @@ fn write_new_buffer(
     sb: &Superblock,
     archive: &[u8],
     seed: u64,
-    priorities: Option<&PriorityConfig>,
-    first_index: u64,
+    config: &Config,
 ) -> Result<()> {
     let lane = dir.join(LANE_DIR);
     io.create_dir_all(&lane)
@@ -479,12 +499,15 @@ fn write_new_buffer(
     drop(storage::open_progress(io, dir, sb, Access::Write)?);
     io.sync_dir(&lane)
         .map_err(|e| Error::io("fsync", &lane, e))?;
-    if let Some(p) = priorities {
+    if let Some(p) = &config.priorities {
         Priorities::create(io, dir, sb, p)?;
     }
+    if let Some(max_use) = config.lifecycle {
+        Lifecycle::create(io, dir, sb, max_use)?;
+    }
     let first = Commit {
-        head: first_index,
-        tail: first_index,
+        head: config.first_index,
+        tail: config.first_index,
         rng_seed: seed,
         flags: FLAG_CLEAN,
         ..Commit::default()
@@ -600,6 +623,7 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     let _ = io.remove_dir(&dir.join(LANE_DIR));
     let _ = io.remove_file(&dir.join(storage::MANIFEST_TMP));
     let _ = io.remove_file(&storage::tree_path(dir));
+    let _ = io.remove_file(&storage::life_path(dir));
     let _ = io.remove_file(&dir.join(storage::LOCK));
 }
 

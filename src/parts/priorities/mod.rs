@@ -536,15 +536,15 @@ impl Priorities {
         }
     }
 
-    /// Sets the priorities of live `indices`; evicted ones are skipped and counted.
-    /// Everything is checked before anything is changed.
+    /// Sets the priorities of live `indices`; evicted ones, and those `removed` names
+    /// (item states: their leaves stay zero), are skipped and counted. Everything is
+    /// checked before anything is changed.
     pub(crate) fn update<P: Priority>(
         &mut self,
-        head: u64,
-        head_slot: u64,
-        tail: u64,
+        (head, head_slot, tail): (u64, u64, u64),
         indices: &[u64],
         priorities: &[P],
+        removed: &dyn Fn(u64) -> bool,
     ) -> Result<PriorityUpdate> {
         check_update_lengths(indices, priorities)?;
         let (eps, alpha, limit) = (self.header.eps, self.header.alpha, self.leaf_limit);
@@ -560,7 +560,7 @@ impl Priorities {
             if index >= tail {
                 return Err(Error::NotYetAdded { index, tail });
             }
-            if index < head {
+            if index < head || removed(index) {
                 stale += 1;
                 continue;
             }
@@ -615,6 +615,19 @@ impl Priorities {
                 t.fill(w, 0, end - cap, 0.0);
             }
         });
+    }
+
+    /// Zeroes the leaves of `slots` and fixes their parents: items removed before the
+    /// head passed them, never drawn again.
+    pub(crate) fn zero_slots(&mut self, slots: &[u64]) {
+        if slots.is_empty() {
+            return;
+        }
+        self.fix_pending();
+        let slots: Vec<usize> = slots.iter().map(|&s| s as usize).collect();
+        let zeros = vec![0.0; slots.len()];
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => t.update(w, &slots, &zeros, &mut self.scratch));
     }
 
     /// Sum of the leaves of `count` slots from `first` (wrapping at the capacity): the

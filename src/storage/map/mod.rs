@@ -7,9 +7,11 @@
 //! writer may read back what it just wrote.
 #![expect(unsafe_code, reason = "mapped memory is reached through raw pointers")]
 
+mod life;
 mod progress;
 mod tree;
 
+pub(crate) use life::LifeMap;
 pub(crate) use progress::ProgressMap;
 pub(crate) use tree::TreeMap;
 

@@ -1,0 +1,339 @@
+//! The item state file `items.state` (format version 3, superblock flag bit 4): what
+//! each item's life is beyond its row, one atomic word per ring slot after a header
+//! page. Pure layouts; the mapping is `storage::map::life`, the rules `parts::lifecycle`.
+//!
+//! ```text
+//! offset  size        what
+//! 0       4096        header (below), rest of the page zero
+//! 4096    8 * slots   one word per ring slot (below)
+//! ```
+//! Header:
+//! ```text
+//! 0   8  magic "RPLYLIFE"
+//! 8   4  format version (1)
+//! 12  4  reserved, 0
+//! 16  16 buffer uuid (as in the manifest)
+//! 32  8  capacity: words (= the ring's capacity)
+//! 40  8  max_use: an item is removed by the draw that returns it for the max_use-th
+//!        time (0: never), at most 65,535
+//! 48  4  crc32 of bytes 0..48
+//! 52  12 reserved, 0
+//! --- atomic words, changed in place, not under the crc ---
+//! 64  8  removed_live: removed items still inside the live range (head..tail)
+//! 72  8 x 7  removed items counted by cause 1..=7 (see Cause), since create
+//! ```
+//! Word of slot `s`, for the item `lap * capacity + s`:
+//! ```text
+//! bits 0..8   flags: bit 0 removed; bits 1..4 its cause (1..=7); bits 4..8 zero
+//! bits 8..24  uses: draws that returned the item, saturating at 65,535
+//! bits 24..64 lap: (index / capacity) mod 2^40
+//! ```
+//! A word whose lap is not the lap of the item its slot holds describes an item that is
+//! gone: it reads as "live, never drawn". So an add writes nothing here, and a word is
+//! bound to one item by the same index its row's stamp proves.
+
+use super::{Bytes, BytesMut, Problem, crc32, preamble};
+
+/// Magic of the item state file.
+pub const MAGIC: [u8; 8] = *b"RPLYLIFE";
+/// File name in the buffer directory.
+pub const FILE_NAME: &str = "items.state";
+
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = MAGIC_OFF + 8;
+const RESERVED_OFF: usize = VERSION_OFF + 4;
+/// Offset of the uuid.
+pub const UUID_OFF: usize = RESERVED_OFF + 4;
+/// Offset of the capacity.
+pub const CAPACITY_OFF: usize = UUID_OFF + 16;
+/// Offset of `max_use`.
+pub const MAX_USE_OFF: usize = CAPACITY_OFF + 8;
+const CRC_OFF: usize = MAX_USE_OFF + 8;
+/// Bytes of the header under its crc, crc included.
+pub const HEADER_LEN: usize = CRC_OFF + 4;
+/// Offset of the atomic `removed_live` word.
+pub const REMOVED_LIVE_OFF: usize = 64;
+/// Offset of the atomic counter of removals by cause 1 (cause `c` at `+ 8 * (c - 1)`).
+pub const REMOVED_BY_OFF: usize = REMOVED_LIVE_OFF + 8;
+/// Offset of the first slot's word.
+pub const BODY_OFFSET: usize = 4096;
+/// The largest `max_use`: uses are counted in 16 bits.
+pub const MAX_USES: u64 = 0xFFFF;
+/// Laps are kept modulo this.
+pub const LAP_MOD: u64 = 1 << 40;
+
+/// Why an item was removed: the cause bits of its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Cause {
+    /// `remove(indices)`.
+    Explicit = 1,
+    /// A draw that removes what it returns (`Request::remove`).
+    Sampled = 2,
+    /// Its `max_use`-th draw.
+    UsedUp = 3,
+    /// Older than the staleness bound a draw was given.
+    Stale = 4,
+    /// Drawn once by a FIFO consume.
+    Consumed = 5,
+    /// Random downsampling when the buffer was over its size.
+    Downsampled = 6,
+    /// Not kept by reservoir sampling.
+    Reservoir = 7,
+}
+
+impl Cause {
+    /// Every cause, in the order of their counters.
+    pub const ALL: [Cause; 7] = [
+        Cause::Explicit,
+        Cause::Sampled,
+        Cause::UsedUp,
+        Cause::Stale,
+        Cause::Consumed,
+        Cause::Downsampled,
+        Cause::Reservoir,
+    ];
+
+    /// The cause bits' value `v`, if it names one.
+    pub fn of(v: u8) -> Option<Cause> {
+        Cause::ALL.get(usize::from(v).checked_sub(1)?).copied()
+    }
+
+    /// The offset of its counter in the header.
+    pub fn counter_off(self) -> usize {
+        REMOVED_BY_OFF + 8 * (self as usize - 1)
+    }
+
+    /// Its name, as `stats()` and `info` show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Explicit => "explicit",
+            Cause::Sampled => "sampled",
+            Cause::UsedUp => "used_up",
+            Cause::Stale => "stale",
+            Cause::Consumed => "consumed",
+            Cause::Downsampled => "downsampled",
+            Cause::Reservoir => "reservoir",
+        }
+    }
+}
+
+/// One slot's word, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Word(pub u64);
+
+impl Word {
+    /// The lap of logical index `index` in a ring of `capacity`, as a word keeps it.
+    #[inline(always)]
+    pub fn lap_of(index: u64, capacity: u64) -> u64 {
+        (index / capacity.max(1)) % LAP_MOD
+    }
+
+    /// The word of `index` with `uses` uses, removed for `cause` if given.
+    #[inline(always)]
+    pub fn new(index: u64, capacity: u64, uses: u64, cause: Option<Cause>) -> Word {
+        let flags = cause.map_or(0, |c| 1 | (u64::from(c as u8) << 1));
+        Word(flags | (uses.min(MAX_USES) << 8) | (Word::lap_of(index, capacity) << 24))
+    }
+
+    /// The lap it names.
+    #[inline(always)]
+    pub fn lap(self) -> u64 {
+        self.0 >> 24
+    }
+
+    /// Whether it describes `index` (else the item it described is gone).
+    #[inline(always)]
+    pub fn is_of(self, index: u64, capacity: u64) -> bool {
+        self.lap() == Word::lap_of(index, capacity)
+    }
+
+    /// Draws that returned its item.
+    #[inline(always)]
+    pub fn uses(self) -> u64 {
+        (self.0 >> 8) & MAX_USES
+    }
+
+    /// Whether its item was removed.
+    #[inline(always)]
+    pub fn removed(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    /// Why it was removed (`None` while live, or for cause bits naming no cause).
+    pub fn cause(self) -> Option<Cause> {
+        self.removed()
+            .then(|| Cause::of(((self.0 >> 1) & 7) as u8))
+            .flatten()
+    }
+
+    /// What is wrong with it as the word of a slot whose item has lap `item_lap` (the
+    /// lap of the live item in the slot, if one is): bits that must be zero, cause bits
+    /// that do not fit the removed bit, a lap ahead of the item. `None` when sound.
+    pub fn problem(self, item_lap: Option<u64>) -> Option<String> {
+        let flags = self.0 & 0xFF;
+        if flags & 0xF0 != 0 {
+            return Some(format!("flag bits 4..8 set ({flags:#04x})"));
+        }
+        let cause = (flags >> 1) & 7;
+        match (self.removed(), cause) {
+            (true, 0) => return Some("removed with no cause".into()),
+            (false, c) if c != 0 => return Some(format!("cause {c} on a live item")),
+            _ => {}
+        }
+        match item_lap {
+            // A lap ahead of the live item's names an index not handed out yet. Laps
+            // wrap at 2^40; a word more than half the lap space ahead is behind.
+            Some(lap) => {
+                let ahead = self.lap().wrapping_sub(lap) % LAP_MOD;
+                (ahead != 0 && ahead < LAP_MOD / 2)
+                    .then(|| format!("lap {} is ahead of its item's lap {lap}", self.lap()))
+            }
+            None => None,
+        }
+    }
+}
+
+/// The immutable part of the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifeHeader {
+    /// The buffer's uuid.
+    pub uuid: [u8; 16],
+    /// Words (the ring's capacity).
+    pub capacity: u64,
+    /// Draws an item serves before it is removed (0: no bound).
+    pub max_use: u64,
+}
+
+impl LifeHeader {
+    /// The header page of a new file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut page = vec![0u8; BODY_OFFSET];
+        let mut w = BytesMut(&mut page);
+        w.put(MAGIC_OFF, &MAGIC);
+        w.u32(VERSION_OFF, super::FORMAT_VERSION);
+        w.put(UUID_OFF, &self.uuid);
+        w.u64(CAPACITY_OFF, self.capacity);
+        w.u64(MAX_USE_OFF, self.max_use);
+        let crc = crc32(page.get(..CRC_OFF).unwrap_or(&[]));
+        BytesMut(&mut page).u32(CRC_OFF, crc);
+        page
+    }
+
+    /// Decodes and checks a header: magic, crc, version, then each field's range.
+    pub fn decode(bytes: &[u8]) -> Result<LifeHeader, Problem> {
+        preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
+        let r = Bytes(bytes);
+        let h = LifeHeader {
+            uuid: r.array(UUID_OFF).unwrap_or([0; 16]),
+            capacity: r.u64(CAPACITY_OFF).unwrap_or(0),
+            max_use: r.u64(MAX_USE_OFF).unwrap_or(0),
+        };
+        let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
+            Err(Problem::Field {
+                offset: offset as u64,
+                name,
+                expected,
+                got: got.to_string(),
+            })
+        };
+        if r.u32(RESERVED_OFF) != Some(0) {
+            let got = r.u32(RESERVED_OFF).unwrap_or(0).into();
+            return bad(RESERVED_OFF, "reserved", "0".into(), got);
+        }
+        if h.capacity == 0 || h.capacity > super::row::MAX_CAPACITY {
+            let expected = format!("1..={}", super::row::MAX_CAPACITY);
+            return bad(CAPACITY_OFF, "capacity", expected, h.capacity);
+        }
+        if h.max_use > MAX_USES {
+            return bad(MAX_USE_OFF, "max_use", format!("0..={MAX_USES}"), h.max_use);
+        }
+        Ok(h)
+    }
+
+    /// Bytes of the whole file: the header page and one word per slot, in whole pages.
+    pub fn file_len(&self) -> u64 {
+        (BODY_OFFSET as u64 + self.capacity * 8).next_multiple_of(4096)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> LifeHeader {
+        LifeHeader {
+            uuid: [7; 16],
+            capacity: 1000,
+            max_use: 3,
+        }
+    }
+
+    #[test]
+    fn the_header_round_trips_and_every_damaged_byte_is_refused() {
+        let page = header().encode();
+        assert_eq!(LifeHeader::decode(&page), Ok(header()));
+        for at in 0..HEADER_LEN {
+            let mut bad = page.clone();
+            bad[at] ^= 0x10;
+            assert!(LifeHeader::decode(&bad).is_err(), "byte {at} flipped");
+        }
+        assert!(LifeHeader::decode(&page[..HEADER_LEN - 1]).is_err());
+    }
+
+    #[test]
+    fn fields_out_of_range_are_refused_even_with_a_matching_crc() {
+        for (capacity, max_use) in [
+            (0, 0),
+            (super::super::row::MAX_CAPACITY + 1, 0),
+            (8, 65_536),
+        ] {
+            let page = LifeHeader {
+                capacity,
+                max_use,
+                ..header()
+            }
+            .encode();
+            assert!(matches!(
+                LifeHeader::decode(&page),
+                Err(Problem::Field { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_word_names_its_item_by_lap_and_reads_back_what_was_stored() {
+        let cap = 10;
+        let w = Word::new(23, cap, 5, Some(Cause::UsedUp));
+        assert!(w.is_of(23, cap) && w.is_of(20, cap) && !w.is_of(13, cap) && !w.is_of(33, cap));
+        assert_eq!(
+            (w.uses(), w.removed(), w.cause()),
+            (5, true, Some(Cause::UsedUp))
+        );
+        let live = Word::new(23, cap, 70_000, None);
+        assert_eq!(
+            (live.uses(), live.removed(), live.cause()),
+            (MAX_USES, false, None)
+        );
+        // The word of slot 3 before anything was written: lap 0, live, unused.
+        assert!(Word(0).is_of(3, cap) && !Word(0).removed());
+        for c in Cause::ALL {
+            assert_eq!(Cause::of(c as u8), Some(c));
+            assert_eq!(Word::new(5, cap, 0, Some(c)).cause(), Some(c));
+        }
+    }
+
+    #[test]
+    fn a_word_with_impossible_bits_or_a_lap_ahead_is_a_problem() {
+        let cap = 10;
+        assert_eq!(Word::new(23, cap, 1, None).problem(Some(2)), None);
+        assert_eq!(Word::new(13, cap, 1, None).problem(Some(2)), None);
+        assert!(Word::new(33, cap, 1, None).problem(Some(2)).is_some());
+        assert!(Word(1).problem(None).is_some());
+        assert!(Word(2).problem(None).is_some());
+        assert!(Word(0x10).problem(None).is_some());
+        // Laps wrap: the live item at lap 0 after 2^40 laps, a word from the lap before.
+        let old = Word((LAP_MOD - 1) << 24);
+        assert_eq!(old.problem(Some(0)), None);
+    }
+}

@@ -1,0 +1,179 @@
+//! The writer's calls on item states (issue 30): removing items, the uses and removals
+//! a draw leaves behind, and reading an item's state. The words and their rules are
+//! `parts::lifecycle`'s; here is only what a call does with them, and the priority
+//! leaves a removal zeroes (the tree's holder is this handle).
+
+use crate::error::{Error, Result};
+use crate::format::lifecycle::Cause;
+use crate::parts::lifecycle::ItemState;
+use crate::request::Request;
+
+use super::ReplayBuffer;
+use super::role::{Role, Writes};
+
+impl<R: Writes> ReplayBuffer<R> {
+    /// Removes the live items at `indices` before the ring overwrites them (DI-engine's
+    /// `delete`): no draw or read returns them again, and `len` stops counting them.
+    /// Returns how many were removed now; an index removed before is skipped. Every
+    /// index must be live (else `Evicted`, and nothing is removed). With priorities,
+    /// their leaves are zeroed in the same call. Survives a kill at once, a power loss
+    /// after the next `flush`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 8).prioritized(0.6, 1e-6).item_states();
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// buf.add_batch(&[Column::new("x", &[1.0f32, 2.0, 3.0])])?;
+    /// assert_eq!(buf.remove(&[0, 2, 2])?, 2);
+    /// assert_eq!(buf.remove(&[0])?, 0); // removed already
+    /// let batch = buf.sample(replaystore::Request::rows(16).prioritized(0.4))?;
+    /// assert!(batch.indices().iter().all(|&i| i == 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remove(&mut self, indices: &[u64]) -> Result<u64> {
+        self.ready_to_remove()?;
+        self.rows.check_live(indices)?;
+        Ok(self.remove_for(indices, Cause::Explicit))
+    }
+}
+
+impl<R: Role> ReplayBuffer<R> {
+    /// What every removal needs before a word changes: a handle that writes, item
+    /// states, the state file (and the tree) its own, and the tree's leaves in reach.
+    pub(super) fn ready_to_remove(&mut self) -> Result<()> {
+        self.writable()?;
+        if self.parts.life.is_none() {
+            return Err(self.no_item_states());
+        }
+        if self.rows.superblock.prioritized && self.parts.tree.is_actor() {
+            // The leaves of removed items must be zeroed with the removal, and another
+            // process owns them.
+            return Err(self.no_priorities());
+        }
+        if self.parts.tree.is_shared() {
+            self.private_tree()?;
+        }
+        self.private_life()
+    }
+
+    /// Removes `indices` (live, checked) for `cause`, zeroing the leaves of those
+    /// removed now; returns how many that is.
+    fn remove_for(&mut self, indices: &[u64], cause: Cause) -> u64 {
+        let Some(life) = self.parts.life.as_mut() else {
+            return 0;
+        };
+        let cap = self.rows.superblock.capacity;
+        let gone: Vec<u64> = indices
+            .iter()
+            .filter(|&&i| life.remove(i, cause))
+            .map(|&i| i % cap)
+            .collect();
+        self.zero_leaves(&gone);
+        gone.len() as u64
+    }
+
+    /// Zeroes the priority leaves of `slots`, whose items were just removed. A kill
+    /// between the removal and this leaves the leaf: the next open zeroes the leaves of
+    /// removed items when it recovers.
+    fn zero_leaves(&mut self, slots: &[u64]) {
+        if slots.is_empty() {
+            return;
+        }
+        crate::killpoint::hit("remove-before-leaf");
+        if let Some(tree) = self.parts.tree.tree_mut() {
+            tree.zero_slots(slots);
+        }
+    }
+
+    fn private_life(&mut self) -> Result<()> {
+        let Some(life) = self.parts.life.as_mut() else {
+            return Ok(());
+        };
+        if life.can_store() {
+            return Ok(());
+        }
+        life.make_private(&*self.rows.io)?;
+        self.publish_files_changed();
+        Ok(())
+    }
+
+    /// After the rows of `request` at `indices` were handed out: a draw that removes
+    /// removes them; any other draw (not a read at given indices) counts a use of
+    /// each, and removes those it used up.
+    fn counted_draw(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
+        if self.parts.life.is_none() || !(request.remove || request.draws()) {
+            return Ok(());
+        }
+        if request.remove {
+            self.remove_for(indices, Cause::Sampled);
+            return Ok(());
+        }
+        if self.rows.superblock.prioritized && self.parts.tree.is_actor() {
+            // An actor draws uniformly; the owner of the leaves counts nothing here
+            // for it to zero, so its uses are counted without removals.
+            return Ok(());
+        }
+        self.private_life()?;
+        let Some(life) = self.parts.life.as_mut() else {
+            return Ok(());
+        };
+        let cap = self.rows.superblock.capacity;
+        let gone: Vec<u64> = indices
+            .iter()
+            .filter(|&&i| life.count_use(i))
+            .map(|&i| i % cap)
+            .collect();
+        self.zero_leaves(&gone);
+        Ok(())
+    }
+
+    /// What each live item at `indices` is: whether it was removed (and why) and how
+    /// many draws returned it (DI-engine's use count). Removed items are live until
+    /// the ring passes them, so their state stays readable. `Evicted` for an index not
+    /// live; `NoItemStates` for a buffer without item states.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).item_states())?;
+    /// buf.add_batch(&[Column::new("x", &[1.0f32, 2.0])])?;
+    /// buf.sample(Request::at(&[0]))?; // a read: not a use
+    /// buf.sample(Request::rows(2).without_replacement())?;
+    /// let states = buf.item_states(&[0, 1])?;
+    /// assert_eq!((states[0].uses, states[1].uses), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn item_states(&self, indices: &[u64]) -> Result<Vec<ItemState>> {
+        let Some(life) = &self.parts.life else {
+            return Err(self.no_item_states());
+        };
+        self.rows.check_live(indices)?;
+        Ok(indices.iter().map(|&i| life.state(i)).collect())
+    }
+
+    /// Removed items still in the live range.
+    pub(super) fn removed_live(&self) -> u64 {
+        self.parts
+            .life
+            .as_ref()
+            .map_or(0, |l| l.removed_live().min(self.rows.len()))
+    }
+
+    pub(super) fn no_item_states(&self) -> Error {
+        Error::NoItemStates {
+            dir: self.rows.dir.clone(),
+        }
+    }
+
+    /// What a draw of `request` at `indices` leaves behind: uses and removals, by a
+    /// handle that writes; nothing by a snapshot's.
+    pub(super) fn after_draw(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
+        if self.parts.life.is_none() || self.is_read_only() {
+            return Ok(());
+        }
+        self.counted_draw(request, indices)
+    }
+}

@@ -1,0 +1,499 @@
+//! Item lifecycles (issue 30, `docs/design/lifecycle.md`): per item, whether it was
+//! removed before the ring overwrote it (and why), and how many draws returned it. One
+//! atomic word per slot in `items.state` (FORMAT.md), bound to its item by lap, so an
+//! add writes nothing here and a word of an item the ring passed reads as "live, never
+//! drawn" for the item that replaced it.
+//!
+//! Orders of stores. A removal is one compare-and-swap of the word to "removed, cause"
+//! (a word already removed stays as it is: removals are idempotent and two racing
+//! processes agree). A draw copies the row, checks its stamp, then loads the word, so
+//! a removal that lands after that load is ordered after the draw. A use is counted by
+//! a CAS that adds 1, and removes the item in the same CAS when it reaches `max_use`.
+//! Every store is in the page cache at once (a kill loses none); the file is msynced
+//! before each commit (a power cut keeps the state as of the last flush, or later).
+
+use std::path::Path;
+
+use crate::error::{Finding, Result};
+use crate::format::lifecycle::{BODY_OFFSET, Cause, LifeHeader, REMOVED_LIVE_OFF, Word};
+use crate::format::manifest::Superblock;
+use crate::storage::io::{Access, Io};
+use crate::storage::map::LifeMap;
+use crate::storage::{self};
+
+use super::hooks::{Checking, Found, Holder, NewRow, Opening, Part, PartFile};
+use super::priorities::LiveRange;
+
+/// Findings past this many in the state file are summarized, not listed.
+const LIFE_FINDINGS: u64 = 20;
+
+/// What an item's word says of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ItemState {
+    /// Why it was removed, if it was.
+    pub removed: Option<Cause>,
+    /// Draws that returned it (saturating at 65,535).
+    pub uses: u64,
+}
+
+/// Removals since the buffer was created, by cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Removals {
+    /// `remove(indices)`.
+    pub explicit: u64,
+    /// Draws that removed what they returned.
+    pub sampled: u64,
+    /// Items drawn `max_use` times.
+    pub used_up: u64,
+    /// Items older than a draw's staleness bound.
+    pub stale: u64,
+    /// Items a FIFO consume returned.
+    pub consumed: u64,
+    /// Items random downsampling removed.
+    pub downsampled: u64,
+    /// Items reservoir sampling did not keep.
+    pub reservoir: u64,
+}
+
+impl Removals {
+    /// The count of `cause`.
+    pub fn of(&self, cause: Cause) -> u64 {
+        match cause {
+            Cause::Explicit => self.explicit,
+            Cause::Sampled => self.sampled,
+            Cause::UsedUp => self.used_up,
+            Cause::Stale => self.stale,
+            Cause::Consumed => self.consumed,
+            Cause::Downsampled => self.downsampled,
+            Cause::Reservoir => self.reservoir,
+        }
+    }
+
+    /// Every removal counted.
+    pub fn total(&self) -> u64 {
+        Cause::ALL.iter().map(|&c| self.of(c)).sum()
+    }
+
+    fn read(map: &LifeMap) -> Removals {
+        let n = |c: Cause| map.counter(c.counter_off());
+        Removals {
+            explicit: n(Cause::Explicit),
+            sampled: n(Cause::Sampled),
+            used_up: n(Cause::UsedUp),
+            stale: n(Cause::Stale),
+            consumed: n(Cause::Consumed),
+            downsampled: n(Cause::Downsampled),
+            reservoir: n(Cause::Reservoir),
+        }
+    }
+}
+
+/// What `replaystore info` shows of the item states of the live range.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ItemStats {
+    /// Draws an item serves before it is removed (0: no bound).
+    pub max_use: u64,
+    /// Items of the live range not removed.
+    pub live: u64,
+    /// Items of the live range removed (they leave it when the ring passes them).
+    pub removed: u64,
+    /// Items removed since create, by cause.
+    pub removals: Removals,
+    /// Draws that returned a live item, summed over the live items.
+    pub uses: u64,
+    /// Live items never drawn.
+    pub never_drawn: u64,
+    /// The most uses of a live item.
+    pub max_uses: u64,
+}
+
+impl ItemStats {
+    /// The item states of `head..tail` in the buffer in `dir`, read-only.
+    pub(crate) fn read(
+        io: &dyn Io,
+        dir: &Path,
+        sb: &Superblock,
+        head: u64,
+        tail: u64,
+    ) -> Result<ItemStats> {
+        let life = Lifecycle::open_with(io, dir, sb, Access::Read)?;
+        let mut s = ItemStats {
+            max_use: life.max_use(),
+            removals: life.removals(),
+            ..ItemStats::default()
+        };
+        for w in (head..tail).map(|i| life.word(i)) {
+            if w.removed() {
+                s.removed += 1;
+                continue;
+            }
+            s.live += 1;
+            s.uses += w.uses();
+            s.never_drawn += u64::from(w.uses() == 0);
+            s.max_uses = s.max_uses.max(w.uses());
+        }
+        Ok(s)
+    }
+}
+
+/// The item states of one buffer, as one handle maps them.
+#[derive(Debug)]
+pub(crate) struct Lifecycle {
+    map: LifeMap,
+    header: LifeHeader,
+    /// The oldest live index as this part last saw it: removed items the head passes
+    /// leave the `removed_live` count.
+    head: u64,
+}
+
+/// The live item in `slot` of a ring of `cap` holding `head..tail`, if one is.
+fn item_in(slot: u64, cap: u64, head: u64, tail: u64) -> Option<u64> {
+    let offset = (slot + cap - head % cap) % cap;
+    let index = head + offset;
+    (index < tail).then_some(index)
+}
+
+impl Lifecycle {
+    /// The item states of a buffer with superblock `sb` (none without flag bit 4),
+    /// mapped as `holder` may: writable for a writer or an actor, private for a
+    /// snapshot, read-only for a reader.
+    pub fn open(at: &Opening<'_>) -> Result<Option<Lifecycle>> {
+        if !at.sb.lifecycle {
+            return Ok(None);
+        }
+        let access = match at.holder {
+            Holder::Writer | Holder::Actor => Access::Write,
+            Holder::Frozen => Access::Frozen,
+            Holder::Live => Access::Read,
+        };
+        let mut life = Lifecycle::open_with(at.io, at.dir, at.sb, access)?;
+        // A restore linked the snapshot's file. Adds change its counter (the head
+        // passing removed items), which cannot wait for a store that may fail: the
+        // writer gives it a file of its own now, before readers are told of the open.
+        if at.holder.writes() {
+            life.make_private(at.io)?;
+        }
+        Ok(Some(life))
+    }
+
+    /// The item states of the buffer in `dir`, mapped with `access` (a reader maps
+    /// them again, read-only, when the writer replaced the file).
+    pub fn open_with(
+        io: &dyn Io,
+        dir: &Path,
+        sb: &Superblock,
+        access: Access,
+    ) -> Result<Lifecycle> {
+        let (map, header) = storage::open_life(io, dir, sb, access)?;
+        Ok(Lifecycle {
+            map,
+            header,
+            head: 0,
+        })
+    }
+
+    /// Creates the state file of a new buffer: every item live, never drawn.
+    pub fn create(io: &dyn Io, dir: &Path, sb: &Superblock, max_use: u64) -> Result<()> {
+        let header = LifeHeader {
+            uuid: sb.uuid,
+            capacity: sb.capacity,
+            max_use,
+        };
+        storage::create_life(io, dir, &header)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.header.capacity
+    }
+
+    /// Draws an item serves before it is removed (0: no bound).
+    pub fn max_use(&self) -> u64 {
+        self.header.max_use
+    }
+
+    /// The word of live index `index`, as its item's: another lap's reads as live and
+    /// never drawn.
+    #[inline(always)]
+    fn word(&self, index: u64) -> Word {
+        let cap = self.capacity();
+        let w = Word(self.map.load(index % cap));
+        if w.is_of(index, cap) {
+            w
+        } else {
+            Word::new(index, cap, 0, None)
+        }
+    }
+
+    /// Whether live index `index` was removed.
+    #[inline(always)]
+    pub fn is_removed(&self, index: u64) -> bool {
+        self.word(index).removed()
+    }
+
+    /// What live index `index`'s word says.
+    pub fn state(&self, index: u64) -> ItemState {
+        let w = self.word(index);
+        ItemState {
+            removed: w.cause(),
+            uses: w.uses(),
+        }
+    }
+
+    /// Removed items inside the live range.
+    pub fn removed_live(&self) -> u64 {
+        self.map.counter(REMOVED_LIVE_OFF)
+    }
+
+    /// Removals since create, by cause.
+    pub fn removals(&self) -> Removals {
+        Removals::read(&self.map)
+    }
+
+    /// Gives a state file a restore linked a file of its own before the first store.
+    pub fn make_private(&mut self, io: &dyn Io) -> Result<()> {
+        if self.map.is_shared() {
+            storage::private_life(io, &mut self.map)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this handle may store into the words (a writer's or an actor's own file).
+    pub fn can_store(&self) -> bool {
+        self.map.can_store()
+    }
+
+    /// Stores `new(word)` into live index `index`'s word by compare-and-swap, unless
+    /// `new` declines (returns `None`). Returns the word stored, or `None` if declined.
+    #[inline(always)]
+    fn change(&self, index: u64, new: impl Fn(Word) -> Option<Word>) -> Option<Word> {
+        let cap = self.capacity();
+        let slot = index % cap;
+        let mut raw = self.map.load(slot);
+        loop {
+            let current = Word(raw);
+            let seen = if current.is_of(index, cap) {
+                current
+            } else {
+                Word::new(index, cap, 0, None)
+            };
+            let next = new(seen)?;
+            match self.map.exchange(slot, raw, next.0) {
+                Ok(_) => return Some(next),
+                Err(now) => raw = now,
+            }
+        }
+    }
+
+    /// Removes live index `index` for `cause`; false if it was removed already.
+    pub fn remove(&mut self, index: u64, cause: Cause) -> bool {
+        let cap = self.capacity();
+        let done = self.change(index, |w| {
+            (!w.removed()).then(|| Word::new(index, cap, w.uses(), Some(cause)))
+        });
+        if done.is_some() {
+            self.counted(cause);
+        }
+        done.is_some()
+    }
+
+    /// Counts one more draw of live index `index`: true when that draw used it up (its
+    /// uses reached `max_use`, and it is removed in the same store). An item removed
+    /// meanwhile is left as it is.
+    #[inline(always)]
+    pub fn count_use(&mut self, index: u64) -> bool {
+        let (cap, max) = (self.capacity(), self.header.max_use);
+        let done = self.change(index, |w| {
+            if w.removed() {
+                return None;
+            }
+            let uses = w.uses() + 1;
+            let cause = (max != 0 && uses >= max).then_some(Cause::UsedUp);
+            Some(Word::new(index, cap, uses, cause))
+        });
+        let used_up = done.is_some_and(Word::removed);
+        if used_up {
+            self.counted(Cause::UsedUp);
+        }
+        used_up
+    }
+
+    fn counted(&self, cause: Cause) {
+        self.map.add_counter(REMOVED_LIVE_OFF, 1);
+        self.map.add_counter(cause.counter_off(), 1);
+    }
+
+    /// The head moved to `to`: removed items it passed leave the live count.
+    fn head_to(&mut self, to: u64) {
+        if to <= self.head {
+            self.head = self.head.min(to);
+            return;
+        }
+        let from = self.head.max(to.saturating_sub(self.capacity()));
+        let passed = (from..to).filter(|&i| self.is_removed(i)).count() as u64;
+        if passed > 0 {
+            self.map
+                .add_counter(REMOVED_LIVE_OFF, passed.wrapping_neg());
+        }
+        self.head = to;
+    }
+
+    /// Counts the removed items of `head..tail` (their words, as their items').
+    fn count_removed(&self, head: u64, tail: u64) -> u64 {
+        (head..tail).filter(|&i| self.is_removed(i)).count() as u64
+    }
+
+    fn check_file(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<()> {
+        storage::open_life(io, dir, sb, Access::Read).map(drop)
+    }
+}
+
+impl Part for Lifecycle {
+    fn files(sb: &Superblock) -> Vec<PartFile> {
+        match sb.lifecycle {
+            true => vec![PartFile {
+                path: storage::life_path,
+                check: Lifecycle::check_file,
+            }],
+            false => Vec::new(),
+        }
+    }
+
+    /// The header; with `items`, every word against the item its slot holds (bits that
+    /// must be zero, a cause that fits the removed bit, a lap not ahead of the item),
+    /// the count of removed live items, and, with priorities after a clean close, that
+    /// no removed live item keeps a priority.
+    fn verify(at: &Checking<'_>, found: &mut Found<'_>) {
+        if !at.sb.lifecycle {
+            return;
+        }
+        let (map, _) = match storage::open_life(at.io, at.dir, at.sb, Access::Read) {
+            Ok(m) => m,
+            Err(e) => {
+                let path = storage::life_path(at.dir);
+                found.problems.push(Finding::of(&e, &path));
+                return;
+            }
+        };
+        if !at.items {
+            return;
+        }
+        let (cap, head, tail) = (at.sb.capacity, at.head, at.tail);
+        let path = map.path().to_path_buf();
+        let tree = match at.sb.prioritized && at.commit.is_clean() {
+            true => super::priorities::TreeCopy::read(at.io, at.dir, at.sb).ok(),
+            false => None,
+        };
+        let (mut bad, mut removed, mut kept) = (0u64, 0u64, 0u64);
+        for slot in 0..cap {
+            let w = Word(map.load(slot));
+            let item = item_in(slot, cap, head, tail);
+            let lap = item.map(|i| Word::lap_of(i, cap));
+            let offset = (BODY_OFFSET as u64) + slot * 8;
+            if let Some(what) = w.problem(lap) {
+                bad += 1;
+                if bad <= LIFE_FINDINGS {
+                    found.problems.push(Finding {
+                        file: path.clone(),
+                        offset,
+                        what: format!("slot {slot}: {what}"),
+                    });
+                }
+                continue;
+            }
+            let Some(index) = item.filter(|&i| w.is_of(i, cap) && w.removed()) else {
+                continue;
+            };
+            removed += 1;
+            if let Some(t) = &tree
+                && t.leaf(slot) != 0.0
+            {
+                kept += 1;
+                if kept <= LIFE_FINDINGS {
+                    found.problems.push(Finding {
+                        file: t.path.clone(),
+                        offset: t.leaf_offset(slot),
+                        what: format!(
+                            "item {index} was removed but keeps the priority leaf {}",
+                            t.leaf(slot)
+                        ),
+                    });
+                }
+            }
+        }
+        if bad > LIFE_FINDINGS {
+            found.problems.push(Finding {
+                file: path.clone(),
+                offset: BODY_OFFSET as u64,
+                what: format!("{} more damaged item state words", bad - LIFE_FINDINGS),
+            });
+        }
+        let counted = map.counter(REMOVED_LIVE_OFF);
+        if counted != removed {
+            let what =
+                format!("removed_live says {counted} removed live items, the words say {removed}");
+            if at.commit.is_clean() {
+                found.problems.push(Finding {
+                    file: path,
+                    offset: REMOVED_LIVE_OFF as u64,
+                    what,
+                });
+            } else {
+                found.notes.push(format!(
+                    "{what}: expected after an unclean shutdown; the next open recounts"
+                ));
+            }
+        }
+    }
+
+    /// A word of a slot whose item did not survive is zeroed (a power cut can keep a
+    /// removal written after the last flush while dropping its item, whose index the
+    /// next add is then handed again: it must not be born removed), words of other
+    /// laps are zeroed with it, and the live removals are counted again (a kill can
+    /// come between a removal's word and its count).
+    fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        let p = self;
+        if !at.holder.writes() {
+            return Ok(());
+        }
+        p.make_private(at.io)?;
+        let cap = p.capacity();
+        for slot in 0..cap {
+            let w = Word(p.map.load(slot));
+            let keep = item_in(slot, cap, live.head, live.tail).is_some_and(|i| w.is_of(i, cap));
+            if !keep && w.0 != 0 {
+                p.map.store(slot, 0);
+            }
+        }
+        let removed = p.count_removed(live.head, live.tail);
+        p.map.set_counter(REMOVED_LIVE_OFF, removed);
+        p.map
+            .flush(at.io)
+            .map_err(|e| crate::error::Error::io("msync", p.map.path(), e))
+    }
+
+    fn ready(&mut self, _at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        self.head = live.head;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn on_row(&mut self, row: &NewRow) {
+        if row.head != self.head {
+            self.head_to(row.head);
+        }
+    }
+
+    fn on_clear(&mut self, tail: u64) {
+        self.map.set_counter(REMOVED_LIVE_OFF, 0);
+        self.head = tail;
+    }
+
+    fn before_commit(&mut self, io: &dyn Io, _tail: u64) -> Result<()> {
+        if !self.map.can_store() {
+            return Ok(());
+        }
+        self.map
+            .flush(io)
+            .map_err(|e| crate::error::Error::io("msync", self.map.path(), e))
+    }
+}

@@ -1,0 +1,522 @@
+//! Promise: item lifecycles (issue 30). An item removed (by `remove`, by a draw that
+//! removes, by its `max_use`-th draw) is never returned again by any draw or read of
+//! the writer, a reader or a snapshot, uniform or by priority; `len`, the item states
+//! and the removal counters say exactly what a model says; removals survive reopening,
+//! `kill -9` and snapshots; `verify` finds damaged state words.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use replaystore::{
+    Cause, Column, Config, DType, Error, Reader, ReplayBuffer, Request, Schema, verify,
+};
+
+fn schema() -> Schema {
+    Schema::builder()
+        .field("x", DType::I64, &[])
+        .field("pad", DType::U8, &[5])
+        .build()
+        .unwrap()
+}
+
+fn add(buf: &mut ReplayBuffer, from: u64, k: u64) {
+    let xs: Vec<i64> = (from..from + k).map(|i| i as i64).collect();
+    let pad = vec![7u8; 5 * k as usize];
+    buf.add_batch(&[
+        Column::new("x", &xs),
+        Column::new("pad", &pad).with_shape(&[k as usize, 5]),
+    ])
+    .unwrap();
+}
+
+/// What the buffer should hold: the live range, which items were removed (and why),
+/// and every item's uses.
+#[derive(Debug, Default)]
+struct Model {
+    capacity: u64,
+    max_use: u64,
+    head: u64,
+    tail: u64,
+    removed: HashMap<u64, Cause>,
+    uses: HashMap<u64, u64>,
+    by_cause: HashMap<Cause, u64>,
+}
+
+impl Model {
+    fn live(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.head..self.tail).filter(|i| !self.removed.contains_key(i))
+    }
+    fn len(&self) -> u64 {
+        self.live().count() as u64
+    }
+    fn add(&mut self, k: u64) {
+        self.tail += k;
+        self.head = self.head.max(self.tail.saturating_sub(self.capacity));
+    }
+    fn remove(&mut self, i: u64, cause: Cause) -> bool {
+        if self.removed.contains_key(&i) {
+            return false;
+        }
+        self.removed.insert(i, cause);
+        *self.by_cause.entry(cause).or_default() += 1;
+        true
+    }
+    fn drawn(&mut self, i: u64) {
+        if self.removed.contains_key(&i) {
+            return;
+        }
+        let u = self.uses.entry(i).or_default();
+        *u = (*u + 1).min(65_535);
+        if self.max_use != 0 && *u >= self.max_use {
+            self.remove(i, Cause::UsedUp);
+        }
+    }
+    fn clear(&mut self) {
+        self.head = self.tail;
+    }
+}
+
+/// Everything observable agrees with the model: `len`, stats, every live item's state,
+/// the removal counters, and reads of removed items fail by name.
+fn agree(buf: &ReplayBuffer, m: &Model) {
+    assert_eq!(buf.live(), m.head..m.tail);
+    assert_eq!(buf.len(), m.len(), "len");
+    let stats = buf.stats();
+    assert_eq!(stats.len, m.len());
+    let in_range = (m.head..m.tail)
+        .filter(|i| m.removed.contains_key(i))
+        .count() as u64;
+    assert_eq!(stats.removed, in_range, "removed in the live range");
+    for c in Cause::ALL {
+        let want = m.by_cause.get(&c).copied().unwrap_or(0);
+        assert_eq!(stats.removals.of(c), want, "removals by {c:?}");
+    }
+    let live: Vec<u64> = (m.head..m.tail).collect();
+    for (i, s) in live.iter().zip(buf.item_states(&live).unwrap()) {
+        assert_eq!(s.removed, m.removed.get(i).copied(), "item {i} removed");
+        assert_eq!(s.uses, m.uses.get(i).copied().unwrap_or(0), "item {i} uses");
+        match buf.get(*i) {
+            Ok(b) => {
+                assert!(s.removed.is_none());
+                assert_eq!(b.get::<i64>("x").unwrap(), [*i as i64]);
+            }
+            Err(Error::Removed { index, cause }) => {
+                assert_eq!((index, Some(cause)), (*i, s.removed.map(Cause::name)));
+            }
+            Err(e) => panic!("get({i}): {e}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Add(u64),
+    Remove(Vec<u8>),
+    Pop(usize),
+    Draw(usize, bool),
+    Distinct(usize),
+    Flush,
+    Reopen,
+    Clear,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u64..7).prop_map(Op::Add),
+        2 => proptest::collection::vec(any::<u8>(), 0..5).prop_map(Op::Remove),
+        2 => (1usize..6).prop_map(Op::Pop),
+        3 => ((1usize..9), any::<bool>()).prop_map(|(n, p)| Op::Draw(n, p)),
+        1 => (1usize..6).prop_map(Op::Distinct),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+        1 => Just(Op::Clear),
+    ]
+}
+
+fn run(ops: &[Op], max_use: u64, prioritized: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut config = Config::new(schema(), 16).segment_slots(4).seed(3);
+    config = if max_use == 0 {
+        config.item_states()
+    } else {
+        config.max_use(max_use)
+    };
+    if prioritized {
+        config = config.prioritized(0.7, 0.01);
+    }
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    let mut m = Model {
+        capacity: 16,
+        max_use,
+        ..Model::default()
+    };
+    for op in ops {
+        match op {
+            Op::Add(k) => {
+                add(&mut buf, m.tail, *k);
+                m.add(*k);
+            }
+            Op::Remove(offsets) => {
+                let span = m.tail - m.head;
+                let picked: Vec<u64> = match span {
+                    0 => Vec::new(),
+                    _ => offsets
+                        .iter()
+                        .map(|&o| m.head + u64::from(o) % span)
+                        .collect(),
+                };
+                let want = picked
+                    .iter()
+                    .filter(|&&i| m.remove(i, Cause::Explicit))
+                    .count();
+                assert_eq!(buf.remove(&picked).unwrap(), want as u64);
+            }
+            Op::Pop(n) => match buf.sample(Request::rows(*n).remove()) {
+                Ok(b) => {
+                    let got = b.indices().to_vec();
+                    assert_eq!(got.len(), *n);
+                    for &i in &got {
+                        assert!(m.live().any(|l| l == i), "popped {i}, not live");
+                        assert!(m.remove(i, Cause::Sampled), "popped {i} twice");
+                    }
+                }
+                Err(Error::InvalidSample(_)) => assert!(m.len() < *n as u64),
+                Err(Error::Empty) => assert_eq!(m.len(), 0),
+                Err(e) => panic!("pop: {e}"),
+            },
+            Op::Draw(n, by_priority) => {
+                let request = match *by_priority && prioritized {
+                    true => Request::rows(*n).prioritized(0.4),
+                    false => Request::rows(*n),
+                };
+                match buf.sample(request) {
+                    Ok(b) => {
+                        for &i in b.indices() {
+                            assert!(m.live().any(|l| l == i), "drew {i}, removed or gone");
+                        }
+                        for &i in b.indices() {
+                            m.drawn(i);
+                        }
+                    }
+                    Err(Error::Empty | Error::ZeroTotalPriority { .. }) => {
+                        assert_eq!(m.len(), 0);
+                    }
+                    Err(e) => panic!("draw: {e}"),
+                }
+            }
+            Op::Distinct(n) => match buf.sample(Request::rows(*n).without_replacement()) {
+                Ok(b) => {
+                    let mut got = b.indices().to_vec();
+                    got.sort_unstable();
+                    got.dedup();
+                    assert_eq!(got.len(), *n, "distinct rows");
+                    for &i in b.indices() {
+                        assert!(m.live().any(|l| l == i), "drew {i}, removed or gone");
+                        m.drawn(i);
+                    }
+                }
+                Err(Error::InvalidSample(_)) => assert!(m.len() < *n as u64),
+                Err(Error::Empty) => assert_eq!(m.len(), 0),
+                Err(e) => panic!("distinct: {e}"),
+            },
+            Op::Flush => buf.flush().unwrap(),
+            Op::Reopen => {
+                buf.close().unwrap();
+                buf = ReplayBuffer::open(&path).unwrap();
+            }
+            Op::Clear => {
+                buf.clear().unwrap();
+                m.clear();
+            }
+        }
+        agree(&buf, &m);
+    }
+    buf.close().unwrap();
+    let report = verify(&path).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let buf = ReplayBuffer::open(&path).unwrap();
+    agree(&buf, &m);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Random adds, removals, draws that remove, draws that count uses (with and
+    /// without `max_use`, uniform and by priority), flushes, reopens and clears on a
+    /// 16-item ring that wraps: the buffer agrees with the model after every call and
+    /// after a last reopen, and verifies clean.
+    #[test]
+    fn removals_and_uses_follow_the_model_through_every_call(
+        ops in proptest::collection::vec(op(), 1..40),
+        max_use in prop_oneof![Just(0u64), 1u64..4],
+        prioritized in any::<bool>(),
+    ) {
+        run(&ops, max_use, prioritized);
+    }
+}
+
+fn filled(path: &Path, config: Config, n: u64) -> ReplayBuffer {
+    let mut buf = ReplayBuffer::create(path, config).unwrap();
+    add(&mut buf, 0, n);
+    buf
+}
+
+#[test]
+fn draws_never_return_a_removed_item_at_any_share_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::new(schema(), 1000).item_states().seed(5);
+    let mut buf = filled(&dir.path().join("b"), config, 1000);
+    // Remove nine in ten, in steps: every kind of draw avoids them at every share.
+    for round in 0..9u64 {
+        let doomed: Vec<u64> = (0..1000).filter(|i| i % 10 == round).collect();
+        buf.remove(&doomed).unwrap();
+        let kept = |i: u64| i % 10 > round;
+        for request in [
+            Request::rows(512),
+            Request::rows(50).without_replacement(),
+            Request::rows(20).newest(100),
+        ] {
+            let b = buf.sample(request).unwrap();
+            assert!(b.indices().iter().all(|&i| kept(i)), "round {round}");
+        }
+    }
+    // Uniform over what is left: item 9 of every ten, 100 items, chi-square.
+    let mut counts = HashMap::<u64, u64>::new();
+    for _ in 0..200 {
+        for &i in buf.sample(Request::rows(500)).unwrap().indices() {
+            *counts.entry(i).or_default() += 1;
+        }
+    }
+    assert_eq!(counts.len(), 100);
+    let expected = 100_000.0 / 100.0;
+    let chi2: f64 = counts
+        .values()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum();
+    // 99 degrees of freedom: the 0.999 quantile is 148.2.
+    assert!(chi2 < 148.2, "chi-square {chi2}");
+    // Everything removed: draws are Empty, distinct draws of more than is left refused.
+    let rest: Vec<u64> = (0..1000).filter(|i| i % 10 == 9).collect();
+    buf.remove(&rest).unwrap();
+    assert!(matches!(buf.sample(4), Err(Error::Empty)));
+    assert_eq!(buf.len(), 0);
+}
+
+#[test]
+fn a_removed_item_gets_no_priority_and_its_leaf_is_zero_after_a_kill_between() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(schema(), 64)
+        .prioritized(1.0, 0.0)
+        .item_states()
+        .seed(2);
+    let mut buf = filled(&path, config, 64);
+    buf.update_priorities(&[5, 6], &[1000.0f64, 1000.0])
+        .unwrap();
+    buf.remove(&[5]).unwrap();
+    for _ in 0..50 {
+        let b = buf.sample(Request::rows(64).prioritized(0.5)).unwrap();
+        assert!(!b.indices().contains(&5));
+    }
+    assert_eq!(buf.priorities(&[6]).unwrap(), [1000.0]);
+    // An update of a removed item is skipped and counted stale: it keeps no priority.
+    let done = buf.update_priorities(&[5, 7], &[5000.0f64, 2.0]).unwrap();
+    assert_eq!((done.applied, done.stale), (1, 1));
+    buf.update_priorities(&[7], &[1.0f64]).unwrap();
+    let p = buf.priority_summary().unwrap();
+    assert!(
+        (p.total - (62.0 + 1000.0)).abs() < 1e-6,
+        "total {}",
+        p.total
+    );
+}
+
+#[test]
+fn snapshots_keep_the_item_states_of_their_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut buf = filled(&path, Config::new(schema(), 32).max_use(2).seed(4), 20);
+    buf.remove(&[1, 2]).unwrap();
+    buf.sample(Request::at(&[3])).unwrap(); // a read: no use
+    buf.sample(Request::rows(3).remove()).unwrap();
+    let state = buf.get_state_named("a").unwrap();
+    let at_checkpoint = buf.item_states(&(0..20).collect::<Vec<_>>()).unwrap();
+    let len = buf.len();
+    // After the checkpoint: more removals and uses, then the restore undoes them.
+    buf.remove(&[10, 11, 12]).unwrap();
+    for _ in 0..5 {
+        buf.sample(4).unwrap();
+    }
+    assert_ne!(
+        buf.item_states(&(0..20).collect::<Vec<_>>()).unwrap(),
+        at_checkpoint
+    );
+    // The snapshot opened as it is, and as a reader, sees the checkpoint's states.
+    let frozen = ReplayBuffer::open_snapshot(&path, "a").unwrap();
+    assert_eq!(
+        frozen.item_states(&(0..20).collect::<Vec<_>>()).unwrap(),
+        at_checkpoint
+    );
+    assert_eq!(frozen.len(), len);
+    let mut reader = Reader::open_snapshot(&path, "a").unwrap();
+    assert_eq!(reader.len(), len);
+    buf.set_state(&state).unwrap();
+    assert_eq!(
+        buf.item_states(&(0..20).collect::<Vec<_>>()).unwrap(),
+        at_checkpoint
+    );
+    assert_eq!(buf.len(), len);
+    assert!(matches!(buf.get(1), Err(Error::Removed { index: 1, .. })));
+    // The restored file is the snapshot's until the first store, then a copy of its
+    // own: the snapshot keeps its states.
+    buf.remove(&[13]).unwrap();
+    let frozen = ReplayBuffer::open_snapshot(&path, "a").unwrap();
+    assert_eq!(
+        frozen.item_states(&(0..20).collect::<Vec<_>>()).unwrap(),
+        at_checkpoint
+    );
+    drop(frozen);
+    for _ in 0..50 {
+        let b = reader.sample(8).unwrap();
+        let removed = buf.item_states(b.indices()).unwrap();
+        assert!(
+            removed
+                .iter()
+                .all(|s| s.removed.is_none() || s.removed == Some(Cause::Explicit))
+        );
+    }
+    buf.close().unwrap();
+    let report = verify(&path).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.snapshots_checked, 1);
+}
+
+#[test]
+fn a_reader_never_returns_what_the_writer_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(schema(), 256)
+        .prioritized(0.6, 0.01)
+        .item_states()
+        .seed(8);
+    let mut buf = filled(&path, config, 200);
+    let mut reader = Reader::open(&path).unwrap();
+    let mut removed = std::collections::HashSet::new();
+    for round in 0..60u64 {
+        let doomed: Vec<u64> = (0..3).map(|k| (round * 7 + k * 61) % 200).collect();
+        buf.remove(&doomed).unwrap();
+        removed.extend(doomed);
+        for request in [Request::rows(32), Request::rows(32).prioritized(0.4)] {
+            let b = reader.sample(request).unwrap();
+            for (&i, &x) in b.indices().iter().zip(b.get::<i64>("x").unwrap()) {
+                assert!(
+                    !removed.contains(&i),
+                    "round {round}: reader drew removed {i}"
+                );
+                assert_eq!(x, i as i64);
+            }
+        }
+        assert_eq!(reader.len(), 200 - removed.len() as u64);
+    }
+    let gone = *removed.iter().next().unwrap();
+    assert!(matches!(reader.get(gone), Err(Error::Removed { .. })));
+    assert!(matches!(
+        reader.sample(Request::rows(1).remove()),
+        Err(Error::ReadOnly { .. })
+    ));
+}
+
+#[test]
+fn calls_on_item_states_are_refused_by_name_where_they_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = filled(&dir.path().join("plain"), Config::new(schema(), 8), 4);
+    let mut plain = plain;
+    assert!(matches!(
+        plain.remove(&[0]),
+        Err(Error::NoItemStates { .. })
+    ));
+    assert!(matches!(
+        plain.sample(Request::rows(1).remove()),
+        Err(Error::NoItemStates { .. })
+    ));
+    assert!(matches!(
+        plain.item_states(&[0]),
+        Err(Error::NoItemStates { .. })
+    ));
+    let mut buf = filled(
+        &dir.path().join("b"),
+        Config::new(schema(), 8).item_states(),
+        4,
+    );
+    // Nothing changes when one index is not live.
+    assert!(matches!(
+        buf.remove(&[1, 9]),
+        Err(Error::Evicted { index: 9, .. })
+    ));
+    assert_eq!(buf.len(), 4);
+    assert!(matches!(
+        buf.sample(Request::rows(2).prioritized(0.5).remove()),
+        Err(Error::InvalidSample(_))
+    ));
+    for bad in [
+        Config::new(schema(), 8).max_use(65_536),
+        Config::new(schema(), 8).item_states().episodic(),
+        Config::new(schema(), 8).item_states().fragments(),
+    ] {
+        let e = ReplayBuffer::create(dir.path().join("bad"), bad).unwrap_err();
+        assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
+    }
+}
+
+#[test]
+fn verify_finds_a_damaged_state_word_and_a_wrong_count() {
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, REMOVED_LIVE_OFF, Word};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut buf = filled(&path, Config::new(schema(), 16).item_states(), 10);
+    buf.remove(&[3]).unwrap();
+    buf.close().unwrap();
+    assert!(verify(&path).unwrap().problems.is_empty());
+    let file = path.join("items.state");
+    let clean = std::fs::read(&file).unwrap();
+    let damaged = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = clean.clone();
+        edit(&mut b);
+        std::fs::write(&file, &b).unwrap();
+        let problems = verify(&path).unwrap().problems;
+        std::fs::write(&file, &clean).unwrap();
+        problems
+    };
+    let word = |slot: usize| BODY_OFFSET + slot * 8;
+    // A word of a later lap than its item (index 21 in slot 5, which holds item 5).
+    let ahead = Word::new(21, 16, 0, None).0.to_le_bytes();
+    let p = damaged(&|b| b[word(5)..word(5) + 8].copy_from_slice(&ahead));
+    assert!(
+        p.iter()
+            .any(|f| f.what.contains("ahead") && f.offset == word(5) as u64),
+        "{p:?}"
+    );
+    // Impossible bits: removed with no cause.
+    let p = damaged(&|b| b[word(6)] = 1);
+    assert!(p.iter().any(|f| f.what.contains("no cause")), "{p:?}");
+    // The count of removed live items is wrong after a clean close.
+    let p = damaged(&|b| b[REMOVED_LIVE_OFF] = 2);
+    assert!(
+        p.iter().any(|f| f.offset == REMOVED_LIVE_OFF as u64),
+        "{p:?}"
+    );
+    // A damaged header byte names the file.
+    let p = damaged(&|b| b[20] ^= 1);
+    assert!(p.iter().any(|f| f.file == file), "{p:?}");
+    let e = ReplayBuffer::open(&path);
+    assert!(e.is_ok());
+}
