@@ -4,6 +4,10 @@
 //! is lost or mixed, and a handle whose sync failed refuses every later write (the
 //! kernel had already marked those pages clean: a retry that "succeeds" would lie).
 //!
+//! The buffer keeps item states: items removed before and after the snapshot, and a
+//! step that removes (explicitly and by a draw) and flushes; the removals a run ends
+//! with are those before the step or those after it.
+//!
 //! For each step, the file operations it makes are counted through `FaultyIo`, then
 //! the step is run again once per operation N, with operation N failing once, and
 //! again with every operation from N on failing. After each run the buffer is opened
@@ -18,29 +22,34 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
 use common::{add_range, assert_live_items_intact, columns, item};
 use replaystore::io::FaultyIo;
-use replaystore::{Config, Error, ReplayBuffer, State, verify};
+use replaystore::{Config, Error, ReplayBuffer, Request, State, verify};
 
 const CAPACITY: u64 = 40;
 
 /// The buffer every run starts from: 50 items in a ring of 40 (so it has wrapped),
-/// snapshot `s` of the first 30 with priorities set, closed cleanly.
+/// snapshot `s` of the first 30 with priorities set and item 5 removed, items 31 and 32
+/// removed after it, closed cleanly.
 fn base(dir: &Path) -> State {
     let config = Config::new(common::schema(), CAPACITY)
         .segment_slots(8)
         .prioritized(0.6, 1e-6)
+        .item_states()
         .seed(3);
     let mut buf = ReplayBuffer::create(dir, config).unwrap();
     add_range(&mut buf, 0, 30);
     buf.update_priorities(&[3, 7, 29], &[2.0, 0.5, 9.0])
         .unwrap();
+    buf.remove(&[5]).unwrap();
     let s = buf.get_state_named("s").unwrap();
     add_range(&mut buf, 30, 50);
+    buf.remove(&[31, 32]).unwrap();
     buf.flush().unwrap();
     buf.close().unwrap();
     s
@@ -55,7 +64,12 @@ enum Step {
     SetState,
     Delete,
     Close,
+    Remove,
 }
+
+/// Removed in the base buffer's live range, and by the `Remove` step.
+const BASE_REMOVED: [u64; 2] = [31, 32];
+const STEP_REMOVES: [u64; 3] = [12, 13, 20];
 
 impl Step {
     /// What the live range is once the step has happened.
@@ -96,8 +110,33 @@ impl Step {
             Step::SetState => b.set_state(s),
             Step::Delete => b.delete_snapshot("s"),
             Step::Close => buf.take().unwrap().close(),
+            Step::Remove => {
+                b.remove(&STEP_REMOVES[..2])?;
+                b.sample(Request::at(&STEP_REMOVES[2..]).remove())?;
+                b.flush()
+            }
         }
     }
+
+    /// The removed items of the live range once the step has happened.
+    fn removed_after(self) -> BTreeSet<u64> {
+        match self {
+            Step::SetState => [5].into(),
+            Step::Remove => BASE_REMOVED.iter().chain(&STEP_REMOVES).copied().collect(),
+            _ => BASE_REMOVED.into(),
+        }
+    }
+}
+
+/// The removed items of `buf`'s live range.
+fn removed_of<R: replaystore::Role>(buf: &ReplayBuffer<R>) -> BTreeSet<u64> {
+    let live: Vec<u64> = buf.live().collect();
+    let states = buf.item_states(&live).unwrap();
+    live.into_iter()
+        .zip(states)
+        .filter(|(_, s)| s.removed.is_some())
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The failure was a sync (or commit write) of a file the buffer goes on using: the
@@ -181,6 +220,23 @@ fn run_case(root: &Path, case: &Case) -> bool {
         ),
     }
     assert_live_items_intact(&buf);
+    let removed = removed_of(&buf);
+    let before: BTreeSet<u64> = BASE_REMOVED.into();
+    match &result {
+        Ok(()) => assert_eq!(removed, case.step.removed_after(), "{ctx}: removals"),
+        // A step cut short leaves the removals before it, or (a restore) the
+        // snapshot's, or some of its own on top (each is durable in the page cache
+        // as it returns).
+        Err(_) => {
+            let after = case.step.removed_after();
+            assert!(
+                removed == before
+                    || removed == after
+                    || (removed.is_superset(&before) && removed.is_subset(&after)),
+                "{ctx} ({result:?}): removed {removed:?}, before {before:?}, after {after:?}"
+            );
+        }
+    }
     drop(buf);
     // Snapshot `s` stays whole unless a delete of it was acknowledged (or under way).
     let names: Vec<String> = replaystore::snapshots(&dir)
@@ -201,6 +257,7 @@ fn run_case(root: &Path, case: &Case) -> bool {
             let snap = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
             assert_eq!(snap.live(), 0..30, "{ctx}");
             assert_live_items_intact(&snap);
+            assert_eq!(removed_of(&snap), [5].into(), "{ctx}: snapshot removals");
         }
     } else {
         assert!(
@@ -251,6 +308,7 @@ fn a_failure_at_any_file_operation_of_any_step_is_a_typed_error_and_loses_nothin
         Step::SetState,
         Step::Delete,
         Step::Close,
+        Step::Remove,
     ] {
         let (from, ops) = count(root.path(), step);
         assert!(ops > 0, "{step:?} makes no file operation");

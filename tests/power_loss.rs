@@ -2,8 +2,8 @@
 //! exactly what was acknowledged durable (or, for the operation in flight, what it was
 //! about to make durable): no item, priority or snapshot mixes two states.
 //!
-//! A workload of adds, flushes, priority updates, snapshots, a restore and a snapshot
-//! delete runs through `sim::SimIo`, which takes crash images before every msync,
+//! A workload of adds, flushes, priority updates, removals and draws that remove (the
+//! buffer keeps item states), snapshots, a restore and a snapshot delete runs through `sim::SimIo`, which takes crash images before every msync,
 //! fdatasync, directory fsync and durable copy (`sim.rs` says how). Each image is
 //! checked once the operation in flight returned, against the states seen after each
 //! operation. At a sync point with at most `REPLAYSTORE_CRASH_EXHAUSTIVE` (default 64)
@@ -21,13 +21,13 @@ mod common;
 #[path = "power_loss/sim.rs"]
 mod sim;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
 use common::{add_range, env_count, item_bytes, schema, xorshift};
-use replaystore::{Config, ReplayBuffer, State, snapshots, verify};
+use replaystore::{Config, ReplayBuffer, Request, State, snapshots, verify};
 use sim::{Image, SimIo};
 
 const CAPACITY: u64 = 40;
@@ -38,6 +38,8 @@ enum Op {
     Create,
     Add(u64),
     Update,
+    Remove,
+    Pop,
     Flush,
     GetState(String),
     SetState(String),
@@ -49,7 +51,7 @@ enum Op {
 impl Op {
     /// Whether it ends with a durable commit of the live buffer.
     fn commits(&self) -> bool {
-        !matches!(self, Op::Add(_) | Op::Update)
+        !matches!(self, Op::Add(_) | Op::Update | Op::Remove | Op::Pop)
     }
 
     /// Whether the live priorities are durable when it returns. `get_state` copies the
@@ -65,6 +67,8 @@ struct Seen {
     op: Op,
     live: Range<u64>,
     priorities: BTreeMap<u64, f64>,
+    /// The removed items of the live range (item states).
+    removed: BTreeSet<u64>,
 }
 
 fn seen(op: Op, buf: &ReplayBuffer) -> Seen {
@@ -73,8 +77,20 @@ fn seen(op: Op, buf: &ReplayBuffer) -> Seen {
     Seen {
         op,
         live: buf.live(),
+        removed: removed_of(buf),
         priorities: live.into_iter().zip(p).collect(),
     }
+}
+
+/// The removed items of `buf`'s live range.
+fn removed_of<R: replaystore::Role>(buf: &ReplayBuffer<R>) -> BTreeSet<u64> {
+    let live: Vec<u64> = buf.live().collect();
+    let states = buf.item_states(&live).unwrap();
+    live.into_iter()
+        .zip(states)
+        .filter(|(_, s)| s.removed.is_some())
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The seam for a workload under `dir`: at each sync point every crash image where
@@ -131,6 +147,7 @@ impl Driver {
                 let config = Config::new(schema(), CAPACITY)
                     .segment_slots(8)
                     .prioritized(0.6, 1e-6)
+                    .item_states()
                     .seed(7)
                     .io(self.io.clone());
                 let mut b = ReplayBuffer::create(&self.dir, config).unwrap();
@@ -161,6 +178,16 @@ impl Driver {
                         .map(|_| 0.25 * (xorshift(rng) % 64) as f64)
                         .collect();
                     b.update_priorities(&picks, &p).unwrap();
+                }
+                Op::Remove => {
+                    let live = b.live();
+                    let picks: Vec<u64> = (0..4)
+                        .map(|_| live.start + xorshift(rng) % (live.end - live.start))
+                        .collect();
+                    b.remove(&picks).unwrap();
+                }
+                Op::Pop => {
+                    b.sample(Request::rows(3).remove()).unwrap();
                 }
                 Op::Flush => b.flush().unwrap(),
                 Op::GetState(name) => {
@@ -242,9 +269,24 @@ impl Driver {
             "{ctx}: live range {live:?}, but the acknowledged ones were {:?}",
             states.iter().map(|s| s.live.clone()).collect::<Vec<_>>()
         );
-        let batch = buf.get_many(&live.clone().collect::<Vec<_>>()).unwrap();
-        for (r, i) in live.clone().enumerate() {
+        // Each item is removed or not as in a state since the last commit (or the
+        // snapshot's, for a restore in flight), and a removed one keeps no priority.
+        let removed = removed_of(&buf);
+        for i in live.clone() {
+            let r = removed.contains(&i);
+            assert!(
+                states.iter().any(|s| s.removed.contains(&i) == r),
+                "{ctx}: item {i} removed {r}, in no state since the last commit"
+            );
+        }
+        let kept: Vec<u64> = live.clone().filter(|i| !removed.contains(i)).collect();
+        let batch = buf.get_many(&kept).unwrap();
+        for (r, &i) in kept.iter().enumerate() {
             assert_eq!(batch.item_bytes(r), item_bytes(i), "{ctx}: item {i}");
+        }
+        let gone: Vec<u64> = removed.iter().copied().collect();
+        for (i, g) in gone.iter().zip(buf.priorities(&gone).unwrap()) {
+            assert_eq!(g, 0.0, "{ctx}: removed item {i} has priority {g}");
         }
         // Each priority is one the item had at some point since the tree was last made
         // durable (or the snapshot's, for a restore in flight): never a mix.
@@ -263,6 +305,15 @@ impl Driver {
                     .collect::<Vec<_>>()
             );
         }
+        // Indices a power cut dropped are handed out again: the new items are born
+        // live, whatever removals of the dropped ones reached the disk.
+        let mut buf = buf;
+        let fresh = add_range(&mut buf, live.end, live.end + 12);
+        let states = buf.item_states(&fresh.clone().collect::<Vec<_>>()).unwrap();
+        assert!(
+            states.iter().all(|s| s.removed.is_none() && s.uses == 0),
+            "{ctx}: a new item was born removed or used: {states:?}"
+        );
         drop(buf);
         self.check_snapshots(&dir, p, &ctx);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -295,6 +346,11 @@ impl Driver {
                         .zip(s.priorities(&live).unwrap())
                         .collect();
                     assert_eq!(got, snap.at.priorities, "{ctx}: snapshot {name} priorities");
+                    assert_eq!(
+                        removed_of(&s),
+                        snap.at.removed,
+                        "{ctx}: snapshot {name} removals"
+                    );
                 }
             }
         }
@@ -314,20 +370,27 @@ fn workload() -> Vec<Op> {
         Add(5),
         Flush,
         Update,
+        Remove,
         GetState(s("a")),
         Add(30),
+        Pop,
         Update,
         Flush,
         Add(3),
+        Remove,
         GetState(s("b")),
         Update,
+        Pop,
         SetState(s("a")),
         Add(9),
+        Remove,
         Update,
         Close,
         Open,
         Delete(s("b")),
+        Pop,
         Add(20),
+        Remove,
         Flush,
         Update,
         Close,

@@ -1,5 +1,6 @@
 //! Arbitrary bytes as a superblock, a commit slot, a schema archive, a segment header,
-//! a priorities header and a serialized State (what RESTORE holds):
+//! a priorities header, an item state header and word, and a serialized State (what
+//! RESTORE holds):
 //! every decoder returns a typed problem or a value, never panics or over-allocates.
 #![no_main]
 
@@ -7,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use replaystore::internal::format::manifest::{Commit, Superblock};
 use replaystore::internal::format::schema_doc;
 use replaystore::internal::format::segment::SegmentHeader;
+use replaystore::internal::format::lifecycle::{LifeHeader, Word};
 use replaystore::internal::format::tree::TreeHeader;
 use replaystore::State;
 
@@ -20,6 +22,17 @@ fuzz_target!(|data: &[u8]| {
     let _ = SegmentHeader::check(data, &SegmentHeader { heap: true, ..expected.clone() });
     let _ = replaystore::internal::format::heap::VarSlot::decode(data);
     let _ = SegmentHeader::check(data, &expected);
+    if let Ok(h) = LifeHeader::decode(data) {
+        // A header that decodes re-encodes to the same checked bytes.
+        let again = h.encode();
+        assert_eq!(LifeHeader::decode(&again), Ok(h));
+        let _ = h.file_len();
+    }
+    if let Some(w) = data.first_chunk::<8>() {
+        let word = Word(u64::from_le_bytes(*w));
+        let lap = data.get(8).map(|&l| u64::from(l));
+        let _ = (word.problem(lap), word.cause(), word.uses(), word.is_of(u64::MAX, 7));
+    }
     if let Ok((h, _)) = TreeHeader::decode(data) {
         let _ = h.shape();
     }

@@ -496,4 +496,10 @@ impl Part for Lifecycle {
             .flush(io)
             .map_err(|e| crate::error::Error::io("msync", self.map.path(), e))
     }
+
+    /// A checkpoint commits the live buffer too: its item states are made durable with
+    /// it, as by every other commit (msync writes only the pages changed since).
+    fn before_checkpoint(&mut self, io: &dyn Io, _capacity: u64, tail: u64) -> Result<()> {
+        self.before_commit(io, tail)
+    }
 }
