@@ -44,6 +44,13 @@ class EmptyError(Error):
 class EvictedError(Error):
     """An index that is no longer (or not yet) live."""
 
+class RemovedError(EvictedError):
+    """An item removed before the ring overwrote it (``remove``, ``pop_batch``,
+    ``max_use``): no draw or read returns it."""
+
+class NoItemStatesError(Error):
+    """A call on item states on a buffer created without ``item_states`` / ``max_use``."""
+
 class StateError(Error):
     """A state that does not belong to this buffer, or names a snapshot it no longer has."""
 
@@ -91,11 +98,16 @@ class ReplayBuffer:
         whole_episodes: bool = False,
         heap_bytes: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
+        item_states: bool = False,
+        max_use: Optional[int] = None,
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
         ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``;
         ``heap_bytes`` sizes the ring of variable-length values (``"str"``,
-        ``"bytes"``, ``(dtype, (None,))`` fields), ``chunk_bytes`` its rows."""
+        ``"bytes"``, ``(dtype, (None,))`` fields), ``chunk_bytes`` its rows.
+        ``item_states`` keeps a state per item, so items can be removed (``remove``,
+        ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
+        does too and removes an item on its N-th draw."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
@@ -141,12 +153,29 @@ class ReplayBuffer:
         out: Optional[_Batch] = None,
         values: str = "list",
         pad: float = 0.0,
+        remove: bool = False,
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
-        Variable-length fields as ``values`` says (see ``get``).
+        Variable-length fields as ``values`` says (see ``get``). ``remove=True`` draws
+        distinct items and removes them (item states).
 
         With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
         those arrays in place and returns them: a training loop then allocates nothing."""
+    def pop_batch(
+        self,
+        n: int,
+        *,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
+    ) -> _Batch:
+        """``n`` distinct items drawn uniformly and removed (``sample(n, remove=True)``)."""
+    def remove(self, indices: npt.ArrayLike) -> int:
+        """Removes the live items at ``indices``; returns how many were removed now."""
+    def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
+        """``removed`` (bool array), ``cause`` (list of str or None) and ``uses`` (int64
+        array) of the live items at ``indices``."""
     def sample_fragments(
         self,
         n: int,

@@ -60,6 +60,14 @@ impl Handle {
         either!(self, b => b.stats())
     }
 
+    fn item_states(&self, indices: &[u64]) -> replaystore::Result<Vec<replaystore::ItemState>> {
+        either!(self, b => b.item_states(indices))
+    }
+
+    fn remove(&mut self, indices: &[u64]) -> replaystore::Result<u64> {
+        either!(self, b => b.remove(indices))
+    }
+
     fn read_checks(&self) -> bool {
         either!(self, b => b.read_checks())
     }
@@ -171,7 +179,7 @@ impl PyBuffer {
     /// their values live in (default 4 KiB per item; when the values of the live items
     /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -190,9 +198,16 @@ impl PyBuffer {
         whole_episodes: bool,
         heap_bytes: Option<u64>,
         chunk_bytes: Option<u64>,
+        item_states: bool,
+        max_use: Option<u64>,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
+        config = match (max_use, item_states) {
+            (Some(n), _) => config.max_use(n),
+            (None, true) => config.item_states(),
+            (None, false) => config,
+        };
         if let Some(b) = heap_bytes {
             config = config.heap_bytes(b);
         }
@@ -366,7 +381,7 @@ impl PyBuffer {
     /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
     /// Variable-length fields come back as `values` says (see `get`); `out` takes
     /// fixed fields only.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -378,6 +393,7 @@ impl PyBuffer {
         out: Option<&Bound<'py, PyDict>>,
         values: &str,
         pad: f64,
+        remove: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -386,7 +402,7 @@ impl PyBuffer {
         }
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        let request = rows(n, beta, replace);
+        let request = rows_removing(n, beta, replace, remove);
         draw_values(
             py,
             out,
@@ -394,6 +410,49 @@ impl PyBuffer {
             pad,
             |sink| either!(buf, b => b.sample_into(request, sink)),
         )
+    }
+
+    /// Draws `n` distinct items uniformly and removes them in the same call
+    /// (`sample(n, remove=True)`; UnstableBaselines' `get_batch`): no later draw or read
+    /// returns them. Needs a buffer created with `item_states=True` (or `max_use`).
+    /// Asking for more items than are left raises `replaystore.Error` naming both.
+    #[pyo3(signature = (n, *, seed=None, out=None, values="list", pad=0.0))]
+    fn pop_batch<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.sample(py, n, None, seed, false, out, values, pad, true)
+    }
+
+    /// Removes the live items at `indices` before the ring overwrites them (DI-engine's
+    /// `delete`): no draw or read returns them again and `len` stops counting them.
+    /// Returns how many were removed now (an item removed before is skipped). Every
+    /// index must be live (else `EvictedError`, and nothing is removed).
+    fn remove(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let idx = get_indices(py, indices)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        py.detach(|| buf.remove(&idx)).map_err(to_py)
+    }
+
+    /// What each live item at `indices` is: a dict of `removed` (bool array), `cause`
+    /// (list: `"explicit"`, `"sampled"`, `"used_up"`, ... or None) and `uses` (int64
+    /// array: draws that returned it, DI-engine's use count).
+    fn item_states<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = get_indices(py, indices)?;
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        let states = buf.item_states(&idx).map_err(to_py)?;
+        states_dict(py, &states)
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that

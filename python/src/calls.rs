@@ -232,6 +232,28 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py,
     d.set_item("generation", s.generation)?;
     d.set_item("priority_updates", s.priority_updates)?;
     d.set_item("stale_updates", s.stale_updates)?;
+    d.set_item("removed", s.removed)?;
+    let by = PyDict::new(py);
+    for c in replaystore::Cause::ALL {
+        by.set_item(c.name(), s.removals.of(c))?;
+    }
+    d.set_item("removals", by)?;
+    Ok(d)
+}
+
+/// What `item_states(indices)` returns: `removed` (bool), `cause` (the cause's name, or
+/// None while not removed) and `uses` (int64), one entry per index.
+pub(crate) fn states_dict<'py>(
+    py: Python<'py>,
+    states: &[replaystore::ItemState],
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let removed: Vec<bool> = states.iter().map(|s| s.removed.is_some()).collect();
+    let uses: Vec<i64> = states.iter().map(|s| s.uses as i64).collect();
+    let cause: Vec<Option<&str>> = states.iter().map(|s| s.removed.map(|c| c.name())).collect();
+    d.set_item("removed", numpy::PyArray1::from_vec(py, removed))?;
+    d.set_item("cause", cause)?;
+    d.set_item("uses", numpy::PyArray1::from_vec(py, uses))?;
     Ok(d)
 }
 
@@ -360,6 +382,20 @@ pub(crate) fn rows(n: usize, beta: Option<f64>, replace: bool) -> Request<'stati
         (Some(b), _) => Request::rows(n).prioritized(b),
         (None, true) => Request::rows(n),
         (None, false) => Request::rows(n).without_replacement(),
+    }
+}
+
+/// `rows`, removing what it returns when `remove` (a draw by priority then refuses by
+/// name: the engine's `InvalidSample`).
+pub(crate) fn rows_removing(
+    n: usize,
+    beta: Option<f64>,
+    replace: bool,
+    remove: bool,
+) -> Request<'static> {
+    match remove {
+        true => rows(n, beta, false).remove(),
+        false => rows(n, beta, replace),
     }
 }
 

@@ -70,6 +70,20 @@ create_exception!(
 );
 create_exception!(
     replaystore,
+    RemovedError,
+    EvictedError,
+    "An item removed before the ring overwrote it (by remove, a draw that removes, max_use): \
+     no draw or read returns it."
+);
+create_exception!(
+    replaystore,
+    NoItemStatesError,
+    Error,
+    "A call on item states (remove, a draw that removes, item_states) on a buffer created \
+     without them: create it with item_states=True or max_use=N."
+);
+create_exception!(
+    replaystore,
     StateError,
     Error,
     "A state that does not belong to this buffer, or names a snapshot it no longer has."
@@ -122,7 +136,12 @@ pub fn to_py(e: E) -> PyErr {
             pyo3::exceptions::PyValueError::new_err(msg)
         }
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
-        E::Evicted { .. } | E::NotYetAdded { .. } | E::Removed { .. } => EvictedError::new_err(msg),
+        E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
+        E::Removed { .. } => RemovedError::new_err(msg),
+        E::NoItemStates { .. } => NoItemStatesError::new_err(msg.replace(
+            "Config::item_states() (Python: item_states=True)",
+            "item_states=True or max_use=N",
+        )),
         E::BadState(_)
         | E::StateMismatch { .. }
         | E::NoSuchSnapshot { .. }

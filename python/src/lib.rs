@@ -35,6 +35,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SchemaError", py.get_type::<errors::SchemaError>())?;
     m.add("EmptyError", py.get_type::<errors::EmptyError>())?;
     m.add("EvictedError", py.get_type::<errors::EvictedError>())?;
+    m.add("RemovedError", py.get_type::<errors::RemovedError>())?;
+    m.add(
+        "NoItemStatesError",
+        py.get_type::<errors::NoItemStatesError>(),
+    )?;
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
     m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;

@@ -150,6 +150,18 @@ impl PyReader {
         Ok(reader.len() as usize)
     }
 
+    /// `removed`, `cause` and `uses` of the live items at `indices`, as the writer left
+    /// them (see `ReplayBuffer.item_states`).
+    fn item_states<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = get_indices(py, indices)?;
+        let states = self.inner.lock(py).item_states(&idx).map_err(to_py)?;
+        states_dict(py, &states)
+    }
+
     /// Counters and sizes as the reader sees them.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.lock(py).stats().map_err(to_py)?;

@@ -356,6 +356,19 @@ impl Reader {
         self.len() == 0
     }
 
+    /// What each live item at `indices` is, as the writer left it (see
+    /// [`crate::ReplayBuffer::item_states`]).
+    pub fn item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
+        self.refresh()?;
+        let Some(life) = &self.life else {
+            return Err(Error::NoItemStates {
+                dir: self.rows.dir.clone(),
+            });
+        };
+        self.rows.check_live(indices)?;
+        Ok(indices.iter().map(|&i| life.state(i)).collect())
+    }
+
     /// Whether live index `index` was removed (item states), as the words say now.
     pub(super) fn is_removed(&self, index: u64) -> bool {
         self.life.as_ref().is_some_and(|l| l.is_removed(index))

@@ -1,0 +1,135 @@
+"""Promise (issue 30): items can be removed before the ring overwrites them, from
+Python: ``remove``, ``pop_batch`` / ``sample(remove=True)`` (UnstableBaselines'
+``get_batch``), ``max_use`` (DI-engine's ``use_time_check``); removed items never come
+back from any draw or read of the writer or a Reader; ``len``, ``stats`` and
+``item_states`` say so; and a removal survives a kill -9 of the writer."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+
+SCHEMA = {"x": "int64", "obs": "str", "reward": "float32"}
+
+
+def steps(n, start=0):
+    return {
+        "x": np.arange(start, start + n, dtype=np.int64),
+        "obs": [f"step {i}" for i in range(start, start + n)],
+        "reward": np.ones(n, np.float32),
+    }
+
+
+def test_pop_batch_returns_distinct_items_once_and_removes_them(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 1000, item_states=True, seed=1)
+    buf.add_batch(steps(100))
+    seen = []
+    while len(buf) > 0:
+        b = buf.pop_batch(min(32, len(buf)))
+        assert [int(x) for x in b["x"]] == b["indices"].tolist()
+        assert b["obs"] == [f"step {i}" for i in b["x"]]
+        seen += b["indices"].tolist()
+    assert sorted(seen) == list(range(100))
+    s = buf.stats()
+    assert (s["len"], s["removed"], s["removals"]["sampled"]) == (0, 100, 100)
+    with pytest.raises(rs.EmptyError):
+        buf.sample(1)
+    with pytest.raises(rs.RemovedError, match="item 5 was removed"):
+        buf.get([5])
+    # RemovedError is an EvictedError: code that catches evictions catches it.
+    assert issubclass(rs.RemovedError, rs.EvictedError)
+    buf.add_batch(steps(3, 100))
+    with pytest.raises(rs.Error, match="only 3 are in range"):
+        buf.pop_batch(4)
+    assert len(buf) == 3
+
+
+def test_remove_and_item_states_name_the_cause_and_count_uses(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 100, max_use=2, seed=3)
+    buf.add_batch(steps(10))
+    assert buf.remove([1, 2, 2]) == 2
+    assert buf.remove(np.array([1], np.uint64)) == 0
+    buf.get([0])  # a read: no use
+    while len(buf) > 0:
+        buf.sample(4)
+    with pytest.raises(rs.EmptyError):
+        buf.sample(4)
+    st = buf.item_states(np.arange(10))
+    assert st["removed"].dtype == np.bool_ and st["uses"].dtype == np.int64
+    assert st["cause"][1] == "explicit" and st["cause"][2] == "explicit"
+    # Drawn until nothing was left: every item not removed by hand was used up.
+    assert all(c in ("explicit", "used_up") for c in st["cause"])
+    assert all(u == 2 for u, c in zip(st["uses"], st["cause"]) if c == "used_up")
+    assert buf.stats()["removals"]["used_up"] == 8
+    with pytest.raises(rs.EvictedError):
+        buf.remove([10])
+
+
+def test_a_reader_never_draws_what_the_writer_removed(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 256, item_states=True, alpha=0.6)
+    buf.add_batch(steps(200))
+    reader = rs.Reader.open(tmp_path / "b")
+    gone = set()
+    for r in range(40):
+        doomed = [(r * 13 + k * 37) % 200 for k in range(3)]
+        buf.remove(doomed)
+        gone.update(doomed)
+        for beta in (None, 0.4):
+            b = reader.sample(16, beta=beta)
+            assert not gone & set(b["indices"].tolist())
+        assert len(reader) == 200 - len(gone)
+    st = reader.item_states(sorted(gone)[:3])
+    assert st["removed"].all()
+    assert reader.stats()["removed"] == len(gone)
+
+
+def test_calls_on_item_states_are_refused_by_name(tmp_path):
+    plain = rs.ReplayBuffer.create(tmp_path / "p", SCHEMA, 10)
+    plain.add_batch(steps(2))
+    for call in (lambda: plain.remove([0]), lambda: plain.pop_batch(1),
+                 lambda: plain.item_states([0])):
+        with pytest.raises(rs.NoItemStatesError, match="item_states=True or max_use=N"):
+            call()
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 10, item_states=True, alpha=0.6)
+    buf.add_batch(steps(4))
+    with pytest.raises(rs.Error, match="uniformly or at given"):
+        buf.sample(2, beta=0.4, remove=True)
+    assert len(buf) == 4
+
+
+def test_a_pop_acknowledged_survives_kill_9_of_the_writer(tmp_path):
+    path = str(tmp_path / "b")
+    child = textwrap.dedent(
+        f"""
+        import sys, time, numpy as np, replaystore as rs
+        buf = rs.ReplayBuffer.create({path!r}, {SCHEMA!r}, 500, item_states=True, seed=5)
+        buf.add_batch({{"x": np.arange(300, dtype=np.int64),
+                        "obs": [str(i) for i in range(300)],
+                        "reward": np.zeros(300, np.float32)}})
+        for _ in range(20):
+            b = buf.pop_batch(7)
+            print(" ".join(map(str, b["indices"].tolist())), flush=True)
+        print("done", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    popped = []
+    for line in proc.stdout:
+        if line.strip() == "done":
+            break
+        popped += [int(i) for i in line.split()]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(popped) == 140
+    buf = rs.ReplayBuffer.open(path)
+    assert len(buf) == 300 - 140
+    assert buf.item_states(popped)["removed"].all()
+    rest = buf.pop_batch(160)
+    assert sorted(rest["indices"].tolist() + popped) == list(range(300))
