@@ -54,6 +54,21 @@ impl DType {
         DType::F64,
     ];
 
+    /// Whether it is a signed or unsigned integer (not bool, not a float).
+    pub const fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DType::U8
+                | DType::I8
+                | DType::U16
+                | DType::I16
+                | DType::U32
+                | DType::I32
+                | DType::U64
+                | DType::I64
+        )
+    }
+
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {

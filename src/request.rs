@@ -35,6 +35,9 @@ pub enum Pick<'a> {
     },
     /// These logical indices, in order: a read, the sampling RNG does not move.
     Given(&'a [u64]),
+    /// The oldest live items (not removed), oldest first, up to `n`: a queue's order.
+    /// With [`Request::remove`] each is returned once (RLlib's `FifoReplayBuffer`).
+    Oldest,
 }
 
 /// A draw: `n` units of `unit`, picked as `pick` says, with the options of its unit.
@@ -101,6 +104,15 @@ impl<'a> Request<'a> {
     /// draw that meets an item evicted mid-read may pick again.
     pub(crate) fn draws(&self) -> bool {
         !matches!(self.pick, Pick::Given(_))
+    }
+
+    /// Why an item this request removes is removed.
+    pub(crate) fn removal_cause(&self) -> crate::format::lifecycle::Cause {
+        use crate::format::lifecycle::Cause;
+        match self.pick {
+            Pick::Oldest => Cause::Consumed,
+            _ => Cause::Sampled,
+        }
     }
 
     fn of(unit: Unit, n: usize) -> Request<'a> {
@@ -185,6 +197,26 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// The oldest live items first (not removed ones), up to `n` of them: fewer when
+    /// fewer are live, `Empty` when none is. With [`Request::remove`] it consumes them
+    /// as a queue does (each item returned once, cause `consumed`).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).item_states())?;
+    /// buf.add_batch(&[Column::new("x", &(0..5i64).collect::<Vec<_>>())])?;
+    /// assert_eq!(buf.sample(Request::rows(3).oldest().remove())?.indices(), [0, 1, 2]);
+    /// assert_eq!(buf.sample(Request::rows(3).oldest().remove())?.indices(), [3, 4]);
+    /// assert!(buf.sample(Request::rows(3).oldest()).is_err()); // empty
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn oldest(mut self) -> Request<'a> {
+        self.pick = Pick::Oldest;
+        self
+    }
+
     /// Removes every item the draw returns, in the same call (UnstableBaselines'
     /// `get_batch`, Reverb's `max_times_sampled=1`): the rows are distinct, and no later
     /// draw or read returns them. Uniform or given rows of a buffer with item states.
@@ -250,6 +282,7 @@ impl<'a> Request<'a> {
             Pick::Uniform => "drawn uniformly",
             Pick::Priority { .. } => "drawn by priority",
             Pick::Given(_) => "read at given indices",
+            Pick::Oldest => "taken oldest first",
         }
     }
 
@@ -306,14 +339,18 @@ impl<'a> Request<'a> {
         }
         let uniform_rows = unit == Unit::Rows && self.pick == Pick::Uniform;
         let given_rows = unit == Unit::Rows && matches!(self.pick, Pick::Given(_));
-        if self.remove && !(uniform_rows || given_rows) {
+        let oldest_rows = unit == Unit::Rows && self.pick == Pick::Oldest;
+        if self.pick == Pick::Oldest && unit != Unit::Rows {
+            return bad(format!("oldest() takes rows, not {name}"));
+        }
+        if self.remove && !(uniform_rows || given_rows || oldest_rows) {
             return bad(format!(
-                "a draw that removes what it returns picks rows uniformly or at given \
-                 indices, not {name} {}: draw them, then remove(indices)",
+                "a draw that removes what it returns picks rows uniformly, oldest first or \
+                 at given indices, not {name} {}: draw them, then remove(indices)",
                 self.how()
             ));
         }
-        if !(self.replace || uniform_rows || self.remove && given_rows) {
+        if !(self.replace || uniform_rows || self.remove && (given_rows || oldest_rows)) {
             return bad(format!(
                 "only uniform rows are drawn without replacement, not {name} {}",
                 self.how()

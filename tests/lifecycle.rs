@@ -123,6 +123,8 @@ enum Op {
     Pop(usize),
     Draw(usize, bool),
     Distinct(usize),
+    Consume(usize),
+    Stale(u64, u64),
     Flush,
     Reopen,
     Clear,
@@ -135,6 +137,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1usize..6).prop_map(Op::Pop),
         3 => ((1usize..9), any::<bool>()).prop_map(|(n, p)| Op::Draw(n, p)),
         1 => (1usize..6).prop_map(Op::Distinct),
+        2 => (1usize..6).prop_map(Op::Consume),
+        1 => ((0u64..40), (0u64..8)).prop_map(|(a, b)| Op::Stale(a, b)),
         1 => Just(Op::Flush),
         1 => Just(Op::Reopen),
         1 => Just(Op::Clear),
@@ -228,6 +232,30 @@ fn run(ops: &[Op], max_use: u64, prioritized: bool) {
                 Err(Error::Empty) => assert_eq!(m.len(), 0),
                 Err(e) => panic!("distinct: {e}"),
             },
+            Op::Consume(n) => match buf.sample(Request::rows(*n).oldest().remove()) {
+                Ok(b) => {
+                    let want: Vec<u64> = m.live().take(*n).collect();
+                    assert_eq!(b.indices(), want, "the oldest live items, in order");
+                    for i in want {
+                        m.remove(i, Cause::Consumed);
+                    }
+                }
+                Err(Error::Empty) => assert_eq!(m.len(), 0),
+                Err(e) => panic!("consume: {e}"),
+            },
+            Op::Stale(back, max) => {
+                // The tag `x` is the index: items more than `max` behind `now` go.
+                let now = m.tail.saturating_sub(*back) as i64;
+                let bound = now - *max as i64;
+                let doomed: Vec<u64> = m.live().filter(|&i| (i as i64) < bound).collect();
+                for &i in &doomed {
+                    m.remove(i, Cause::Stale);
+                }
+                assert_eq!(
+                    buf.remove_stale("x", now, *max).unwrap(),
+                    doomed.len() as u64
+                );
+            }
             Op::Flush => buf.flush().unwrap(),
             Op::Reopen => {
                 buf.close().unwrap();
@@ -436,6 +464,60 @@ fn a_reader_never_returns_what_the_writer_removed() {
 }
 
 #[test]
+fn stale_items_go_by_their_tag_in_any_order_of_adds() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .field("iter", DType::U32, &[])
+        .field("v", DType::I8, &[])
+        .build()
+        .unwrap();
+    let mut buf =
+        ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 64).item_states()).unwrap();
+    // Three collectors with their own lag: tags out of index order.
+    let mut tags = Vec::new();
+    let mut s = 7u64;
+    for round in 0..30u32 {
+        let t: Vec<u32> = (0..3).map(|c| round.saturating_sub(c * 4)).collect();
+        let v = [0i8; 3];
+        buf.add_batch(&[Column::new("iter", &t), Column::new("v", &v)])
+            .unwrap();
+        tags.extend(t);
+        if round % 5 == 4 {
+            let now = i64::from(round);
+            let max = common::xorshift(&mut s) % 6;
+            let live: Vec<u64> = buf.live().collect();
+            let states = buf.item_states(&live).unwrap();
+            let want = live
+                .iter()
+                .zip(&states)
+                .filter(|&(&i, st)| {
+                    st.removed.is_none() && i64::from(tags[i as usize]) < now - max as i64
+                })
+                .count() as u64;
+            assert_eq!(
+                buf.remove_stale("iter", now, max).unwrap(),
+                want,
+                "round {round}"
+            );
+            let live: Vec<u64> = buf.live().collect();
+            for (i, st) in live.iter().zip(buf.item_states(&live).unwrap()) {
+                let old = i64::from(tags[*i as usize]) < now - max as i64;
+                assert!(
+                    !old || st.removed.is_some(),
+                    "item {i} (tag {}) kept",
+                    tags[*i as usize]
+                );
+            }
+        }
+    }
+    assert!(buf.stats().removals.stale > 0);
+    assert!(matches!(
+        buf.remove_stale("nope", 3, 1),
+        Err(Error::UnknownField { .. })
+    ));
+}
+
+#[test]
 fn calls_on_item_states_are_refused_by_name_where_they_cannot_work() {
     let dir = tempfile::tempdir().unwrap();
     let plain = filled(&dir.path().join("plain"), Config::new(schema(), 8), 4);
@@ -467,6 +549,10 @@ fn calls_on_item_states_are_refused_by_name_where_they_cannot_work() {
         buf.sample(Request::rows(2).prioritized(0.5).remove()),
         Err(Error::InvalidSample(_))
     ));
+    // A tag is an integer scalar field.
+    let e = buf.remove_stale("pad", 3, 1).unwrap_err();
+    assert!(e.to_string().contains("no tag"), "{e}");
+    assert_eq!(buf.len(), 4);
     for bad in [
         Config::new(schema(), 8).max_use(65_536),
         Config::new(schema(), 8).item_states().episodic(),
@@ -519,4 +605,55 @@ fn verify_finds_a_damaged_state_word_and_a_wrong_count() {
     assert!(p.iter().any(|f| f.file == file), "{p:?}");
     let e = ReplayBuffer::open(&path);
     assert!(e.is_ok());
+}
+
+#[test]
+fn lanes_remove_and_pop_across_lanes_and_split_draws_by_what_is_left() {
+    use replaystore::Lanes;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v");
+    let config = Config::new(schema(), 200).item_states().seed(6);
+    let mut lanes = Lanes::create(&path, config, 2).unwrap();
+    let xs: Vec<i64> = (0..200).collect();
+    let pad = vec![0u8; 200 * 5];
+    let to: Vec<usize> = (0..200).map(|i| usize::from(i >= 100)).collect();
+    let idx = lanes
+        .add_batch(
+            &[
+                Column::new("x", &xs),
+                Column::new("pad", &pad).with_shape(&[200, 5]),
+            ],
+            &to,
+        )
+        .unwrap();
+    // Lane 0 keeps 10 items, lane 1 all 100: draws go 1 : 10 between them.
+    assert_eq!(lanes.remove(&idx[10..100]).unwrap(), 90);
+    assert_eq!(lanes.len(), 110);
+    let mut in_lane0 = 0u64;
+    for _ in 0..200 {
+        let b = lanes.sample(Request::rows(55)).unwrap();
+        for &i in b.indices() {
+            assert!(
+                Lanes::lane_of(i) == 1 || (i & 0xff) < 10,
+                "drew removed {i}"
+            );
+            in_lane0 += u64::from(Lanes::lane_of(i) == 0);
+        }
+    }
+    // 11,000 draws, p = 1/11: mean 1,000, sd ~30; 5 sd either way.
+    assert!(
+        (850..1150).contains(&in_lane0),
+        "lane 0 drew {in_lane0} of 11000"
+    );
+    // Popping across lanes returns every item left exactly once.
+    let mut seen = Vec::new();
+    while !lanes.is_empty() {
+        let n = lanes.len().min(16) as usize;
+        seen.extend_from_slice(lanes.sample(Request::rows(n).remove()).unwrap().indices());
+    }
+    seen.sort_unstable();
+    let mut want: Vec<u64> = idx[..10].iter().chain(&idx[100..]).copied().collect();
+    want.sort_unstable();
+    assert_eq!(seen, want);
+    assert!(lanes.sample(Request::rows(1).oldest()).is_err());
 }

@@ -305,6 +305,8 @@ class Reader:
         """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was
         copied) raises ``EvictedError``; a returned row is always its index's item."""
+    def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
+        """``removed``, ``cause`` and ``uses`` of live items, as the writer left them."""
     def stats(self) -> Dict[str, int]: ...
     @property
     def schema(self) -> Schema: ...
@@ -329,6 +331,8 @@ class Lanes:
         seed: Optional[int] = None,
         segment_slots: Optional[int] = None,
         episodic: bool = False,
+        item_states: bool = False,
+        max_use: Optional[int] = None,
     ) -> "Lanes":
         """Creates `lanes` lanes of `capacity / lanes` items each."""
     @staticmethod
@@ -345,8 +349,12 @@ class Lanes:
         beta: Optional[float] = None,
         seed: Optional[int] = None,
         out: Optional[_Batch] = None,
+        remove: bool = False,
     ) -> _Batch:
-        """Draws over all lanes, grouped by lane (``out`` as ``ReplayBuffer.sample``)."""
+        """Draws over all lanes, grouped by lane (``out`` as ``ReplayBuffer.sample``);
+        ``remove=True`` removes what it returns (item states)."""
+    def remove(self, indices: npt.ArrayLike) -> int:
+        """Removes the live items at ``indices`` from whichever lanes hold them."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at `indices`."""
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> Dict[str, int]:

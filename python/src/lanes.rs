@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, Reader, ReplayBuffer, Request};
 
 use crate::calls::{
-    columns, config, contiguous, draw, get_indices, index_array, inputs, rows, stats_dict,
+    columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing, stats_dict,
 };
 use crate::errors::{ReadOnlyError, to_py};
 use crate::reader::reopen_later;
@@ -71,7 +71,7 @@ impl PyLanes {
     /// Creates `lanes` lanes of `capacity / lanes` items each (rounded up) in `path`;
     /// the options are `ReplayBuffer.create`'s.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false))]
+    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false, item_states=false, max_use=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -87,9 +87,16 @@ impl PyLanes {
         seed: Option<u64>,
         segment_slots: Option<u64>,
         episodic: bool,
+        item_states: bool,
+        max_use: Option<u64>,
     ) -> PyResult<PyLanes> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
+        config = match (max_use, item_states) {
+            (Some(n), _) => config.max_use(n),
+            (None, true) => config.item_states(),
+            (None, false) => config,
+        };
         if episodic {
             config = config.episodic();
         }
@@ -189,7 +196,8 @@ impl PyLanes {
 
     /// Draws `n` items over all lanes: uniformly, or by priority with `beta` (then
     /// `weights`). Rows come grouped by lane. Returns a dict of arrays plus `indices`.
-    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
+    /// `remove=True` draws distinct items and removes them (lanes with item states).
+    #[pyo3(signature = (n, *, beta=None, seed=None, out=None, remove=false))]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -197,8 +205,9 @@ impl PyLanes {
         beta: Option<f64>,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
+        remove: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = rows(n, beta, true);
+        let request = rows_removing(n, beta, true, remove);
         match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => draw_lanes(py, w, request, seed, out),
             Opened::Reader(r) => draw_lanes(py, r, request, seed, out),
@@ -237,6 +246,15 @@ impl PyLanes {
         d.set_item("applied", done.applied)?;
         d.set_item("stale", done.stale)?;
         Ok(d)
+    }
+
+    /// Removes the live items at `indices` from whichever lanes hold them; returns how
+    /// many were removed now (lanes with item states).
+    fn remove(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let idx = get_indices(py, indices)?;
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        py.detach(|| w.remove(&idx)).map_err(to_py)
     }
 
     /// Each lane's live indices as `(start, stop)`.

@@ -98,7 +98,7 @@ def test_calls_on_item_states_are_refused_by_name(tmp_path):
             call()
     buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 10, item_states=True, alpha=0.6)
     buf.add_batch(steps(4))
-    with pytest.raises(rs.Error, match="uniformly or at given"):
+    with pytest.raises(rs.Error, match="not rows drawn by priority"):
         buf.sample(2, beta=0.4, remove=True)
     assert len(buf) == 4
 
@@ -133,3 +133,17 @@ def test_a_pop_acknowledged_survives_kill_9_of_the_writer(tmp_path):
     assert buf.item_states(popped)["removed"].all()
     rest = buf.pop_batch(160)
     assert sorted(rest["indices"].tolist() + popped) == list(range(300))
+
+
+def test_lanes_remove_and_pop_across_lanes(tmp_path):
+    fixed = {"x": "int64", "reward": "float32"}
+    lanes = rs.Lanes.create(tmp_path / "v", fixed, 200, 2, item_states=True, seed=2)
+    batch = {"x": np.arange(40, dtype=np.int64), "reward": np.ones(40, np.float32)}
+    idx = lanes.add_batch(batch, lanes=np.arange(40) % 2)
+    assert lanes.remove(idx[:10]) == 10
+    assert len(lanes) == 30
+    seen = []
+    while len(lanes):
+        seen += lanes.sample(min(7, len(lanes)), remove=True)["indices"].tolist()
+    assert sorted(seen) == sorted(idx[10:].tolist())
+    assert sum(s["removals"]["sampled"] for s in lanes.stats()) == 30

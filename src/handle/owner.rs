@@ -211,6 +211,10 @@ impl DrawsRows for PriorityOwner {
         &mut self.reader.rows
     }
 
+    fn drawable(&self) -> u64 {
+        self.reader.len()
+    }
+
     fn pick_rows(
         &mut self,
         request: &Request<'_>,

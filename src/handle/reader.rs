@@ -694,6 +694,10 @@ impl DrawsRows for Reader {
         &mut self.rows
     }
 
+    fn drawable(&self) -> u64 {
+        self.len()
+    }
+
     /// Picks the rows of `request` from those live now into `indices` (and `weights`),
     /// advancing this reader's RNG, without gathering.
     fn pick_rows(
@@ -751,7 +755,9 @@ impl DrawsRows for Reader {
                     self.gather_drawn_into(Draw::Prioritized(&spec), indices, weights, outs)
                 }
             },
-            Pick::Given(_) => self.retrying(|rows| rows.gather_into(indices, outs)),
+            // The oldest items a writer passes mid-copy are gone: `Evicted`, as for a
+            // given index (the caller asks again for the oldest now).
+            Pick::Given(_) | Pick::Oldest => self.retrying(|rows| rows.gather_into(indices, outs)),
         }
     }
 }

@@ -176,6 +176,10 @@ impl Rows {
                 check_not_removed(life, given)?;
                 indices.extend_from_slice(given);
             }
+            Pick::Oldest => {
+                self.pick_oldest(request.n, life, indices)?;
+                self.draws.sampled += indices.len() as u64;
+            }
             Pick::Priority { beta } => {
                 indices.resize(request.n, 0);
                 weights.resize(request.n, 0.0);
@@ -183,6 +187,36 @@ impl Rows {
             }
         }
         Ok(None)
+    }
+
+    /// The oldest live items not removed, up to `n`, into `indices`; `Empty` when none
+    /// is. With item states the walk starts at the part's hint of the first item that
+    /// may be live, so a queue consumed oldest first is not walked again each call.
+    fn pick_oldest(
+        &self,
+        n: usize,
+        life: Option<&Lifecycle>,
+        indices: &mut Vec<u64>,
+    ) -> Result<()> {
+        let from = life.map_or(self.head, |l| l.first_maybe_live().max(self.head));
+        let mut first = None;
+        for i in from..self.tail {
+            if indices.len() == n {
+                break;
+            }
+            if life.is_some_and(|l| l.is_removed(i)) {
+                continue;
+            }
+            first.get_or_insert(i);
+            indices.push(i);
+        }
+        if let Some(l) = life {
+            l.note_first_maybe_live(first.unwrap_or(self.tail));
+        }
+        match indices.is_empty() {
+            true => Err(Error::Empty),
+            false => Ok(()),
+        }
     }
 
     /// `Evicted` for the first of `indices` that is not live.
@@ -447,6 +481,10 @@ pub trait DrawsRows {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()>;
+    /// Items a draw may return now: the live ones, less the removed (item states).
+    fn drawable(&self) -> u64 {
+        self.rows().len()
+    }
     /// The picked rows were gathered and handed out: a writer counts their uses, or
     /// removes them when the request says so (item states).
     fn drawn(&mut self, _request: &Request<'_>, _indices: &[u64]) -> Result<()> {

@@ -144,6 +144,26 @@ pub(crate) struct Lifecycle {
     /// The oldest live index as this part last saw it: removed items the head passes
     /// leave the `removed_live` count.
     head: u64,
+    /// Every item below this index is removed or gone: where a draw of the oldest items
+    /// starts (items are never un-removed while the part lives; a restore makes a new
+    /// part).
+    first_maybe_live: std::sync::atomic::AtomicU64,
+    /// Live indices by their tag, for removing the stale ones (built when first asked).
+    pub(crate) tags: Option<TagIndex>,
+}
+
+/// The live items by the value of an integer field (their producer's tag: a learner
+/// iteration, a policy version), built from the rows when a staleness removal first
+/// asks and extended from the tail after: each item enters once and leaves once, so
+/// removing the items older than a bound costs what it removes.
+#[derive(Debug, Default)]
+pub(crate) struct TagIndex {
+    /// The field it indexes.
+    pub field: String,
+    /// Items below this index are in the map (or were gone when it was extended).
+    pub upto: u64,
+    /// Tag value to the items carrying it.
+    pub by_tag: std::collections::BTreeMap<i128, Vec<u64>>,
 }
 
 /// The live item in `slot` of a ring of `cap` holding `head..tail`, if one is.
@@ -189,6 +209,8 @@ impl Lifecycle {
             map,
             header,
             head: 0,
+            first_maybe_live: 0.into(),
+            tags: None,
         })
     }
 
@@ -237,6 +259,18 @@ impl Lifecycle {
             removed: w.cause(),
             uses: w.uses(),
         }
+    }
+
+    /// Every item below this index is removed or gone (a hint: never above the truth).
+    pub fn first_maybe_live(&self) -> u64 {
+        self.first_maybe_live
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A walk from the hint found no live item below `index`.
+    pub fn note_first_maybe_live(&self, index: u64) {
+        self.first_maybe_live
+            .fetch_max(index, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Removed items inside the live range.

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use rand_chacha::ChaCha8Rng;
 
 use super::core::Picked;
-use super::rows::Rows;
+use super::rows::{DrawsRows, Rows};
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
@@ -289,6 +289,38 @@ impl Lanes<ReplayBuffer> {
         self.lanes.iter_mut().try_for_each(ReplayBuffer::clear)
     }
 
+    /// Removes the live items at `indices` from whichever lanes hold them (see
+    /// [`ReplayBuffer::remove`]): every index is checked live first, and then each lane
+    /// removes its own. Returns how many were removed now.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Lanes, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 8).item_states(), 2)?;
+    /// let idx = lanes.add_batch(&[Column::new("x", &[1u32, 2, 3, 4])], &[0, 1, 0, 1])?;
+    /// assert_eq!(lanes.remove(&[idx[1], idx[2]])?, 2);
+    /// assert_eq!(lanes.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remove(&mut self, indices: &[u64]) -> Result<u64> {
+        let mut by_lane: Vec<Vec<u64>> = vec![Vec::new(); self.lanes.len()];
+        for &i in indices {
+            let k = self.lane_index(i)?;
+            self.lane(k)?.rows().check_live(&[i])?;
+            if let Some(v) = by_lane.get_mut(k) {
+                v.push(i);
+            }
+        }
+        let mut removed = 0;
+        for (lane, is) in self.lanes.iter_mut().zip(&by_lane) {
+            if !is.is_empty() {
+                removed += lane.remove(is)?;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Counters and sizes of each lane.
     pub fn stats(&self) -> Vec<Stats> {
         self.lanes.iter().map(ReplayBuffer::stats).collect()
@@ -357,9 +389,10 @@ impl<L: Lane> Lanes<L> {
             .sum()
     }
 
-    /// Items live in all lanes, as of the last call (or [`Lanes::refresh`]).
+    /// Items live in all lanes, as of the last call (or [`Lanes::refresh`]); with
+    /// item states, not counting removed ones.
     pub fn len(&self) -> u64 {
-        self.lanes.iter().map(|l| l.rows().len()).sum()
+        self.lanes.iter().map(DrawsRows::drawable).sum()
     }
 
     /// Whether no lane holds an item.
@@ -460,6 +493,13 @@ impl<L: Lane> Lanes<L> {
             Pick::Given(indices) => (self.runs_of(indices)?, Vec::new()),
             Pick::Uniform => (self.split_uniform(request)?, Vec::new()),
             Pick::Priority { beta } => self.split_by_mass(request, beta)?,
+            Pick::Oldest => {
+                return Err(Error::InvalidSample(
+                    "lanes have no one order of age: take the oldest of one lane \
+                     (lane_mut(k).sample(Request::rows(n).oldest()))"
+                        .into(),
+                ));
+            }
         };
         picked.indices.clear();
         picked.weights.clear();
@@ -539,7 +579,7 @@ impl<L: Lane> Lanes<L> {
         }
         let sizes: Vec<u64> = (self.lanes.iter())
             .map(|l| {
-                let len = l.rows().len();
+                let len = l.drawable();
                 request.newest.map_or(len, |k| len.min(k))
             })
             .collect();
@@ -653,6 +693,8 @@ impl<L: Lane> Lanes<L> {
             let lane = (self.lanes.get_mut(k))
                 .ok_or_else(|| no_such_lane(self.dir.clone(), k as u64, None, count))?;
             lane.gather_rows(&one, idx, w, &mut part)?;
+            // Uses and removals are the lane's (item states).
+            lane.drawn(&one, idx)?;
         }
         Ok(())
     }

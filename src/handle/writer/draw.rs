@@ -263,6 +263,10 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
         self.after_draw(request, indices)
     }
 
+    fn drawable(&self) -> u64 {
+        self.len()
+    }
+
     fn gather_rows(
         &mut self,
         _request: &Request<'_>,

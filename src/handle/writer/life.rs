@@ -3,9 +3,10 @@
 //! `parts::lifecycle`'s; here is only what a call does with them, and the priority
 //! leaves a removal zeroes (the tree's holder is this handle).
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::lifecycle::Cause;
-use crate::parts::lifecycle::ItemState;
+use crate::parts::lifecycle::{ItemState, TagIndex};
 use crate::request::Request;
 
 use super::ReplayBuffer;
@@ -36,6 +37,106 @@ impl<R: Writes> ReplayBuffer<R> {
         self.ready_to_remove()?;
         self.rows.check_live(indices)?;
         Ok(self.remove_for(indices, Cause::Explicit))
+    }
+
+    /// Removes the live items whose tag is older than `max_staleness` behind `now`
+    /// (DI-engine's `staleness_check`: staleness = `now - tag`, removed when above
+    /// `max_staleness`), where the tag is the item's value of the integer scalar field
+    /// `field` (the learner iteration or policy version that produced it). Returns how
+    /// many were removed. The first call indexes the live items by tag (one pass over
+    /// their rows); later calls cost what they remove, plus the items added since.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("train_iter", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).item_states())?;
+    /// buf.add_batch(&[Column::new("train_iter", &[1i64, 2, 3, 4, 5])])?;
+    /// assert_eq!(buf.remove_stale("train_iter", 5, 2)?, 2); // tags 1 and 2 are 4 and 3 behind
+    /// assert_eq!(buf.len(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remove_stale(&mut self, field: &str, now: i64, max_staleness: u64) -> Result<u64> {
+        self.ready_to_remove()?;
+        let f = self.tag_field(field)?;
+        let bound = i128::from(now) - i128::from(max_staleness);
+        let (head, tail, cap) = (
+            self.rows.head,
+            self.rows.tail,
+            self.rows.superblock.capacity,
+        );
+        let dtype = self.rows.schema.fields().get(f).map(|x| x.dtype());
+        let Some(life) = self.parts.life.as_mut() else {
+            return Ok(0);
+        };
+        let index = match &mut life.tags {
+            Some(t) if t.field == field => t,
+            _ => life.tags.insert(TagIndex {
+                field: field.to_owned(),
+                upto: head,
+                ..TagIndex::default()
+            }),
+        };
+        let mut b = [0u8; 8];
+        for i in index.upto.max(head)..tail {
+            let len = dtype.map_or(8, |d| d.size());
+            let bytes = b.get_mut(..len).unwrap_or(&mut []);
+            self.rows.ring.read_field(i % cap, f, bytes);
+            let tag = dtype.map_or(0, |d| tag_value(d, bytes));
+            index.by_tag.entry(tag).or_default().push(i);
+        }
+        index.upto = tail;
+        let stale = index
+            .by_tag
+            .range(..bound)
+            .map(|(&k, _)| k)
+            .collect::<Vec<_>>();
+        let mut doomed = Vec::new();
+        for k in stale {
+            doomed.extend(index.by_tag.remove(&k).unwrap_or_default());
+        }
+        doomed.retain(|&i| i >= head);
+        Ok(self.remove_for(&doomed, Cause::Stale))
+    }
+
+    /// The position of `field`, an integer scalar field (a tag), or why it is not one.
+    fn tag_field(&self, field: &str) -> Result<usize> {
+        let schema = &self.rows.schema;
+        let Some(f) = schema.position(field) else {
+            return Err(Error::UnknownField {
+                field: field.to_owned(),
+                known: schema.names(),
+            });
+        };
+        match schema.fields().get(f) {
+            Some(x) if x.shape().is_empty() && x.dtype().is_integer() => Ok(f),
+            Some(x) => Err(Error::InvalidSample(format!(
+                "field {field:?} ({:?}, shape {:?}) is no tag: staleness is measured on an \
+                 integer scalar field",
+                x.dtype(),
+                x.shape()
+            ))),
+            None => Err(Error::InvalidSample(format!("no field {field:?}"))),
+        }
+    }
+}
+
+/// An integer field's little-endian bytes as a number.
+fn tag_value(dtype: DType, b: &[u8]) -> i128 {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    if let (Some(dst), Some(src)) = (w.get_mut(..n), b.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    let u = u64::from_le_bytes(w);
+    let bits = 8 * n as u32;
+    match dtype {
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+            // Sign-extend from the field's width.
+            let shift = 64 - bits;
+            i128::from(((u << shift) as i64) >> shift)
+        }
+        _ => i128::from(u),
     }
 }
 
@@ -107,7 +208,7 @@ impl<R: Role> ReplayBuffer<R> {
             return Ok(());
         }
         if request.remove {
-            self.remove_for(indices, Cause::Sampled);
+            self.remove_for(indices, request.removal_cause());
             return Ok(());
         }
         if self.rows.superblock.prioritized && self.parts.tree.is_actor() {
