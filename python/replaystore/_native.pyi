@@ -173,6 +173,12 @@ class ReplayBuffer:
         """``n`` distinct items drawn uniformly and removed (``sample(n, remove=True)``)."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices``; returns how many were removed now."""
+    def remove_stale(self, field: str, now: int, max_staleness: int) -> int:
+        """Removes items whose integer tag ``field`` is over ``max_staleness`` behind ``now``."""
+    def consume(
+        self, n: int, *, out: Optional[_Batch] = None, values: str = "list", pad: float = 0.0
+    ) -> _Batch:
+        """The ``n`` oldest items not removed, removed: a FIFO queue."""
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
         """``removed`` (bool array), ``cause`` (list of str or None) and ``uses`` (int64
         array) of the live items at ``indices``."""

@@ -68,6 +68,10 @@ impl Handle {
         either!(self, b => b.remove(indices))
     }
 
+    fn remove_stale(&mut self, field: &str, now: i64, max: u64) -> replaystore::Result<u64> {
+        either!(self, b => b.remove_stale(field, now, max))
+    }
+
     fn read_checks(&self) -> bool {
         either!(self, b => b.read_checks())
     }
@@ -438,6 +442,46 @@ impl PyBuffer {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         py.detach(|| buf.remove(&idx)).map_err(to_py)
+    }
+
+    /// Removes the live items whose tag, the integer field `field` (the learner
+    /// iteration or policy version that produced them), is more than `max_staleness`
+    /// behind `now` (DI-engine's `staleness_check`). Returns how many were removed.
+    fn remove_stale(
+        &self,
+        py: Python<'_>,
+        field: &str,
+        now: i64,
+        max_staleness: u64,
+    ) -> PyResult<u64> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        py.detach(|| buf.remove_stale(field, now, max_staleness))
+            .map_err(to_py)
+    }
+
+    /// Takes the `n` oldest items not removed (fewer when fewer are left; `EmptyError`
+    /// when none is) and removes them: a FIFO queue (RLlib's `FifoReplayBuffer`), each
+    /// item returned once, oldest first.
+    #[pyo3(signature = (n, *, out=None, values="list", pad=0.0))]
+    fn consume<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        let request = Request::rows(n).oldest().remove();
+        draw_values(
+            py,
+            out,
+            values,
+            pad,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
     }
 
     /// What each live item at `indices` is: a dict of `removed` (bool array), `cause`

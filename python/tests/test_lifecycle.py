@@ -147,3 +147,20 @@ def test_lanes_remove_and_pop_across_lanes(tmp_path):
         seen += lanes.sample(min(7, len(lanes)), remove=True)["indices"].tolist()
     assert sorted(seen) == sorted(idx[10:].tolist())
     assert sum(s["removals"]["sampled"] for s in lanes.stats()) == 30
+
+
+def test_consume_is_a_queue_and_remove_stale_goes_by_tag(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 100, item_states=True)
+    buf.add_batch(steps(10))
+    buf.remove([1])
+    assert buf.consume(3)["indices"].tolist() == [0, 2, 3]
+    assert buf.consume(100)["x"].tolist() == [4, 5, 6, 7, 8, 9]
+    with pytest.raises(rs.EmptyError):
+        buf.consume(1)
+    buf.add_batch(steps(10, 10))
+    # The tag is `x`: items 10..14 are more than 3 behind 18.
+    assert buf.remove_stale("x", 18, 3) == 5
+    assert buf.stats()["removals"] == {
+        "explicit": 1, "sampled": 0, "used_up": 0, "stale": 5, "consumed": 9,
+        "downsampled": 0, "reservoir": 0,
+    }
