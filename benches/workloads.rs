@@ -73,6 +73,7 @@ fn w1(c: &mut Criterion) {
     buf.set_read_checks(true);
     g.finish();
     drop(buf);
+    w1_removed(c, &data);
 
     // First fill of a fresh buffer: includes the first touch of every file page.
     let mut g = c.benchmark_group("w1_first_fill");
@@ -178,6 +179,45 @@ fn w2_small_ring(c: &mut Criterion) {
                 *next += 1;
             }
         })
+    });
+    g.finish();
+}
+
+/// W1 sample (256, checked) from a buffer with item states, with 0%, 50% and 90% of
+/// its items removed at random (issue 30): uniform draws stay O(1) expected per item,
+/// by rejection below half removed and from the handle's kept list of candidates past
+/// it. `plain` is the same draw from a buffer without item states, for the cost of the
+/// state word check itself.
+fn w1_removed(c: &mut Criterion, data: &W1Data) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Config::new(w1_schema(), W1_CAP).seed(1).item_states();
+    let mut buf = common::w1_fill(dir.path(), "w1-states", config, data);
+    buf.flush().expect("flush");
+    let mut g = c.benchmark_group("w1_removed");
+    g.sample_size(50).measurement_time(Duration::from_secs(5));
+    g.throughput(Throughput::Elements(1));
+    let mut batch = Batch::default();
+    g.bench_function("sample256_removed_0", |b| {
+        b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
+    });
+    // A random order of every index: the first half removed, then the next 40%.
+    let mut order: Vec<u64> = (0..W1_CAP).collect();
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        order.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    let half = W1_CAP as usize / 2;
+    buf.remove(&order[..half]).expect("remove");
+    g.bench_function("sample256_removed_50", |b| {
+        b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
+    });
+    buf.remove(&order[half..W1_CAP as usize * 9 / 10])
+        .expect("remove");
+    g.bench_function("sample256_removed_90", |b| {
+        b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
     });
     g.finish();
 }

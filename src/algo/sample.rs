@@ -62,22 +62,71 @@ pub(crate) fn draw_uniform(
     Ok(())
 }
 
+/// What a draw needs to know of removed items (item states), from whoever keeps them.
+pub(crate) trait Removed {
+    /// Whether live index `index` was removed.
+    fn is_removed(&self, index: u64) -> bool;
+    /// A hint that `indices` are about to be asked about (their words are fetched
+    /// together, so the misses overlap).
+    fn prefetch(&self, _indices: &[u64]) {}
+}
+
+/// The candidates a draw past half removed picks from: a sorted list of indices that
+/// holds every live index not removed exactly once, and some that were removed or
+/// evicted since it was last compacted. A handle keeps it between draws: new indices
+/// are appended as the tail moves, and it is compacted (the dead dropped, O(list)) only
+/// when a draw meets more dead entries than it drew, so a draw costs O(1) expected,
+/// amortized, at any share removed.
+#[derive(Debug, Default)]
+pub(crate) struct LiveList {
+    /// Candidate indices, ascending.
+    indices: Vec<u64>,
+    /// Every index below this was considered (appended if it was live then).
+    upto: u64,
+}
+
+impl LiveList {
+    /// Appends the indices from where the list ends to `tail` that `is_removed` does not
+    /// name (a list behind `head` starts at `head`).
+    fn extend(&mut self, head: u64, tail: u64, removed: &dyn Removed) {
+        let from = self.upto.max(head);
+        self.indices
+            .extend((from..tail).filter(|&i| !removed.is_removed(i)));
+        self.upto = self.upto.max(tail);
+    }
+
+    /// Drops the entries below `head` and those `removed` names.
+    fn compact(&mut self, head: u64, removed: &dyn Removed) {
+        self.indices
+            .retain(|&i| i >= head && !removed.is_removed(i));
+    }
+
+    /// The candidates at or past `lo`.
+    fn from(&self, lo: u64) -> &[u64] {
+        let at = self.indices.partition_point(|&i| i < lo);
+        self.indices.get(at..).unwrap_or(&[])
+    }
+}
+
 /// Draws as [`draw_uniform`] does, never returning an index `is_removed` names;
 /// `removed` is how many of the live range are removed. With none, the draw is
 /// [`draw_uniform`]'s, index for index. While fewer than half are removed, each index
-/// is drawn until it is a live one (at most two tries per index on average); past
-/// that, or if the tries run out (a `newest` range that is nearly all removed), the
-/// rest are drawn from the list of the range's live indices, made by one pass (O(range)).
-/// Either way every live index is equally likely, and the same RNG state and removals
-/// give the same draw.
+/// is drawn until it is a live one (at most two tries per index on average). Past
+/// that (or when the tries run out: a `newest` range that is nearly all removed) the
+/// draw picks from `list`, the handle's kept candidates, rejecting the dead ones and
+/// compacting the list when they outnumber the draw. Every live index is equally likely
+/// either way. The same RNG state and removals give the same draw while fewer than half
+/// are removed; past that, the draw also depends on when the handle's list was last
+/// compacted (a reopened handle may draw other items from the same RNG position).
 pub(crate) fn draw_uniform_skipping(
     rng: &mut ChaCha8Rng,
     spec: &SampleSpec,
-    (head, tail, removed): (u64, u64, u64),
-    is_removed: &dyn Fn(u64) -> bool,
+    (head, tail, removed_live): (u64, u64, u64),
+    removed: &dyn Removed,
+    list: &mut LiveList,
     out: &mut Vec<u64>,
 ) -> Result<()> {
-    if removed == 0 {
+    if removed_live == 0 {
         return draw_uniform(rng, spec, head, tail, out);
     }
     out.clear();
@@ -86,48 +135,79 @@ pub(crate) fn draw_uniform_skipping(
     }
     let (lo, len) = range(spec, head, tail)?;
     let mut taken = std::collections::HashSet::new();
-    let fresh = |i: u64, taken: &std::collections::HashSet<u64>| {
-        !is_removed(i) && (spec.replace || !taken.contains(&i))
-    };
-    if removed.saturating_mul(2) < tail - head {
-        let mut tries = 64 + 8 * spec.n;
-        while out.len() < spec.n && tries > 0 {
-            tries -= 1;
-            let i = lo + rng.random_range(0..len);
-            if fresh(i, &taken) {
+    let mut round = Vec::with_capacity(spec.n);
+    // Draws the rest of the batch in one round from `pick`, asks for all their words
+    // at once, then keeps the live ones (and, without replacement, the new ones).
+    // Returns how many it did not keep.
+    let mut draw_round = |rng: &mut ChaCha8Rng, out: &mut Vec<u64>, pick: &dyn Fn(u64) -> u64| {
+        round.clear();
+        round.extend((out.len()..spec.n).map(|_| pick(rng.random::<u64>())));
+        removed.prefetch(&round);
+        let before = out.len();
+        for &i in &round {
+            if !removed.is_removed(i) && (spec.replace || taken.insert(i)) {
                 out.push(i);
-                if !spec.replace {
-                    taken.insert(i);
-                }
             }
+        }
+        round.len() - (out.len() - before)
+    };
+    if removed_live.saturating_mul(2) < tail - head {
+        let mut misses = 0;
+        let uniform = |r: u64| lo + uniform_below(r, len);
+        while out.len() < spec.n && misses <= 8 * spec.n + 64 {
+            misses += draw_round(rng, out, &uniform);
         }
         if out.len() == spec.n {
             return Ok(());
         }
     }
-    let live: Vec<u64> = (lo..lo + len).filter(|&i| fresh(i, &taken)).collect();
-    let want = spec.n - out.len();
-    if live.is_empty() && out.is_empty() {
-        return Err(Error::Empty);
-    }
-    if spec.replace {
-        let pick = |k: usize| live.get(k).copied().unwrap_or(lo);
-        out.extend((0..want).map(|_| pick(rng.random_range(0..live.len()))));
-    } else {
-        if want > live.len() {
-            return Err(Error::InvalidSample(format!(
-                "{} items without replacement, but only {} are in range and not removed",
-                spec.n,
-                live.len() + out.len()
-            )));
+    list.extend(head, tail, removed);
+    for compacted in [false, true] {
+        if compacted {
+            list.compact(head, removed);
         }
-        out.extend(
-            rand::seq::index::sample(rng, live.len(), want)
-                .iter()
-                .map(|k| live.get(k).copied().unwrap_or(lo)),
-        );
+        let candidates = list.from(lo);
+        let count = candidates.len() as u64;
+        if count == 0 {
+            return Err(Error::Empty);
+        }
+        if !spec.replace && spec.n as u64 > count {
+            if compacted {
+                return Err(Error::InvalidSample(format!(
+                    "{} items without replacement, but only {count} are in range and not \
+                     removed",
+                    spec.n
+                )));
+            }
+            continue;
+        }
+        let from_list = |r: u64| {
+            let k = uniform_below(r, count) as usize;
+            candidates.get(k).copied().unwrap_or(lo)
+        };
+        let mut misses = 0;
+        while out.len() < spec.n && misses <= 2 * spec.n + 64 {
+            misses += draw_round(rng, out, &from_list);
+        }
+        if out.len() == spec.n {
+            return Ok(());
+        }
     }
-    Ok(())
+    // Compacted and still missing: every candidate left was removed meanwhile (by
+    // another process) or taken.
+    match out.is_empty() && spec.replace {
+        true => Err(Error::Empty),
+        false => Err(Error::InvalidSample(format!(
+            "{} items without replacement, but fewer are in range and not removed",
+            spec.n
+        ))),
+    }
+}
+
+/// A uniform number below `n` (> 0) from 64 random bits (Lemire's multiply-shift: the
+/// bias is below n / 2^64, which no draw of a buffer of at most 2^40 items can show).
+fn uniform_below(r: u64, n: u64) -> u64 {
+    ((u128::from(r) * u128::from(n)) >> 64) as u64
 }
 
 /// The indices `spec` draws from, `lo .. lo + len`, given the live range.

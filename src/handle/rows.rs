@@ -147,7 +147,10 @@ impl Rows {
         match life {
             Some(l) => {
                 let live = (self.head, self.tail, l.removed_live());
-                draw_uniform_skipping(rng, spec, live, &|i| l.is_removed(i), out)?;
+                // One handle draws at a time (`&mut`): the lock is never contended, and a
+                // panic in another thread leaves a list whose every state is valid.
+                let mut list = l.live_list.lock().unwrap_or_else(|p| p.into_inner());
+                draw_uniform_skipping(rng, spec, live, l, &mut list, out)?;
             }
             None => draw_uniform(rng, spec, self.head, self.tail, out)?,
         }

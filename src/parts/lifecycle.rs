@@ -150,6 +150,8 @@ pub(crate) struct Lifecycle {
     first_maybe_live: std::sync::atomic::AtomicU64,
     /// Live indices by their tag, for removing the stale ones (built when first asked).
     pub(crate) tags: Option<TagIndex>,
+    /// The candidates of uniform draws past half removed (built when first needed).
+    pub(crate) live_list: std::sync::Mutex<crate::algo::sample::LiveList>,
 }
 
 /// The live items by the value of an integer field (their producer's tag: a learner
@@ -211,6 +213,7 @@ impl Lifecycle {
             head: 0,
             first_maybe_live: 0.into(),
             tags: None,
+            live_list: std::sync::Mutex::default(),
         })
     }
 
@@ -243,6 +246,14 @@ impl Lifecycle {
             w
         } else {
             Word::new(index, cap, 0, None)
+        }
+    }
+
+    /// Asks for the words of `indices` ahead of their use (see `LifeMap::prefetch`).
+    pub fn prefetch(&self, indices: &[u64]) {
+        let cap = self.capacity();
+        for &i in indices {
+            self.map.prefetch(i % cap);
         }
     }
 
@@ -378,6 +389,17 @@ impl Lifecycle {
 
     fn check_file(io: &dyn Io, dir: &Path, sb: &Superblock) -> Result<()> {
         storage::open_life(io, dir, sb, Access::Read).map(drop)
+    }
+}
+
+impl crate::algo::sample::Removed for Lifecycle {
+    #[inline(always)]
+    fn is_removed(&self, index: u64) -> bool {
+        Lifecycle::is_removed(self, index)
+    }
+
+    fn prefetch(&self, indices: &[u64]) {
+        Lifecycle::prefetch(self, indices);
     }
 }
 

@@ -221,6 +221,7 @@ impl<R: Role> ReplayBuffer<R> {
             return Ok(());
         };
         let cap = self.rows.superblock.capacity;
+        life.prefetch(indices);
         let gone: Vec<u64> = indices
             .iter()
             .filter(|&&i| life.count_use(i))
