@@ -13,7 +13,11 @@ steps/s and GB/s of payload, add1 (one step per call), sample_padded (256 steps,
 variable-length field padded, as a trainer feeds a model) and, for replaystore,
 sample_flat (values end to end with offsets) beside memcpy_floor: the same payload bytes
 per batch at this host's memcpy rate, the floor the issue sets "within 3x" of.
-Sample-and-remove (W5-pop) waits for item lifecycles (issue 30).
+W5-pop: sample-and-remove 256 (UnstableBaselines' get_batch: random.sample, then
+list.remove of each step) from a full buffer of 100,000 steps, in batches/s; replaystore
+pops until fewer than 256 are left (pop_batch, padded), the list's get_batch runs
+$W5_POP_LIST_BATCHES times (default 3: each costs seconds, as it scans the list once per
+step removed), both from the same full state.
 
 Each (library, workload) runs in its own child process, so peak memory is its own and
 one library's page cache use does not tilt the next one's figures more than the machine
@@ -342,6 +346,20 @@ class W5Replaystore:
     def close(self):
         self.buf.close()
 
+    @classmethod
+    def for_pops(cls, n, path):
+        """A buffer that keeps item states, so it can remove what it draws."""
+        import replaystore as rs
+        b = cls.__new__(cls)
+        b.buf = rs.ReplayBuffer.create(path, W5_SCHEMA, n, heap_bytes=n * 12 * 1024, item_states=True)
+        return b
+
+    def pop(self, n):
+        return self.buf.pop_batch(n, values="padded")
+
+    def left(self):
+        return len(self.buf)
+
 
 @dataclasses.dataclass
 class Step:
@@ -384,6 +402,22 @@ class W5List:
             tok[r, :len(s.tokens)] = s.tokens
             lp[r, :len(s.logprobs)] = s.logprobs
         return tok, lp, [s.obs for s in picked], [s.act for s in picked]
+
+    @classmethod
+    def for_pops(cls, n, path):
+        return cls(n, path)
+
+    def pop(self, n):
+        """UnstableBaselines' ``StepBuffer.get_batch`` (without its reward transform and
+        CSV log): ``random.sample`` of the steps, then ``list.remove`` of each."""
+        import random
+        batch = random.sample(self.steps, n)
+        for step in batch:
+            self.steps.remove(step)
+        return batch
+
+    def left(self):
+        return len(self.steps)
 
     def close(self):
         pass
@@ -482,6 +516,8 @@ def child_w5(lib_name, quick, runs, scratch):
     put("addB_GBps", [x * payload / n / 1e9 for x in add_b])
     put("addB_lap_GBps", [x * payload / n / 1e9 for x in lap])
     put("sample_padded", padded)
+    if hasattr(lib, "for_pops"):
+        put("pop", w5_pops(lib, lib_name, n, steps, runs, scratch))
     if flat:
         put("sample_flat", flat)
         # The same payload bytes per batch at this host's memcpy rate, over arrays far
@@ -498,6 +534,31 @@ def child_w5(lib_name, quick, runs, scratch):
     results["peak_rss_mib"] = [status_mib("VmHWM")]
     print(json.dumps(results))
 
+
+
+def w5_pops(lib, lib_name, n, steps, runs, scratch):
+    """Batches of 256 popped per second from a full buffer of `n` steps: replaystore
+    until fewer than 256 are left, the list $W5_POP_LIST_BATCHES times (its get_batch
+    scans the list once per step it removes)."""
+    limit = int(os.environ.get("W5_POP_LIST_BATCHES", "3")) if lib_name == "list" else None
+    rates = []
+    for r in range(runs):
+        path = os.path.join(scratch, f"{lib_name}-W5-pop-{r}")
+        os.sync()
+        b = lib.for_pops(n, path)
+        for i in range(0, n, 64):
+            b.add_batch(steps, i, min(i + 64, n))
+        getattr(b, "settle", lambda: None)()
+        done = 0
+        t = time.perf_counter()
+        while b.left() >= 256 and (limit is None or done < limit):
+            b.pop(256)
+            done += 1
+        rates.append(done / (time.perf_counter() - t))
+        b.close()
+        del b
+        shutil.rmtree(path, ignore_errors=True)
+    return rates
 
 
 def available(name):
@@ -689,7 +750,8 @@ def frame_stacks(capacity, iters, runs, scratch):
 
 UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
-         "sample_flat": "batches/s", "memcpy_floor": "batches/s", "sample": "batches/s", "sample_out": "batches/s",
+         "sample_flat": "batches/s", "memcpy_floor": "batches/s", "pop": "batches/s",
+         "sample": "batches/s", "sample_out": "batches/s",
          "sample_kept": "batches/s", "sample_stack4": "batches/s", "stack4_ring_mib": "MiB",
          "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
