@@ -657,3 +657,89 @@ fn lanes_remove_and_pop_across_lanes_and_split_draws_by_what_is_left() {
     assert_eq!(seen, want);
     assert!(lanes.sample(Request::rows(1).oldest()).is_err());
 }
+
+#[test]
+fn downsampling_keeps_max_size_and_removes_uniformly_at_random() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each of the 11 items is the one removed by the 11th add equally often.
+    let mut counts = [0u64; 11];
+    for seed in 0..1100u64 {
+        let path = dir.path().join(format!("b{seed}"));
+        let config = Config::new(schema(), 64).downsample(10).seed(seed);
+        let mut buf = filled(&path, config, 10);
+        assert_eq!(buf.len(), 10);
+        add(&mut buf, 10, 1);
+        assert_eq!(buf.len(), 10);
+        let live: Vec<u64> = buf.live().collect();
+        let states = buf.item_states(&live).unwrap();
+        let gone: Vec<u64> = live
+            .iter()
+            .zip(&states)
+            .filter(|(_, s)| s.removed == Some(Cause::Downsampled))
+            .map(|(&i, _)| i)
+            .collect();
+        assert_eq!(gone.len(), 1);
+        counts[gone[0] as usize] += 1;
+        drop(buf);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+    let expected = 100.0;
+    let chi2: f64 = counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum();
+    // 10 degrees of freedom: the 0.999 quantile is 29.6.
+    assert!(chi2 < 29.6, "chi-square {chi2}: {counts:?}");
+}
+
+#[test]
+fn downsampling_follows_a_model_and_resumes_its_stream_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |path: &Path, reopen_at: Option<usize>| {
+        let config = Config::new(schema(), 200).downsample(30).seed(11);
+        let mut buf = ReplayBuffer::create(path, config).unwrap();
+        let mut next = 0;
+        for (step, k) in [5u64, 17, 1, 40, 3, 9, 30, 2, 60, 1]
+            .into_iter()
+            .enumerate()
+        {
+            if Some(step) == reopen_at {
+                buf.close().unwrap();
+                buf = ReplayBuffer::open(path).unwrap();
+            }
+            add(&mut buf, next, k);
+            next += k;
+            assert_eq!(
+                buf.len(),
+                (next - buf.live().start)
+                    .min(30)
+                    .min(buf.live().end - buf.live().start)
+            );
+            assert!(buf.len() <= 30);
+        }
+        let live: Vec<u64> = buf.live().collect();
+        let states = buf.item_states(&live).unwrap();
+        let kept: Vec<u64> = live
+            .iter()
+            .zip(&states)
+            .filter(|(_, s)| s.removed.is_none())
+            .map(|(&i, _)| i)
+            .collect();
+        (kept, buf.stats().removals.downsampled)
+    };
+    let (a, removed) = run(&dir.path().join("a"), None);
+    let (b, _) = run(&dir.path().join("b"), Some(4));
+    assert_eq!(a.len(), 30);
+    // 168 added, 30 kept; the ring (200) never evicted.
+    assert_eq!(removed, 168 - 30);
+    assert_eq!(
+        a, b,
+        "a reopened buffer downsamples as the one that stayed open"
+    );
+    let e = ReplayBuffer::create(
+        dir.path().join("bad"),
+        Config::new(schema(), 10).downsample(11),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
+}

@@ -100,6 +100,7 @@ class ReplayBuffer:
         chunk_bytes: Optional[int] = None,
         item_states: bool = False,
         max_use: Optional[int] = None,
+        max_size: Optional[int] = None,
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
         ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``;
@@ -107,7 +108,9 @@ class ReplayBuffer:
         ``"bytes"``, ``(dtype, (None,))`` fields), ``chunk_bytes`` its rows.
         ``item_states`` keeps a state per item, so items can be removed (``remove``,
         ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
-        does too and removes an item on its N-th draw."""
+        does too and removes an item on its N-th draw; ``max_size=M`` does too and,
+        past M live items, removes random ones after each add (UnstableBaselines'
+        downsampling)."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""

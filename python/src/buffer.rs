@@ -183,7 +183,7 @@ impl PyBuffer {
     /// their values live in (default 4 KiB per item; when the values of the live items
     /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -204,6 +204,7 @@ impl PyBuffer {
         chunk_bytes: Option<u64>,
         item_states: bool,
         max_use: Option<u64>,
+        max_size: Option<u64>,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
@@ -212,6 +213,9 @@ impl PyBuffer {
             (None, true) => config.item_states(),
             (None, false) => config,
         };
+        if let Some(m) = max_size {
+            config = config.downsample(m);
+        }
         if let Some(b) = heap_bytes {
             config = config.heap_bytes(b);
         }

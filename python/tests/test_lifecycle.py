@@ -164,3 +164,15 @@ def test_consume_is_a_queue_and_remove_stale_goes_by_tag(tmp_path):
         "explicit": 1, "sampled": 0, "used_up": 0, "stale": 5, "consumed": 9,
         "downsampled": 0, "reservoir": 0,
     }
+
+
+def test_max_size_downsamples_at_random_past_it(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 1000, max_size=50, seed=4)
+    for i in range(0, 300, 30):
+        buf.add_batch(steps(30, i))
+        assert len(buf) == min(i + 30, 50)
+    s = buf.stats()
+    assert s["removals"]["downsampled"] == 250
+    kept = [i for i, r in zip(range(300), buf.item_states(np.arange(300))["removed"]) if not r]
+    # Random, not FIFO: some of the first 250 survive.
+    assert len(kept) == 50 and min(kept) < 250

@@ -16,11 +16,14 @@
 //! 32  8  capacity: words (= the ring's capacity)
 //! 40  8  max_use: an item is removed by the draw that returns it for the max_use-th
 //!        time (0: never), at most 65,535
-//! 48  4  crc32 of bytes 0..48
-//! 52  12 reserved, 0
+//! 48  8  max_size: items kept live by the eviction policy (0 with FIFO)
+//! 56  4  policy: 0 FIFO (the ring's alone), 1 random downsampling past max_size
+//! 60  4  reserved, 0
+//! 64  8  seed of the policy's random decisions
+//! 72  4  crc32 of bytes 0..72
 //! --- atomic words, changed in place, not under the crc ---
-//! 64  8  removed_live: removed items still inside the live range (head..tail)
-//! 72  8 x 7  removed items counted by cause 1..=7 (see Cause), since create
+//! 128 8  removed_live: removed items still inside the live range (head..tail)
+//! 136 8 x 7  removed items counted by cause 1..=7 (see Cause), since create
 //! ```
 //! Word of slot `s`, for the item `lap * capacity + s`:
 //! ```text
@@ -48,11 +51,18 @@ pub const UUID_OFF: usize = RESERVED_OFF + 4;
 pub const CAPACITY_OFF: usize = UUID_OFF + 16;
 /// Offset of `max_use`.
 pub const MAX_USE_OFF: usize = CAPACITY_OFF + 8;
-const CRC_OFF: usize = MAX_USE_OFF + 8;
+/// Offset of `max_size`.
+pub const MAX_SIZE_OFF: usize = MAX_USE_OFF + 8;
+/// Offset of the policy.
+pub const POLICY_OFF: usize = MAX_SIZE_OFF + 8;
+const RESERVED2_OFF: usize = POLICY_OFF + 4;
+/// Offset of the policy's seed.
+pub const SEED_OFF: usize = RESERVED2_OFF + 4;
+const CRC_OFF: usize = SEED_OFF + 8;
 /// Bytes of the header under its crc, crc included.
 pub const HEADER_LEN: usize = CRC_OFF + 4;
 /// Offset of the atomic `removed_live` word.
-pub const REMOVED_LIVE_OFF: usize = 64;
+pub const REMOVED_LIVE_OFF: usize = 128;
 /// Offset of the atomic counter of removals by cause 1 (cause `c` at `+ 8 * (c - 1)`).
 pub const REMOVED_BY_OFF: usize = REMOVED_LIVE_OFF + 8;
 /// Offset of the first slot's word.
@@ -61,6 +71,28 @@ pub const BODY_OFFSET: usize = 4096;
 pub const MAX_USES: u64 = 0xFFFF;
 /// Laps are kept modulo this.
 pub const LAP_MOD: u64 = 1 << 40;
+
+/// What happens to items beyond what the buffer keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Policy {
+    /// The ring overwrites the oldest item: the buffer keeps the newest `capacity`.
+    Fifo = 0,
+    /// Past `max_size` live items, uniformly random live items are removed
+    /// (UnstableBaselines' downsampling).
+    Downsample = 1,
+}
+
+impl Policy {
+    /// The policy a header's word names.
+    pub fn of(v: u32) -> Option<Policy> {
+        match v {
+            0 => Some(Policy::Fifo),
+            1 => Some(Policy::Downsample),
+            _ => None,
+        }
+    }
+}
 
 /// Why an item was removed: the cause bits of its word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -203,6 +235,12 @@ pub struct LifeHeader {
     pub capacity: u64,
     /// Draws an item serves before it is removed (0: no bound).
     pub max_use: u64,
+    /// Items the policy keeps live (0 with FIFO).
+    pub max_size: u64,
+    /// What happens to items beyond `max_size`.
+    pub policy: Policy,
+    /// Seed of the policy's random decisions.
+    pub seed: u64,
 }
 
 impl LifeHeader {
@@ -215,6 +253,9 @@ impl LifeHeader {
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
         w.u64(MAX_USE_OFF, self.max_use);
+        w.u64(MAX_SIZE_OFF, self.max_size);
+        w.u32(POLICY_OFF, self.policy as u32);
+        w.u64(SEED_OFF, self.seed);
         let crc = crc32(page.get(..CRC_OFF).unwrap_or(&[]));
         BytesMut(&mut page).u32(CRC_OFF, crc);
         page
@@ -224,10 +265,22 @@ impl LifeHeader {
     pub fn decode(bytes: &[u8]) -> Result<LifeHeader, Problem> {
         preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
         let r = Bytes(bytes);
+        let policy = r.u32(POLICY_OFF).unwrap_or(u32::MAX);
+        let Some(known) = Policy::of(policy) else {
+            return Err(Problem::Field {
+                offset: POLICY_OFF as u64,
+                name: "policy",
+                expected: "0 (FIFO) or 1 (downsample)".into(),
+                got: policy.to_string(),
+            });
+        };
         let h = LifeHeader {
             uuid: r.array(UUID_OFF).unwrap_or([0; 16]),
             capacity: r.u64(CAPACITY_OFF).unwrap_or(0),
             max_use: r.u64(MAX_USE_OFF).unwrap_or(0),
+            max_size: r.u64(MAX_SIZE_OFF).unwrap_or(0),
+            policy: known,
+            seed: r.u64(SEED_OFF).unwrap_or(0),
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -237,9 +290,11 @@ impl LifeHeader {
                 got: got.to_string(),
             })
         };
-        if r.u32(RESERVED_OFF) != Some(0) {
-            let got = r.u32(RESERVED_OFF).unwrap_or(0).into();
-            return bad(RESERVED_OFF, "reserved", "0".into(), got);
+        for off in [RESERVED_OFF, RESERVED2_OFF] {
+            if r.u32(off) != Some(0) {
+                let got = r.u32(off).unwrap_or(0).into();
+                return bad(off, "reserved", "0".into(), got);
+            }
         }
         if h.capacity == 0 || h.capacity > super::row::MAX_CAPACITY {
             let expected = format!("1..={}", super::row::MAX_CAPACITY);
@@ -247,6 +302,16 @@ impl LifeHeader {
         }
         if h.max_use > MAX_USES {
             return bad(MAX_USE_OFF, "max_use", format!("0..={MAX_USES}"), h.max_use);
+        }
+        let sized = h.max_size >= 1 && h.max_size <= h.capacity;
+        match (h.policy, h.max_size) {
+            (Policy::Fifo, 0) => {}
+            (Policy::Fifo, got) => return bad(MAX_SIZE_OFF, "max_size", "0 with FIFO".into(), got),
+            (_, got) if !sized => {
+                let expected = format!("1..={} (the capacity)", h.capacity);
+                return bad(MAX_SIZE_OFF, "max_size", expected, got);
+            }
+            _ => {}
         }
         Ok(h)
     }
@@ -266,6 +331,9 @@ mod tests {
             uuid: [7; 16],
             capacity: 1000,
             max_use: 3,
+            max_size: 400,
+            policy: Policy::Downsample,
+            seed: 99,
         }
     }
 
@@ -332,6 +400,7 @@ mod tests {
         assert!(Word(1).problem(None).is_some());
         assert!(Word(2).problem(None).is_some());
         assert!(Word(0x10).problem(None).is_some());
+        assert!(Word(0x20).problem(None).is_some());
         // Laps wrap: the live item at lap 0 after 2^40 laps, a word from the lap before.
         let old = Word((LAP_MOD - 1) << 24);
         assert_eq!(old.problem(Some(0)), None);

@@ -37,8 +37,19 @@ pub struct Config {
     pub(super) first_index: u64,
     pub(super) heap_bytes: Option<u64>,
     pub(super) chunk_bytes: u64,
-    /// Item states, with this `max_use` (0: none), when kept.
-    pub(super) lifecycle: Option<u64>,
+    /// Item states, when kept: `max_use` and the eviction policy.
+    pub(super) lifecycle: Option<LifeSettings>,
+}
+
+/// What a buffer with item states keeps: the header of its `items.state`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LifeSettings {
+    /// Draws an item serves before it is removed (0: no bound).
+    pub max_use: u64,
+    /// Items the policy keeps live (0 with FIFO).
+    pub max_size: u64,
+    /// What happens to items beyond `max_size`.
+    pub policy: Option<crate::format::lifecycle::Policy>,
 }
 
 impl Config {
@@ -194,7 +205,7 @@ impl Config {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn item_states(mut self) -> Config {
-        self.lifecycle = Some(self.lifecycle.unwrap_or(0));
+        self.lifecycle = Some(self.lifecycle.unwrap_or_default());
         self
     }
 
@@ -215,13 +226,48 @@ impl Config {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_use(mut self, n: u64) -> Config {
-        self.lifecycle = Some(n);
+        let settings = self.lifecycle.unwrap_or_default();
+        self.lifecycle = Some(LifeSettings {
+            max_use: n,
+            ..settings
+        });
         self
     }
 
-    /// Whether the buffer keeps item states, and its `max_use` (0: none).
-    pub fn lifecycle(&self) -> Option<u64> {
-        self.lifecycle
+    /// Keeps item states and at most `max_size` live items: past it, each add removes
+    /// uniformly random live items (the new ones among them) until `max_size` are left,
+    /// as UnstableBaselines' buffers downsample (`max_buffer_size`). The decisions come
+    /// from a random stream of the buffer's own, a pure function of its seed and the
+    /// tail, so a reopened or restored buffer decides as it would have. The ring still
+    /// overwrites its oldest item when full: an item lives until it is downsampled or
+    /// `capacity` more items were added. In steady state an item survives each add with
+    /// probability about `1 - 1/max_size`, so the ring ends early about
+    /// `e^(-capacity/max_size)` of them: with a capacity of 8 x `max_size`, 0.03%.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 128).downsample(8))?;
+    /// for x in 0..100i64 {
+    ///     buf.add(&[Column::scalar("x", &x)])?;
+    /// }
+    /// assert_eq!(buf.len(), 8);
+    /// assert_eq!(buf.stats().removals.downsampled, 92);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn downsample(self, max_size: u64) -> Config {
+        self.with_policy(crate::format::lifecycle::Policy::Downsample, max_size)
+    }
+
+    fn with_policy(mut self, policy: crate::format::lifecycle::Policy, max_size: u64) -> Config {
+        let settings = self.lifecycle.unwrap_or_default();
+        self.lifecycle = Some(LifeSettings {
+            max_size,
+            policy: Some(policy),
+            ..settings
+        });
+        self
     }
 
     /// The file-operation seam (fault-injection tests); the real file system by default.

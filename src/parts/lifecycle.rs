@@ -15,7 +15,7 @@
 use std::path::Path;
 
 use crate::error::{Finding, Result};
-use crate::format::lifecycle::{BODY_OFFSET, Cause, LifeHeader, REMOVED_LIVE_OFF, Word};
+use crate::format::lifecycle::{BODY_OFFSET, Cause, LifeHeader, Policy, REMOVED_LIVE_OFF, Word};
 use crate::format::manifest::Superblock;
 use crate::storage::io::{Access, Io};
 use crate::storage::map::LifeMap;
@@ -93,6 +93,8 @@ impl Removals {
 pub struct ItemStats {
     /// Draws an item serves before it is removed (0: no bound).
     pub max_use: u64,
+    /// Live items random downsampling keeps (0: none, the ring's FIFO alone).
+    pub max_size: u64,
     /// Items of the live range not removed.
     pub live: u64,
     /// Items of the live range removed (they leave it when the ring passes them).
@@ -119,6 +121,7 @@ impl ItemStats {
         let life = Lifecycle::open_with(io, dir, sb, Access::Read)?;
         let mut s = ItemStats {
             max_use: life.max_use(),
+            max_size: life.policy().1,
             removals: life.removals(),
             ..ItemStats::default()
         };
@@ -217,14 +220,20 @@ impl Lifecycle {
         })
     }
 
-    /// Creates the state file of a new buffer: every item live, never drawn.
-    pub fn create(io: &dyn Io, dir: &Path, sb: &Superblock, max_use: u64) -> Result<()> {
-        let header = LifeHeader {
-            uuid: sb.uuid,
-            capacity: sb.capacity,
-            max_use,
-        };
-        storage::create_life(io, dir, &header)
+    /// Creates the state file of a new buffer, as `header` says: every item live,
+    /// never drawn.
+    pub fn create(io: &dyn Io, dir: &Path, header: &LifeHeader) -> Result<()> {
+        storage::create_life(io, dir, header)
+    }
+
+    /// What happens to items beyond `max_size`, and `max_size`.
+    pub fn policy(&self) -> (Policy, u64) {
+        (self.header.policy, self.header.max_size)
+    }
+
+    /// Seed of the policy's random decisions.
+    pub fn policy_seed(&self) -> u64 {
+        self.header.seed
     }
 
     fn capacity(&self) -> u64 {

@@ -41,6 +41,7 @@ fn info_json(info: &Info) -> serde_json::Value {
         "fragments": info.fragments,
         "items": info.items.as_ref().map(|i| json!({
             "max_use": i.max_use,
+            "max_size": i.max_size,
             "live": i.live,
             "removed": i.removed,
             "removals": removals_json(&i.removals),
@@ -135,15 +136,17 @@ fn removals_json(r: &replaystore::Removals) -> serde_json::Value {
 /// The item states' lines: the live range split into live and removed, the uses of
 /// the live items, and the removals since create by cause (only causes that happened).
 fn print_items(i: &replaystore::ItemStats) {
+    let bound = |v: u64| match v {
+        0 => "none".to_owned(),
+        v => v.to_string(),
+    };
     say!(
-        "items      {} live, {} removed but not yet passed by the ring; max_use {}",
+        "items      {} live, {} removed but not yet passed by the ring; max_use {}; \
+         downsampled past {}",
         i.live,
         i.removed,
-        if i.max_use == 0 {
-            "none".to_owned()
-        } else {
-            i.max_use.to_string()
-        }
+        bound(i.max_use),
+        bound(i.max_size)
     );
     say!(
         "uses       {} draws of live items; {} never drawn; most {}",

@@ -288,8 +288,24 @@ impl<R: Writes> ReplayBuffer<R> {
     /// Adds one item and returns its logical index. Every field of the schema must be
     /// given once, with its dtype and shape (or as one flat dimension of the same size).
     /// Once this returns, a kill of the process loses nothing: the bytes are in the
-    /// page cache. `flush` makes them survive a power loss too.
+    /// page cache. `flush` makes them survive a power loss too. With
+    /// [`crate::Config::downsample`], random live items are then removed past its size.
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
+        let index = self.store_one(columns)?;
+        self.downsample()?;
+        Ok(index)
+    }
+    /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
+    /// their logical indices. A batch longer than the capacity keeps its newest rows.
+    /// With [`crate::Config::downsample`], random live items are then removed past its
+    /// size (the new ones among them).
+    pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+        let added = self.store_batch(columns)?;
+        self.downsample()?;
+        Ok(added)
+    }
+    /// `add` before the policy: the item stored.
+    fn store_one(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         self.not_episodic("add")?;
         if self.rows.heap.is_some() {
@@ -326,9 +342,8 @@ impl<R: Writes> ReplayBuffer<R> {
         self.scratch.order = order;
         result
     }
-    /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
-    /// their logical indices. A batch longer than the capacity keeps its newest rows.
-    pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+    /// `add_batch` before the policy: the rows stored.
+    fn store_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         self.not_episodic("add_batch")?;
         if self.rows.heap.is_some() {

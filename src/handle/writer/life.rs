@@ -3,9 +3,13 @@
 //! `parts::lifecycle`'s; here is only what a call does with them, and the priority
 //! leaves a removal zeroes (the tree's holder is this handle).
 
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+use crate::algo::sample::{SampleSpec, draw_uniform_skipping};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::format::lifecycle::Cause;
+use crate::format::lifecycle::{Cause, Policy};
 use crate::parts::lifecycle::{ItemState, TagIndex};
 use crate::request::Request;
 
@@ -99,6 +103,40 @@ impl<R: Writes> ReplayBuffer<R> {
         Ok(self.remove_for(&doomed, Cause::Stale))
     }
 
+    /// Past `max_size` live items (random downsampling), removes uniformly random live
+    /// items until `max_size` are left. The draw comes from a stream that is a pure
+    /// function of the policy's seed and the tail: a reopened or restored buffer
+    /// removes what this one would have. A kill before it ran leaves more than
+    /// `max_size` live, which the next add trims.
+    pub(super) fn downsample(&mut self) -> Result<()> {
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        let (policy, max_size) = life.policy();
+        let live = self.len();
+        if policy != Policy::Downsample || live <= max_size {
+            return Ok(());
+        }
+        self.ready_to_remove()?;
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        let (head, tail) = (self.rows.head, self.rows.tail);
+        let mut rng = ChaCha8Rng::seed_from_u64(life.policy_seed() ^ tail.wrapping_mul(MIX));
+        let spec = SampleSpec {
+            n: (live - max_size) as usize,
+            replace: false,
+            newest: None,
+        };
+        let mut doomed = Vec::new();
+        let mut list = life.live_list.lock().unwrap_or_else(|p| p.into_inner());
+        let range = (head, tail, life.removed_live());
+        draw_uniform_skipping(&mut rng, &spec, range, life, &mut list, &mut doomed)?;
+        drop(list);
+        self.remove_for(&doomed, Cause::Downsampled);
+        Ok(())
+    }
+
     /// The position of `field`, an integer scalar field (a tag), or why it is not one.
     fn tag_field(&self, field: &str) -> Result<usize> {
         let schema = &self.rows.schema;
@@ -120,6 +158,9 @@ impl<R: Writes> ReplayBuffer<R> {
         }
     }
 }
+
+/// Spreads the tail over the seed's bits, so neighbouring adds draw unrelated streams.
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// An integer field's little-endian bytes as a number.
 fn tag_value(dtype: DType, b: &[u8]) -> i128 {

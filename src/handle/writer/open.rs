@@ -73,7 +73,8 @@ impl ReplayBuffer<Writer> {
             });
         }
         let heap = config.heap_geometry()?;
-        if let Some(max_use) = config.lifecycle {
+        if let Some(life) = config.lifecycle {
+            let max_use = life.max_use;
             if max_use > crate::format::lifecycle::MAX_USES {
                 return Err(Error::InvalidConfig {
                     field: "max_use",
@@ -90,6 +91,15 @@ impl ReplayBuffer<Writer> {
                               by rows; episodic and fragment buffers with them are not \
                               built yet (issue 30)"
                         .into(),
+                });
+            }
+            if life.policy.is_some() && !(1..=config.capacity).contains(&life.max_size) {
+                return Err(Error::InvalidConfig {
+                    field: "max_size",
+                    problem: format!(
+                        "{} is not in 1..={} (the capacity)",
+                        life.max_size, config.capacity
+                    ),
                 });
             }
         }
@@ -502,8 +512,24 @@ fn write_new_buffer(
     if let Some(p) = &config.priorities {
         Priorities::create(io, dir, sb, p)?;
     }
-    if let Some(max_use) = config.lifecycle {
-        Lifecycle::create(io, dir, sb, max_use)?;
+    if let Some(life) = config.lifecycle {
+        // The policy's decisions get a stream of their own, from the sampling seed (so
+        // a seeded buffer decides the same way every run) or from entropy.
+        let seed = match config.seed {
+            Some(s) => s ^ 0x005e_ed0f_d05a_4b1e,
+            None => crate::algo::entropy::seed(),
+        };
+        let header = crate::format::lifecycle::LifeHeader {
+            uuid: sb.uuid,
+            capacity: sb.capacity,
+            max_use: life.max_use,
+            max_size: life.max_size,
+            policy: life
+                .policy
+                .unwrap_or(crate::format::lifecycle::Policy::Fifo),
+            seed,
+        };
+        Lifecycle::create(io, dir, &header)?;
     }
     let first = Commit {
         head: config.first_index,
