@@ -93,6 +93,9 @@ pub struct Request<'a> {
     pub len: u64,
     /// Sequences: steps before the trained part, to warm up a recurrent state.
     pub burn_in: u64,
+    /// Uniform rows: stratified by the values of these fields (see [`Request::by_group`]);
+    /// empty for none.
+    pub group_by: &'a [&'a str],
     /// Rows, uniformly or given: each item returned is removed in the same call
     /// (sample-and-remove), so no later draw returns it. Needs a buffer with item
     /// states ([`crate::Config::item_states`]); drawn rows are then distinct.
@@ -104,15 +107,6 @@ impl<'a> Request<'a> {
     /// draw that meets an item evicted mid-read may pick again.
     pub(crate) fn draws(&self) -> bool {
         !matches!(self.pick, Pick::Given(_))
-    }
-
-    /// Why an item this request removes is removed.
-    pub(crate) fn removal_cause(&self) -> crate::format::lifecycle::Cause {
-        use crate::format::lifecycle::Cause;
-        match self.pick {
-            Pick::Oldest => Cause::Consumed,
-            _ => Cause::Sampled,
-        }
     }
 
     fn of(unit: Unit, n: usize) -> Request<'a> {
@@ -131,6 +125,7 @@ impl<'a> Request<'a> {
             len: 0,
             burn_in: 0,
             remove: false,
+            group_by: &[],
         }
     }
 
@@ -193,6 +188,31 @@ impl<'a> Request<'a> {
 
     /// Distinct rows (uniform only; `n` must not exceed the items in range).
     pub fn without_replacement(mut self) -> Request<'a> {
+        self.replace = false;
+        self
+    }
+
+    /// Distinct rows stratified by the values of `fields` (fixed or variable-length:
+    /// an `env_id` text, or `env_id` and `pid`), as UnstableBaselines' `stratified_env`
+    /// and `stratified_env_role` strategies draw: up to `n / groups` (at least one)
+    /// from every group, then the rest uniformly from the items not drawn. With more
+    /// groups than `n`, `n` groups are chosen at random and one item drawn from each
+    /// (UnstableBaselines would return one from every group, more than `n`).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("env", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
+    /// let env: Vec<u8> = (0..40).map(|i| if i < 36 { 0 } else { 1 }).collect();
+    /// buf.add_batch(&[Column::new("env", &env)])?;
+    /// let b = buf.sample(Request::rows(4).by_group(&["env"]))?;
+    /// // Two from each env, although env 1 holds a tenth of the items.
+    /// assert_eq!(b.get::<u8>("env")?.iter().filter(|&&e| e == 1).count(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn by_group(mut self, fields: &'a [&'a str]) -> Request<'a> {
+        self.group_by = fields;
         self.replace = false;
         self
     }
@@ -353,6 +373,12 @@ impl<'a> Request<'a> {
         if !(self.replace || uniform_rows || self.remove && (given_rows || oldest_rows)) {
             return bad(format!(
                 "only uniform rows are drawn without replacement, not {name} {}",
+                self.how()
+            ));
+        }
+        if !self.group_by.is_empty() && (!uniform_rows || self.newest.is_some()) {
+            return bad(format!(
+                "a draw by group picks uniform rows from the whole buffer, not {name} {}",
                 self.how()
             ));
         }

@@ -743,3 +743,93 @@ fn downsampling_follows_a_model_and_resumes_its_stream_after_reopen() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
 }
+
+#[test]
+fn draws_by_group_take_an_even_share_of_every_group_then_the_rest_uniformly() {
+    use replaystore::VarKind;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .field("pid", DType::I8, &[])
+        .variable("env_id", VarKind::Str, None)
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 4000).item_states().seed(9);
+    let mut buf = ReplayBuffer::create(dir.path().join("b"), config).unwrap();
+    // Three envs of very different sizes (2000, 300, 30 steps), two players each.
+    let envs = [("chess", 2000), ("go", 300), ("poker", 30)];
+    let mut env_of = Vec::new();
+    for (name, count) in envs {
+        for k in 0..count {
+            let pid = (k % 2) as i8;
+            buf.add(&[Column::scalar("pid", &pid), Column::text("env_id", name)])
+                .unwrap();
+            env_of.push((name, pid));
+        }
+    }
+    let count = |b: &replaystore::Batch, env: &str| {
+        b.indices()
+            .iter()
+            .filter(|&&i| env_of[i as usize].0 == env)
+            .count()
+    };
+    // 32 from three envs: 10 of each, then 2 uniformly from the rest (mostly chess).
+    let mut chess_extra = 0;
+    for _ in 0..200 {
+        let b = buf.sample(Request::rows(32).by_group(&["env_id"])).unwrap();
+        let mut seen = b.indices().to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 32, "distinct");
+        assert!(count(&b, "go") >= 10 && count(&b, "poker") >= 10);
+        chess_extra += count(&b, "chess") - 10;
+        for (r, &i) in b.indices().iter().enumerate() {
+            assert_eq!(b.text("env_id", r).unwrap(), env_of[i as usize].0);
+        }
+    }
+    // The 2 extra per draw come from the 2,310 left in proportion: chess about 2000/2300.
+    assert!(
+        (300..=390).contains(&chess_extra),
+        "chess drew {chess_extra} extra of 400"
+    );
+    // By env and player: six groups of at least 15, 5 of each in 30.
+    let b = buf
+        .sample(Request::rows(30).by_group(&["env_id", "pid"]))
+        .unwrap();
+    for (env, _) in envs {
+        for pid in [0i8, 1] {
+            let n = b
+                .indices()
+                .iter()
+                .filter(|&&i| env_of[i as usize] == (env, pid))
+                .count();
+            assert_eq!(n, 5, "{env} player {pid}");
+        }
+    }
+    // Popping by group removes what it returns; poker runs out, the others go on.
+    let mut popped = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let b = buf
+            .sample(Request::rows(30).by_group(&["env_id"]).remove())
+            .unwrap();
+        for &i in b.indices() {
+            assert!(popped.insert(i), "item {i} popped twice");
+        }
+    }
+    assert_eq!(buf.len(), 2330 - 300);
+    let poker_left = (2300..2330u64).filter(|i| !popped.contains(i)).count();
+    assert_eq!(
+        poker_left, 0,
+        "poker is drawn first, 10 a time, until it runs out"
+    );
+    // More groups than draws: one each from two of the three envs (two left now).
+    let b = buf.sample(Request::rows(1).by_group(&["env_id"])).unwrap();
+    assert_eq!(b.indices().len(), 1);
+    assert!(matches!(
+        buf.sample(Request::rows(3).by_group(&["nope"])),
+        Err(Error::UnknownField { .. })
+    ));
+    assert!(matches!(
+        buf.sample(Request::rows(3).by_group(&["pid"]).newest(5)),
+        Err(Error::InvalidSample(_))
+    ));
+}

@@ -157,10 +157,12 @@ class ReplayBuffer:
         values: str = "list",
         pad: float = 0.0,
         remove: bool = False,
+        by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
         Variable-length fields as ``values`` says (see ``get``). ``remove=True`` draws
-        distinct items and removes them (item states).
+        distinct items and removes them (item states). ``by_group=["env_id"]`` draws
+        distinct items, an even share of every group of that key first.
 
         With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
         those arrays in place and returns them: a training loop then allocates nothing."""
@@ -172,8 +174,9 @@ class ReplayBuffer:
         out: Optional[_Batch] = None,
         values: str = "list",
         pad: float = 0.0,
+        by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
-        """``n`` distinct items drawn uniformly and removed (``sample(n, remove=True)``)."""
+        """``n`` distinct items drawn uniformly (or by group) and removed."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices``; returns how many were removed now."""
     def remove_stale(self, field: str, now: int, max_staleness: int) -> int:

@@ -389,7 +389,7 @@ impl PyBuffer {
     /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
     /// Variable-length fields come back as `values` says (see `get`); `out` takes
     /// fixed fields only.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -402,7 +402,10 @@ impl PyBuffer {
         values: &str,
         pad: f64,
         remove: bool,
+        by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let names: Vec<String> = by_group.unwrap_or_default();
+        let group: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
@@ -410,7 +413,10 @@ impl PyBuffer {
         }
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        let request = rows_removing(n, beta, replace, remove);
+        let mut request = rows_removing(n, beta, replace, remove);
+        if !group.is_empty() {
+            request = request.by_group(&group);
+        }
         draw_values(
             py,
             out,
@@ -424,7 +430,11 @@ impl PyBuffer {
     /// (`sample(n, remove=True)`; UnstableBaselines' `get_batch`): no later draw or read
     /// returns them. Needs a buffer created with `item_states=True` (or `max_use`).
     /// Asking for more items than are left raises `replaystore.Error` naming both.
-    #[pyo3(signature = (n, *, seed=None, out=None, values="list", pad=0.0))]
+    /// `by_group=["env_id"]` (or `["env_id", "pid"]`) draws as UnstableBaselines'
+    /// `stratified_env` (`stratified_env_role`) strategy: an even share of every group,
+    /// then the rest uniformly.
+    #[pyo3(signature = (n, *, seed=None, out=None, values="list", pad=0.0, by_group=None))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn pop_batch<'py>(
         &self,
         py: Python<'py>,
@@ -433,8 +443,9 @@ impl PyBuffer {
         out: Option<&Bound<'py, PyDict>>,
         values: &str,
         pad: f64,
+        by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.sample(py, n, None, seed, false, out, values, pad, true)
+        self.sample(py, n, None, seed, false, out, values, pad, true, by_group)
     }
 
     /// Removes the live items at `indices` before the ring overwrites them (DI-engine's

@@ -176,3 +176,17 @@ def test_max_size_downsamples_at_random_past_it(tmp_path):
     kept = [i for i, r in zip(range(300), buf.item_states(np.arange(300))["removed"]) if not r]
     # Random, not FIFO: some of the first 250 survive.
     assert len(kept) == 50 and min(kept) < 250
+
+
+def test_pop_batch_by_group_draws_every_env_evenly(tmp_path):
+    """UnstableBaselines' stratified_env: an even share of every env, then the rest."""
+    buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 1000, item_states=True, seed=1)
+    envs = ["chess"] * 300 + ["go"] * 40 + ["poker"] * 12
+    buf.add_batch({"x": np.arange(352, dtype=np.int64), "obs": envs,
+                   "reward": np.zeros(352, np.float32)})
+    b = buf.pop_batch(30, by_group=["obs"])
+    got = {e: b["obs"].count(e) for e in ("chess", "go", "poker")}
+    assert got == {"chess": 10, "go": 10, "poker": 10}
+    b = buf.sample(8, by_group=["obs"])
+    assert len(set(b["indices"].tolist())) == 8
+    assert len(buf) == 322

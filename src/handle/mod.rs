@@ -5,6 +5,7 @@
 
 pub(crate) mod config;
 mod core;
+mod groups;
 pub mod inspect;
 mod lanes;
 mod owner;

@@ -11,6 +11,7 @@ use rand_chacha::rand_core::SeedableRng;
 
 use super::Stats;
 use super::core::Draws;
+use super::groups::{GroupIndex, KeyField, pick_from_groups};
 use crate::algo::sample::{SampleSpec, draw_uniform, draw_uniform_skipping};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -56,6 +57,8 @@ pub struct Rows {
     pub(crate) draws: Draws,
     /// The chunk ring of a buffer whose items have variable-length fields.
     pub(crate) heap: Option<Heap>,
+    /// The live items by group key, for stratified draws (built when first asked).
+    pub(crate) groups: Option<GroupIndex>,
 }
 
 impl Rows {
@@ -173,6 +176,9 @@ impl Rows {
         weights.clear();
         indices.clear();
         match request.pick {
+            Pick::Uniform if !request.group_by.is_empty() => {
+                self.pick_stratified(request.n, request.group_by, life, indices)?;
+            }
             Pick::Uniform => self.draw_indices(&SampleSpec::of(request), life, indices)?,
             Pick::Given(given) => {
                 self.check_live(given)?;
@@ -572,6 +578,73 @@ fn value_dst<'o>(
 fn out_len(out: &ValuesOut<'_>) -> usize {
     match out {
         ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
+    }
+}
+
+impl Rows {
+    /// Picks `n` distinct live items stratified by the key `names` (see
+    /// `handle/groups.rs`): an even share of every group, then the rest uniformly.
+    /// Removed items (item states) are never picked.
+    pub(crate) fn pick_stratified(
+        &mut self,
+        n: usize,
+        names: &[&str],
+        life: Option<&Lifecycle>,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let mut index = match self.groups.take() {
+            Some(g) if g.is_of(names) => g,
+            _ => GroupIndex::new(&self.schema, names)?,
+        };
+        let fields = index.fields.clone();
+        index.extend(self.head, self.tail, |i| self.key_of(i, &fields));
+        index.forget_before(self.head);
+        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
+        let live = (self.head, self.tail);
+        let rng = &mut self.draws.rng;
+        let picked = pick_from_groups(&mut index, n, live, &removed, rng, out);
+        self.groups = Some(index);
+        picked?;
+        self.draws.sampled += out.len() as u64;
+        Ok(())
+    }
+
+    /// The group key of item `index`: each field's bytes, length-prefixed; `None` when
+    /// the row changed under the read.
+    fn key_of(&self, index: u64, fields: &[KeyField]) -> Option<Vec<u8>> {
+        let slot = index % self.superblock.capacity;
+        let stamp = crate::format::row::stamp_of(index);
+        if self.ring.stamp(slot) != stamp {
+            return None;
+        }
+        let mut key = Vec::new();
+        let mut put = |bytes: &[u8]| {
+            key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            key.extend_from_slice(bytes);
+        };
+        let var_fields: Vec<&VarField> = self.schema.var_fields().iter().collect();
+        let mut slots = Vec::new();
+        for &f in fields {
+            match f {
+                KeyField::Fixed(p) => {
+                    let size = self.schema.fields().get(p).map_or(0, |x| x.bytes());
+                    let mut b = vec![0u8; size];
+                    self.ring.read_field(slot, p, &mut b);
+                    put(&b);
+                }
+                KeyField::Var(v) => {
+                    let heap = self.heap.as_ref()?;
+                    if slots.is_empty() {
+                        self.item_slots(heap, index, &var_fields, &mut slots).ok()?;
+                    }
+                    let s = *slots.get(v)?;
+                    let mut b = vec![0u8; s.len as usize];
+                    heap.copy(s, &mut b);
+                    put(&b);
+                }
+            }
+        }
+        (self.ring.stamp(slot) == stamp).then_some(key)
     }
 }
 

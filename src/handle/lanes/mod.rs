@@ -487,6 +487,13 @@ impl<L: Lane> Lanes<L> {
         sink: &mut dyn Sink,
     ) -> Result<()> {
         check_rows(request.n, self.schema.item_bytes())?;
+        if !request.group_by.is_empty() {
+            return Err(Error::InvalidSample(
+                "a draw by group over lanes is not built: draw from one lane \
+                 (lane_mut(k).sample(Request::rows(n).by_group(..)))"
+                    .into(),
+            ));
+        }
         // Which lane fills which consecutive rows of the output, and by how much a
         // lane's weights are scaled to be against all lanes' smallest priority.
         let (runs, scales) = match request.pick {

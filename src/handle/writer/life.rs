@@ -159,6 +159,15 @@ impl<R: Writes> ReplayBuffer<R> {
     }
 }
 
+/// Why an item a removing draw of `request` returned is removed: consumed when the
+/// draw took the oldest items (a queue), sampled otherwise.
+fn removal_cause(request: &Request<'_>) -> Cause {
+    match request.pick {
+        crate::request::Pick::Oldest => Cause::Consumed,
+        _ => Cause::Sampled,
+    }
+}
+
 /// Spreads the tail over the seed's bits, so neighbouring adds draw unrelated streams.
 const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -249,7 +258,7 @@ impl<R: Role> ReplayBuffer<R> {
             return Ok(());
         }
         if request.remove {
-            self.remove_for(indices, request.removal_cause());
+            self.remove_for(indices, removal_cause(request));
             return Ok(());
         }
         if self.rows.superblock.prioritized && self.parts.tree.is_actor() {

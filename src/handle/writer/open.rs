@@ -471,6 +471,7 @@ pub(in crate::handle) fn open_parts(
             dir,
             io,
             heap,
+            groups: None,
         },
         commits: Commits {
             path: manifest_path,

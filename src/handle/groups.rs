@@ -1,0 +1,200 @@
+//! Draws stratified by a group key (issue 30): the live items grouped by the values of
+//! some fields (`env_id`, or `env_id` and `pid`), then as UnstableBaselines'
+//! `stratified_env` / `stratified_env_role` strategies draw: up to `n / groups` from
+//! each group, then the rest uniformly from what is left, every item at most once.
+//!
+//! The index from key to items is kept in memory by each handle, built from the rows
+//! when first asked and extended from the tail on later draws: each item enters once.
+//! Items the head passed are dropped from the front of their group's list; removed
+//! ones are dropped when a draw meets them. Nothing of it is persisted: the rows hold
+//! every key.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rand::RngExt;
+use rand::seq::index::sample;
+
+use crate::error::{Error, Result};
+use crate::schema::Schema;
+
+/// Where a key field lives in a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyField {
+    /// A fixed field: its position in the schema.
+    Fixed(usize),
+    /// A variable-length field: its position among the variable-length fields.
+    Var(usize),
+}
+
+/// The live items by group key, as one handle last extended it.
+#[derive(Debug, Default)]
+pub(crate) struct GroupIndex {
+    /// The fields of the key, by name, in order.
+    names: Vec<String>,
+    pub(crate) fields: Vec<KeyField>,
+    /// Items below this index were read into the index (or were gone).
+    upto: u64,
+    /// Key (each field's value, length-prefixed) to the items carrying it, ascending.
+    groups: BTreeMap<Vec<u8>, Vec<u64>>,
+}
+
+impl GroupIndex {
+    /// An empty index of the key `names` (fields of `schema`).
+    pub(crate) fn new(schema: &Schema, names: &[&str]) -> Result<GroupIndex> {
+        let fields = names
+            .iter()
+            .map(|&name| {
+                if let Some(p) = schema.position(name) {
+                    return Ok(KeyField::Fixed(p));
+                }
+                let var = schema.var_fields().iter().position(|f| f.name() == name);
+                var.map(KeyField::Var).ok_or_else(|| Error::UnknownField {
+                    field: name.to_owned(),
+                    known: schema.names(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if fields.is_empty() {
+            return Err(Error::InvalidSample(
+                "a stratified draw names at least one field".into(),
+            ));
+        }
+        Ok(GroupIndex {
+            names: names.iter().map(|&n| n.to_owned()).collect(),
+            fields,
+            upto: 0,
+            groups: BTreeMap::new(),
+        })
+    }
+
+    /// Whether it indexes the key `names`.
+    pub(crate) fn is_of(&self, names: &[&str]) -> bool {
+        self.names
+            .iter()
+            .map(String::as_str)
+            .eq(names.iter().copied())
+    }
+
+    /// Adds the items of `head..tail` not indexed yet, each under the key `key_of`
+    /// reads for it. An item whose key cannot be read (a writer elsewhere passed it
+    /// mid-read) is left out: the head is past it by the time a draw would look.
+    pub(crate) fn extend(&mut self, head: u64, tail: u64, key_of: impl Fn(u64) -> Option<Vec<u8>>) {
+        for index in self.upto.max(head)..tail {
+            if let Some(key) = key_of(index) {
+                self.groups.entry(key).or_default().push(index);
+            }
+        }
+        self.upto = tail;
+    }
+
+    /// Drops the items the head passed, and the groups left empty.
+    pub(crate) fn forget_before(&mut self, head: u64) {
+        self.groups.retain(|_, items| {
+            let gone = items.partition_point(|&i| i < head);
+            items.drain(..gone);
+            !items.is_empty()
+        });
+    }
+}
+
+/// `n` distinct items of `index`'s groups, none `removed`: `min(n / groups, size)`
+/// (at least 1) from each group, then the rest uniformly from the live range `head..tail`
+/// among the items not picked. With more groups than `n`, `n` groups are chosen at
+/// random and one item from each.
+pub(crate) fn pick_from_groups(
+    index: &mut GroupIndex,
+    n: usize,
+    (head, tail): (u64, u64),
+    removed: &dyn Fn(u64) -> bool,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    out: &mut Vec<u64>,
+) -> Result<()> {
+    out.clear();
+    if n == 0 {
+        return Err(Error::InvalidSample("n must be at least 1".into()));
+    }
+    // Removed items are dropped from their groups when a group is read in full; a
+    // group's list is compacted only when more than half of what a draw met was dead.
+    let compact = |items: &mut Vec<u64>| items.retain(|&i| !removed(i));
+    let keys: Vec<Vec<u8>> = index.groups.keys().cloned().collect();
+    if keys.is_empty() {
+        return Err(Error::Empty);
+    }
+    let per_group = (n / keys.len()).max(1);
+    // More groups than draws: n of them, at random, one item each.
+    let chosen: Vec<usize> = match keys.len() > n {
+        true => sample(rng, keys.len(), n).into_vec(),
+        false => (0..keys.len()).collect(),
+    };
+    let mut taken = HashSet::new();
+    for k in chosen {
+        let Some(items) = keys.get(k).and_then(|key| index.groups.get_mut(key)) else {
+            continue;
+        };
+        let mut got = Vec::new();
+        let mut misses = 0;
+        while got.len() < per_group.min(items.len()) && misses <= 2 * per_group + 16 {
+            let i = items
+                .get(rng.random_range(0..items.len()))
+                .copied()
+                .unwrap_or(0);
+            if removed(i) || got.contains(&i) {
+                misses += 1;
+            } else {
+                got.push(i);
+            }
+        }
+        if got.len() < per_group.min(items.len()) {
+            // Many dead entries, or a group no larger than its share: read it in full.
+            compact(items);
+            got.clear();
+            let want = per_group.min(items.len());
+            got.extend(
+                sample(rng, items.len(), want)
+                    .iter()
+                    .filter_map(|p| items.get(p)),
+            );
+        }
+        taken.extend(got.iter().copied());
+        out.extend(got);
+    }
+    index.groups.retain(|_, items| !items.is_empty());
+    let rest = n.saturating_sub(out.len());
+    if rest == 0 {
+        return Ok(());
+    }
+    // The rest uniformly from every live item not taken yet: drawn over the live range
+    // while most of it is live and not taken (O(1) expected each); otherwise from the
+    // groups' lists, compacted, as one pool.
+    let mut misses = 0;
+    while out.len() < n && misses <= 4 * rest + 64 {
+        let i = head + rng.random_range(0..tail - head);
+        if removed(i) || !taken.insert(i) {
+            misses += 1;
+        } else {
+            out.push(i);
+        }
+    }
+    if out.len() == n {
+        return Ok(());
+    }
+    let rest = n - out.len();
+    let mut pool: Vec<u64> = Vec::new();
+    for items in index.groups.values_mut() {
+        compact(items);
+        pool.extend(items.iter().filter(|i| !taken.contains(i)));
+    }
+    index.groups.retain(|_, items| !items.is_empty());
+    if pool.len() < rest {
+        return Err(Error::InvalidSample(format!(
+            "{n} distinct items stratified by group, but only {} are live",
+            out.len() + pool.len()
+        )));
+    }
+    out.extend(
+        sample(rng, pool.len(), rest)
+            .iter()
+            .filter_map(|p| pool.get(p)),
+    );
+    Ok(())
+}
