@@ -60,7 +60,7 @@ pub use column::Column;
 pub use dtype::{DType, Element};
 pub use error::{Error, Finding, Result};
 pub use format::FORMAT_VERSION;
-pub use format::lifecycle::Cause;
+pub use format::lifecycle::{Cause, RateLimit};
 pub use format::state::State;
 pub use handle::config::{DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DEFAULT_SEGMENT_BYTES};
 pub use handle::inspect::{

@@ -833,3 +833,92 @@ fn draws_by_group_take_an_even_share_of_every_group_then_the_rest_uniformly() {
         Err(Error::InvalidSample(_))
     ));
 }
+
+const RATE_CHILD: &str = "REPLAYSTORE_RATE_CHILD";
+
+/// The other process of the rate limit test: a reader that draws as the limiter lets
+/// it, waiting for the writer's adds, and says how many it drew.
+#[test]
+fn rate_limit_reader_child() {
+    let Ok(dir) = std::env::var(RATE_CHILD) else {
+        return;
+    };
+    let mut reader = Reader::open(&dir).unwrap();
+    reader.set_rate_limit_wait(Some(std::time::Duration::from_secs(20)));
+    for k in 0..36 {
+        let b = reader.sample(4).unwrap();
+        assert_eq!(b.indices().len(), 4);
+        println!("drew {k}");
+    }
+    println!("marker=done");
+}
+
+/// Promise (issue 30, point 4): Reverb's `SampleToInsertRatio` holds between a writer
+/// and a reader in another process, both blocking (on a futex in the shared state file,
+/// with a timeout) rather than failing: the reader's draws wait for adds, the writer's
+/// adds wait for draws, and neither ever runs ahead of the ratio by more than the error
+/// buffer. Without a wait, a call held back is `RateLimited` at once.
+#[test]
+fn a_sample_to_insert_ratio_holds_between_a_writer_and_a_reader_process() {
+    use replaystore::RateLimit;
+    use std::io::BufRead;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    // 4 draws per add, drawing from 8 live on, within 16 draws either way.
+    let rl = RateLimit::sample_to_insert_ratio(4.0, 8, 16.0);
+    let mut buf = ReplayBuffer::create(&path, Config::new(schema(), 1000).rate_limit(rl)).unwrap();
+    add(&mut buf, 0, 8);
+    // Nobody draws yet: the writer may run 16 draws' worth (4 adds) ahead, then no more.
+    add(&mut buf, 8, 4);
+    let e = buf.add_batch(&[
+        Column::new("x", &[12i64]),
+        Column::new("pad", &[0u8; 5]).with_shape(&[1, 5]),
+    ]);
+    assert!(
+        matches!(e, Err(Error::RateLimited { what: "an add", .. })),
+        "{e:?}"
+    );
+    // The reader process draws 144 in batches of 4: what 40 adds pay for (a draw needs
+    // 40 x 4 - drawn - 4 >= 32 - 16). The writer adds 28 more, waiting for the draws as
+    // it goes.
+    let (mut child, mut out) =
+        common::spawn_child("rate_limit_reader_child", RATE_CHILD, path.as_os_str());
+    buf.set_rate_limit_wait(Some(Duration::from_secs(20)));
+    for i in 12..40 {
+        add(&mut buf, i, 1);
+        let s = buf.stats();
+        // Never more adds than the draws allow: (inserts) x 4 - draws <= 32 + 16.
+        let drawn = read_samples(&path);
+        assert!(
+            s.added as f64 * 4.0 - drawn as f64 <= 48.0,
+            "add {i}: {drawn} drawn"
+        );
+    }
+    let mut drew = 0;
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        if line.contains("marker=done") {
+            break;
+        }
+        drew += u64::from(line.contains("drew "));
+        line.clear();
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(drew, 36);
+    assert_eq!(read_samples(&path), 144);
+    // One more draw is more than the 40 adds pay for, from the writer too.
+    buf.set_rate_limit_wait(None);
+    let e = buf.sample(4).unwrap_err();
+    assert!(
+        matches!(e, Error::RateLimited { what: "a draw", .. }),
+        "{e}"
+    );
+}
+
+/// The rate limiter's count of items drawn, as the state file holds it.
+fn read_samples(path: &Path) -> u64 {
+    use replaystore::internal::format::lifecycle::SAMPLES_OFF;
+    let b = std::fs::read(path.join("items.state")).unwrap();
+    u64::from_le_bytes(b[SAMPLES_OFF..SAMPLES_OFF + 8].try_into().unwrap())
+}

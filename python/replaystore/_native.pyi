@@ -48,6 +48,9 @@ class RemovedError(EvictedError):
     """An item removed before the ring overwrote it (``remove``, ``pop_batch``,
     ``max_use``): no draw or read returns it."""
 
+class RateLimitedError(Error):
+    """The buffer's rate limiter holds the call back (Reverb's model)."""
+
 class NoItemStatesError(Error):
     """A call on item states on a buffer created without ``item_states`` / ``max_use``."""
 
@@ -101,6 +104,9 @@ class ReplayBuffer:
         item_states: bool = False,
         max_use: Optional[int] = None,
         max_size: Optional[int] = None,
+        min_size_to_sample: Optional[int] = None,
+        samples_per_insert: Optional[float] = None,
+        error_buffer: Optional[float] = None,
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
         ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``;
@@ -110,7 +116,10 @@ class ReplayBuffer:
         ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
         does too and removes an item on its N-th draw; ``max_size=M`` does too and,
         past M live items, removes random ones after each add (UnstableBaselines'
-        downsampling)."""
+        downsampling). ``min_size_to_sample`` alone is Reverb's ``MinSize`` rate
+        limiter; with ``samples_per_insert`` (and ``error_buffer``) its
+        ``SampleToInsertRatio``: held-back calls raise ``RateLimitedError`` or wait
+        ``rate_limit_wait`` seconds for another process."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
@@ -179,6 +188,11 @@ class ReplayBuffer:
         """``n`` distinct items drawn uniformly (or by group) and removed."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices``; returns how many were removed now."""
+    @property
+    def rate_limit_wait(self) -> Optional[float]:
+        """Seconds a call the rate limiter holds back waits (None: raises at once)."""
+    @rate_limit_wait.setter
+    def rate_limit_wait(self, seconds: Optional[float]) -> None: ...
     def remove_stale(self, field: str, now: int, max_staleness: int) -> int:
         """Removes items whose integer tag ``field`` is over ``max_staleness`` behind ``now``."""
     def consume(

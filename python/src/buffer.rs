@@ -72,6 +72,14 @@ impl Handle {
         either!(self, b => b.remove_stale(field, now, max))
     }
 
+    fn rate_limit_wait(&self) -> Option<std::time::Duration> {
+        either!(self, b => b.rate_limit_wait())
+    }
+
+    fn set_rate_limit_wait(&mut self, wait: Option<std::time::Duration>) {
+        either!(self, b => b.set_rate_limit_wait(wait))
+    }
+
     fn read_checks(&self) -> bool {
         either!(self, b => b.read_checks())
     }
@@ -183,7 +191,7 @@ impl PyBuffer {
     /// their values live in (default 4 KiB per item; when the values of the live items
     /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -205,6 +213,9 @@ impl PyBuffer {
         item_states: bool,
         max_use: Option<u64>,
         max_size: Option<u64>,
+        min_size_to_sample: Option<u64>,
+        samples_per_insert: Option<f64>,
+        error_buffer: Option<f64>,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
         let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
@@ -215,6 +226,19 @@ impl PyBuffer {
         };
         if let Some(m) = max_size {
             config = config.downsample(m);
+        }
+        // Reverb's rate limiters: SampleToInsertRatio with `samples_per_insert` (and
+        // `error_buffer`), else MinSize with `min_size_to_sample` alone.
+        let min_size = min_size_to_sample.unwrap_or(1);
+        match (samples_per_insert, min_size_to_sample) {
+            (Some(spi), _) => {
+                let buffer = error_buffer.unwrap_or(f64::MAX / 4.0);
+                config = config.rate_limit(replaystore::RateLimit::sample_to_insert_ratio(
+                    spi, min_size, buffer,
+                ));
+            }
+            (None, Some(n)) => config = config.rate_limit(replaystore::RateLimit::min_size(n)),
+            (None, None) => {}
         }
         if let Some(b) = heap_bytes {
             config = config.heap_bytes(b);
@@ -457,6 +481,23 @@ impl PyBuffer {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         py.detach(|| buf.remove(&idx)).map_err(to_py)
+    }
+
+    /// Seconds a draw or an add the rate limiter holds back waits for another process
+    /// before raising `RateLimitedError` (None, the default: it raises at once). Not
+    /// stored: set it after each open.
+    #[getter]
+    fn rate_limit_wait(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        Ok(open_buf(&mut self.inner.lock(py))?
+            .rate_limit_wait()
+            .map(|d| d.as_secs_f64()))
+    }
+
+    #[setter]
+    fn set_rate_limit_wait(&self, py: Python<'_>, seconds: Option<f64>) -> PyResult<()> {
+        let wait = seconds_to_duration(seconds)?;
+        open_buf(&mut self.inner.lock(py))?.set_rate_limit_wait(wait);
+        Ok(())
     }
 
     /// Removes the live items whose tag, the integer field `field` (the learner

@@ -241,6 +241,20 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py,
     Ok(d)
 }
 
+/// A Python timeout in seconds (None: no wait) as a duration; negative or not finite
+/// is a `ValueError`.
+pub(crate) fn seconds_to_duration(seconds: Option<f64>) -> PyResult<Option<std::time::Duration>> {
+    seconds
+        .map(|s| {
+            std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "a wait of {s} seconds: give a finite number >= 0, or None"
+                ))
+            })
+        })
+        .transpose()
+}
+
 /// What `item_states(indices)` returns: `removed` (bool), `cause` (the cause's name, or
 /// None while not removed) and `uses` (int64), one entry per index.
 pub(crate) fn states_dict<'py>(

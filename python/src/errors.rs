@@ -84,6 +84,13 @@ create_exception!(
 );
 create_exception!(
     replaystore,
+    RateLimitedError,
+    Error,
+    "The buffer's rate limiter holds the call back (Reverb's model): a draw before enough \
+     items are live or beyond what the adds pay for, an add before the draws caught up."
+);
+create_exception!(
+    replaystore,
     StateError,
     Error,
     "A state that does not belong to this buffer, or names a snapshot it no longer has."
@@ -138,6 +145,7 @@ pub fn to_py(e: E) -> PyErr {
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
         E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
         E::Removed { .. } => RemovedError::new_err(msg),
+        E::RateLimited { .. } => RateLimitedError::new_err(msg),
         E::NoItemStates { .. } => NoItemStatesError::new_err(msg.replace(
             "Config::item_states() (Python: item_states=True)",
             "item_states=True or max_use=N",

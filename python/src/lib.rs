@@ -37,6 +37,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EvictedError", py.get_type::<errors::EvictedError>())?;
     m.add("RemovedError", py.get_type::<errors::RemovedError>())?;
     m.add(
+        "RateLimitedError",
+        py.get_type::<errors::RateLimitedError>(),
+    )?;
+    m.add(
         "NoItemStatesError",
         py.get_type::<errors::NoItemStatesError>(),
     )?;

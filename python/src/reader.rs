@@ -162,6 +162,15 @@ impl PyReader {
         states_dict(py, &states)
     }
 
+    /// Seconds a draw the rate limiter holds back waits for the writer's adds before
+    /// raising `RateLimitedError` (None: it raises at once).
+    #[setter]
+    fn set_rate_limit_wait(&self, py: Python<'_>, seconds: Option<f64>) -> PyResult<()> {
+        let wait = seconds_to_duration(seconds)?;
+        self.inner.lock(py).set_rate_limit_wait(wait);
+        Ok(())
+    }
+
     /// Counters and sizes as the reader sees them.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.lock(py).stats().map_err(to_py)?;

@@ -190,3 +190,38 @@ def test_pop_batch_by_group_draws_every_env_evenly(tmp_path):
     b = buf.sample(8, by_group=["obs"])
     assert len(set(b["indices"].tolist())) == 8
     assert len(buf) == 322
+
+
+def test_rate_limits_hold_calls_back_or_wait_for_the_other_process(tmp_path):
+    buf = rs.ReplayBuffer.create(tmp_path / "m", SCHEMA, 100, min_size_to_sample=3)
+    buf.add_batch(steps(2))
+    with pytest.raises(rs.RateLimitedError, match="draws wait for 3 live"):
+        buf.sample(1)
+    buf.add_batch(steps(1, 2))
+    assert len(buf.sample(8)["indices"]) == 8
+    with pytest.raises(ValueError):
+        buf.rate_limit_wait = -1.0
+    # One draw per add: a reader in another process draws 20, waiting for the adds.
+    path = str(tmp_path / "r")
+    buf = rs.ReplayBuffer.create(path, SCHEMA, 100, samples_per_insert=1.0,
+                                 min_size_to_sample=1, error_buffer=2.0)
+    child = textwrap.dedent(
+        f"""
+        import replaystore as rs
+        r = rs.Reader.open({path!r})
+        r.rate_limit_wait = 20.0
+        for _ in range(20):
+            r.sample(1)
+        print("done", flush=True)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    buf.rate_limit_wait = 20.0
+    for i in range(21):
+        buf.add_batch(steps(1, i))
+    assert proc.stdout.readline().strip() == "done"
+    assert proc.wait() == 0
+    buf.rate_limit_wait = None
+    # 21 added, 20 drawn: one more draw is within the buffer of 2; five more are not.
+    with pytest.raises(rs.RateLimitedError):
+        buf.sample(5)

@@ -393,6 +393,27 @@ pub enum Error {
         cause: &'static str,
     },
 
+    /// The rate limiter holds the call back: a draw before enough items are live or
+    /// beyond what the adds pay for, an add before the draws caught up (Reverb's
+    /// model; see `Config::rate_limit`). `waited` is how long it waited first.
+    #[error("rate limited: {what} of {n} may not go ahead ({inserts} added, {samples} drawn, {size} live; {limit}){}", match waited { Some(w) => format!(" after waiting {w:?}"), None => String::new() })]
+    RateLimited {
+        /// `draw` or `add`.
+        what: &'static str,
+        /// Items the call asked for.
+        n: u64,
+        /// Items added since create.
+        inserts: u64,
+        /// Items drawn since create, by every handle.
+        samples: u64,
+        /// Items live now.
+        size: u64,
+        /// The bound that holds it back.
+        limit: String,
+        /// How long the call waited, when it was allowed to.
+        waited: Option<std::time::Duration>,
+    },
+
     /// A sample was asked of an empty buffer (or an empty range of it).
     #[error("cannot sample: the buffer is empty")]
     Empty,

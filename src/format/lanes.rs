@@ -62,6 +62,12 @@ pub const fn lane_of(index: u64) -> u64 {
     index >> LANE_SHIFT
 }
 
+/// The first index of the lane holding `index` (0 for a one-ring buffer): the items a
+/// lane was ever handed are `tail - lane_base(tail)`.
+pub const fn lane_base(index: u64) -> u64 {
+    lane_of(index) << LANE_SHIFT
+}
+
 impl LanesFile {
     /// The file's bytes.
     pub fn encode(&self) -> [u8; LEN] {

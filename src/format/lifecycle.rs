@@ -20,10 +20,20 @@
 //! 56  4  policy: 0 FIFO (the ring's alone), 1 random downsampling past max_size
 //! 60  4  reserved, 0
 //! 64  8  seed of the policy's random decisions
-//! 72  4  crc32 of bytes 0..72
+//! 72  4  rate limit flags: bit 0 the buffer has a rate limiter (below)
+//! 76  4  reserved, 0
+//! 80  8  min_size_to_sample
+//! 88  8  samples_per_insert (f64, finite, > 0)
+//! 96  8  min_diff (f64): a draw of n needs inserts x spi - samples - n >= min_diff
+//! 104 8  max_diff (f64): an add of n needs (inserts + n) x spi - samples <= max_diff,
+//!        once more than min_size_to_sample items are live
+//! 112 4  crc32 of bytes 0..112
 //! --- atomic words, changed in place, not under the crc ---
 //! 128 8  removed_live: removed items still inside the live range (head..tail)
 //! 136 8 x 7  removed items counted by cause 1..=7 (see Cause), since create
+//! 192 8  samples: items drawn since create, by every handle (the rate limiter's)
+//! 200 4  wake: bumped after every add and draw of a rate-limited buffer (a futex word)
+//! 204 4  waiting: handles waiting on `wake` now
 //! ```
 //! Word of slot `s`, for the item `lap * capacity + s`:
 //! ```text
@@ -58,19 +68,104 @@ pub const POLICY_OFF: usize = MAX_SIZE_OFF + 8;
 const RESERVED2_OFF: usize = POLICY_OFF + 4;
 /// Offset of the policy's seed.
 pub const SEED_OFF: usize = RESERVED2_OFF + 4;
-const CRC_OFF: usize = SEED_OFF + 8;
+const LIMIT_FLAGS_OFF: usize = SEED_OFF + 8;
+const RESERVED3_OFF: usize = LIMIT_FLAGS_OFF + 4;
+const MIN_SIZE_OFF: usize = RESERVED3_OFF + 4;
+const SPI_OFF: usize = MIN_SIZE_OFF + 8;
+const MIN_DIFF_OFF: usize = SPI_OFF + 8;
+const MAX_DIFF_OFF: usize = MIN_DIFF_OFF + 8;
+const CRC_OFF: usize = MAX_DIFF_OFF + 8;
 /// Bytes of the header under its crc, crc included.
 pub const HEADER_LEN: usize = CRC_OFF + 4;
 /// Offset of the atomic `removed_live` word.
 pub const REMOVED_LIVE_OFF: usize = 128;
 /// Offset of the atomic counter of removals by cause 1 (cause `c` at `+ 8 * (c - 1)`).
 pub const REMOVED_BY_OFF: usize = REMOVED_LIVE_OFF + 8;
+/// Offset of the atomic count of items drawn (the rate limiter's samples).
+pub const SAMPLES_OFF: usize = REMOVED_BY_OFF + 8 * 7;
+/// Offset of the 32-bit futex word bumped after each add and draw.
+pub const WAKE_OFF: usize = SAMPLES_OFF + 8;
+/// Offset of the 32-bit count of handles waiting on the wake word.
+pub const WAITING_OFF: usize = WAKE_OFF + 4;
 /// Offset of the first slot's word.
 pub const BODY_OFFSET: usize = 4096;
 /// The largest `max_use`: uses are counted in 16 bits.
 pub const MAX_USES: u64 = 0xFFFF;
 /// Laps are kept modulo this.
 pub const LAP_MOD: u64 = 1 << 40;
+
+/// Reverb's rate limiter: when a draw or an add may go ahead, from the items added
+/// (`inserts`), drawn (`samples`) and live (`size`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    /// No draw while fewer items than this are live.
+    pub min_size_to_sample: u64,
+    /// Draws each insert pays for.
+    pub samples_per_insert: f64,
+    /// A draw of `n` needs `inserts * samples_per_insert - samples - n >= min_diff`.
+    pub min_diff: f64,
+    /// An add of `n` needs `(inserts + n) * samples_per_insert - samples <= max_diff`,
+    /// once the items live after it would be more than `min_size_to_sample`.
+    pub max_diff: f64,
+}
+
+impl RateLimit {
+    /// Reverb's `MinSize(n)`: draws wait for `n` live items, adds never wait.
+    pub fn min_size(n: u64) -> RateLimit {
+        RateLimit {
+            min_size_to_sample: n,
+            samples_per_insert: 1.0,
+            min_diff: f64::MIN,
+            max_diff: f64::MAX,
+        }
+    }
+
+    /// Reverb's `SampleToInsertRatio(samples_per_insert, min_size_to_sample,
+    /// error_buffer)`: draws and adds keep `samples / inserts` within `error_buffer`
+    /// draws of `samples_per_insert`, once `min_size_to_sample` items are live.
+    pub fn sample_to_insert_ratio(
+        samples_per_insert: f64,
+        min_size_to_sample: u64,
+        error_buffer: f64,
+    ) -> RateLimit {
+        let offset = samples_per_insert * min_size_to_sample as f64;
+        RateLimit {
+            min_size_to_sample,
+            samples_per_insert,
+            min_diff: offset - error_buffer,
+            max_diff: offset + error_buffer,
+        }
+    }
+
+    /// Whether a draw of `n` may go ahead.
+    pub fn can_sample(&self, inserts: u64, samples: u64, size: u64, n: u64) -> bool {
+        if size < self.min_size_to_sample {
+            return false;
+        }
+        inserts as f64 * self.samples_per_insert - samples as f64 - n as f64 >= self.min_diff
+    }
+
+    /// Whether an add of `n` may go ahead.
+    pub fn can_insert(&self, inserts: u64, samples: u64, size: u64, n: u64) -> bool {
+        if size + n <= self.min_size_to_sample {
+            return true;
+        }
+        (inserts + n) as f64 * self.samples_per_insert - samples as f64 <= self.max_diff
+    }
+
+    /// What is wrong with it, if anything.
+    fn problem(&self) -> Option<(usize, &'static str, String)> {
+        let spi = self.samples_per_insert;
+        if !(spi.is_finite() && spi > 0.0) {
+            return Some((SPI_OFF, "samples_per_insert", format!("{spi}")));
+        }
+        if self.min_diff.is_nan() || self.max_diff.is_nan() || self.min_diff > self.max_diff {
+            let got = format!("{}..{}", self.min_diff, self.max_diff);
+            return Some((MIN_DIFF_OFF, "min_diff..max_diff", got));
+        }
+        None
+    }
+}
 
 /// What happens to items beyond what the buffer keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,7 +322,7 @@ impl Word {
 }
 
 /// The immutable part of the header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LifeHeader {
     /// The buffer's uuid.
     pub uuid: [u8; 16],
@@ -241,6 +336,8 @@ pub struct LifeHeader {
     pub policy: Policy,
     /// Seed of the policy's random decisions.
     pub seed: u64,
+    /// Reverb's rate limiter, if the buffer has one.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl LifeHeader {
@@ -256,6 +353,13 @@ impl LifeHeader {
         w.u64(MAX_SIZE_OFF, self.max_size);
         w.u32(POLICY_OFF, self.policy as u32);
         w.u64(SEED_OFF, self.seed);
+        if let Some(rl) = self.rate_limit {
+            w.u32(LIMIT_FLAGS_OFF, 1);
+            w.u64(MIN_SIZE_OFF, rl.min_size_to_sample);
+            w.u64(SPI_OFF, rl.samples_per_insert.to_bits());
+            w.u64(MIN_DIFF_OFF, rl.min_diff.to_bits());
+            w.u64(MAX_DIFF_OFF, rl.max_diff.to_bits());
+        }
         let crc = crc32(page.get(..CRC_OFF).unwrap_or(&[]));
         BytesMut(&mut page).u32(CRC_OFF, crc);
         page
@@ -281,6 +385,7 @@ impl LifeHeader {
             max_size: r.u64(MAX_SIZE_OFF).unwrap_or(0),
             policy: known,
             seed: r.u64(SEED_OFF).unwrap_or(0),
+            rate_limit: None,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -290,7 +395,42 @@ impl LifeHeader {
                 got: got.to_string(),
             })
         };
-        for off in [RESERVED_OFF, RESERVED2_OFF] {
+        let flags = r.u32(LIMIT_FLAGS_OFF).unwrap_or(0);
+        if flags > 1 {
+            return bad(
+                LIMIT_FLAGS_OFF,
+                "rate limit flags",
+                "0 or 1".into(),
+                flags.into(),
+            );
+        }
+        let f = |off: usize| f64::from_bits(r.u64(off).unwrap_or(0));
+        let h = LifeHeader {
+            rate_limit: (flags == 1).then(|| RateLimit {
+                min_size_to_sample: r.u64(MIN_SIZE_OFF).unwrap_or(0),
+                samples_per_insert: f(SPI_OFF),
+                min_diff: f(MIN_DIFF_OFF),
+                max_diff: f(MAX_DIFF_OFF),
+            }),
+            ..h
+        };
+        if let Some((off, name, got)) = h.rate_limit.and_then(|rl| rl.problem()) {
+            return Err(Problem::Field {
+                offset: off as u64,
+                name,
+                expected: "a finite samples_per_insert > 0 and min_diff <= max_diff".into(),
+                got,
+            });
+        }
+        if flags == 0 && (MIN_SIZE_OFF..CRC_OFF).any(|b| bytes.get(b) != Some(&0)) {
+            return bad(
+                MIN_SIZE_OFF,
+                "rate limit",
+                "zero without a rate limiter".into(),
+                1,
+            );
+        }
+        for off in [RESERVED_OFF, RESERVED2_OFF, RESERVED3_OFF] {
             if r.u32(off) != Some(0) {
                 let got = r.u32(off).unwrap_or(0).into();
                 return bad(off, "reserved", "0".into(), got);
@@ -334,6 +474,7 @@ mod tests {
             max_size: 400,
             policy: Policy::Downsample,
             seed: 99,
+            rate_limit: Some(RateLimit::sample_to_insert_ratio(4.0, 100, 50.0)),
         }
     }
 
@@ -367,6 +508,22 @@ mod tests {
                 Err(Problem::Field { .. })
             ));
         }
+    }
+
+    #[test]
+    fn the_rate_limiter_admits_as_reverbs_does() {
+        // SampleToInsertRatio(2, 10, 5): offset 20, diffs 15..25.
+        let rl = RateLimit::sample_to_insert_ratio(2.0, 10, 5.0);
+        // Below min size: adds go, draws wait.
+        assert!(rl.can_insert(0, 0, 0, 10) && !rl.can_sample(9, 0, 9, 1));
+        // 10 in, 0 drawn: diff 20; a draw of 5 leaves 15 (ok), of 6 leaves 14 (no).
+        assert!(rl.can_sample(10, 0, 10, 5) && !rl.can_sample(10, 0, 10, 6));
+        // An add of 2 makes 24 (ok), of 3 makes 26 (no) until something is drawn.
+        assert!(rl.can_insert(10, 0, 10, 2) && !rl.can_insert(10, 0, 10, 3));
+        assert!(rl.can_insert(10, 1, 10, 3));
+        let ms = RateLimit::min_size(4);
+        assert!(!ms.can_sample(3, 0, 3, 1) && ms.can_sample(100, 10_000, 4, 1000));
+        assert!(ms.can_insert(u64::MAX / 4, 0, 5, 1));
     }
 
     #[test]

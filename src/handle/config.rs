@@ -42,7 +42,7 @@ pub struct Config {
 }
 
 /// What a buffer with item states keeps: the header of its `items.state`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LifeSettings {
     /// Draws an item serves before it is removed (0: no bound).
     pub max_use: u64,
@@ -50,6 +50,8 @@ pub(crate) struct LifeSettings {
     pub max_size: u64,
     /// What happens to items beyond `max_size`.
     pub policy: Option<crate::format::lifecycle::Policy>,
+    /// Reverb's rate limiter, if any.
+    pub rate_limit: Option<crate::format::lifecycle::RateLimit>,
 }
 
 impl Config {
@@ -258,6 +260,36 @@ impl Config {
     /// ```
     pub fn downsample(self, max_size: u64) -> Config {
         self.with_policy(crate::format::lifecycle::Policy::Downsample, max_size)
+    }
+
+    /// Keeps item states and Reverb's rate limiter: a draw waits until enough items are
+    /// live and the draws so far leave room (`RateLimit::min_size`,
+    /// `RateLimit::sample_to_insert_ratio`), an add until the draws have caught up.
+    /// Draws and adds of every handle count, a reader's in another process too: a
+    /// reader of a rate-limited buffer writes the limiter's counters (and only them).
+    /// A call that may not go ahead is `RateLimited` at once, or waits for another
+    /// process (a futex on the shared state file, never a spin) when the handle was
+    /// given a timeout (`set_rate_limit_wait`).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Error, RateLimit, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).rate_limit(RateLimit::min_size(3));
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// buf.add_batch(&[Column::new("x", &[1.0f32, 2.0])])?;
+    /// assert!(matches!(buf.sample(1), Err(Error::RateLimited { .. })));
+    /// buf.add(&[Column::scalar("x", &3.0f32)])?;
+    /// assert_eq!(buf.sample(4)?.indices().len(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rate_limit(mut self, limit: crate::format::lifecycle::RateLimit) -> Config {
+        let settings = self.lifecycle.unwrap_or_default();
+        self.lifecycle = Some(LifeSettings {
+            rate_limit: Some(limit),
+            ..settings
+        });
+        self
     }
 
     fn with_policy(mut self, policy: crate::format::lifecycle::Policy, max_size: u64) -> Config {

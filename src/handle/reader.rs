@@ -258,10 +258,12 @@ impl Reader {
                 let rows = &self.rows;
                 self.rows.heap = Heap::open(&*rows.io, &rows.dir, &rows.superblock, Access::Read)?;
                 self.tree = open_priorities(&self.rows)?;
-                if self.life.is_some() {
+                if let Some(old) = &self.life {
                     let rows = &self.rows;
                     let sb = &rows.superblock;
-                    let life = Lifecycle::open_with(&*rows.io, &rows.dir, sb, Access::Read)?;
+                    let mut life = Lifecycle::open_with(&*rows.io, &rows.dir, sb, Access::Read)?;
+                    life.map_limiter(&*rows.io, &rows.dir)?;
+                    life.wait = old.wait;
                     self.life = Some(life);
                 }
                 self.epoch = epoch;
@@ -367,6 +369,35 @@ impl Reader {
         };
         self.rows.check_live(indices)?;
         Ok(indices.iter().map(|&i| life.state(i)).collect())
+    }
+
+    /// Asks the rate limiter (buffers with one) whether a draw of `n` may go ahead,
+    /// counting it; while it may not, waits (as `set_rate_limit_wait` says) for the
+    /// writer to add, looking at the progress page again each time it wakes.
+    fn admit_draw(&mut self, n: u64) -> Result<()> {
+        let Some(life) = self.life.take() else {
+            return Ok(());
+        };
+        let done = life.admit(true, n, || {
+            self.refresh_files()?;
+            let tail = self.rows.tail;
+            Ok(crate::parts::lifecycle::Counts {
+                inserts: tail - crate::format::lanes::lane_base(tail),
+                size: self.rows.len() - life.removed_live().min(self.rows.len()),
+            })
+        });
+        self.life = Some(life);
+        done
+    }
+
+    /// How long a draw the rate limiter holds back waits for the writer to add before
+    /// it is `RateLimited` (`None`, the default: not at all). A reader of a
+    /// rate-limited buffer counts its draws in the limiter's words of `items.state`
+    /// (the only bytes such a reader writes), so the writer's adds wait for them.
+    pub fn set_rate_limit_wait(&mut self, wait: Option<std::time::Duration>) {
+        if let Some(life) = &mut self.life {
+            life.wait = wait;
+        }
     }
 
     /// Whether live index `index` was removed (item states), as the words say now.
@@ -713,6 +744,9 @@ impl DrawsRows for Reader {
             });
         }
         self.refresh_files()?;
+        if request.draws() {
+            self.admit_draw(request.n as u64)?;
+        }
         let life = self.life.as_ref();
         let Some(spec) = (self.rows).pick_unless_priority(request, life, indices, weights)? else {
             return Ok(());

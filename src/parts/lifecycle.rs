@@ -18,8 +18,9 @@ use crate::error::{Finding, Result};
 use crate::format::lifecycle::{BODY_OFFSET, Cause, LifeHeader, Policy, REMOVED_LIVE_OFF, Word};
 use crate::format::manifest::Superblock;
 use crate::storage::io::{Access, Io};
-use crate::storage::map::LifeMap;
+use crate::storage::map::{LifeMap, LimiterMap};
 use crate::storage::{self};
+use std::time::Duration;
 
 use super::hooks::{Checking, Found, Holder, NewRow, Opening, Part, PartFile};
 use super::priorities::LiveRange;
@@ -155,6 +156,21 @@ pub(crate) struct Lifecycle {
     pub(crate) tags: Option<TagIndex>,
     /// The candidates of uniform draws past half removed (built when first needed).
     pub(crate) live_list: std::sync::Mutex<crate::algo::sample::LiveList>,
+    /// The rate limiter's words, mapped writable (a rate-limited buffer's handles that
+    /// draw or add live: not a snapshot's, not `inspect`'s).
+    limiter: Option<LimiterMap>,
+    /// How long a call the rate limiter holds back waits before it is `RateLimited`
+    /// (`None`: not at all).
+    pub(crate) wait: Option<Duration>,
+}
+
+/// What the rate limiter decides on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Counts {
+    /// Items added since create.
+    pub inserts: u64,
+    /// Items live (not removed).
+    pub size: u64,
 }
 
 /// The live items by the value of an integer field (their producer's tag: a learner
@@ -198,7 +214,78 @@ impl Lifecycle {
         if at.holder.writes() {
             life.make_private(at.io)?;
         }
+        if at.holder != Holder::Frozen {
+            life.map_limiter(at.io, at.dir)?;
+        }
         Ok(Some(life))
+    }
+
+    /// Maps the rate limiter's words writable, if the buffer has a rate limiter.
+    pub fn map_limiter(&mut self, io: &dyn Io, dir: &Path) -> Result<()> {
+        if self.header.rate_limit.is_some() {
+            self.limiter = Some(storage::open_limiter(io, dir)?);
+        }
+        Ok(())
+    }
+
+    /// Admits a draw of `n` (counting it) or an add of `n` (`draw` false), as the rate
+    /// limiter says, from the counts `now` gives; waits for another process to move
+    /// them (up to `wait`) when it may not go ahead yet. Without a rate limiter every
+    /// call goes ahead.
+    pub fn admit(&self, draw: bool, n: u64, mut now: impl FnMut() -> Result<Counts>) -> Result<()> {
+        let (Some(lim), Some(rl)) = (&self.limiter, self.header.rate_limit) else {
+            return Ok(());
+        };
+        let start = std::time::Instant::now();
+        loop {
+            let seq = lim.wake_seq();
+            let c = now()?;
+            let admitted = match draw {
+                true => lim.take_samples(n, |s| rl.can_sample(c.inserts, s, c.size, n)),
+                false => rl.can_insert(c.inserts, lim.samples(), c.size, n),
+            };
+            if admitted {
+                if draw {
+                    lim.wake_all();
+                }
+                return Ok(());
+            }
+            let left = self.wait.and_then(|w| w.checked_sub(start.elapsed()));
+            match left {
+                Some(left) if !left.is_zero() => lim.wait(seq, left),
+                _ => {
+                    let limit = match draw {
+                        true if c.size < rl.min_size_to_sample => {
+                            format!("draws wait for {} live", rl.min_size_to_sample)
+                        }
+                        true => format!(
+                            "a draw needs added x {} - drawn - n >= {}",
+                            rl.samples_per_insert, rl.min_diff
+                        ),
+                        false => format!(
+                            "an add needs (added + n) x {} - drawn <= {}",
+                            rl.samples_per_insert, rl.max_diff
+                        ),
+                    };
+                    return Err(crate::error::Error::RateLimited {
+                        what: if draw { "a draw" } else { "an add" },
+                        n,
+                        inserts: c.inserts,
+                        samples: lim.samples(),
+                        size: c.size,
+                        limit,
+                        waited: self.wait.map(|_| start.elapsed()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Items were added: handles waiting to draw look again.
+    pub fn added(&self) {
+        if let Some(lim) = &self.limiter {
+            lim.wake_all();
+        }
     }
 
     /// The item states of the buffer in `dir`, mapped with `access` (a reader maps
@@ -217,6 +304,8 @@ impl Lifecycle {
             first_maybe_live: 0.into(),
             tags: None,
             live_list: std::sync::Mutex::default(),
+            limiter: None,
+            wait: None,
         })
     }
 

@@ -716,6 +716,22 @@ pub(crate) fn open_life(
     Ok((map, header))
 }
 
+/// Maps the header page of the item state file shared and writable: the rate
+/// limiter's words, which every handle of a rate-limited buffer stores into (a reader
+/// too). The header was checked by `open_life` first.
+pub(crate) fn open_limiter(io: &dyn Io, dir: &Path) -> Result<map::LimiterMap> {
+    let path = life_path(dir);
+    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
+    let raw = io
+        .map(
+            &file,
+            crate::format::lifecycle::BODY_OFFSET as u64,
+            Access::Write,
+        )
+        .map_err(|e| Error::io("mmap", &path, e))?;
+    map::LimiterMap::new(raw, &path)
+}
+
 /// Gives a state file mapped as shared (`open_life`) a file of its own holding the same
 /// bytes, durable before it is renamed into place, and maps that writable.
 pub(crate) fn private_life(io: &dyn Io, map: &mut map::LifeMap) -> Result<()> {

@@ -291,7 +291,9 @@ impl<R: Writes> ReplayBuffer<R> {
     /// page cache. `flush` makes them survive a power loss too. With
     /// [`crate::Config::downsample`], random live items are then removed past its size.
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
+        self.admit(false, 1)?;
         let index = self.store_one(columns)?;
+        self.added();
         self.downsample()?;
         Ok(index)
     }
@@ -300,7 +302,13 @@ impl<R: Writes> ReplayBuffer<R> {
     /// With [`crate::Config::downsample`], random live items are then removed past its
     /// size (the new ones among them).
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+        let rows = columns.first().map_or(0, |c| {
+            c.rows()
+                .unwrap_or_else(|| c.shape().first().copied().unwrap_or(0))
+        });
+        self.admit(false, rows as u64)?;
         let added = self.store_batch(columns)?;
+        self.added();
         self.downsample()?;
         Ok(added)
     }

@@ -252,6 +252,9 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
         if request.remove {
             self.ready_to_remove()?;
         }
+        if request.draws() {
+            self.admit(true, request.n as u64)?;
+        }
         let life = self.parts.life.as_ref();
         match (self.rows).pick_unless_priority(request, life, indices, weights)? {
             Some(spec) => self.draw_prioritized(&spec, indices, weights),

@@ -10,8 +10,9 @@ use crate::algo::sample::{SampleSpec, draw_uniform_skipping};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::lifecycle::{Cause, Policy};
-use crate::parts::lifecycle::{ItemState, TagIndex};
+use crate::parts::lifecycle::{Counts, ItemState, TagIndex};
 use crate::request::Request;
+use std::time::Duration;
 
 use super::ReplayBuffer;
 use super::role::{Role, Writes};
@@ -304,6 +305,56 @@ impl<R: Role> ReplayBuffer<R> {
         };
         self.rows.check_live(indices)?;
         Ok(indices.iter().map(|&i| life.state(i)).collect())
+    }
+
+    /// Asks the rate limiter (buffers with one) whether a draw of `n` (`draw`, then
+    /// counted) or an add of `n` may go ahead, waiting as `set_rate_limit_wait` says.
+    pub(super) fn admit(&self, draw: bool, n: u64) -> Result<()> {
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        let tail = self.rows.tail;
+        let counts = Counts {
+            inserts: tail - crate::format::lanes::lane_base(tail),
+            size: self.len(),
+        };
+        life.admit(draw, n, || Ok(counts))
+    }
+
+    /// How long a draw or an add the rate limiter holds back waits for another process
+    /// (a reader drawing, the writer adding) before it is `RateLimited`: `None` (the
+    /// default) does not wait. Not stored: set it after each open.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use replaystore::{Column, Config, DType, Error, RateLimit, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).rate_limit(RateLimit::min_size(1));
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// buf.set_rate_limit_wait(Some(Duration::from_millis(20)));
+    /// let t = Instant::now();
+    /// let e = buf.sample(1).unwrap_err(); // nobody adds meanwhile
+    /// assert!(matches!(e, Error::RateLimited { waited: Some(_), .. }));
+    /// assert!(t.elapsed() >= Duration::from_millis(20));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_rate_limit_wait(&mut self, wait: Option<Duration>) {
+        if let Some(life) = &mut self.parts.life {
+            life.wait = wait;
+        }
+    }
+
+    /// How long a call the rate limiter holds back waits (see `set_rate_limit_wait`).
+    pub fn rate_limit_wait(&self) -> Option<Duration> {
+        self.parts.life.as_ref().and_then(|l| l.wait)
+    }
+
+    /// Items were added: handles waiting to draw (in any process) look again.
+    pub(super) fn added(&self) {
+        if let Some(life) = &self.parts.life {
+            life.added();
+        }
     }
 
     /// Removed items still in the live range.

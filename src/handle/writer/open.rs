@@ -93,6 +93,20 @@ impl ReplayBuffer<Writer> {
                         .into(),
                 });
             }
+            if let Some(rl) = life.rate_limit {
+                let spi = rl.samples_per_insert;
+                let sound = spi.is_finite() && spi > 0.0 && rl.min_diff <= rl.max_diff;
+                if !sound {
+                    return Err(Error::InvalidConfig {
+                        field: "rate_limit",
+                        problem: format!(
+                            "samples_per_insert {spi} must be finite and > 0, min_diff {} \
+                             at most max_diff {}",
+                            rl.min_diff, rl.max_diff
+                        ),
+                    });
+                }
+            }
             if life.policy.is_some() && !(1..=config.capacity).contains(&life.max_size) {
                 return Err(Error::InvalidConfig {
                     field: "max_size",
@@ -529,6 +543,7 @@ fn write_new_buffer(
                 .policy
                 .unwrap_or(crate::format::lifecycle::Policy::Fifo),
             seed,
+            rate_limit: life.rate_limit,
         };
         Lifecycle::create(io, dir, &header)?;
     }

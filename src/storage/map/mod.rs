@@ -8,10 +8,12 @@
 #![expect(unsafe_code, reason = "mapped memory is reached through raw pointers")]
 
 mod life;
+mod limiter;
 mod progress;
 mod tree;
 
 pub(crate) use life::LifeMap;
+pub(crate) use limiter::LimiterMap;
 pub(crate) use progress::ProgressMap;
 pub(crate) use tree::TreeMap;
 
