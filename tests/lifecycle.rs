@@ -922,3 +922,169 @@ fn read_samples(path: &Path) -> u64 {
     let b = std::fs::read(path.join("items.state")).unwrap();
     u64::from_le_bytes(b[SAMPLES_OFF..SAMPLES_OFF + 8].try_into().unwrap())
 }
+
+#[test]
+fn a_reservoir_keeps_every_item_ever_added_with_equal_chance_past_the_rings_lap() {
+    // 50 items into a reservoir of 10 in a ring of 20: each kept with chance 1/5, the
+    // oldest as often as the newest, though the ring laps two and a half times.
+    let dir = tempfile::tempdir().unwrap();
+    let mut counts = [0u64; 50];
+    for seed in 0..400u64 {
+        let path = dir.path().join(format!("r{seed}"));
+        let config = Config::new(schema(), 20).reservoir(10).seed(seed);
+        let mut buf = ReplayBuffer::create(&path, config).unwrap();
+        for i in 0..50 {
+            add(&mut buf, i, 1);
+        }
+        assert_eq!(buf.len(), 10);
+        // Each kept item is its own row (renamed items keep their bytes): x names the
+        // item as it was added.
+        let live: Vec<u64> = buf.live().collect();
+        let states = buf.item_states(&live).unwrap();
+        let kept: Vec<u64> = live
+            .iter()
+            .zip(&states)
+            .filter(|(_, s)| s.removed.is_none())
+            .map(|(&i, _)| i)
+            .collect();
+        let b = buf.get_many(&kept).unwrap();
+        for &x in b.get::<i64>("x").unwrap() {
+            counts[x as usize] += 1;
+        }
+        drop(buf);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+    let expected = 400.0 * 10.0 / 50.0;
+    let chi2: f64 = counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum();
+    // 49 degrees of freedom: the 0.999 quantile is 85.4.
+    assert!(chi2 < 85.4, "chi-square {chi2}: {counts:?}");
+    assert!(
+        counts[..10].iter().all(|&c| c > 0),
+        "the first items survive laps"
+    );
+}
+
+#[test]
+fn a_reservoir_decides_the_same_after_a_reopen_and_verifies_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |path: &Path, reopen: bool| {
+        let config = Config::new(schema(), 32)
+            .reservoir(12)
+            .prioritized(0.6, 0.01)
+            .seed(21);
+        let mut buf = ReplayBuffer::create(path, config).unwrap();
+        let mut next = 0;
+        for (step, k) in [3u64, 9, 1, 20, 5, 2, 17, 1, 8].into_iter().enumerate() {
+            if reopen && step == 4 {
+                buf.close().unwrap();
+                buf = ReplayBuffer::open(path).unwrap();
+            }
+            add(&mut buf, next, k);
+            next += k;
+            buf.sample(Request::rows(4).prioritized(0.4)).unwrap();
+        }
+        let live: Vec<u64> = buf.live().collect();
+        let kept: Vec<i64> = live
+            .iter()
+            .zip(buf.item_states(&live).unwrap())
+            .filter(|(_, s)| s.removed.is_none())
+            .map(|(&i, _)| buf.get(i).unwrap().get::<i64>("x").unwrap()[0])
+            .collect();
+        buf.close().unwrap();
+        let report = verify(path).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        kept
+    };
+    let a = run(&dir.path().join("a"), false);
+    let b = run(&dir.path().join("b"), true);
+    assert_eq!(a.len(), 12);
+    assert_eq!(a, b);
+    let e = ReplayBuffer::create(
+        dir.path().join("c"),
+        Config::new(schema(), 10).reservoir(10),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
+}
+
+const RESERVOIR_CHILD: &str = "REPLAYSTORE_RESERVOIR_CHILD";
+
+/// The child of the reservoir kill test: adds 1 to 3 items at a time to a reservoir
+/// (x = its running count), saying `added a b` after each call returns.
+#[test]
+fn reservoir_kill_child() {
+    let Ok(dir) = std::env::var(RESERVOIR_CHILD) else {
+        return;
+    };
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    let mut x = 1000i64;
+    for k in 0..120u64 {
+        let n = 1 + k % 3;
+        let xs: Vec<i64> = (x..x + n as i64).collect();
+        let pad = vec![0u8; 5 * n as usize];
+        let r = buf
+            .add_batch(&[
+                Column::new("x", &xs),
+                Column::new("pad", &pad).with_shape(&[n as usize, 5]),
+            ])
+            .unwrap();
+        println!("added {} {}", r.start, r.end);
+        x += n as i64;
+    }
+    println!("finished");
+}
+
+/// Promise: a kill at any step of a reservoir's renames and copies (the named points
+/// `rename-before-stamp` and `copy-before-clear`) leaves a buffer that verifies, opens,
+/// and keeps every item it had kept: at most `max_size` plus the one being copied
+/// (which may be at both indices, never at neither), each row intact.
+#[cfg(feature = "kill-points")]
+#[test]
+fn kill_at_each_named_point_of_a_reservoir_keeps_every_kept_item() {
+    common::kill_at_each_point(
+        "reservoir_kill_child",
+        RESERVOIR_CHILD,
+        &["rename-before-stamp", "copy-before-clear"],
+        &[1, 3, 9],
+        |dir, _| {
+            let config = Config::new(schema(), 24).reservoir(10).seed(5);
+            let mut buf = ReplayBuffer::create(dir, config).unwrap();
+            add(&mut buf, 0, 10);
+            buf.close().unwrap();
+            dir.display().to_string()
+        },
+        |dir, _lines, ctx| {
+            let report = verify(dir).unwrap();
+            assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+            let mut buf = ReplayBuffer::open(dir).unwrap();
+            let live: Vec<u64> = buf.live().collect();
+            let kept: Vec<u64> = live
+                .iter()
+                .zip(buf.item_states(&live).unwrap())
+                .filter(|(_, s)| s.removed.is_none())
+                .map(|(&i, _)| i)
+                .collect();
+            assert!(
+                (10..=11).contains(&kept.len()),
+                "{ctx}: kept {}",
+                kept.len()
+            );
+            let xs = buf.get_many(&kept).unwrap();
+            let mut xs = xs.get::<i64>("x").unwrap().to_vec();
+            xs.sort_unstable();
+            let distinct = {
+                let mut d = xs.clone();
+                d.dedup();
+                d.len()
+            };
+            assert!(distinct >= 10, "{ctx}: {xs:?}");
+            // And it goes on: adds keep the reservoir at its size (a duplicate is
+            // removed like any kept item, in time).
+            add(&mut buf, 9000, 1);
+            assert!(buf.len() <= 11, "{ctx}");
+        },
+    );
+}

@@ -104,6 +104,7 @@ class ReplayBuffer:
         item_states: bool = False,
         max_use: Optional[int] = None,
         max_size: Optional[int] = None,
+        reservoir: Optional[int] = None,
         min_size_to_sample: Optional[int] = None,
         samples_per_insert: Optional[float] = None,
         error_buffer: Optional[float] = None,
@@ -116,7 +117,9 @@ class ReplayBuffer:
         ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
         does too and removes an item on its N-th draw; ``max_size=M`` does too and,
         past M live items, removes random ones after each add (UnstableBaselines'
-        downsampling). ``min_size_to_sample`` alone is Reverb's ``MinSize`` rate
+        downsampling); ``reservoir=M`` keeps a reservoir of M (RLlib's
+        ``ReservoirReplayBuffer``: every item ever added kept with equal chance).
+        ``min_size_to_sample`` alone is Reverb's ``MinSize`` rate
         limiter; with ``samples_per_insert`` (and ``error_buffer``) its
         ``SampleToInsertRatio``: held-back calls raise ``RateLimitedError`` or wait
         ``rate_limit_wait`` seconds for another process."""

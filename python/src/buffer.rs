@@ -191,7 +191,7 @@ impl PyBuffer {
     /// their values live in (default 4 KiB per item; when the values of the live items
     /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -213,6 +213,7 @@ impl PyBuffer {
         item_states: bool,
         max_use: Option<u64>,
         max_size: Option<u64>,
+        reservoir: Option<u64>,
         min_size_to_sample: Option<u64>,
         samples_per_insert: Option<f64>,
         error_buffer: Option<f64>,
@@ -226,6 +227,9 @@ impl PyBuffer {
         };
         if let Some(m) = max_size {
             config = config.downsample(m);
+        }
+        if let Some(m) = reservoir {
+            config = config.reservoir(m);
         }
         // Reverb's rate limiters: SampleToInsertRatio with `samples_per_insert` (and
         // `error_buffer`), else MinSize with `min_size_to_sample` alone.

@@ -225,3 +225,20 @@ def test_rate_limits_hold_calls_back_or_wait_for_the_other_process(tmp_path):
     # 21 added, 20 drawn: one more draw is within the buffer of 2; five more are not.
     with pytest.raises(rs.RateLimitedError):
         buf.sample(5)
+
+
+def test_a_reservoir_keeps_old_items_as_often_as_new_ones(tmp_path):
+    kept_old = 0
+    for seed in range(40):
+        buf = rs.ReplayBuffer.create(tmp_path / f"r{seed}", {"x": "int64"}, 40,
+                                     reservoir=10, seed=seed)
+        for i in range(200):
+            buf.add(x=i)
+        assert len(buf) == 10
+        live = np.arange(buf.stats()["head"], buf.stats()["tail"])
+        states = buf.item_states(live)
+        xs = buf.get(live[~states["removed"]])["x"]
+        kept_old += int((xs < 100).sum())
+        assert buf.stats()["removals"]["reservoir"] == 190
+    # Half the 200 items are older than 100: about half of the 400 kept.
+    assert 150 < kept_old < 250, kept_old

@@ -17,7 +17,8 @@
 //! 40  8  max_use: an item is removed by the draw that returns it for the max_use-th
 //!        time (0: never), at most 65,535
 //! 48  8  max_size: items kept live by the eviction policy (0 with FIFO)
-//! 56  4  policy: 0 FIFO (the ring's alone), 1 random downsampling past max_size
+//! 56  4  policy: 0 FIFO (the ring's alone), 1 random downsampling past max_size,
+//!        2 reservoir of max_size
 //! 60  4  reserved, 0
 //! 64  8  seed of the policy's random decisions
 //! 72  4  rate limit flags: bit 0 the buffer has a rate limiter (below)
@@ -34,6 +35,8 @@
 //! 192 8  samples: items drawn since create, by every handle (the rate limiter's)
 //! 200 4  wake: bumped after every add and draw of a rate-limited buffer (a futex word)
 //! 204 4  waiting: handles waiting on `wake` now
+//! 208 8  renamed: indices a reservoir handed to kept items it renamed past the ring's
+//!        lap (items added = tail - lane base - renamed)
 //! ```
 //! Word of slot `s`, for the item `lap * capacity + s`:
 //! ```text
@@ -87,6 +90,8 @@ pub const SAMPLES_OFF: usize = REMOVED_BY_OFF + 8 * 7;
 pub const WAKE_OFF: usize = SAMPLES_OFF + 8;
 /// Offset of the 32-bit count of handles waiting on the wake word.
 pub const WAITING_OFF: usize = WAKE_OFF + 4;
+/// Offset of the atomic count of renames (a reservoir's kept items renamed to the tail).
+pub const RENAMED_OFF: usize = WAITING_OFF + 4;
 /// Offset of the first slot's word.
 pub const BODY_OFFSET: usize = 4096;
 /// The largest `max_use`: uses are counted in 16 bits.
@@ -176,6 +181,11 @@ pub enum Policy {
     /// Past `max_size` live items, uniformly random live items are removed
     /// (UnstableBaselines' downsampling).
     Downsample = 1,
+    /// Reservoir sampling (Vitter's algorithm R, RLlib's `ReservoirReplayBuffer`): the
+    /// `n`-th item added is kept with probability `max_size / n`, in place of a
+    /// uniformly random kept item, so each item ever added is kept with equal chance.
+    /// Kept items the ring reaches are renamed to the tail instead of overwritten.
+    Reservoir = 2,
 }
 
 impl Policy {
@@ -184,6 +194,7 @@ impl Policy {
         match v {
             0 => Some(Policy::Fifo),
             1 => Some(Policy::Downsample),
+            2 => Some(Policy::Reservoir),
             _ => None,
         }
     }
@@ -374,7 +385,7 @@ impl LifeHeader {
             return Err(Problem::Field {
                 offset: POLICY_OFF as u64,
                 name: "policy",
-                expected: "0 (FIFO) or 1 (downsample)".into(),
+                expected: "0 (FIFO), 1 (downsample) or 2 (reservoir)".into(),
                 got: policy.to_string(),
             });
         };
@@ -449,6 +460,10 @@ impl LifeHeader {
             (Policy::Fifo, got) => return bad(MAX_SIZE_OFF, "max_size", "0 with FIFO".into(), got),
             (_, got) if !sized => {
                 let expected = format!("1..={} (the capacity)", h.capacity);
+                return bad(MAX_SIZE_OFF, "max_size", expected, got);
+            }
+            (Policy::Reservoir, got) if got == h.capacity => {
+                let expected = format!("1..{} (below the capacity)", h.capacity);
                 return bad(MAX_SIZE_OFF, "max_size", expected, got);
             }
             _ => {}

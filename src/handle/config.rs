@@ -292,6 +292,34 @@ impl Config {
         self
     }
 
+    /// Keeps item states and a reservoir of `max_size` items (RLlib's
+    /// `ReservoirReplayBuffer`, Vitter's algorithm R): the `n`-th item added is kept
+    /// with probability `max_size / n`, in place of a uniformly random kept item, and
+    /// otherwise removed at once (its index is still handed out), so at every moment
+    /// each item ever added is kept with the same chance. A kept item the ring reaches
+    /// is renamed to the tail (its row stays where it is, under the next index of its
+    /// slot) instead of being overwritten, so the ring's age bound never applies. The
+    /// decisions come from a stream that is a pure function of the seed and the item's
+    /// index: a reopened or restored buffer decides as this one would. `max_size` must
+    /// be below the capacity (twice it or more keeps renames rare); items with
+    /// variable-length fields are not supported yet.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 20).reservoir(8))?;
+    /// for x in 0..100i64 {
+    ///     buf.add(&[Column::scalar("x", &x)])?;
+    /// }
+    /// assert_eq!(buf.len(), 8);
+    /// assert_eq!(buf.stats().removals.reservoir, 92);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reservoir(self, max_size: u64) -> Config {
+        self.with_policy(crate::format::lifecycle::Policy::Reservoir, max_size)
+    }
+
     fn with_policy(mut self, policy: crate::format::lifecycle::Policy, max_size: u64) -> Config {
         let settings = self.lifecycle.unwrap_or_default();
         self.lifecycle = Some(LifeSettings {

@@ -382,7 +382,7 @@ impl Reader {
             self.refresh_files()?;
             let tail = self.rows.tail;
             Ok(crate::parts::lifecycle::Counts {
-                inserts: tail - crate::format::lanes::lane_base(tail),
+                inserts: tail - crate::format::lanes::lane_base(tail) - life.renames(),
                 size: self.rows.len() - life.removed_live().min(self.rows.len()),
             })
         });

@@ -15,7 +15,9 @@
 use std::path::Path;
 
 use crate::error::{Finding, Result};
-use crate::format::lifecycle::{BODY_OFFSET, Cause, LifeHeader, Policy, REMOVED_LIVE_OFF, Word};
+use crate::format::lifecycle::{
+    BODY_OFFSET, Cause, LifeHeader, Policy, REMOVED_LIVE_OFF, RENAMED_OFF, Word,
+};
 use crate::format::manifest::Superblock;
 use crate::storage::io::{Access, Io};
 use crate::storage::map::{LifeMap, LimiterMap};
@@ -465,8 +467,23 @@ impl Lifecycle {
         self.map.add_counter(cause.counter_off(), 1);
     }
 
+    /// The live item `from` was renamed to `to`, the next index of its slot (the
+    /// reservoir keeps it past the ring's lap): its uses go with it.
+    pub fn renamed(&mut self, from: u64, to: u64) {
+        let cap = self.capacity();
+        let w = self.word(from);
+        self.map
+            .store(to % cap, Word::new(to, cap, w.uses(), w.cause()).0);
+        self.map.add_counter(RENAMED_OFF, 1);
+    }
+
+    /// Indices handed to renamed items: the items added are `tail - base - renamed`.
+    pub fn renames(&self) -> u64 {
+        self.map.counter(RENAMED_OFF)
+    }
+
     /// The head moved to `to`: removed items it passed leave the live count.
-    fn head_to(&mut self, to: u64) {
+    pub fn head_to(&mut self, to: u64) {
         if to <= self.head {
             self.head = self.head.min(to);
             return;

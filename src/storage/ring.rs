@@ -321,7 +321,16 @@ impl Ring {
         self.locate(slot).map_or(0, |(seg, k)| seg.load_stamp(k))
     }
 
-    /// Marks a slot never written.
+    /// Renames the complete item in `slot` to `index`, its bytes as they are (see
+    /// `SegmentMap::restamp`).
+    pub(crate) fn restamp(&mut self, slot: u64, index: u64) {
+        let (s, k) = self.split(slot);
+        if let Some(seg) = self.segments.get_mut(s) {
+            seg.restamp(k, index);
+        }
+    }
+
+    /// Marks `slot` as never written.
     pub(crate) fn clear_stamp(&mut self, slot: u64) {
         let (s, k) = self.split(slot);
         if let Some(seg) = self.segments.get_mut(s) {

@@ -134,7 +134,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// Copies each segment that a snapshot links and that the next `count` stores from
     /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
     /// live rows are copied. Fails before anything is stored, losing nothing.
-    fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
+    pub(super) fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
         // Adds write leaves (and evictions zero them): a linked tree is copied first.
         if self.parts.tree.is_shared() {
             self.private_tree()?;
@@ -169,7 +169,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// with whole-episode eviction, the oldest row's episode). `reset`: the row begins
     /// an episode, so it ends no transition and gets no priority.
     #[inline(always)]
-    fn push_row(
+    pub(super) fn push_row(
         &mut self,
         fields: &[&[u8]],
         step: Option<&[u8; STEP_HEADER_LEN]>,
@@ -254,7 +254,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// Before storing `rows` more rows: the parts' checks that may fail (an eviction
     /// record made durable when the rows overwrite committed items).
     #[inline(always)]
-    fn guard_evictions(&mut self, rows: u64) -> Result<()> {
+    pub(super) fn guard_evictions(&mut self, rows: u64) -> Result<()> {
         let records = Records {
             io: &*self.rows.io,
             manifest: self.commits.file.as_ref(),
@@ -292,9 +292,11 @@ impl<R: Writes> ReplayBuffer<R> {
     /// [`crate::Config::downsample`], random live items are then removed past its size.
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.admit(false, 1)?;
+        self.make_room_for_reservoir(1)?;
         let index = self.store_one(columns)?;
         self.added();
         self.downsample()?;
+        self.reservoir_decide(index..index + 1)?;
         Ok(index)
     }
     /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
@@ -307,9 +309,11 @@ impl<R: Writes> ReplayBuffer<R> {
                 .unwrap_or_else(|| c.shape().first().copied().unwrap_or(0))
         });
         self.admit(false, rows as u64)?;
+        self.make_room_for_reservoir(rows as u64)?;
         let added = self.store_batch(columns)?;
         self.added();
         self.downsample()?;
+        self.reservoir_decide(added.clone())?;
         Ok(added)
     }
     /// `add` before the policy: the item stored.

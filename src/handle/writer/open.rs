@@ -107,6 +107,18 @@ impl ReplayBuffer<Writer> {
                     });
                 }
             }
+            let reservoir = life.policy == Some(crate::format::lifecycle::Policy::Reservoir);
+            if reservoir && (life.max_size >= config.capacity || config.schema.has_var()) {
+                return Err(Error::InvalidConfig {
+                    field: "reservoir",
+                    problem: format!(
+                        "a reservoir of {} in a ring of {}: it needs room beyond the items \
+                         it keeps (max_size below the capacity), and fixed-size fields \
+                         only (items with variable-length values are not renamed yet)",
+                        life.max_size, config.capacity
+                    ),
+                });
+            }
             if life.policy.is_some() && !(1..=config.capacity).contains(&life.max_size) {
                 return Err(Error::InvalidConfig {
                     field: "max_size",

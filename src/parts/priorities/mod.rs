@@ -617,6 +617,16 @@ impl Priorities {
         });
     }
 
+    /// Sets the leaf of `to` to the leaf of `from` and `from`'s to 0, fixing their
+    /// parents: an item moved from one slot to the other keeps its priority.
+    pub(crate) fn move_leaf(&mut self, from: u64, to: u64) {
+        self.fix_pending();
+        let w = self.map.words_mut();
+        let leaf = with_tree!(&self.tree, t => t.leaf(w, from as usize));
+        let slots = [to as usize, from as usize];
+        with_tree!(&self.tree, t => t.update(w, &slots, &[leaf, 0.0], &mut self.scratch));
+    }
+
     /// Zeroes the leaves of `slots` and fixes their parents: items removed before the
     /// head passed them, never drawn again.
     pub(crate) fn zero_slots(&mut self, slots: &[u64]) {

@@ -161,6 +161,16 @@ impl SegmentMap {
         self.stamp_atomic(k).load(Ordering::Acquire)
     }
 
+    /// Renames the complete item in slot `k` to `index` (the same slot's next lap): one
+    /// release store of its stamp, its bytes left as they are. A reader copying the row
+    /// meanwhile sees the stamp change and draws again; a kill leaves one name or the
+    /// other, never a torn row. The checksum is the next flush's (it is index-seeded).
+    pub(crate) fn restamp(&mut self, k: usize, index: u64) {
+        debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
+        self.stamp_atomic(k)
+            .store(row::stamp_of(index), Ordering::Release);
+    }
+
     /// Marks slot `k` as never written (recovery drops rows past the recovered tail).
     pub(crate) fn clear_stamp(&mut self, k: usize) {
         debug_assert!(self.writable && !self.shared, "store into {:?}", self.path);
