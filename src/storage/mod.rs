@@ -479,13 +479,42 @@ pub(crate) fn sole_name(io: &dyn Io, path: &Path) -> Result<()> {
 /// this returns (`sole_name`), as with a segment's copy-on-write. If the other names are
 /// gone by now (the snapshot was deleted) nothing is copied.
 pub(crate) fn private_tree(io: &dyn Io, map: &mut map::TreeMap) -> Result<()> {
-    let path = map.path().to_path_buf();
-    sole_name(io, &path)?;
-    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
-    let raw = io
-        .map(&file, map.mapped_len() as u64, Access::Write)
-        .map_err(|e| Error::io("mmap", &path, e))?;
+    let raw = own_copy_mapped(io, map.path(), map.mapped_len())?;
     map.replace_mapping(raw)
+}
+
+/// Makes the file at `path` (written in place: the tree, the item states) the only
+/// name of its bytes (`sole_name`) and maps `len` bytes of it writable.
+fn own_copy_mapped(io: &dyn Io, path: &Path, len: usize) -> Result<memmap2::MmapRaw> {
+    sole_name(io, path)?;
+    let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
+    io.map(&file, len as u64, Access::Write)
+        .map_err(|e| Error::io("mmap", path, e))
+}
+
+/// Opens a file written in place (the tree, the item states) for `access`, with at
+/// least `least` bytes. One with other names (a restore linked a snapshot's copy) is
+/// opened read-only: its holder copies it before the first store, so a restore costs
+/// links and a restored file that is only read is never copied. Returns the file, its
+/// length, the access it was opened with and whether it is shared.
+fn open_in_place(
+    io: &dyn Io,
+    path: &Path,
+    access: Access,
+    least: u64,
+) -> Result<(File, u64, Access, bool)> {
+    use std::os::unix::fs::MetadataExt;
+    let shared = access.writes_file() && regular_file_meta(path).is_some_and(|m| m.nlink() > 1);
+    let access = if shared { Access::Read } else { access };
+    let (file, len) = open_with_len(io, path, access)?;
+    if len < least {
+        return Err(Error::Truncated {
+            file: path.to_path_buf(),
+            expected: least,
+            got: len,
+        });
+    }
+    Ok((file, len, access, shared))
 }
 
 /// The metadata of `path` if it is a regular file, the name itself (a link is not
@@ -577,20 +606,9 @@ pub(crate) fn open_tree(
 )> {
     use crate::format::tree::{BODY_OFFSET, CAPACITY_OFF, HEADER_LEN, TreeHeader, UUID_OFF};
     let path = tree_path(dir);
-    // A tree with other names (a restore linked the snapshot's copy) is mapped
-    // read-only; its owner copies it before the first store (`private_tree`), so a
-    // restore costs links, and a restored tree that is only read is never copied.
-    use std::os::unix::fs::MetadataExt;
-    let shared = access.writes_file() && regular_file_meta(&path).is_some_and(|m| m.nlink() > 1);
-    let access = if shared { Access::Read } else { access };
-    let (file, len) = open_with_len(io, &path, access)?;
-    if len < BODY_OFFSET as u64 {
-        return Err(Error::Truncated {
-            file: path,
-            expected: BODY_OFFSET as u64,
-            got: len,
-        });
-    }
+    // A tree a restore linked is mapped read-only until its owner's first store
+    // (`private_tree`).
+    let (file, len, access, shared) = open_in_place(io, &path, access, BODY_OFFSET as u64)?;
     let raw = io
         .map(&file, len, access)
         .map_err(|e| Error::io("mmap", &path, e))?;
@@ -668,18 +686,8 @@ pub(crate) fn open_life(
     access: Access,
 ) -> Result<(map::LifeMap, crate::format::lifecycle::LifeHeader)> {
     use crate::format::lifecycle::{BODY_OFFSET, CAPACITY_OFF, LifeHeader, UUID_OFF};
-    use std::os::unix::fs::MetadataExt;
     let path = life_path(dir);
-    let shared = access.writes_file() && regular_file_meta(&path).is_some_and(|m| m.nlink() > 1);
-    let access = if shared { Access::Read } else { access };
-    let (file, len) = open_with_len(io, &path, access)?;
-    if len < BODY_OFFSET as u64 {
-        return Err(Error::Truncated {
-            file: path,
-            expected: BODY_OFFSET as u64,
-            got: len,
-        });
-    }
+    let (file, len, access, shared) = open_in_place(io, &path, access, BODY_OFFSET as u64)?;
     let mut page = vec![0u8; BODY_OFFSET];
     io.read_at(&file, 0, &mut page)
         .map_err(|e| Error::io("read", &path, e))?;
@@ -735,12 +743,7 @@ pub(crate) fn open_limiter(io: &dyn Io, dir: &Path) -> Result<map::LimiterMap> {
 /// Gives a state file mapped as shared (`open_life`) a file of its own holding the same
 /// bytes, durable before it is renamed into place, and maps that writable.
 pub(crate) fn private_life(io: &dyn Io, map: &mut map::LifeMap) -> Result<()> {
-    let path = map.path().to_path_buf();
-    sole_name(io, &path)?;
-    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
-    let raw = io
-        .map(&file, map.mapped_len() as u64, Access::Write)
-        .map_err(|e| Error::io("mmap", &path, e))?;
+    let raw = own_copy_mapped(io, map.path(), map.mapped_len())?;
     map.replace_mapping(raw)
 }
 
