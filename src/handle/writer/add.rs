@@ -291,6 +291,10 @@ impl<R: Writes> ReplayBuffer<R> {
     /// page cache. `flush` makes them survive a power loss too. With
     /// [`crate::Config::downsample`], random live items are then removed past its size.
     pub fn add(&mut self, columns: &[Column<'_>]) -> Result<u64> {
+        // Buffers without item states (the hot path: W1 add1) go straight to the row.
+        if self.parts.life.is_none() {
+            return self.store_one(columns);
+        }
         self.admit(false, 1)?;
         self.make_room_for_reservoir(1)?;
         let index = self.store_one(columns)?;
@@ -304,6 +308,9 @@ impl<R: Writes> ReplayBuffer<R> {
     /// With [`crate::Config::downsample`], random live items are then removed past its
     /// size (the new ones among them).
     pub fn add_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
+        if self.parts.life.is_none() {
+            return self.store_batch(columns);
+        }
         let rows = columns.first().map_or(0, |c| {
             c.rows()
                 .unwrap_or_else(|| c.shape().first().copied().unwrap_or(0))
@@ -317,6 +324,7 @@ impl<R: Writes> ReplayBuffer<R> {
         Ok(added)
     }
     /// `add` before the policy: the item stored.
+    #[inline(always)]
     fn store_one(&mut self, columns: &[Column<'_>]) -> Result<u64> {
         self.writable()?;
         self.not_episodic("add")?;
@@ -355,6 +363,7 @@ impl<R: Writes> ReplayBuffer<R> {
         result
     }
     /// `add_batch` before the policy: the rows stored.
+    #[inline(always)]
     fn store_batch(&mut self, columns: &[Column<'_>]) -> Result<Range<u64>> {
         self.writable()?;
         self.not_episodic("add_batch")?;
