@@ -68,8 +68,8 @@ pub use handle::inspect::{
     verify_opts,
 };
 pub use handle::{
-    Actor, Config, EpisodeChunk, Frozen, GetOptions, HoldsTree, Lane, Lanes, PriorityLane,
-    PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
+    Actor, Config, EpisodeChunk, Frozen, GetOptions, GroupCount, HoldsTree, Lane, Lanes,
+    PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::lifecycle::{ItemState, ItemStats, Removals};

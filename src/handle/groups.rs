@@ -26,6 +26,57 @@ pub(crate) enum KeyField {
     Var(usize),
 }
 
+/// How many items of the live range one group holds: what `replaystore info --by`
+/// prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupCount {
+    /// The key's value of each field, as text (numbers, text as it is, bytes in hex,
+    /// arrays in brackets).
+    pub key: Vec<String>,
+    /// Items of the group not removed.
+    pub live: u64,
+    /// Items of the group removed (item states) but not yet passed by the ring.
+    pub removed: u64,
+}
+
+/// Each field's value in `key` (length-prefixed bytes, as `GroupIndex` keeps them), as
+/// text for the fields `fields` of `schema`.
+pub(crate) fn render_key(schema: &Schema, fields: &[KeyField], key: &[u8]) -> Vec<String> {
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for &f in fields {
+        let len = key
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes) as usize;
+        let bytes = key.get(at + 8..at + 8 + len).unwrap_or(&[]);
+        at += 8 + len;
+        let (dtype, text) = match f {
+            KeyField::Fixed(p) => (schema.fields().get(p).map(|x| x.dtype()), false),
+            KeyField::Var(v) => match schema.var_fields().get(v).map(|x| x.kind()) {
+                Some(crate::schema::VarKind::Str) => (None, true),
+                Some(crate::schema::VarKind::Ragged(d)) => (Some(d), false),
+                _ => (None, false),
+            },
+        };
+        out.push(match (dtype, text) {
+            (_, true) => String::from_utf8_lossy(bytes).into_owned(),
+            (Some(d), _) => {
+                let items: Vec<String> = bytes
+                    .chunks(d.size().max(1))
+                    .map(|e| d.decode_f64(e).to_string())
+                    .collect();
+                match items.len() {
+                    1 => items.concat(),
+                    _ => format!("[{}]", items.join(", ")),
+                }
+            }
+            (None, false) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        });
+    }
+    out
+}
+
 /// The live items by group key, as one handle last extended it.
 #[derive(Debug, Default)]
 pub(crate) struct GroupIndex {

@@ -5,7 +5,7 @@
 
 pub(crate) mod config;
 mod core;
-mod groups;
+pub(crate) mod groups;
 pub mod inspect;
 mod lanes;
 mod owner;
@@ -17,6 +17,7 @@ mod views;
 mod writer;
 
 pub use config::{Config, Stats};
+pub use groups::GroupCount;
 pub use lanes::{Lane, Lanes, PriorityLane};
 pub use owner::PriorityOwner;
 pub use reader::Reader;

@@ -400,6 +400,25 @@ impl Reader {
         }
     }
 
+    /// How many live and removed items each group of the key `fields` holds now (see
+    /// `Request::by_group`): `replaystore info --by`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("env", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10).item_states())?;
+    /// buf.add_batch(&[Column::new("env", &[0u8, 1, 1, 1])])?;
+    /// buf.remove(&[1])?;
+    /// let groups = Reader::open(dir.path().join("b"))?.group_counts(&["env"])?;
+    /// assert_eq!((groups[1].key[0].as_str(), groups[1].live, groups[1].removed), ("1", 2, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn group_counts(&mut self, fields: &[&str]) -> Result<Vec<crate::GroupCount>> {
+        self.refresh()?;
+        self.rows.group_counts(fields, self.life.as_ref())
+    }
+
     /// Whether live index `index` was removed (item states), as the words say now.
     pub(super) fn is_removed(&self, index: u64) -> bool {
         self.life.as_ref().is_some_and(|l| l.is_removed(index))

@@ -11,7 +11,7 @@ use rand_chacha::rand_core::SeedableRng;
 
 use super::Stats;
 use super::core::Draws;
-use super::groups::{GroupIndex, KeyField, pick_from_groups};
+use super::groups::{GroupCount, GroupIndex, KeyField, pick_from_groups, render_key};
 use crate::algo::sample::{SampleSpec, draw_uniform, draw_uniform_skipping};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -607,6 +607,35 @@ impl Rows {
         picked?;
         self.draws.sampled += out.len() as u64;
         Ok(())
+    }
+
+    /// How many items of the live range each group of the key `names` holds, live and
+    /// removed, in the order of the keys' bytes (one pass over the live rows).
+    pub(crate) fn group_counts(
+        &self,
+        names: &[&str],
+        life: Option<&Lifecycle>,
+    ) -> Result<Vec<GroupCount>> {
+        let index = GroupIndex::new(&self.schema, names)?;
+        let mut counts: std::collections::BTreeMap<Vec<u8>, (u64, u64)> = Default::default();
+        for i in self.head..self.tail {
+            let Some(key) = self.key_of(i, &index.fields) else {
+                continue;
+            };
+            let c = counts.entry(key).or_default();
+            match life.is_some_and(|l| l.is_removed(i)) {
+                true => c.1 += 1,
+                false => c.0 += 1,
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .map(|(key, (live, removed))| GroupCount {
+                key: render_key(&self.schema, &index.fields, &key),
+                live,
+                removed,
+            })
+            .collect())
     }
 
     /// The group key of item `index`: each field's bytes, length-prefixed; `None` when

@@ -204,13 +204,28 @@ fn print_priorities(p: &PriorityInfo) {
 }
 
 /// `replaystore info`: a buffer, or a lane set lane by lane.
-pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
+pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failure> {
     if let Some(lanes) = storage::read_lanes(&OsIo, dir)? {
         return lanes_info(dir, &lanes, as_json);
     }
     let info = inspect(dir)?;
+    let groups = match by.is_empty() {
+        true => None,
+        false => {
+            let names: Vec<&str> = by.iter().map(String::as_str).collect();
+            Some(replaystore::Reader::open(dir)?.group_counts(&names)?)
+        }
+    };
     if as_json {
-        say!("{:#}", info_json(&info));
+        let mut v = info_json(&info);
+        if let (Some(g), Some(map)) = (&groups, v.as_object_mut()) {
+            let rows: Vec<serde_json::Value> = g
+                .iter()
+                .map(|c| json!({"key": c.key, "live": c.live, "removed": c.removed}))
+                .collect();
+            map.insert("groups".into(), json!({"by": by, "groups": rows}));
+        }
+        say!("{v:#}");
         return Ok(ExitCode::SUCCESS);
     }
     let c = &info.commit;
@@ -273,6 +288,21 @@ pub fn info(dir: &Path, as_json: bool) -> Result<ExitCode, Failure> {
     }
     if let Some(i) = &info.items {
         print_items(i);
+    }
+    if let Some(g) = &groups {
+        say!(
+            "groups     by {} ({} groups, as the writer left them now)",
+            by.join(", "),
+            g.len()
+        );
+        for c in g {
+            say!(
+                "  {:<40} {:>10} live {:>10} removed",
+                c.key.join(" / "),
+                c.live,
+                c.removed
+            );
+        }
     }
     if let Some(e) = &info.episodes {
         match (&e.problem, e.steps) {

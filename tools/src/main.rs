@@ -74,6 +74,10 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also count the live and removed items of each group of these fields
+        /// (comma-separated: `--by env_id,pid`), as draws by group see them.
+        #[arg(long, value_delimiter = ',')]
+        by: Vec<String>,
     },
     /// List a buffer's snapshots (checkpoints) with the bytes each shares and owns;
     /// delete one or keep the newest K (these take the writer lock).
@@ -272,7 +276,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { dir, steps } => demo::run(dir, steps).map_err(Failure::from),
-        Command::Info { dir, json } => info::info(&dir, json),
+        Command::Info { dir, json, by } => info::info(&dir, json, &by),
         Command::Verify { dir, deep, json } => check::run_verify(&dir, deep, json),
         Command::Dump {
             dir,

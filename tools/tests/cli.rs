@@ -1037,3 +1037,53 @@ fn info_gives_the_length_statistics_of_the_live_values_only() {
         "{t}"
     );
 }
+
+#[test]
+fn info_counts_removed_and_live_items_and_each_group_of_a_key() {
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("g");
+    let dir_s = dir.to_str().unwrap();
+    let schema = Schema::builder()
+        .field("pid", DType::I8, &[])
+        .variable("env_id", VarKind::Str, None)
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 100).max_use(3)).unwrap();
+    for k in 0..30i8 {
+        let env = if k < 20 { "chess" } else { "go" };
+        buf.add(&[Column::scalar("pid", &(k % 2)), Column::text("env_id", env)])
+            .unwrap();
+    }
+    buf.remove(&[0, 1, 2, 25]).unwrap();
+    buf.close().unwrap();
+    let o = run(&["info", dir_s, "--json", "--by", "env_id,pid"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format_version"], 3);
+    assert_eq!(
+        (v["len"].as_u64(), v["items"]["removed"].as_u64()),
+        (Some(26), Some(4))
+    );
+    assert_eq!(v["items"]["removals"]["explicit"], 4);
+    assert_eq!(v["items"]["max_use"], 3);
+    let groups = v["groups"]["groups"].as_array().unwrap();
+    let find = |env: &str, pid: &str| {
+        groups
+            .iter()
+            .find(|g| g["key"][0] == env && g["key"][1] == pid)
+            .map(|g| (g["live"].as_u64().unwrap(), g["removed"].as_u64().unwrap()))
+    };
+    // chess: 0..20 (pid k % 2), 0, 1, 2 removed; go: 20..30, 25 removed.
+    assert_eq!(find("chess", "0"), Some((8, 2)));
+    assert_eq!(find("chess", "1"), Some((9, 1)));
+    assert_eq!(find("go", "0"), Some((5, 0)));
+    assert_eq!(find("go", "1"), Some((4, 1)));
+    let o = run(&["info", dir_s, "--by", "env_id"]);
+    let out = text(&o);
+    assert!(out.contains("items      26 live, 4 removed"), "{out}");
+    assert!(out.contains("groups     by env_id (2 groups"), "{out}");
+    let o = run(&["info", dir_s, "--by", "nope"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("nope"), "{}", text(&o));
+}
