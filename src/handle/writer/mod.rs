@@ -6,6 +6,7 @@ mod commit;
 mod draw;
 mod life;
 pub(super) mod open;
+mod policy;
 mod role;
 
 pub use role::{Actor, Frozen, HoldsTree, Role, Writer, Writes};

@@ -1,0 +1,230 @@
+//! What happens to items past `max_size` (issue 30): random downsampling after each
+//! add, and a reservoir (algorithm R) whose kept items move to the tail when the ring
+//! reaches them, renamed in place or copied into a free slot, so the ring's age bound
+//! never ends one.
+
+use std::ops::Range;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+
+use crate::algo::sample::{SampleSpec, draw_uniform_skipping};
+use crate::error::{Error, Result};
+use crate::format::lifecycle::{Cause, Policy};
+use crate::parts::lifecycle::Lifecycle;
+
+use super::ReplayBuffer;
+use super::role::Writes;
+
+impl<R: Writes> ReplayBuffer<R> {
+    /// Past `max_size` live items (random downsampling), removes uniformly random live
+    /// items until `max_size` are left. The draw comes from a stream that is a pure
+    /// function of the policy's seed and the tail: a reopened or restored buffer
+    /// removes what this one would have. A kill before it ran leaves more than
+    /// `max_size` live, which the next add trims.
+    pub(super) fn downsample(&mut self) -> Result<()> {
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        let (policy, max_size) = life.policy();
+        let live = self.len();
+        if policy != Policy::Downsample || live <= max_size {
+            return Ok(());
+        }
+        self.ready_to_remove()?;
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        let (head, tail) = (self.rows.head, self.rows.tail);
+        let mut rng = ChaCha8Rng::seed_from_u64(life.policy_seed() ^ tail.wrapping_mul(MIX));
+        let spec = SampleSpec {
+            n: (live - max_size) as usize,
+            replace: false,
+            newest: None,
+        };
+        let mut doomed = Vec::new();
+        let mut list = life.live_list.lock().unwrap_or_else(|p| p.into_inner());
+        let range = (head, tail, life.removed_live());
+        draw_uniform_skipping(&mut rng, &spec, range, life, &mut list, &mut doomed)?;
+        drop(list);
+        self.remove_for(&doomed, Cause::Downsampled);
+        Ok(())
+    }
+
+    /// Before an add of `rows` to a reservoir: frees `rows` slots without ending a
+    /// kept item. While the ring is too full, its head is dropped when it was removed
+    /// (nothing is written: the slot is free for the add) or, when it is kept, renamed
+    /// to the tail (`rename_head`). Ends once enough removed items passed the head:
+    /// with at most `max_size` kept and `rows <= capacity - max_size`, within a lap.
+    pub(super) fn make_room_for_reservoir(&mut self, rows: u64) -> Result<()> {
+        let Some((Policy::Reservoir, max_size)) = self.parts.life.as_ref().map(|l| l.policy())
+        else {
+            return Ok(());
+        };
+        let cap = self.rows.superblock.capacity;
+        if rows > cap - max_size {
+            return Err(Error::CountMismatch {
+                what: "add to a reservoir: rows in one call, at most capacity - max_size",
+                expected: (cap - max_size) as usize,
+                got: rows as usize,
+            });
+        }
+        self.writable()?;
+        self.private_life()?;
+        // The rows go to consecutive indices, so every move comes first. A removed head
+        // is dropped (a slot freed); a kept head goes to the tail: renamed in place when
+        // the ring is full, copied into a free slot otherwise. Only drops free slots,
+        // and at least `capacity - max_size - rows` items are removed, so this ends
+        // within a lap.
+        for _ in 0..=2 * cap {
+            let (head, tail) = (self.rows.head, self.rows.tail);
+            if cap - (tail - head) >= rows {
+                return Ok(());
+            }
+            let removed = self.parts.life.as_ref().is_some_and(|l| l.is_removed(head));
+            match (removed, tail - head == cap) {
+                (true, _) => self.drop_head(),
+                (false, true) => self.rename_head()?,
+                (false, false) => self.copy_head()?,
+            }
+        }
+        Err(Error::Unsupported(
+            "a reservoir found no room within two laps",
+        ))
+    }
+
+    /// The head item is kept and the ring has a free slot: the item is written again
+    /// at the tail (its fields, its priority leaf, its uses), then its old slot is
+    /// cleared and the head moves past it. A kill between the two may leave it at both
+    /// indices (never at neither): the write is complete before the old stamp goes.
+    fn copy_head(&mut self) -> Result<()> {
+        let cap = self.rows.superblock.capacity;
+        let (from, slot) = (self.rows.head, self.rows.head_slot);
+        let (to, to_slot) = (self.rows.tail, self.rows.tail_slot);
+        self.ensure_private(to_slot, 1)?;
+        self.ensure_private(slot, 1)?;
+        self.guard_evictions(1)?;
+        let fields: Vec<Vec<u8>> = (self.rows.schema.fields().iter().enumerate())
+            .map(|(f, x)| {
+                let mut b = vec![0u8; x.bytes()];
+                self.rows.ring.read_field(slot, f, &mut b);
+                b
+            })
+            .collect();
+        let refs: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
+        self.push_row(&refs, None, false, crate::format::row::FRAGMENT_END);
+        if let Some(life) = &mut self.parts.life {
+            life.renamed(from, to);
+        }
+        if let Some(tree) = self.parts.tree.tree_mut() {
+            tree.move_leaf(slot, to_slot);
+        }
+        crate::killpoint::hit("copy-before-clear");
+        self.publish(crate::format::progress::HEAD_OFF, from + 1);
+        self.rows.ring.clear_stamp(slot);
+        self.rows.head = from + 1;
+        self.rows.head_slot = (slot + 1) % cap;
+        if let Some(life) = &mut self.parts.life {
+            life.head_to(from + 1);
+        }
+        Ok(())
+    }
+
+    /// The head item was removed: the head moves past it, writing nothing (its slot is
+    /// free for the next add, which stamps it).
+    fn drop_head(&mut self) {
+        let cap = self.rows.superblock.capacity;
+        self.rows.head += 1;
+        self.rows.head_slot = (self.rows.head_slot + 1) % cap;
+        let head = self.rows.head;
+        self.publish(crate::format::progress::HEAD_OFF, head);
+        if let Some(life) = &mut self.parts.life {
+            life.head_to(head);
+        }
+    }
+
+    /// The head item is kept: it becomes the tail's item, the next index of its own
+    /// slot, by one store of its stamp (its bytes, priority leaf and uses stay), as if
+    /// it had been added again. Before the store: the segment's copy-on-write and, when
+    /// a commit covers the head item, an eviction record (its old index is gone from the
+    /// moment the stamp names the new one). A kill leaves one name or the other.
+    fn rename_head(&mut self) -> Result<()> {
+        let cap = self.rows.superblock.capacity;
+        let (from, to, slot) = (self.rows.head, self.rows.tail, self.rows.head_slot);
+        debug_assert_eq!(to - from, cap);
+        self.ensure_private(slot, 1)?;
+        self.guard_evictions(1)?;
+        crate::killpoint::hit("rename-before-stamp");
+        self.publish(crate::format::progress::HEAD_OFF, from + 1);
+        self.rows.ring.restamp(slot, to);
+        if let Some(life) = &mut self.parts.life {
+            life.renamed(from, to);
+            life.head_to(from + 1);
+        }
+        if let Some(tree) = self.parts.tree.tree_mut() {
+            tree.note_caught_up(to + 1);
+        }
+        self.rows.head = from + 1;
+        self.rows.head_slot = (slot + 1) % cap;
+        self.rows.tail = to + 1;
+        self.rows.tail_slot = (slot + 1) % cap;
+        self.publish(crate::format::progress::TAIL_OFF, to + 1);
+        Ok(())
+    }
+
+    /// After items `added` were stored in a reservoir: algorithm R for each, in order.
+    /// The `n`-th item ever added (`n > max_size`) is kept with probability
+    /// `max_size / n`, removing a uniformly random item kept before it; otherwise it is
+    /// removed itself. Each decision's random stream is a pure function of the seed and
+    /// the item's index.
+    pub(super) fn reservoir_decide(&mut self, added: Range<u64>) -> Result<()> {
+        let Some((Policy::Reservoir, max_size)) = self.parts.life.as_ref().map(|l| l.policy())
+        else {
+            return Ok(());
+        };
+        let Some(seed) = self.parts.life.as_ref().map(Lifecycle::policy_seed) else {
+            return Ok(());
+        };
+        for i in added {
+            let head = self.rows.head;
+            if i < head {
+                continue;
+            }
+            let renamed = self.parts.life.as_ref().map_or(0, Lifecycle::renames);
+            // The n-th item ever added: indices handed to renamed items do not count.
+            let n = i - crate::format::lanes::lane_base(i) + 1 - renamed;
+            if n <= max_size {
+                continue;
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ i.wrapping_mul(MIX));
+            let keep = (u128::from(rng.next_u64()) * u128::from(n)) >> 64 < u128::from(max_size);
+            let doomed = match keep {
+                true => self.kept_before(i, &mut rng),
+                false => Some(i),
+            };
+            if let Some(d) = doomed {
+                self.remove_for(&[d], Cause::Reservoir);
+            }
+        }
+        Ok(())
+    }
+
+    /// A uniformly random item kept (live, not removed) among those before `i`.
+    fn kept_before(&self, i: u64, rng: &mut ChaCha8Rng) -> Option<u64> {
+        let life = self.parts.life.as_ref()?;
+        let head = self.rows.head;
+        let span = i.checked_sub(head).filter(|&s| s > 0)?;
+        for _ in 0..64 {
+            let j = head + ((u128::from(rng.next_u64()) * u128::from(span)) >> 64) as u64;
+            if !life.is_removed(j) {
+                return Some(j);
+            }
+        }
+        let kept: Vec<u64> = (head..i).filter(|&j| !life.is_removed(j)).collect();
+        let k = ((u128::from(rng.next_u64()) * kept.len() as u128) >> 64) as usize;
+        kept.get(k).copied()
+    }
+}
+
+/// Spreads the tail over the seed's bits, so neighbouring adds draw unrelated streams.
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
