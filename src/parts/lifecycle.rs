@@ -96,7 +96,10 @@ impl Removals {
 pub struct ItemStats {
     /// Draws an item serves before it is removed (0: no bound).
     pub max_use: u64,
-    /// Live items random downsampling keeps (0: none, the ring's FIFO alone).
+    /// What happens to items past `max_size`: `fifo` (the ring's alone), `downsample`
+    /// or `reservoir`.
+    pub policy: &'static str,
+    /// Live items the policy keeps (0 with `fifo`).
     pub max_size: u64,
     /// Items of the live range not removed.
     pub live: u64,
@@ -124,6 +127,11 @@ impl ItemStats {
         let life = Lifecycle::open_with(io, dir, sb, Access::Read)?;
         let mut s = ItemStats {
             max_use: life.max_use(),
+            policy: match life.policy().0 {
+                Policy::Fifo => "fifo",
+                Policy::Downsample => "downsample",
+                Policy::Reservoir => "reservoir",
+            },
             max_size: life.policy().1,
             removals: life.removals(),
             ..ItemStats::default()

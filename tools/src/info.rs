@@ -41,6 +41,7 @@ fn info_json(info: &Info) -> serde_json::Value {
         "fragments": info.fragments,
         "items": info.items.as_ref().map(|i| json!({
             "max_use": i.max_use,
+            "policy": i.policy,
             "max_size": i.max_size,
             "live": i.live,
             "removed": i.removed,
@@ -140,13 +141,16 @@ fn print_items(i: &replaystore::ItemStats) {
         0 => "none".to_owned(),
         v => v.to_string(),
     };
+    let policy = match i.policy {
+        "fifo" => "FIFO".to_owned(),
+        p => format!("{p} {}", i.max_size),
+    };
     say!(
-        "items      {} live, {} removed but not yet passed by the ring; max_use {}; \
-         downsampled past {}",
+        "items      {} live, {} removed but not yet passed by the ring; max_use {}; policy {}",
         i.live,
         i.removed,
         bound(i.max_use),
-        bound(i.max_size)
+        policy
     );
     say!(
         "uses       {} draws of live items; {} never drawn; most {}",

@@ -1067,6 +1067,7 @@ fn info_counts_removed_and_live_items_and_each_group_of_a_key() {
     );
     assert_eq!(v["items"]["removals"]["explicit"], 4);
     assert_eq!(v["items"]["max_use"], 3);
+    assert_eq!(v["items"]["policy"], "fifo");
     let groups = v["groups"]["groups"].as_array().unwrap();
     let find = |env: &str, pid: &str| {
         groups
