@@ -96,9 +96,10 @@ pub struct Request<'a> {
     /// Uniform rows: stratified by the values of these fields (see [`Request::by_group`]);
     /// empty for none.
     pub group_by: &'a [&'a str],
-    /// Rows, uniformly or given: each item returned is removed in the same call
-    /// (sample-and-remove), so no later draw returns it. Needs a buffer with item
-    /// states ([`crate::Config::item_states`]); drawn rows are then distinct.
+    /// Rows, uniformly, oldest first or given: each item returned is removed in the same
+    /// call (sample-and-remove; with [`Pick::Oldest`], a queue's consume), so no later
+    /// draw returns it. Needs a buffer with item states ([`crate::Config::item_states`]);
+    /// drawn rows are then distinct.
     pub remove: bool,
 }
 
@@ -239,7 +240,8 @@ impl<'a> Request<'a> {
 
     /// Removes every item the draw returns, in the same call (UnstableBaselines'
     /// `get_batch`, Reverb's `max_times_sampled=1`): the rows are distinct, and no later
-    /// draw or read returns them. Uniform or given rows of a buffer with item states.
+    /// draw or read returns them. Uniform, oldest-first or given rows of a buffer with
+    /// item states.
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
