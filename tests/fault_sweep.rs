@@ -128,17 +128,6 @@ impl Step {
     }
 }
 
-/// The removed items of `buf`'s live range.
-fn removed_of<R: replaystore::Role>(buf: &ReplayBuffer<R>) -> BTreeSet<u64> {
-    let live: Vec<u64> = buf.live().collect();
-    let states = buf.item_states(&live).unwrap();
-    live.into_iter()
-        .zip(states)
-        .filter(|(_, s)| s.removed.is_some())
-        .map(|(i, _)| i)
-        .collect()
-}
-
 /// The failure was a sync (or commit write) of a file the buffer goes on using: the
 /// handle must be poisoned for good. A failed sync of work the engine abandons and
 /// redoes from scratch (a segment copy, a snapshot being made, a restore's copy) is no
@@ -220,7 +209,7 @@ fn run_case(root: &Path, case: &Case) -> bool {
         ),
     }
     assert_live_items_intact(&buf);
-    let removed = removed_of(&buf);
+    let removed = common::removed_of(&buf);
     let before: BTreeSet<u64> = BASE_REMOVED.into();
     match &result {
         Ok(()) => assert_eq!(removed, case.step.removed_after(), "{ctx}: removals"),
@@ -257,7 +246,11 @@ fn run_case(root: &Path, case: &Case) -> bool {
             let snap = ReplayBuffer::open_snapshot(&dir, "s").unwrap();
             assert_eq!(snap.live(), 0..30, "{ctx}");
             assert_live_items_intact(&snap);
-            assert_eq!(removed_of(&snap), [5].into(), "{ctx}: snapshot removals");
+            assert_eq!(
+                common::removed_of(&snap),
+                [5].into(),
+                "{ctx}: snapshot removals"
+            );
         }
     } else {
         assert!(

@@ -418,26 +418,9 @@ fn removed_now(dir: &Path) -> BTreeSet<u64> {
 
 /// The removed items of the live range of the buffer in `dir`, or of its snapshot.
 fn removed_in(dir: &Path, snapshot: Option<&str>) -> BTreeSet<u64> {
-    let states = |live: Vec<u64>, s: Vec<replaystore::ItemState>| {
-        live.into_iter()
-            .zip(s)
-            .filter(|(_, s)| s.removed.is_some())
-            .map(|(i, _)| i)
-            .collect()
-    };
     match snapshot {
-        None => {
-            let buf = ReplayBuffer::open(dir).unwrap();
-            let live: Vec<u64> = buf.live().collect();
-            let s = buf.item_states(&live).unwrap();
-            states(live, s)
-        }
-        Some(name) => {
-            let buf = ReplayBuffer::open_snapshot(dir, name).unwrap();
-            let live: Vec<u64> = buf.live().collect();
-            let s = buf.item_states(&live).unwrap();
-            states(live, s)
-        }
+        None => common::removed_of(&ReplayBuffer::open(dir).unwrap()),
+        Some(name) => common::removed_of(&ReplayBuffer::open_snapshot(dir, name).unwrap()),
     }
 }
 

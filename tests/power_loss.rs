@@ -77,20 +77,9 @@ fn seen(op: Op, buf: &ReplayBuffer) -> Seen {
     Seen {
         op,
         live: buf.live(),
-        removed: removed_of(buf),
+        removed: common::removed_of(buf),
         priorities: live.into_iter().zip(p).collect(),
     }
-}
-
-/// The removed items of `buf`'s live range.
-fn removed_of<R: replaystore::Role>(buf: &ReplayBuffer<R>) -> BTreeSet<u64> {
-    let live: Vec<u64> = buf.live().collect();
-    let states = buf.item_states(&live).unwrap();
-    live.into_iter()
-        .zip(states)
-        .filter(|(_, s)| s.removed.is_some())
-        .map(|(i, _)| i)
-        .collect()
 }
 
 /// The seam for a workload under `dir`: at each sync point every crash image where
@@ -271,7 +260,7 @@ impl Driver {
         );
         // Each item is removed or not as in a state since the last commit (or the
         // snapshot's, for a restore in flight), and a removed one keeps no priority.
-        let removed = removed_of(&buf);
+        let removed = common::removed_of(&buf);
         for i in live.clone() {
             let r = removed.contains(&i);
             assert!(
@@ -347,7 +336,7 @@ impl Driver {
                         .collect();
                     assert_eq!(got, snap.at.priorities, "{ctx}: snapshot {name} priorities");
                     assert_eq!(
-                        removed_of(&s),
+                        common::removed_of(&s),
                         snap.at.removed,
                         "{ctx}: snapshot {name} removals"
                     );

@@ -441,16 +441,9 @@ impl Reader {
             ReadTree::Frozen(p) => Some(p),
             _ => None,
         };
-        let stats = self.rows.stats(self.generation, frozen);
-        Ok(match &self.life {
-            Some(life) => Stats {
-                len: self.len(),
-                removed: self.removed_live(),
-                removals: life.removals(),
-                ..stats
-            },
-            None => stats,
-        })
+        Ok(self
+            .rows
+            .stats_with(self.generation, frozen, self.life.as_ref()))
     }
 
     /// Restarts this reader's sampling RNG from `seed` (reproducible draws; the writer's

@@ -111,6 +111,29 @@ impl Rows {
         }
     }
 
+    /// Counters and sizes, with the commit generation, the tree (if this handle owns
+    /// one) and the item states (if the buffer keeps them) that the handle knows.
+    pub(crate) fn stats_with(
+        &self,
+        generation: u64,
+        tree: Option<&Priorities>,
+        life: Option<&Lifecycle>,
+    ) -> Stats {
+        let stats = self.stats(generation, tree);
+        match life {
+            Some(l) => {
+                let removed = l.removed_live().min(self.len());
+                Stats {
+                    len: self.len() - removed,
+                    removed,
+                    removals: l.removals(),
+                    ..stats
+                }
+            }
+            None => stats,
+        }
+    }
+
     /// Counters and sizes, with the commit generation and the tree (if this handle
     /// owns one) that the handle knows.
     pub(crate) fn stats(&self, generation: u64, tree: Option<&Priorities>) -> Stats {

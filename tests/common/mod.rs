@@ -122,6 +122,17 @@ pub fn assert_live_items_intact<R: Role>(buf: &ReplayBuffer<R>) {
     }
 }
 
+/// The removed items of `buf`'s live range (item states).
+pub fn removed_of<R: Role>(buf: &ReplayBuffer<R>) -> std::collections::BTreeSet<u64> {
+    let live: Vec<u64> = buf.live().collect();
+    let states = buf.item_states(&live).unwrap();
+    live.into_iter()
+        .zip(states)
+        .filter(|(_, s)| s.removed.is_some())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// A sink over arrays the caller allocated once, as a binding's NumPy arrays are: it
 /// hands them out as they are, one per array of the layout (the draw checks their sizes).
 pub struct Arrays(pub Vec<Vec<u8>>);

@@ -151,18 +151,8 @@ impl<R: Role> ReplayBuffer<R> {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        let stats = self
-            .rows
-            .stats(self.commits.generation, self.parts.tree.tree());
-        match &self.parts.life {
-            Some(life) => Stats {
-                len: self.len(),
-                removed: self.removed_live(),
-                removals: life.removals(),
-                ..stats
-            },
-            None => stats,
-        }
+        let (tree, life) = (self.parts.tree.tree(), self.parts.life.as_ref());
+        self.rows.stats_with(self.commits.generation, tree, life)
     }
 
     pub(super) fn writable(&self) -> Result<()> {
