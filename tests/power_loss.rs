@@ -885,3 +885,142 @@ fn every_crash_image_of_a_buffer_with_values_holds_each_item_with_its_own_value(
     }
     report("values", &io, checked);
 }
+
+/// The kept items' numbers (`x`, the order they were added in) of a reservoir.
+fn kept_xs(buf: &ReplayBuffer) -> Vec<i64> {
+    let live: Vec<u64> = buf.live().collect();
+    let removed = common::removed_of(buf);
+    let kept: Vec<u64> = live.into_iter().filter(|i| !removed.contains(i)).collect();
+    let mut xs = buf
+        .get_many(&kept)
+        .unwrap()
+        .get::<i64>("x")
+        .unwrap()
+        .to_vec();
+    xs.sort_unstable();
+    xs
+}
+
+/// Checks one image of the reservoir workload: it verifies and opens; every kept item
+/// is one kept in a state since the last commit (or the one in flight), at most twice
+/// (a copy cut short), and never more than the reservoir and that one; new items added
+/// to it are born live.
+fn check_reservoir(image: &Image, history: &[(Vec<i64>, bool)], scratch: &Path, n: u64) {
+    let p = image.phase;
+    let ctx = format!("reservoir call {p}, {}", image.what);
+    let dir = scratch.join(format!("r-{n}"));
+    sim::materialize(image, &dir);
+    if !dir.join("MANIFEST").exists() {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    let mut buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let xs = kept_xs(&buf);
+    let acked = (0..p).rev().find(|&j| history[j].1).unwrap_or(0);
+    let seen: BTreeSet<i64> = history[acked..=p]
+        .iter()
+        .flat_map(|h| h.0.iter().copied())
+        .collect();
+    assert!(
+        xs.len() <= 9,
+        "{ctx}: {} kept of a reservoir of 8: {xs:?}",
+        xs.len()
+    );
+    for w in xs.windows(3) {
+        assert!(!(w[0] == w[1] && w[1] == w[2]), "{ctx}: {xs:?}");
+    }
+    for x in &xs {
+        assert!(
+            seen.contains(x),
+            "{ctx}: kept {x}, kept in no state since the last commit"
+        );
+    }
+    let tail = buf.live().end as i64;
+    let xs_new: Vec<i64> = (tail..tail + 3).map(|i| 10_000 + i).collect();
+    let pad = [0u8; 15];
+    for x in xs_new {
+        buf.add(&[
+            replaystore::Column::scalar("x", &x),
+            replaystore::Column::new("pad", &pad[..5]).with_shape(&[5]),
+        ])
+        .unwrap();
+    }
+    assert!(
+        buf.len() <= 9,
+        "{ctx}: {} kept after 3 more adds",
+        buf.len()
+    );
+    drop(buf);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_crash_image_of_a_reservoir_keeps_only_items_it_had_kept() {
+    use replaystore::{Column, DType, Schema};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let scratch = tempfile::tempdir().unwrap();
+    let io = sim_io(&dir, 0x4e5);
+    let schema = Schema::builder()
+        .field("x", DType::I64, &[])
+        .field("pad", DType::U8, &[5])
+        .build()
+        .unwrap();
+    // A reservoir of 8 in a ring of 16: kept items are renamed past the ring's lap (a
+    // full ring) and copied into free slots (after drops) all through the workload.
+    let config = Config::new(schema, 16)
+        .segment_slots(4)
+        .reservoir(8)
+        .seed(3)
+        .io(io.clone());
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    let mut history: Vec<(Vec<i64>, bool)> = vec![(Vec::new(), true)];
+    let mut checked = 0;
+    for image in io.take_images() {
+        check_reservoir(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    let mut x = 0i64;
+    for call in 0..36u64 {
+        io.set_phase(history.len());
+        let commits = match call % 6 {
+            5 => {
+                buf.flush().unwrap();
+                true
+            }
+            k => {
+                let n = 1 + k % 2;
+                let xs: Vec<i64> = (x..x + n as i64).collect();
+                let pad = vec![0u8; 5 * n as usize];
+                buf.add_batch(&[
+                    Column::new("x", &xs),
+                    Column::new("pad", &pad).with_shape(&[n as usize, 5]),
+                ])
+                .unwrap();
+                x += n as i64;
+                false
+            }
+        };
+        history.push((kept_xs(&buf), commits));
+        for image in io.take_images() {
+            check_reservoir(&image, &history, scratch.path(), checked);
+            checked += 1;
+        }
+    }
+    assert!(
+        buf.stats().removals.reservoir > 20,
+        "the reservoir never filled"
+    );
+    io.set_phase(history.len());
+    let last = kept_xs(&buf);
+    buf.close().unwrap();
+    history.push((last, true));
+    io.capture("after close");
+    for image in io.take_images() {
+        check_reservoir(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    report("reservoir", &io, checked);
+}
