@@ -416,7 +416,10 @@ impl PyBuffer {
     /// `out` that is absent, of another dtype or shape, read-only or not C-contiguous
     /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
     /// Variable-length fields come back as `values` says (see `get`); `out` takes
-    /// fixed fields only.
+    /// fixed fields only. With item states, removed items are never drawn;
+    /// `remove=True` draws distinct items and removes them (`pop_batch`), and
+    /// `by_group=["env_id"]` draws distinct items, an even share of every group of that
+    /// key first (UnstableBaselines' stratified strategies).
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
