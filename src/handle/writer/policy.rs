@@ -53,8 +53,9 @@ impl<R: Writes> ReplayBuffer<R> {
 
     /// Before an add of `rows` to a reservoir: frees `rows` slots without ending a
     /// kept item. While the ring is too full, its head is dropped when it was removed
-    /// (nothing is written: the slot is free for the add) or, when it is kept, renamed
-    /// to the tail (`rename_head`). Ends once enough removed items passed the head:
+    /// (nothing is written: the slot is free for the add) or, when it is kept, moved to
+    /// the tail: renamed in place in a full ring (`rename_head`), copied into a free
+    /// slot otherwise (`copy_head`). Ends once enough removed items passed the head:
     /// with at most `max_size` kept and `rows <= capacity - max_size`, within a lap.
     pub(super) fn make_room_for_reservoir(&mut self, rows: u64) -> Result<()> {
         let Some((Policy::Reservoir, max_size)) = self.parts.life.as_ref().map(|l| l.policy())
