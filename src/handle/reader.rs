@@ -580,27 +580,40 @@ impl Reader {
     ) -> Result<()> {
         let live = self.rows.live_range();
         let rows = &mut self.rows;
-        let (index, weight) = match (how, &mut self.tree) {
-            (Draw::Uniform(spec), _) => {
-                let i = draw_one(&mut rows.draws.rng, spec, live.head, live.tail, indices)?;
-                (i, None)
+        // An item removed since (or at) the first draw is drawn again too: the stamp
+        // race said nothing of the item's state word.
+        let removed = |i: u64| self.life.as_ref().is_some_and(|l| l.is_removed(i));
+        let mut tries = 0;
+        let (index, weight) = loop {
+            tries += 1;
+            let (index, weight) = match (how, &mut self.tree) {
+                (Draw::Uniform(spec), _) => {
+                    let i = draw_one(&mut rows.draws.rng, spec, live.head, live.tail, indices)?;
+                    (i, None)
+                }
+                (Draw::Prioritized(spec), ReadTree::Shared(pr)) => {
+                    let (mut i, mut w) = ([0u64], [0f32]);
+                    let one = PrioritySpec::new(1, spec.beta);
+                    pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
+                    (i.first().copied().unwrap_or(0), w.first().copied())
+                }
+                (Draw::Prioritized(spec), ReadTree::Frozen(pr)) => {
+                    let (mut i, mut w) = ([0u64], [0f32]);
+                    let one = PrioritySpec::new(1, spec.beta);
+                    pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
+                    (i.first().copied().unwrap_or(0), w.first().copied())
+                }
+                (Draw::Prioritized(_), ReadTree::Absent) => {
+                    return Err(Error::NotPrioritized {
+                        dir: rows.dir.clone(),
+                    });
+                }
+            };
+            if !removed(index) {
+                break (index, weight);
             }
-            (Draw::Prioritized(spec), ReadTree::Shared(pr)) => {
-                let (mut i, mut w) = ([0u64], [0f32]);
-                let one = PrioritySpec::new(1, spec.beta);
-                pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
-                (i.first().copied().unwrap_or(0), w.first().copied())
-            }
-            (Draw::Prioritized(spec), ReadTree::Frozen(pr)) => {
-                let (mut i, mut w) = ([0u64], [0f32]);
-                let one = PrioritySpec::new(1, spec.beta);
-                pr.draw(&mut rows.draws.rng, &one, live, &mut i, &mut w)?;
-                (i.first().copied().unwrap_or(0), w.first().copied())
-            }
-            (Draw::Prioritized(_), ReadTree::Absent) => {
-                return Err(Error::NotPrioritized {
-                    dir: rows.dir.clone(),
-                });
+            if tries > RACE_TRIES {
+                return Err(Error::Empty);
             }
         };
         if let Some(x) = indices.get_mut(p) {
