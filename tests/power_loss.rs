@@ -763,14 +763,9 @@ fn check_values(image: &Image, history: &[(Range<u64>, bool)], scratch: &Path, n
     let p = image.phase;
     let ctx = format!("values call {p}, {}", image.what);
     let dir = scratch.join(format!("v-{n}"));
-    sim::materialize(image, &dir);
-    if !dir.join("MANIFEST").exists() {
-        std::fs::remove_dir_all(&dir).unwrap();
+    let Some(buf) = open_image(image, &dir, &ctx) else {
         return;
-    }
-    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
-    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
-    let buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    };
     let live = buf.live();
     let acked = (0..p).rev().find(|&j| history[j].1).unwrap_or(0);
     let window = &history[acked..=p];
@@ -886,6 +881,19 @@ fn every_crash_image_of_a_buffer_with_values_holds_each_item_with_its_own_value(
     report("values", &io, checked);
 }
 
+/// Materializes `image` in `dir`, checks it verifies, and opens it (recovering it);
+/// `None` (the folder removed) when the cut came before the buffer existed.
+fn open_image(image: &Image, dir: &Path, ctx: &str) -> Option<ReplayBuffer> {
+    sim::materialize(image, dir);
+    if !dir.join("MANIFEST").exists() {
+        std::fs::remove_dir_all(dir).unwrap();
+        return None;
+    }
+    let report = verify(dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    Some(ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}")))
+}
+
 /// The kept items' numbers (`x`, the order they were added in) of a reservoir.
 fn kept_xs(buf: &ReplayBuffer) -> Vec<i64> {
     let live: Vec<u64> = buf.live().collect();
@@ -909,14 +917,9 @@ fn check_reservoir(image: &Image, history: &[(Vec<i64>, bool)], scratch: &Path, 
     let p = image.phase;
     let ctx = format!("reservoir call {p}, {}", image.what);
     let dir = scratch.join(format!("r-{n}"));
-    sim::materialize(image, &dir);
-    if !dir.join("MANIFEST").exists() {
-        std::fs::remove_dir_all(&dir).unwrap();
+    let Some(mut buf) = open_image(image, &dir, &ctx) else {
         return;
-    }
-    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
-    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
-    let mut buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    };
     let xs = kept_xs(&buf);
     let acked = (0..p).rev().find(|&j| history[j].1).unwrap_or(0);
     let seen: BTreeSet<i64> = history[acked..=p]
