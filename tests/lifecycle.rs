@@ -292,6 +292,12 @@ proptest! {
     }
 }
 
+/// The live items of `buf` not removed, oldest first.
+fn kept(buf: &ReplayBuffer) -> Vec<u64> {
+    let removed = common::removed_of(buf);
+    buf.live().filter(|i| !removed.contains(i)).collect()
+}
+
 fn filled(path: &Path, config: Config, n: u64) -> ReplayBuffer {
     let mut buf = ReplayBuffer::create(path, config).unwrap();
     add(&mut buf, 0, n);
@@ -717,15 +723,7 @@ fn downsampling_follows_a_model_and_resumes_its_stream_after_reopen() {
             );
             assert!(buf.len() <= 30);
         }
-        let live: Vec<u64> = buf.live().collect();
-        let states = buf.item_states(&live).unwrap();
-        let kept: Vec<u64> = live
-            .iter()
-            .zip(&states)
-            .filter(|(_, s)| s.removed.is_none())
-            .map(|(&i, _)| i)
-            .collect();
-        (kept, buf.stats().removals.downsampled)
+        (kept(&buf), buf.stats().removals.downsampled)
     };
     let (a, removed) = run(&dir.path().join("a"), None);
     let (b, _) = run(&dir.path().join("b"), Some(4));
@@ -939,15 +937,7 @@ fn a_reservoir_keeps_every_item_ever_added_with_equal_chance_past_the_rings_lap(
         assert_eq!(buf.len(), 10);
         // Each kept item is its own row (renamed items keep their bytes): x names the
         // item as it was added.
-        let live: Vec<u64> = buf.live().collect();
-        let states = buf.item_states(&live).unwrap();
-        let kept: Vec<u64> = live
-            .iter()
-            .zip(&states)
-            .filter(|(_, s)| s.removed.is_none())
-            .map(|(&i, _)| i)
-            .collect();
-        let b = buf.get_many(&kept).unwrap();
+        let b = buf.get_many(&kept(&buf)).unwrap();
         for &x in b.get::<i64>("x").unwrap() {
             counts[x as usize] += 1;
         }
@@ -986,12 +976,8 @@ fn a_reservoir_decides_the_same_after_a_reopen_and_verifies_clean() {
             next += k;
             buf.sample(Request::rows(4).prioritized(0.4)).unwrap();
         }
-        let live: Vec<u64> = buf.live().collect();
-        let kept: Vec<i64> = live
-            .iter()
-            .zip(buf.item_states(&live).unwrap())
-            .filter(|(_, s)| s.removed.is_none())
-            .map(|(&i, _)| buf.get(i).unwrap().get::<i64>("x").unwrap()[0])
+        let kept: Vec<i64> = (kept(&buf).iter())
+            .map(|&i| buf.get(i).unwrap().get::<i64>("x").unwrap()[0])
             .collect();
         buf.close().unwrap();
         let report = verify(path).unwrap();
@@ -1060,13 +1046,7 @@ fn kill_at_each_named_point_of_a_reservoir_keeps_every_kept_item() {
             let report = verify(dir).unwrap();
             assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
             let mut buf = ReplayBuffer::open(dir).unwrap();
-            let live: Vec<u64> = buf.live().collect();
-            let kept: Vec<u64> = live
-                .iter()
-                .zip(buf.item_states(&live).unwrap())
-                .filter(|(_, s)| s.removed.is_none())
-                .map(|(&i, _)| i)
-                .collect();
+            let kept = kept(&buf);
             assert!(
                 (10..=11).contains(&kept.len()),
                 "{ctx}: kept {}",
