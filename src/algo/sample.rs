@@ -206,7 +206,7 @@ pub(crate) fn draw_uniform_skipping(
 
 /// A uniform number below `n` (> 0) from 64 random bits (Lemire's multiply-shift: the
 /// bias is below n / 2^64, which no draw of a buffer of at most 2^40 items can show).
-fn uniform_below(r: u64, n: u64) -> u64 {
+pub(crate) fn uniform_below(r: u64, n: u64) -> u64 {
     ((u128::from(r) * u128::from(n)) >> 64) as u64
 }
 

@@ -284,9 +284,16 @@ impl Rows {
         Filled::from_sink(&layout, sink, self.schema.len())
     }
 
-    /// The items at `indices` into `sink`, as [`Request::at`] draws them.
-    pub(crate) fn read_into(&self, indices: &[u64], sink: &mut dyn Sink) -> Result<()> {
+    /// The items at `indices` into `sink`, as [`Request::at`] draws them: every index
+    /// live and, with item states, not removed.
+    pub(crate) fn read_into(
+        &self,
+        indices: &[u64],
+        life: Option<&Lifecycle>,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
         self.check_live(indices)?;
+        check_not_removed(life, indices)?;
         let n = indices.len();
         let mut f = self.open_sink(&Request::at(indices), n, n, sink)?;
         self.gather_into(indices, &mut f.row)?;
@@ -451,10 +458,10 @@ impl Rows {
         }
     }
 
-    /// The items at `indices`, as a batch.
-    pub(crate) fn get_many(&self, indices: &[u64]) -> Result<Batch> {
+    /// The items at `indices`, as a batch (see `read_into`).
+    pub(crate) fn get_many(&self, indices: &[u64], life: Option<&Lifecycle>) -> Result<Batch> {
         let mut batch = Batch::default();
-        self.read_into(indices, &mut batch)?;
+        self.read_into(indices, life, &mut batch)?;
         Ok(batch)
     }
 

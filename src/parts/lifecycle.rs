@@ -348,12 +348,17 @@ impl Lifecycle {
     /// never drawn.
     #[inline(always)]
     fn word(&self, index: u64) -> Word {
+        self.as_item(index, self.map.load(index % self.capacity()))
+    }
+
+    /// The raw word `raw` of `index`'s slot, read as `index`'s: a word of another lap
+    /// describes a gone item, so `index` is live and never drawn.
+    #[inline(always)]
+    fn as_item(&self, index: u64, raw: u64) -> Word {
         let cap = self.capacity();
-        let w = Word(self.map.load(index % cap));
-        if w.is_of(index, cap) {
-            w
-        } else {
-            Word::new(index, cap, 0, None)
+        match Word(raw).is_of(index, cap) {
+            true => Word(raw),
+            false => Word::new(index, cap, 0, None),
         }
     }
 
@@ -419,17 +424,10 @@ impl Lifecycle {
     /// `new` declines (returns `None`). Returns the word stored, or `None` if declined.
     #[inline(always)]
     fn change(&self, index: u64, new: impl Fn(Word) -> Option<Word>) -> Option<Word> {
-        let cap = self.capacity();
-        let slot = index % cap;
+        let slot = index % self.capacity();
         let mut raw = self.map.load(slot);
         loop {
-            let current = Word(raw);
-            let seen = if current.is_of(index, cap) {
-                current
-            } else {
-                Word::new(index, cap, 0, None)
-            };
-            let next = new(seen)?;
+            let next = new(self.as_item(index, raw))?;
             match self.map.exchange(slot, raw, next.0) {
                 Ok(_) => return Some(next),
                 Err(now) => raw = now,

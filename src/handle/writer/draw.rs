@@ -5,7 +5,7 @@
 
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::handle::rows::{DrawsRows, Rows, check_not_removed, sample_rows};
+use crate::handle::rows::{DrawsRows, Rows, sample_rows};
 use crate::parts::episodes::EpisodeInfo;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
@@ -155,9 +155,7 @@ impl<R: Role> ReplayBuffer<R> {
     /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
     /// error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
-        self.rows.check_live(indices)?;
-        check_not_removed(self.parts.life.as_ref(), indices)?;
-        self.rows.get_many(indices)
+        self.rows.get_many(indices, self.parts.life.as_ref())
     }
 
     /// The item at a logical index, as a batch of one.

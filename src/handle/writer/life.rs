@@ -274,11 +274,12 @@ impl<R: Role> ReplayBuffer<R> {
             return Ok(());
         };
         let tail = self.rows.tail;
-        let counts = Counts {
-            inserts: tail - crate::format::lanes::lane_base(tail) - life.renames(),
-            size: self.len(),
-        };
-        life.admit(draw, n, || Ok(counts))
+        life.admit(draw, n, || {
+            Ok(Counts {
+                inserts: tail - crate::format::lanes::lane_base(tail) - life.renames(),
+                size: self.len(),
+            })
+        })
     }
 
     /// How long a draw or an add the rate limiter holds back waits for another process

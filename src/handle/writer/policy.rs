@@ -8,7 +8,7 @@ use std::ops::Range;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
-use crate::algo::sample::{SampleSpec, draw_uniform_skipping};
+use crate::algo::sample::{SampleSpec, draw_uniform_skipping, uniform_below};
 use crate::error::{Error, Result};
 use crate::format::lifecycle::{Cause, Policy};
 use crate::parts::lifecycle::Lifecycle;
@@ -198,7 +198,7 @@ impl<R: Writes> ReplayBuffer<R> {
                 continue;
             }
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ i.wrapping_mul(MIX));
-            let keep = (u128::from(rng.next_u64()) * u128::from(n)) >> 64 < u128::from(max_size);
+            let keep = uniform_below(rng.next_u64(), n) < max_size;
             let doomed = match keep {
                 true => self.kept_before(i, &mut rng),
                 false => Some(i),
@@ -216,13 +216,13 @@ impl<R: Writes> ReplayBuffer<R> {
         let head = self.rows.head;
         let span = i.checked_sub(head).filter(|&s| s > 0)?;
         for _ in 0..64 {
-            let j = head + ((u128::from(rng.next_u64()) * u128::from(span)) >> 64) as u64;
+            let j = head + uniform_below(rng.next_u64(), span);
             if !life.is_removed(j) {
                 return Some(j);
             }
         }
         let kept: Vec<u64> = (head..i).filter(|&j| !life.is_removed(j)).collect();
-        let k = ((u128::from(rng.next_u64()) * kept.len() as u128) >> 64) as usize;
+        let k = uniform_below(rng.next_u64(), kept.len() as u64) as usize;
         kept.get(k).copied()
     }
 }

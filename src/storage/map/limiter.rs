@@ -117,10 +117,10 @@ impl LimiterMap {
                 tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
             };
             let addr = self.word32(WAKE_OFF).as_ptr();
+            // The kernel compares the word with `seq` and sleeps only if they are equal,
+            // so a wake between the caller's check and this call is never lost.
             // SAFETY: FUTEX_WAIT on a 4-aligned u32 of a shared mapping that lives as
-            // long as `self`, with a relative timeout in a timespec on this stack; the
-            // kernel compares the word with `seq` and sleeps only if they are equal, so
-            // a wake between the caller's check and this call is never lost.
+            // long as `self`, with a relative timeout in a timespec on this stack.
             unsafe {
                 libc::syscall(
                     libc::SYS_futex,
