@@ -20,6 +20,9 @@ pub enum Unit {
     Episodes,
     /// Whole fragments (the rows of one `add` / `add_batch` call each), concatenated.
     Fragments,
+    /// Whole groups of items sharing the values of some fields (DI-engine's
+    /// `sample(groupby=)`), or windows of them, concatenated (see [`Request::groups`]).
+    Groups,
 }
 
 /// How a draw picks its units.
@@ -94,13 +97,20 @@ pub struct Request<'a> {
     /// Sequences: steps before the trained part, to warm up a recurrent state.
     pub burn_in: u64,
     /// Uniform rows: stratified by the values of these fields (see [`Request::by_group`]);
-    /// empty for none.
+    /// groups: the fields whose values make a group's key. Empty for none.
     pub group_by: &'a [&'a str],
+    /// Groups: each group's window of this many consecutive items (DI-engine's
+    /// `unroll_len`), from groups that have that many; 0 for every item of the group.
+    pub unroll: u64,
     /// Rows, uniformly, oldest first or given: each item returned is removed in the same
     /// call (sample-and-remove; with [`Pick::Oldest`], a queue's consume), so no later
     /// draw returns it. Needs a buffer with item states ([`crate::Config::item_states`]);
-    /// drawn rows are then distinct.
+    /// drawn rows are then distinct. Whole fragments drawn uniformly are removed
+    /// whole (UnstableBaselines' `EpisodeBuffer.get_batch`).
     pub remove: bool,
+    /// Fragments, uniformly: instead of `n`, distinct fragments in random order until
+    /// their rows add up to at least this many (see [`Request::fragments_covering`]).
+    pub covering: Option<u64>,
 }
 
 impl<'a> Request<'a> {
@@ -127,6 +137,8 @@ impl<'a> Request<'a> {
             burn_in: 0,
             remove: false,
             group_by: &[],
+            unroll: 0,
+            covering: None,
         }
     }
 
@@ -168,9 +180,79 @@ impl<'a> Request<'a> {
     }
 
     /// `n` whole fragments (the rows of one `add` / `add_batch` call each, every row
-    /// stored), uniformly with replacement.
+    /// stored and, with item states, none removed), uniformly with replacement.
     pub fn fragments(n: usize) -> Request<'a> {
         Request::of(Unit::Fragments, n)
+    }
+
+    /// Distinct whole fragments, uniformly in random order, until their rows add up to
+    /// at least `rows`: UnstableBaselines' `EpisodeBuffer.get_batch(batch_size)`, which
+    /// shuffles its episodes and takes them until it has `batch_size` steps. With
+    /// [`Request::remove`] each is removed as it is returned. `InvalidSample` when all
+    /// the whole fragments together have fewer rows.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).fragments().item_states();
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// for len in [3, 4, 5] {
+    ///     buf.add_batch(&[Column::new("x", &vec![len as f32; len])])?;
+    /// }
+    /// let got = buf.sample(Request::fragments_covering(6).remove())?;
+    /// let offsets = got.get::<u64>("offsets")?;
+    /// assert!(offsets.len() == 3 && got.len() >= 6); // two episodes reach 6 steps
+    /// assert_eq!(buf.len(), 12 - got.len() as u64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fragments_covering(rows: u64) -> Request<'a> {
+        Request {
+            covering: Some(rows),
+            replace: false,
+            ..Request::of(Unit::Fragments, 0)
+        }
+    }
+
+    /// `n` groups of the live items that share the values of `fields` (DI-engine's
+    /// `sample(n, groupby=field)`), uniformly over the groups, with replacement unless
+    /// [`Request::without_replacement`]: each group's items not removed, in the order
+    /// they were added, concatenated, with `offsets` (group `i` is rows
+    /// `offsets[i]..offsets[i + 1]`). [`Request::unroll`] takes a window of each.
+    /// [`Request::remove`] removes what it returns. Each draw reads the keys of the items
+    /// added since the last one and looks at every indexed item once: O(live items).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("env", DType::U8, &[]).field("t", DType::U32, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100))?;
+    /// for t in 0..12u32 {
+    ///     buf.add(&[Column::scalar("env", &((t % 3) as u8)), Column::scalar("t", &t)])?;
+    /// }
+    /// let g = buf.sample(Request::groups(3, &["env"]).without_replacement())?;
+    /// let (offsets, env) = (g.get::<u64>("offsets")?, g.get::<u8>("env")?);
+    /// assert_eq!(offsets, [0, 4, 8, 12]);
+    /// assert!((0..3).all(|k| env[4 * k..4 * k + 4].iter().all(|&e| e == env[4 * k])));
+    /// // Two consecutive items of one env each: t and t + 3.
+    /// let w = buf.sample(Request::groups(5, &["env"]).unroll(2))?;
+    /// let t = w.get::<u32>("t")?;
+    /// assert!((0..5).all(|k| t[2 * k + 1] == t[2 * k] + 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn groups(n: usize, fields: &'a [&'a str]) -> Request<'a> {
+        Request {
+            group_by: fields,
+            ..Request::of(Unit::Groups, n)
+        }
+    }
+
+    /// Groups: a window of `len` consecutive items of each group drawn (in the order
+    /// they were added), starting uniformly at random, from the groups with at least
+    /// `len` items (DI-engine's `unroll_len`).
+    pub fn unroll(mut self, len: u64) -> Request<'a> {
+        self.unroll = len;
+        self
     }
 
     /// Picks by priority with importance-sampling exponent `beta`. A unit longer than
@@ -337,6 +419,7 @@ impl<'a> Request<'a> {
             Unit::Sequences => "sequences",
             Unit::Episodes => "episodes",
             Unit::Fragments => "fragments",
+            Unit::Groups => "groups",
         };
         let steps = matches!(unit, Unit::Transitions | Unit::Sequences);
         if !steps && !self.obs.is_empty() {
@@ -362,23 +445,44 @@ impl<'a> Request<'a> {
         let uniform_rows = unit == Unit::Rows && self.pick == Pick::Uniform;
         let given_rows = unit == Unit::Rows && matches!(self.pick, Pick::Given(_));
         let oldest_rows = unit == Unit::Rows && self.pick == Pick::Oldest;
+        let uniform_units =
+            matches!(unit, Unit::Fragments | Unit::Groups) && self.pick == Pick::Uniform;
         if self.pick == Pick::Oldest && unit != Unit::Rows {
             return bad(format!("oldest() takes rows, not {name}"));
         }
-        if self.remove && !(uniform_rows || given_rows || oldest_rows) {
+        if self.remove && !(uniform_rows || given_rows || oldest_rows || uniform_units) {
             return bad(format!(
                 "a draw that removes what it returns picks rows uniformly, oldest first or \
-                 at given indices, not {name} {}: draw them, then remove(indices)",
+                 at given indices, or whole fragments or groups uniformly, not {name} {}: \
+                 draw them, then remove(indices)",
                 self.how()
             ));
         }
-        if !(self.replace || uniform_rows || self.remove && (given_rows || oldest_rows)) {
+        let distinct = uniform_rows || uniform_units;
+        if !(self.replace || distinct || self.remove && (given_rows || oldest_rows)) {
             return bad(format!(
-                "only uniform rows are drawn without replacement, not {name} {}",
+                "only uniform rows, fragments and groups are drawn without replacement, not \
+                 {name} {}",
                 self.how()
             ));
         }
-        if !self.group_by.is_empty() && (!uniform_rows || self.newest.is_some()) {
+        if self.covering.is_some() && !(uniform_units && unit == Unit::Fragments) {
+            return bad(format!(
+                "fragments_covering draws whole fragments uniformly, not {name} {}",
+                self.how()
+            ));
+        }
+        if unit == Unit::Groups {
+            if self.group_by.is_empty() || !uniform_units {
+                return bad(format!(
+                    "groups are drawn uniformly by the values of at least one field, not \
+                     {}",
+                    self.how()
+                ));
+            }
+        } else if self.unroll != 0 {
+            return bad(format!("unroll is an option of groups, not {name}"));
+        } else if !self.group_by.is_empty() && (!uniform_rows || self.newest.is_some()) {
             return bad(format!(
                 "a draw by group picks uniform rows from the whole buffer, not {name} {}",
                 self.how()

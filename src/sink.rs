@@ -261,7 +261,7 @@ impl<'a> Layout<'a> {
                     out.push(own(Own::Weights, units, None));
                 }
             }
-            Unit::Fragments => {
+            Unit::Fragments | Unit::Groups => {
                 out.extend(fields().map(|f| field(f, "", rows, None, Source::Row)));
                 out.push(own(Own::Indices, rows, None));
                 if weighted {

@@ -562,7 +562,10 @@ fn calls_on_item_states_are_refused_by_name_where_they_cannot_work() {
     for bad in [
         Config::new(schema(), 8).max_use(65_536),
         Config::new(schema(), 8).item_states().episodic(),
-        Config::new(schema(), 8).item_states().fragments(),
+        Config::new(schema(), 8).reservoir(4).fragments(),
+        Config::new(schema(), 8)
+            .rate_limit(replaystore::RateLimit::min_size(1))
+            .fragments(),
     ] {
         let e = ReplayBuffer::create(dir.path().join("bad"), bad).unwrap_err();
         assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
@@ -1067,4 +1070,333 @@ fn kill_at_each_named_point_of_a_reservoir_keeps_every_kept_item() {
             assert!(buf.len() <= 11, "{ctx}");
         },
     );
+}
+
+/// An episode of UnstableBaselines-shaped text steps: `len` rows of one `add_batch`
+/// call, each row's `episode` the episode's number and its `obs` a text naming both.
+fn add_episode(buf: &mut ReplayBuffer, episode: u32, len: usize) {
+    let texts: Vec<String> = (0..len)
+        .map(|t| format!("episode {episode} step {t}"))
+        .collect();
+    let mut bytes = Vec::new();
+    let mut offsets = vec![0u64];
+    for t in &texts {
+        bytes.extend_from_slice(t.as_bytes());
+        offsets.push(bytes.len() as u64);
+    }
+    buf.add_batch(&[
+        Column::new("episode", &vec![episode; len]),
+        Column::values("obs", DType::U8, &bytes, &offsets),
+    ])
+    .unwrap();
+}
+
+fn episode_schema() -> Schema {
+    use replaystore::VarKind;
+    Schema::builder()
+        .field("episode", DType::U32, &[])
+        .variable("obs", VarKind::Str, None)
+        .build()
+        .unwrap()
+}
+
+/// The episodes of a batch of whole fragments, checked whole: each fragment's rows are
+/// one episode's, in step order, with their texts.
+fn episodes_of(b: &replaystore::Batch, lens: &HashMap<u32, usize>) -> Vec<u32> {
+    let offsets = b.get::<u64>("offsets").unwrap();
+    let eps = b.get::<u32>("episode").unwrap();
+    let mut out = Vec::new();
+    for w in offsets.windows(2) {
+        let (a, z) = (w[0] as usize, w[1] as usize);
+        let e = eps[a];
+        assert_eq!(z - a, lens[&e], "episode {e} whole");
+        for (t, r) in (a..z).enumerate() {
+            assert_eq!(eps[r], e);
+            assert_eq!(b.text("obs", r).unwrap(), format!("episode {e} step {t}"));
+        }
+        out.push(e);
+    }
+    out
+}
+
+#[test]
+fn whole_fragments_downsample_and_pop_as_an_episode_buffer_of_text_steps_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    // UnstableBaselines' EpisodeBuffer: at most 60 steps; past that, random whole
+    // episodes go; get_batch(batch) pops whole episodes until it has `batch` steps.
+    let config = Config::new(episode_schema(), 400)
+        .fragments()
+        .downsample(60)
+        .seed(5);
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    let (mut lens, mut ranges) = (HashMap::new(), Vec::new());
+    let (mut popped, mut removed_rows) = (Vec::new(), 0u64);
+    let mut rng = 17u64;
+    for e in 0..60u32 {
+        if e == 30 {
+            // A reopened buffer rebuilds its fragments with their removed rows.
+            buf.close().unwrap();
+            buf = ReplayBuffer::open(&path).unwrap();
+        }
+        let len = 1 + (common::xorshift(&mut rng) % 12) as usize;
+        lens.insert(e, len);
+        let start = buf.live().end;
+        add_episode(&mut buf, e, len);
+        ranges.push(start..start + len as u64);
+        assert!(buf.len() <= 60, "{} live past max_size", buf.len());
+        // Every episode is whole or gone: a row removed means its episode's all are.
+        let head = buf.live().start;
+        let removed = common::removed_of(&buf);
+        for (ep, r) in ranges.iter().enumerate().filter(|(_, r)| r.start >= head) {
+            let gone = r.clone().filter(|i| removed.contains(i)).count();
+            assert!(
+                gone == 0 || gone == r.clone().count(),
+                "episode {ep}: {gone} removed"
+            );
+        }
+        if e % 7 == 6 {
+            let b = buf
+                .sample(Request::fragments_covering(20).remove())
+                .unwrap();
+            let got = episodes_of(&b, &lens);
+            // Whole episodes until 20 steps: without the last one it was short.
+            let rows: usize = got.iter().map(|e| lens[e]).sum();
+            assert!(rows >= 20 && rows - lens[got.last().unwrap()] < 20);
+            removed_rows += rows as u64;
+            for ep in &got {
+                assert!(!popped.contains(ep), "episode {ep} popped twice");
+                popped.push(*ep);
+            }
+        }
+        // A draw of whole fragments never returns a popped or downsampled episode.
+        if !buf.is_empty() {
+            let b = buf.sample(Request::fragments(16)).unwrap();
+            for ep in episodes_of(&b, &lens) {
+                assert!(!popped.contains(&ep), "popped episode {ep} drawn");
+            }
+        }
+    }
+    let stats = buf.stats();
+    assert_eq!(stats.removals.sampled, removed_rows);
+    let added: u64 = lens.values().map(|&l| l as u64).sum();
+    assert_eq!(
+        stats.removals.downsampled,
+        added - removed_rows - buf.len(),
+        "every row not popped and not live was downsampled"
+    );
+    buf.close().unwrap();
+    assert!(verify(&path).unwrap().problems.is_empty());
+}
+
+#[test]
+fn fragment_downsampling_and_covering_draws_pick_episodes_uniformly() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ten episodes of 3 steps fill max_size 30; the 11th removes one, each equally often.
+    let mut counts = [0u64; 11];
+    for seed in 0..550u64 {
+        let path = dir.path().join(format!("b{seed}"));
+        let config = Config::new(episode_schema(), 64)
+            .fragments()
+            .downsample(30)
+            .seed(seed);
+        let mut buf = ReplayBuffer::create(&path, config).unwrap();
+        for e in 0..11 {
+            add_episode(&mut buf, e, 3);
+        }
+        assert_eq!(buf.len(), 30);
+        let gone: Vec<u64> = (0..33).filter(|i| !kept(&buf).contains(i)).collect();
+        assert_eq!(gone.len(), 3);
+        assert_eq!(gone[2] - gone[0], 2, "one whole episode: {gone:?}");
+        counts[(gone[0] / 3) as usize] += 1;
+        drop(buf);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+    let chi2 = |c: &[u64], expected: f64| -> f64 {
+        c.iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum()
+    };
+    // 10 degrees of freedom: the 0.999 quantile is 29.6.
+    assert!(chi2(&counts, 50.0) < 29.6, "downsampled: {counts:?}");
+    // Covering one row takes one episode: uniformly over the whole ones.
+    let config = Config::new(episode_schema(), 64)
+        .fragments()
+        .item_states()
+        .seed(3);
+    let mut buf = ReplayBuffer::create(dir.path().join("c"), config).unwrap();
+    for e in 0..11 {
+        add_episode(&mut buf, e, 1 + e as usize % 4);
+    }
+    buf.remove(&[4]).unwrap(); // episode 2's first row: never drawn whole again
+    let mut first = [0u64; 11];
+    for _ in 0..5000 {
+        let b = buf.sample(Request::fragments_covering(1)).unwrap();
+        first[b.get::<u32>("episode").unwrap()[0] as usize] += 1;
+    }
+    assert_eq!(first[2], 0, "an episode that lost a row is not whole");
+    first.swap(2, 10);
+    assert!(chi2(&first[..10], 500.0) < 27.9, "covering: {first:?}"); // 9 dof, 0.999
+    // Distinct without replacement; more than there are is refused by name.
+    let b = buf
+        .sample(Request::fragments(10).without_replacement())
+        .unwrap();
+    let mut eps = b.get::<u32>("episode").unwrap().to_vec();
+    eps.dedup();
+    eps.sort_unstable();
+    eps.dedup();
+    assert_eq!(eps.len(), 10);
+    let e = buf
+        .sample(Request::fragments(11).without_replacement())
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidSample(_)), "{e}");
+    let e = buf.sample(Request::fragments_covering(1000)).unwrap_err();
+    assert!(e.to_string().contains("whole fragments hold"), "{e}");
+}
+
+#[test]
+fn fragment_downsampling_removes_the_same_episodes_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |path: &Path, reopen: bool| {
+        let config = Config::new(episode_schema(), 300)
+            .fragments()
+            .downsample(40)
+            .seed(8);
+        let mut buf = ReplayBuffer::create(path, config).unwrap();
+        for e in 0..40u32 {
+            if reopen && e % 9 == 4 {
+                buf.close().unwrap();
+                buf = ReplayBuffer::open(path).unwrap();
+            }
+            add_episode(&mut buf, e, 1 + (e as usize * 7) % 9);
+        }
+        kept(&buf)
+    };
+    let a = run(&dir.path().join("a"), false);
+    assert!(a.len() <= 40 && a.len() > 30, "{}", a.len());
+    assert_eq!(a, run(&dir.path().join("b"), true));
+}
+
+#[test]
+fn a_fragment_drawn_max_use_times_is_used_up_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::new(episode_schema(), 64).fragments().max_use(2);
+    let mut buf = ReplayBuffer::create(dir.path().join("b"), config).unwrap();
+    add_episode(&mut buf, 0, 4);
+    buf.sample(Request::fragments(1)).unwrap();
+    let states = buf.item_states(&[0, 1, 2, 3]).unwrap();
+    assert!(states.iter().all(|s| s.uses == 1 && s.removed.is_none()));
+    buf.sample(Request::fragments(1)).unwrap();
+    let states = buf.item_states(&[0, 1, 2, 3]).unwrap();
+    assert!(
+        states.iter().all(|s| s.removed == Some(Cause::UsedUp)),
+        "{states:?}"
+    );
+    assert_eq!(buf.len(), 0);
+    assert!(buf.sample(Request::fragments(1)).is_err());
+}
+
+#[test]
+fn groups_come_back_whole_or_as_windows_uniformly_as_di_engine_groupby_draws() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .field("env", DType::U8, &[])
+        .field("t", DType::U32, &[])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 200).item_states().seed(21);
+    let mut buf = ReplayBuffer::create(dir.path().join("b"), config).unwrap();
+    // Group g (0..6) gets g + 2 items, interleaved; the ring keeps all 27.
+    let mut model: Vec<Vec<u32>> = vec![Vec::new(); 6];
+    let mut t = 0u32;
+    for round in 0..7 {
+        for (g, items) in model.iter_mut().enumerate() {
+            if round < g + 2 {
+                buf.add(&[Column::scalar("env", &(g as u8)), Column::scalar("t", &t)])
+                    .unwrap();
+                items.push(t);
+                t += 1;
+            }
+        }
+    }
+    // Item t is at index t; remove two of group 5: its list skips them.
+    let gone = [model[5][1], model[5][4]];
+    buf.remove(&[u64::from(gone[0]), u64::from(gone[1])])
+        .unwrap();
+    model[5].retain(|t| !gone.contains(t));
+    let groups_of = |b: &replaystore::Batch| -> Vec<(u8, Vec<u32>)> {
+        let (o, env, ts) = (
+            b.get::<u64>("offsets").unwrap(),
+            b.get::<u8>("env").unwrap(),
+            b.get::<u32>("t").unwrap(),
+        );
+        o.windows(2)
+            .map(|w| {
+                let (a, z) = (w[0] as usize, w[1] as usize);
+                assert!(env[a..z].iter().all(|&e| e == env[a]), "one key per group");
+                (env[a], ts[a..z].to_vec())
+            })
+            .collect()
+    };
+    // Whole groups: exactly the model's lists; all six, distinct.
+    let b = buf
+        .sample(Request::groups(6, &["env"]).without_replacement())
+        .unwrap();
+    let mut got = groups_of(&b);
+    got.sort();
+    let want: Vec<(u8, Vec<u32>)> = (0..6).map(|g| (g as u8, model[g].clone())).collect();
+    assert_eq!(got, want);
+    // Uniform over groups, and over window starts: group 4 (6 items) has 5 windows of 2.
+    let (mut per_group, mut starts) = ([0f64; 6], [0f64; 5]);
+    for _ in 0..3000 {
+        let b = buf.sample(Request::groups(1, &["env"]).unroll(2)).unwrap();
+        let (g, ts) = groups_of(&b).remove(0);
+        per_group[g as usize] += 1.0;
+        let items = &model[g as usize];
+        let s = items.iter().position(|&x| x == ts[0]).unwrap();
+        assert_eq!(ts, items[s..s + 2], "a window of consecutive items");
+        if g == 4 {
+            starts[s] += 1.0;
+        }
+    }
+    let chi2 = |c: &[f64]| {
+        let e = c.iter().sum::<f64>() / c.len() as f64;
+        c.iter().map(|x| (x - e).powi(2) / e).sum::<f64>()
+    };
+    assert!(chi2(&per_group) < 20.5, "groups {per_group:?}"); // 5 dof, 0.999
+    assert!(chi2(&starts) < 18.5, "starts {starts:?}"); // 4 dof, 0.999
+    // unroll 5: only groups 3, 4 and 5 (5 items left of 7) have five.
+    for _ in 0..50 {
+        let b = buf.sample(Request::groups(4, &["env"]).unroll(5)).unwrap();
+        assert!(groups_of(&b).iter().all(|(g, ts)| *g >= 3 && ts.len() == 5));
+    }
+    let e = buf
+        .sample(Request::groups(4, &["env"]).unroll(5).without_replacement())
+        .unwrap_err();
+    assert!(e.to_string().contains("3 of the 6 groups"), "{e}");
+    // Popping a group removes all of it; the rest stay whole.
+    let b = buf.sample(Request::groups(2, &["env"]).remove()).unwrap();
+    let popped: Vec<u8> = groups_of(&b).iter().map(|g| g.0).collect();
+    assert_eq!(
+        buf.len(),
+        25 - popped
+            .iter()
+            .map(|&g| model[g as usize].len() as u64)
+            .sum::<u64>()
+    );
+    let b = buf
+        .sample(Request::groups(4, &["env"]).without_replacement())
+        .unwrap();
+    assert!(
+        groups_of(&b)
+            .iter()
+            .all(|(g, ts)| !popped.contains(g) && *ts == model[*g as usize])
+    );
+    for bad in [
+        Request::groups(1, &[]),
+        Request::groups(1, &["env"]).prioritized(1.0),
+        Request::rows(1).unroll(2),
+    ] {
+        assert!(matches!(buf.sample(bad), Err(Error::InvalidSample(_))));
+    }
 }

@@ -117,7 +117,8 @@ class ReplayBuffer:
         ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
         does too and removes an item on its N-th draw; ``max_size=M`` does too and,
         past M live items, removes random ones after each add (UnstableBaselines'
-        downsampling); ``reservoir=M`` keeps a reservoir of M (RLlib's
+        downsampling; whole fragments with ``fragments=True``, as its
+        ``EpisodeBuffer`` drops whole episodes); ``reservoir=M`` keeps a reservoir of M (RLlib's
         ``ReservoirReplayBuffer``: every item ever added kept with equal chance).
         ``min_size_to_sample`` alone is Reverb's ``MinSize`` rate
         limiter; with ``samples_per_insert`` (and ``error_buffer``) its
@@ -207,14 +208,38 @@ class ReplayBuffer:
         array) of the live items at ``indices``."""
     def sample_fragments(
         self,
-        n: int,
+        n: Optional[int] = None,
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
+        replace: bool = True,
+        remove: bool = False,
+        covering: Optional[int] = None,
         out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
     ) -> _Batch:
-        """``n`` whole fragments: rows concatenated, ``indices``, ``offsets`` (n + 1) and,
+        """``n`` whole fragments (distinct with ``replace=False``), or with
+        ``covering=k`` distinct ones in random order until their rows reach ``k``
+        (UnstableBaselines' ``EpisodeBuffer.get_batch``); ``remove=True`` removes them.
+        Rows concatenated, ``indices``, ``offsets`` (one more than the fragments) and,
         with ``beta``, one weight per fragment."""
+    def sample_groups(
+        self,
+        n: int,
+        by: Union[str, Sequence[str]],
+        *,
+        unroll: int = 0,
+        replace: bool = True,
+        remove: bool = False,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
+    ) -> _Batch:
+        """``n`` groups of the items sharing the values of ``by`` (DI-engine's
+        ``groupby``), each whole in add order or, with ``unroll=k``, a random window of
+        ``k`` consecutive items; rows concatenated, ``indices``, ``offsets``."""
     def update_priorities(
         self, indices: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> Dict[str, int]:

@@ -563,31 +563,105 @@ impl PyBuffer {
     }
 
     /// Draws `n` whole fragments (the rows of one `add_batch` call each; never one that
-    /// eviction has cut): uniformly, or by the mean priority of their rows with `beta`.
-    /// Returns the rows concatenated (one array per field, plus `indices`), `offsets`
-    /// (fragment `i` is rows `offsets[i]:offsets[i+1]`) and, with `beta`, one weight per
-    /// fragment in `weights`.
-    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
+    /// eviction has cut, nor, with item states, one that lost a row to a removal):
+    /// uniformly (distinct ones with `replace=False`), or by the mean priority of their
+    /// rows with `beta`. `covering=k` instead draws distinct fragments in random order
+    /// until their rows reach `k` (UnstableBaselines' `EpisodeBuffer.get_batch(k)`;
+    /// pass `n=None`). `remove=True` removes every row returned (item states).
+    /// Returns the rows concatenated (one array per field, plus `indices`; variable-length
+    /// fields as `values` says), `offsets` (fragment `i` is rows
+    /// `offsets[i]:offsets[i+1]`) and, with `beta`, one weight per fragment in `weights`.
+    #[pyo3(signature = (n=None, *, beta=None, seed=None, replace=true, remove=false, covering=None, out=None, values="list", pad=0.0))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample_fragments<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Option<usize>,
         beta: Option<f64>,
         seed: Option<u64>,
+        replace: bool,
+        remove: bool,
+        covering: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let mut request = match (n, covering) {
+            (Some(n), None) => Request::fragments(n),
+            (None, Some(rows)) => Request::fragments_covering(rows),
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "sample_fragments takes n or covering=, not both nor neither",
+                ));
+            }
+        };
+        if let Some(b) = beta {
+            request = request.prioritized(b);
+        }
+        if !replace {
+            request = request.without_replacement();
+        }
+        if remove {
+            request = request.remove();
+        }
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        let request = match beta {
-            Some(b) => Request::fragments(n).prioritized(b),
-            None => Request::fragments(n),
-        };
-        draw(
+        draw_values(
             py,
             out,
+            values,
+            pad,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
+    }
+
+    /// Draws `n` groups of the items sharing the values of `by` (a field name or a list
+    /// of them; DI-engine's `sample(n, groupby=...)`): uniformly over the groups (distinct
+    /// ones with `replace=False`), each group's items (not removed) in the order they
+    /// were added, or with `unroll=k` a window of `k` consecutive ones starting at random,
+    /// from the groups that have `k` (DI-engine's `unroll_len`). `remove=True` removes
+    /// what it returns (item states). Returns the rows concatenated (one array per
+    /// field, plus `indices`) and `offsets` (group `i` is rows `offsets[i]:offsets[i+1]`).
+    #[pyo3(signature = (n, by, *, unroll=0, replace=true, remove=false, seed=None, out=None, values="list", pad=0.0))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
+    fn sample_groups<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        by: &Bound<'py, PyAny>,
+        unroll: u64,
+        replace: bool,
+        remove: bool,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let names: Vec<String> = match by.extract::<String>() {
+            Ok(one) => vec![one],
+            Err(_) => by.extract()?,
+        };
+        let fields: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut request = Request::groups(n, &fields).unroll(unroll);
+        if !replace {
+            request = request.without_replacement();
+        }
+        if remove {
+            request = request.remove();
+        }
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        draw_values(
+            py,
+            out,
+            values,
+            pad,
             |sink| either!(buf, b => b.sample_into(request, sink)),
         )
     }

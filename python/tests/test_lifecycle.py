@@ -242,3 +242,106 @@ def test_a_reservoir_keeps_old_items_as_often_as_new_ones(tmp_path):
         assert buf.stats()["removals"]["reservoir"] == 190
     # Half the 200 items are older than 100: about half of the 400 kept.
     assert 150 < kept_old < 250, kept_old
+
+
+class EpisodeBufferModel:
+    """UnstableBaselines' ``EpisodeBuffer`` as its source reads: whole episodes, random
+    ones dropped past ``max_buffer_size`` steps, ``get_batch`` shuffles them and pops
+    whole ones until it has ``batch_size`` steps."""
+
+    def __init__(self, max_buffer_size, rng):
+        self.max, self.rng, self.episodes = max_buffer_size, rng, []
+
+    def add(self, episode):
+        self.episodes.append(episode)
+        while sum(map(len, self.episodes)) > self.max:
+            self.episodes.remove(self.rng.choice(self.episodes))
+
+    def get_batch(self, batch_size):
+        assert sum(map(len, self.episodes)) >= batch_size
+        self.rng.shuffle(self.episodes)
+        out, steps = [], 0
+        for ep in self.episodes:
+            out.append(ep)
+            steps += len(ep)
+            if steps >= batch_size:
+                break
+        for ep in out:
+            self.episodes.remove(ep)
+        return out
+
+    def size(self):
+        return sum(map(len, self.episodes))
+
+
+def test_fragments_behave_as_unstable_baselines_episode_buffer(tmp_path):
+    import random
+
+    schema = {"episode": "int64", "obs": "str", "reward": "float32"}
+    buf = rs.ReplayBuffer.create(
+        tmp_path / "b", schema, 2000, fragments=True, max_size=60, seed=4
+    )
+    model = EpisodeBufferModel(60, random.Random(4))
+    popped = set()
+    for e in range(120):
+        n = 3  # equal lengths: the sizes of model and buffer match step for step
+        ep = [f"episode {e} step {t}" for t in range(n)]
+        buf.add_batch({"episode": np.full(n, e), "obs": ep, "reward": np.ones(n, np.float32)})
+        model.add(ep)
+        assert len(buf) == model.size() <= 60
+        if e % 10 == 9:
+            b = buf.sample_fragments(covering=10, remove=True)
+            want = model.get_batch(10)
+            offsets = b["offsets"].tolist()
+            assert len(offsets) - 1 == len(want) == 4  # 3 + 3 + 3 < 10 <= 12
+            for a, z in zip(offsets, offsets[1:]):
+                eps = set(b["episode"][a:z].tolist())
+                assert len(eps) == 1 and z - a == 3
+                (k,) = eps
+                assert b["obs"][a:z] == [f"episode {k} step {t}" for t in range(3)]
+                assert k not in popped
+                popped.add(k)
+            assert len(buf) == model.size()
+    s = buf.stats()
+    assert s["removals"]["sampled"] == 3 * len(popped)
+    assert s["removals"]["downsampled"] == 360 - len(buf) - 3 * len(popped)
+    # A popped episode never comes back, whole or as rows.
+    for _ in range(20):
+        b = buf.sample_fragments(8)
+        assert not set(b["episode"].tolist()) & popped
+        assert not set(buf.sample(32)["episode"].tolist()) & popped
+    with pytest.raises(ValueError, match="not both"):
+        buf.sample_fragments(2, covering=3)
+    with pytest.raises(rs.Error, match="whole fragments hold"):
+        buf.sample_fragments(covering=10_000)
+
+
+def test_sample_groups_draws_whole_groups_and_windows_as_di_engine_groupby(tmp_path):
+    schema = {"env": "str", "t": "int64"}
+    buf = rs.ReplayBuffer.create(tmp_path / "b", schema, 500, item_states=True, seed=2)
+    envs = ["a", "b", "c", "d"]
+    model = {e: [] for e in envs}
+    for t in range(60):
+        e = envs[(t * 7) % 4 if t % 5 else 0]
+        buf.add(env=e, t=t)
+        model[e].append(t)
+    g = buf.sample_groups(4, "env", replace=False)
+    offsets = g["offsets"].tolist()
+    got = {}
+    for a, z in zip(offsets, offsets[1:]):
+        (e,) = set(g["env"][a:z])
+        got[e] = g["t"][a:z].tolist()
+    assert got == model
+    w = buf.sample_groups(200, ["env"], unroll=3)
+    assert len(w["offsets"]) == 201 and len(w["t"]) == 600
+    for k in range(200):
+        ts = w["t"][3 * k : 3 * k + 3].tolist()
+        items = model[w["env"][3 * k]]
+        s = items.index(ts[0])
+        assert ts == items[s : s + 3]
+    popped = buf.sample_groups(1, "env", remove=True)
+    assert len(buf) == 60 - len(popped["t"])
+    left = buf.sample_groups(3, "env", replace=False)
+    assert popped["env"][0] not in set(left["env"])
+    with pytest.raises(rs.Error, match="groups"):
+        buf.sample_groups(4, "env", replace=False)

@@ -1,7 +1,8 @@
-//! Draws stratified by a group key (issue 30): the live items grouped by the values of
-//! some fields (`env_id`, or `env_id` and `pid`), then as UnstableBaselines'
-//! `stratified_env` / `stratified_env_role` strategies draw: up to `n / groups` from
-//! each group, then the rest uniformly from what is left, every item at most once.
+//! Draws by a group key (issue 30): the live items grouped by the values of some
+//! fields (`env_id`, or `env_id` and `pid`). Rows stratified as UnstableBaselines'
+//! `stratified_env` / `stratified_env_role` strategies draw (up to `n / groups` from
+//! each group, then the rest uniformly from what is left, every item at most once), or
+//! whole groups as DI-engine's `sample(groupby=, unroll_len=)` draws them.
 //!
 //! The index from key to items is kept in memory by each handle, built from the rows
 //! when first asked and extended from the tail on later draws: each item enters once.
@@ -247,5 +248,58 @@ pub(crate) fn pick_from_groups(
             .iter()
             .filter_map(|p| pool.get(p)),
     );
+    Ok(())
+}
+
+/// `n` groups of `index`, uniformly (distinct unless `replace`), each as its items not
+/// `removed` in the order they were added, or with `unroll > 0` a window of that many
+/// consecutive ones starting uniformly at random: into `out`, with one `offsets` entry
+/// per group (its end). Only groups with at least `max(unroll, 1)` items are drawn.
+/// Every group's list is compacted first: O(indexed items).
+pub(crate) fn pick_groups(
+    index: &mut GroupIndex,
+    (n, replace, unroll): (usize, bool, u64),
+    removed: &dyn Fn(u64) -> bool,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    out: &mut Vec<u64>,
+    offsets: &mut Vec<u64>,
+) -> Result<()> {
+    if n == 0 {
+        return Err(Error::InvalidSample("n must be at least 1".into()));
+    }
+    for items in index.groups.values_mut() {
+        items.retain(|&i| !removed(i));
+    }
+    index.groups.retain(|_, items| !items.is_empty());
+    if index.groups.is_empty() {
+        return Err(Error::Empty);
+    }
+    let need = usize::try_from(unroll.max(1)).unwrap_or(usize::MAX);
+    let groups: Vec<&Vec<u64>> = index.groups.values().filter(|g| g.len() >= need).collect();
+    if groups.is_empty() || (!replace && n > groups.len()) {
+        return Err(Error::InvalidSample(format!(
+            "{n} groups{} of at least {need} live items, but {} of the {} groups have \
+             that many",
+            if replace { "" } else { " without replacement" },
+            groups.len(),
+            index.groups.len()
+        )));
+    }
+    let picks: Vec<usize> = match replace {
+        true => (0..n).map(|_| rng.random_range(0..groups.len())).collect(),
+        false => sample(rng, groups.len(), n).into_vec(),
+    };
+    for k in picks {
+        let items = groups.get(k).map_or(&[][..], |g| g.as_slice());
+        let rows = match unroll {
+            0 => items,
+            _ => {
+                let start = rng.random_range(0..=items.len() - need);
+                items.get(start..start + need).unwrap_or(&[])
+            }
+        };
+        out.extend_from_slice(rows);
+        offsets.push(out.len() as u64);
+    }
     Ok(())
 }

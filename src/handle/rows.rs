@@ -11,7 +11,7 @@ use rand_chacha::rand_core::SeedableRng;
 
 use super::Stats;
 use super::core::Draws;
-use super::groups::{GroupCount, GroupIndex, KeyField, pick_from_groups, render_key};
+use super::groups::{GroupCount, GroupIndex, KeyField, pick_from_groups, pick_groups, render_key};
 use crate::algo::sample::{SampleSpec, draw_uniform, draw_uniform_skipping};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -622,13 +622,7 @@ impl Rows {
         life: Option<&Lifecycle>,
         out: &mut Vec<u64>,
     ) -> Result<()> {
-        let mut index = match self.groups.take() {
-            Some(g) if g.is_of(names) => g,
-            _ => GroupIndex::new(&self.schema, names)?,
-        };
-        let fields = index.fields.clone();
-        index.extend(self.head, self.tail, |i| self.key_of(i, &fields));
-        index.forget_before(self.head);
+        let mut index = self.group_index(names)?;
         let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
         let live = (self.head, self.tail);
         let rng = &mut self.draws.rng;
@@ -637,6 +631,40 @@ impl Rows {
         picked?;
         self.draws.sampled += out.len() as u64;
         Ok(())
+    }
+
+    /// Picks the groups of `request` ([`Request::groups`]): their items into `out`, one
+    /// end offset per group into `offsets` (see `handle/groups.rs`).
+    pub(crate) fn pick_groups(
+        &mut self,
+        request: &Request<'_>,
+        life: Option<&Lifecycle>,
+        out: &mut Vec<u64>,
+        offsets: &mut Vec<u64>,
+    ) -> Result<()> {
+        let mut index = self.group_index(request.group_by)?;
+        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
+        let how = (request.n, request.replace, request.unroll);
+        let rng = &mut self.draws.rng;
+        let picked = pick_groups(&mut index, how, &removed, rng, out, offsets);
+        self.groups = Some(index);
+        picked?;
+        self.draws.sampled += (offsets.len() as u64).saturating_sub(1);
+        Ok(())
+    }
+
+    /// The handle's index of the key `names`, taken out to draw from (the caller puts
+    /// it back), extended to the tail and forgetting what the head passed; a new one
+    /// when the last draw grouped by another key.
+    fn group_index(&mut self, names: &[&str]) -> Result<GroupIndex> {
+        let mut index = match self.groups.take() {
+            Some(g) if g.is_of(names) => g,
+            _ => GroupIndex::new(&self.schema, names)?,
+        };
+        let fields = index.fields.clone();
+        index.extend(self.head, self.tail, |i| self.key_of(i, &fields));
+        index.forget_before(self.head);
+        Ok(index)
     }
 
     /// How many items of the live range each group of the key `names` holds, live and

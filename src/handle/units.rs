@@ -271,6 +271,9 @@ impl<R: Role> ReplayBuffer<R> {
         spec: &Request<'_>,
         sink: &mut dyn Sink,
     ) -> Result<()> {
+        if spec.remove {
+            self.ready_to_remove()?;
+        }
         let (mut fragments, mut weights) = (Vec::new(), Vec::new());
         self.draw_fragments(spec, &mut fragments, &mut weights)?;
         self.gather_runs(spec, fragments.into_iter(), &weights, &[], sink)
@@ -293,30 +296,95 @@ impl<R: Role> ReplayBuffer<R> {
         if self.rows.tail == self.rows.head {
             return Err(Error::Empty);
         }
-        let cap = self.rows.superblock.capacity;
-        let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
-        let table = self.parts.fragments.get_or_insert_with(|| {
-            Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))))
-        });
-        table.evict(head);
+        let head = self.rows.head;
+        let table = self.fragment_table();
         let whole: Vec<Range<u64>> = table
             .iter()
-            .filter(|f| f.start >= head && f.closed)
+            .filter(|f| f.whole(head))
             .map(Fragment::range)
             .collect();
         if whole.is_empty() {
             return Err(Error::InvalidSample(format!(
                 "no whole fragment to draw among {} rows (each lost its first rows to \
-                 eviction, or its last rows to a kill)",
-                tail - head
+                 eviction, its last rows to a kill, or a row to a removal)",
+                self.rows.tail - head
             )));
         }
         let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
-        check_rows(spec.n, 0)?;
         let mut picks = Vec::with_capacity(spec.n);
-        self.draw_units(&runs, spec, &mut picks, weights)?;
+        match spec.covering {
+            Some(rows) => self.cover_units(&runs, rows, &mut picks)?,
+            None => {
+                check_rows(spec.n, 0)?;
+                self.draw_units(&runs, spec, &mut picks, weights)?;
+            }
+        }
         fragments.extend(picks.iter().filter_map(|&i| whole.get(i).cloned()));
         Ok(())
+    }
+
+    /// The fragment table: built from the rows' positions (and, with item states, the
+    /// removed rows counted from their words) at the first draw after an open, then
+    /// kept by the adds and removals; fragments the head passed are forgotten.
+    pub(super) fn fragment_table(&mut self) -> &Fragments {
+        let cap = self.rows.superblock.capacity;
+        let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
+        let life = self.parts.life.as_ref();
+        let table = self.parts.fragments.get_or_insert_with(|| {
+            let mut t =
+                Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))));
+            if let Some(life) = life {
+                t.count_removed(head, |i| life.is_removed(i));
+            }
+            t
+        });
+        table.evict(head);
+        table
+    }
+
+    /// Distinct units of `runs` (first index, rows) in uniformly random order until
+    /// their rows reach `rows`, as positions in `runs`: a partial shuffle, stopped as
+    /// soon as the rows suffice.
+    fn cover_units(
+        &mut self,
+        runs: &[(u64, u64)],
+        rows: u64,
+        picks: &mut Vec<usize>,
+    ) -> Result<()> {
+        let total: u64 = runs.iter().map(|r| r.1).sum();
+        if total < rows {
+            return Err(Error::InvalidSample(format!(
+                "units covering {rows} rows, but the {} whole fragments hold {total}",
+                runs.len()
+            )));
+        }
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        let mut got = 0;
+        for k in 0..order.len() {
+            if got >= rows && k > 0 {
+                break;
+            }
+            let j = self.rows.draws.rng.random_range(k..order.len());
+            order.swap(k, j);
+            let pick = order.get(k).copied().unwrap_or(0);
+            got += runs.get(pick).map_or(0, |r| r.1);
+            picks.push(pick);
+        }
+        Ok(())
+    }
+
+    /// Draws `request.n` groups of the items sharing the values of `request.group_by`
+    /// (DI-engine's `sample(groupby=, unroll_len=)`; see [`Request::groups`]).
+    pub(super) fn sample_groups(&mut self, spec: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        if spec.remove {
+            self.ready_to_remove()?;
+        }
+        check_rows(spec.n, 0)?;
+        let (mut indices, mut offsets) = (Vec::new(), vec![0u64]);
+        let life = self.parts.life.as_ref();
+        self.rows
+            .pick_groups(spec, life, &mut indices, &mut offsets)?;
+        self.gather_units(spec, &indices, &offsets, &[], &[], sink)
     }
 
     /// Gathers every field of the units whose rows `runs` gives into `sink`, their rows
@@ -337,14 +405,31 @@ impl<R: Role> ReplayBuffer<R> {
             offsets.push(indices.len() as u64);
             self.rows.draws.sampled += 1;
         }
+        self.gather_units(spec, &indices, &offsets, weights, ids, sink)
+    }
+
+    /// Gathers the rows `indices` of units ending at `offsets` (after a leading 0) into
+    /// `sink`, with the units' `weights` and, for episodes, their `ids`; then, with item
+    /// states, counts each row's use or removes the units whole.
+    fn gather_units(
+        &mut self,
+        spec: &Request<'_>,
+        indices: &[u64],
+        offsets: &[u64],
+        weights: &[f32],
+        ids: &[u64],
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
         let units = offsets.len() - 1;
         let mut f = self.rows.open_sink(spec, units, indices.len(), sink)?;
-        self.rows.gather_into(&indices, &mut f.row)?;
-        f.put(Own::Indices, bytemuck::cast_slice(&indices));
-        f.put(Own::Offsets, bytemuck::cast_slice(&offsets));
+        self.rows.gather_into(indices, &mut f.row)?;
+        f.put(Own::Indices, bytemuck::cast_slice(indices));
+        f.put(Own::Offsets, bytemuck::cast_slice(offsets));
         f.put(Own::Episodes, bytemuck::cast_slice(ids));
         f.put(Own::Weights, bytemuck::cast_slice(weights));
-        Ok(())
+        drop(f);
+        self.rows.put_values(indices, sink)?;
+        self.after_draw(spec, indices)
     }
 
     /// Draws `spec.n` of the units whose rows `runs` gives (first index, rows), as
@@ -360,7 +445,24 @@ impl<R: Role> ReplayBuffer<R> {
         weights: &mut Vec<f32>,
     ) -> Result<()> {
         let Some(beta) = spec.beta() else {
-            picks.extend((0..spec.n).map(|_| self.rows.draws.rng.random_range(0..runs.len())));
+            if spec.replace {
+                let rng = &mut self.rows.draws.rng;
+                picks.extend((0..spec.n).map(|_| rng.random_range(0..runs.len())));
+                return Ok(());
+            }
+            if spec.n > runs.len() {
+                return Err(Error::InvalidSample(format!(
+                    "{} units without replacement, but only {} are whole",
+                    spec.n,
+                    runs.len()
+                )));
+            }
+            let mut order: Vec<usize> = (0..runs.len()).collect();
+            for k in 0..spec.n {
+                let j = self.rows.draws.rng.random_range(k..order.len());
+                order.swap(k, j);
+            }
+            picks.extend(order.iter().take(spec.n));
             return Ok(());
         };
         if !(beta.is_finite() && beta >= 0.0) {

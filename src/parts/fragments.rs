@@ -2,6 +2,9 @@
 //! `add` / `add_batch` call, in order. Every row stores its position in its call and
 //! whether it is the call's last row, so the table is rebuilt from the rows when first
 //! needed and then kept by the adds, and a call a kill cut short is never whole.
+//! With item states, each fragment counts its removed rows (from the state words when
+//! the table is built, then from each removal), so a draw of whole fragments skips one
+//! that lost a row, and downsampling finds the fragments that still have one.
 
 use crate::format::row::{FRAGMENT_END, FRAGMENT_MAX_POS};
 
@@ -19,12 +22,20 @@ pub(crate) struct Fragment {
     pub end: u64,
     /// Whether its call's last row is stored: the fragment has every row it will have.
     pub closed: bool,
+    /// Of its rows, those removed (item states) while they were live.
+    pub removed: u64,
 }
 
 impl Fragment {
     /// Its logical indices.
     pub fn range(&self) -> Range<u64> {
         self.start..self.end
+    }
+
+    /// Whether a draw of whole fragments may return it: every row it will have is
+    /// stored (`head` is the buffer's oldest live index) and none was removed.
+    pub fn whole(&self, head: u64) -> bool {
+        self.closed && self.start >= head && self.removed == 0
     }
 }
 
@@ -64,7 +75,26 @@ impl Fragments {
             start,
             end: index + 1,
             closed,
+            removed: 0,
         });
+    }
+
+    /// Counts the removed rows of each fragment from `head` on, as `removed` says of
+    /// each index: once, when the table is built from the rows of a buffer with item
+    /// states.
+    pub(crate) fn count_removed(&mut self, head: u64, removed: impl Fn(u64) -> bool) {
+        for f in &mut self.list {
+            f.removed = (f.start.max(head)..f.end).filter(|&i| removed(i)).count() as u64;
+        }
+    }
+
+    /// Row `index` was removed: its fragment counts it. Fragments lie in index order,
+    /// so it is found by bisection.
+    pub(crate) fn note_removed(&mut self, index: u64) {
+        let k = self.list.partition_point(|f| f.end <= index);
+        if let Some(f) = self.list.get_mut(k).filter(|f| f.start <= index) {
+            f.removed += 1;
+        }
     }
 
     /// Forgets fragments with no live row left.
@@ -155,5 +185,20 @@ mod tests {
         assert_eq!(f.iter().count(), 2);
         f.evict(2);
         assert_eq!(ranges(&f), vec![(2..4, true)]);
+    }
+
+    #[test]
+    fn removals_are_counted_in_their_fragment_and_a_counted_one_is_not_whole() {
+        let mut f = Fragments::from_positions(
+            [(0, 0), (1, 1 | END), (2, END), (3, 0), (4, 1), (5, 2 | END)].into_iter(),
+        );
+        f.count_removed(1, |i| i == 0 || i == 4); // row 0 is before the head
+        f.note_removed(2);
+        f.note_removed(9); // past every fragment: nothing to count
+        let removed: Vec<u64> = f.iter().map(|x| x.removed).collect();
+        assert_eq!(removed, vec![0, 1, 1]);
+        let whole: Vec<bool> = f.iter().map(|x| x.whole(0)).collect();
+        assert_eq!(whole, vec![true, false, false]);
+        assert!(!f.iter().next().unwrap().whole(1), "partly evicted");
     }
 }

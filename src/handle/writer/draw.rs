@@ -126,6 +126,7 @@ impl<R: Role> ReplayBuffer<R> {
             Unit::Sequences => self.sample_sequences(&request, sink),
             Unit::Episodes => self.sample_episodes(&request, sink),
             Unit::Fragments => self.sample_fragments(&request, sink),
+            Unit::Groups => self.sample_groups(&request, sink),
         }
     }
 

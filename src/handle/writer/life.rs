@@ -7,6 +7,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::lifecycle::Cause;
+use crate::parts::fragments::Fragments;
 use crate::parts::lifecycle::{Counts, ItemState, TagIndex};
 use crate::request::Request;
 use std::time::Duration;
@@ -132,6 +133,17 @@ fn removal_cause(request: &Request<'_>) -> Cause {
     }
 }
 
+/// Tells the fragment table (fragment buffers, once drawn from) of each removal, so
+/// draws of whole fragments skip the one that lost a row.
+fn note_in(table: Option<&mut Fragments>) -> impl FnMut(u64) {
+    let mut table = table;
+    move |i| {
+        if let Some(t) = table.as_mut() {
+            t.note_removed(i);
+        }
+    }
+}
+
 /// An integer field's little-endian bytes as a number.
 fn tag_value(dtype: DType, b: &[u8]) -> i128 {
     let mut w = [0u8; 8];
@@ -154,7 +166,7 @@ fn tag_value(dtype: DType, b: &[u8]) -> i128 {
 impl<R: Role> ReplayBuffer<R> {
     /// What every removal needs before a word changes: a handle that writes, item
     /// states, the state file (and the tree) its own, and the tree's leaves in reach.
-    pub(super) fn ready_to_remove(&mut self) -> Result<()> {
+    pub(in crate::handle) fn ready_to_remove(&mut self) -> Result<()> {
         self.writable()?;
         if self.parts.life.is_none() {
             return Err(self.no_item_states());
@@ -177,11 +189,14 @@ impl<R: Role> ReplayBuffer<R> {
             return 0;
         };
         let cap = self.rows.superblock.capacity;
+        let mut note = note_in(self.parts.fragments.as_mut());
         let gone: Vec<u64> = indices
             .iter()
             .filter(|&&i| life.remove(i, cause))
+            .inspect(|&&i| note(i))
             .map(|&i| i % cap)
             .collect();
+        drop(note);
         self.zero_leaves(&gone);
         gone.len() as u64
     }
@@ -233,11 +248,14 @@ impl<R: Role> ReplayBuffer<R> {
         };
         let cap = self.rows.superblock.capacity;
         life.prefetch(indices);
+        let mut note = note_in(self.parts.fragments.as_mut());
         let gone: Vec<u64> = indices
             .iter()
             .filter(|&&i| life.count_use(i))
+            .inspect(|&&i| note(i))
             .map(|&i| i % cap)
             .collect();
+        drop(note);
         self.zero_leaves(&gone);
         Ok(())
     }
@@ -334,7 +352,11 @@ impl<R: Role> ReplayBuffer<R> {
 
     /// What a draw of `request` at `indices` leaves behind: uses and removals, by a
     /// handle that writes; nothing by a snapshot's.
-    pub(super) fn after_draw(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
+    pub(in crate::handle) fn after_draw(
+        &mut self,
+        request: &Request<'_>,
+        indices: &[u64],
+    ) -> Result<()> {
         if self.parts.life.is_none() || self.is_read_only() {
             return Ok(());
         }

@@ -64,7 +64,7 @@ impl ReplayBuffer<Writer> {
                  rename the field"
             )));
         }
-        if config.schema.has_var() && (config.is_episodic() || config.fragments) {
+        if config.schema.has_var() && config.is_episodic() {
             return Err(Error::InvalidConfig {
                 field: "episodic",
                 problem: "variable-length fields are stored by add and add_batch; \
@@ -84,12 +84,25 @@ impl ReplayBuffer<Writer> {
                     ),
                 });
             }
-            if config.is_episodic() || config.fragments {
+            if config.is_episodic() {
+                // Removal would have to cut transitions, sequences and episodes drawn
+                // across a removed row; none of the libraries replaced removes from an
+                // episodic buffer (UnstableBaselines' episodes are fragments).
                 return Err(Error::InvalidConfig {
                     field: "item_states",
                     problem: "item states (removal, max_use) are kept for buffers drawn \
-                              by rows; episodic and fragment buffers with them are not \
-                              built yet (issue 30)"
+                              by rows or whole fragments, not episodic ones: store each \
+                              episode with one add_batch in a Config::fragments buffer"
+                        .into(),
+                });
+            }
+            let reservoir = life.policy == Some(crate::format::lifecycle::Policy::Reservoir);
+            if config.fragments && (reservoir || life.rate_limit.is_some()) {
+                return Err(Error::InvalidConfig {
+                    field: if reservoir { "reservoir" } else { "rate_limit" },
+                    problem: "a reservoir moves single rows and a rate limiter counts \
+                              single rows, so neither keeps a fragment whole: a fragments \
+                              buffer downsamples whole fragments (Config::downsample)"
                         .into(),
                 });
             }
@@ -107,7 +120,6 @@ impl ReplayBuffer<Writer> {
                     });
                 }
             }
-            let reservoir = life.policy == Some(crate::format::lifecycle::Policy::Reservoir);
             if reservoir && (life.max_size >= config.capacity || config.schema.has_var()) {
                 return Err(Error::InvalidConfig {
                     field: "reservoir",

@@ -11,6 +11,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use crate::algo::sample::{SampleSpec, draw_uniform_skipping, uniform_below};
 use crate::error::{Error, Result};
 use crate::format::lifecycle::{Cause, Policy};
+use crate::parts::fragments::Fragment;
 use crate::parts::lifecycle::Lifecycle;
 
 use super::ReplayBuffer;
@@ -32,6 +33,9 @@ impl<R: Writes> ReplayBuffer<R> {
             return Ok(());
         }
         self.ready_to_remove()?;
+        if self.rows.superblock.fragments {
+            return self.downsample_fragments(max_size);
+        }
         let Some(life) = &self.parts.life else {
             return Ok(());
         };
@@ -48,6 +52,43 @@ impl<R: Writes> ReplayBuffer<R> {
         draw_uniform_skipping(&mut rng, &spec, range, life, &mut list, &mut doomed)?;
         drop(list);
         self.remove_for(&doomed, Cause::Downsampled);
+        Ok(())
+    }
+
+    /// Random downsampling of a fragments buffer (UnstableBaselines' `EpisodeBuffer`):
+    /// past `max_size` live rows, removes every live row of uniformly random fragments
+    /// that still have one (the one just added among them) until at most `max_size`
+    /// rows are left. The stream is seeded as item-level downsampling's, and the
+    /// fragments are taken in index order, so a reopened buffer removes the same ones.
+    fn downsample_fragments(&mut self, max_size: u64) -> Result<()> {
+        let Some(seed) = self.parts.life.as_ref().map(Lifecycle::policy_seed) else {
+            return Ok(());
+        };
+        let (head, tail) = (self.rows.head, self.rows.tail);
+        let table: Vec<Fragment> = self.fragment_table().iter().copied().collect();
+        let Some(life) = &self.parts.life else {
+            return Ok(());
+        };
+        // Only the oldest fragment can have rows before the head: its live ones are
+        // looked up; every other one's count says whether any row is left.
+        let mut candidates: Vec<Range<u64>> = table
+            .iter()
+            .filter(|f| match f.start >= head {
+                true => f.removed < f.end - f.start,
+                false => (head..f.end).any(|i| !life.is_removed(i)),
+            })
+            .map(|f| f.start.max(head)..f.end)
+            .collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ tail.wrapping_mul(MIX));
+        while self.len() > max_size && !candidates.is_empty() {
+            let k = uniform_below(rng.next_u64(), candidates.len() as u64) as usize;
+            let rows = candidates.swap_remove(k);
+            let live: Vec<u64> = match &self.parts.life {
+                Some(life) => rows.filter(|&i| !life.is_removed(i)).collect(),
+                None => Vec::new(),
+            };
+            self.remove_for(&live, Cause::Downsampled);
+        }
         Ok(())
     }
 
