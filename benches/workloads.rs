@@ -74,6 +74,7 @@ fn w1(c: &mut Criterion) {
     g.finish();
     drop(buf);
     w1_removed(c, &data);
+    w1_downsample(c, &data);
 
     // First fill of a fresh buffer: includes the first touch of every file page.
     let mut g = c.benchmark_group("w1_first_fill");
@@ -220,6 +221,29 @@ fn w1_removed(c: &mut Criterion, data: &W1Data) {
         b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
     });
     g.finish();
+}
+
+/// W1 adds to a buffer that downsamples to half its capacity, past the ring's first
+/// lap: each add first moves the kept items at the head to the tail (renamed in place),
+/// drops the removed ones, then removes one random live item.
+fn w1_downsample(c: &mut Criterion, data: &W1Data) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Config::new(w1_schema(), W1_CAP)
+        .seed(1)
+        .downsample(W1_CAP / 2);
+    let mut buf = common::w1_fill(dir.path(), "w1-downsample", config, data);
+    let mut g = c.benchmark_group("w1_downsample");
+    g.sample_size(50).measurement_time(Duration::from_secs(5));
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0usize;
+    g.bench_function("add1", |b| {
+        b.iter(|| {
+            i = (i + 1) % W1_CAP as usize;
+            black_box(buf.add(&data.row(i)).expect("add"))
+        })
+    });
+    g.finish();
+    println!("w1_downsample: moved {} kept items", buf.stats().moved);
 }
 
 criterion_group!(benches, w1, w2, w2_small_ring);

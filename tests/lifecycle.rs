@@ -1009,9 +1009,17 @@ fn reservoir_kill_child() {
         return;
     };
     let mut buf = ReplayBuffer::open(&dir).unwrap();
+    let text = buf.schema().var_field("text").is_some();
     let mut x = 1000i64;
     for k in 0..120u64 {
         let n = 1 + k % 3;
+        if text {
+            // One item per call: a text reservoir keeps a slot free for the next copy.
+            add_text(&mut buf, x);
+            println!("added {x}");
+            x += 1;
+            continue;
+        }
         let xs: Vec<i64> = (x..x + n as i64).collect();
         let pad = vec![0u8; 5 * n as usize];
         let r = buf
@@ -1070,6 +1078,182 @@ fn kill_at_each_named_point_of_a_reservoir_keeps_every_kept_item() {
             assert!(buf.len() <= 11, "{ctx}");
         },
     );
+}
+
+/// Promise: the same for items with text, which every move copies with its values
+/// (point `copy-before-clear`, reached at every move): each kept item keeps its text.
+#[cfg(feature = "kill-points")]
+#[test]
+fn kill_at_a_copy_of_a_text_reservoir_keeps_every_kept_item_with_its_text() {
+    common::kill_at_each_point(
+        "reservoir_kill_child",
+        RESERVOIR_CHILD,
+        &["copy-before-clear"],
+        &[1, 3, 9, 27],
+        |dir, _| {
+            let config = Config::new(text_schema(), 24).reservoir(10).seed(5);
+            let mut buf = ReplayBuffer::create(dir, config).unwrap();
+            for x in 0..10 {
+                add_text(&mut buf, x);
+            }
+            buf.close().unwrap();
+            dir.display().to_string()
+        },
+        |dir, _lines, ctx| {
+            let report = verify(dir).unwrap();
+            assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+            let mut buf = ReplayBuffer::open(dir).unwrap();
+            let xs = kept_texts(&buf);
+            assert!((10..=11).contains(&xs.len()), "{ctx}: kept {xs:?}");
+            add_text(&mut buf, 9000);
+            assert!(buf.len() <= 11, "{ctx}");
+            kept_texts(&buf);
+        },
+    );
+}
+
+/// A schema of one integer naming the item and its text.
+fn text_schema() -> Schema {
+    use replaystore::VarKind;
+    Schema::builder()
+        .field("x", DType::I64, &[])
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap()
+}
+
+/// Adds item `x` with its text, longer for some (so chunks hold several, or one spans
+/// several).
+fn add_text(buf: &mut ReplayBuffer, x: i64) {
+    let text = format!("item {x} {}", "~".repeat((x as usize * 37) % 300));
+    buf.add(&[Column::scalar("x", &x), Column::text("text", &text)])
+        .unwrap();
+}
+
+/// The x of every kept item, each checked against its text.
+fn kept_texts(buf: &ReplayBuffer) -> Vec<i64> {
+    let b = buf.get_many(&kept(buf)).unwrap();
+    let xs = b.get::<i64>("x").unwrap().to_vec();
+    for (r, &x) in xs.iter().enumerate() {
+        let want = format!("item {x} {}", "~".repeat((x as usize * 37) % 300));
+        assert_eq!(b.text("text", r).unwrap(), want, "item {x} moved whole");
+    }
+    xs
+}
+
+#[test]
+fn downsampled_items_move_past_the_rings_laps_with_their_values() {
+    // 50 items into max_size 10 in a ring of 20: past the 10th, each add removes one of
+    // the 11 live items, so item i survives the end with chance (10/11)^(50 - max(i, 10)),
+    // the oldest too though the ring laps twice and a half: they move to the tail.
+    let dir = tempfile::tempdir().unwrap();
+    for text in [false, true] {
+        let seeds = 400u64;
+        let mut counts = [0f64; 50];
+        for seed in 0..seeds {
+            let path = dir.path().join(format!("d{text}{seed}"));
+            let config = match text {
+                false => Config::new(schema(), 20),
+                true => Config::new(text_schema(), 20),
+            };
+            let mut buf = ReplayBuffer::create(&path, config.downsample(10).seed(seed)).unwrap();
+            for x in 0..50 {
+                match text {
+                    false => add(&mut buf, x, 1),
+                    true => add_text(&mut buf, x as i64),
+                }
+                assert!(buf.len() <= 10);
+            }
+            let xs = match text {
+                false => {
+                    let b = buf.get_many(&kept(&buf)).unwrap();
+                    b.get::<i64>("x").unwrap().to_vec()
+                }
+                true => kept_texts(&buf),
+            };
+            assert_eq!(xs.len(), 10);
+            for x in xs {
+                counts[x as usize] += 1.0;
+            }
+            buf.close().unwrap();
+            if seed % 50 == 0 {
+                let report = verify(&path).unwrap();
+                assert!(report.problems.is_empty(), "{:?}", report.problems);
+            }
+            std::fs::remove_dir_all(&path).unwrap();
+        }
+        let p = |i: usize| (10.0f64 / 11.0).powi(50 - i.max(10) as i32);
+        // Bins with enough expected counts: 0-9, 10-19, 20-29, 30-39, 40-44, 45-49.
+        let bins = [0..10, 10..20, 20..30, 30..40, 40..45, 45..50];
+        let chi2: f64 = bins
+            .iter()
+            .map(|b| {
+                let got: f64 = counts[b.clone()].iter().sum();
+                let want: f64 = b.clone().map(|i| seeds as f64 * p(i)).sum();
+                (got - want).powi(2) / want
+            })
+            .sum();
+        // 5 degrees of freedom: the 0.999 quantile is 20.5.
+        assert!(chi2 < 20.5, "text {text}: chi-square {chi2}: {counts:?}");
+        assert!(
+            counts[..10].iter().sum::<f64>() > 40.0,
+            "the first items survive laps"
+        );
+    }
+}
+
+#[test]
+fn a_reservoir_of_text_items_keeps_each_with_equal_chance_and_snapshots_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut counts = [0u64; 50];
+    for seed in 0..300u64 {
+        let path = dir.path().join(format!("r{seed}"));
+        let config = Config::new(text_schema(), 20).reservoir(10).seed(seed);
+        let mut buf = ReplayBuffer::create(&path, config).unwrap();
+        for x in 0..50 {
+            add_text(&mut buf, x);
+        }
+        for x in kept_texts(&buf) {
+            counts[x as usize] += 1;
+        }
+        drop(buf);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+    let expected = 300.0 * 10.0 / 50.0;
+    let chi2: f64 = counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum();
+    // 49 degrees of freedom: the 0.999 quantile is 85.4.
+    assert!(chi2 < 85.4, "chi-square {chi2}: {counts:?}");
+    // A snapshot keeps its items' values while later moves rewrite chunks.
+    let path = dir.path().join("snap");
+    let config = Config::new(text_schema(), 20).reservoir(10).seed(1);
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    for x in 0..30 {
+        add_text(&mut buf, x);
+    }
+    let at = kept_texts(&buf);
+    let state = buf.get_state().unwrap();
+    for x in 30..100 {
+        add_text(&mut buf, x);
+    }
+    assert_ne!(kept_texts(&buf), at);
+    buf.set_state(&state).unwrap();
+    assert_eq!(kept_texts(&buf), at);
+    for x in 100..140 {
+        add_text(&mut buf, x);
+    }
+    assert_eq!(kept_texts(&buf).len(), 10);
+    buf.close().unwrap();
+    let report = verify(&path).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let e = ReplayBuffer::create(
+        dir.path().join("bad"),
+        Config::new(text_schema(), 20).reservoir(19),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("2 slot(s)"), "{e}");
 }
 
 /// An episode of UnstableBaselines-shaped text steps: `len` rows of one `add_batch`

@@ -238,6 +238,7 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py,
         by.set_item(c.name(), s.removals.of(c))?;
     }
     d.set_item("removals", by)?;
+    d.set_item("moved", s.moved)?;
     Ok(d)
 }
 

@@ -457,4 +457,8 @@ pub struct Stats {
     pub removed: u64,
     /// Removals since the buffer was created, by cause (buffers with item states).
     pub removals: crate::parts::lifecycle::Removals,
+    /// Kept items a policy moved to the tail (a reservoir, random downsampling) so
+    /// the ring does not end them, since the buffer was created: each under a new
+    /// index, its old one gone.
+    pub moved: u64,
 }

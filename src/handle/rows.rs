@@ -127,6 +127,7 @@ impl Rows {
                     len: self.len() - removed,
                     removed,
                     removals: l.removals(),
+                    moved: l.renames(),
                     ..stats
                 }
             }
@@ -152,6 +153,7 @@ impl Rows {
             stale_updates: tree.map_or(0, Priorities::stale_updates),
             removed: 0,
             removals: crate::parts::lifecycle::Removals::default(),
+            moved: 0,
         }
     }
 

@@ -113,6 +113,8 @@ pub struct ItemStats {
     pub never_drawn: u64,
     /// The most uses of a live item.
     pub max_uses: u64,
+    /// Kept items the policy moved to the tail since create (see `Stats::moved`).
+    pub moved: u64,
 }
 
 impl ItemStats {
@@ -134,6 +136,7 @@ impl ItemStats {
             },
             max_size: life.policy().1,
             removals: life.removals(),
+            moved: life.renames(),
             ..ItemStats::default()
         };
         for w in (head..tail).map(|i| life.word(i)) {

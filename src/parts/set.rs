@@ -142,7 +142,32 @@ impl Parts {
         let caught_up = self.tree.tree().map_or(live.tail, |t| t.caught_up());
         each!(self, p => p.ready(at, live)?);
         self.zero_removed_leaves(at, caught_up.max(live.head)..live.tail)?;
+        self.revive_lost_leaves(at, live)?;
         Ok(self.settle_first_episode(at.sb, live))
+    }
+
+    /// A kept item that a policy was moving to the tail when the power went (the old
+    /// row's stamp not yet on disk, the zeroed leaf of its old slot already there) is
+    /// live again at its old index with a zero leaf: no draw by priority would reach
+    /// it. Such a leaf (of a live item not removed, in a buffer with item states, where
+    /// no live item's leaf is zero otherwise) gets the largest priority, as an item the
+    /// tree has not seen does; made durable when the holder writes.
+    fn revive_lost_leaves(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
+        let (Some(life), Some(tree)) = (&self.life, self.tree.tree_mut()) else {
+            return Ok(());
+        };
+        let cap = at.sb.capacity;
+        let lost: Vec<u64> = (live.head..live.tail)
+            .filter(|&i| !life.is_removed(i) && tree.leaf_of_slot(i % cap) == 0.0)
+            .map(|i| i % cap)
+            .collect();
+        if !lost.is_empty() {
+            tree.set_max_leaves(&lost);
+            if at.holder.writes() {
+                tree.flush(at.io)?;
+            }
+        }
+        Ok(())
     }
 
     /// After opening: a first episode whose start is evicted (a kill came between a

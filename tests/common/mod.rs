@@ -101,6 +101,23 @@ pub fn add_range<R: Writes>(buf: &mut ReplayBuffer<R>, from: u64, to: u64) -> st
     .unwrap()
 }
 
+/// Asserts every kept item (live, not removed) reads back as the item its `obs[0]`
+/// numbers (twice the number it was added as): for a buffer whose policy moves kept
+/// items to the tail under new indices, so the number may be below the index, never
+/// above. Returns the kept indices.
+pub fn assert_kept_items_intact<R: Role>(buf: &ReplayBuffer<R>, ctx: &str) -> Vec<u64> {
+    let removed = removed_of(buf);
+    let kept: Vec<u64> = buf.live().filter(|i| !removed.contains(i)).collect();
+    let batch = buf.get_many(&kept).unwrap();
+    let obs = batch.get::<f32>("obs").unwrap();
+    for (r, &i) in kept.iter().enumerate() {
+        let number = (obs[r * 5] * 2.0) as u64;
+        assert!(number <= i, "{ctx}: item {i} holds item {number}");
+        assert_eq!(batch.item_bytes(r), item_bytes(number), "{ctx}: item {i}");
+    }
+    kept
+}
+
 /// Asserts every live item reads back as `item_bytes(index)` (with item states: every
 /// live item not removed).
 pub fn assert_live_items_intact<R: Role>(buf: &ReplayBuffer<R>) {

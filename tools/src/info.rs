@@ -49,6 +49,7 @@ fn info_json(info: &Info) -> serde_json::Value {
             "uses": i.uses,
             "never_drawn": i.never_drawn,
             "max_uses": i.max_uses,
+            "moved": i.moved,
         })),
         "episodes": info.episodes.as_ref().map(|e| json!({
             "count": e.count,
@@ -172,6 +173,12 @@ fn print_items(i: &replaystore::ItemStats) {
             format!(" ({})", causes.join(", "))
         }
     );
+    if i.moved > 0 {
+        say!(
+            "moved      {} kept items to the tail since create (so the ring ends none)",
+            i.moved
+        );
+    }
 }
 
 fn print_priorities(p: &PriorityInfo) {

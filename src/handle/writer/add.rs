@@ -296,7 +296,7 @@ impl<R: Writes> ReplayBuffer<R> {
             return self.store_one(columns);
         }
         self.admit(false, 1)?;
-        self.make_room_for_reservoir(1)?;
+        self.make_room_for_policy(1)?;
         let index = self.store_one(columns)?;
         self.added();
         self.downsample()?;
@@ -316,7 +316,7 @@ impl<R: Writes> ReplayBuffer<R> {
                 .unwrap_or_else(|| c.shape().first().copied().unwrap_or(0))
         });
         self.admit(false, rows as u64)?;
-        self.make_room_for_reservoir(rows as u64)?;
+        self.make_room_for_policy(rows as u64)?;
         let added = self.store_batch(columns)?;
         self.added();
         self.downsample()?;
@@ -501,7 +501,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// Copy-on-write of the chunk segments a snapshot links that the next `needed`
     /// chunks would change (after `make_room_for_chunks`: only chunks live items still
     /// name are copied).
-    fn ensure_private_chunks(&mut self, needed: u64) -> Result<()> {
+    pub(super) fn ensure_private_chunks(&mut self, needed: u64) -> Result<()> {
         let (head, tail, cap) = (
             self.rows.head,
             self.rows.tail,

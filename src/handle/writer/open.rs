@@ -120,13 +120,15 @@ impl ReplayBuffer<Writer> {
                     });
                 }
             }
-            if reservoir && (life.max_size >= config.capacity || config.schema.has_var()) {
+            // Kept items move to the tail through a free slot; one more stays free for
+            // items with values, which are copied, never renamed in place.
+            let room = u64::from(config.schema.has_var()) + 1;
+            if reservoir && life.max_size + room > config.capacity {
                 return Err(Error::InvalidConfig {
                     field: "reservoir",
                     problem: format!(
-                        "a reservoir of {} in a ring of {}: it needs room beyond the items \
-                         it keeps (max_size below the capacity), and fixed-size fields \
-                         only (items with variable-length values are not renamed yet)",
+                        "a reservoir of {} in a ring of {}: it needs {room} slot(s) beyond \
+                         the items it keeps (max_size at most the capacity less {room})",
                         life.max_size, config.capacity
                     ),
                 });

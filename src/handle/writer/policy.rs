@@ -92,67 +92,109 @@ impl<R: Writes> ReplayBuffer<R> {
         Ok(())
     }
 
-    /// Before an add of `rows` to a reservoir: frees `rows` slots without ending a
+    /// Before an add of `rows` with a policy that ends items itself (a reservoir, or
+    /// random downsampling below the capacity): frees `rows` slots without ending a
     /// kept item. While the ring is too full, its head is dropped when it was removed
     /// (nothing is written: the slot is free for the add) or, when it is kept, moved to
     /// the tail: renamed in place in a full ring (`rename_head`), copied into a free
-    /// slot otherwise (`copy_head`). Ends once enough removed items passed the head:
-    /// with at most `max_size` kept and `rows <= capacity - max_size`, within a lap.
-    pub(super) fn make_room_for_reservoir(&mut self, rows: u64) -> Result<()> {
-        let Some((Policy::Reservoir, max_size)) = self.parts.life.as_ref().map(|l| l.policy())
-        else {
+    /// slot otherwise (`copy_head`). Only drops free slots, so this ends within a lap
+    /// when the kept items and the add fit the ring.
+    ///
+    /// An item with variable-length values is never renamed (its values would stay in
+    /// chunks the chunk ring is about to reuse): it is copied, values and all, so one
+    /// slot is kept free after every add for the next copy. Downsampling falls back to
+    /// the ring's FIFO (as a plain ring ends its oldest item) where relocation cannot
+    /// keep every kept item: a fragments buffer (a moved row would split its fragment),
+    /// an add that with the kept items would overfill the ring, or a chunk ring too
+    /// small for a moved item's values. A reservoir refuses such an add instead.
+    pub(super) fn make_room_for_policy(&mut self, rows: u64) -> Result<()> {
+        let Some((policy, max_size)) = self.parts.life.as_ref().map(|l| l.policy()) else {
             return Ok(());
         };
         let cap = self.rows.superblock.capacity;
-        if rows > cap - max_size {
-            return Err(Error::CountMismatch {
-                what: "add to a reservoir: rows in one call, at most capacity - max_size",
-                expected: (cap - max_size) as usize,
-                got: rows as usize,
-            });
+        let spare = u64::from(self.rows.heap.is_some());
+        match policy {
+            Policy::Fifo => return Ok(()),
+            Policy::Reservoir if rows + spare > cap - max_size => {
+                return Err(Error::CountMismatch {
+                    what: "add to a reservoir: rows in one call, at most capacity - max_size \
+                           (less one with variable-length fields)",
+                    expected: (cap - max_size - spare) as usize,
+                    got: rows as usize,
+                });
+            }
+            Policy::Reservoir => {}
+            Policy::Downsample => {
+                let fits = self.len() + rows + spare <= cap;
+                if self.rows.superblock.fragments || max_size >= cap || !fits {
+                    return Ok(());
+                }
+            }
         }
         self.writable()?;
         self.private_life()?;
-        // The rows go to consecutive indices, so every move comes first. A removed head
-        // is dropped (a slot freed); a kept head goes to the tail: renamed in place when
-        // the ring is full, copied into a free slot otherwise. Only drops free slots,
-        // and at least `capacity - max_size - rows` items are removed, so this ends
+        // The rows go to consecutive indices, so every move comes first. Kept items
+        // plus the add fit (checked above), and each drop frees a slot, so this ends
         // within a lap.
         for _ in 0..=2 * cap {
             let (head, tail) = (self.rows.head, self.rows.tail);
-            if cap - (tail - head) >= rows {
+            if cap - (tail - head) >= rows + spare {
                 return Ok(());
             }
             let removed = self.parts.life.as_ref().is_some_and(|l| l.is_removed(head));
-            match (removed, tail - head == cap) {
-                (true, _) => self.drop_head(),
-                (false, true) => self.rename_head()?,
-                (false, false) => self.copy_head()?,
+            let moved = match (removed, tail - head == cap, spare == 1) {
+                (true, _, _) => {
+                    self.drop_head();
+                    true
+                }
+                (false, true, false) => {
+                    self.rename_head()?;
+                    true
+                }
+                // A full ring of items with values has no slot to copy into: only a
+                // kill between an add and its relocation leaves one (the ring ends its
+                // oldest item, as a plain ring does).
+                (false, true, true) => false,
+                (false, false, _) => self.copy_head()?,
+            };
+            if !moved {
+                return Ok(());
             }
         }
         Err(Error::Unsupported(
-            "a reservoir found no room within two laps",
+            "a buffer with a policy found no room within two laps",
         ))
     }
 
     /// The head item is kept and the ring has a free slot: the item is written again
-    /// at the tail (its fields, its priority leaf, its uses), then its old slot is
-    /// cleared and the head moves past it. A kill between the two may leave it at both
-    /// indices (never at neither): the write is complete before the old stamp goes.
-    fn copy_head(&mut self) -> Result<()> {
+    /// at the tail (its fields and values, its priority leaf, its uses), then its old
+    /// slot is cleared and the head moves past it. A kill between the two may leave it
+    /// at both indices (never at neither): the write is complete before the old stamp
+    /// goes. Returns false, moving nothing, when its values cannot be read back or the
+    /// chunk ring has no room for them without ending a kept item.
+    fn copy_head(&mut self) -> Result<bool> {
         let cap = self.rows.superblock.capacity;
         let (from, slot) = (self.rows.head, self.rows.head_slot);
         let (to, to_slot) = (self.rows.tail, self.rows.tail_slot);
+        let Some(values) = self.values_to_move(from)? else {
+            return Ok(false);
+        };
         self.ensure_private(to_slot, 1)?;
         self.ensure_private(slot, 1)?;
         self.guard_evictions(1)?;
-        let fields: Vec<Vec<u8>> = (self.rows.schema.fields().iter().enumerate())
+        let mut fields: Vec<Vec<u8>> = (self.rows.schema.fields().iter().enumerate())
             .map(|(f, x)| {
                 let mut b = vec![0u8; x.bytes()];
                 self.rows.ring.read_field(slot, f, &mut b);
                 b
             })
             .collect();
+        if let Some(heap) = self.rows.heap.as_mut().filter(|_| !values.is_empty()) {
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            let mut slots = Vec::with_capacity(refs.len());
+            heap.write(&refs, &mut slots);
+            fields.extend(slots.iter().map(|s| s.encode().to_vec()));
+        }
         let refs: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
         self.push_row(&refs, None, false, crate::format::row::FRAGMENT_END);
         if let Some(life) = &mut self.parts.life {
@@ -169,7 +211,38 @@ impl<R: Writes> ReplayBuffer<R> {
         if let Some(life) = &mut self.parts.life {
             life.head_to(from + 1);
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The values of item `index` (the head), read back and checked, when the chunk
+    /// ring can take them again at its tail without reusing a chunk that a live item
+    /// names (chunk positions ascend with the index, so the head's are the oldest);
+    /// with its chunk segments made private for a snapshot. `Some(empty)` without
+    /// variable-length fields, `None` when the item cannot move (a value that fails
+    /// its stamp check is damaged, and ends as the ring would end it).
+    fn values_to_move(&mut self, index: u64) -> Result<Option<Vec<Vec<u8>>>> {
+        let Some(heap) = self.rows.heap.as_ref() else {
+            return Ok(Some(Vec::new()));
+        };
+        let cap = self.rows.superblock.capacity;
+        let slots = super::open::item_slots(&self.rows.ring, self.rows.ring.layout(), cap, index);
+        let mut values = Vec::with_capacity(slots.len());
+        for s in &slots {
+            let mut v = vec![0u8; s.len as usize];
+            if heap.read_into(*s, &mut v, false).is_err() {
+                return Ok(None);
+            }
+            values.push(v);
+        }
+        let total: u64 = values.iter().map(|v| v.len() as u64).sum();
+        let needed = heap.chunks_for(total);
+        let bound = (heap.next_chunk() + needed).saturating_sub(heap.capacity());
+        let chunk = heap.chunk_bytes();
+        if slots.iter().any(|s| s.pos / chunk < bound) {
+            return Ok(None);
+        }
+        self.ensure_private_chunks(needed)?;
+        Ok(Some(values))
     }
 
     /// The head item was removed: the head moves past it, writing nothing (its slot is

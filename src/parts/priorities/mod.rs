@@ -627,6 +627,21 @@ impl Priorities {
         with_tree!(&self.tree, t => t.update(w, &slots, &[leaf, 0.0], &mut self.scratch));
     }
 
+    /// The leaf of `slot`: `(priority + eps)^alpha`, 0 for a slot no draw may reach.
+    pub(crate) fn leaf_of_slot(&self, slot: u64) -> f64 {
+        with_tree!(&self.tree, t => t.leaf(self.map.words(), slot as usize))
+    }
+
+    /// Gives `slots` the largest priority seen, as new items get it, and fixes their
+    /// parents.
+    pub(crate) fn set_max_leaves(&mut self, slots: &[u64]) {
+        self.fix_pending();
+        let slots: Vec<usize> = slots.iter().map(|&s| s as usize).collect();
+        let leaves = vec![self.max_leaf; slots.len()];
+        let w = self.map.words_mut();
+        with_tree!(&self.tree, t => t.update(w, &slots, &leaves, &mut self.scratch));
+    }
+
     /// Zeroes the leaves of `slots` and fixes their parents: items removed before the
     /// head passed them, never drawn again.
     pub(crate) fn zero_slots(&mut self, slots: &[u64]) {
