@@ -668,6 +668,67 @@ fn lanes_remove_and_pop_across_lanes_and_split_draws_by_what_is_left() {
 }
 
 #[test]
+fn draws_by_group_over_lanes_give_every_group_of_all_lanes_its_share() {
+    use replaystore::Lanes;
+    let dir = tempfile::tempdir().unwrap();
+    // Lane sets of several lanes keep fixed-size fields only (issue 29): the key is
+    // an env number.
+    let schema = Schema::builder()
+        .field("x", DType::I64, &[])
+        .field("env", DType::U8, &[])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 2000).item_states().seed(4);
+    let mut lanes = Lanes::create(dir.path().join("v"), config, 2).unwrap();
+    // Env 0: 600 items in lane 0; env 1: 300 in lane 1; env 2: 20 in each lane.
+    let mut env_of = HashMap::new();
+    let (mut xs, mut envs, mut to) = (Vec::new(), Vec::new(), Vec::new());
+    for (env, lane, count) in [(0u8, 0usize, 600), (1, 1, 300), (2, 0, 20), (2, 1, 20)] {
+        for _ in 0..count {
+            xs.push(xs.len() as i64);
+            envs.push(env);
+            to.push(lane);
+        }
+    }
+    let idx = lanes
+        .add_batch(&[Column::new("x", &xs), Column::new("env", &envs)], &to)
+        .unwrap();
+    for (&i, &e) in idx.iter().zip(&envs) {
+        env_of.insert(i, e);
+    }
+    // Remove half of env 2: its 20 left are spread over both lanes.
+    let env2: Vec<u64> = idx.iter().copied().filter(|i| env_of[i] == 2).collect();
+    let gone: Vec<u64> = env2.iter().copied().step_by(2).collect();
+    lanes.remove(&gone).unwrap();
+    for _ in 0..100 {
+        let b = lanes.sample(Request::rows(30).by_group(&["env"])).unwrap();
+        let mut seen = b.indices().to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 30, "distinct");
+        let per: Vec<usize> = (0..3u8)
+            .map(|e| b.indices().iter().filter(|i| env_of[i] == e).count())
+            .collect();
+        assert!(per.iter().all(|&c| c >= 10), "an even share each: {per:?}");
+        assert!(
+            b.indices().iter().all(|i| !gone.contains(i)),
+            "removed drawn"
+        );
+        let got = b.get::<u8>("env").unwrap();
+        for (&i, &e) in b.indices().iter().zip(got) {
+            assert_eq!(env_of[&i], e, "rows gathered from their lanes");
+        }
+    }
+    // Popping by group removes what it returns, in both lanes.
+    let b = lanes
+        .sample(Request::rows(30).by_group(&["env"]).remove())
+        .unwrap();
+    let states = lanes.item_states(b.indices()).unwrap();
+    assert!(states.iter().all(|s| s.removed == Some(Cause::Sampled)));
+    assert_eq!(lanes.len(), 940 - 20 - 30);
+}
+
+#[test]
 fn downsampling_keeps_max_size_and_removes_uniformly_at_random() {
     let dir = tempfile::tempdir().unwrap();
     // Each of the 11 items is the one removed by the 11th add equally often.

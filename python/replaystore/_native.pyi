@@ -387,8 +387,15 @@ class Lanes:
         episodic: bool = False,
         item_states: bool = False,
         max_use: Optional[int] = None,
+        max_size: Optional[int] = None,
+        reservoir: Optional[int] = None,
+        min_size_to_sample: Optional[int] = None,
+        samples_per_insert: Optional[float] = None,
+        error_buffer: Optional[float] = None,
     ) -> "Lanes":
-        """Creates `lanes` lanes of `capacity / lanes` items each."""
+        """Creates `lanes` lanes of `capacity / lanes` items each; the item-state options
+        are ``ReplayBuffer.create``'s and apply to each lane (``max_size`` and
+        ``reservoir`` per lane, one rate limiter per lane)."""
     @staticmethod
     def open(path: _Path, *, reader: bool = False) -> "Lanes":
         """Opens every lane for writing, or with `reader=True` for sampling only."""
@@ -402,11 +409,25 @@ class Lanes:
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
+        replace: bool = True,
         out: Optional[_Batch] = None,
         remove: bool = False,
+        by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
         """Draws over all lanes, grouped by lane (``out`` as ``ReplayBuffer.sample``);
-        ``remove=True`` removes what it returns (item states)."""
+        ``remove=True`` removes what it returns (item states); ``by_group`` draws an even
+        share of every group of all lanes first."""
+    def pop_batch(
+        self,
+        n: int,
+        *,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+        by_group: Optional[Sequence[str]] = None,
+    ) -> _Batch:
+        """``n`` distinct items over all lanes, removed."""
+    def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
+        """``removed``, ``cause`` and ``uses`` of the live items at ``indices``."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices`` from whichever lanes hold them."""
     def get(self, indices: npt.ArrayLike) -> _Batch:

@@ -219,31 +219,16 @@ impl PyBuffer {
         error_buffer: Option<f64>,
     ) -> PyResult<PyBuffer> {
         let schema = PySchema::from_py(schema)?.inner;
-        let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
-        config = match (max_use, item_states) {
-            (Some(n), _) => config.max_use(n),
-            (None, true) => config.item_states(),
-            (None, false) => config,
+        let life = LifeArgs {
+            item_states,
+            max_use,
+            max_size,
+            reservoir,
+            min_size_to_sample,
+            samples_per_insert,
+            error_buffer,
         };
-        if let Some(m) = max_size {
-            config = config.downsample(m);
-        }
-        if let Some(m) = reservoir {
-            config = config.reservoir(m);
-        }
-        // Reverb's rate limiters: SampleToInsertRatio with `samples_per_insert` (and
-        // `error_buffer`), else MinSize with `min_size_to_sample` alone.
-        let min_size = min_size_to_sample.unwrap_or(1);
-        match (samples_per_insert, min_size_to_sample) {
-            (Some(spi), _) => {
-                let buffer = error_buffer.unwrap_or(f64::MAX / 4.0);
-                config = config.rate_limit(replaystore::RateLimit::sample_to_insert_ratio(
-                    spi, min_size, buffer,
-                ));
-            }
-            (None, Some(n)) => config = config.rate_limit(replaystore::RateLimit::min_size(n)),
-            (None, None) => {}
-        }
+        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots));
         if let Some(b) = heap_bytes {
             config = config.heap_bytes(b);
         }

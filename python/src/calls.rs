@@ -197,6 +197,49 @@ pub(crate) fn config(
     config
 }
 
+/// The item-state keywords of `create` (`ReplayBuffer` and `Lanes`), as one value.
+pub(crate) struct LifeArgs {
+    pub item_states: bool,
+    pub max_use: Option<u64>,
+    pub max_size: Option<u64>,
+    pub reservoir: Option<u64>,
+    pub min_size_to_sample: Option<u64>,
+    pub samples_per_insert: Option<f64>,
+    pub error_buffer: Option<f64>,
+}
+
+impl LifeArgs {
+    /// `config` with the item states these keywords ask for: `max_use`, random
+    /// downsampling past `max_size`, a reservoir, and Reverb's rate limiters
+    /// (SampleToInsertRatio with `samples_per_insert` and `error_buffer`, else MinSize
+    /// with `min_size_to_sample` alone).
+    pub(crate) fn apply(&self, mut config: Config) -> Config {
+        config = match (self.max_use, self.item_states) {
+            (Some(n), _) => config.max_use(n),
+            (None, true) => config.item_states(),
+            (None, false) => config,
+        };
+        if let Some(m) = self.max_size {
+            config = config.downsample(m);
+        }
+        if let Some(m) = self.reservoir {
+            config = config.reservoir(m);
+        }
+        let min_size = self.min_size_to_sample.unwrap_or(1);
+        match (self.samples_per_insert, self.min_size_to_sample) {
+            (Some(spi), _) => {
+                let buffer = self.error_buffer.unwrap_or(f64::MAX / 4.0);
+                config = config.rate_limit(replaystore::RateLimit::sample_to_insert_ratio(
+                    spi, min_size, buffer,
+                ));
+            }
+            (None, Some(n)) => config = config.rate_limit(replaystore::RateLimit::min_size(n)),
+            (None, None) => {}
+        }
+        config
+    }
+}
+
 /// Indices from an int or an array-like, and whether it was a lone int (so the answer
 /// is one too).
 pub(crate) fn index_list<'py>(

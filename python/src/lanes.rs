@@ -11,7 +11,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, Reader, ReplayBuffer, Request};
 
 use crate::calls::{
-    columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing, stats_dict,
+    LifeArgs, columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing,
+    states_dict, stats_dict,
 };
 use crate::errors::{ReadOnlyError, to_py};
 use crate::reader::reopen_later;
@@ -69,9 +70,11 @@ fn draw_lanes<'py, L: Lane + Send>(
 #[pymethods]
 impl PyLanes {
     /// Creates `lanes` lanes of `capacity / lanes` items each (rounded up) in `path`;
-    /// the options are `ReplayBuffer.create`'s.
+    /// the options are `ReplayBuffer.create`'s, and apply to each lane: `max_size`
+    /// and `reservoir` bound each lane's items, and each lane keeps its own rate
+    /// limiter (a draw over lanes asks each lane for its share).
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false, item_states=false, max_use=None))]
+    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -89,14 +92,23 @@ impl PyLanes {
         episodic: bool,
         item_states: bool,
         max_use: Option<u64>,
+        max_size: Option<u64>,
+        reservoir: Option<u64>,
+        min_size_to_sample: Option<u64>,
+        samples_per_insert: Option<f64>,
+        error_buffer: Option<f64>,
     ) -> PyResult<PyLanes> {
         let schema = PySchema::from_py(schema)?.inner;
-        let mut config = config(schema, capacity, alpha, eps, seed, segment_slots);
-        config = match (max_use, item_states) {
-            (Some(n), _) => config.max_use(n),
-            (None, true) => config.item_states(),
-            (None, false) => config,
+        let life = LifeArgs {
+            item_states,
+            max_use,
+            max_size,
+            reservoir,
+            min_size_to_sample,
+            samples_per_insert,
+            error_buffer,
         };
+        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots));
         if episodic {
             config = config.episodic();
         }
@@ -194,20 +206,30 @@ impl PyLanes {
         Ok(PyArray1::from_vec(py, idx))
     }
 
-    /// Draws `n` items over all lanes: uniformly, or by priority with `beta` (then
-    /// `weights`). Rows come grouped by lane. Returns a dict of arrays plus `indices`.
-    /// `remove=True` draws distinct items and removes them (lanes with item states).
-    #[pyo3(signature = (n, *, beta=None, seed=None, out=None, remove=false))]
+    /// Draws `n` items over all lanes: uniformly (distinct with `replace=False`), or by
+    /// priority with `beta` (then `weights`). Rows come grouped by lane. Returns a dict
+    /// of arrays plus `indices`. `remove=True` draws distinct items and removes them
+    /// (lanes with item states); `by_group=["env"]` draws distinct items, an even share
+    /// of every group of all lanes first (UnstableBaselines' stratified strategies).
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, remove=false, by_group=None))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
         n: usize,
         beta: Option<f64>,
         seed: Option<u64>,
+        replace: bool,
         out: Option<&Bound<'py, PyDict>>,
         remove: bool,
+        by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = rows_removing(n, beta, true, remove);
+        let names: Vec<String> = by_group.unwrap_or_default();
+        let group: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut request = rows_removing(n, beta, replace, remove);
+        if !group.is_empty() {
+            request = request.by_group(&group);
+        }
         match opened(&mut self.inner.lock(py))? {
             Opened::Writer(w) => draw_lanes(py, w, request, seed, out),
             Opened::Reader(r) => draw_lanes(py, r, request, seed, out),
@@ -255,6 +277,37 @@ impl PyLanes {
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         py.detach(|| w.remove(&idx)).map_err(to_py)
+    }
+
+    /// Draws `n` distinct items over all lanes and removes them (`sample(n,
+    /// remove=True)`; UnstableBaselines' `get_batch`), optionally `by_group`.
+    #[pyo3(signature = (n, *, seed=None, out=None, by_group=None))]
+    fn pop_batch<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+        by_group: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.sample(py, n, None, seed, false, out, true, by_group)
+    }
+
+    /// `{"removed", "cause", "uses"}` of the live items at `indices`, from whichever
+    /// lanes hold them (as `ReplayBuffer.item_states`).
+    fn item_states<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = get_indices(py, indices)?;
+        let mut held = self.inner.lock(py);
+        let states = match opened(&mut held)? {
+            Opened::Writer(w) => w.item_states(&idx),
+            Opened::Reader(r) => r.item_states(&idx),
+        }
+        .map_err(to_py)?;
+        states_dict(py, &states)
     }
 
     /// Each lane's live indices as `(start, stop)`.

@@ -149,6 +149,33 @@ def test_lanes_remove_and_pop_across_lanes(tmp_path):
     assert sum(s["removals"]["sampled"] for s in lanes.stats()) == 30
 
 
+def test_lanes_take_every_item_state_option_and_draw_by_group_over_lanes(tmp_path):
+    fixed = {"x": "int64", "env": "uint8"}
+    # Each lane keeps at most 30 items (downsampling per lane, moves past the lap).
+    lanes = rs.Lanes.create(tmp_path / "v", fixed, 100, 2, max_size=30, seed=3)
+    for k in range(10):
+        n = 20
+        batch = {"x": np.arange(k * n, (k + 1) * n, dtype=np.int64),
+                 "env": (np.arange(n) % 3).astype(np.uint8)}
+        lanes.add_batch(batch, lanes=np.arange(n) % 2)
+    assert len(lanes) == 60
+    stats = lanes.stats()
+    assert all(s["len"] == 30 for s in stats)
+    assert sum(s["removals"]["downsampled"] for s in stats) == 140
+    assert sum(s["moved"] for s in stats) > 0
+    b = lanes.pop_batch(12, by_group=["env"])
+    assert sorted(np.bincount(b["env"], minlength=3).tolist())[0] >= 4
+    states = lanes.item_states(b["indices"])
+    assert list(states["cause"]) == ["sampled"] * 12
+    assert len(lanes) == 48
+    # A rate limiter per lane: MinSize refuses a draw before the lane has enough.
+    limited = rs.Lanes.create(tmp_path / "w", fixed, 100, 2, min_size_to_sample=5)
+    limited.add_batch({"x": np.arange(4, dtype=np.int64), "env": np.zeros(4, np.uint8)},
+                      lanes=np.zeros(4, dtype=np.int64))
+    with pytest.raises(rs.RateLimitedError):
+        limited.sample(1)
+
+
 def test_consume_is_a_queue_and_remove_stale_goes_by_tag(tmp_path):
     buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 100, item_states=True)
     buf.add_batch(steps(10))

@@ -139,6 +139,15 @@ impl GroupIndex {
         self.upto = tail;
     }
 
+    /// Appends `other`'s items to this index's groups: the lanes' indices, lane after
+    /// lane (a later lane's indices are above an earlier one's, so lists stay
+    /// ascending).
+    pub(crate) fn merge(&mut self, other: &GroupIndex) {
+        for (key, items) in &other.groups {
+            self.groups.entry(key.clone()).or_default().extend(items);
+        }
+    }
+
     /// Drops the items the head passed, and the groups left empty.
     pub(crate) fn forget_before(&mut self, head: u64) {
         self.groups.retain(|_, items| {
@@ -150,13 +159,14 @@ impl GroupIndex {
 }
 
 /// `n` distinct items of `index`'s groups, none `removed`: `min(n / groups, size)`
-/// (at least 1) from each group, then the rest uniformly from the live range `head..tail`
-/// among the items not picked. With more groups than `n`, `n` groups are chosen at
-/// random and one item from each.
+/// (at least 1) from each group, then the rest uniformly among the items not picked,
+/// drawn over the live range `head..tail` when the index covers one range (`None` for
+/// the lanes' merged index, whose items lie in several). With more groups than `n`,
+/// `n` groups are chosen at random and one item from each.
 pub(crate) fn pick_from_groups(
     index: &mut GroupIndex,
     n: usize,
-    (head, tail): (u64, u64),
+    live: Option<(u64, u64)>,
     removed: &dyn Fn(u64) -> bool,
     rng: &mut rand_chacha::ChaCha8Rng,
     out: &mut Vec<u64>,
@@ -219,7 +229,10 @@ pub(crate) fn pick_from_groups(
     // while most of it is live and not taken (O(1) expected each); otherwise from the
     // groups' lists, compacted, as one pool.
     let mut misses = 0;
-    while out.len() < n && misses <= 4 * rest + 64 {
+    while let Some((head, tail)) = live.filter(|(h, t)| t > h)
+        && out.len() < n
+        && misses <= 4 * rest + 64
+    {
         let i = head + rng.random_range(0..tail - head);
         if removed(i) || !taken.insert(i) {
             misses += 1;

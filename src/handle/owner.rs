@@ -182,6 +182,10 @@ impl PriorityOwner {
         &mut self.reader
     }
 
+    pub(crate) fn reader_ref(&self) -> &Reader {
+        &self.reader
+    }
+
     /// Flushes and gives up ownership (another owner, or a writer, may open then).
     pub fn close(mut self) -> Result<()> {
         self.closed = true;

@@ -626,7 +626,7 @@ impl Rows {
     ) -> Result<()> {
         let mut index = self.group_index(names)?;
         let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
-        let live = (self.head, self.tail);
+        let live = Some((self.head, self.tail));
         let rng = &mut self.draws.rng;
         let picked = pick_from_groups(&mut index, n, live, &removed, rng, out);
         self.groups = Some(index);
@@ -658,7 +658,7 @@ impl Rows {
     /// The handle's index of the key `names`, taken out to draw from (the caller puts
     /// it back), extended to the tail and forgetting what the head passed; a new one
     /// when the last draw grouped by another key.
-    fn group_index(&mut self, names: &[&str]) -> Result<GroupIndex> {
+    pub(crate) fn group_index(&mut self, names: &[&str]) -> Result<GroupIndex> {
         let mut index = match self.groups.take() {
             Some(g) if g.is_of(names) => g,
             _ => GroupIndex::new(&self.schema, names)?,

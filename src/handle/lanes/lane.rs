@@ -26,6 +26,12 @@ pub trait Lane: DrawsRows {
     /// `(total, smallest non-zero leaf)` of the lane's priorities.
     #[doc(hidden)]
     fn priority_mass(&mut self) -> Result<(f64, f64)>;
+    /// Whether live item `index` of the lane was removed (item states).
+    #[doc(hidden)]
+    fn removed(&self, index: u64) -> bool;
+    /// The item states of the lane's live `indices`.
+    #[doc(hidden)]
+    fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>>;
 }
 
 /// A lane handle that may set priorities: a writer that owns its lane's tree, or the
@@ -51,6 +57,15 @@ impl Lane for ReplayBuffer {
             Some(s) => Ok((s.total, s.min_leaf)),
             None => Err(self.no_priorities()),
         }
+    }
+    fn removed(&self, index: u64) -> bool {
+        self.parts
+            .life
+            .as_ref()
+            .is_some_and(|l| l.is_removed(index))
+    }
+    fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
+        self.item_states(indices)
     }
 }
 
@@ -84,6 +99,12 @@ impl Lane for Reader {
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         Reader::priority_mass(self)
     }
+    fn removed(&self, index: u64) -> bool {
+        self.is_removed(index)
+    }
+    fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
+        self.item_states(indices)
+    }
 }
 
 impl Lane for PriorityOwner {
@@ -96,6 +117,12 @@ impl Lane for PriorityOwner {
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         let s = self.priority_summary()?;
         Ok((s.total, s.min_leaf))
+    }
+    fn removed(&self, index: u64) -> bool {
+        self.reader_ref().is_removed(index)
+    }
+    fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
+        self.reader().item_states(indices)
     }
 }
 

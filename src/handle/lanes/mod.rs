@@ -20,8 +20,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
 
 use super::core::Picked;
+use super::groups::{GroupIndex, pick_from_groups};
 use super::rows::{DrawsRows, Rows};
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
@@ -427,6 +429,33 @@ impl<L: Lane> Lanes<L> {
             .ok_or_else(|| no_such_lane(self.dir.clone(), k, Some(index), self.lanes.len()))
     }
 
+    /// What each live item at `indices` is (removed and why, uses), from whichever
+    /// lane holds it, in the order given. `Evicted` for an index not live;
+    /// `NoItemStates` for lanes without item states.
+    ///
+    /// ```
+    /// use replaystore::{Cause, Column, Config, DType, Lanes, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 8).item_states(), 2)?;
+    /// let idx = lanes.add_batch(&[Column::new("x", &[1u32, 2])], &[0, 1])?;
+    /// lanes.remove(&[idx[1]])?;
+    /// let states = lanes.item_states(&idx)?;
+    /// assert_eq!((states[0].removed, states[1].removed), (None, Some(Cause::Explicit)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
+        let count = self.lanes.len();
+        let mut out = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let k = self.lane_index(i)?;
+            let lane = (self.lanes.get_mut(k))
+                .ok_or_else(|| no_such_lane(self.dir.clone(), k as u64, Some(i), count))?;
+            out.extend(lane.lane_item_states(&[i])?);
+        }
+        Ok(out)
+    }
+
     /// The split's RNG: lane 0's, so a writer's draws resume after a restart.
     fn split_rng(&mut self) -> Option<&mut ChaCha8Rng> {
         self.lanes.first_mut().map(|l| &mut l.rows_mut().draws.rng)
@@ -488,11 +517,8 @@ impl<L: Lane> Lanes<L> {
     ) -> Result<()> {
         check_rows(request.n, self.schema.item_bytes())?;
         if !request.group_by.is_empty() {
-            return Err(Error::InvalidSample(
-                "a draw by group over lanes is not built: draw from one lane \
-                 (lane_mut(k).sample(Request::rows(n).by_group(..)))"
-                    .into(),
-            ));
+            let runs = self.pick_by_group(request, picked)?;
+            return self.gather_picked(request, &runs, &[], picked, sink);
         }
         // Which lane fills which consecutive rows of the output, and by how much a
         // lane's weights are scaled to be against all lanes' smallest priority.
@@ -533,13 +559,26 @@ impl<L: Lane> Lanes<L> {
             picked.weights.extend_from_slice(w);
         }
         self.lane_picked = lane_picked;
+        self.gather_picked(request, &runs, &scales, picked, sink)
+    }
+
+    /// Gathers the rows `picked` holds (grouped by lane as `runs` says) into `sink`,
+    /// each lane's weights scaled by its entry of `scales` (none: unweighted).
+    fn gather_picked(
+        &mut self,
+        request: &Request<'_>,
+        runs: &[Run],
+        scales: &[f32],
+        picked: &mut Picked,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
         let n = picked.indices.len();
         let layout = Layout::of(&self.schema, request, n, n)?;
         let mut f = Filled::from_sink(&layout, sink, self.schema.len())?;
         let (indices, weights) = (&mut picked.indices, &mut picked.weights);
-        self.gather_runs(&runs, request, indices, weights, &mut f.row)?;
+        self.gather_runs(runs, request, indices, weights, &mut f.row)?;
         let mut rest = &mut weights[..];
-        for ((_, c), &scale) in runs.iter().zip(&scales) {
+        for ((_, c), &scale) in runs.iter().zip(scales) {
             let (part, more) = std::mem::take(&mut rest).split_at_mut(*c);
             if scale != 1.0 {
                 part.iter_mut().for_each(|w| *w *= scale);
@@ -563,6 +602,59 @@ impl<L: Lane> Lanes<L> {
             }
         }
         Ok(())
+    }
+
+    /// Picks a draw by group over all lanes (UnstableBaselines' stratified strategies
+    /// over a vector buffer): each lane's index of the key, extended to its tail, merged
+    /// into one and drawn as one buffer's (`handle/groups.rs`), so every group of all
+    /// lanes gets its share; then the picks are grouped by lane for the gather. The
+    /// merge costs O(live items) per draw.
+    fn pick_by_group(&mut self, request: &Request<'_>, picked: &mut Picked) -> Result<Vec<Run>> {
+        let mut merged = GroupIndex::new(&self.schema, request.group_by)?;
+        for lane in &mut self.lanes {
+            let rows = lane.rows_mut();
+            let index = rows.group_index(request.group_by)?;
+            merged.merge(&index);
+            rows.groups = Some(index);
+        }
+        let live = match self.lanes.as_slice() {
+            [one] => Some((one.rows().head, one.rows().tail)),
+            _ => None,
+        };
+        // The split's RNG (lane 0's), taken out while the lanes answer removals.
+        let mut rng = match self.split_rng() {
+            Some(r) => std::mem::replace(r, ChaCha8Rng::seed_from_u64(0)),
+            None => return Err(Error::Empty),
+        };
+        let lanes = &self.lanes;
+        let removed = |i: u64| {
+            let k = usize::try_from(lane_of(i)).unwrap_or(usize::MAX);
+            lanes.get(k).is_some_and(|l| l.removed(i))
+        };
+        picked.indices.clear();
+        picked.weights.clear();
+        let n = request.n;
+        let done = pick_from_groups(
+            &mut merged,
+            n,
+            live,
+            &removed,
+            &mut rng,
+            &mut picked.indices,
+        );
+        if let Some(r) = self.split_rng() {
+            *r = rng;
+        }
+        done?;
+        // Stable: each lane's picks keep their order.
+        picked.indices.sort_by_key(|&i| lane_of(i));
+        let runs = self.runs_of(&picked.indices)?;
+        for &(k, c) in &runs {
+            if let Some(lane) = self.lanes.get_mut(k) {
+                lane.rows_mut().draws.sampled += c as u64;
+            }
+        }
+        Ok(runs)
     }
 
     /// The lanes of given `indices`, as runs of consecutive positions in one lane.
