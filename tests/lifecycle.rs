@@ -470,6 +470,57 @@ fn a_reader_never_returns_what_the_writer_removed() {
 }
 
 #[test]
+fn a_reader_drawing_while_the_writer_removes_returns_nothing_removed_before_its_draw() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // The writer removes items 0, 1, 2, ... one call each and then publishes how far
+    // it got; a reader drawing meanwhile (uniformly, and by priority: the leaves
+    // zeroed under its descent) must return no item removed before its draw began.
+    // Removal changes no row byte, so an item drawn during its removal is whole.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(schema(), 20_000)
+        .item_states()
+        .prioritized(0.6, 0.01)
+        .seed(2);
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    add(&mut buf, 0, 20_000);
+    buf.flush().unwrap();
+    let upto = Arc::new(AtomicU64::new(0));
+    let mut reader = Reader::open(&path).unwrap();
+    let published = upto.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..19_900u64 {
+            buf.remove(&[i]).unwrap();
+            published.store(i + 1, Ordering::Release);
+        }
+        buf
+    });
+    let mut draws = 0;
+    while upto.load(Ordering::Acquire) < 19_900 {
+        let before = upto.load(Ordering::Acquire);
+        let request = match draws % 2 {
+            0 => Request::rows(64),
+            _ => Request::rows(64).prioritized(0.4),
+        };
+        let b = reader.sample(request).unwrap();
+        for &i in b.indices() {
+            assert!(
+                i >= before,
+                "drew {i}, removed before the draw (upto {before})"
+            );
+        }
+        draws += 1;
+    }
+    let buf = writer.join().unwrap();
+    assert!(draws > 10, "only {draws} draws raced the removals");
+    println!("{draws} draws raced 19,900 removals");
+    let b = reader.sample(Request::rows(256)).unwrap();
+    assert!(b.indices().iter().all(|&i| i >= 19_900));
+    assert_eq!(buf.len(), 100);
+}
+
+#[test]
 fn stale_items_go_by_their_tag_in_any_order_of_adds() {
     let dir = tempfile::tempdir().unwrap();
     let schema = Schema::builder()

@@ -353,8 +353,10 @@ class Reader:
         seed: Optional[int] = None,
         replace: bool = True,
         out: Optional[_Batch] = None,
+        by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
-        """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` too)."""
+        """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` and
+        ``by_group`` too); never a removed one."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was

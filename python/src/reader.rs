@@ -105,8 +105,11 @@ impl PyReader {
         self.inner.lock(py).set_read_checks(on);
     }
 
-    /// Draws `n` of the items live now, as `ReplayBuffer.sample` does.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
+    /// Draws `n` of the items live now, as `ReplayBuffer.sample` does (never a removed
+    /// one); `by_group=["env_id"]` draws distinct items, an even share of every group
+    /// first.
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, by_group=None))]
+    #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -115,7 +118,10 @@ impl PyReader {
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
+        by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let names: Vec<String> = by_group.unwrap_or_default();
+        let group: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut held = self.inner.lock(py);
         let reader = &mut *held;
         if let Some(s) = seed {
@@ -123,7 +129,10 @@ impl PyReader {
         }
         // The reader re-draws an item the writer overwrites mid-copy, straight into
         // the arrays returned: no batch in between.
-        let request = rows(n, beta, replace);
+        let mut request = rows(n, beta, replace);
+        if !group.is_empty() {
+            request = request.by_group(&group);
+        }
         draw(py, out, |sink| reader.sample_into(request, sink))
     }
 

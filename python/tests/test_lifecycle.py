@@ -87,6 +87,9 @@ def test_a_reader_never_draws_what_the_writer_removed(tmp_path):
     st = reader.item_states(sorted(gone)[:3])
     assert st["removed"].all()
     assert reader.stats()["removed"] == len(gone)
+    # A reader's draw by group skips removed items too, an even share each first.
+    g = reader.sample(20, by_group=["reward"])
+    assert len(set(g["indices"].tolist())) == 20 and not gone & set(g["indices"].tolist())
 
 
 def test_calls_on_item_states_are_refused_by_name(tmp_path):

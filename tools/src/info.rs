@@ -254,8 +254,12 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failur
         info.capacity
     );
     say!("indices    {}..{}", c.head, c.tail);
+    let per_added = match c.tail {
+        0 => String::new(),
+        added => format!(" ({:.2} per item added)", c.sampled as f64 / added as f64),
+    };
     say!(
-        "counters   added {}  evicted {}  cleared {}  sampled {}",
+        "counters   added {}  evicted {}  cleared {}  sampled {}{per_added}",
         c.tail,
         c.head - c.cleared,
         c.cleared,
