@@ -375,6 +375,37 @@ fn a_removed_item_gets_no_priority_and_its_leaf_is_zero_after_a_kill_between() {
 }
 
 #[test]
+fn recovery_leaves_a_priority_of_zero_with_eps_zero_and_never_a_removed_leaf() {
+    // After a kill, a live item with a zero leaf is one whose move or removal lost its
+    // row or word, and gets the largest priority, unless eps is 0: then a zero leaf is
+    // a priority of 0 the caller set, and stays.
+    let dir = tempfile::tempdir().unwrap();
+    for eps in [0.0, 0.01] {
+        let path = dir.path().join(format!("b{eps}"));
+        let config = Config::new(schema(), 16)
+            .item_states()
+            .prioritized(1.0, eps);
+        let mut buf = ReplayBuffer::create(&path, config).unwrap();
+        add(&mut buf, 0, 8);
+        buf.update_priorities(&[2, 3], &[0.0f64, 5.0]).unwrap();
+        buf.remove(&[4]).unwrap();
+        buf.flush().unwrap();
+        buf.abandon();
+        let mut buf = ReplayBuffer::open(&path).unwrap();
+        assert!(buf.recovery().is_some());
+        let p = buf.priorities(&[2, 3, 4]).unwrap();
+        assert_eq!(p, vec![eps, 5.0 + eps, 0.0], "eps {eps}");
+        assert!(
+            buf.sample(Request::rows(64).prioritized(0.4))
+                .unwrap()
+                .indices()
+                .iter()
+                .all(|&i| i != 4)
+        );
+    }
+}
+
+#[test]
 fn snapshots_keep_the_item_states_of_their_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b");

@@ -149,13 +149,17 @@ impl Parts {
     /// A kept item that a policy was moving to the tail when the power went (the old
     /// row's stamp not yet on disk, the zeroed leaf of its old slot already there) is
     /// live again at its old index with a zero leaf: no draw by priority would reach
-    /// it. Such a leaf (of a live item not removed, in a buffer with item states, where
-    /// no live item's leaf is zero otherwise) gets the largest priority, as an item the
-    /// tree has not seen does; made durable when the holder writes.
+    /// it. Such a leaf (of a live item not removed, in a buffer with item states and
+    /// `eps > 0`, where no live item's leaf is zero otherwise) gets the largest
+    /// priority, as an item the tree has not seen does; made durable when the holder
+    /// writes. With `eps` 0 a zero leaf may be a priority of 0, and is left.
     fn revive_lost_leaves(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
         let (Some(life), Some(tree)) = (&self.life, self.tree.tree_mut()) else {
             return Ok(());
         };
+        if !tree.leaves_positive() {
+            return Ok(());
+        }
         let cap = at.sb.capacity;
         let lost: Vec<u64> = (live.head..live.tail)
             .filter(|&i| !life.is_removed(i) && tree.leaf_of_slot(i % cap) == 0.0)

@@ -627,6 +627,12 @@ impl Priorities {
         with_tree!(&self.tree, t => t.update(w, &slots, &[leaf, 0.0], &mut self.scratch));
     }
 
+    /// Whether every live item's leaf is above 0 (`eps > 0`): with `eps` 0, an item
+    /// given priority 0 has leaf 0.
+    pub(crate) fn leaves_positive(&self) -> bool {
+        self.header.eps > 0.0
+    }
+
     /// The leaf of `slot`: `(priority + eps)^alpha`, 0 for a slot no draw may reach.
     pub(crate) fn leaf_of_slot(&self, slot: u64) -> f64 {
         with_tree!(&self.tree, t => t.leaf(self.map.words(), slot as usize))
