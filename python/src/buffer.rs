@@ -178,6 +178,39 @@ impl PyBuffer {
     }
 }
 
+impl PyBuffer {
+    /// Draws whole units (fragments, groups) as `request` says, distinct ones without
+    /// `replace` and removed with `remove`, after `seed` restarts the sampling RNG; the
+    /// output as `out`, `values` and `pad` say (see `sample`).
+    fn draw_units<'py>(
+        &self,
+        py: Python<'py>,
+        mut request: Request<'_>,
+        (replace, remove): (bool, bool),
+        seed: Option<u64>,
+        (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if !replace {
+            request = request.without_replacement();
+        }
+        if remove {
+            request = request.remove();
+        }
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        if let Some(s) = seed {
+            buf.reseed(s);
+        }
+        draw_values(
+            py,
+            out,
+            values,
+            pad,
+            |sink| either!(buf, b => b.sample_into(request, sink)),
+        )
+    }
+}
+
 #[pymethods]
 impl PyBuffer {
     /// Creates a buffer of `capacity` items in the folder `path` (which must not exist or
@@ -583,24 +616,7 @@ impl PyBuffer {
         if let Some(b) = beta {
             request = request.prioritized(b);
         }
-        if !replace {
-            request = request.without_replacement();
-        }
-        if remove {
-            request = request.remove();
-        }
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
-        draw_values(
-            py,
-            out,
-            values,
-            pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
     }
 
     /// Draws `n` groups of the items sharing the values of `by` (a field name or a list
@@ -630,25 +646,8 @@ impl PyBuffer {
             Err(_) => by.extract()?,
         };
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut request = Request::groups(n, &fields).unroll(unroll);
-        if !replace {
-            request = request.without_replacement();
-        }
-        if remove {
-            request = request.remove();
-        }
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
-        draw_values(
-            py,
-            out,
-            values,
-            pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let request = Request::groups(n, &fields).unroll(unroll);
+        self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
