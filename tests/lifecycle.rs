@@ -808,6 +808,30 @@ fn draws_by_group_over_lanes_give_every_group_of_all_lanes_its_share() {
     let states = lanes.item_states(b.indices()).unwrap();
     assert!(states.iter().all(|s| s.removed == Some(Cause::Sampled)));
     assert_eq!(lanes.len(), 940 - 20 - 30);
+    // Each lane is asked first, as its own draws ask: lanes without item states
+    // refuse to remove, and each lane's rate limiter counts its share.
+    let schema = Schema::builder()
+        .field("env", DType::U8, &[])
+        .build()
+        .unwrap();
+    let plain = Config::new(schema.clone(), 100);
+    let mut plain = Lanes::create(dir.path().join("p"), plain, 2).unwrap();
+    plain
+        .add_batch(&[Column::new("env", &[0u8, 1, 0, 1])], &[0, 1, 0, 1])
+        .unwrap();
+    let e = plain
+        .sample(Request::rows(2).by_group(&["env"]).remove())
+        .unwrap_err();
+    assert!(matches!(e, Error::NoItemStates { .. }), "{e}");
+    let limited = Config::new(schema, 100).rate_limit(replaystore::RateLimit::min_size(3));
+    let mut limited = Lanes::create(dir.path().join("l"), limited, 2).unwrap();
+    limited
+        .add_batch(&[Column::new("env", &[0u8, 1, 0, 1])], &[0, 1, 0, 1])
+        .unwrap();
+    let e = limited
+        .sample(Request::rows(2).by_group(&["env"]))
+        .unwrap_err();
+    assert!(matches!(e, Error::RateLimited { .. }), "{e}");
 }
 
 #[test]
@@ -1726,4 +1750,16 @@ fn groups_come_back_whole_or_as_windows_uniformly_as_di_engine_groupby_draws() {
     ] {
         assert!(matches!(buf.sample(bad), Err(Error::InvalidSample(_))));
     }
+    // Under a rate limiter a group is one sample: MinSize holds back before 30 items.
+    let schema = Schema::builder()
+        .field("env", DType::U8, &[])
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 64).rate_limit(replaystore::RateLimit::min_size(30));
+    let mut limited = ReplayBuffer::create(dir.path().join("l"), config).unwrap();
+    limited
+        .add_batch(&[Column::new("env", &[0u8; 20])])
+        .unwrap();
+    let e = limited.sample(Request::groups(1, &["env"])).unwrap_err();
+    assert!(matches!(e, Error::RateLimited { .. }), "{e}");
 }

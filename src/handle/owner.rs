@@ -219,6 +219,10 @@ impl DrawsRows for PriorityOwner {
         self.reader.len()
     }
 
+    fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
+        self.reader.ready_to_draw(request, n)
+    }
+
     fn pick_rows(
         &mut self,
         request: &Request<'_>,

@@ -754,6 +754,19 @@ impl DrawsRows for Reader {
         self.len()
     }
 
+    fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
+        if request.remove {
+            return Err(Error::ReadOnly {
+                dir: self.rows.dir.clone(),
+                op: "removing items (a reader writes nothing: remove through the writer)",
+            });
+        }
+        if request.draws() && n > 0 {
+            self.admit_draw(n)?;
+        }
+        Ok(())
+    }
+
     /// Picks the rows of `request` from those live now into `indices` (and `weights`),
     /// advancing this reader's RNG, without gathering.
     fn pick_rows(
@@ -762,16 +775,8 @@ impl DrawsRows for Reader {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()> {
-        if request.remove {
-            return Err(Error::ReadOnly {
-                dir: self.rows.dir.clone(),
-                op: "removing items (a reader writes nothing: remove through the writer)",
-            });
-        }
         self.refresh_files()?;
-        if request.draws() {
-            self.admit_draw(request.n as u64)?;
-        }
+        self.ready_to_draw(request, request.n as u64)?;
         let life = self.life.as_ref();
         let Some(spec) = (self.rows).pick_unless_priority(request, life, indices, weights)? else {
             return Ok(());

@@ -514,6 +514,11 @@ pub trait DrawsRows {
     fn rows(&self) -> &Rows;
     /// The rows, to draw from.
     fn rows_mut(&mut self) -> &mut Rows;
+    /// What a draw of `n` rows by `request` needs before anything is picked: a handle
+    /// that may remove (and its state files its own) for a draw that removes, and the
+    /// rate limiter's leave for a draw (not a read at given indices). `pick_rows` asks
+    /// first; a draw over lanes that picks for the lanes asks each lane itself.
+    fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()>;
     /// Picks the rows of `request` (rows: uniformly, by priority or given) into
     /// `indices` and, by priority, `weights`, advancing the RNG, without gathering.
     fn pick_rows(

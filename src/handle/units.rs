@@ -374,12 +374,14 @@ impl<R: Role> ReplayBuffer<R> {
     }
 
     /// Draws `request.n` groups of the items sharing the values of `request.group_by`
-    /// (DI-engine's `sample(groupby=, unroll_len=)`; see [`Request::groups`]).
+    /// (DI-engine's `sample(groupby=, unroll_len=)`; see [`Request::groups`]). Under a
+    /// rate limiter each group is one sample, as a Reverb item of several steps is.
     pub(super) fn sample_groups(&mut self, spec: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
         if spec.remove {
             self.ready_to_remove()?;
         }
         check_rows(spec.n, 0)?;
+        self.admit(true, spec.n as u64)?;
         let (mut indices, mut offsets) = (Vec::new(), vec![0u64]);
         let life = self.parts.life.as_ref();
         self.rows

@@ -612,6 +612,8 @@ impl<L: Lane> Lanes<L> {
     fn pick_by_group(&mut self, request: &Request<'_>, picked: &mut Picked) -> Result<Vec<Run>> {
         let mut merged = GroupIndex::new(&self.schema, request.group_by)?;
         for lane in &mut self.lanes {
+            // A draw that removes needs every lane ready to (a reader lane refuses).
+            lane.ready_to_draw(request, 0)?;
             let rows = lane.rows_mut();
             let index = rows.group_index(request.group_by)?;
             merged.merge(&index);
@@ -651,6 +653,8 @@ impl<L: Lane> Lanes<L> {
         let runs = self.runs_of(&picked.indices)?;
         for &(k, c) in &runs {
             if let Some(lane) = self.lanes.get_mut(k) {
+                // Each lane's rate limiter counts its share.
+                lane.ready_to_draw(request, c as u64)?;
                 lane.rows_mut().draws.sampled += c as u64;
             }
         }

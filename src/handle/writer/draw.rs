@@ -242,18 +242,23 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
         &mut self.rows
     }
 
+    fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
+        if request.remove {
+            self.ready_to_remove()?;
+        }
+        if request.draws() && n > 0 {
+            self.admit(true, n)?;
+        }
+        Ok(())
+    }
+
     fn pick_rows(
         &mut self,
         request: &Request<'_>,
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()> {
-        if request.remove {
-            self.ready_to_remove()?;
-        }
-        if request.draws() {
-            self.admit(true, request.n as u64)?;
-        }
+        self.ready_to_draw(request, request.n as u64)?;
         let life = self.parts.life.as_ref();
         match (self.rows).pick_unless_priority(request, life, indices, weights)? {
             Some(spec) => self.draw_prioritized(&spec, indices, weights),

@@ -287,7 +287,7 @@ impl<R: Role> ReplayBuffer<R> {
 
     /// Asks the rate limiter (buffers with one) whether a draw of `n` (`draw`, then
     /// counted) or an add of `n` may go ahead, waiting as `set_rate_limit_wait` says.
-    pub(super) fn admit(&self, draw: bool, n: u64) -> Result<()> {
+    pub(in crate::handle) fn admit(&self, draw: bool, n: u64) -> Result<()> {
         let Some(life) = &self.parts.life else {
             return Ok(());
         };

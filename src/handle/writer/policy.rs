@@ -104,9 +104,11 @@ impl<R: Writes> ReplayBuffer<R> {
     /// chunks the chunk ring is about to reuse): it is copied, values and all, so one
     /// slot is kept free after every add for the next copy. Downsampling falls back to
     /// the ring's FIFO (as a plain ring ends its oldest item) where relocation cannot
-    /// keep every kept item: a fragments buffer (a moved row would split its fragment),
-    /// an add that with the kept items would overfill the ring, or a chunk ring too
-    /// small for a moved item's values. A reservoir refuses such an add instead.
+    /// keep every kept item: a fragments buffer (a moved row would split its fragment)
+    /// or an add that with the kept items would overfill the ring; a reservoir refuses
+    /// such an add instead. For either policy, a kept item whose values cannot move (a
+    /// chunk ring too small to take them again beside every kept item's, or a damaged
+    /// value) is ended by the ring, as in a plain buffer with such fields.
     pub(super) fn make_room_for_policy(&mut self, rows: u64) -> Result<()> {
         let Some((policy, max_size)) = self.parts.life.as_ref().map(|l| l.policy()) else {
             return Ok(());
