@@ -111,7 +111,8 @@ impl Parts {
     /// `remove-before-leaf`) left the leaf, and the item must not be drawn by priority.
     pub fn recovered(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
         each!(self, p => p.recovered(at, live)?);
-        self.zero_removed_leaves(at, live.head..live.tail)
+        self.zero_removed_leaves(at, live.head..live.tail)?;
+        self.revive_lost_leaves(at, live)
     }
 
     /// Zeroes the priority leaves of the removed items of `range`, and makes that
@@ -142,17 +143,17 @@ impl Parts {
         let caught_up = self.tree.tree().map_or(live.tail, |t| t.caught_up());
         each!(self, p => p.ready(at, live)?);
         self.zero_removed_leaves(at, caught_up.max(live.head)..live.tail)?;
-        self.revive_lost_leaves(at, live)?;
         Ok(self.settle_first_episode(at.sb, live))
     }
 
-    /// A kept item that a policy was moving to the tail when the power went (the old
-    /// row's stamp not yet on disk, the zeroed leaf of its old slot already there) is
-    /// live again at its old index with a zero leaf: no draw by priority would reach
-    /// it. Such a leaf (of a live item not removed, in a buffer with item states and
-    /// `eps > 0`, where no live item's leaf is zero otherwise) gets the largest
-    /// priority, as an item the tree has not seen does; made durable when the holder
-    /// writes. With `eps` 0 a zero leaf may be a priority of 0, and is left.
+    /// After recovery: a kept item that a policy was moving to the tail when the power
+    /// went (the old row's stamp not yet on disk, the zeroed leaf of its old slot
+    /// already there), or whose removal kept its zeroed leaf but lost its word, is live
+    /// with a zero leaf: no draw by priority would reach it. Such a leaf (of a live item
+    /// not removed, in a buffer with item states and `eps > 0`, where no live item's
+    /// leaf is zero otherwise) gets the largest priority, as an item the tree has not
+    /// seen does; made durable when the holder writes. With `eps` 0 a zero leaf may be
+    /// a priority of 0, and is left. Only after recovery: a clean open reads no word.
     fn revive_lost_leaves(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
         let (Some(life), Some(tree)) = (&self.life, self.tree.tree_mut()) else {
             return Ok(());
