@@ -399,8 +399,14 @@ class Lanes:
         are ``ReplayBuffer.create``'s and apply to each lane (``max_size`` and
         ``reservoir`` per lane, one rate limiter per lane)."""
     @staticmethod
-    def open(path: _Path, *, reader: bool = False) -> "Lanes":
-        """Opens every lane for writing, or with `reader=True` for sampling only."""
+    def open(path: _Path, *, reader: bool = False, owner: bool = False) -> "Lanes":
+        """Opens every lane for writing; with `reader=True` for sampling only; with
+        `owner=True` as the learner that draws and sets priorities while one actor
+        process per lane adds (the Ape-X layout)."""
+    @staticmethod
+    def open_lane(path: _Path, lane: int, *, actor: bool = False) -> "ReplayBuffer":
+        """Lane `lane` for writing, as a buffer of its own (one process per lane);
+        `actor=True` beside the owner of the priorities."""
     def add(self, lane: int, **fields: Any) -> int:
         """Adds one item to lane `lane`."""
     def add_batch(self, batch: Mapping[str, npt.ArrayLike], lanes: npt.ArrayLike) -> npt.NDArray[np.uint64]:
@@ -452,4 +458,38 @@ class Lanes:
         """Flushes and closes."""
     def __len__(self) -> int: ...
     def __enter__(self) -> "Lanes": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+
+class PriorityOwner:
+    """The learner of the Ape-X layout: owns a prioritized buffer's priorities while an
+    actor process adds (``ReplayBuffer.open(path, actor=True)``); one per buffer."""
+
+    @staticmethod
+    def open(path: _Path) -> "PriorityOwner":
+        """Opens the prioritized buffer in `path` as the owner of its priorities."""
+    def sample(
+        self,
+        n: int,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        replace: bool = True,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """``n`` items by priority (``beta``) or uniformly, as ``ReplayBuffer.sample``."""
+    def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> Dict[str, int]:
+        """Sets priorities; items overwritten since they were drawn are skipped."""
+    def priorities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """``priority + eps`` of each live item at `indices`."""
+    def stats(self) -> Dict[str, Any]:
+        """Counters and sizes as the owner sees them."""
+    @property
+    def schema(self) -> Schema: ...
+    def flush(self) -> None:
+        """Makes the priorities durable."""
+    def close(self) -> None:
+        """Flushes and gives up ownership."""
+    def __len__(self) -> int: ...
+    def __enter__(self) -> "PriorityOwner": ...
     def __exit__(self, *args: Any) -> bool: ...

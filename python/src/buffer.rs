@@ -159,6 +159,15 @@ fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
 }
 
 impl PyBuffer {
+    /// The Python handle of an engine handle opened elsewhere (a lane of `Lanes`).
+    pub(crate) fn of(handle: Handle) -> PyBuffer {
+        let schema = handle.schema().clone();
+        PyBuffer {
+            inner: Shared::new(Some(handle)),
+            schema,
+        }
+    }
+
     /// `step` (prev or next) of each of `indices`, as one int or an array.
     fn step_each<'py>(
         &self,

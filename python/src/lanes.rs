@@ -8,8 +8,9 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::{Lane, Lanes, Reader, ReplayBuffer, Request};
+use replaystore::{Lane, Lanes, PriorityOwner, Reader, ReplayBuffer, Request};
 
+use crate::buffer::{Handle, PyBuffer};
 use crate::calls::{
     LifeArgs, columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing,
     states_dict, stats_dict,
@@ -19,10 +20,23 @@ use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
 
-/// The lanes, opened for writing (every lane, in this process) or for reading.
+/// The lanes, opened for writing (every lane, in this process), for reading, or as
+/// the owner of their priorities (actor processes add, one per lane).
 enum Opened {
     Writer(Lanes<ReplayBuffer>),
     Reader(Lanes<Reader>),
+    Owner(Lanes<PriorityOwner>),
+}
+
+/// Runs `$body` with `$l` bound to the lanes, however they were opened.
+macro_rules! any_lanes {
+    ($opened:expr, $l:ident => $body:expr) => {
+        match $opened {
+            Opened::Writer($l) => $body,
+            Opened::Reader($l) => $body,
+            Opened::Owner($l) => $body,
+        }
+    };
 }
 
 /// A buffer of `lanes` rings sampled as one: `Lanes.create(path, schema, capacity,
@@ -48,6 +62,11 @@ fn writer(held: &mut Option<Opened>) -> PyResult<&mut Lanes<ReplayBuffer>> {
         Opened::Reader(r) => Err(ReadOnlyError::new_err(format!(
             "{}: opened with reader=True, which never writes",
             r.dir().display()
+        ))),
+        Opened::Owner(o) => Err(ReadOnlyError::new_err(format!(
+            "{}: opened with owner=True, which draws and sets priorities; the actors \
+             add (Lanes.open_lane(path, k, actor=True))",
+            o.dir().display()
         ))),
     }
 }
@@ -136,24 +155,34 @@ impl PyLanes {
                  worker replaystore.Lanes.open(path, reader=True) instead (it pickles as its path)",
                 w.dir().display()
             ))),
+            Some(Opened::Owner(o)) => Err(PyTypeError::new_err(format!(
+                "the Lanes owning the priorities of {} cannot be pickled: there is one owner. \
+                 Give a worker replaystore.Lanes.open(path, reader=True) instead",
+                o.dir().display()
+            ))),
             None => Err(PyTypeError::new_err("closed Lanes cannot be pickled")),
         }
     }
 
-    /// Opens the lanes in `path`: for writing every lane (one process), or with
-    /// `reader=True` for sampling only (any number of processes, no lock).
+    /// Opens the lanes in `path`: for writing every lane (one process), with
+    /// `reader=True` for sampling only (any number of processes, no lock), or with
+    /// `owner=True` as the learner of the Ape-X layout: it draws over all lanes and sets
+    /// priorities while one actor process per lane adds (`open_lane(path, k,
+    /// actor=True)`).
     #[staticmethod]
-    #[pyo3(signature = (path, *, reader=false))]
-    fn open(py: Python<'_>, path: PathBuf, reader: bool) -> PyResult<PyLanes> {
+    #[pyo3(signature = (path, *, reader=false, owner=false))]
+    fn open(py: Python<'_>, path: PathBuf, reader: bool, owner: bool) -> PyResult<PyLanes> {
         // Absolute, so that a pickled reader reopens these files from any directory.
         let path = std::path::absolute(&path)?;
         let opened = py
-            .detach(|| {
-                if reader {
-                    Lanes::open_reader(path).map(Opened::Reader)
-                } else {
-                    Lanes::open(path).map(Opened::Writer)
-                }
+            .detach(|| match (reader, owner) {
+                (true, true) => Err(replaystore::Error::Unsupported(
+                    "reader=True and owner=True: a reader writes nothing, an owner sets \
+                     priorities; open one or the other",
+                )),
+                (true, false) => Lanes::open_reader(path).map(Opened::Reader),
+                (false, true) => Lanes::open_owner(path).map(Opened::Owner),
+                (false, false) => Lanes::open(path).map(Opened::Writer),
             })
             .map_err(to_py)?;
         Ok(PyLanes {
@@ -206,6 +235,23 @@ impl PyLanes {
         Ok(PyArray1::from_vec(py, idx))
     }
 
+    /// Opens lane `lane` of the lanes in `path` for writing, as a `ReplayBuffer` of its
+    /// own: each env worker or actor process owns one lane (its lock), and adds there
+    /// while the others add to theirs. `actor=True` adds beside the owner of the
+    /// priorities (`Lanes.open(path, owner=True)`), which gives new items their
+    /// priority. Its indices are the lane's (`lane << 56` on).
+    #[staticmethod]
+    #[pyo3(signature = (path, lane, *, actor=false))]
+    fn open_lane(py: Python<'_>, path: PathBuf, lane: usize, actor: bool) -> PyResult<PyBuffer> {
+        let handle = py
+            .detach(|| match actor {
+                true => Lanes::open_lane_actor(path, lane).map(Handle::Actor),
+                false => Lanes::open_lane(path, lane).map(Handle::Writer),
+            })
+            .map_err(to_py)?;
+        Ok(PyBuffer::of(handle))
+    }
+
     /// Draws `n` items over all lanes: uniformly (distinct with `replace=False`), or by
     /// priority with `beta` (then `weights`). Rows come grouped by lane. Returns a dict
     /// of arrays plus `indices`. `remove=True` draws distinct items and removes them
@@ -230,10 +276,7 @@ impl PyLanes {
         if !group.is_empty() {
             request = request.by_group(&group);
         }
-        match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => draw_lanes(py, w, request, seed, out),
-            Opened::Reader(r) => draw_lanes(py, r, request, seed, out),
-        }
+        any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, seed, out))
     }
 
     /// The items at `indices`, in whichever lanes hold them.
@@ -244,10 +287,7 @@ impl PyLanes {
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let request = Request::at(&idx);
-        match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => draw_lanes(py, w, request, None, None),
-            Opened::Reader(r) => draw_lanes(py, r, request, None, None),
-        }
+        any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, None, None))
     }
 
     /// Sets priorities in whichever lanes hold `indices`; returns `{"applied",
@@ -262,8 +302,18 @@ impl PyLanes {
         let pr = contiguous::<f64>(py, priorities, "<f8")?;
         let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
         let mut held = self.inner.lock(py);
-        let w = writer(&mut held)?;
-        let done = py.detach(|| w.update_priorities(idx, pr)).map_err(to_py)?;
+        let done = match opened(&mut held)? {
+            Opened::Writer(w) => py.detach(|| w.update_priorities(idx, pr)),
+            Opened::Owner(o) => py.detach(|| o.update_priorities(idx, pr)),
+            Opened::Reader(r) => {
+                return Err(ReadOnlyError::new_err(format!(
+                    "{}: opened with reader=True, which never writes (open with owner=True \
+                     to set priorities beside actors)",
+                    r.dir().display()
+                )));
+            }
+        }
+        .map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item("applied", done.applied)?;
         d.set_item("stale", done.stale)?;
@@ -302,23 +352,16 @@ impl PyLanes {
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
-        let states = match opened(&mut held)? {
-            Opened::Writer(w) => w.item_states(&idx),
-            Opened::Reader(r) => r.item_states(&idx),
-        }
-        .map_err(to_py)?;
+        let states = any_lanes!(opened(&mut held)?, l => l.item_states(&idx)).map_err(to_py)?;
         states_dict(py, &states)
     }
 
     /// Each lane's live indices as `(start, stop)`.
     fn lane_edges<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let edges = match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => w.lane_edges(),
-            Opened::Reader(r) => {
-                r.refresh().map_err(to_py)?;
-                r.lane_edges()
-            }
-        };
+        let edges = any_lanes!(opened(&mut self.inner.lock(py))?, l => {
+            l.refresh().map_err(to_py)?;
+            l.lane_edges()
+        });
         let pairs = edges
             .into_iter()
             .map(|e| PyTuple::new(py, [e.start, e.end]))
@@ -329,28 +372,19 @@ impl PyLanes {
     /// Lanes in the set.
     #[getter]
     fn lane_count(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => w.lane_count(),
-            Opened::Reader(r) => r.lane_count(),
-        })
+        Ok(any_lanes!(opened(&mut self.inner.lock(py))?, l => l.lane_count()))
     }
 
     /// Items all lanes hold together.
     #[getter]
     fn capacity(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => w.capacity(),
-            Opened::Reader(r) => r.capacity(),
-        })
+        Ok(any_lanes!(opened(&mut self.inner.lock(py))?, l => l.capacity()))
     }
 
     /// The schema.
     #[getter]
     fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
-        let inner = match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => w.schema().clone(),
-            Opened::Reader(r) => r.schema().clone(),
-        };
+        let inner = any_lanes!(opened(&mut self.inner.lock(py))?, l => l.schema().clone());
         Ok(PySchema { inner })
     }
 
@@ -364,30 +398,34 @@ impl PyLanes {
         PyList::new(py, items)
     }
 
-    /// Makes every lane durable (see `ReplayBuffer.flush`).
+    /// Makes every lane durable (see `ReplayBuffer.flush`); for the owner, every
+    /// lane's priorities.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let mut held = self.inner.lock(py);
-        let w = writer(&mut held)?;
-        py.detach(|| w.flush()).map_err(to_py)
+        match opened(&mut held)? {
+            Opened::Owner(o) => py.detach(|| o.flush()).map_err(to_py),
+            _ => {
+                let w = writer(&mut held)?;
+                py.detach(|| w.flush()).map_err(to_py)
+            }
+        }
     }
 
-    /// Flushes (a writer) and closes every lane. Closing twice is fine.
+    /// Flushes (a writer, the owner) and closes every lane. Closing twice is fine.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self.inner.lock(py).take();
         match taken {
             Some(Opened::Writer(w)) => py.detach(|| w.close()).map_err(to_py),
+            Some(Opened::Owner(o)) => py.detach(|| o.close()).map_err(to_py),
             Some(Opened::Reader(_)) | None => Ok(()),
         }
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        let n = match opened(&mut self.inner.lock(py))? {
-            Opened::Writer(w) => w.len(),
-            Opened::Reader(r) => {
-                r.refresh().map_err(to_py)?;
-                r.len()
-            }
-        };
+        let n = any_lanes!(opened(&mut self.inner.lock(py))?, l => {
+            l.refresh().map_err(to_py)?;
+            l.len()
+        });
         Ok(n as usize)
     }
 

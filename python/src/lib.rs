@@ -7,6 +7,7 @@ mod buffer;
 mod calls;
 mod errors;
 mod lanes;
+mod owner;
 mod reader;
 mod schema;
 mod shared;
@@ -22,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::PyBuffer>()?;
     m.add_class::<reader::PyReader>()?;
     m.add_class::<lanes::PyLanes>()?;
+    m.add_class::<owner::PyOwner>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

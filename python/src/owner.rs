@@ -1,0 +1,148 @@
+//! The Python `PriorityOwner`: the learner of the Ape-X layout. Actor processes add to
+//! a prioritized buffer (`ReplayBuffer.open(path, actor=True)`, or one lane each with
+//! `Lanes.open_lane(path, k, actor=True)`) while this one process owns the priority
+//! tree: it draws by priority and sets priorities (see the engine's `PriorityOwner`).
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use replaystore::{PriorityOwner, Request};
+
+use crate::calls::*;
+use crate::errors::{ReadOnlyError, to_py};
+use crate::schema::PySchema;
+use crate::shared::Shared;
+
+/// The owner of a prioritized buffer's priorities, beside actors that add: it draws
+/// (by priority with `beta`, or uniformly) and updates priorities; items the actors
+/// add since get the largest priority seen when it catches up (each call does). One
+/// owner per buffer (`LockedError` for a second).
+#[pyclass(module = "replaystore", name = "PriorityOwner", frozen)]
+pub struct PyOwner {
+    /// Taken by each call in turn (see `shared`); `None` once closed.
+    inner: Shared<Option<PriorityOwner>>,
+}
+
+fn open_owner(held: &mut Option<PriorityOwner>) -> PyResult<&mut PriorityOwner> {
+    held.as_mut()
+        .ok_or_else(|| ReadOnlyError::new_err("the priority owner is closed"))
+}
+
+#[pymethods]
+impl PyOwner {
+    /// Opens the prioritized buffer in `path` as the owner of its priorities.
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<PyOwner> {
+        let owner = py.detach(|| PriorityOwner::open(path)).map_err(to_py)?;
+        Ok(PyOwner {
+            inner: Shared::new(Some(owner)),
+        })
+    }
+
+    /// Draws `n` of the items the actors have added: by priority with `beta` (then
+    /// `weights`), else uniformly (distinct with `replace=False`); as
+    /// `ReplayBuffer.sample` returns them.
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
+    fn sample<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        beta: Option<f64>,
+        seed: Option<u64>,
+        replace: bool,
+        out: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let owner = open_owner(&mut held)?;
+        if let Some(s) = seed {
+            owner.reader().reseed(s);
+        }
+        let request: Request<'static> = rows(n, beta, replace);
+        draw(py, out, |sink| owner.sample_into(request, sink))
+    }
+
+    /// Sets the priorities of `indices`; those the actors overwrote since they were
+    /// drawn are skipped. Returns `{"applied", "stale"}`.
+    fn update_priorities<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+        priorities: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let idx = index_array(py, indices, "indices")?;
+        let pr = contiguous::<f64>(py, priorities, "<f8")?;
+        let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
+        let mut held = self.inner.lock(py);
+        let owner = open_owner(&mut held)?;
+        let done = py
+            .detach(|| owner.update_priorities(idx, pr))
+            .map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("applied", done.applied)?;
+        d.set_item("stale", done.stale)?;
+        Ok(d)
+    }
+
+    /// The `priority + eps` of each live item at `indices`.
+    fn priorities<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
+        let idx = get_indices(py, indices)?;
+        let mut held = self.inner.lock(py);
+        let p = open_owner(&mut held)?.priorities(&idx).map_err(to_py)?;
+        Ok(numpy::PyArray1::from_vec(py, p))
+    }
+
+    /// Items live now (what the actors' adds have made visible).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut held = self.inner.lock(py);
+        let owner = open_owner(&mut held)?;
+        py.detach(|| owner.catch_up()).map_err(to_py)?;
+        Ok(owner.reader().len() as usize)
+    }
+
+    /// Counters and sizes as the owner sees them.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let s = open_owner(&mut held)?.reader().stats().map_err(to_py)?;
+        stats_dict(py, &s)
+    }
+
+    /// The schema.
+    #[getter]
+    fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
+        let mut held = self.inner.lock(py);
+        Ok(PySchema {
+            inner: open_owner(&mut held)?.reader().schema().clone(),
+        })
+    }
+
+    /// Makes the priorities durable (the actors' flushes make their items durable).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let owner = open_owner(&mut held)?;
+        py.detach(|| owner.flush()).map_err(to_py)
+    }
+
+    /// Flushes and gives up ownership (another owner may open then).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.inner.lock(py).take();
+        match taken {
+            Some(owner) => py.detach(|| owner.close()).map_err(to_py),
+            None => Ok(()),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+}
