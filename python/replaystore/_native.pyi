@@ -127,6 +127,9 @@ class ReplayBuffer:
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
+    @staticmethod
+    def open_actor(path: _Path) -> "ReplayBuffer":
+        """``open(path, actor=True)``: adds beside a ``PriorityOwner``, sets no priority."""
     def add(self, **fields: Any) -> int:
         """Adds one item; returns its index."""
     def add_batch(

@@ -294,6 +294,13 @@ impl PyBuffer {
         })
     }
 
+    /// Opens the buffer in `path` as the actor beside its priority owner (Ape-X): adds,
+    /// sets no priority; `open(path, actor=True)`.
+    #[staticmethod]
+    fn open_actor(py: Python<'_>, path: PathBuf) -> PyResult<PyBuffer> {
+        PyBuffer::open(py, path, true)
+    }
+
     /// Opens the buffer in `path` for writing; `actor=True` adds beside a priority owner
     /// (Ape-X) without touching the priorities.
     #[staticmethod]
