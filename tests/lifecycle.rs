@@ -1423,6 +1423,87 @@ fn a_reservoir_of_text_items_keeps_each_with_equal_chance_and_snapshots_keep_the
     assert!(e.to_string().contains("2 slot(s)"), "{e}");
 }
 
+const DOWNSAMPLE_CHILD: &str = "REPLAYSTORE_DOWNSAMPLE_CHILD";
+
+/// The child of the downsampling kill test: reopens the buffer, then adds text items
+/// one or three at a time (x going on from the largest kept), flushing now and then,
+/// saying `added x` after each call returns, until killed.
+#[test]
+fn downsample_kill_child() {
+    let Ok(dir) = std::env::var(DOWNSAMPLE_CHILD) else {
+        return;
+    };
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    let mut x = kept_texts(&buf).into_iter().max().map_or(0, |m| m + 1);
+    for k in 0u64.. {
+        for _ in 0..1 + 2 * (k % 2) {
+            add_text(&mut buf, x);
+            x += 1;
+        }
+        if k % 7 == 3 {
+            buf.flush().unwrap();
+        }
+        println!("added {x}");
+    }
+}
+
+/// Promise: `kill -9` at random moments of a buffer whose downsampling moves kept items
+/// with their values to the tail (copies through the spare slot, chunk ring lapping)
+/// leaves a buffer that verifies and opens, with at most `max_size` kept items plus
+/// those of the call in flight and a copy cut short, each item whole with its own
+/// text, none twice but the one being copied; and adds go on after it.
+#[test]
+fn kill_9_at_random_moments_of_a_moving_downsampling_buffer_keeps_items_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(text_schema(), 40)
+        .segment_slots(8)
+        .heap_bytes(40 * 256)
+        .chunk_bytes(64)
+        .downsample(16)
+        .seed(12);
+    ReplayBuffer::create(&path, config)
+        .unwrap()
+        .close()
+        .unwrap();
+    let cycles = std::env::var("REPLAYSTORE_LOOP_KILLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(40, |n| (n / 25).max(10));
+    let mut rng = 0x5eed_u64;
+    let mut moved = 0;
+    for cycle in 0..cycles {
+        let lines = 1 + common::xorshift(&mut rng) % 40;
+        common::run_child_and_kill_after(
+            "downsample_kill_child",
+            DOWNSAMPLE_CHILD,
+            path.to_str().unwrap(),
+            lines,
+            |_| {},
+        );
+        let ctx = format!("cycle {cycle}");
+        let report = verify(&path).unwrap();
+        assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+        let buf = ReplayBuffer::open(&path).unwrap();
+        let mut xs = kept_texts(&buf);
+        // max_size, the add in flight (up to 3 past it) and a copy cut short.
+        assert!(xs.len() <= 16 + 3 + 1, "{ctx}: {} kept", xs.len());
+        xs.sort_unstable();
+        let twice = xs.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!(twice <= 1, "{ctx}: {xs:?}");
+        moved = moved.max(buf.stats().moved);
+        buf.close().unwrap();
+    }
+    assert!(moved > 0, "no kept item was ever moved");
+    let mut buf = ReplayBuffer::open(&path).unwrap();
+    let x = kept_texts(&buf).into_iter().max().unwrap_or(0) + 1;
+    for k in 0..40 {
+        add_text(&mut buf, x + k);
+    }
+    assert!(buf.len() <= 16);
+    kept_texts(&buf);
+}
+
 /// An episode of UnstableBaselines-shaped text steps: `len` rows of one `add_batch`
 /// call, each row's `episode` the episode's number and its `obs` a text naming both.
 fn add_episode(buf: &mut ReplayBuffer, episode: u32, len: usize) {
@@ -1762,4 +1843,42 @@ fn groups_come_back_whole_or_as_windows_uniformly_as_di_engine_groupby_draws() {
         .unwrap();
     let e = limited.sample(Request::groups(1, &["env"])).unwrap_err();
     assert!(matches!(e, Error::RateLimited { .. }), "{e}");
+}
+
+/// Promise: a writer that stops at any call boundary (`abandon`, as `kill -9` between
+/// calls) of a downsampling buffer that moves items with values leaves a buffer that
+/// verifies sound at every reopen: a removed item the head dropped never comes back
+/// over chunks reused since (it loses its stamp, with its eviction record first).
+#[test]
+fn a_moving_downsampling_buffer_verifies_sound_after_every_abandon() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(text_schema(), 40)
+        .segment_slots(8)
+        .heap_bytes(40 * 256)
+        .chunk_bytes(64)
+        .downsample(16)
+        .seed(12);
+    ReplayBuffer::create(&path, config)
+        .unwrap()
+        .close()
+        .unwrap();
+    let mut rng = 7u64;
+    let mut x = 0;
+    for cycle in 0..200 {
+        let report = verify(&path).unwrap();
+        assert!(report.is_sound(), "cycle {cycle}: {:?}", report.problems);
+        let mut buf = ReplayBuffer::open(&path).unwrap();
+        kept_texts(&buf);
+        for k in 0..common::xorshift(&mut rng) % 10 {
+            for _ in 0..1 + 2 * (k % 2) {
+                add_text(&mut buf, x);
+                x += 1;
+            }
+            if k % 7 == 3 {
+                buf.flush().unwrap();
+            }
+        }
+        buf.abandon();
+    }
 }

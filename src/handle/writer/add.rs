@@ -579,6 +579,16 @@ impl<R: Writes> ReplayBuffer<R> {
         if to == head {
             return Ok(());
         }
+        self.pass_head(to)
+    }
+
+    /// Moves the head to `to`, ending the items before it as an eviction for room does:
+    /// the eviction record a committed one needs is made durable first; readers see
+    /// the new head before any row changes; the rows lose their stamps (recovery must
+    /// never bring one back over chunks reused since) and their priorities.
+    pub(super) fn pass_head(&mut self, to: u64) -> Result<()> {
+        let (sb, head) = (&self.rows.superblock, self.rows.head);
+        let cap = sb.capacity;
         let records = Records {
             io: &*self.rows.io,
             manifest: self.commits.file.as_ref(),

@@ -146,7 +146,7 @@ impl<R: Writes> ReplayBuffer<R> {
             let removed = self.parts.life.as_ref().is_some_and(|l| l.is_removed(head));
             let moved = match (removed, tail - head == cap, spare == 1) {
                 (true, _, _) => {
-                    self.drop_head();
+                    self.drop_head()?;
                     true
                 }
                 (false, true, false) => {
@@ -175,7 +175,6 @@ impl<R: Writes> ReplayBuffer<R> {
     /// goes. Returns false, moving nothing, when its values cannot be read back or the
     /// chunk ring has no room for them without ending a kept item.
     fn copy_head(&mut self) -> Result<bool> {
-        let cap = self.rows.superblock.capacity;
         let (from, slot) = (self.rows.head, self.rows.head_slot);
         let (to, to_slot) = (self.rows.tail, self.rows.tail_slot);
         let Some(values) = self.values_to_move(from)? else {
@@ -206,10 +205,9 @@ impl<R: Writes> ReplayBuffer<R> {
             tree.move_leaf(slot, to_slot);
         }
         crate::killpoint::hit("copy-before-clear");
-        self.publish(crate::format::progress::HEAD_OFF, from + 1);
-        self.rows.ring.clear_stamp(slot);
-        self.rows.head = from + 1;
-        self.rows.head_slot = (slot + 1) % cap;
+        // The old row goes as an evicted one does (its record first, if a commit
+        // covers it), so recovery never brings it back over chunks reused since.
+        self.pass_head(from + 1)?;
         if let Some(life) = &mut self.parts.life {
             life.head_to(from + 1);
         }
@@ -247,17 +245,26 @@ impl<R: Writes> ReplayBuffer<R> {
         Ok(Some(values))
     }
 
-    /// The head item was removed: the head moves past it, writing nothing (its slot is
-    /// free for the next add, which stamps it).
-    fn drop_head(&mut self) {
-        let cap = self.rows.superblock.capacity;
-        self.rows.head += 1;
-        self.rows.head_slot = (self.rows.head_slot + 1) % cap;
-        let head = self.rows.head;
-        self.publish(crate::format::progress::HEAD_OFF, head);
+    /// The head item was removed: the head moves past it. Its slot is free for the
+    /// next add, which stamps it; with fixed-size fields nothing else is written (a kill
+    /// before that add may bring the removed item back, still removed). An item with
+    /// values loses its stamp as an evicted one does, with its eviction record first: its
+    /// chunks are free for reuse from now on, and recovery must never bring back a row
+    /// whose values were overwritten (the spare slot may keep it past the add).
+    fn drop_head(&mut self) -> Result<()> {
+        let head = self.rows.head + 1;
+        if self.rows.heap.is_some() {
+            self.pass_head(head)?;
+        } else {
+            let cap = self.rows.superblock.capacity;
+            self.rows.head = head;
+            self.rows.head_slot = (self.rows.head_slot + 1) % cap;
+            self.publish(crate::format::progress::HEAD_OFF, head);
+        }
         if let Some(life) = &mut self.parts.life {
             life.head_to(head);
         }
+        Ok(())
     }
 
     /// The head item is kept: it becomes the tail's item, the next index of its own
