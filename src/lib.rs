@@ -69,7 +69,7 @@ pub use handle::inspect::{
 };
 pub use handle::{
     Actor, Config, EpisodeChunk, Frozen, GetOptions, GroupCount, HoldsTree, Lane, Lanes,
-    PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
+    LanesState, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::lifecycle::{ItemState, ItemStats, Removals};

@@ -441,6 +441,16 @@ class Lanes:
         """``removed``, ``cause`` and ``uses`` of the live items at ``indices``."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices`` from whichever lanes hold them."""
+    def get_state(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """Checkpoints every lane as one snapshot: a picklable dict for ``set_state``."""
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Every lane back to ``state``: all lanes or none, also across a kill."""
+    def snapshots(self) -> List[str]:
+        """The set's snapshots (held by every lane), oldest first."""
+    def delete_snapshot(self, name: str) -> None:
+        """Deletes the set's snapshot ``name`` from every lane."""
+    def keep_last(self, k: int) -> List[str]:
+        """Deletes all but the ``k`` newest of the set's snapshots."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at `indices`."""
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> Dict[str, int]:

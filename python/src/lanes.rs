@@ -7,15 +7,15 @@ use std::path::PathBuf;
 use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
-use replaystore::{Lane, Lanes, PriorityOwner, Reader, ReplayBuffer, Request};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, Request, State};
 
 use crate::buffer::{Handle, PyBuffer};
 use crate::calls::{
     LifeArgs, columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing,
     states_dict, stats_dict,
 };
-use crate::errors::{ReadOnlyError, to_py};
+use crate::errors::{ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
@@ -354,6 +354,69 @@ impl PyLanes {
         let mut held = self.inner.lock(py);
         let states = any_lanes!(opened(&mut held)?, l => l.item_states(&idx)).map_err(to_py)?;
         states_dict(py, &states)
+    }
+
+    /// Checkpoints every lane as one (snapshot `name`, or `gen-<n>`): O(1) in the data.
+    /// Returns a picklable dict (`name`, `path`, and each lane's state bytes in
+    /// `lanes`) for `set_state`. A kill leaves the snapshot in every lane or in none
+    /// that the set lists.
+    #[pyo3(signature = (name=None))]
+    fn get_state<'py>(&self, py: Python<'py>, name: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        let state = py
+            .detach(|| match name {
+                Some(n) => w.get_state_named(n),
+                None => w.get_state(),
+            })
+            .map_err(to_py)?;
+        let lanes = (state.lanes.iter())
+            .map(|s| PyBytes::new(py, &s.to_bytes()))
+            .collect::<Vec<_>>();
+        let d = PyDict::new(py);
+        d.set_item("name", &state.name)?;
+        d.set_item("path", w.dir().to_string_lossy())?;
+        d.set_item("lanes", PyList::new(py, lanes)?)?;
+        Ok(d)
+    }
+
+    /// Puts every lane back to a state from `get_state` (all lanes or none, also
+    /// across a kill: the next open finishes or undoes it).
+    fn set_state(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let field = |key: &str| {
+            state.get_item(key)?.ok_or_else(|| {
+                StateError::new_err(format!("not a replaystore lanes state: no {key:?} key"))
+            })
+        };
+        let name: String = field("name")?.extract()?;
+        let bytes: Vec<Vec<u8>> = field("lanes")?.extract()?;
+        let lanes = (bytes.iter())
+            .map(|b| State::from_bytes(b))
+            .collect::<replaystore::Result<Vec<_>>>()
+            .map_err(to_py)?;
+        let state = LanesState { name, lanes };
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        py.detach(|| w.set_state(&state)).map_err(to_py)
+    }
+
+    /// The names of the set's snapshots (held by every lane), oldest first.
+    fn snapshots(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        writer(&mut self.inner.lock(py))?.snapshots().map_err(to_py)
+    }
+
+    /// Deletes the set's snapshot `name` from every lane.
+    fn delete_snapshot(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        py.detach(|| w.delete_snapshot(name)).map_err(to_py)
+    }
+
+    /// Deletes all but the `k` newest of the set's snapshots; returns the names deleted.
+    fn keep_last(&self, py: Python<'_>, k: usize) -> PyResult<Vec<String>> {
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        py.detach(|| w.keep_last(k)).map_err(to_py)
     }
 
     /// Each lane's live indices as `(start, stop)`.

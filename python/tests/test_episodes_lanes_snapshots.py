@@ -209,3 +209,39 @@ def test_lanes_route_rows_sample_as_one_and_update_priorities(tmp_path):
         assert len(lanes) == 5
     with rs.Lanes.open(path) as again:
         assert len(again) == 5 and [s["len"] for s in again.stats()] == [1, 2, 2]
+
+
+def test_lanes_checkpoint_as_one_and_come_back_exactly(tmp_path):
+    import pickle
+
+    schema = {"x": "int64", "r": "float32"}
+    lanes = rs.Lanes.create(tmp_path / "v", schema, 300, 3, alpha=0.6, seed=5)
+    batch = {"x": np.arange(30, dtype=np.int64), "r": np.ones(30, np.float32)}
+    lanes.add_batch(batch, lanes=np.arange(30) % 3)
+    state = pickle.loads(pickle.dumps(lanes.get_state("epoch-1")))
+    assert state["name"] == "epoch-1" and len(state["lanes"]) == 3
+    after = lanes.sample(16, beta=0.4)
+    lanes.update_priorities(after["indices"], np.full(16, 9.0))
+    lanes.add_batch(batch, lanes=np.zeros(30, dtype=np.int64))
+    assert len(lanes) == 60
+    lanes.set_state(state)
+    assert len(lanes) == 30
+    again = lanes.sample(16, beta=0.4)
+    assert again["indices"].tolist() == after["indices"].tolist()
+    assert np.allclose(again["weights"], after["weights"])
+    lanes.get_state()
+    lanes.get_state("epoch-3")
+    assert lanes.snapshots()[0] == "epoch-1" and len(lanes.snapshots()) == 3
+    deleted = lanes.keep_last(1)
+    assert deleted[0] == "epoch-1" and len(deleted) == 2
+    assert lanes.snapshots() == ["epoch-3"]
+    lanes.close()
+    lanes = rs.Lanes.open(tmp_path / "v")
+    assert lanes.snapshots() == ["epoch-3"]
+    lanes.delete_snapshot("epoch-3")
+    assert lanes.snapshots() == []
+    with pytest.raises(rs.Error):
+        lanes.set_state(state)  # its snapshot was pruned
+    with pytest.raises(rs.StateError):
+        lanes.set_state({"name": "x"})
+    lanes.close()

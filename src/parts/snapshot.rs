@@ -511,6 +511,14 @@ pub(crate) fn write_intent(io: &dyn Io, dir: &Path, state: &State) -> Result<()>
     sync_dir(io, dir)
 }
 
+/// Removes the intent to restore (a lane set's restore that never committed: no lane
+/// was restored yet), durably.
+pub(crate) fn drop_intent(io: &dyn Io, dir: &Path) -> Result<()> {
+    let path = dir.join(RESTORE);
+    remove_if_present(io, &path)?;
+    sync_dir(io, dir)
+}
+
 /// The restore under way, if a `set_state` was interrupted.
 pub(crate) fn pending_restore(io: &dyn Io, dir: &Path) -> Result<Option<State>> {
     let path = dir.join(RESTORE);

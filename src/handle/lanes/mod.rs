@@ -12,9 +12,11 @@
 
 mod lane;
 mod split;
+mod state;
 
 pub use lane::{Lane, PriorityLane};
 use split::{split_by_mass, split_uniform};
+pub use state::LanesState;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -165,7 +167,11 @@ impl Lanes<ReplayBuffer> {
 
     /// `open` through a given file-operation seam.
     pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<Lanes> {
-        open_all(dir.as_ref(), &io, |d, io| ReplayBuffer::open_with(d, io))
+        let dir = storage::resolve_root(dir.as_ref());
+        state::settle_restores(&*io, &lane_dirs(&io, &dir)?)?;
+        let mut lanes = open_all(&dir, &io, |d, io| ReplayBuffer::open_with(d, io))?;
+        lanes.drop_partial_snapshots()?;
+        Ok(lanes)
     }
 
     /// Opens every lane for reading while their writers go on (see [`Reader`]).
@@ -919,6 +925,7 @@ fn open_one<R: Role>(
 ) -> Result<ReplayBuffer<R>> {
     let dir = &storage::resolve_root(dir);
     let dirs = lane_dirs(&io::os(), dir)?;
+    state::settle_restores(&*io::os(), &dirs)?;
     let d = dirs
         .get(lane)
         .ok_or_else(|| no_such_lane(dir.to_path_buf(), lane as u64, None, dirs.len()))?;

@@ -328,23 +328,38 @@ impl<R: Writes> ReplayBuffer<R> {
     /// equal to `state`): a problem is an error naming it and nothing changes. Then an
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
+        self.check_state(state)?;
+        self.restore_state(state, true)
+    }
+
+    /// What `set_state` checks before anything changes: a handle that writes, and a
+    /// snapshot that is whole and froze exactly `state`.
+    pub(crate) fn check_state(&self, state: &State) -> Result<()> {
         self.writable()?;
-        snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)?;
+        snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)
+    }
+
+    /// `set_state` after its checks: the intent (unless the caller wrote it: a lane
+    /// set writes every lane's before it restores any), then the restore and a reopen.
+    pub(crate) fn restore_state(&mut self, state: &State, write_intent: bool) -> Result<()> {
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).
         let _owner = (self.parts.tree.is_actor() && self.rows.superblock.prioritized)
             .then(|| storage::lock_priorities(&*self.rows.io, &self.rows.dir))
             .transpose()?;
         self.publish_files_changing();
-        let restored =
-            snapshot::write_intent(&*self.rows.io, &self.rows.dir, state).and_then(|()| {
-                snapshot::restore(
-                    &*self.rows.io,
-                    &self.rows.dir,
-                    &self.rows.superblock,
-                    &state.name,
-                )
-            });
+        let intent = match write_intent {
+            true => snapshot::write_intent(&*self.rows.io, &self.rows.dir, state),
+            false => Ok(()),
+        };
+        let restored = intent.and_then(|()| {
+            snapshot::restore(
+                &*self.rows.io,
+                &self.rows.dir,
+                &self.rows.superblock,
+                &state.name,
+            )
+        });
         let replaced = match restored {
             Ok(files) => files,
             Err(e) => {
