@@ -858,3 +858,40 @@ fn kill_at_each_step_of_a_lane_checkpoint_leaves_all_lanes_or_none() {
         },
     );
 }
+
+/// Promise: an open of one lane while the set is held (a restore under way writes its
+/// intents under every lane's lock) leaves the intents alone and is refused; once the
+/// set is let go, intents a kill left in some lanes but not the last are removed by the
+/// next open, and every lane stays as it was.
+#[test]
+fn intents_of_a_restore_under_way_are_left_to_it_and_a_kills_are_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v");
+    let mut lanes = Lanes::create(&path, Config::new(schema(), 30), 3).unwrap();
+    for k in 0..3 {
+        add_range(
+            lanes.lane_mut(k).unwrap(),
+            (k as u64) << 56,
+            ((k as u64) << 56) + 2,
+        );
+    }
+    let state = lanes.get_state_named("a").unwrap();
+    for k in 0..3 {
+        let base = (k as u64) << 56;
+        add_range(lanes.lane_mut(k).unwrap(), base + 2, base + 5);
+    }
+    // As a restore under way would leave it: lane 0's intent written, the others not.
+    let intent = path.join("lane-0").join("RESTORE");
+    std::fs::write(&intent, state.lanes[0].to_bytes()).unwrap();
+    let e = Lanes::open_lane(&path, 1).unwrap_err();
+    assert!(matches!(e, Error::Locked { .. }), "{e}");
+    assert!(
+        intent.exists(),
+        "an intent of a set held elsewhere was removed"
+    );
+    drop(lanes);
+    let lanes = Lanes::open(&path).unwrap();
+    assert!(!intent.exists());
+    let sizes: Vec<u64> = lanes.lane_edges().iter().map(|r| r.end - r.start).collect();
+    assert_eq!(sizes, [5, 5, 5], "no lane was restored");
+}

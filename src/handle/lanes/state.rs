@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::state::State;
 use crate::handle::ReplayBuffer;
 use crate::parts::snapshot;
-use crate::storage::io::Io;
+use crate::storage::{self, io::Io};
 
 /// Every lane's state as [`Lanes::get_state_named`] froze it, under one name: put it in
 /// the training checkpoint and hand it to [`Lanes::set_state`].
@@ -213,7 +213,10 @@ impl Lanes<ReplayBuffer> {
 /// Before any lane of the set in `dirs` opens: restore intents that a kill left in
 /// some lanes but not the last (the set's restore never committed, and no lane was
 /// restored yet) are removed, so every lane stays at its state. With the last lane's
-/// intent present, each lane's open finishes its own.
+/// intent present, each lane's open finishes its own. Only while holding every lane's
+/// writer lock: a set restoring now holds them all, and its intents are not a kill's
+/// (nor is there anything to settle when another process holds a lane: its open
+/// settled first).
 pub(super) fn settle_restores(io: &dyn Io, dirs: &[PathBuf]) -> Result<()> {
     let Some(last) = dirs.last() else {
         return Ok(());
@@ -221,10 +224,24 @@ pub(super) fn settle_restores(io: &dyn Io, dirs: &[PathBuf]) -> Result<()> {
     if dirs.len() < 2 || snapshot::pending_restore(io, last)?.is_some() {
         return Ok(());
     }
+    let mut held = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        match storage::lock(io, dir) {
+            Ok(lock) => held.push(lock),
+            Err(Error::Locked { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    // Under the locks, the last lane's intent decides (a restore may have committed
+    // between the first look and the locks).
+    if snapshot::pending_restore(io, last)?.is_some() {
+        return Ok(());
+    }
     for dir in dirs {
         if snapshot::pending_restore(io, dir)?.is_some() {
             snapshot::drop_intent(io, dir)?;
         }
     }
+    drop(held);
     Ok(())
 }
