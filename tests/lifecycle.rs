@@ -1425,6 +1425,18 @@ fn a_reservoir_of_text_items_keeps_each_with_equal_chance_and_snapshots_keep_the
 
 const DOWNSAMPLE_CHILD: &str = "REPLAYSTORE_DOWNSAMPLE_CHILD";
 
+/// A buffer of text items whose downsampling (16 of 40) moves kept items, values and
+/// all, through a chunk ring of 64-byte chunks that laps often.
+fn create_moving_text_buffer(path: &Path) {
+    let config = Config::new(text_schema(), 40)
+        .segment_slots(8)
+        .heap_bytes(40 * 256)
+        .chunk_bytes(64)
+        .downsample(16)
+        .seed(12);
+    ReplayBuffer::create(path, config).unwrap().close().unwrap();
+}
+
 /// The child of the downsampling kill test: reopens the buffer, then adds text items
 /// one or three at a time (x going on from the largest kept), flushing now and then,
 /// saying `added x` after each call returns, until killed.
@@ -1456,16 +1468,7 @@ fn downsample_kill_child() {
 fn kill_9_at_random_moments_of_a_moving_downsampling_buffer_keeps_items_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b");
-    let config = Config::new(text_schema(), 40)
-        .segment_slots(8)
-        .heap_bytes(40 * 256)
-        .chunk_bytes(64)
-        .downsample(16)
-        .seed(12);
-    ReplayBuffer::create(&path, config)
-        .unwrap()
-        .close()
-        .unwrap();
+    create_moving_text_buffer(&path);
     let cycles = std::env::var("REPLAYSTORE_LOOP_KILLS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -1853,16 +1856,7 @@ fn groups_come_back_whole_or_as_windows_uniformly_as_di_engine_groupby_draws() {
 fn a_moving_downsampling_buffer_verifies_sound_after_every_abandon() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b");
-    let config = Config::new(text_schema(), 40)
-        .segment_slots(8)
-        .heap_bytes(40 * 256)
-        .chunk_bytes(64)
-        .downsample(16)
-        .seed(12);
-    ReplayBuffer::create(&path, config)
-        .unwrap()
-        .close()
-        .unwrap();
+    create_moving_text_buffer(&path);
     let mut rng = 7u64;
     let mut x = 0;
     for cycle in 0..200 {

@@ -915,10 +915,7 @@ impl PyBuffer {
         let done = py
             .detach(|| buf.update_priorities(idx, pr))
             .map_err(to_py)?;
-        let d = PyDict::new(py);
-        d.set_item("applied", done.applied)?;
-        d.set_item("stale", done.stale)?;
-        Ok(d)
+        update_dict(py, &done)
     }
 
     /// The priority (`priority + eps`, as stored) of each live item at `indices`.

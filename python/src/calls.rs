@@ -197,6 +197,17 @@ pub(crate) fn config(
     config
 }
 
+/// What a priority update did, as Python gets it: `{"applied", "stale"}`.
+pub(crate) fn update_dict<'py>(
+    py: Python<'py>,
+    done: &replaystore::PriorityUpdate,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("applied", done.applied)?;
+    d.set_item("stale", done.stale)?;
+    Ok(d)
+}
+
 /// The item-state keywords of `create` (`ReplayBuffer` and `Lanes`), as one value.
 pub(crate) struct LifeArgs {
     pub item_states: bool,

@@ -13,7 +13,7 @@ use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, 
 use crate::buffer::{Handle, PyBuffer};
 use crate::calls::{
     LifeArgs, columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing,
-    states_dict, stats_dict,
+    states_dict, stats_dict, update_dict,
 };
 use crate::errors::{ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
@@ -314,10 +314,7 @@ impl PyLanes {
             }
         }
         .map_err(to_py)?;
-        let d = PyDict::new(py);
-        d.set_item("applied", done.applied)?;
-        d.set_item("stale", done.stale)?;
-        Ok(d)
+        update_dict(py, &done)
     }
 
     /// Removes the live items at `indices` from whichever lanes hold them; returns how

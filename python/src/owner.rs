@@ -78,10 +78,7 @@ impl PyOwner {
         let done = py
             .detach(|| owner.update_priorities(idx, pr))
             .map_err(to_py)?;
-        let d = PyDict::new(py);
-        d.set_item("applied", done.applied)?;
-        d.set_item("stale", done.stale)?;
-        Ok(d)
+        update_dict(py, &done)
     }
 
     /// The `priority + eps` of each live item at `indices`.
