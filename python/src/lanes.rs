@@ -448,9 +448,11 @@ impl PyLanes {
         Ok(PySchema { inner })
     }
 
-    /// Each lane's counters, as `ReplayBuffer.stats` gives them (a writer's view).
+    /// Each lane's counters, as `ReplayBuffer.stats` gives them (a reader's and the
+    /// owner's as they see the lanes now).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let all = writer(&mut self.inner.lock(py))?.stats();
+        let all =
+            any_lanes!(opened(&mut self.inner.lock(py))?, l => l.lane_stats()).map_err(to_py)?;
         let items = all
             .iter()
             .map(|s| stats_dict(py, s))

@@ -74,6 +74,8 @@ def test_four_actor_processes_and_a_learner_lose_nothing_and_count_nothing_twice
     assert updates > 0
     # Every item once: the lanes hold exactly what the actors added.
     assert len(owner) == ACTORS * PER_ACTOR
+    for view in (owner, reader):
+        assert [s["len"] for s in view.stats()] == [PER_ACTOR] * ACTORS
     seen = []
     for start, stop in owner.lane_edges():
         seen += owner.get(np.arange(start, stop, dtype=np.uint64))["id"].tolist()

@@ -32,6 +32,9 @@ pub trait Lane: DrawsRows {
     /// The item states of the lane's live `indices`.
     #[doc(hidden)]
     fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>>;
+    /// The lane's counters and sizes as this handle sees them now.
+    #[doc(hidden)]
+    fn lane_stats(&mut self) -> Result<crate::Stats>;
 }
 
 /// A lane handle that may set priorities: a writer that owns its lane's tree, or the
@@ -66,6 +69,9 @@ impl Lane for ReplayBuffer {
     }
     fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
         self.item_states(indices)
+    }
+    fn lane_stats(&mut self) -> Result<crate::Stats> {
+        Ok(self.stats())
     }
 }
 
@@ -105,6 +111,9 @@ impl Lane for Reader {
     fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
         self.item_states(indices)
     }
+    fn lane_stats(&mut self) -> Result<crate::Stats> {
+        self.stats()
+    }
 }
 
 impl Lane for PriorityOwner {
@@ -123,6 +132,9 @@ impl Lane for PriorityOwner {
     }
     fn lane_item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
         self.reader().item_states(indices)
+    }
+    fn lane_stats(&mut self) -> Result<crate::Stats> {
+        self.reader().stats()
     }
 }
 

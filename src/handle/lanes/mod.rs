@@ -462,6 +462,12 @@ impl<L: Lane> Lanes<L> {
         Ok(out)
     }
 
+    /// Counters and sizes of each lane as this handle sees them now, however the lanes
+    /// were opened (a reader's and the owner's `sampled` count their own draws).
+    pub fn lane_stats(&mut self) -> Result<Vec<Stats>> {
+        self.lanes.iter_mut().map(Lane::lane_stats).collect()
+    }
+
     /// The split's RNG: lane 0's, so a writer's draws resume after a restart.
     fn split_rng(&mut self) -> Option<&mut ChaCha8Rng> {
         self.lanes.first_mut().map(|l| &mut l.rows_mut().draws.rng)
