@@ -159,7 +159,7 @@ fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
 }
 
 impl PyBuffer {
-    /// The Python handle of an engine handle opened elsewhere (a lane of `Lanes`).
+    /// The Python handle of an engine handle (created, opened, or a lane of `Lanes`).
     pub(crate) fn of(handle: Handle) -> PyBuffer {
         let schema = handle.schema().clone();
         PyBuffer {
@@ -288,10 +288,7 @@ impl PyBuffer {
         let buf = py
             .detach(|| ReplayBuffer::create(path, config))
             .map_err(to_py)?;
-        Ok(PyBuffer {
-            schema: buf.schema().clone(),
-            inner: Shared::new(Some(Handle::Writer(buf))),
-        })
+        Ok(PyBuffer::of(Handle::Writer(buf)))
     }
 
     /// Opens the buffer in `path` as the actor beside its priority owner (Ape-X): adds,
@@ -315,10 +312,7 @@ impl PyBuffer {
                 }
             })
             .map_err(to_py)?;
-        Ok(PyBuffer {
-            schema: buf.schema().clone(),
-            inner: Shared::new(Some(buf)),
-        })
+        Ok(PyBuffer::of(buf))
     }
 
     /// Adds one item: `buf.add(obs=o, action=a, reward=1.0, done=False)`. Returns its
@@ -907,15 +901,11 @@ impl PyBuffer {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let pr = contiguous::<f64>(py, priorities, "<f8")?;
-        let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?.owner()?;
-        let done = py
-            .detach(|| buf.update_priorities(idx, pr))
-            .map_err(to_py)?;
-        update_dict(py, &done)
+        update_from_py(py, indices, priorities, |idx, pr| {
+            let mut held = self.inner.lock(py);
+            let buf = open_buf(&mut held)?.owner()?;
+            py.detach(|| buf.update_priorities(idx, pr)).map_err(to_py)
+        })
     }
 
     /// The priority (`priority + eps`, as stored) of each live item at `indices`.

@@ -197,11 +197,18 @@ pub(crate) fn config(
     config
 }
 
-/// What a priority update did, as Python gets it: `{"applied", "stale"}`.
-pub(crate) fn update_dict<'py>(
+/// A priority update from Python (every handle that sets priorities): `indices` and
+/// `priorities` read in place, `apply` run on them (it takes its handle's lock and
+/// releases the GIL), and what it did as `{"applied", "stale"}`.
+pub(crate) fn update_from_py<'py>(
     py: Python<'py>,
-    done: &replaystore::PriorityUpdate,
+    indices: &Bound<'py, PyAny>,
+    priorities: &Bound<'py, PyAny>,
+    apply: impl FnOnce(&[u64], &[f64]) -> PyResult<replaystore::PriorityUpdate>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let idx = index_array(py, indices, "indices")?;
+    let pr = contiguous::<f64>(py, priorities, "<f8")?;
+    let done = apply(idx.as_slice()?, pr.as_slice()?)?;
     let d = PyDict::new(py);
     d.set_item("applied", done.applied)?;
     d.set_item("stale", done.stale)?;

@@ -12,8 +12,8 @@ use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, 
 
 use crate::buffer::{Handle, PyBuffer};
 use crate::calls::{
-    LifeArgs, columns, config, contiguous, draw, get_indices, index_array, inputs, rows_removing,
-    states_dict, stats_dict, update_dict,
+    LifeArgs, columns, config, draw, get_indices, index_array, inputs, rows_removing, states_dict,
+    stats_dict, update_from_py,
 };
 use crate::errors::{ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
@@ -298,23 +298,21 @@ impl PyLanes {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let pr = contiguous::<f64>(py, priorities, "<f8")?;
-        let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
-        let mut held = self.inner.lock(py);
-        let done = match opened(&mut held)? {
-            Opened::Writer(w) => py.detach(|| w.update_priorities(idx, pr)),
-            Opened::Owner(o) => py.detach(|| o.update_priorities(idx, pr)),
-            Opened::Reader(r) => {
-                return Err(ReadOnlyError::new_err(format!(
-                    "{}: opened with reader=True, which never writes (open with owner=True \
-                     to set priorities beside actors)",
-                    r.dir().display()
-                )));
+        update_from_py(py, indices, priorities, |idx, pr| {
+            let mut held = self.inner.lock(py);
+            match opened(&mut held)? {
+                Opened::Writer(w) => py.detach(|| w.update_priorities(idx, pr)),
+                Opened::Owner(o) => py.detach(|| o.update_priorities(idx, pr)),
+                Opened::Reader(r) => {
+                    return Err(ReadOnlyError::new_err(format!(
+                        "{}: opened with reader=True, which never writes (open with \
+                         owner=True to set priorities beside actors)",
+                        r.dir().display()
+                    )));
+                }
             }
-        }
-        .map_err(to_py)?;
-        update_dict(py, &done)
+            .map_err(to_py)
+        })
     }
 
     /// Removes the live items at `indices` from whichever lanes hold them; returns how

@@ -70,15 +70,12 @@ impl PyOwner {
         indices: &Bound<'py, PyAny>,
         priorities: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = index_array(py, indices, "indices")?;
-        let pr = contiguous::<f64>(py, priorities, "<f8")?;
-        let (idx, pr) = (idx.as_slice()?, pr.as_slice()?);
-        let mut held = self.inner.lock(py);
-        let owner = open_owner(&mut held)?;
-        let done = py
-            .detach(|| owner.update_priorities(idx, pr))
-            .map_err(to_py)?;
-        update_dict(py, &done)
+        update_from_py(py, indices, priorities, |idx, pr| {
+            let mut held = self.inner.lock(py);
+            let owner = open_owner(&mut held)?;
+            py.detach(|| owner.update_priorities(idx, pr))
+                .map_err(to_py)
+        })
     }
 
     /// The `priority + eps` of each live item at `indices`.

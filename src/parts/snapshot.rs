@@ -511,8 +511,8 @@ pub(crate) fn write_intent(io: &dyn Io, dir: &Path, state: &State) -> Result<()>
     sync_dir(io, dir)
 }
 
-/// Removes the intent to restore (a lane set's restore that never committed: no lane
-/// was restored yet), durably.
+/// Removes the intent to restore, durably: once the restore is done, or for a lane
+/// set's restore that never committed (no lane was restored yet).
 pub(crate) fn drop_intent(io: &dyn Io, dir: &Path) -> Result<()> {
     let path = dir.join(RESTORE);
     remove_if_present(io, &path)?;
@@ -637,10 +637,7 @@ pub(crate) fn restore(
     io.rename(&tmp, &live)
         .map_err(|e| Error::io("rename", &live, e))?;
     sync_dir(io, dir)?;
-    let intent = dir.join(RESTORE);
-    io.remove_file(&intent)
-        .map_err(|e| Error::io("remove", &intent, e))?;
-    sync_dir(io, dir)?;
+    drop_intent(io, dir)?;
     Ok(replaced)
 }
 

@@ -451,13 +451,26 @@ impl<L: Lane> Lanes<L> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn item_states(&mut self, indices: &[u64]) -> Result<Vec<crate::ItemState>> {
-        let count = self.lanes.len();
-        let mut out = Vec::with_capacity(indices.len());
-        for &i in indices {
+        // One call per lane (a reader lane looks at its writer once), then each state
+        // back at its index's position.
+        let mut by_lane: Vec<(Vec<usize>, Vec<u64>)> = vec![Default::default(); self.lanes.len()];
+        for (p, &i) in indices.iter().enumerate() {
             let k = self.lane_index(i)?;
-            let lane = (self.lanes.get_mut(k))
-                .ok_or_else(|| no_such_lane(self.dir.clone(), k as u64, Some(i), count))?;
-            out.extend(lane.lane_item_states(&[i])?);
+            if let Some((ps, is)) = by_lane.get_mut(k) {
+                ps.push(p);
+                is.push(i);
+            }
+        }
+        let mut out = vec![crate::ItemState::default(); indices.len()];
+        for (lane, (ps, is)) in self.lanes.iter_mut().zip(&by_lane) {
+            if is.is_empty() {
+                continue;
+            }
+            for (&p, s) in ps.iter().zip(lane.lane_item_states(is)?) {
+                if let Some(slot) = out.get_mut(p) {
+                    *slot = s;
+                }
+            }
         }
         Ok(out)
     }

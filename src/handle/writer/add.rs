@@ -295,13 +295,8 @@ impl<R: Writes> ReplayBuffer<R> {
         if self.parts.life.is_none() {
             return self.store_one(columns);
         }
-        self.admit(false, 1)?;
-        self.make_room_for_policy(1)?;
-        let index = self.store_one(columns)?;
-        self.added();
-        self.downsample()?;
-        self.reservoir_decide(index..index + 1)?;
-        Ok(index)
+        let added = self.add_under_policy(1, |b| b.store_one(columns).map(|i| i..i + 1))?;
+        Ok(added.start)
     }
     /// Adds `rows` items given as columns of shape `[rows, field shape...]`, and returns
     /// their logical indices. A batch longer than the capacity keeps its newest rows.
@@ -315,9 +310,19 @@ impl<R: Writes> ReplayBuffer<R> {
             c.rows()
                 .unwrap_or_else(|| c.shape().first().copied().unwrap_or(0))
         });
-        self.admit(false, rows as u64)?;
-        self.make_room_for_policy(rows as u64)?;
-        let added = self.store_batch(columns)?;
+        self.add_under_policy(rows as u64, |b| b.store_batch(columns))
+    }
+    /// An add of `rows` to a buffer with item states, `store` storing them: the rate
+    /// limiter's leave, room made by the policy (kept items moved), the rows, then the
+    /// policy's removals (downsampling, the reservoir's decisions).
+    fn add_under_policy(
+        &mut self,
+        rows: u64,
+        store: impl FnOnce(&mut Self) -> Result<Range<u64>>,
+    ) -> Result<Range<u64>> {
+        self.admit(false, rows)?;
+        self.make_room_for_policy(rows)?;
+        let added = store(self)?;
         self.added();
         self.downsample()?;
         self.reservoir_decide(added.clone())?;
