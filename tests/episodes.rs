@@ -57,6 +57,9 @@ struct Model {
     /// Per episode whose start was evicted when the writer last rebuilt its table (on
     /// open): the head then. Its return counts only rows from there.
     seen_from: std::collections::HashMap<u64, u64>,
+    /// Episodes older than the newest when the writer last opened: it read only their
+    /// last rows, and sums their returns over the rows live when asked.
+    read_late: std::collections::HashSet<u64>,
 }
 
 impl Model {
@@ -88,7 +91,10 @@ impl Model {
             }
             let e = out.last_mut().unwrap();
             e.rows += 1;
-            let from = self.seen_from.get(&e.id).copied().unwrap_or(0);
+            let from = match self.read_late.contains(&e.id) {
+                true => self.head(),
+                false => self.seen_from.get(&e.id).copied().unwrap_or(0),
+            };
             if r.t > 0 && i as u64 >= from {
                 e.ret += f64::from(r.reward);
             }
@@ -104,14 +110,16 @@ impl Model {
         out
     }
 
-    /// The writer reopened and rebuilt its table from the live rows.
+    /// The writer reopened and read its table from each episode's last row, and the
+    /// newest episode's return from its live rows.
     fn rebuilt(&mut self) {
         let head = self.head();
         self.seen_from.clear();
-        let starts: Vec<(u64, u64)> = self.episodes().iter().map(|e| (e.id, e.start)).collect();
-        for (id, start) in starts {
-            if start < head {
-                self.seen_from.insert(id, head);
+        let episodes = self.episodes();
+        if let Some((newest, older)) = episodes.split_last() {
+            self.read_late.extend(older.iter().map(|e| e.id));
+            if newest.start < head {
+                self.seen_from.insert(newest.id, head);
             }
         }
     }
@@ -357,6 +365,25 @@ fn verify_finds_a_step_header_out_of_its_episode() {
         "{:?}",
         report.problems
     );
+    // An open reads only each episode's last row (O(episodes)): row 5 is in the middle
+    // of the first episode, so the buffer opens, and its draws never read that `t`.
+    let buf = ReplayBuffer::open(&dir).unwrap();
+    model.rebuilt();
+    check(&buf, &model);
+    buf.close().unwrap();
+    // The newest row's (19: slot 3 of the second segment) `t` reaching below index 0:
+    // the open reads it, and refuses.
+    let seg = dir.join("lane-0/seg-00000001.dat");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let row = 4096 + 3 * stride;
+    bytes[row + 24..row + 28].copy_from_slice(&1_000u32.to_le_bytes());
+    let crc = {
+        let mut h = crc32fast::Hasher::new_with_initial(5);
+        h.update(&bytes[row + 16..row + payload_end]);
+        h.finalize()
+    };
+    bytes[row + 8..row + 12].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&seg, &bytes).unwrap();
     let e = ReplayBuffer::open(&dir).unwrap_err();
     assert!(e.to_string().contains("step header"), "{e}");
 }

@@ -203,7 +203,7 @@ impl<const K: usize> SumTree<K> {
 
     /// Sum of the leaves before slot `x` (of all of them when `x` is past the last),
     /// from the stored sums along `x`'s path, top down: O(depth * K).
-    pub fn prefix_sum(&self, w: &[f64], x: usize) -> f64 {
+    pub fn prefix_sum<W: Words + ?Sized>(&self, w: &W, x: usize) -> f64 {
         let levels = &self.shape.levels;
         if x >= self.shape.leaves().len {
             return self.total(w);
@@ -213,8 +213,9 @@ impl<const K: usize> SumTree<K> {
         let mut per = K.pow(u32::try_from(levels.len().saturating_sub(1)).unwrap_or(0));
         for level in levels {
             let (node, c) = (x / per / K, x / per % K);
-            if let Some(n) = nodes::<K>(w, level.sum, level.len).get(node) {
-                s += prefix(n)[c];
+            if let Some(p) = node_at::<K, W, f64>(w, (level.sum, level.len), node, |n| prefix(n)[c])
+            {
+                s += p;
             }
             per /= K;
         }

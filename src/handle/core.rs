@@ -89,4 +89,15 @@ impl UnitArrays {
         self.next_offsets.clear();
         self.mask.clear();
     }
+
+    /// Forgets the last sequence pushed (its `positions` masks and end flags): the
+    /// writer overwrote one of its rows before it was copied.
+    pub fn drop_last_unit(&mut self, positions: usize) {
+        self.indices.pop();
+        self.weights.truncate(self.indices.len());
+        let keep = self.indices.len() * positions;
+        self.mask.truncate(keep);
+        self.terminated.truncate(keep);
+        self.truncated.truncate(keep);
+    }
 }

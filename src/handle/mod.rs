@@ -5,6 +5,8 @@
 
 pub(crate) mod config;
 mod core;
+mod draws_units;
+mod follow;
 pub(crate) mod groups;
 pub mod inspect;
 mod lanes;

@@ -137,8 +137,9 @@ impl PriorityOwner {
         let buf = &self.reader.rows;
         let live = (buf.head, buf.head_slot, buf.tail);
         let reader = &self.reader;
-        self.tree
-            .update(live, indices, priorities, &|i| reader.is_removed(i))
+        self.tree.update(live, indices, priorities, &|i| {
+            reader.is_removed(i) || reader.rows.is_cut_head(i)
+        })
     }
 
     /// The current `priority + eps` of each live item in `indices`.

@@ -14,18 +14,24 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use super::Stats;
+use super::core::UnitArrays;
+use super::draws_units::DrawsUnits;
+use super::follow::Followed;
 use super::rows::{DrawsRows, Rows, sample_rows};
+use super::units::sample_units;
 use super::writer::open::{open_parts, snapshot_parts};
 use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, SEALED_OFF, TAIL_OFF};
+use crate::parts::episodes::Episodes;
+use crate::parts::fragments::Fragments;
 use crate::parts::heap::Heap;
 use crate::parts::hooks::Holder;
 use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{Priorities, PrioritySpec, SharedPriorities};
 use crate::parts::tree_role::TreeRole;
-use crate::request::{Pick, Request};
+use crate::request::{Pick, Request, Unit};
 use crate::schema::Schema;
 use crate::sink::Sink;
 use crate::storage::io::{self, Access, IoRef};
@@ -101,6 +107,10 @@ pub struct Reader {
     /// another process draws a new seed, or every data-loader worker forked from one
     /// reader would sample the same batches.
     seeded_in: Option<u32>,
+    /// The episode and fragment tables of the rows read so far (unit draws).
+    followed: Followed,
+    /// The arrays a transition or sequence draw fills, kept between draws.
+    units: UnitArrays,
 }
 
 /// The priorities a reader draws from.
@@ -143,6 +153,8 @@ impl Reader {
             epoch,
             access: RowAccess::Mapped,
             seeded_in: Some(std::process::id()),
+            followed: Followed::default(),
+            units: UnitArrays::default(),
         };
         reader.refresh()?;
         Ok(reader)
@@ -165,6 +177,8 @@ impl Reader {
             epoch: 0,
             access: RowAccess::Mapped,
             seeded_in: None,
+            followed: Followed::default(),
+            units: UnitArrays::default(),
         })
     }
 
@@ -456,9 +470,9 @@ impl Reader {
 
     /// Draws as `request` says from the items live now, into a new [`Batch`]: a
     /// `usize` is that many items drawn uniformly; a [`Request`] picks rows uniformly,
-    /// by priority or at given indices (a reader draws rows: transitions, sequences,
-    /// episodes and fragments are drawn by the writer or a snapshot,
-    /// [`crate::ReplayBuffer::open_snapshot`]).
+    /// by priority or at given indices, or draws transitions, sequences, episodes,
+    /// fragments or groups exactly as the writer draws them (the same units for the
+    /// same rows and seed: see [`Reader::sample_into`]).
     ///
     /// A drawn item that the writer overwrites before it is copied is replaced by a
     /// new draw from the items live then; the others stay as copied. Priorities are
@@ -489,6 +503,34 @@ impl Reader {
     /// filled in place (an item drawn again after a lost race is copied over the one
     /// the writer took).
     ///
+    /// Units longer than a row come from the writer's own draw code, over the episode
+    /// and fragment tables this reader follows: it reads the step header of each new
+    /// episode's last row (and each new row's fragment word) since its last draw, so a
+    /// first episodic draw costs O(episodes), later ones O(new episodes). A transition
+    /// or sequence whose rows the writer overwrites mid-copy is drawn again alone; an
+    /// episode, fragment or group draw starts over (asking `sink` for storage again).
+    /// Either way a unit never comes back with rows of two items.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).episodic();
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// let mut reader = Reader::open(dir.path().join("b"))?; // usually another process
+    /// writer.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    /// for t in 1..=5 {
+    ///     writer.add_step(&[Column::scalar("obs", &(t as f32))], t == 5, false)?;
+    /// }
+    /// let request = Request::transitions(8, &["obs"]).nstep(2, 0.5);
+    /// writer.reseed(7);
+    /// reader.reseed(7);
+    /// let (w, r) = (writer.sample(request.clone())?, reader.sample(request)?);
+    /// assert_eq!(w.indices(), r.indices());
+    /// assert_eq!(w.get::<f32>("next_obs")?, r.get::<f32>("next_obs")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// ```
     /// use replaystore::{Batch, Column, Config, DType, Reader, ReplayBuffer, Schema};
     /// let dir = tempfile::tempdir()?;
@@ -508,12 +550,84 @@ impl Reader {
     ) -> Result<()> {
         let request = request.into();
         request.check()?;
-        request.rows_only(
-            "readers",
-            "transitions, sequences, episodes and fragments are drawn by the writer or a \
-             snapshot (ReplayBuffer::open_snapshot)",
-        )?;
-        sample_rows(self, &request, sink)
+        match request.unit {
+            Unit::Rows => sample_rows(self, &request, sink),
+            _ => self.sample_units_racing(&request, sink),
+        }
+    }
+
+    /// Draws the units of `request` (transitions, sequences, episodes, fragments,
+    /// groups) from the rows live now, with the writer's code over the tables this
+    /// reader follows. A row the writer overwrites before it is copied makes the whole
+    /// draw start again from where the writer is then: a unit is never served with rows
+    /// of two items. The RNG goes on from where the lost draw left it.
+    fn sample_units_racing(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        for _ in 0..RACE_TRIES {
+            self.refresh_files()?;
+            let suspect = self.followed.read_new_rows(&self.rows, self.epoch);
+            if !self.head_moved_on() {
+                continue;
+            }
+            let head = self.rows.head;
+            (self.followed).settle(&self.rows, head, suspect, self.life.as_ref())?;
+            let sampled = self.rows.draws.sampled;
+            match sample_units(self, request, sink) {
+                Err(Error::BadItem { index, .. } | Error::Evicted { index, .. })
+                    if self.lost_race(index)? =>
+                {
+                    self.rows.draws.sampled = sampled;
+                }
+                done => return done,
+            }
+        }
+        Err(self.lapped())
+    }
+
+    /// Loads the writer's head again and takes it as this reader's (the tail stays as
+    /// loaded last): rows read since the last look and now below it may have been torn,
+    /// and are evicted. False when that cannot be done: the files were replaced, or the
+    /// writer has passed every row this reader knows of; look again from the start.
+    fn head_moved_on(&mut self) -> bool {
+        let Some(p) = &self.progress else {
+            return true;
+        };
+        // After every row read above: the writer moves its head before it overwrites.
+        fence(Ordering::Acquire);
+        let head = p.load(HEAD_OFF);
+        if p.load(EPOCH_OFF) != self.epoch || head > self.rows.tail {
+            return false;
+        }
+        let rows = &mut self.rows;
+        if head > rows.head {
+            rows.head = head;
+            rows.head_slot = head % rows.superblock.capacity;
+            rows.cleared = rows.cleared.min(head);
+        }
+        true
+    }
+
+    /// Draws `indices.len()` live indices by priority with their weights, counting
+    /// them, and draws again those the writer has removed meanwhile.
+    fn draw_priority(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        let live = self.rows.live_range();
+        let rng = &mut self.rows.draws.rng;
+        match &mut self.tree {
+            // A snapshot: its own priorities, which never change, nor do its rows.
+            ReadTree::Frozen(p) => p.draw(rng, spec, live, indices, weights)?,
+            ReadTree::Shared(p) => p.draw(rng, spec, live, indices, weights)?,
+            ReadTree::Absent => {
+                return Err(Error::NotPrioritized {
+                    dir: self.rows.dir.clone(),
+                });
+            }
+        }
+        self.rows.draws.sampled += indices.len() as u64;
+        self.redraw_removed(spec, indices, weights)
     }
 
     /// `(total, smallest non-zero leaf)` of the priorities as they read now.
@@ -781,20 +895,7 @@ impl DrawsRows for Reader {
         let Some(spec) = (self.rows).pick_unless_priority(request, life, indices, weights)? else {
             return Ok(());
         };
-        let live = self.rows.live_range();
-        let rng = &mut self.rows.draws.rng;
-        match &mut self.tree {
-            // A snapshot: its own priorities, which never change, nor do its rows.
-            ReadTree::Frozen(p) => p.draw(rng, &spec, live, indices, weights)?,
-            ReadTree::Shared(p) => p.draw(rng, &spec, live, indices, weights)?,
-            ReadTree::Absent => {
-                return Err(Error::NotPrioritized {
-                    dir: self.rows.dir.clone(),
-                });
-            }
-        }
-        self.rows.draws.sampled += spec.n as u64;
-        self.redraw_removed(&spec, indices, weights)
+        self.draw_priority(&spec, indices, weights)
     }
 
     /// Gathers the rows `pick_rows` picked for `request` into `outs` (one per field,
@@ -823,5 +924,83 @@ impl DrawsRows for Reader {
             // given index (the caller asks again for the oldest now).
             Pick::Given(_) | Pick::Oldest => self.retrying(|rows| rows.gather_into(indices, outs)),
         }
+    }
+}
+
+/// A reader's units draw: the writer's code, over the tables this reader follows (see
+/// `follow`), brought up to date by `sample_units_racing` before each draw.
+impl DrawsUnits for Reader {
+    fn episode_table(&self) -> Result<&Episodes> {
+        self.followed.episodes().ok_or_else(|| Error::NotEpisodic {
+            dir: self.rows.dir.clone(),
+        })
+    }
+
+    fn fragments(&mut self) -> Result<&Fragments> {
+        let dir = &self.rows.dir;
+        (self.followed.fragments()).ok_or_else(|| {
+            Error::InvalidSample(format!(
+                "{} does not keep fragments (create it with Config::fragments)",
+                dir.display()
+            ))
+        })
+    }
+
+    fn draw_by_priority(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        self.draw_priority(spec, indices, weights)
+    }
+
+    fn run_masses(&mut self, runs: &[(u64, u64)], masses: &mut Vec<f64>) -> Result<()> {
+        match &mut self.tree {
+            ReadTree::Shared(p) => masses.extend(runs.iter().map(|&(i, n)| p.run_mass(i, n))),
+            ReadTree::Frozen(p) => masses.extend(runs.iter().map(|&(i, n)| p.mass(i, n))),
+            ReadTree::Absent => {
+                return Err(Error::NotPrioritized {
+                    dir: self.rows.dir.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn unit_scratch(&mut self) -> &mut UnitArrays {
+        &mut self.units
+    }
+
+    /// A stamp that moved under a row the writer's head has since passed is a lost
+    /// race: this reader catches up with the writer (the tables read the rows added
+    /// since and forget those the head passed, so the live window stays as wide as the
+    /// writer's) and the unit is drawn again; the units copied before stay. Anything
+    /// else is an error, which `sample_units_racing` sorts into a race (files replaced,
+    /// or the writer passed every row this reader knew) or damage.
+    fn unit_lost(&mut self, index: u64, found: Found) -> Result<()> {
+        let error = |r: &Reader| Err(r.rows.row_error(index, found));
+        if !matches!(found, Found::Stamp(_)) || self.refresh_files()? {
+            return error(self);
+        }
+        if index >= self.rows.head {
+            return error(self);
+        }
+        let suspect = self.followed.read_new_rows(&self.rows, self.epoch);
+        if !self.head_moved_on() {
+            return error(self);
+        }
+        let head = self.rows.head;
+        (self.followed).settle(&self.rows, head, suspect, self.life.as_ref())
+    }
+
+    fn pick_groups(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        offsets: &mut Vec<u64>,
+    ) -> Result<()> {
+        let life = self.life.as_ref();
+        self.rows.pick_groups(request, life, indices, offsets)
     }
 }

@@ -253,6 +253,17 @@ impl Rows {
         }
     }
 
+    /// Whether live `index` is the head row of an episodic buffer and a step whose
+    /// observation row the ring has evicted: it ends no transition the buffer can
+    /// return, so it keeps no priority (eviction zeroed its leaf, an open zeroes it
+    /// again, and a priority update skips it as stale).
+    pub(crate) fn is_cut_head(&self, index: u64) -> bool {
+        self.superblock.episodic
+            && index == self.head
+            && self.head < self.tail
+            && self.ring.step_header(self.head_slot).t > 0
+    }
+
     /// `Evicted` for the first of `indices` that is not live.
     pub(crate) fn check_live(&self, indices: &[u64]) -> Result<()> {
         match indices.iter().find(|&&i| i < self.head || i >= self.tail) {

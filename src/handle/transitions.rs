@@ -7,7 +7,7 @@
 use rand::RngExt;
 
 use super::core::UnitArrays;
-use super::{ReplayBuffer, Role};
+use super::draws_units::DrawsUnits;
 use crate::algo::windows::End;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -15,7 +15,7 @@ use crate::format::row::EPISODE_OFF;
 use crate::parts::priorities::PrioritySpec;
 use crate::request::Request;
 use crate::sink::{Filled, Own, Sink, obs_mask};
-use crate::storage::map::RowRun;
+use crate::storage::map::{Found, RowRun};
 
 /// Draws per transition before giving up on finding step rows (rows after a reset row).
 const TRIES_PER_DRAW: usize = 64;
@@ -38,240 +38,245 @@ fn at(i: usize, frames: u64, f: u64) -> usize {
     i * frames as usize + f as usize
 }
 
-impl<R: Role> ReplayBuffer<R> {
-    /// Draws `request.n` transitions uniformly over the steps of live episodes, or by
-    /// the priority of each transition's first step row (reset rows and steps whose
-    /// observation row was evicted have none).
-    ///
-    /// ```
-    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
-    /// let dir = tempfile::tempdir()?;
-    /// let schema = Schema::builder()
-    ///     .field("obs", DType::F32, &[])
-    ///     .field("reward", DType::F32, &[])
-    ///     .build()?;
-    /// let config = Config::new(schema, 100).episodic().seed(1);
-    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
-    /// buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
-    /// for t in 1..=5 {
-    ///     let (obs, r) = (t as f32, 1.0f32);
-    ///     buf.add_step(&[Column::scalar("obs", &obs), Column::scalar("reward", &r)], t == 5, false)?;
-    /// }
-    /// let t = buf.sample(Request::transitions(8, &["obs"]).nstep(2, 0.5))?;
-    /// for i in 0..8 {
-    ///     let (o, next) = (t.get::<f32>("obs")?[i], t.get::<f32>("next_obs")?[i]);
-    ///     // obs t leads to t + 2, or to the terminal obs 5.
-    ///     assert_eq!(next, (o + 2.0).min(5.0));
-    /// }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub(super) fn sample_transitions(
-        &mut self,
-        request: &Request<'_>,
-        sink: &mut dyn Sink,
-    ) -> Result<()> {
-        self.episodes_ref()?;
-        if request.nstep == 0 {
-            return Err(Error::InvalidSample("nstep must be at least 1".into()));
-        }
-        if request.stack == 0 {
-            return Err(Error::InvalidSample("stack must be at least 1".into()));
-        }
-        let is_obs = obs_mask(&self.rows.schema, request.obs)?;
-        if self.rows.tail - self.rows.head < 2 {
-            return Err(Error::Empty);
-        }
-        let n = request.n;
-        let mut f = self.rows.open_sink(request, n, n, sink)?;
-        let mut out = std::mem::take(&mut self.scratch.units);
-        out.clear();
-        let done = self.draw_transitions(request, &is_obs, &mut f, &mut out);
-        if done.is_ok() {
-            f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
-            f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
-            f.put(Own::Returns, bytemuck::cast_slice(&out.returns));
-            f.put(Own::Discounts, bytemuck::cast_slice(&out.discounts));
-            f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
-            f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
-            f.put(Own::NextOffsets, bytemuck::cast_slice(&out.next_offsets));
-        }
-        self.scratch.units = out;
-        done
+/// Draws `request.n` transitions uniformly over the steps of live episodes, or by
+/// the priority of each transition's first step row (reset rows and steps whose
+/// observation row was evicted have none).
+///
+/// ```
+/// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder()
+///     .field("obs", DType::F32, &[])
+///     .field("reward", DType::F32, &[])
+///     .build()?;
+/// let config = Config::new(schema, 100).episodic().seed(1);
+/// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+/// buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+/// for t in 1..=5 {
+///     let (obs, r) = (t as f32, 1.0f32);
+///     buf.add_step(&[Column::scalar("obs", &obs), Column::scalar("reward", &r)], t == 5, false)?;
+/// }
+/// let t = buf.sample(Request::transitions(8, &["obs"]).nstep(2, 0.5))?;
+/// for i in 0..8 {
+///     let (o, next) = (t.get::<f32>("obs")?[i], t.get::<f32>("next_obs")?[i]);
+///     // obs t leads to t + 2, or to the terminal obs 5.
+///     assert_eq!(next, (o + 2.0).min(5.0));
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub(super) fn sample_transitions<H: DrawsUnits + ?Sized>(
+    h: &mut H,
+    request: &Request<'_>,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    h.episode_table()?;
+    if request.nstep == 0 {
+        return Err(Error::InvalidSample("nstep must be at least 1".into()));
     }
+    if request.stack == 0 {
+        return Err(Error::InvalidSample("stack must be at least 1".into()));
+    }
+    let is_obs = obs_mask(&h.rows().schema, request.obs)?;
+    if h.rows().tail - h.rows().head < 2 {
+        return Err(Error::Empty);
+    }
+    let n = request.n;
+    let mut out = std::mem::take(h.unit_scratch());
+    out.clear();
+    let mut f = h.rows().open_sink(request, n, n, sink)?;
+    let done = draw_transitions(h, request, &is_obs, &mut f, &mut out);
+    if done.is_ok() {
+        f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
+        f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
+        f.put(Own::Returns, bytemuck::cast_slice(&out.returns));
+        f.put(Own::Discounts, bytemuck::cast_slice(&out.discounts));
+        f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
+        f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
+        f.put(Own::NextOffsets, bytemuck::cast_slice(&out.next_offsets));
+    }
+    drop(f);
+    *h.unit_scratch() = out;
+    done
+}
 
-    /// Picks and reads `request.n` transitions into `f` and `out`.
-    fn draw_transitions(
-        &mut self,
-        request: &Request<'_>,
-        is_obs: &[bool],
-        f: &mut Filled<'_>,
-        out: &mut UnitArrays,
-    ) -> Result<()> {
-        let n = request.n;
-        let mut tries = 0usize;
-        let mut candidates = Vec::with_capacity(n);
-        let mut drawn_weights = Vec::new();
-        while out.indices.len() < n {
-            let need = n - out.indices.len();
-            tries += need;
-            if tries > TRIES_PER_DRAW * n.max(1) {
-                return Err(Error::InvalidSample(format!(
-                    "no step with {} stored frames found in {} draws: the live rows are \
+/// Picks and reads `request.n` transitions into `f` and `out`.
+fn draw_transitions<H: DrawsUnits + ?Sized>(
+    h: &mut H,
+    request: &Request<'_>,
+    is_obs: &[bool],
+    f: &mut Filled<'_>,
+    out: &mut UnitArrays,
+) -> Result<()> {
+    let n = request.n;
+    let mut tries = 0usize;
+    let mut candidates = Vec::with_capacity(n);
+    let mut drawn_weights = Vec::new();
+    while out.indices.len() < n {
+        let need = n - out.indices.len();
+        tries += need;
+        if tries > TRIES_PER_DRAW * n.max(1) {
+            return Err(Error::InvalidSample(format!(
+                "no step with {} stored frames found in {} draws: the live rows are \
                      (nearly) all reset rows or too early in partly evicted episodes",
-                    request.stack,
-                    tries - need
-                )));
-            }
-            candidates.clear();
-            if let Some(beta) = request.beta() {
-                candidates.resize(need, 0);
-                drawn_weights.clear();
-                drawn_weights.resize(need, 0.0);
-                let p = PrioritySpec::new(need, beta);
-                self.draw_prioritized(&p, &mut candidates, &mut drawn_weights)?;
-            } else {
-                candidates.extend((0..need).map(|_| {
-                    self.rows
-                        .draws
-                        .rng
-                        .random_range(self.rows.head + 1..self.rows.tail)
-                }));
-            }
-            self.read_transitions(request, is_obs, &candidates, &drawn_weights, f, out)?;
+                request.stack,
+                tries - need
+            )));
         }
-        if request.beta().is_none() {
-            self.rows.draws.sampled += n as u64;
+        candidates.clear();
+        if let Some(beta) = request.beta() {
+            candidates.resize(need, 0);
+            drawn_weights.clear();
+            drawn_weights.resize(need, 0.0);
+            let p = PrioritySpec::new(need, beta);
+            h.draw_by_priority(&p, &mut candidates, &mut drawn_weights)?;
+        } else {
+            let rows = h.rows_mut();
+            let live = rows.head + 1..rows.tail;
+            candidates.extend((0..need).map(|_| rows.draws.rng.random_range(live.clone())));
         }
-        Ok(())
+        if let Some((index, found)) =
+            read_transitions(h, request, is_obs, &candidates, &drawn_weights, f, out)?
+        {
+            // The candidates after the lost one are drawn again with the rest.
+            h.unit_lost(index, found)?;
+        }
     }
+    if request.beta().is_none() {
+        h.rows_mut().draws.sampled += n as u64;
+    }
+    Ok(())
+}
 
-    /// Reads the transitions of the drawn step rows `candidates` into `out`, after the
-    /// ones it holds, passing over rows that end no step with its frames stored (reset
-    /// rows, steps too early in a partly evicted episode). One pass per round: each
-    /// transition's rows are fetched a few transitions ahead, then its episode is
-    /// looked up from the step header, and its frames, step fields and rewards are
-    /// copied while in cache, every row checked against its stamp.
-    fn read_transitions(
-        &self,
-        spec: &Request<'_>,
-        is_obs: &[bool],
-        candidates: &[u64],
-        drawn_weights: &[f32],
-        f: &mut Filled<'_>,
-        out: &mut UnitArrays,
-    ) -> Result<()> {
-        let (head, tail, k, nstep) = (self.rows.head, self.rows.tail, spec.stack, spec.nstep);
-        let rows = self.rows.ring.reader(self.rows.live_rows());
-        let table = self.episodes_ref()?;
-        let layout = self.rows.ring.layout();
-        let reward = table.reward_field().and_then(|(f, dtype)| {
-            let &(off, len) = layout.fields.get(f)?;
-            Some((off, len.min(8), dtype))
-        });
-        let fields = |obs: bool| -> Vec<(usize, usize, usize)> {
-            (layout.fields.iter().zip(is_obs).enumerate())
-                .filter(|&(_, (_, &is))| is == obs)
-                .map(|(f, (&(off, len), _))| (off, len, f))
-                .collect()
-        };
-        let (obs_fields, step_fields) = (fields(true), fields(false));
-        // In window mode the observation arrays are the windows, and there are no next
-        // observations.
-        let (step_outs, obs_outs, next_outs) = (&mut f.row, &mut f.obs, &mut f.next);
-        // Every row a transition from step row j may read: its first frame to its
-        // n-th step, within the live rows. A reset row or the head row can be drawn by
-        // priority only if a caller gave it one; it is passed over below.
-        let runs: Vec<(u64, RowRun<'_>)> = candidates
-            .iter()
-            .map(|&j| {
-                let j = j.max(head + 1);
-                let from = (j - 1).saturating_sub(k - 1).max(head);
-                (j, rows.run(from, (j + nstep - 1).min(tail - 1) - from + 1))
-            })
-            .collect();
-        let prefetch = |(_, run): &(u64, RowRun<'_>)| run.prefetch();
-        for run in runs.iter().take(TRANSITIONS_AHEAD) {
-            prefetch(run);
-        }
-        for (c, &(j, run)) in runs.iter().enumerate() {
-            if let Some(ahead) = runs.get(c + TRANSITIONS_AHEAD) {
-                prefetch(ahead);
-            }
-            let i = out.indices.len();
-            // The step header names the episode in O(1); the table decides, so a
-            // header read without the stamps' protection can only cost a search.
-            let hint = u64::from_le_bytes(run.read_le(j, EPISODE_OFF));
-            let e = table.of_hinted(j, hint).ok_or_else(|| {
-                Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
-            })?;
-            let span = e.span(head);
-            // A step row whose observation row and its frames are stored.
-            if j <= span.first || !span.stacks(j - 1, k) {
-                continue;
-            }
-            let t = span.nstep(j, nstep, spec.gamma).ok_or_else(|| {
-                Error::EpisodeOrder(format!("index {j} does not end a step of episode {}", e.id))
-            })?;
-            let g = run.checked(|run| {
-                if spec.window {
-                    // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is
-                    // the first k, next_obs the k from the steps taken.
-                    let frames = k + nstep;
-                    for f in 0..frames {
-                        let r = (j - 1 + nstep)
-                            .saturating_sub(frames - 1 - f)
-                            .clamp(span.start, span.last);
-                        run.copy(r, &obs_fields, obs_outs, at(i, frames, f));
-                    }
-                } else if k == 1 {
-                    // No stacking: the two rows themselves, without the clamping
-                    // arithmetic per frame.
-                    run.copy(j - 1, &obs_fields, obs_outs, i);
-                    run.copy(t.bootstrap, &obs_fields, next_outs, i);
-                } else {
-                    // The k newest frames up to each row, the reset row's repeated
-                    // before it.
-                    for f in 0..k {
-                        let r = (j - 1).saturating_sub(k - 1 - f).max(span.start);
-                        run.copy(r, &obs_fields, obs_outs, at(i, k, f));
-                        let r = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
-                        run.copy(r, &obs_fields, next_outs, at(i, k, f));
-                    }
-                }
-                run.copy(j, &step_fields, step_outs, i);
-                let mut g = 0.0;
-                if let Some((off, len, dtype)) = reward {
-                    let mut w = 1.0;
-                    if dtype == DType::F32 {
-                        run.read_each(t.rewards.clone(), off, |b: [u8; 4]| {
-                            g += w * f64::from(f32::from_le_bytes(b));
-                            w *= spec.gamma;
-                        });
-                    } else {
-                        for r in t.rewards.clone() {
-                            g += w * reward_of(run, r, off, len, dtype);
-                            w *= spec.gamma;
-                        }
-                    }
-                }
-                g
-            });
-            let g = g.map_err(|(index, found)| self.rows.row_error(index, found))?;
-            out.indices.push(j);
-            if let Some(&w) = drawn_weights.get(c) {
-                out.weights.push(w);
-            }
-            out.returns.push(g);
-            out.discounts.push(t.discount);
-            out.terminated.push(t.terminated);
-            out.truncated
-                .push(t.bootstrap == span.last && span.end == Some(End::Truncated));
-            if spec.window {
-                let steps = t.rewards.end - t.rewards.start;
-                out.next_offsets
-                    .push(u32::try_from(steps).unwrap_or(u32::MAX));
-            }
-        }
-        Ok(())
+/// Reads the transitions of the drawn step rows `candidates` into `out`, after the
+/// ones it holds, passing over rows that end no step with its frames stored (reset
+/// rows, steps too early in a partly evicted episode). One pass per round: each
+/// transition's rows are fetched a few transitions ahead, then its episode is
+/// looked up from the step header, and its frames, step fields and rewards are
+/// copied while in cache, every row checked against its stamp.
+fn read_transitions<H: DrawsUnits + ?Sized>(
+    h: &H,
+    spec: &Request<'_>,
+    is_obs: &[bool],
+    candidates: &[u64],
+    drawn_weights: &[f32],
+    f: &mut Filled<'_>,
+    out: &mut UnitArrays,
+) -> Result<Option<(u64, Found)>> {
+    let all = h.rows();
+    let (head, tail, k, nstep) = (all.head, all.tail, spec.stack, spec.nstep);
+    let rows = all.ring.reader(all.live_rows());
+    let table = h.episode_table()?;
+    let layout = all.ring.layout();
+    let reward = table.reward_field().and_then(|(f, dtype)| {
+        let &(off, len) = layout.fields.get(f)?;
+        Some((off, len.min(8), dtype))
+    });
+    let fields = |obs: bool| -> Vec<(usize, usize, usize)> {
+        (layout.fields.iter().zip(is_obs).enumerate())
+            .filter(|&(_, (_, &is))| is == obs)
+            .map(|(f, (&(off, len), _))| (off, len, f))
+            .collect()
+    };
+    let (obs_fields, step_fields) = (fields(true), fields(false));
+    // In window mode the observation arrays are the windows, and there are no next
+    // observations.
+    let (step_outs, obs_outs, next_outs) = (&mut f.row, &mut f.obs, &mut f.next);
+    // Every row a transition from step row j may read: its first frame to its
+    // n-th step, within the live rows. A reset row or the head row can be drawn by
+    // priority only if a caller gave it one; it is passed over below.
+    let runs: Vec<(u64, RowRun<'_>)> = candidates
+        .iter()
+        .map(|&j| {
+            let j = j.max(head + 1);
+            let from = (j - 1).saturating_sub(k - 1).max(head);
+            (j, rows.run(from, (j + nstep - 1).min(tail - 1) - from + 1))
+        })
+        .collect();
+    let prefetch = |(_, run): &(u64, RowRun<'_>)| run.prefetch();
+    for run in runs.iter().take(TRANSITIONS_AHEAD) {
+        prefetch(run);
     }
+    for (c, &(j, run)) in runs.iter().enumerate() {
+        if let Some(ahead) = runs.get(c + TRANSITIONS_AHEAD) {
+            prefetch(ahead);
+        }
+        let i = out.indices.len();
+        // The step header names the episode in O(1); the table decides, so a
+        // header read without the stamps' protection can only cost a search.
+        let hint = u64::from_le_bytes(run.read_le(j, EPISODE_OFF));
+        let e = table.of_hinted(j, hint).ok_or_else(|| {
+            Error::EpisodeOrder(format!("index {j} belongs to no episode in the table"))
+        })?;
+        let span = e.span(head);
+        // A step row whose observation row and its frames are stored.
+        if j <= span.first || !span.stacks(j - 1, k) {
+            continue;
+        }
+        let t = span.nstep(j, nstep, spec.gamma).ok_or_else(|| {
+            Error::EpisodeOrder(format!("index {j} does not end a step of episode {}", e.id))
+        })?;
+        let g = run.checked(|run| {
+            if spec.window {
+                // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is
+                // the first k, next_obs the k from the steps taken.
+                let frames = k + nstep;
+                for f in 0..frames {
+                    let r = (j - 1 + nstep)
+                        .saturating_sub(frames - 1 - f)
+                        .clamp(span.start, span.last);
+                    run.copy(r, &obs_fields, obs_outs, at(i, frames, f));
+                }
+            } else if k == 1 {
+                // No stacking: the two rows themselves, without the clamping
+                // arithmetic per frame.
+                run.copy(j - 1, &obs_fields, obs_outs, i);
+                run.copy(t.bootstrap, &obs_fields, next_outs, i);
+            } else {
+                // The k newest frames up to each row, the reset row's repeated
+                // before it.
+                for f in 0..k {
+                    let r = (j - 1).saturating_sub(k - 1 - f).max(span.start);
+                    run.copy(r, &obs_fields, obs_outs, at(i, k, f));
+                    let r = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
+                    run.copy(r, &obs_fields, next_outs, at(i, k, f));
+                }
+            }
+            run.copy(j, &step_fields, step_outs, i);
+            let mut g = 0.0;
+            if let Some((off, len, dtype)) = reward {
+                let mut w = 1.0;
+                if dtype == DType::F32 {
+                    run.read_each(t.rewards.clone(), off, |b: [u8; 4]| {
+                        g += w * f64::from(f32::from_le_bytes(b));
+                        w *= spec.gamma;
+                    });
+                } else {
+                    for r in t.rewards.clone() {
+                        g += w * reward_of(run, r, off, len, dtype);
+                        w *= spec.gamma;
+                    }
+                }
+            }
+            g
+        });
+        let g = match g {
+            Ok(g) => g,
+            Err(lost) => return Ok(Some(lost)),
+        };
+        out.indices.push(j);
+        if let Some(&w) = drawn_weights.get(c) {
+            out.weights.push(w);
+        }
+        out.returns.push(g);
+        out.discounts.push(t.discount);
+        out.terminated.push(t.terminated);
+        out.truncated
+            .push(t.bootstrap == span.last && span.end == Some(End::Truncated));
+        if spec.window {
+            let steps = t.rewards.end - t.rewards.start;
+            out.next_offsets
+                .push(u32::try_from(steps).unwrap_or(u32::MAX));
+        }
+    }
+    Ok(None)
 }

@@ -1,8 +1,10 @@
 //! The episode table of an episodic buffer: one record per episode with a live row, in
 //! the order the episodes began. Rows are contiguous per episode (one row per
 //! `env.reset()` / `env.step()`, see `docs/design/episodes.md`), so an episode is its
-//! reset row's logical index and a row count. The writer keeps the table in memory and
-//! rebuilds it from the rows' step headers when it opens the buffer.
+//! reset row's logical index and a row count. The writer keeps the table in memory; it
+//! reads it when it opens the buffer from the step header of each episode's last row
+//! (`walk_back`: O(episodes)), as a reader does to follow the writer (`handle/follow.rs`);
+//! `verify` rebuilds it from every row (`rebuild`).
 
 use std::collections::VecDeque;
 
@@ -57,6 +59,20 @@ impl EpisodeInfo {
             last: self.last(),
             end: self.end,
         }
+    }
+}
+
+/// `e` with its return summed by `reward` over its steps live above `head` (a reset row
+/// has no reward), unless it has one already.
+fn with_return(e: &EpisodeInfo, head: u64, reward: impl Fn(u64) -> f64) -> EpisodeInfo {
+    if !e.ret.is_nan() {
+        return *e;
+    }
+    let first = (e.start + 1).max(head);
+    EpisodeInfo {
+        ret: (first..=e.last()).map(reward).sum(),
+        ret_complete: first == e.start + 1 || e.start + 1 > e.last(),
+        ..*e
     }
 }
 
@@ -239,11 +255,24 @@ impl Episodes {
         &mut self,
         head: u64,
         tail: u64,
+        header: impl FnMut(u64) -> StepHeader,
+        reward: impl FnMut(u64) -> f64,
+    ) -> std::result::Result<(), (u64, String)> {
+        self.list.clear();
+        self.extend(head, tail, header, reward)
+    }
+
+    /// Adds the rows `from..to` that follow the rows already in the table (a reader
+    /// following the writer's adds), by the rules of [`Episodes::rebuild`]: the first
+    /// row of an empty table may continue an episode whose earlier rows are gone.
+    pub(crate) fn extend(
+        &mut self,
+        from: u64,
+        to: u64,
         mut header: impl FnMut(u64) -> StepHeader,
         mut reward: impl FnMut(u64) -> f64,
     ) -> std::result::Result<(), (u64, String)> {
-        self.list.clear();
-        for i in head..tail {
+        for i in from..to {
             let h = header(i);
             let continues = self
                 .list
@@ -257,7 +286,7 @@ impl Episodes {
                 }
                 continue;
             }
-            if h.t != 0 && i != head {
+            if h.t != 0 && !(i == from && self.list.is_empty()) {
                 let expected = match self.list.back() {
                     Some(e) if e.end.is_none() => format!("episode {} step {}", e.id, e.rows),
                     _ => "the reset row (step 0) of a new episode".into(),
@@ -333,6 +362,156 @@ impl Episodes {
         Ok(table)
     }
 
+    /// The episodes of the rows `from..tail`, oldest first, read from the step header of
+    /// each one's last row only: its `t` says where the episode began and its flags how
+    /// it ended, so the walk from the newest row down costs O(episodes), not O(rows).
+    /// The walk stops at the episode holding row `from` (which may have begun below it).
+    /// An episode followed by a newer one without having ended counts as truncated,
+    /// except the newest. Returns are not read (`ret` is NaN, `ret_complete` false; see
+    /// [`Episodes::with_return`]). A header that cannot be right (an episode number not
+    /// below the newer one's, a `t` reaching below index 0) stops the walk: the
+    /// episodes above it are returned with the row and what is wrong with it.
+    pub(crate) fn walk_back(
+        from: u64,
+        tail: u64,
+        mut header: impl FnMut(u64) -> StepHeader,
+    ) -> (VecDeque<EpisodeInfo>, Option<(u64, String)>) {
+        let mut found: VecDeque<EpisodeInfo> = VecDeque::new();
+        let mut j = tail;
+        while j > from {
+            let last = j - 1;
+            let h = header(last);
+            let problem = if u64::from(h.t) > last {
+                Some(format!("step {} at index {last}, before index 0", h.t))
+            } else {
+                (found.front())
+                    .filter(|newer| h.episode >= newer.id)
+                    .map(|newer| format!("episode {} ends before episode {}", h.episode, newer.id))
+            };
+            if let Some(problem) = problem {
+                return (found, Some((last, problem)));
+            }
+            let start = last - u64::from(h.t);
+            let end = match end_of(h.flags) {
+                None if !found.is_empty() => Some(End::Truncated),
+                end => end,
+            };
+            found.push_front(EpisodeInfo {
+                id: h.episode,
+                start,
+                rows: last - start + 1,
+                end,
+                ret: f64::NAN,
+                ret_complete: false,
+            });
+            j = start;
+        }
+        (found, None)
+    }
+
+    /// Appends the episodes `walk_back` found for the rows from `from` on: the oldest
+    /// continues the table's newest episode when it began below `from`, else begins after
+    /// it (which is then truncated if still open). A walk that does not fit the table is
+    /// `Err` naming row `from`; the table is then left as it was.
+    pub(crate) fn append(
+        &mut self,
+        from: u64,
+        mut newer: VecDeque<EpisodeInfo>,
+    ) -> std::result::Result<(), (u64, String)> {
+        let Some(oldest) = newer.front().copied() else {
+            return Ok(());
+        };
+        match self.list.back_mut() {
+            Some(e) if oldest.start < from => {
+                if (e.id, e.start) != (oldest.id, oldest.start) {
+                    return Err((
+                        from,
+                        format!(
+                            "row of episode {} begun at {}, where episode {} begun at {} goes on",
+                            oldest.id, oldest.start, e.id, e.start
+                        ),
+                    ));
+                }
+                // The episode goes on: its return grows by the new steps' rewards,
+                // which the caller adds (see `with_return`).
+                e.rows = oldest.rows;
+                e.end = oldest.end;
+                newer.pop_front();
+            }
+            Some(e) => {
+                if oldest.id <= e.id {
+                    return Err((
+                        from,
+                        format!("episode {} begins after episode {}", oldest.id, e.id),
+                    ));
+                }
+                if e.end.is_none() {
+                    e.end = Some(End::Truncated);
+                }
+            }
+            None => {}
+        }
+        if let Some(e) = newer.back() {
+            self.next_id = self.next_id.max(e.id + 1);
+        }
+        self.list.extend(newer);
+        Ok(())
+    }
+
+    /// The table of the live rows `head..tail` of `ring`, read by [`Episodes::walk_back`]
+    /// (what the writer's open and a reader's first unit draw read: O(episodes)). The
+    /// newest episode's return is summed from its live rows, so that the return an
+    /// `add_step` reports when it ends it is whole; older ones' are read when asked for
+    /// ([`Episodes::with_return`]). A header that cannot be right is `BadItem` naming
+    /// its row's file and offset. Numbering goes on past the newest row written.
+    pub(crate) fn from_last_rows(
+        schema: &Schema,
+        ring: &crate::storage::ring::Ring,
+        capacity: u64,
+        (head, tail): (u64, u64),
+        dir: &std::path::Path,
+    ) -> Result<Episodes> {
+        let mut table = Episodes::new(schema);
+        let (found, problem) = Episodes::walk_back(head, tail, |i| ring.step_header(i % capacity));
+        if let Some((index, problem)) = problem {
+            let (file, offset) = ring.place(index % capacity, dir);
+            return Err(Error::BadItem {
+                file,
+                offset,
+                index,
+                problem: format!("step header: {problem}"),
+            });
+        }
+        table.list = found;
+        if let Some(e) = table.list.back().copied() {
+            table.next_id = e.id + 1;
+            let reward = table.reward;
+            let r = |i| reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % capacity, f, dtype));
+            if let Some(last) = table.list.back_mut() {
+                *last = with_return(&e, head, r);
+            }
+        }
+        let newest = tail.wrapping_sub(1);
+        if tail > 0 && ring.stamp(newest % capacity) == crate::format::row::stamp_of(newest) {
+            table.continue_after(ring.step_header(newest % capacity).episode + 1);
+        }
+        Ok(table)
+    }
+
+    /// `e` with its return, summed from its rows live above `head` by `reward` when the
+    /// table has not kept it (an episode that had ended when the buffer was opened).
+    pub(crate) fn with_return(
+        &self,
+        e: &EpisodeInfo,
+        head: u64,
+        reward: impl Fn(u64) -> f64,
+    ) -> EpisodeInfo {
+        match self.reward {
+            Some(_) => with_return(e, head, reward),
+            None => with_return(e, head, |_| 0.0),
+        }
+    }
+
     /// Numbering continues after `id` (an empty table after a clear keeps counting).
     pub(crate) fn continue_after(&mut self, next_id: u64) {
         self.next_id = self.next_id.max(next_id);
@@ -341,7 +520,8 @@ impl Episodes {
 
 impl Episodes {
     /// The table an episodic buffer's writer or snapshot keeps (built by `ready`); a
-    /// reader has none (the rows it would build one from change under it).
+    /// reader keeps its own outside the parts (`handle/follow.rs`), read before each
+    /// unit draw, since the rows change under it.
     pub(crate) fn for_holder(at: &Opening<'_>) -> Option<Episodes> {
         (at.sb.episodic && at.holder != Holder::Live).then(|| Episodes::new(at.schema))
     }
@@ -360,15 +540,11 @@ impl Part for Episodes {
         }
     }
 
+    /// Read from the last row of each episode (O(episodes), not O(rows): the open of a
+    /// buffer of a million steps reads a few thousand headers); `verify` reads them all.
     fn ready(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
-        *self = Episodes::from_rows(
-            at.schema,
-            at.ring,
-            at.sb.capacity,
-            live.head,
-            live.tail,
-            at.dir,
-        )?;
+        let live = (live.head, live.tail);
+        *self = Episodes::from_last_rows(at.schema, at.ring, at.sb.capacity, live, at.dir)?;
         Ok(())
     }
 

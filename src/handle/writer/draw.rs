@@ -5,13 +5,18 @@
 
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-use crate::handle::rows::{DrawsRows, Rows, sample_rows};
-use crate::parts::episodes::EpisodeInfo;
+use crate::handle::core::UnitArrays;
+use crate::handle::draws_units::DrawsUnits;
+use crate::handle::rows::{DrawsRows, Rows};
+use crate::handle::units::sample_units;
+use crate::parts::episodes::{EpisodeInfo, Episodes};
+use crate::parts::fragments::Fragments;
 use crate::parts::priorities::{
     LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
 };
-use crate::request::{Request, Unit};
+use crate::request::Request;
 use crate::sink::Sink;
+use crate::storage::map::Found;
 
 use super::ReplayBuffer;
 use super::role::{Actor, HoldsTree, Role, Writer};
@@ -20,7 +25,8 @@ impl ReplayBuffer<Writer> {
     /// Sets the priorities of the items at logical `indices` (typically the TD errors of
     /// a sampled batch). Items evicted, cleared or removed since they were sampled are
     /// skipped and counted (`stale_updates` in [`crate::Stats`]), never applied to the newer item in their
-    /// slot. A priority that is negative, NaN or infinite, an index never added, or
+    /// slot; so is the first live row of an episodic buffer when the ring has evicted its
+    /// observation row (it ends no transition the buffer can return). A priority that is negative, NaN or infinite, an index never added, or
     /// arrays of different lengths are an error, and then nothing is applied.
     /// Survives a kill at once, and a power loss after the next `flush`.
     pub fn update_priorities<P: Priority>(
@@ -37,7 +43,7 @@ impl ReplayBuffer<Writer> {
         };
         let rows = &self.rows;
         let life = self.parts.life.as_ref();
-        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
+        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i)) || rows.is_cut_head(i);
         let live = (rows.head, rows.head_slot, rows.tail);
         p.update(live, indices, priorities, &removed)
     }
@@ -120,14 +126,7 @@ impl<R: Role> ReplayBuffer<R> {
     ) -> Result<()> {
         let request = request.into();
         request.check()?;
-        match request.unit {
-            Unit::Rows => sample_rows(self, &request, sink),
-            Unit::Transitions => self.sample_transitions(&request, sink),
-            Unit::Sequences => self.sample_sequences(&request, sink),
-            Unit::Episodes => self.sample_episodes(&request, sink),
-            Unit::Fragments => self.sample_fragments(&request, sink),
-            Unit::Groups => self.sample_groups(&request, sink),
-        }
+        sample_units(self, &request, sink)
     }
 
     /// Draws `indices.len()` live indices by priority into `indices`, with their
@@ -201,8 +200,22 @@ impl<R: Role> ReplayBuffer<R> {
                 tail: self.rows.tail,
             });
         }
-        e.of(index).copied().ok_or_else(|| {
+        let found = e.of(index).ok_or_else(|| {
             Error::EpisodeOrder(format!("index {index} belongs to no episode in the table"))
+        })?;
+        Ok(self.with_return(found))
+    }
+
+    /// `e` with its return (read from its rows when the table has not kept it: an
+    /// episode that had ended when the buffer was opened).
+    fn with_return(&self, e: &EpisodeInfo) -> EpisodeInfo {
+        let Ok(table) = self.episodes_ref() else {
+            return *e;
+        };
+        let (ring, cap) = (&self.rows.ring, self.rows.superblock.capacity);
+        let reward = table.reward_field();
+        table.with_return(e, self.rows.head, |i| {
+            reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype))
         })
     }
     /// The index before `index` in its episode, or `index` itself at the episode's first
@@ -223,11 +236,84 @@ impl<R: Role> ReplayBuffer<R> {
     }
     /// The episodes with a live row, oldest first.
     pub fn episodes(&self) -> Result<Vec<EpisodeInfo>> {
-        Ok(self.episodes_ref()?.iter().copied().collect())
+        let table = self.episodes_ref()?;
+        Ok(table.iter().map(|e| self.with_return(e)).collect())
     }
     /// The episode still being written, if any (at most one: episodes are contiguous).
     pub fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
-        Ok(self.episodes_ref()?.open().copied().into_iter().collect())
+        let table = self.episodes_ref()?;
+        Ok(table
+            .open()
+            .map(|e| self.with_return(e))
+            .into_iter()
+            .collect())
+    }
+}
+
+impl<R: Role> ReplayBuffer<R> {
+    /// The fragment table: built from the rows' positions (and, with item states, the
+    /// removed rows counted from their words) at the first draw after an open, then
+    /// kept by the adds and removals; fragments the head passed are forgotten.
+    pub(in crate::handle) fn fragment_table(&mut self) -> &Fragments {
+        let cap = self.rows.superblock.capacity;
+        let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
+        let life = self.parts.life.as_ref();
+        let table = self.parts.fragments.get_or_insert_with(|| {
+            let mut t =
+                Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))));
+            if let Some(life) = life {
+                t.count_removed(head, |i| life.is_removed(i));
+            }
+            t
+        });
+        table.evict(head);
+        table
+    }
+}
+
+/// The writer's units draw, in every role: its own tables, kept as it adds.
+impl<R: Role> DrawsUnits for ReplayBuffer<R> {
+    fn episode_table(&self) -> Result<&Episodes> {
+        self.episodes_ref()
+    }
+
+    fn fragments(&mut self) -> Result<&Fragments> {
+        Ok(self.fragment_table())
+    }
+
+    fn draw_by_priority(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()> {
+        self.draw_prioritized(spec, indices, weights)
+    }
+
+    fn run_masses(&mut self, runs: &[(u64, u64)], masses: &mut Vec<f64>) -> Result<()> {
+        let Some(p) = self.parts.tree.tree_mut() else {
+            return Err(self.no_priorities());
+        };
+        masses.extend(runs.iter().map(|&(first, rows)| p.mass(first, rows)));
+        Ok(())
+    }
+
+    fn unit_scratch(&mut self) -> &mut UnitArrays {
+        &mut self.scratch.units
+    }
+
+    fn unit_lost(&mut self, index: u64, found: Found) -> Result<()> {
+        Err(self.rows.row_error(index, found))
+    }
+
+    fn pick_groups(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        offsets: &mut Vec<u64>,
+    ) -> Result<()> {
+        let life = self.parts.life.as_ref();
+        self.rows.pick_groups(request, life, indices, offsets)
     }
 }
 

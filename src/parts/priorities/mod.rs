@@ -64,6 +64,26 @@ impl Tree {
     pub(crate) fn min<W: Words + ?Sized>(&self, w: &W) -> f64 {
         with_tree!(self, t => t.min(w))
     }
+    /// Sum of the leaves of `count` slots from `first` of a ring of `cap` slots
+    /// (wrapping): a run of items' mass, two prefix sums however long the run.
+    pub(crate) fn run_mass<W: Words + ?Sized>(
+        &self,
+        w: &W,
+        first: u64,
+        count: u64,
+        cap: u64,
+    ) -> f64 {
+        let first = (first % cap.max(1)) as usize;
+        let cap = cap as usize;
+        let end = first + (count as usize).min(cap);
+        with_tree!(self, t => {
+            if end > cap {
+                t.total(w) - t.prefix_sum(w, first) + t.prefix_sum(w, end - cap)
+            } else {
+                t.prefix_sum(w, end) - t.prefix_sum(w, first)
+            }
+        })
+    }
     pub(crate) fn check(&self, w: &[f64], limit: usize) -> Vec<Mismatch> {
         with_tree!(self, t => t.check(w, limit))
     }
@@ -665,17 +685,8 @@ impl Priorities {
     /// priority mass of a run of items, O(depth) however long the run.
     pub(crate) fn mass(&mut self, first: u64, count: u64) -> f64 {
         self.fix_pending();
-        let cap = self.capacity;
-        let first = (first % cap.max(1) as u64) as usize;
-        let end = first + (count as usize).min(cap);
-        let w = self.map.words();
-        with_tree!(&self.tree, t => {
-            if end > cap {
-                t.total(w) - t.prefix_sum(w, first) + t.prefix_sum(w, end - cap)
-            } else {
-                t.prefix_sum(w, end) - t.prefix_sum(w, first)
-            }
-        })
+        self.tree
+            .run_mass(self.map.words(), first, count, self.capacity as u64)
     }
 
     /// Zeroes every leaf (the buffer was cleared).

@@ -148,6 +148,7 @@ pub(crate) struct SharedPriorities {
     map: TreeMap,
     tree: Tree,
     descents: Descents,
+    capacity: u64,
 }
 
 impl SharedPriorities {
@@ -161,7 +162,15 @@ impl SharedPriorities {
             map,
             tree: Tree::of(shape),
             descents: Descents::default(),
+            capacity: sb.capacity,
         })
+    }
+
+    /// Sum of the leaves of `count` slots from `first` (wrapping), as the tree reads
+    /// now: its upper levels may be some adds behind the leaves, as a draw's are.
+    pub(crate) fn run_mass(&self, first: u64, count: u64) -> f64 {
+        let w = self.map.shared_words();
+        self.tree.run_mass(&w, first, count, self.capacity)
     }
 
     /// `(total, smallest non-zero leaf)` as the tree reads now.

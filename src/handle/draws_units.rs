@@ -1,0 +1,51 @@
+//! The two halves of a handle that draws units longer than one row (transitions,
+//! sequences, episodes, fragments, groups), which the draws in `units` and `transitions`
+//! are written against once for the writer and a reader.
+
+use super::core::UnitArrays;
+use super::rows::DrawsRows;
+use crate::error::Result;
+use crate::parts::episodes::Episodes;
+use crate::parts::fragments::Fragments;
+use crate::parts::priorities::PrioritySpec;
+use crate::request::Request;
+use crate::storage::map::Found;
+
+/// A handle that draws units longer than one row: transitions, sequences, episodes,
+/// fragments and groups. The writer and a reader draw them with the functions of this
+/// module and `transitions`, from the same tables, so both return the same units for
+/// the same RNG stream and rows. What differs is where the tables come from (the writer
+/// keeps them as it adds; a reader reads the step headers and position words of the
+/// rows the writer added since it last looked) and what a row the writer overwrote
+/// mid-copy means (damage to the writer; a lost race to a reader, which draws again).
+pub(crate) trait DrawsUnits: DrawsRows {
+    /// The episode table, up to date with `rows()` (`NotEpisodic` without one).
+    fn episode_table(&self) -> Result<&Episodes>;
+    /// The fragment table, up to date with `rows()`, its removed rows counted.
+    fn fragments(&mut self) -> Result<&Fragments>;
+    /// Draws `indices.len()` live rows by priority with their importance weights,
+    /// counting them as sampled.
+    fn draw_by_priority(
+        &mut self,
+        spec: &PrioritySpec,
+        indices: &mut [u64],
+        weights: &mut [f32],
+    ) -> Result<()>;
+    /// The priority mass of each run `(first index, rows)` into `masses`.
+    fn run_masses(&mut self, runs: &[(u64, u64)], masses: &mut Vec<f64>) -> Result<()>;
+    /// The arrays a draw fills unit by unit, kept between draws.
+    fn unit_scratch(&mut self) -> &mut UnitArrays;
+    /// Row `index` of a unit just drawn held `found` instead of the item: the writer's
+    /// own rows never change under a draw, so to the writer that is damage (`BadItem`).
+    /// A reader looks at the writer's head again: when it has passed `index` the race
+    /// is lost and the unit is drawn again (`Ok`), from the rows still live.
+    fn unit_lost(&mut self, index: u64, found: Found) -> Result<()>;
+    /// Picks the groups of a groups `request` into `indices`, each group ending at the
+    /// next of `offsets` (see `Rows::pick_groups`).
+    fn pick_groups(
+        &mut self,
+        request: &Request<'_>,
+        indices: &mut Vec<u64>,
+        offsets: &mut Vec<u64>,
+    ) -> Result<()>;
+}
