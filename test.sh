@@ -13,7 +13,8 @@ cargo test --workspace --doc
 cargo test --features kill-points --test kill_loop --test variable_crash --test lifecycle --test lanes -- kill_at_ a_create_killed_before_its_manifest
 
 # Python: a virtualenv that sees the machine's packages, numpy, pytest and maturin in it
-# (installed only when missing), the extension built in place, then pytest.
+# (installed only when missing), the extension built in place, then pytest. torch (a few
+# GB, cached in the venv) runs the DataLoader recipe, which must not skip here.
 VENV="$PWD/target/py-venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 export PATH="$VENV/bin:$PATH"
@@ -21,5 +22,7 @@ export PATH="$VENV/bin:$PATH"
 "$VENV/bin/python" -c 'import numpy, pytest, gymnasium, pyarrow, pandas' 2>/dev/null \
   || "$VENV/bin/python" -m pip install --quiet numpy pytest gymnasium pyarrow pandas
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
+"$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/python" -m pip install --quiet torch
+export REPLAYSTORE_REQUIRE_TORCH=1
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 "$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

@@ -360,6 +360,67 @@ class Reader:
     ) -> _Batch:
         """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` and
         ``by_group`` too); never a removed one."""
+    def sample_transitions(
+        self,
+        n: int,
+        obs: Union[str, Sequence[str]],
+        *,
+        beta: Optional[float] = None,
+        stack: int = 1,
+        nstep: int = 1,
+        gamma: float = 1.0,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """As ``ReplayBuffer.sample_transitions``: the same transitions for the same seed
+        and rows; one the writer overwrites mid-copy is drawn again, never served mixed."""
+    def sample_sequences(
+        self,
+        n: int,
+        length: int,
+        obs: Union[str, Sequence[str]],
+        *,
+        burn_in: int = 0,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """As ``ReplayBuffer.sample_sequences``."""
+    def sample_episodes(
+        self,
+        n: int,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """As ``ReplayBuffer.sample_episodes``."""
+    def sample_fragments(
+        self,
+        n: Optional[int] = None,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        replace: bool = True,
+        covering: Optional[int] = None,
+        out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
+    ) -> _Batch:
+        """As ``ReplayBuffer.sample_fragments``, without ``remove``."""
+    def sample_groups(
+        self,
+        n: int,
+        by: Union[str, Sequence[str]],
+        *,
+        unroll: int = 0,
+        replace: bool = True,
+        seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
+    ) -> _Batch:
+        """As ``ReplayBuffer.sample_groups``, without ``remove``."""
     def get(self, indices: npt.ArrayLike) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was

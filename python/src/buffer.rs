@@ -614,18 +614,7 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mut request = match (n, covering) {
-            (Some(n), None) => Request::fragments(n),
-            (None, Some(rows)) => Request::fragments_covering(rows),
-            _ => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "sample_fragments takes n or covering=, not both nor neither",
-                ));
-            }
-        };
-        if let Some(b) = beta {
-            request = request.prioritized(b);
-        }
+        let request = fragments(n, covering, beta, true)?;
         self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
     }
 
@@ -651,10 +640,7 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let names: Vec<String> = match by.extract::<String>() {
-            Ok(one) => vec![one],
-            Err(_) => by.extract()?,
-        };
+        let names = group_key(by)?;
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
         let request = Request::groups(n, &fields).unroll(unroll);
         self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
@@ -783,12 +769,7 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let mut request = Request::transitions(n, &obs_refs)
-            .stack(stack)
-            .nstep(nstep, gamma);
-        if let Some(b) = beta {
-            request = request.prioritized(b);
-        }
+        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma));
         draw(
             py,
             out,
@@ -823,10 +804,7 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let mut request = Request::sequences(n, length, &obs_refs).burn_in(burn_in);
-        if let Some(b) = beta {
-            request = request.prioritized(b);
-        }
+        let request = sequences(n, (length, burn_in), &obs_refs, beta);
         draw(
             py,
             out,
@@ -852,10 +830,7 @@ impl PyBuffer {
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        let request = match beta {
-            Some(b) => Request::episodes(n).prioritized(b),
-            None => Request::episodes(n),
-        };
+        let request = episodes(n, beta);
         draw(
             py,
             out,

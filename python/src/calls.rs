@@ -452,6 +452,80 @@ pub(crate) fn one_or_many<'py>(
     }
 }
 
+/// The transitions a Python `sample_transitions(n, obs, beta=, stack=, nstep=, gamma=)`
+/// asks for (the writer's and a reader's alike).
+pub(crate) fn transitions<'a>(
+    n: usize,
+    obs: &'a [&'a str],
+    beta: Option<f64>,
+    (stack, nstep, gamma): (u64, u64, f64),
+) -> Request<'a> {
+    let request = Request::transitions(n, obs)
+        .stack(stack)
+        .nstep(nstep, gamma);
+    match beta {
+        Some(b) => request.prioritized(b),
+        None => request,
+    }
+}
+
+/// The sequences a Python `sample_sequences(n, length, obs, burn_in=, beta=)` asks for.
+pub(crate) fn sequences<'a>(
+    n: usize,
+    (length, burn_in): (u64, u64),
+    obs: &'a [&'a str],
+    beta: Option<f64>,
+) -> Request<'a> {
+    let request = Request::sequences(n, length, obs).burn_in(burn_in);
+    match beta {
+        Some(b) => request.prioritized(b),
+        None => request,
+    }
+}
+
+/// The episodes a Python `sample_episodes(n, beta=)` asks for.
+pub(crate) fn episodes(n: usize, beta: Option<f64>) -> Request<'static> {
+    match beta {
+        Some(b) => Request::episodes(n).prioritized(b),
+        None => Request::episodes(n),
+    }
+}
+
+/// The fragments a Python `sample_fragments(n | covering=, beta=, replace=)` asks for.
+pub(crate) fn fragments(
+    n: Option<usize>,
+    covering: Option<u64>,
+    beta: Option<f64>,
+    replace: bool,
+) -> PyResult<Request<'static>> {
+    let request = match (n, covering) {
+        (Some(n), None) => Request::fragments(n),
+        (None, Some(rows)) => Request::fragments_covering(rows),
+        _ => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "sample_fragments takes n or covering=, not both nor neither",
+            ));
+        }
+    };
+    let request = match beta {
+        Some(b) => request.prioritized(b),
+        None => request,
+    };
+    Ok(if replace {
+        request
+    } else {
+        request.without_replacement()
+    })
+}
+
+/// The group key of a Python `by=`: a field name or a list of them.
+pub(crate) fn group_key(by: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    match by.extract::<String>() {
+        Ok(one) => Ok(vec![one]),
+        Err(_) => by.extract(),
+    }
+}
+
 /// The rows a Python `sample(n, beta=None, replace=True)` asks for.
 pub(crate) fn rows(n: usize, beta: Option<f64>, replace: bool) -> Request<'static> {
     match (beta, replace) {

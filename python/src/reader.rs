@@ -38,6 +38,26 @@ pub(crate) fn reopen_later<'py>(
     Ok((partial.call((open, path), Some(kwargs))?, ()))
 }
 
+impl PyReader {
+    /// A draw of any unit by this reader (reseeded first with `seed`), as `values` says.
+    fn draw_units<'py>(
+        &self,
+        py: Python<'py>,
+        request: Request<'_>,
+        seed: Option<u64>,
+        (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let reader = &mut *held;
+        if let Some(s) = seed {
+            reader.reseed(s);
+        }
+        draw_values(py, out, values, pad, |sink| {
+            reader.sample_into(request, sink)
+        })
+    }
+}
+
 #[pymethods]
 impl PyReader {
     /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
@@ -134,6 +154,122 @@ impl PyReader {
             request = request.by_group(&group);
         }
         draw(py, out, |sink| reader.sample_into(request, sink))
+    }
+
+    /// Draws `n` transitions of an episodic buffer, as `ReplayBuffer.sample_transitions`
+    /// does and with its arrays: the same transitions for the same seed and rows. A
+    /// transition whose rows the writer overwrites while they are copied is drawn
+    /// again; one is never returned with rows of two episodes.
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a transitions Request"
+    )]
+    fn sample_transitions<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        obs: &Bound<'py, PyAny>,
+        beta: Option<f64>,
+        stack: u64,
+        nstep: u64,
+        gamma: f64,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let obs = names(obs)?;
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma));
+        self.draw_units(py, request, seed, (out, "list", 0.0))
+    }
+
+    /// Draws `n` sequences with burn-in, as `ReplayBuffer.sample_sequences` does.
+    #[pyo3(signature = (n, length, obs, *, burn_in=0, beta=None, seed=None, out=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a sequences Request"
+    )]
+    fn sample_sequences<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        length: u64,
+        obs: &Bound<'py, PyAny>,
+        burn_in: u64,
+        beta: Option<f64>,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let obs = names(obs)?;
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let request = sequences(n, (length, burn_in), &obs_refs, beta);
+        self.draw_units(py, request, seed, (out, "list", 0.0))
+    }
+
+    /// Draws `n` whole episodes, as `ReplayBuffer.sample_episodes` does.
+    #[pyo3(signature = (n, *, beta=None, seed=None, out=None))]
+    fn sample_episodes<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        beta: Option<f64>,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.draw_units(py, episodes(n, beta), seed, (out, "list", 0.0))
+    }
+
+    /// Draws whole fragments, as `ReplayBuffer.sample_fragments` does (a reader removes
+    /// nothing: remove through the writer).
+    #[pyo3(signature = (n=None, *, beta=None, seed=None, replace=true, covering=None, out=None, values="list", pad=0.0))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a fragments Request"
+    )]
+    fn sample_fragments<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<usize>,
+        beta: Option<f64>,
+        seed: Option<u64>,
+        replace: bool,
+        covering: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let request = fragments(n, covering, beta, replace)?;
+        self.draw_units(py, request, seed, (out, values, pad))
+    }
+
+    /// Draws `n` groups of the items sharing the values of `by`, as
+    /// `ReplayBuffer.sample_groups` does (without `remove`).
+    #[pyo3(signature = (n, by, *, unroll=0, replace=true, seed=None, out=None, values="list", pad=0.0))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a groups Request"
+    )]
+    fn sample_groups<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        by: &Bound<'py, PyAny>,
+        unroll: u64,
+        replace: bool,
+        seed: Option<u64>,
+        out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let names = group_key(by)?;
+        let fields: Vec<&str> = names.iter().map(String::as_str).collect();
+        let request = Request::groups(n, &fields).unroll(unroll);
+        let request = if replace {
+            request
+        } else {
+            request.without_replacement()
+        };
+        self.draw_units(py, request, seed, (out, values, pad))
     }
 
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
