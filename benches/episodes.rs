@@ -5,13 +5,20 @@
 //!   (obs once, the step header instead of next_obs), 256 transitions;
 //! - `w1_episodic/nstep3_256`: the same with 3-step returns (gamma 0.99);
 //! - `w1_episodic/sequences32x40`: 32 sequences of 20 burn-in and 20 trained steps,
-//!   zero-padded before an episode's first step and past its last (R2D2).
+//!   zero-padded before an episode's first step and past its last (R2D2);
+//! - `w1_episodic/nstep3_stack4_256` and `reader_nstep3_stack4_256`: 256 transitions
+//!   with 3-step returns and 4 stacked frames, drawn by the writer and by a `Reader`
+//!   (issue 31: the reader's rate is to be at least 90% of the writer's);
+//! - `w1_episodic/open_writer` and `open_reader_first_draw`: opening the buffer of a
+//!   million steps (issue 31: at most 5 ms), and a reader's open with its first draw.
 //!
 //! - `w2_plain/sample32`: W2 as given (`obs` u8[4,84,84] stored in every row);
 //! - `w2_frames/stack4_32`: W2 with native frame stacking (`workloads::W2Frames`: one
 //!   84x84 frame per row), 32 transitions with `obs` and `next_obs` of 4 frames each;
 //! - `w2_frames/window4_32`: the same transitions as one window of 5 frames each
-//!   (`obs` and `next_obs` are its views; `Request::window`).
+//!   (`obs` and `next_obs` are its views; `Request::window`);
+//! - `w2_frames/nstep3_stack4_32` and `reader_nstep3_stack4_32`: 3-step returns with
+//!   4 stacked frames, by the writer and by a `Reader`.
 //!
 //! Before the criterion output, the bytes per stored item of each layout.
 //! `cargo bench --bench episodes`.
@@ -24,45 +31,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 #[path = "../tools/src/workloads.rs"]
 #[allow(dead_code, reason = "each bench uses some of the workloads")]
 mod workloads;
-use replaystore::{Batch, Column, Config, DType, ReplayBuffer, Request, Schema};
-use workloads::{Chunk, W2Frames, Workload};
+use replaystore::{Batch, Config, Reader, ReplayBuffer, Request};
+use workloads::{Chunk, W1Episodes, W2Frames, Workload};
 
 const CAPACITY: u64 = 1_000_000;
-const EPISODE_STEPS: u64 = 1_000;
-
-fn episodic_schema() -> Schema {
-    Schema::builder()
-        .field("obs", DType::F32, &[17])
-        .field("action", DType::F32, &[6])
-        .field("reward", DType::F32, &[])
-        .build()
-        .expect("schema")
-}
-
-fn fill_episodes(buf: &mut ReplayBuffer) {
-    let mut i = 0u64;
-    while i < CAPACITY {
-        let obs: [f32; 17] = std::array::from_fn(|k| (i * 17 + k as u64) as f32);
-        if i.is_multiple_of(EPISODE_STEPS + 1) {
-            buf.add_reset(&[Column::new("obs", &obs)]).expect("reset");
-        } else {
-            let action = [(i % 13) as f32; 6];
-            let reward = (i % 7) as f32;
-            let last = i % (EPISODE_STEPS + 1) == EPISODE_STEPS;
-            buf.add_step(
-                &[
-                    Column::new("obs", &obs),
-                    Column::new("action", &action),
-                    Column::scalar("reward", &reward),
-                ],
-                last,
-                false,
-            )
-            .expect("step");
-        }
-        i += 1;
-    }
-}
 
 fn episodes(c: &mut Criterion) {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -79,10 +51,14 @@ fn episodes(c: &mut Criterion) {
     }
     let mut epi = ReplayBuffer::create(
         tmp.path().join("episodic"),
-        Config::new(episodic_schema(), CAPACITY).episodic().seed(1),
+        Config::new(W1Episodes::schema().expect("schema"), CAPACITY)
+            .episodic()
+            .seed(1),
     )
     .expect("create");
-    fill_episodes(&mut epi);
+    W1Episodes::default()
+        .fill(&mut epi, CAPACITY)
+        .expect("fill");
     let per_item = |b: &ReplayBuffer| b.stats().bytes_on_disk as f64 / CAPACITY as f64;
     eprintln!(
         "bytes on disk per item: W1 plain {:.1}, episodic (obs once + step header) {:.1}",
@@ -116,6 +92,39 @@ fn episodes(c: &mut Criterion) {
     let r2d2 = Request::sequences(32, 20, &["obs"]).burn_in(20);
     g.bench_function("sequences32x40", |b| {
         b.iter(|| epi.sample_into(r2d2, &mut out).expect("sample"));
+    });
+    // Issue 31: a reader draws the writer's transitions (here in this process, from the
+    // same page cache a reader process maps) at the writer's rate.
+    let per = Request::transitions(256, &["obs"]).nstep(3, 0.99).stack(4);
+    g.bench_function("nstep3_stack4_256", |b| {
+        b.iter(|| epi.sample_into(per, &mut out).expect("sample"));
+    });
+    let path = tmp.path().join("episodic");
+    let mut reader = Reader::open(&path).expect("reader");
+    g.bench_function("reader_nstep3_stack4_256", |b| {
+        b.iter(|| reader.sample_into(per, &mut out).expect("sample"));
+    });
+    // Opening the buffer of a million steps: the writer's open (the episode table read
+    // from each episode's last row), and a reader's open with its first draw (the same
+    // walk for its own table).
+    epi.close().expect("close");
+    g.bench_function("open_writer", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let t = std::time::Instant::now();
+                let buf = ReplayBuffer::open(&path).expect("open");
+                spent += t.elapsed();
+                buf.close().expect("close");
+            }
+            spent
+        });
+    });
+    g.bench_function("open_reader_first_draw", |b| {
+        b.iter(|| {
+            let mut r = Reader::open(&path).expect("reader");
+            r.sample_into(per, &mut out).expect("sample");
+        });
     });
     g.finish();
 }
@@ -172,6 +181,14 @@ fn frames(c: &mut Criterion) {
     let spec = spec.window();
     g.bench_function("window4_32", |b| {
         b.iter(|| stacked.sample_into(spec, &mut out).expect("sample"));
+    });
+    let per = Request::transitions(32, &["obs"]).nstep(3, 0.99).stack(4);
+    g.bench_function("nstep3_stack4_32", |b| {
+        b.iter(|| stacked.sample_into(per, &mut out).expect("sample"));
+    });
+    let mut reader = Reader::open(tmp.path().join("frames")).expect("reader");
+    g.bench_function("reader_nstep3_stack4_32", |b| {
+        b.iter(|| reader.sample_into(per, &mut out).expect("sample"));
     });
     g.finish();
 }

@@ -27,6 +27,7 @@ mod show;
 mod source;
 mod transfer;
 mod w3;
+mod w3e;
 mod w4;
 mod w5;
 mod workloads;
@@ -106,7 +107,9 @@ enum Command {
         /// w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
         /// (skipped when the disk lacks the space; --quick: 140 MB), or w5: LLM
         /// self-play steps of text and token arrays (add in batches of 64 and one at a
-        /// time, sample 256 padded and flat beside a memcpy of the same bytes).
+        /// time, sample 256 padded and flat beside a memcpy of the same bytes), or w3e:
+        /// episodic draws by reader processes against the writer's own (W1 and W2 as
+        /// episodes: n-step stacked transitions, the open of a million steps).
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard
@@ -140,6 +143,11 @@ enum Command {
         /// How long to sample.
         #[arg(long)]
         seconds: f64,
+        /// What to draw: W1's batches of 256 rows (`rows`), or the episodic draws of
+        /// `bench w3e` (`w1e`: 256 transitions, `w2e`: 32 of W2's frames, both with
+        /// 3-step returns and 4 stacked frames).
+        #[arg(long, default_value = "rows")]
+        unit: String,
     },
     /// Check the manifest, both commit slots, every segment header, every item's stamp
     /// and checksum, the priority tree, the episode chain and each snapshot's files;
@@ -336,7 +344,9 @@ fn main() -> ExitCode {
             baseline,
             floors,
         } => bench::run(&workload, quick, runs, dir, json, baseline, floors).map_err(Failure::from),
-        Command::W3Reader { dir, seconds } => w3::reader(&dir, seconds).map_err(Failure::from),
+        Command::W3Reader { dir, seconds, unit } => {
+            w3::reader(&dir, seconds, &unit).map_err(Failure::from)
+        }
         Command::Snapshots {
             dir,
             delete,

@@ -69,16 +69,23 @@ pub(crate) fn rss_anon() -> u64 {
 }
 
 /// The `w3-reader` child: opens `dir` as a reader, says `ready`, waits for a line on
-/// stdin, samples for `seconds`, and prints `batches_per_s rss_anon_bytes`.
-pub fn reader(dir: &Path, seconds: f64) -> Result<ExitCode, Error> {
+/// stdin, samples `unit` (see `crate::w3e::request`) for `seconds`, and prints
+/// `batches_per_s rss_anon_bytes`.
+pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<ExitCode, Error> {
+    let request = crate::w3e::request(unit)?;
     let mut reader = Reader::open(dir)?;
     let mut batch = Batch::default();
-    // Touch the outputs once so the batch's memory counts, then wait for the start.
-    reader.sample_into(BATCH, &mut batch)?;
+    // Touch the outputs once so the batch's memory counts (and an episodic reader reads
+    // its tables), then wait for the start.
+    reader.sample_into(request, &mut batch)?;
     say!("ready");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
-    let rate = sample_for(|b| reader.sample_into(BATCH, b), &mut batch, seconds)?;
+    let rate = sample_for(
+        |b| reader.sample_into(request, b),
+        &mut batch,
+        seconds,
+    )?;
     say!("{rate} {}", rss_anon());
     Ok(ExitCode::SUCCESS)
 }
@@ -91,6 +98,19 @@ fn run_once(
     readers: usize,
     seconds: f64,
 ) -> Result<(Vec<(f64, u64)>, f64), Error> {
+    run_readers(dir, readers, seconds, "rows", || add_for(buf, seconds))
+}
+
+/// Starts `readers` reader processes drawing `unit` from `dir`, lets them sample for
+/// `seconds` while this process runs `meanwhile` (adding, or nothing), and returns
+/// each reader's `(batches/s, anonymous RSS)` with what `meanwhile` returned.
+pub(crate) fn run_readers(
+    dir: &Path,
+    readers: usize,
+    seconds: f64,
+    unit: &str,
+    meanwhile: impl FnOnce() -> Result<f64, Error>,
+) -> Result<(Vec<(f64, u64)>, f64), Error> {
     let exe =
         std::env::current_exe().map_err(|e| io_error("locate", Path::new("replaystore"), e))?;
     let mut children = Vec::new();
@@ -98,7 +118,7 @@ fn run_once(
         let mut child = Command::new(&exe)
             .arg("w3-reader")
             .arg(dir)
-            .args(["--seconds", &seconds.to_string()])
+            .args(["--seconds", &seconds.to_string(), "--unit", unit])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -121,7 +141,7 @@ fn run_once(
             let _ = writeln!(stdin, "go");
         }
     }
-    let adds = add_for(buf, seconds)?;
+    let adds = meanwhile()?;
     let mut results = Vec::new();
     for (mut child, mut out) in children {
         let mut line = String::new();

@@ -180,10 +180,6 @@ impl Chunk {
 /// Bytes of one W2 frame (one 84x84 observation, unstacked).
 const W2_FRAME: usize = 84 * 84;
 
-#[allow(
-    dead_code,
-    reason = "the episodes bench uses it; the command does not yet"
-)]
 /// W2 with native frame stacking (issue 6): one 84x84 frame per row of an episodic
 /// buffer (`obs` u8[84,84], `action` i64, `reward` f32), stacked 4 deep at sample time
 /// instead of stored 4 deep per row. Episodes run 500 to 2,499 steps, terminated.
@@ -197,10 +193,6 @@ pub struct W2Frames {
     left: u64,
 }
 
-#[allow(
-    dead_code,
-    reason = "the episodes bench uses it; the command does not yet"
-)]
 impl W2Frames {
     /// The schema: `obs` u8[84,84], `action` i64, `reward` f32.
     pub fn schema() -> Result<Schema> {
@@ -244,10 +236,53 @@ impl W2Frames {
     }
 }
 
-#[allow(
-    dead_code,
-    reason = "the episodes bench uses it; the command does not yet"
-)]
+/// W1 as episodes (issue 6): one row per step of an episodic buffer (`obs` f32[17]
+/// stored once, the step header instead of `next_obs`; `action` f32[6], `reward` f32),
+/// episodes of [`W1Episodes::STEPS`] steps, each terminated. Row `i`'s observation is
+/// `i * 17 + k` for element `k`.
+#[derive(Clone, Debug, Default)]
+pub struct W1Episodes {
+    /// Rows added so far.
+    rows: u64,
+}
+
+impl W1Episodes {
+    /// Steps per episode (MuJoCo's 1,000-step horizon).
+    pub const STEPS: u64 = 1_000;
+
+    /// The schema: `obs` f32[17], `action` f32[6], `reward` f32.
+    pub fn schema() -> Result<Schema> {
+        Schema::builder()
+            .field("obs", DType::F32, &[17])
+            .field("action", DType::F32, &[6])
+            .field("reward", DType::F32, &[])
+            .build()
+    }
+
+    /// Adds the next `count` rows: a reset row, then `STEPS` steps, the last terminated.
+    pub fn fill(&mut self, buf: &mut ReplayBuffer, count: u64) -> Result<()> {
+        for _ in 0..count {
+            let i = self.rows;
+            let obs: [f32; 17] = std::array::from_fn(|k| (i * 17 + k as u64) as f32);
+            let t = i % (Self::STEPS + 1);
+            if t == 0 {
+                buf.add_reset(&[Column::new("obs", &obs)])?;
+            } else {
+                let action = [(i % 13) as f32; 6];
+                let reward = (i % 7) as f32;
+                let cols = [
+                    Column::new("obs", &obs),
+                    Column::new("action", &action),
+                    Column::scalar("reward", &reward),
+                ];
+                buf.add_step(&cols, t == Self::STEPS, false)?;
+            }
+            self.rows += 1;
+        }
+        Ok(())
+    }
+}
+
 fn w2_frames() -> &'static [u8] {
     static FRAMES: OnceLock<Vec<u8>> = OnceLock::new();
     FRAMES.get_or_init(|| {
