@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::Path;
 
 use common::{KillOnDrop, reader_result, spawn_child, xorshift};
@@ -456,20 +455,9 @@ fn reader_processes_never_draw_a_torn_unit_while_the_writer_laps_a_small_ring() 
         .close()
         .unwrap();
     let dir = path.to_str().unwrap();
-    let (writer, mut writer_out) = spawn_child(
-        "reader_units_child",
-        CHILD_ENV,
-        format!("writer:{dir}:5").as_ref(),
-    );
-    let writer = KillOnDrop(writer);
-    let mut line = String::new();
-    while !line.contains("marker=ready") {
-        line.clear();
-        assert!(writer_out.read_line(&mut line).unwrap() > 0, "writer died");
-    }
-    while Reader::open(&path).unwrap().len() < RACE_CAPACITY {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let role = format!("writer:{dir}:5");
+    let writer =
+        common::spawn_filling_writer("reader_units_child", CHILD_ENV, &role, &path, RACE_CAPACITY);
     let readers: Vec<_> = (0..2)
         .map(|r| {
             let access = ["mapped", "pread"][r];

@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::Path;
 
 use common::{
@@ -737,21 +736,8 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
     let path = tmp.path().join("b");
     create(&path, CAPACITY);
     let dir = path.to_str().unwrap();
-    let (writer, mut writer_out) = spawn_child(
-        "readers_child",
-        CHILD_ENV,
-        format!("writer:{dir}:11").as_ref(),
-    );
-    let writer = KillOnDrop(writer);
-    let mut line = String::new();
-    while !line.contains("marker=ready") {
-        line.clear();
-        assert!(writer_out.read_line(&mut line).unwrap() > 0, "writer died");
-    }
-    // Let the ring fill before the readers start.
-    while Reader::open(&path).unwrap().len() < CAPACITY {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let role = format!("writer:{dir}:11");
+    let writer = common::spawn_filling_writer("readers_child", CHILD_ENV, &role, &path, CAPACITY);
     let readers: Vec<_> = (0..2)
         .map(|r| {
             spawn_child(

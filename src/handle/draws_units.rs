@@ -1,6 +1,6 @@
-//! The two halves of a handle that draws units longer than one row (transitions,
-//! sequences, episodes, fragments, groups), which the draws in `units` and `transitions`
-//! are written against once for the writer and a reader.
+//! What a handle provides to draw units longer than one row (transitions, sequences,
+//! episodes, fragments, groups): the draws in `units` and `transitions` are written
+//! once against it, for the writer and a reader alike.
 
 use super::core::UnitArrays;
 use super::rows::DrawsRows;

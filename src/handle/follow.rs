@@ -16,8 +16,8 @@
 //! evicted, and everything at or above it was intact when read. A header that cannot be
 //! right at or above that head is damage (`BadItem`); below it, a lost race.
 
-use crate::error::{Error, Result};
-use crate::parts::episodes::Episodes;
+use crate::error::Result;
+use crate::parts::episodes::{Episodes, bad_step_header};
 use crate::parts::fragments::Fragments;
 use crate::parts::lifecycle::Lifecycle;
 
@@ -60,12 +60,11 @@ impl Followed {
         let sb = &rows.superblock;
         let (head, tail, cap) = (rows.head, rows.tail, sb.capacity);
         let known = self.episodes.is_some() || self.fragments.is_some();
-        if !known || self.epoch != epoch || tail < self.read_to || head > self.read_to {
+        let from = if known && self.epoch == epoch && (head..=tail).contains(&self.read_to) {
+            self.read_to
+        } else {
             *self = Followed::default();
-        }
-        let from = match self.episodes.is_some() || self.fragments.is_some() {
-            true => self.read_to,
-            false => head,
+            head
         };
         let ring = &rows.ring;
         let mut suspect = None;
@@ -74,14 +73,13 @@ impl Followed {
             let table = (self.episodes).get_or_insert_with(|| Episodes::new(&rows.schema));
             let appended = match problem {
                 Some(p) => Err(p),
-                None => table.append(from, found.clone()),
+                None => table.append(from, &found),
             };
             if let Err(problem) = appended {
-                // The rows below the problem are left out: if they were torn, the head
-                // is past them by now (`settle` says).
-                let mut fresh = Episodes::new(&rows.schema);
-                let _fits = fresh.append(from, found);
-                *table = fresh;
+                // Only the episodes read above the problem are kept: if the rows below
+                // it were torn, the head is past them by now (`settle` says).
+                *table = Episodes::new(&rows.schema);
+                let _empty_table_takes_any = table.append(from, &found);
                 suspect = Some(problem);
             }
         }
@@ -108,13 +106,8 @@ impl Followed {
     ) -> Result<()> {
         if let Some((index, problem)) = suspect.filter(|s| s.0 >= head) {
             *self = Followed::default();
-            let (file, offset) = rows.ring.place(index % rows.superblock.capacity, &rows.dir);
-            return Err(Error::BadItem {
-                file,
-                offset,
-                index,
-                problem: format!("step header: {problem}"),
-            });
+            let cap = rows.superblock.capacity;
+            return Err(bad_step_header(&rows.ring, cap, &rows.dir, index, &problem));
         }
         if let Some(t) = &mut self.episodes {
             t.evict(head);

@@ -558,9 +558,10 @@ impl Reader {
 
     /// Draws the units of `request` (transitions, sequences, episodes, fragments,
     /// groups) from the rows live now, with the writer's code over the tables this
-    /// reader follows. A row the writer overwrites before it is copied makes the whole
-    /// draw start again from where the writer is then: a unit is never served with rows
-    /// of two items. The RNG goes on from where the lost draw left it.
+    /// reader follows. A transition or sequence the writer overwrites mid-copy is drawn
+    /// again alone (`unit_lost`); any other lost race makes the whole draw start again
+    /// from where the writer is then. A unit is never served with rows of two items;
+    /// the RNG goes on from where a lost draw left it.
     fn sample_units_racing(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
         for _ in 0..RACE_TRIES {
             self.refresh_files()?;

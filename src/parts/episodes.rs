@@ -76,6 +76,25 @@ fn with_return(e: &EpisodeInfo, head: u64, reward: impl Fn(u64) -> f64) -> Episo
     }
 }
 
+/// `BadItem` for live row `index` of `ring`, whose step header breaks the rules of
+/// episodes as `problem` says, naming its file and offset (`dir` when the row cannot be
+/// located).
+pub(crate) fn bad_step_header(
+    ring: &crate::storage::ring::Ring,
+    capacity: u64,
+    dir: &std::path::Path,
+    index: u64,
+    problem: &str,
+) -> Error {
+    let (file, offset) = ring.place(index % capacity, dir);
+    Error::BadItem {
+        file,
+        offset,
+        index,
+        problem: format!("step header: {problem}"),
+    }
+}
+
 /// What adding a row reported (Tianshou's `add` result).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepInfo {
@@ -255,24 +274,11 @@ impl Episodes {
         &mut self,
         head: u64,
         tail: u64,
-        header: impl FnMut(u64) -> StepHeader,
-        reward: impl FnMut(u64) -> f64,
-    ) -> std::result::Result<(), (u64, String)> {
-        self.list.clear();
-        self.extend(head, tail, header, reward)
-    }
-
-    /// Adds the rows `from..to` that follow the rows already in the table (a reader
-    /// following the writer's adds), by the rules of [`Episodes::rebuild`]: the first
-    /// row of an empty table may continue an episode whose earlier rows are gone.
-    pub(crate) fn extend(
-        &mut self,
-        from: u64,
-        to: u64,
         mut header: impl FnMut(u64) -> StepHeader,
         mut reward: impl FnMut(u64) -> f64,
     ) -> std::result::Result<(), (u64, String)> {
-        for i in from..to {
+        self.list.clear();
+        for i in head..tail {
             let h = header(i);
             let continues = self
                 .list
@@ -286,7 +292,7 @@ impl Episodes {
                 }
                 continue;
             }
-            if h.t != 0 && !(i == from && self.list.is_empty()) {
+            if h.t != 0 && i != head {
                 let expected = match self.list.back() {
                     Some(e) if e.end.is_none() => format!("episode {} step {}", e.id, e.rows),
                     _ => "the reset row (step 0) of a new episode".into(),
@@ -347,13 +353,7 @@ impl Episodes {
             |i| reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % capacity, f, dtype)),
         );
         if let Err((index, problem)) = rebuilt {
-            let (file, offset) = ring.place(index % capacity, dir);
-            return Err(Error::BadItem {
-                file,
-                offset,
-                index,
-                problem: format!("step header: {problem}"),
-            });
+            return Err(bad_step_header(ring, capacity, dir, index, &problem));
         }
         let newest = tail.wrapping_sub(1);
         if tail > 0 && ring.stamp(newest % capacity) == crate::format::row::stamp_of(newest) {
@@ -416,11 +416,12 @@ impl Episodes {
     pub(crate) fn append(
         &mut self,
         from: u64,
-        mut newer: VecDeque<EpisodeInfo>,
+        newer: &VecDeque<EpisodeInfo>,
     ) -> std::result::Result<(), (u64, String)> {
         let Some(oldest) = newer.front().copied() else {
             return Ok(());
         };
+        let mut skip = 0;
         match self.list.back_mut() {
             Some(e) if oldest.start < from => {
                 if (e.id, e.start) != (oldest.id, oldest.start) {
@@ -432,11 +433,11 @@ impl Episodes {
                         ),
                     ));
                 }
-                // The episode goes on: its return grows by the new steps' rewards,
-                // which the caller adds (see `with_return`).
+                // The episode goes on. Its return is not followed: a reader's draws
+                // never read one.
                 e.rows = oldest.rows;
                 e.end = oldest.end;
-                newer.pop_front();
+                skip = 1;
             }
             Some(e) => {
                 if oldest.id <= e.id {
@@ -454,7 +455,7 @@ impl Episodes {
         if let Some(e) = newer.back() {
             self.next_id = self.next_id.max(e.id + 1);
         }
-        self.list.extend(newer);
+        self.list.extend(newer.iter().skip(skip).copied());
         Ok(())
     }
 
@@ -474,13 +475,7 @@ impl Episodes {
         let mut table = Episodes::new(schema);
         let (found, problem) = Episodes::walk_back(head, tail, |i| ring.step_header(i % capacity));
         if let Some((index, problem)) = problem {
-            let (file, offset) = ring.place(index % capacity, dir);
-            return Err(Error::BadItem {
-                file,
-                offset,
-                index,
-                problem: format!("step header: {problem}"),
-            });
+            return Err(bad_step_header(ring, capacity, dir, index, &problem));
         }
         table.list = found;
         if let Some(e) = table.list.back().copied() {
@@ -557,5 +552,92 @@ impl Part for Episodes {
 
     fn on_clear(&mut self, _tail: u64) {
         self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Step headers of episodes of `lens[k]` steps each (ending as `ends[k]`: 0
+    /// terminated, 1 truncated, 2 not at all), from episode 0 at index 0.
+    fn headers(lens: &[u64], ends: &[u8]) -> Vec<StepHeader> {
+        let mut out = Vec::new();
+        for (id, (&steps, &end)) in lens.iter().zip(ends).enumerate() {
+            for t in 0..=steps {
+                let flags = match (t == steps && t > 0, end) {
+                    (true, 0) => STEP_TERMINATED,
+                    (true, 1) => STEP_TRUNCATED,
+                    _ => 0,
+                };
+                out.push(StepHeader {
+                    episode: id as u64,
+                    t: t as u32,
+                    flags,
+                });
+            }
+        }
+        out
+    }
+
+    /// What a walk cannot know: returns.
+    fn shape(t: &Episodes) -> Vec<(u64, u64, u64, Option<End>)> {
+        t.iter().map(|e| (e.id, e.start, e.rows, e.end)).collect()
+    }
+
+    proptest! {
+        /// Reading only each episode's last row finds the table that reading every row
+        /// does, for any live range; and a walk continued in pieces (a reader following
+        /// the writer's adds) finds it too.
+        #[test]
+        fn a_walk_over_last_rows_finds_the_table_every_row_gives(
+            eps in prop::collection::vec((0u64..6, 0u8..3), 1..30),
+            cut in 0usize..1000,
+            pieces in prop::collection::vec(0usize..1000, 0..6),
+        ) {
+            let (lens, ends): (Vec<u64>, Vec<u8>) = eps.into_iter().unzip();
+            let h = headers(&lens, &ends);
+            let tail = h.len() as u64;
+            let head = (cut as u64) % tail;
+            let schema = Schema::builder()
+                .field("x", crate::DType::U8, &[])
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut full = Episodes::new(&schema);
+            let rebuilt = full.rebuild(head, tail, |i| h[i as usize], |_| 0.0);
+            prop_assert!(rebuilt.is_ok(), "{rebuilt:?}");
+            let (found, problem) = Episodes::walk_back(head, tail, |i| h[i as usize]);
+            prop_assert!(problem.is_none(), "{problem:?}");
+            let mut walked = Episodes::new(&schema);
+            prop_assert!(walked.append(head, &found).is_ok());
+            prop_assert_eq!(shape(&walked), shape(&full));
+            // The same rows read in pieces, each piece's walk appended to the table.
+            let mut cuts: Vec<u64> = pieces.iter().map(|&p| head + p as u64 % (tail - head + 1)).collect();
+            cuts.extend([head, tail]);
+            cuts.sort_unstable();
+            let mut followed = Episodes::new(&schema);
+            for w in cuts.windows(2) {
+                let (found, problem) = Episodes::walk_back(w[0], w[1], |i| h[i as usize]);
+                prop_assert!(problem.is_none(), "{problem:?}");
+                prop_assert!(followed.append(w[0], &found).is_ok());
+            }
+            prop_assert_eq!(shape(&followed), shape(&full));
+        }
+    }
+
+    #[test]
+    fn a_walk_stops_at_a_header_that_cannot_be_right() {
+        let mut h = headers(&[3, 2, 4], &[0, 1, 0]);
+        // Episode 1's last row (index 6) claims episode 2: not below the newer one's.
+        h[6].episode = 2;
+        let (found, problem) = Episodes::walk_back(0, h.len() as u64, |i| h[i as usize]);
+        assert_eq!(found.len(), 1, "only the newest episode was read before it");
+        assert_eq!(problem.map(|p| p.0), Some(6));
+        // A `t` reaching below index 0.
+        let mut h = headers(&[3], &[0]);
+        h[3].t = 9;
+        let (_, problem) = Episodes::walk_back(0, 4, |i| h[i as usize]);
+        assert_eq!(problem.map(|p| p.0), Some(3));
     }
 }

@@ -464,6 +464,29 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Starts the child test `name` with `env` set to `role`, as a writer that prints
+/// `marker=ready` once adding, and returns once it has filled the ring of the buffer at
+/// `path` (`capacity` items live): readers started then find it full and lapping.
+pub fn spawn_filling_writer(
+    name: &str,
+    env: &str,
+    role: &str,
+    path: &std::path::Path,
+    capacity: u64,
+) -> KillOnDrop {
+    let (writer, mut out) = spawn_child(name, env, role.as_ref());
+    let writer = KillOnDrop(writer);
+    let mut line = String::new();
+    while !line.contains("marker=ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "writer died");
+    }
+    while replaystore::Reader::open(path).unwrap().len() < capacity {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    writer
+}
+
 /// What a reader child printed, as `key=value` numbers.
 pub fn reader_result(mut stdout: impl BufRead) -> std::collections::HashMap<String, u64> {
     let mut text = String::new();

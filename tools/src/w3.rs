@@ -81,11 +81,7 @@ pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<ExitCode, Error> {
     say!("ready");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
-    let rate = sample_for(
-        |b| reader.sample_into(request, b),
-        &mut batch,
-        seconds,
-    )?;
+    let rate = sample_for(|b| reader.sample_into(request, b), &mut batch, seconds)?;
     say!("{rate} {}", rss_anon());
     Ok(ExitCode::SUCCESS)
 }

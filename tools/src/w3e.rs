@@ -69,9 +69,9 @@ pub fn rows(scratch: &Path, runs: usize, quick: bool) -> Result<Vec<Row>, Error>
         if let Some(b) = opened {
             b.close()?;
         }
-        first.values.push(millis(|| {
-            Reader::open(&dir)?.sample_into(w1e, &mut batch)
-        })?);
+        first
+            .values
+            .push(millis(|| Reader::open(&dir)?.sample_into(w1e, &mut batch))?);
     }
     rows.extend([open, first]);
     let mut buf = ReplayBuffer::open(&dir)?;
