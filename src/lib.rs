@@ -68,8 +68,9 @@ pub use handle::inspect::{
     verify_opts,
 };
 pub use handle::{
-    Actor, Config, EpisodeChunk, Frozen, GetOptions, GroupCount, HoldsTree, Lane, Lanes,
-    LanesState, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role, Stats, Writer, Writes,
+    Actor, BufferGroup, Config, EpisodeChunk, Frozen, GetOptions, GroupCount, GroupState,
+    HoldsTree, Lane, Lanes, LanesState, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role,
+    Stats, Writer, Writes,
 };
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::lifecycle::{ItemState, ItemStats, Removals};
@@ -94,8 +95,8 @@ pub mod internal {
     pub mod storage {
         pub use crate::storage::crc::SpanCrc;
         pub use crate::storage::{
-            LANE_DIR, MANIFEST, Manifest, heap_segment_path, lane_dir, mem_total, read_lanes,
-            resolve_root, segment_path,
+            LANE_DIR, MANIFEST, Manifest, heap_segment_path, lane_dir, mem_total, read_group,
+            read_lanes, resolve_root, segment_path,
         };
 
         /// Opens segment `n` of the buffer in `dir` read-only and lets it go: the checks

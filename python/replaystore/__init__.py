@@ -16,6 +16,7 @@ copy in the page cache.
 
 from ._native import (
     FORMAT_VERSION,
+    BufferGroup,
     CorruptError,
     DiskFullError,
     EmptyError,
@@ -41,6 +42,7 @@ from .spaces import schema_from_spaces
 
 __all__ = [
     "FORMAT_VERSION",
+    "BufferGroup",
     "CorruptError",
     "DiskFullError",
     "EmptyError",

@@ -434,6 +434,60 @@ class Reader:
     def __enter__(self) -> "Reader": ...
     def __exit__(self, *args: Any) -> bool: ...
 
+class BufferGroup:
+    """Named member buffers in one folder (one per policy or player), each created by
+    its first add (with the group's template) or by ``add_member``; sampled one by
+    one, all at once or in lockstep; checkpointed as one (kill-safe across members).
+
+    A reader (``open(path, reader=True)``) pickles as its path; the writer refuses."""
+
+    @staticmethod
+    def create(
+        path: _Path, schema: Any = None, capacity: Optional[int] = None, **options: Any
+    ) -> "BufferGroup":
+        """An empty group; ``schema``, ``capacity`` and ``ReplayBuffer.create``'s keywords
+        are the template a member's first add creates it with."""
+    @staticmethod
+    def open(path: _Path, *, reader: bool = False) -> "BufferGroup":
+        """Opens the group for writing (one process) or, with ``reader=True``, sampling."""
+    def add_member(
+        self, member: str, schema: Any = None, capacity: Optional[int] = None, **options: Any
+    ) -> None:
+        """Creates a member with a config of its own (or the template, given neither)."""
+    def add(self, member: str, **fields: Any) -> int:
+        """Adds one item to ``member`` (created by this add if new); returns its index."""
+    def add_batch(self, member: str, batch: Mapping[str, Any]) -> npt.NDArray[np.uint64]:
+        """Adds a batch to ``member`` (created if new); returns the indices."""
+    @property
+    def members(self) -> List[str]: ...
+    def member_len(self, member: str) -> int: ...
+    def sample(
+        self,
+        n: int,
+        member: Optional[str] = None,
+        *,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        replace: bool = True,
+    ) -> Any:
+        """``n`` items of ``member``; without it ``{name: batch}`` with ``n`` from each."""
+    def sample_lockstep(self, n: int, *, seed: Optional[int] = None) -> Dict[str, _Batch]:
+        """``n`` joint steps: the same positions back from each member's newest row."""
+    def stats(self) -> Dict[str, Dict[str, Any]]: ...
+    def refresh(self) -> None:
+        """A reader opens the members created since it opened."""
+    def get_state(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """Checkpoints every member at once: a picklable dict for ``set_state``."""
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Every member back to the checkpoint; members created since come back empty."""
+    def snapshots(self) -> List[str]: ...
+    def delete_snapshot(self, name: str) -> None: ...
+    def keep_last(self, k: int) -> List[str]: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "BufferGroup": ...
+    def __exit__(self, *args: Any) -> bool: ...
+
 class Lanes:
     """Rings sampled as one buffer (Tianshou's VectorReplayBuffer); lane k's indices start at k << 56.
 

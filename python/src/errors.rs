@@ -143,6 +143,9 @@ pub fn to_py(e: E) -> PyErr {
             pyo3::exceptions::PyValueError::new_err(msg)
         }
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
+        // A member is looked up by name, as a dict key is.
+        E::NoSuchMember { .. } => pyo3::exceptions::PyKeyError::new_err(msg),
+        E::BadMember { .. } => pyo3::exceptions::PyValueError::new_err(msg),
         E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
         E::Removed { .. } => RemovedError::new_err(msg),
         E::RateLimited { .. } => RateLimitedError::new_err(msg),

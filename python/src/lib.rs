@@ -6,6 +6,7 @@ mod arrays;
 mod buffer;
 mod calls;
 mod errors;
+mod group;
 mod lanes;
 mod owner;
 mod reader;
@@ -24,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::PyReader>()?;
     m.add_class::<lanes::PyLanes>()?;
     m.add_class::<owner::PyOwner>()?;
+    m.add_class::<group::PyGroup>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

@@ -121,6 +121,29 @@ pub enum Error {
         /// How many lanes the buffer has.
         lanes: u32,
     },
+    /// A buffer group was asked for a member it does not have.
+    #[error("{}: the group has no member {name:?} (members: {members:?}){}", dir.display(),
+        if *creatable { "" } else { "; a member is created by its first add only when the group has a template config, or by add_member" })]
+    NoSuchMember {
+        /// The group's directory.
+        dir: PathBuf,
+        /// The name asked for.
+        name: String,
+        /// The members it has.
+        members: Vec<String>,
+        /// Whether the call could have created it (false: no template to create it with).
+        creatable: bool,
+    },
+    /// A member name that cannot be a member's, or one a group already has.
+    #[error("{}: member name {name:?}: {problem}", dir.display())]
+    BadMember {
+        /// The group's directory.
+        dir: PathBuf,
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// `create` was asked to make a buffer where one (or other files) already exists.
     #[error("cannot create a buffer in {}: {what}", dir.display())]
     AlreadyExists {

@@ -5,6 +5,7 @@
 //! All integers are little-endian. Offsets are chained constants: each field's offset is
 //! the previous one's plus its size, so a field cannot silently overlap another.
 
+pub mod group;
 pub mod heap;
 pub mod lanes;
 pub mod lifecycle;

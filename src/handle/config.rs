@@ -462,3 +462,93 @@ pub struct Stats {
     /// index, its old one gone.
     pub moved: u64,
 }
+
+impl Config {
+    /// This configuration as a group keeps it for the members created without one of
+    /// their own (the seed, file seam and first index are each member's).
+    pub(crate) fn to_template(&self) -> crate::format::group::TemplateDoc {
+        use crate::format::group::{LifeDoc, TemplateDoc};
+        let schema_version = match self.schema.has_var() {
+            true => crate::format::HEAP_VERSION,
+            false => crate::format::FORMAT_VERSION,
+        };
+        TemplateDoc {
+            schema: crate::format::schema_doc::encode(&self.schema),
+            schema_version,
+            capacity: self.capacity,
+            segment_bytes: self.segment_bytes,
+            segment_slots: self.segment_slots.unwrap_or(0),
+            priorities: self.priorities.map(|p| (p.alpha, p.eps, p.arity)),
+            episodic: self.episodic,
+            whole_episodes: self.whole_episodes,
+            fragments: self.fragments,
+            heap_bytes: self.heap_bytes.unwrap_or(0),
+            chunk_bytes: self.chunk_bytes,
+            life: self.lifecycle.map(|l| LifeDoc {
+                max_use: l.max_use,
+                max_size: l.max_size,
+                policy: l.policy.map(|p| p as u32),
+                rate_limit: l.rate_limit.map(|r| {
+                    (
+                        r.min_size_to_sample,
+                        r.samples_per_insert,
+                        r.min_diff,
+                        r.max_diff,
+                    )
+                }),
+            }),
+        }
+    }
+
+    /// The configuration a group's template gives a new member; `file` names the file
+    /// it was read from in an error.
+    pub(crate) fn from_template(
+        t: &crate::format::group::TemplateDoc,
+        file: &std::path::Path,
+    ) -> Result<Config> {
+        use crate::format::lifecycle::{Policy, RateLimit};
+        let bad = |field: &str, got: String| Error::Corrupt {
+            file: file.to_path_buf(),
+            offset: 0,
+            field: format!("group template: {field}"),
+            expected: "a value this build writes".into(),
+            got,
+        };
+        let schema = crate::format::schema_doc::decode(&t.schema, t.schema_version)
+            .map_err(|e| bad("schema", e))?;
+        let policy = match t.life.as_ref().and_then(|l| l.policy) {
+            None => None,
+            Some(p) => Some(Policy::of(p).ok_or_else(|| bad("policy", p.to_string()))?),
+        };
+        Ok(Config {
+            schema,
+            capacity: t.capacity,
+            segment_bytes: t.segment_bytes,
+            segment_slots: (t.segment_slots != 0).then_some(t.segment_slots),
+            seed: None,
+            io: None,
+            priorities: t.priorities.map(|(alpha, eps, arity)| PriorityConfig {
+                alpha,
+                eps,
+                arity,
+            }),
+            episodic: t.episodic,
+            whole_episodes: t.whole_episodes,
+            fragments: t.fragments,
+            first_index: 0,
+            heap_bytes: (t.heap_bytes != 0).then_some(t.heap_bytes),
+            chunk_bytes: t.chunk_bytes,
+            lifecycle: t.life.as_ref().map(|l| LifeSettings {
+                max_use: l.max_use,
+                max_size: l.max_size,
+                policy,
+                rate_limit: l.rate_limit.map(|(min, spi, lo, hi)| RateLimit {
+                    min_size_to_sample: min,
+                    samples_per_insert: spi,
+                    min_diff: lo,
+                    max_diff: hi,
+                }),
+            }),
+        })
+    }
+}

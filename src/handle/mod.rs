@@ -20,7 +20,7 @@ mod writer;
 
 pub use config::{Config, Stats};
 pub use groups::GroupCount;
-pub use lanes::{Lane, Lanes, LanesState, PriorityLane};
+pub use lanes::{BufferGroup, GroupState, Lane, Lanes, LanesState, PriorityLane};
 pub use owner::PriorityOwner;
 pub use reader::Reader;
 pub use views::{EpisodeChunk, GetOptions};

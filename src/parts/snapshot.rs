@@ -284,6 +284,33 @@ pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("remove directory", dir, e))
 }
 
+/// Removes a whole buffer folder the engine made, snapshots included: each snapshot
+/// folder as [`remove_tree`] removes it, then `snapshots/`, then the rest. A group's
+/// member whose creation a kill cut short is removed so.
+pub(crate) fn remove_buffer(io: &dyn Io, dir: &Path) -> Result<()> {
+    let snaps = dir.join(SNAPSHOTS_DIR);
+    match io.kind(&snaps) {
+        Ok(Kind::Dir) => {
+            let entries = io
+                .list_dir(&snaps)
+                .map_err(|e| Error::io("read directory", &snaps, e))?;
+            for (name, kind) in entries {
+                let path = snaps.join(&name);
+                if kind != Kind::Dir {
+                    return Err(refused(path, "remove", kind, Kind::Dir));
+                }
+                remove_tree(io, &path)?;
+            }
+            io.remove_dir(&snaps)
+                .map_err(|e| Error::io("remove directory", &snaps, e))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(found) => return Err(refused(snaps, "remove", found, Kind::Dir)),
+        Err(e) => return Err(Error::io("inspect", &snaps, e)),
+    }
+    remove_tree(io, dir)
+}
+
 /// Whether snapshot `name` of the buffer in `dir` exists: a folder, which is its
 /// snapshot; nothing there, which is none; anything else is refused.
 pub(crate) fn exists(io: &dyn Io, dir: &Path, name: &str) -> Result<bool> {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::io::Io;
 use crate::error::{Error, Result};
+use crate::format::group::{self, GroupDoc};
 use crate::format::lanes::{self, LanesFile};
 use crate::format::manifest::{
     COMMIT_LEN, COMMIT_SLOT_OFFSET, Commit, EVICT_LEN, EVICT_OFFSET, Eviction, PAGE, SCHEMA_OFFSET,
@@ -219,6 +220,40 @@ pub fn read_lanes(io: &dyn Io, dir: &Path) -> Result<Option<LanesFile>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("read", &path, e)),
     }
+}
+
+/// Reads and checks the `GROUP` file of `dir`; `None` when there is none (not a group).
+pub fn read_group(io: &dyn Io, dir: &Path) -> Result<Option<GroupDoc>> {
+    let path = dir.join(group::FILE_NAME);
+    match io.read(&path) {
+        Ok(bytes) => GroupDoc::decode(&bytes)
+            .map(Some)
+            .map_err(|p| p.into_error(&path, "group file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", &path, e)),
+    }
+}
+
+/// Writes `GROUP` durably in place of the old one (a temporary name, fdatasync, a
+/// rename over it, an fsync of `dir`): a kill leaves the old file or the new.
+pub(crate) fn write_group(io: &dyn Io, dir: &Path, doc: &GroupDoc) -> Result<()> {
+    let tmp = dir.join("GROUP.tmp");
+    match io.remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &tmp, e)),
+    }
+    let f = io
+        .create_new(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    io.write_at(&f, 0, &doc.encode())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    io.sync_data(&f)
+        .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+    let path = dir.join(group::FILE_NAME);
+    io.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename", &path, e))?;
+    io.sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
 }
 
 /// Writes `LANES` durably under its final name (through a temporary name, then a

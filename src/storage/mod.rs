@@ -17,9 +17,9 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, Superblock};
 use crate::format::segment::{DATA_OFFSET, SegmentHeader};
 use io::{Access, Io};
-pub use manifest::{MANIFEST, Manifest, lane_dir, read_lanes};
+pub use manifest::{MANIFEST, Manifest, lane_dir, read_group, read_lanes};
 pub(crate) use manifest::{
-    MANIFEST_TMP, manifest_bytes, write_commit, write_eviction, write_lanes,
+    MANIFEST_TMP, manifest_bytes, write_commit, write_eviction, write_group, write_lanes,
 };
 use map::SegmentMap;
 

@@ -44,6 +44,7 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
                 "segments_checked": report.segments_checked,
                 "snapshots_checked": report.snapshots_checked,
                 "lanes": report.lanes,
+                "members": report.members,
                 "deep": deep,
             })
         );
@@ -61,9 +62,11 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
             } else {
                 "DAMAGED"
             },
-            report
-                .lanes
-                .map_or(String::new(), |n| format!("{n} lanes, ")),
+            match (&report.members, report.lanes) {
+                (Some(m), _) => format!("group of {} members {m:?}, ", m.len()),
+                (None, Some(n)) => format!("{n} lanes, "),
+                (None, None) => String::new(),
+            },
             report.segments_checked,
             report.items_checked,
             report.snapshots_checked,
@@ -101,9 +104,9 @@ fn items_to_check(dir: &Path, deep: bool) -> u64 {
         };
         live + snaps
     };
-    if dir
-        .join(replaystore::internal::format::lanes::FILE_NAME)
-        .exists()
+    let set = |name: &str| dir.join(name).exists();
+    if set(replaystore::internal::format::lanes::FILE_NAME)
+        || set(replaystore::internal::format::group::FILE_NAME)
     {
         (0..MAX_LANES)
             .map(|k| storage::lane_dir(dir, k))

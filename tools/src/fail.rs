@@ -135,6 +135,8 @@ pub fn engine_code(e: &Error) -> u8 {
         Error::InvalidConfig { .. }
         | Error::InvalidSchema(_)
         | Error::NoSuchLane { .. }
+        | Error::NoSuchMember { .. }
+        | Error::BadMember { .. }
         | Error::NoSuchSnapshot { .. }
         | Error::Empty
         | Error::NotPrioritized { .. }

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use replaystore::internal::PriorityInfo;
+use replaystore::internal::format::group::GroupDoc;
 use replaystore::internal::format::lanes::{LanesFile, first_index};
 use replaystore::internal::format::segment::hex;
 use replaystore::internal::storage;
@@ -218,6 +219,9 @@ fn print_priorities(p: &PriorityInfo) {
 pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failure> {
     if let Some(lanes) = storage::read_lanes(&OsIo, dir)? {
         return lanes_info(dir, &lanes, as_json);
+    }
+    if let Some(group) = storage::read_group(&OsIo, dir)? {
+        return group_info(dir, &group, as_json);
     }
     let info = inspect(dir)?;
     let groups = match by.is_empty() {
@@ -442,6 +446,73 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
         human(on_disk),
         human(data)
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A buffer group: each member by name, with its own schema, fill and counters.
+fn group_info(dir: &Path, doc: &GroupDoc, as_json: bool) -> Result<ExitCode, Failure> {
+    let mut members: Vec<_> = doc.members.iter().collect();
+    members.sort_by_key(|m| m.lane);
+    let infos = members
+        .iter()
+        .map(|m| inspect(storage::lane_dir(dir, m.lane)))
+        .collect::<Result<Vec<Info>, _>>()?;
+    if as_json {
+        let list: Vec<_> = members
+            .iter()
+            .zip(&infos)
+            .map(|(m, i)| {
+                let mut v = info_json(i);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("member".into(), m.name.clone().into());
+                    o.insert("lane".into(), m.lane.into());
+                    o.insert("first_index".into(), first_index(m.lane).into());
+                }
+                v
+            })
+            .collect();
+        say!(
+            "{:#}",
+            json!({
+                "dir": dir,
+                "uuid": hex(&doc.uuid),
+                "template": doc.template.is_some(),
+                "members": list,
+                "snapshots_before_members": doc.empty_snapshots,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!("group      {}", dir.display());
+    say!(
+        "uuid       {}  ({} members; {}; member K's indices start at K << 56)",
+        hex(&doc.uuid),
+        members.len(),
+        if doc.template.is_some() {
+            "a new member's first add creates it with the group's template"
+        } else {
+            "members are created with a config of their own"
+        }
+    );
+    for (m, i) in members.iter().zip(&infos) {
+        let fields: Vec<String> = (i.schema.fields().iter())
+            .map(|f| format!("{} {}{:?}", f.name(), f.dtype().name(), f.shape()))
+            .chain(
+                i.schema
+                    .var_fields()
+                    .iter()
+                    .map(|f| format!("{} {}", f.name(), f.kind().name())),
+            )
+            .collect();
+        say!(
+            "  {:<16} lane {:<3} {:>10} / {:<10} items  {}",
+            m.name,
+            m.lane,
+            i.len(),
+            i.capacity,
+            fields.join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -202,6 +202,9 @@ enum Command {
         /// Sample this snapshot instead of the live items.
         #[arg(long, value_name = "NAME")]
         snapshot: Option<String>,
+        /// For a buffer group: the member to draw from.
+        #[arg(long, value_name = "NAME")]
+        member: Option<String>,
         /// Only these fields (comma-separated).
         #[arg(long, value_name = "F1,F2")]
         fields: Option<String>,
@@ -266,12 +269,35 @@ struct Pick {
     /// For a lane set: only this lane (default: every lane, one after another).
     #[arg(long, value_name = "K")]
     lane: Option<u32>,
+    /// For a buffer group: this member (a group's members are read one at a time).
+    #[arg(long, value_name = "NAME", conflicts_with = "lane")]
+    member: Option<String>,
     /// Read this snapshot instead of the live items.
     #[arg(long, value_name = "NAME")]
     snapshot: Option<String>,
 }
 
 impl Pick {
+    /// The lane to read: `--lane`, or the lane of `--member` in the group in `dir`.
+    fn lane_in(&self, dir: &Path) -> Result<Option<u32>, Failure> {
+        let Some(name) = &self.member else {
+            return Ok(self.lane);
+        };
+        let io = replaystore::io::OsIo;
+        let group = replaystore::internal::storage::read_group(&io, dir)?;
+        let members = group.as_ref().map(|g| &g.members[..]).unwrap_or(&[]);
+        match members.iter().find(|m| &m.name == name) {
+            Some(m) => Ok(Some(m.lane)),
+            None => Err(replaystore::Error::NoSuchMember {
+                dir: dir.to_path_buf(),
+                name: name.clone(),
+                members: members.iter().map(|m| m.name.clone()).collect(),
+                creatable: true,
+            }
+            .into()),
+        }
+    }
+
     fn span(&self) -> Span {
         Span {
             last: self.last,
@@ -300,6 +326,7 @@ fn main() -> ExitCode {
             without_replacement,
             seed,
             snapshot,
+            member,
             fields,
             format,
         } => {
@@ -309,17 +336,55 @@ fn main() -> ExitCode {
                 without_replacement,
                 seed,
             };
-            sample(&dir, snapshot.as_deref(), &draw, fields.as_deref(), format)
+            let pick = Pick {
+                range: None,
+                last: None,
+                fields: None,
+                lane: None,
+                member,
+                snapshot: None,
+            };
+            // A group's member is a buffer of its own, in its lane's folder.
+            match replaystore::internal::storage::read_group(&replaystore::io::OsIo, &dir) {
+                Ok(Some(_)) => pick.lane_in(&dir).and_then(|lane| match lane {
+                    Some(k) => {
+                        let member = replaystore::internal::storage::lane_dir(&dir, k);
+                        let one = Some(member.as_path());
+                        sample(
+                            &dir,
+                            one,
+                            snapshot.as_deref(),
+                            &draw,
+                            fields.as_deref(),
+                            format,
+                        )
+                    }
+                    None => Err(Failure::Usage(
+                        "a group: name the member to draw from with --member".into(),
+                    )),
+                }),
+                Ok(None) => sample(
+                    &dir,
+                    None,
+                    snapshot.as_deref(),
+                    &draw,
+                    fields.as_deref(),
+                    format,
+                ),
+                Err(e) => Err(e.into()),
+            }
         }
-        Command::Export { dir, out, pick, to } => transfer::export(&transfer::ExportArgs {
-            dir: &dir,
-            out: &out,
-            snapshot: pick.snapshot.as_deref(),
-            lane: pick.lane,
-            span: pick.span(),
-            fields: pick.fields.as_deref(),
-            format: to,
-            quiet: false,
+        Command::Export { dir, out, pick, to } => pick.lane_in(&dir).and_then(|lane| {
+            transfer::export(&transfer::ExportArgs {
+                dir: &dir,
+                out: &out,
+                snapshot: pick.snapshot.as_deref(),
+                lane,
+                span: pick.span(),
+                fields: pick.fields.as_deref(),
+                format: to,
+                quiet: false,
+            })
         }),
         Command::Import {
             input,
@@ -361,7 +426,7 @@ fn main() -> ExitCode {
 const DUMP_CHUNK: u64 = 1024;
 
 fn dump(dir: &Path, pick: &Pick, format: Format, full: bool) -> Result<ExitCode, Failure> {
-    let mut source = Source::open(dir, pick.snapshot.as_deref(), pick.lane)?;
+    let mut source = Source::open(dir, pick.snapshot.as_deref(), pick.lane_in(dir)?)?;
     let runs = source.runs(&pick.span())?;
     let schema = source.schema().clone();
     let chosen = select_fields(&schema, pick.fields.as_deref())?;
@@ -386,8 +451,11 @@ struct Draw {
     seed: Option<u64>,
 }
 
+/// `replaystore sample`: a draw from the buffer or lane set in `dir`, or from the one
+/// buffer `member` (a group's member, whose indices are its lane's).
 fn sample(
     dir: &Path,
+    member: Option<&Path>,
     snapshot: Option<&str>,
     draw: &Draw,
     fields: Option<&str>,
@@ -419,9 +487,10 @@ fn sample(
         }};
     }
     // A buffer of one ring opens as a lane set of one lane.
-    let (schema, batch) = match snapshot {
-        Some(name) => draw_from!(Reader::open_snapshot(dir, name)?),
-        None => draw_from!(Lanes::open_reader(dir)?),
+    let (schema, batch) = match (snapshot, member) {
+        (Some(name), _) => draw_from!(Reader::open_snapshot(member.unwrap_or(dir), name)?),
+        (None, Some(one)) => draw_from!(Reader::open(one)?),
+        (None, None) => draw_from!(Lanes::open_reader(dir)?),
     };
     let chosen = select_fields(&schema, fields)?;
     let picked = chosen.fields(&schema);

@@ -97,6 +97,30 @@ impl Source {
             Some(name) => Reader::open_snapshot(d, name),
             None => Reader::open(d),
         };
+        if let Some(group) = storage::read_group(&OsIo, dir)? {
+            // A group's members differ in schema: one member at a time, by lane.
+            let Some(k) = lane else {
+                let names: Vec<&str> = group.members.iter().map(|m| m.name.as_str()).collect();
+                return Err(Error::InvalidConfig {
+                    field: "member",
+                    problem: format!(
+                        "{} is a group, read one member at a time: name one with --member \
+                         (members: {})",
+                        dir.display(),
+                        names.join(", ")
+                    ),
+                }
+                .into());
+            };
+            let reader = open(&storage::lane_dir(dir, k))?;
+            return Ok(Source {
+                schema: reader.schema().clone(),
+                parts: vec![Part {
+                    lane: Some(k),
+                    reader,
+                }],
+            });
+        }
         let Some(lanes) = storage::read_lanes(&OsIo, dir)? else {
             if let Some(k) = lane.filter(|&k| k != 0) {
                 return Err(Error::NoSuchLane {

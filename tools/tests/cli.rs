@@ -362,6 +362,110 @@ fn lane_sets_show_verify_dump_sample_and_export_lane_by_lane() {
 }
 
 #[test]
+fn groups_show_verify_dump_and_export_member_by_member() {
+    use replaystore::{BufferGroup, Column, Config, DType, Schema};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("g");
+    let dir_s = dir.to_str().unwrap();
+    let x = Schema::builder()
+        .field("x", DType::U32, &[])
+        .build()
+        .unwrap();
+    let mut group = BufferGroup::create(&dir, Some(Config::new(x, 50))).unwrap();
+    for r in 0..30u32 {
+        group
+            .add(
+                ["red", "blue"][(r % 2) as usize],
+                &[Column::scalar("x", &r)],
+            )
+            .unwrap();
+    }
+    let text_schema = Schema::builder()
+        .variable("say", replaystore::VarKind::Str, None)
+        .build()
+        .unwrap();
+    let critic = group
+        .add_member("critic", Some(Config::new(text_schema, 8)))
+        .unwrap();
+    critic.add(&[Column::text("say", "hello")]).unwrap();
+    group.close().unwrap();
+
+    let o = run(&["info", dir_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = (v["members"].as_array().unwrap().iter())
+        .map(|m| m["member"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["red", "blue", "critic"]);
+    assert_eq!(v["members"][1]["len"].as_u64(), Some(15));
+    assert_eq!(v["members"][2]["first_index"].as_u64(), Some(2 << 56));
+    let o = run(&["info", dir_s]);
+    assert!(
+        text(&o).contains("group") && text(&o).contains("critic"),
+        "{}",
+        text(&o)
+    );
+
+    let o = run(&["verify", dir_s, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["members"], serde_json::json!(["red", "blue", "critic"]));
+    assert_eq!(v["items_checked"].as_u64(), Some(31));
+
+    let o = run(&[
+        "dump", dir_s, "--member", "blue", "--range", "0..2", "--format", "csv",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let first = 1u64 << 56;
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("index,x\n{first},1\n{},3\n", first + 1)
+    );
+    let o = run(&["dump", dir_s, "--member", "critic", "--format", "jsonl"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("hello"),
+        "{}",
+        text(&o)
+    );
+    // A group is read one member at a time, named.
+    let o = run(&["dump", dir_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("critic"), "{}", text(&o));
+    let o = run(&["dump", dir_s, "--member", "green"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("green"), "{}", text(&o));
+    let o = run(&[
+        "sample", dir_s, "--member", "blue", "-n", "20", "--format", "csv",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let odd = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .skip(1)
+        .all(|l| l.split(',').nth(1).unwrap().parse::<u32>().unwrap() % 2 == 1);
+    assert!(odd, "{}", text(&o));
+    let o = run(&["sample", dir_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let npz = d.path().join("red.npz");
+    let o = run(&["export", dir_s, npz.to_str().unwrap(), "--member", "red"]);
+    assert!(text(&o).contains("exported 15 items"), "{}", text(&o));
+
+    // A member folder GROUP does not list: a note, not damage.
+    std::fs::create_dir(dir.join("lane-9")).unwrap();
+    let o = run(&["verify", dir_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("GROUP does not list"), "{}", text(&o));
+    std::fs::remove_dir(dir.join("lane-9")).unwrap();
+    // A damaged GROUP file is named.
+    let file = dir.join("GROUP");
+    let mut b = std::fs::read(&file).unwrap();
+    b[20] ^= 1;
+    std::fs::write(&file, b).unwrap();
+    let o = run(&["verify", dir_s]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("GROUP"), "{}", text(&o));
+}
+
+#[test]
 fn verify_deep_reads_the_items_snapshots_alone_hold() {
     use replaystore::Column;
     let d = tempfile::tempdir().unwrap();

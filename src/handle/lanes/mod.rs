@@ -10,10 +10,12 @@
 //! the distribution of `n` draws over all items at once. See docs/ARCHITECTURE.md,
 //! "Lanes".
 
+mod group;
 mod lane;
 mod split;
 mod state;
 
+pub use group::{BufferGroup, GroupState};
 pub use lane::{Lane, PriorityLane};
 use split::{split_by_mass, split_uniform};
 pub use state::LanesState;
@@ -365,6 +367,12 @@ impl<L: Lane> Lanes<L> {
             picked: Picked::default(),
             lane_picked: Picked::default(),
         })
+    }
+
+    /// One more lane, `lane` (its number the count so far): a group's new member.
+    fn push_lane(&mut self, lane: L) {
+        self.lanes.push(lane);
+        self.counts.push(0);
     }
 
     /// The buffer directory.
@@ -910,13 +918,14 @@ fn no_such_lane(dir: PathBuf, lane: u64, index: Option<u64>, lanes: usize) -> Er
 /// The lane folders of `dir` and their count: `lane-K/` after a `LANES` file, or `dir`
 /// itself for a buffer of one ring.
 fn lane_dirs(io: &IoRef, dir: &Path) -> Result<Vec<PathBuf>> {
-    match storage::read_lanes(&**io, dir)? {
-        Some(f) => Ok((0..f.lanes).map(|k| storage::lane_dir(dir, k)).collect()),
-        None => {
-            Manifest::load(&**io, dir)?;
-            Ok(vec![dir.to_path_buf()])
-        }
+    if let Some(f) = storage::read_lanes(&**io, dir)? {
+        return Ok((0..f.lanes).map(|k| storage::lane_dir(dir, k)).collect());
     }
+    if let Some(doc) = storage::read_group(&**io, dir)? {
+        return Ok(group::member_dirs(dir, &doc));
+    }
+    Manifest::load(&**io, dir)?;
+    Ok(vec![dir.to_path_buf()])
 }
 
 fn open_all<L: Lane>(

@@ -1,0 +1,103 @@
+"""Promise (issue 32, point 1): a BufferGroup keeps one buffer per policy (or player),
+each created by its first add, sampled on its own, all at once (RLlib's independent
+mode) or in lockstep, checkpointed as one (members created after a checkpoint come back
+empty), with one writer and any number of readers, which pickle as their path."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+
+SCHEMA = {"step": "int64", "obs": ("float32", (2,))}
+
+
+def add_steps(g, names, steps):
+    """Joint steps: member m's row of step t holds step=t, obs=[t, m]."""
+    for t in steps:
+        for m, name in enumerate(names):
+            g.add(name, step=t, obs=np.array([t, m], np.float32))
+
+
+@pytest.fixture
+def group(tmp_path):
+    g = rs.BufferGroup.create(str(tmp_path / "g"), SCHEMA, 64, seed=1)
+    yield g
+    g.close()
+
+
+def test_members_are_created_by_their_first_add_and_come_back(group, tmp_path):
+    add_steps(group, ["p0", "p1"], range(10))
+    group.add_batch("p2", {"step": np.arange(3), "obs": np.zeros((3, 2), np.float32)})
+    group.add_member("critic", {"v": "float32"}, 8, alpha=0.6)
+    group.add("critic", v=1.5)
+    assert group.members == ["p0", "p1", "p2", "critic"]
+    b = group.sample(16, "p1")
+    assert (b["obs"][:, 1] == 1).all() and (b["indices"] >> np.uint64(56) == 1).all()
+    each = group.sample(4)
+    assert sorted(each) == ["critic", "p0", "p1", "p2"]
+    assert all(len(v["indices"]) == 4 for v in each.values())
+    assert group.sample(2, "critic", beta=0.4)["v"].tolist() == [1.5, 1.5]
+    with pytest.raises(ValueError):
+        group.add_member("p0")  # the group has one
+    with pytest.raises(TypeError):
+        group.add_member("x", SCHEMA, 8, colour="red")
+    group.close()
+    again = rs.BufferGroup.open(str(tmp_path / "g"))
+    assert again.members == ["p0", "p1", "p2", "critic"]
+    assert again.member_len("p0") == 10
+    with pytest.raises(rs.LockedError):
+        rs.BufferGroup.open(str(tmp_path / "g"))
+    again.close()
+
+
+def test_without_a_template_an_unknown_member_is_a_key_error(tmp_path):
+    with rs.BufferGroup.create(str(tmp_path / "g")) as g:
+        with pytest.raises(KeyError):
+            g.add("p0", step=1, obs=np.zeros(2, np.float32))
+        g.add_member("p0", SCHEMA, 8)
+        g.add("p0", step=1, obs=np.zeros(2, np.float32))
+        with pytest.raises(KeyError):
+            g.sample(1, "p9")
+
+
+def test_lockstep_rows_are_joint_steps(group):
+    add_steps(group, ["a", "b", "c"], range(100))
+    add_steps(group, ["a", "b", "c", "late"], range(100, 110))
+    drawn = group.sample_lockstep(64, seed=3)
+    assert sorted(drawn) == ["a", "b", "c", "late"]
+    steps = [drawn[n]["step"] for n in ["a", "b", "c", "late"]]
+    assert all((s == steps[0]).all() for s in steps)
+    assert ((steps[0] >= 100) & (steps[0] < 110)).all()
+    assert (drawn["b"]["obs"][:, 1] == 1).all()
+
+
+def test_a_checkpoint_restores_every_member_and_empties_later_ones(group, tmp_path):
+    add_steps(group, ["a", "b"], range(5))
+    state = group.get_state("mid")
+    assert sorted(state["members"]) == ["a", "b"]
+    add_steps(group, ["a", "b", "c"], range(5, 9))
+    group.set_state(pickle.loads(pickle.dumps(state)))
+    assert [group.member_len(m) for m in ["a", "b", "c"]] == [5, 5, 0]
+    assert group.snapshots() == ["mid"]
+    assert group.keep_last(0) == ["mid"]
+    with pytest.raises(rs.Error):
+        group.set_state(state)
+
+
+def test_readers_pickle_as_their_path_and_see_new_members(group, tmp_path):
+    add_steps(group, ["a"], range(3))
+    reader = rs.BufferGroup.open(str(tmp_path / "g"), reader=True)
+    again = pickle.loads(pickle.dumps(reader))
+    assert again.members == ["a"]
+    with pytest.raises(TypeError):
+        pickle.dumps(group)
+    add_steps(group, ["a", "b"], range(3, 5))
+    reader.refresh()
+    assert reader.members == ["a", "b"]
+    assert set(reader.sample(16, "b")["step"].tolist()) <= {3, 4}
+    stats = reader.stats()
+    assert stats["a"]["len"] == 5 and stats["b"]["len"] == 2
+    with pytest.raises(rs.ReadOnlyError):
+        reader.add("a", step=9, obs=np.zeros(2, np.float32))
