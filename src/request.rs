@@ -25,6 +25,39 @@ pub enum Unit {
     Groups,
 }
 
+/// Where a relabeled transition's new goal comes from (hindsight experience replay):
+/// the goal reached at a step of the same episode, or of any episode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoalStrategy {
+    /// A step from the transition's own on, uniformly, up to the last one stored
+    /// (SB3 and Tianshou's default).
+    Future,
+    /// The last step stored of the transition's episode.
+    Final,
+    /// Any step stored of the transition's episode, uniformly.
+    Episode,
+    /// Any live row of the buffer, uniformly (cpprb's `"random"`).
+    Random,
+}
+
+/// Hindsight relabeling of transitions (HER): the first `round(fraction * n)`
+/// transitions of a draw get a new goal, the goal reached at a step the strategy picks
+/// (see [`Request::relabel`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Relabel<'a> {
+    /// The observation field holding the goal the policy was given (its "desired
+    /// goal"); it comes back replaced, in both `obs` and `next_<obs>`.
+    pub goal: &'a str,
+    /// The observation field holding the goal reached ("achieved goal"): same dtype and
+    /// shape as `goal`.
+    pub achieved: &'a str,
+    /// Where the new goal comes from.
+    pub strategy: GoalStrategy,
+    /// The fraction of each draw relabeled, in `0..=1`: SB3's `her_ratio`,
+    /// `k / (k + 1)` for `n_sampled_goal = k`.
+    pub fraction: f64,
+}
+
 /// How a draw picks its units.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pick<'a> {
@@ -111,6 +144,8 @@ pub struct Request<'a> {
     /// Fragments, uniformly: instead of `n`, distinct fragments in random order until
     /// their rows add up to at least this many (see [`Request::fragments_covering`]).
     pub covering: Option<u64>,
+    /// Transitions: hindsight relabeling of their goals (see [`Request::relabel`]).
+    pub relabel: Option<Relabel<'a>>,
 }
 
 impl<'a> Request<'a> {
@@ -139,6 +174,7 @@ impl<'a> Request<'a> {
             group_by: &[],
             unroll: 0,
             covering: None,
+            relabel: None,
         }
     }
 
@@ -374,6 +410,41 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// Relabels the goals of the first `round(relabel.fraction * n)` transitions of
+    /// the draw with goals reached in hindsight (HER; transitions of one step, without
+    /// stacking). Each comes back with its `goal` field (in `obs` and `next_<obs>`)
+    /// replaced by the `achieved` field of the row the strategy picks; `relabeled`
+    /// says which, and `goal_indices` which row the goal came from (a transition's own
+    /// step row when it keeps its goal). Rewards are the caller's to recompute for the
+    /// new goals (the Python package calls `compute_reward` once per batch).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, GoalStrategy, Relabel, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("achieved", DType::F32, &[])
+    ///     .field("desired", DType::F32, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// let no_goal = -1.0f32;
+    /// buf.add_reset(&[Column::scalar("achieved", &0.0f32), Column::scalar("desired", &no_goal)])?;
+    /// for t in 1..=10 {
+    ///     let reached = t as f32;
+    ///     let obs = [Column::scalar("achieved", &reached), Column::scalar("desired", &no_goal)];
+    ///     buf.add_step(&obs, t == 10, false)?;
+    /// }
+    /// let her = Relabel { goal: "desired", achieved: "achieved", strategy: GoalStrategy::Final, fraction: 1.0 };
+    /// let b = buf.sample(Request::transitions(8, &["achieved", "desired"]).relabel(her))?;
+    /// // Every goal is the one reached at the episode's last step.
+    /// assert!(b.get::<f32>("desired")?.iter().all(|&g| g == 10.0));
+    /// assert!(b.get::<bool>("relabeled")?.iter().all(|&r| r));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn relabel(mut self, relabel: Relabel<'a>) -> Request<'a> {
+        self.relabel = Some(relabel);
+        self
+    }
+
     /// Adds `burn_in` steps before the trained part (sequences).
     pub fn burn_in(mut self, burn_in: u64) -> Request<'a> {
         self.burn_in = burn_in;
@@ -435,6 +506,32 @@ impl<'a> Request<'a> {
             ];
             if let Some((option, _)) = options.iter().find(|o| o.1) {
                 return bad(format!("{option} is an option of transitions, not {name}"));
+            }
+        }
+        if let Some(r) = &self.relabel {
+            if unit != Unit::Transitions {
+                return bad(format!("relabel is an option of transitions, not {name}"));
+            }
+            if self.nstep != 1 || self.stack != 1 || self.window {
+                return bad(
+                    "relabel draws transitions of one step without stacking or windows: a \
+                     new goal changes every reward of an n-step return"
+                        .into(),
+                );
+            }
+            if !(0.0..=1.0).contains(&r.fraction) {
+                return bad(format!("relabel fraction {} is not in 0..=1", r.fraction));
+            }
+            for field in [r.goal, r.achieved] {
+                if !self.obs.contains(&field) {
+                    return bad(format!(
+                        "relabel field {field:?} is not one of the observation fields {:?}",
+                        self.obs
+                    ));
+                }
+            }
+            if r.goal == r.achieved {
+                return bad(format!("relabel goal and achieved are both {:?}", r.goal));
             }
         }
         if unit != Unit::Sequences && (self.len != 0 || self.burn_in != 0) {

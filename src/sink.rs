@@ -132,6 +132,8 @@ pub(crate) enum Own {
     Offsets,
     Episodes,
     NextOffsets,
+    Relabeled,
+    GoalIndices,
 }
 
 impl Own {
@@ -147,15 +149,17 @@ impl Own {
             Own::Offsets => "offsets",
             Own::Episodes => "episodes",
             Own::NextOffsets => "next_offsets",
+            Own::Relabeled => "relabeled",
+            Own::GoalIndices => "goal_indices",
         }
     }
 
     fn dtype(self) -> DType {
         match self {
-            Own::Indices | Own::Offsets | Own::Episodes => DType::U64,
+            Own::Indices | Own::Offsets | Own::Episodes | Own::GoalIndices => DType::U64,
             Own::Weights => DType::F32,
             Own::Returns | Own::Discounts => DType::F64,
-            Own::Terminated | Own::Truncated | Own::Mask => DType::Bool,
+            Own::Terminated | Own::Truncated | Own::Mask | Own::Relabeled => DType::Bool,
             Own::NextOffsets => DType::U32,
         }
     }
@@ -250,6 +254,10 @@ impl<'a> Layout<'a> {
                 }
                 if request.window && !seq {
                     out.push(own(Own::NextOffsets, units, None));
+                }
+                if request.relabel.is_some() {
+                    out.push(own(Own::Relabeled, units, None));
+                    out.push(own(Own::GoalIndices, units, None));
                 }
             }
             Unit::Episodes => {
@@ -477,9 +485,9 @@ pub(crate) struct Filled<'s> {
 }
 
 /// How many kinds of own arrays there are: one slot each in `Filled`.
-const OWN_KINDS: usize = 10;
+const OWN_KINDS: usize = 12;
 // `Own` is indexed by its discriminant: its last variant must take the last slot.
-const _: () = assert!(Own::NextOffsets as usize + 1 == OWN_KINDS);
+const _: () = assert!(Own::GoalIndices as usize + 1 == OWN_KINDS);
 
 impl<'s> Filled<'s> {
     /// Asks `sink` for the arrays of `layout` (after checking they fit in memory), checks

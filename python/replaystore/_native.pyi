@@ -274,8 +274,19 @@ class ReplayBuffer:
         gamma: float = 1.0,
         seed: Optional[int] = None,
         out: Optional[_Batch] = None,
+        goal: Optional[str] = None,
+        achieved: Optional[str] = None,
+        strategy: str = "future",
+        n_sampled_goal: int = 4,
+        compute_reward: Optional[Any] = None,
+        info: Optional[str] = None,
     ) -> _Batch:
-        """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ..."""
+        """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ...
+
+        With ``goal`` and ``achieved`` (observation fields), hindsight relabeling as
+        SB3's HerReplayBuffer: ``n_sampled_goal / (n_sampled_goal + 1)`` of the batch get
+        the goal reached at a step ``strategy`` picks (``relabeled``, ``goal_indices``),
+        and ``compute_reward(next_achieved, goal, info)`` their rewards."""
     def sample_sequences(
         self,
         n: int,
@@ -371,9 +382,16 @@ class Reader:
         gamma: float = 1.0,
         seed: Optional[int] = None,
         out: Optional[_Batch] = None,
+        goal: Optional[str] = None,
+        achieved: Optional[str] = None,
+        strategy: str = "future",
+        n_sampled_goal: int = 4,
+        compute_reward: Optional[Any] = None,
+        info: Optional[str] = None,
     ) -> _Batch:
-        """As ``ReplayBuffer.sample_transitions``: the same transitions for the same seed
-        and rows; one the writer overwrites mid-copy is drawn again, never served mixed."""
+        """As ``ReplayBuffer.sample_transitions`` (relabeling too): the same transitions
+        for the same seed and rows; one the writer overwrites mid-copy is drawn again,
+        never served mixed."""
     def sample_sequences(
         self,
         n: int,

@@ -745,7 +745,7 @@ impl PyBuffer {
     /// `returns` and bootstraps from the observation `n` steps on (`discounts` is
     /// `gamma**k`, 0 after a termination). Also `terminated`, `truncated`, `indices`
     /// (the rows ending each transition's first step) and `weights` by priority.
-    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None))]
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a transitions Request"
@@ -761,7 +761,21 @@ impl PyBuffer {
         gamma: f64,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
+        goal: Option<String>,
+        achieved: Option<String>,
+        strategy: &str,
+        n_sampled_goal: u64,
+        compute_reward: Option<Py<PyAny>>,
+        info: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let her = Her::of(
+            goal,
+            achieved,
+            strategy,
+            n_sampled_goal,
+            compute_reward,
+            info,
+        )?;
         let obs = names(obs)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -769,12 +783,18 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma));
-        draw(
+        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
+        let d = draw(
             py,
             out,
             |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        )?;
+        // The user's reward function runs with the GIL, after the handle's lock.
+        drop(held);
+        if let Some(h) = &her {
+            h.rewards(py, &d)?;
+        }
+        Ok(d)
     }
 
     /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a

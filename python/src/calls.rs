@@ -459,13 +459,111 @@ pub(crate) fn transitions<'a>(
     obs: &'a [&'a str],
     beta: Option<f64>,
     (stack, nstep, gamma): (u64, u64, f64),
+    her: Option<&'a Her>,
 ) -> Request<'a> {
-    let request = Request::transitions(n, obs)
+    let mut request = Request::transitions(n, obs)
         .stack(stack)
         .nstep(nstep, gamma);
+    if let Some(h) = her {
+        request = request.relabel(h.relabel());
+    }
     match beta {
         Some(b) => request.prioritized(b),
         None => request,
+    }
+}
+
+/// Hindsight relabeling as `sample_transitions(..., goal=, achieved=, strategy=,
+/// n_sampled_goal=, compute_reward=, info=)` asks for it (SB3's `HerReplayBuffer`
+/// arguments): which fields, where new goals come from, the fraction `k / (k + 1)`,
+/// and the function that gives the relabeled transitions their rewards.
+pub(crate) struct Her {
+    goal: String,
+    achieved: String,
+    strategy: replaystore::GoalStrategy,
+    fraction: f64,
+    compute_reward: Option<Py<PyAny>>,
+    info: Option<String>,
+}
+
+impl Her {
+    /// The keywords, or `None` without `goal`; `achieved` must come with it.
+    pub(crate) fn of(
+        goal: Option<String>,
+        achieved: Option<String>,
+        strategy: &str,
+        n_sampled_goal: u64,
+        compute_reward: Option<Py<PyAny>>,
+        info: Option<String>,
+    ) -> PyResult<Option<Her>> {
+        use replaystore::GoalStrategy as G;
+        let (goal, achieved) = match (goal, achieved) {
+            (Some(g), Some(a)) => (g, a),
+            (None, None) if compute_reward.is_none() => return Ok(None),
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "relabeling needs goal= and achieved= (the desired and achieved goal \
+                     fields); compute_reward= needs them too",
+                ));
+            }
+        };
+        let strategy = match strategy {
+            "future" => G::Future,
+            "final" => G::Final,
+            "episode" => G::Episode,
+            "random" => G::Random,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "strategy={other:?}: expected \"future\", \"final\", \"episode\" or \"random\""
+                )));
+            }
+        };
+        let k = n_sampled_goal as f64;
+        Ok(Some(Her {
+            goal,
+            achieved,
+            strategy,
+            fraction: k / (k + 1.0),
+            compute_reward,
+            info,
+        }))
+    }
+
+    fn relabel(&self) -> replaystore::Relabel<'_> {
+        replaystore::Relabel {
+            goal: &self.goal,
+            achieved: &self.achieved,
+            strategy: self.strategy,
+            fraction: self.fraction,
+        }
+    }
+
+    /// Calls `compute_reward(next_<achieved>, <goal>, info)` once for the relabeled
+    /// rows of draw `d` and writes what it returns into their `reward` (if the schema
+    /// has one) and `returns`.
+    pub(crate) fn rewards(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        let Some(f) = &self.compute_reward else {
+            return Ok(());
+        };
+        let item = |k: &str| {
+            d.get_item(k)?
+                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(k.to_owned()))
+        };
+        let rel = item("relabeled")?;
+        let pick = |k: &str| item(k)?.get_item(&rel);
+        let info = match &self.info {
+            Some(name) => pick(name)?,
+            None => py.None().into_bound(py),
+        };
+        let achieved = pick(&format!("next_{}", self.achieved))?;
+        let goal = pick(&self.goal)?;
+        let r = f.bind(py).call1((achieved, goal, info))?;
+        for key in ["reward", "returns"] {
+            if let Some(a) = d.get_item(key)? {
+                a.set_item(&rel, &r)?;
+            }
+        }
+        Ok(())
     }
 }
 

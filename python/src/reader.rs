@@ -160,7 +160,7 @@ impl PyReader {
     /// does and with its arrays: the same transitions for the same seed and rows. A
     /// transition whose rows the writer overwrites while they are copied is drawn
     /// again; one is never returned with rows of two episodes.
-    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None))]
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a transitions Request"
@@ -176,11 +176,29 @@ impl PyReader {
         gamma: f64,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
+        goal: Option<String>,
+        achieved: Option<String>,
+        strategy: &str,
+        n_sampled_goal: u64,
+        compute_reward: Option<Py<PyAny>>,
+        info: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let her = Her::of(
+            goal,
+            achieved,
+            strategy,
+            n_sampled_goal,
+            compute_reward,
+            info,
+        )?;
         let obs = names(obs)?;
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma));
-        self.draw_units(py, request, seed, (out, "list", 0.0))
+        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
+        let d = self.draw_units(py, request, seed, (out, "list", 0.0))?;
+        if let Some(h) = &her {
+            h.rewards(py, &d)?;
+        }
+        Ok(d)
     }
 
     /// Draws `n` sequences with burn-in, as `ReplayBuffer.sample_sequences` does.

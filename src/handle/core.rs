@@ -75,6 +75,9 @@ pub(crate) struct UnitArrays {
     pub truncated: Vec<bool>,
     pub next_offsets: Vec<u32>,
     pub mask: Vec<bool>,
+    /// Transitions relabeled in hindsight, and the row each one's goal came from.
+    pub relabeled: Vec<bool>,
+    pub goal_indices: Vec<u64>,
 }
 
 impl UnitArrays {
@@ -88,6 +91,8 @@ impl UnitArrays {
         self.truncated.clear();
         self.next_offsets.clear();
         self.mask.clear();
+        self.relabeled.clear();
+        self.goal_indices.clear();
     }
 
     /// Forgets the last sequence pushed (its `positions` masks and end flags): the

@@ -9,11 +9,12 @@ use rand::RngExt;
 use super::core::UnitArrays;
 use super::draws_units::DrawsUnits;
 use crate::algo::windows::End;
+use crate::algo::windows::Span;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::row::EPISODE_OFF;
 use crate::parts::priorities::PrioritySpec;
-use crate::request::Request;
+use crate::request::{GoalStrategy, Relabel, Request};
 use crate::sink::{Filled, Own, Sink, obs_mask};
 use crate::storage::map::{Found, RowRun};
 
@@ -77,6 +78,9 @@ pub(super) fn sample_transitions<H: DrawsUnits + ?Sized>(
         return Err(Error::InvalidSample("stack must be at least 1".into()));
     }
     let is_obs = obs_mask(&h.rows().schema, request.obs)?;
+    if let Some(r) = &request.relabel {
+        goal_fields(&h.rows().schema, r)?;
+    }
     if h.rows().tail - h.rows().head < 2 {
         return Err(Error::Empty);
     }
@@ -93,6 +97,8 @@ pub(super) fn sample_transitions<H: DrawsUnits + ?Sized>(
         f.put(Own::Terminated, bytemuck::cast_slice(&out.terminated));
         f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
         f.put(Own::NextOffsets, bytemuck::cast_slice(&out.next_offsets));
+        f.put(Own::Relabeled, bytemuck::cast_slice(&out.relabeled));
+        f.put(Own::GoalIndices, bytemuck::cast_slice(&out.goal_indices));
     }
     drop(f);
     *h.unit_scratch() = out;
@@ -111,6 +117,7 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
     let mut tries = 0usize;
     let mut candidates = Vec::with_capacity(n);
     let mut drawn_weights = Vec::new();
+    let mut goal_draws = Vec::new();
     while out.indices.len() < n {
         let need = n - out.indices.len();
         tries += need;
@@ -134,9 +141,19 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
             let live = rows.head + 1..rows.tail;
             candidates.extend((0..need).map(|_| rows.draws.rng.random_range(live.clone())));
         }
-        if let Some((index, found)) =
-            read_transitions(h, request, is_obs, &candidates, &drawn_weights, f, out)?
-        {
+        // One number per candidate places its new goal (drawn only when asked, so
+        // draws without relabeling keep their stream).
+        goal_draws.clear();
+        if request.relabel.is_some() {
+            let rng = &mut h.rows_mut().draws.rng;
+            goal_draws.extend((0..need).map(|_| rng.random::<u64>()));
+        }
+        let drawn = Drawn {
+            candidates: &candidates,
+            weights: &drawn_weights,
+            goals: &goal_draws,
+        };
+        if let Some((index, found)) = read_transitions(h, request, is_obs, &drawn, f, out)? {
             // The candidates after the lost one are drawn again with the rest.
             h.unit_lost(index, found)?;
         }
@@ -157,11 +174,11 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
     h: &H,
     spec: &Request<'_>,
     is_obs: &[bool],
-    candidates: &[u64],
-    drawn_weights: &[f32],
+    drawn: &Drawn<'_>,
     f: &mut Filled<'_>,
     out: &mut UnitArrays,
 ) -> Result<Option<(u64, Found)>> {
+    let (candidates, drawn_weights) = (drawn.candidates, drawn.weights);
     let all = h.rows();
     let (head, tail, k, nstep) = (all.head, all.tail, spec.stack, spec.nstep);
     let rows = all.ring.reader(all.live_rows());
@@ -178,6 +195,16 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
             .collect()
     };
     let (obs_fields, step_fields) = (fields(true), fields(false));
+    // Relabeling: the achieved goal's bytes in a row, copied to the goal's arrays.
+    let relabel = match &spec.relabel {
+        Some(r) => {
+            let (goal, achieved) = goal_fields(&all.schema, r)?;
+            let &(off, len) = layout.fields.get(achieved).unwrap_or(&(0, 0));
+            let relabeled = (r.fraction * spec.n as f64).round() as usize;
+            Some((r.strategy, [(off, len, goal)], relabeled))
+        }
+        None => None,
+    };
     // In window mode the observation arrays are the windows, and there are no next
     // observations.
     let (step_outs, obs_outs, next_outs) = (&mut f.row, &mut f.obs, &mut f.next);
@@ -263,6 +290,27 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
             Ok(g) => g,
             Err(lost) => return Ok(Some(lost)),
         };
+        if let Some((strategy, achieved, relabeled)) = &relabel {
+            let (goal_row, relabel_this) = match i < *relabeled {
+                true => {
+                    let draw = drawn.goals.get(c).copied().unwrap_or(0);
+                    (goal_row(*strategy, draw, j, &span, (head, tail)), true)
+                }
+                false => (j, false),
+            };
+            if relabel_this {
+                // The goal reached at that row becomes the goal of both observations.
+                let goal = rows.run(goal_row, 1).checked(|run| {
+                    run.copy(goal_row, achieved, obs_outs, i);
+                    run.copy(goal_row, achieved, next_outs, i);
+                });
+                if let Err(lost) = goal {
+                    return Ok(Some(lost));
+                }
+            }
+            out.relabeled.push(relabel_this);
+            out.goal_indices.push(goal_row);
+        }
         out.indices.push(j);
         if let Some(&w) = drawn_weights.get(c) {
             out.weights.push(w);
@@ -279,4 +327,60 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
         }
     }
     Ok(None)
+}
+
+/// What a round of a transition draw picked: step rows, their weights (by priority),
+/// and one number per row placing its new goal (relabeling).
+struct Drawn<'a> {
+    candidates: &'a [u64],
+    weights: &'a [f32],
+    goals: &'a [u64],
+}
+
+/// The schema positions of a relabeling's goal and achieved-goal fields, which must be
+/// alike (same dtype and shape).
+fn goal_fields(schema: &crate::schema::Schema, r: &Relabel<'_>) -> Result<(usize, usize)> {
+    let find = |name: &str| {
+        schema.position(name).ok_or_else(|| {
+            Error::InvalidSample(format!(
+                "relabel field {name:?} is not a fixed field of the schema"
+            ))
+        })
+    };
+    let (goal, achieved) = (find(r.goal)?, find(r.achieved)?);
+    match (schema.fields().get(goal), schema.fields().get(achieved)) {
+        (Some(g), Some(a)) if g.dtype() == a.dtype() && g.shape() == a.shape() => {
+            Ok((goal, achieved))
+        }
+        (Some(g), Some(a)) => Err(Error::InvalidSample(format!(
+            "relabel fields differ: {:?} is {} {:?}, {:?} is {} {:?}",
+            g.name(),
+            g.dtype().name(),
+            g.shape(),
+            a.name(),
+            a.dtype().name(),
+            a.shape()
+        ))),
+        _ => Err(Error::InvalidSample("relabel fields not found".into())),
+    }
+}
+
+/// The row whose achieved goal becomes the new goal of the transition ending at step
+/// row `j` of the episode `span` holds, placed by `draw` (uniform over the choices):
+/// `Future` a step row from `j` to the last stored, `Final` the last stored, `Episode`
+/// any stored step row of the episode, `Random` any live row `head..tail`.
+fn goal_row(
+    strategy: GoalStrategy,
+    draw: u64,
+    j: u64,
+    span: &Span,
+    (head, tail): (u64, u64),
+) -> u64 {
+    let pick = |lo: u64, hi: u64| lo + draw % (hi - lo + 1);
+    match strategy {
+        GoalStrategy::Future => pick(j, span.last),
+        GoalStrategy::Final => span.last,
+        GoalStrategy::Episode => pick((span.start + 1).max(span.first), span.last),
+        GoalStrategy::Random => pick(head, tail - 1),
+    }
 }
