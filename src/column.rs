@@ -182,6 +182,42 @@ impl<'a> Column<'a> {
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
+
+    /// Rows of a batch column: its first dimension (a variable-length column's values).
+    pub fn batch_rows(&self) -> usize {
+        match self.var {
+            Var::No => self.shape().first().copied().unwrap_or(1),
+            _ => self.rows().unwrap_or(0),
+        }
+    }
+
+    /// Row `r` of a batch column (`[rows, field shape...]`), as `add` takes one item;
+    /// `None` past the last row.
+    ///
+    /// ```
+    /// use replaystore::Column;
+    /// let batch = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+    /// let c = Column::new("obs", &batch).with_shape(&[3, 2]);
+    /// let row = c.row(1).unwrap();
+    /// assert_eq!((row.shape(), row.bytes()), (&[2][..], bytemuck::cast_slice(&batch[2..4])));
+    /// assert!(c.row(3).is_none());
+    /// ```
+    pub fn row(&self, r: usize) -> Option<Column<'a>> {
+        if r >= self.batch_rows() {
+            return None;
+        }
+        if self.var != Var::No {
+            return Some(Column {
+                bytes: self.value_of(r),
+                var: Var::One,
+                ..*self
+            });
+        }
+        let inner = self.shape().get(1..).unwrap_or(&[]);
+        let size = inner.iter().product::<usize>() * self.dtype.size();
+        let bytes = self.bytes.get(r * size..(r + 1) * size)?;
+        Some(Column::from_bytes(self.name, self.dtype, inner, bytes))
+    }
 }
 
 /// Where each field's name was last seen: (address, length) of the caller's `&str`.

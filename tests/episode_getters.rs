@@ -179,7 +179,8 @@ fn rllib_lookback_examples_through_cut() {
         EpisodeChunk {
             id,
             t0: 3,
-            lookback: 3
+            lookback: 3,
+            steps: None,
         }
     );
     // Just cut: one observation (the newest, ts = 0), no actions yet.
@@ -269,6 +270,7 @@ fn lookbacks_stop_at_the_episode_start_and_the_ring_head() {
         id,
         t0: 1,
         lookback: 0,
+        steps: None,
     };
     let err = buf
         .get_observations(&old, "obs", &Indices::All, plain())
@@ -300,4 +302,78 @@ fn lookbacks_stop_at_the_episode_start_and_the_ring_head() {
         .get_steps(&live, "nope", &Indices::All, plain())
         .unwrap_err();
     assert!(matches!(err, Error::UnknownField { .. }), "{err}");
+}
+
+/// Promise (issue 32, point 4): a whole episode added in one call reads back as added
+/// step by step, and RLlib's `slice` gives a chunk of steps `start..stop` with its
+/// observations (one more) and a lookback before it.
+#[test]
+fn add_episode_and_slice_read_as_rllib_documents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create(&tmp.path().join("b"), 100);
+    let obs = [0i64, 1, 2, 3, 4, 5];
+    let actions = [1i64, 2, 3, 4, 5];
+    let rewards = [0.1f32, 0.2, 0.3, 0.4, 0.5];
+    let e = buf
+        .add_episode(
+            &[Column::new("obs", &obs)],
+            &[
+                Column::new("action", &actions),
+                Column::new("reward", &rewards),
+            ],
+            false,
+            true,
+        )
+        .unwrap();
+    assert_eq!((e.rows, e.steps()), (6, 5));
+    assert_eq!(e.end, Some(replaystore::End::Truncated));
+    let whole = buf.episode_chunk(e.id).unwrap();
+    let get = |c: &EpisodeChunk, field: &str, i: Indices, o: GetOptions| {
+        let a = if field == "obs" {
+            buf.get_observations(c, field, &i, o)
+        } else {
+            buf.get_steps(c, field, &i, o)
+        };
+        a.unwrap().as_slice::<i64>().unwrap().to_vec()
+    };
+    assert_eq!(get(&whole, "obs", Indices::All, plain()), obs);
+    assert_eq!(get(&whole, "action", Indices::All, plain()), actions);
+    // episode.slice(slice(1, 3)): observations 1..=3, actions of steps 1 and 2.
+    let s = buf.slice(&whole, 1, Some(3), 0).unwrap();
+    assert_eq!(get(&s, "obs", Indices::All, plain()), [1, 2, 3]);
+    assert_eq!(get(&s, "action", Indices::All, plain()), [2, 3]);
+    assert_eq!(get(&s, "obs", Indices::At(-1), plain()), [3]);
+    // With a lookback of one: entry -1 before ts = 0 is the observation before it.
+    let s = buf.slice(&whole, 1, Some(3), 1).unwrap();
+    assert_eq!(get(&s, "obs", Indices::At(-1), lookback()), [0]);
+    assert_eq!(get(&s, "action", Indices::At(-1), lookback()), [1]);
+    // Past its end a slice reads as fill says, or not at all.
+    assert_eq!(
+        get(&s, "action", Indices::List(vec![0, 5]), fill(-7.0)),
+        [2, -7]
+    );
+    assert!(
+        buf.get_steps(&s, "action", &Indices::At(5), plain())
+            .is_err()
+    );
+    // A slice of a slice counts from its own ts = 0; a stop past the end is the end.
+    let s2 = buf.slice(&s, 1, Some(99), 0).unwrap();
+    assert_eq!(get(&s2, "obs", Indices::All, plain()), [2, 3]);
+    // Rows that do not match: refused before anything is added.
+    let len = buf.len();
+    let short = [1i64, 2];
+    let refused = buf.add_episode(
+        &[Column::new("obs", &obs)],
+        &[
+            Column::new("action", &short),
+            Column::new("reward", &rewards),
+        ],
+        false,
+        false,
+    );
+    assert!(
+        matches!(refused, Err(Error::ShapeMismatch { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(buf.len(), len);
 }

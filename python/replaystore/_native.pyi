@@ -259,6 +259,21 @@ class ReplayBuffer:
         """Episodes with a live row, oldest first."""
     def unfinished_episodes(self) -> List[Dict[str, Any]]:
         """Episodes not ended yet."""
+    def get_episode(
+        self, id: int, *, obs: str = "obs", action: str = "action", reward: str = "reward",
+        info: str = "info",
+    ) -> "Episode":
+        """Episode ``id`` as a view with RLlib's ``SingleAgentEpisode`` getters."""
+    def iter_episodes(
+        self, *, obs: str = "obs", action: str = "action", reward: str = "reward",
+        info: str = "info",
+    ) -> List["Episode"]:
+        """Every episode with a live row, oldest first, as views."""
+    def add_episode(
+        self, batch: Mapping[str, Any], *, terminated: bool = False, truncated: bool = False
+    ) -> Dict[str, Any]:
+        """A whole episode in one call: observation fields with one row more than the
+        step fields (the reset's, then each step's)."""
     def prev(self, indices: Union[int, npt.ArrayLike]) -> Any:
         """The step before each index in its episode (an episode's first stays put)."""
     def next(self, indices: Union[int, npt.ArrayLike]) -> Any:
@@ -335,6 +350,46 @@ class ReplayBuffer:
     def __len__(self) -> int: ...
     def __enter__(self) -> "ReplayBuffer": ...
     def __exit__(self, *args: Any) -> bool: ...
+
+class Episode:
+    """One stored episode (or a chunk: ``cut``, ``slice``) read as RLlib's
+    ``SingleAgentEpisode``: observation ``k`` is the ``k``-th, step entry ``k`` what the
+    step at observation ``k`` stored. Reads the buffer's rows on each call."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def t_started(self) -> int: ...
+    @property
+    def is_done(self) -> bool: ...
+    @property
+    def is_terminated(self) -> bool: ...
+    @property
+    def is_truncated(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def get_observations(
+        self, indices: Any = None, *, neg_index_as_lookback: bool = False,
+        fill: Optional[float] = None, field: Optional[str] = None,
+    ) -> Any: ...
+    def get_actions(
+        self, indices: Any = None, *, neg_index_as_lookback: bool = False,
+        fill: Optional[float] = None, one_hot_discrete: Optional[int] = None,
+    ) -> Any: ...
+    def get_rewards(
+        self, indices: Any = None, *, neg_index_as_lookback: bool = False,
+        fill: Optional[float] = None,
+    ) -> Any: ...
+    def get_infos(
+        self, indices: Any = None, *, neg_index_as_lookback: bool = False,
+        fill: Optional[float] = None,
+    ) -> Any: ...
+    def get_extra_model_outputs(
+        self, key: str, indices: Any = None, *, neg_index_as_lookback: bool = False,
+        fill: Optional[float] = None,
+    ) -> Any: ...
+    def cut(self, len_lookback_buffer: int = 0) -> "Episode": ...
+    def slice(self, slice: slice, len_lookback_buffer: int = 0) -> "Episode": ...
+    def to_numpy(self) -> Dict[str, npt.NDArray[Any]]: ...
 
 class Reader:
     """A read-only view of a buffer another process writes: no lock, nothing written.

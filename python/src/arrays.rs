@@ -375,6 +375,22 @@ impl Owned {
     }
 }
 
+/// An engine array (an episode getter's entries) as a NumPy array of its dtype and
+/// shape (one copy, into memory NumPy owns).
+pub fn numpy_of<'py>(py: Python<'py>, a: &replaystore::FieldArray) -> PyResult<Bound<'py, PyAny>> {
+    let elements = a.shape().iter().product::<usize>();
+    let mut owned = Owned::zeroed(a.dtype(), elements);
+    let out = owned.bytes();
+    if let Some(dst) = out.get_mut(..a.bytes().len()) {
+        dst.copy_from_slice(a.bytes());
+    }
+    let arr = owned.into_array(py, IxDyn(&a.shape()))?;
+    match a.dtype() {
+        DType::Bool => arr.call_method1("view", (numpy::dtype::<bool>(py),)),
+        _ => Ok(arr),
+    }
+}
+
 /// `array`'s shape as NumPy gets it. IxDyn keeps up to four dimensions inline, and the
 /// dimensions are gathered on the stack: no allocation per array and draw (a shape of
 /// more dimensions than the buffer below takes one).

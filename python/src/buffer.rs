@@ -159,6 +159,72 @@ fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
 }
 
 impl PyBuffer {
+    /// Episode `id`'s record.
+    pub(crate) fn episode_by_id(
+        &self,
+        py: Python<'_>,
+        id: u64,
+    ) -> PyResult<replaystore::EpisodeInfo> {
+        let mut held = self.inner.lock(py);
+        either!(open_buf(&mut held)?, b => b.episode_by_id(id)).map_err(to_py)
+    }
+
+    /// Entries of `field` of `chunk`: step entries with `steps`, else observations.
+    pub(crate) fn episode_entries(
+        &self,
+        py: Python<'_>,
+        chunk: &replaystore::EpisodeChunk,
+        steps: bool,
+        field: &str,
+        indices: &replaystore::Indices,
+        options: replaystore::GetOptions,
+    ) -> PyResult<replaystore::FieldArray> {
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        py.detach(|| match steps {
+            true => either!(buf, b => b.get_steps(chunk, field, indices, options)),
+            false => either!(buf, b => b.get_observations(chunk, field, indices, options)),
+        })
+        .map_err(to_py)
+    }
+
+    /// RLlib's `cut` of `chunk`.
+    pub(crate) fn episode_cut(
+        &self,
+        py: Python<'_>,
+        chunk: &replaystore::EpisodeChunk,
+        lookback: u64,
+    ) -> PyResult<replaystore::EpisodeChunk> {
+        let mut held = self.inner.lock(py);
+        either!(open_buf(&mut held)?, b => b.cut(chunk, lookback)).map_err(to_py)
+    }
+
+    /// RLlib's `slice` of `chunk`: steps `start..stop` with `lookback` entries before.
+    pub(crate) fn episode_slice(
+        &self,
+        py: Python<'_>,
+        chunk: &replaystore::EpisodeChunk,
+        (start, stop): (u64, Option<u64>),
+        lookback: u64,
+    ) -> PyResult<replaystore::EpisodeChunk> {
+        let mut held = self.inner.lock(py);
+        either!(open_buf(&mut held)?, b => b.slice(chunk, start, stop, lookback)).map_err(to_py)
+    }
+
+    /// Each fixed field's name, and whether it is an observation (named `obs`, or a
+    /// key of a dict observation `obs.<key>`).
+    pub(crate) fn field_kinds(&self, _py: Python<'_>, obs: &str) -> PyResult<Vec<(String, bool)>> {
+        let prefix = format!("{obs}.");
+        Ok((self.schema.fields().iter())
+            .map(|f| {
+                (
+                    f.name().to_owned(),
+                    f.name() == obs || f.name().starts_with(&prefix),
+                )
+            })
+            .collect())
+    }
+
     /// The Python handle of an engine handle (created, opened, or a lane of `Lanes`).
     pub(crate) fn of(handle: Handle) -> PyBuffer {
         let schema = handle.schema().clone();
@@ -697,6 +763,84 @@ impl PyBuffer {
     fn episode<'py>(&self, py: Python<'py>, index: u64) -> PyResult<Bound<'py, PyDict>> {
         let e = open_buf(&mut self.inner.lock(py))?
             .episode(index)
+            .map_err(to_py)?;
+        units::episode_dict(py, &e)
+    }
+
+    /// Episode `id` as a view with RLlib's `SingleAgentEpisode` getters
+    /// (`get_observations`, `get_actions`, ...), reading fields `obs`, `action`,
+    /// `reward` and `info`.
+    #[pyo3(signature = (id, *, obs="obs", action="action", reward="reward", info="info"))]
+    fn get_episode(
+        slf: &Bound<'_, Self>,
+        id: u64,
+        obs: &str,
+        action: &str,
+        reward: &str,
+        info: &str,
+    ) -> PyResult<crate::episode::PyEpisode> {
+        let py = slf.py();
+        let chunk = {
+            let mut held = slf.get().inner.lock(py);
+            either!(open_buf(&mut held)?, b => b.episode_chunk(id)).map_err(to_py)?
+        };
+        let names = [obs, action, reward, info].map(str::to_owned);
+        Ok(crate::episode::PyEpisode::new(
+            slf.clone().unbind(),
+            chunk,
+            names,
+        ))
+    }
+
+    /// Every episode with a live row, oldest first, as views (see `get_episode`).
+    #[pyo3(signature = (*, obs="obs", action="action", reward="reward", info="info"))]
+    fn iter_episodes<'py>(
+        slf: &Bound<'py, Self>,
+        obs: &str,
+        action: &str,
+        reward: &str,
+        info: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = slf.py();
+        let chunks = {
+            let mut held = slf.get().inner.lock(py);
+            let buf = open_buf(&mut held)?;
+            let list = buf.episodes().map_err(to_py)?;
+            list.iter()
+                .map(|e| either!(&*buf, b => b.episode_chunk(e.id)))
+                .collect::<replaystore::Result<Vec<_>>>()
+                .map_err(to_py)?
+        };
+        let names = [obs, action, reward, info].map(str::to_owned);
+        crate::episode::views(py, slf, chunks, names)
+    }
+
+    /// Adds a whole episode in one call (how RLlib's new stack and UnstableBaselines
+    /// add data): `batch` maps each field to its rows, the observation fields with one
+    /// row more than the others (what `env.reset()` returned, then each step's), every
+    /// other field one row per step. Ends it terminated or truncated as said. Returns
+    /// its record (as `episode` describes it).
+    #[pyo3(signature = (batch, *, terminated=false, truncated=false))]
+    fn add_episode<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyDict>,
+        terminated: bool,
+        truncated: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let inputs = inputs(&self.schema, batch, false)?;
+        let var = var_inputs(&self.schema, batch, false)?;
+        let cols = columns(&inputs, &var)?;
+        let most = cols
+            .iter()
+            .map(replaystore::Column::batch_rows)
+            .max()
+            .unwrap_or(0);
+        let (obs, steps): (Vec<_>, Vec<_>) = cols.into_iter().partition(|c| c.batch_rows() == most);
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        let e = py
+            .detach(|| either!(buf, b => b.add_episode(&obs, &steps, terminated, truncated)))
             .map_err(to_py)?;
         units::episode_dict(py, &e)
     }

@@ -5,6 +5,7 @@
 mod arrays;
 mod buffer;
 mod calls;
+mod episode;
 mod errors;
 mod group;
 mod lanes;
@@ -26,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lanes::PyLanes>()?;
     m.add_class::<owner::PyOwner>()?;
     m.add_class::<group::PyGroup>()?;
+    m.add_class::<episode::PyEpisode>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

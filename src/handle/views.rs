@@ -19,7 +19,7 @@ use crate::parts::episodes::EpisodeInfo;
 ///
 /// ```
 /// use replaystore::EpisodeChunk;
-/// let chunk = EpisodeChunk { id: 3, t0: 0, lookback: 0 };
+/// let chunk = EpisodeChunk { id: 3, t0: 0, lookback: 0, steps: None };
 /// assert_eq!(chunk.id, 3);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct EpisodeChunk {
     /// Entries before `t0` readable as the lookback buffer (fewer where the episode
     /// begins or the ring evicted them).
     pub lookback: u64,
+    /// Steps the chunk holds (`steps + 1` observations), when a slice ends it; `None`
+    /// runs to the episode's newest entry.
+    pub steps: Option<u64>,
 }
 
 /// Options of a getter, as RLlib's keyword arguments.
@@ -84,6 +87,32 @@ impl<R: Role> ReplayBuffer<R> {
             id,
             t0: self.rows.head.saturating_sub(e.start),
             lookback: 0,
+            steps: None,
+        })
+    }
+
+    /// RLlib's `slice(slice(start, stop), len_lookback_buffer)`: steps `start..stop`
+    /// of `chunk` (ts counted from its ts = 0; `stop` past its end is its end) as a
+    /// chunk of its own, with up to `lookback` entries before it readable as its
+    /// lookback.
+    pub fn slice(
+        &self,
+        chunk: &EpisodeChunk,
+        start: u64,
+        stop: Option<u64>,
+        lookback: u64,
+    ) -> Result<EpisodeChunk> {
+        let e = self.episode_by_id(chunk.id)?;
+        let end = chunk
+            .steps
+            .map_or(e.steps(), |s| (chunk.t0 + s).min(e.steps()));
+        let t0 = (chunk.t0 + start).min(end);
+        let stop = stop.map_or(end, |s| (chunk.t0 + s).min(end)).max(t0);
+        Ok(EpisodeChunk {
+            id: chunk.id,
+            t0,
+            lookback,
+            steps: Some(stop - t0),
         })
     }
 
@@ -102,6 +131,7 @@ impl<R: Role> ReplayBuffer<R> {
             id: chunk.id,
             t0: e.steps(),
             lookback,
+            steps: None,
         })
     }
 
@@ -129,7 +159,8 @@ impl<R: Role> ReplayBuffer<R> {
         self.get_entries(chunk, Entries::Steps, field, indices, options)
     }
 
-    fn episode_by_id(&self, id: u64) -> Result<EpisodeInfo> {
+    /// The record of episode `id`, while a row of it is live (`NoSuchEpisode` after).
+    pub fn episode_by_id(&self, id: u64) -> Result<EpisodeInfo> {
         self.episodes_ref()?
             .by_id(id)
             .copied()
@@ -175,9 +206,13 @@ impl<R: Role> ReplayBuffer<R> {
                 ),
             });
         }
+        // A slice ends the chunk: its steps, and one observation more.
+        let sliced = chunk
+            .steps
+            .map(|s| s + u64::from(entries == Entries::Observations));
         let window = Window {
             lookback: chunk.lookback.min(chunk.t0 - first_stored),
-            len: count - chunk.t0,
+            len: sliced.map_or(count - chunk.t0, |n| n.min(count - chunk.t0)),
         };
         let mut positions = Vec::new();
         window.resolve(

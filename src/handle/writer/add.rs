@@ -688,6 +688,75 @@ impl<R: Writes> ReplayBuffer<R> {
         self.scratch.order = order;
         result
     }
+
+    /// Adds a whole episode in one call (how RLlib's new stack and UnstableBaselines
+    /// add data): `observations` hold the observation fields with `T + 1` rows (what
+    /// `env.reset()` returned, then what each step led to), `steps` every other field
+    /// with `T` rows (each step's action, reward, ...). The episode ends terminated or
+    /// truncated as said, or stays open (the next call's reset cuts it). Returns its
+    /// record. Every column's rows are checked first; a row a later check refuses (a
+    /// text value that is not UTF-8, say) leaves the rows before it added, the
+    /// episode open.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::F32, &[])
+    ///     .field("action", DType::I64, &[])
+    ///     .field("reward", DType::F32, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// let (obs, actions, rewards) = ([0.0f32, 1.0, 2.0, 3.0], [1i64, 0, 1], [0.5f32, 0.5, 1.0]);
+    /// let e = buf.add_episode(
+    ///     &[Column::new("obs", &obs)],
+    ///     &[Column::new("action", &actions), Column::new("reward", &rewards)],
+    ///     true,
+    ///     false,
+    /// )?;
+    /// assert_eq!((e.rows, e.ret), (4, 2.0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_episode(
+        &mut self,
+        observations: &[Column<'_>],
+        steps: &[Column<'_>],
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<crate::EpisodeInfo> {
+        self.writable()?;
+        self.episodes_ref()?;
+        let rows = observations.first().map_or(0, Column::batch_rows);
+        let bad = |name: &str, got: usize, want: usize| Error::ShapeMismatch {
+            field: name.to_owned(),
+            expected: vec![want],
+            got: vec![got],
+        };
+        if rows == 0 {
+            return Err(Error::EpisodeOrder(
+                "an episode has at least its reset's observation: no observation rows given".into(),
+            ));
+        }
+        for c in observations {
+            if c.batch_rows() != rows {
+                return Err(bad(c.name(), c.batch_rows(), rows));
+            }
+        }
+        for c in steps {
+            if c.batch_rows() != rows - 1 {
+                return Err(bad(c.name(), c.batch_rows(), rows - 1));
+            }
+        }
+        let first = self.add_reset(&rows_of(observations, 0))?;
+        for r in 1..rows {
+            let mut cols = rows_of(observations, r);
+            cols.extend(rows_of(steps, r - 1));
+            let last = r == rows - 1;
+            self.add_step(&cols, last && terminated, last && truncated)?;
+        }
+        self.episode(first.index)
+    }
+
     /// Adds what `env.step()` returned to the open episode: every field of the schema
     /// (the action taken, its reward, the observation it led to), and whether the episode
     /// terminated or was truncated here. Reports the episode's return, steps and start
@@ -745,4 +814,9 @@ impl<R: Writes> ReplayBuffer<R> {
         self.scratch.order = order;
         result
     }
+}
+
+/// Row `r` of each of `columns`, as `add` takes one item.
+fn rows_of<'a>(columns: &[Column<'a>], r: usize) -> Vec<Column<'a>> {
+    columns.iter().filter_map(|c| c.row(r)).collect()
 }
