@@ -39,6 +39,7 @@ from ._native import (
     StateError,
     VersionError,
 )
+from . import rewards
 from .spaces import schema_from_spaces
 
 __all__ = [
