@@ -936,7 +936,7 @@ impl PyBuffer {
         // The user's reward function runs with the GIL, after the handle's lock.
         drop(held);
         if let Some(h) = &her {
-            h.rewards(py, &d)?;
+            h.rewards(py, &d, n)?;
         }
         Ok(d)
     }

@@ -540,8 +540,10 @@ impl Her {
 
     /// Calls `compute_reward(next_<achieved>, <goal>, info)` once for the relabeled
     /// rows of draw `d` and writes what it returns into their `reward` (if the schema
-    /// has one) and `returns`.
-    pub(crate) fn rewards(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+    /// has one) and `returns`. The relabeled rows are the draw's first ones
+    /// (`Request::relabel`), so each array is passed as a view of its first rows, not
+    /// a masked copy.
+    pub(crate) fn rewards(&self, py: Python<'_>, d: &Bound<'_, PyDict>, n: usize) -> PyResult<()> {
         let Some(f) = &self.compute_reward else {
             return Ok(());
         };
@@ -549,7 +551,9 @@ impl Her {
             d.get_item(k)?
                 .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(k.to_owned()))
         };
-        let rel = item("relabeled")?;
+        // As the engine counts them (`Request::relabel`).
+        let relabeled = (self.fraction * n as f64).round() as isize;
+        let rel = pyo3::types::PySlice::new(py, 0, relabeled, 1);
         let pick = |k: &str| item(k)?.get_item(&rel);
         let info = match &self.info {
             Some(name) => pick(name)?,

@@ -196,7 +196,7 @@ impl PyReader {
         let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
         let d = self.draw_units(py, request, seed, (out, "list", 0.0))?;
         if let Some(h) = &her {
-            h.rewards(py, &d)?;
+            h.rewards(py, &d, n)?;
         }
         Ok(d)
     }
