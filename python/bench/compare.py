@@ -7,6 +7,7 @@ pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
+    python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb       # HER (w7.py)
 
 W5 figures: addB (batches of 64 into a new buffer) and addB_lap (into a full one) in
 steps/s and GB/s of payload, add1 (one step per call), sample_padded (256 steps, every
@@ -52,6 +53,9 @@ import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import w7  # noqa: E402  (W7, HER: its own libraries)
 
 W1 = {"obs": ("<f4", (17,)), "next_obs": ("<f4", (17,)), "action": ("<f4", (6,)),
       "reward": ("<f4", ()), "done": ("|b1", ())}
@@ -565,7 +569,7 @@ def available(name):
     if name == "list":
         return True
     try:
-        __import__(name)
+        __import__(w7.AVAILABLE.get(name, name))
         return True
     except ImportError:
         return False
@@ -751,7 +755,7 @@ def frame_stacks(capacity, iters, runs, scratch):
 UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
          "sample_flat": "batches/s", "memcpy_floor": "batches/s", "pop": "batches/s",
-         "sample": "batches/s", "sample_out": "batches/s",
+         "sample": "batches/s", "sample_out": "batches/s", "fill": "steps/s",
          "sample_kept": "batches/s", "sample_stack4": "batches/s", "stack4_ring_mib": "MiB",
          "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
@@ -845,11 +849,20 @@ def main():
     if args.child:
         if args.child[1] == "W5":
             child_w5(args.child[0], args.quick, args.runs, args.scratch)
+        elif args.child[1] == "W7":
+            results = {}
+
+            def put(key, vals):
+                results[key] = vals
+                print(json.dumps(results), flush=True)
+
+            w7.child(args.child[0], args.quick, args.runs, args.scratch, put)
         else:
             child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
         return
     workloads = args.workloads.split(",")
     known = set(LIBS) | (set(W5_LIBS) if "W5" in workloads else set())
+    known |= set(w7.LIBS) if "W7" in workloads else set()
     only = args.only.split(",") + (["list"] if "W5" in workloads and "list" not in args.only else [])
     libs = [n for n in only if n in known and available(n)]
     skipped = [n for n in only if n not in libs]
@@ -860,14 +873,14 @@ def main():
     disk = {}
     try:
         for w in workloads:
-            if w != "W5":
+            if w not in ("W5", "W7"):
                 # Measured in the same run as the libraries, before them.
                 floor[w] = floors(w, args.quick, args.runs)
                 fields, capacity, _ = SPEC[w]
                 ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
                 disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
             for lib in libs:
-                if lib not in (W5_LIBS if w == "W5" else LIBS):
+                if lib not in {"W5": W5_LIBS, "W7": w7.LIBS}.get(w, LIBS):
                     continue
                 cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
