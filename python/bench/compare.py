@@ -7,6 +7,7 @@ pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
+    python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
     python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb       # HER (w7.py)
 
 W5 figures: addB (batches of 64 into a new buffer) and addB_lap (into a full one) in
@@ -55,6 +56,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import w6  # noqa: E402  (W6, multi-agent: its own libraries)
 import w7  # noqa: E402  (W7, HER: its own libraries)
 
 W1 = {"obs": ("<f4", (17,)), "next_obs": ("<f4", (17,)), "action": ("<f4", (6,)),
@@ -569,7 +571,7 @@ def available(name):
     if name == "list":
         return True
     try:
-        __import__(w7.AVAILABLE.get(name, name))
+        __import__({**w6.AVAILABLE, **w7.AVAILABLE}.get(name, name))
         return True
     except ImportError:
         return False
@@ -756,6 +758,7 @@ UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
          "sample_flat": "batches/s", "memcpy_floor": "batches/s", "pop": "batches/s",
          "sample": "batches/s", "sample_out": "batches/s", "fill": "steps/s",
+         "lockstep": "batches/s",
          "sample_kept": "batches/s", "sample_stack4": "batches/s", "stack4_ring_mib": "MiB",
          "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
@@ -849,19 +852,21 @@ def main():
     if args.child:
         if args.child[1] == "W5":
             child_w5(args.child[0], args.quick, args.runs, args.scratch)
-        elif args.child[1] == "W7":
+        elif args.child[1] in ("W6", "W7"):
             results = {}
 
             def put(key, vals):
                 results[key] = vals
                 print(json.dumps(results), flush=True)
 
-            w7.child(args.child[0], args.quick, args.runs, args.scratch, put)
+            own = {"W6": w6, "W7": w7}[args.child[1]]
+            own.child(args.child[0], args.quick, args.runs, args.scratch, put)
         else:
             child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
         return
     workloads = args.workloads.split(",")
     known = set(LIBS) | (set(W5_LIBS) if "W5" in workloads else set())
+    known |= set(w6.LIBS) if "W6" in workloads else set()
     known |= set(w7.LIBS) if "W7" in workloads else set()
     only = args.only.split(",") + (["list"] if "W5" in workloads and "list" not in args.only else [])
     libs = [n for n in only if n in known and available(n)]
@@ -873,14 +878,14 @@ def main():
     disk = {}
     try:
         for w in workloads:
-            if w not in ("W5", "W7"):
+            if w not in ("W5", "W6", "W7"):
                 # Measured in the same run as the libraries, before them.
                 floor[w] = floors(w, args.quick, args.runs)
                 fields, capacity, _ = SPEC[w]
                 ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
                 disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
             for lib in libs:
-                if lib not in {"W5": W5_LIBS, "W7": w7.LIBS}.get(w, LIBS):
+                if lib not in {"W5": W5_LIBS, "W6": w6.LIBS, "W7": w7.LIBS}.get(w, LIBS):
                     continue
                 cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:

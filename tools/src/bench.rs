@@ -241,17 +241,18 @@ pub fn run(
         "w1" => (vec![Workload::W1], false),
         "w2" => (vec![Workload::W2], false),
         "w3" => (vec![], true),
-        "ckpt" | "w3e" | "w4" | "w5" => (vec![], false),
+        "ckpt" | "w3e" | "w4" | "w5" | "w6" | "w7" => (vec![], false),
         "all" => (vec![Workload::W1, Workload::W2], true),
         other => {
             return Err(Error::InvalidConfig {
                 field: "workload",
-                problem: format!("{other:?} is not W1, W2, W3, W3e, W4, W5, ckpt or all"),
+                problem: format!("{other:?} is not W1, W2, W3, W3e, W4, W5, W6, W7, ckpt or all"),
             });
         }
     };
     let (ckpt, w4, w5) = (name == "ckpt", name == "w4", name == "w5");
     let w3e = name == "w3e";
+    let (w6, w7) = (name == "w6", name == "w7");
     let runs = runs.max(1);
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let scratch = parent.join(format!("replaystore-bench-{}", std::process::id()));
@@ -306,6 +307,19 @@ pub fn run(
             bar.suspend(|| eprintln!("W3e: episodic draws by reader processes, {runs} runs..."));
         }
         match crate::w3e::rows(&scratch, runs, quick) {
+            Ok(r) => rows.extend(r),
+            Err(e) => result = Err(e),
+        }
+    }
+    if (w6 || w7) && !floors_only && result.is_ok() {
+        if !as_json {
+            bar.suspend(|| eprintln!("{}: {runs} runs of fill and draws...", name.to_uppercase()));
+        }
+        let measured = match w6 {
+            true => crate::w67::w6(&scratch, runs, quick),
+            false => crate::w67::w7(&scratch, runs, quick),
+        };
+        match measured {
             Ok(r) => rows.extend(r),
             Err(e) => result = Err(e),
         }

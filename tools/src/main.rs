@@ -30,6 +30,7 @@ mod w3;
 mod w3e;
 mod w4;
 mod w5;
+mod w67;
 mod workloads;
 #[cfg(test)]
 mod workloads_tests;
@@ -105,11 +106,13 @@ enum Command {
         /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
         /// prioritized; --runs is then the number of checkpoints per case, at least 100),
         /// w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
-        /// (skipped when the disk lacks the space; --quick: 140 MB), or w5: LLM
+        /// (skipped when the disk lacks the space; --quick: 140 MB), w5: LLM
         /// self-play steps of text and token arrays (add in batches of 64 and one at a
-        /// time, sample 256 padded and flat beside a memcpy of the same bytes), or w3e:
+        /// time, sample 256 padded and flat beside a memcpy of the same bytes), w3e:
         /// episodic draws by reader processes against the writer's own (W1 and W2 as
-        /// episodes: n-step stacked transitions, the open of a million steps).
+        /// episodes: n-step stacked transitions, the open of a million steps), w6:
+        /// 8 policies in a buffer group (independent and lockstep draws), or w7: HER
+        /// draws of Fetch-like episodes (their peers: python/bench/compare.py).
         #[arg(long, default_value = "all")]
         workload: String,
         /// Capacities and iteration counts divided by 16: a quick look, not the standard
