@@ -318,15 +318,7 @@ impl BufferGroup<ReplayBuffer> {
     /// Deletes all but the `k` newest checkpoints; returns the names deleted.
     pub fn keep_last(&mut self, k: usize) -> Result<Vec<String>> {
         let list = self.snapshots()?;
-        let doomed: Vec<String> = list
-            .iter()
-            .take(list.len().saturating_sub(k))
-            .cloned()
-            .collect();
-        for name in &doomed {
-            self.delete_snapshot(name)?;
-        }
-        Ok(doomed)
+        state::all_but_last(list, k, |name| self.delete_snapshot(name))
     }
 
     /// Returns every member to checkpoint `state`, all or none (the lane set's

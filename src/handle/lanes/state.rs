@@ -146,15 +146,7 @@ impl Lanes<ReplayBuffer> {
     /// Deletes all but the `k` newest of the set's snapshots; returns the names deleted.
     pub fn keep_last(&mut self, k: usize) -> Result<Vec<String>> {
         let list = self.snapshots()?;
-        let doomed: Vec<String> = list
-            .iter()
-            .take(list.len().saturating_sub(k))
-            .cloned()
-            .collect();
-        for name in &doomed {
-            self.delete_snapshot(name)?;
-        }
-        Ok(doomed)
+        all_but_last(list, k, |name| self.delete_snapshot(name))
     }
 
     /// Returns every lane to `state` ([`ReplayBuffer::set_state`] for each): all lanes
@@ -244,4 +236,22 @@ pub(super) fn settle_restores(io: &dyn Io, dirs: &[PathBuf]) -> Result<()> {
     }
     drop(held);
     Ok(())
+}
+
+/// Deletes (with `delete`) every name of `list`, oldest first, but the `k` newest;
+/// returns the names deleted: `keep_last` of a lane set and of a group.
+pub(super) fn all_but_last(
+    list: Vec<String>,
+    k: usize,
+    mut delete: impl FnMut(&str) -> Result<()>,
+) -> Result<Vec<String>> {
+    let doomed: Vec<String> = list
+        .iter()
+        .take(list.len().saturating_sub(k))
+        .cloned()
+        .collect();
+    for name in &doomed {
+        delete(name)?;
+    }
+    Ok(doomed)
 }
