@@ -390,3 +390,54 @@ fn check_group_after_kill(dir: &std::path::Path, lines: &[String], ctx: &str) {
         );
     }
 }
+
+/// Promise (RLlib's `MultiAgentMixInReplayBuffer`): each mixed draw returns the items
+/// added since the last one, oldest first, once each, up to `n * (1 - replay_ratio)`,
+/// topped up with replayed items to that share; ratio 0 returns only new items, ratio
+/// 1 only replayed ones; nothing is returned when nothing new came (ratio below 1).
+#[test]
+fn mixed_draws_return_each_new_item_once_and_replay_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut group = BufferGroup::create(tmp.path().join("g"), Some(template())).unwrap();
+    let steps = |b: &replaystore::Batch| b.get::<u64>("step").unwrap().to_vec();
+    let draw = |group: &mut BufferGroup, n, r| {
+        let mut b = replaystore::Batch::default();
+        group.sample_mixed_into("p", n, r, &mut b).unwrap();
+        b
+    };
+    add_step(&mut group, &["p"], 0);
+    for t in 1..10 {
+        add_step(&mut group, &["p"], t);
+    }
+    // Ratio 0: the new items, oldest first, each once.
+    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [0, 1, 2, 3]);
+    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [4, 5, 6, 7]);
+    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [8, 9]);
+    assert!(
+        steps(&draw(&mut group, 4, 0.0)).is_empty(),
+        "nothing new: nothing"
+    );
+    // Ratio 0.5 of 8: four new, then four replayed from what the member holds.
+    for t in 10..20 {
+        add_step(&mut group, &["p"], t);
+    }
+    let b = steps(&draw(&mut group, 8, 0.5));
+    assert_eq!(b[..4], [10, 11, 12, 13]);
+    assert_eq!(b.len(), 8);
+    assert!(b[4..].iter().all(|&s| s < 20));
+    // Fewer new items than the share: replayed ones in proportion, never more than n.
+    let b = steps(&draw(&mut group, 20, 0.5));
+    assert_eq!(b[..6], [14, 15, 16, 17, 18, 19]);
+    assert_eq!(b.len(), 12);
+    // Ratio 1: only replayed, whatever is new.
+    add_step(&mut group, &["p"], 20);
+    assert_eq!(draw(&mut group, 5, 1.0).len(), 5);
+    // New items the ring evicted before a draw returned them are skipped (capacity 64).
+    for t in 21..200 {
+        add_step(&mut group, &["p"], t);
+    }
+    assert_eq!(steps(&draw(&mut group, 3, 0.0)), [136, 137, 138]);
+    let mut b = replaystore::Batch::default();
+    let bad = group.sample_mixed_into("p", 3, 1.5, &mut b);
+    assert!(matches!(bad, Err(Error::InvalidSample(_))), "{bad:?}");
+}

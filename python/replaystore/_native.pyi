@@ -542,8 +542,11 @@ class BufferGroup:
         beta: Optional[float] = None,
         seed: Optional[int] = None,
         replace: bool = True,
+        replay_ratio: Optional[float] = None,
     ) -> Any:
-        """``n`` items of ``member``; without it ``{name: batch}`` with ``n`` from each."""
+        """``n`` items of ``member``; without it ``{name: batch}`` with ``n`` from each.
+        With ``replay_ratio``, RLlib's MixIn: the items added since the last such draw,
+        oldest first, topped up with replayed ones to that share."""
     def sample_lockstep(self, n: int, *, seed: Optional[int] = None) -> Dict[str, _Batch]:
         """``n`` joint steps: the same positions back from each member's newest row."""
     def stats(self) -> Dict[str, Dict[str, Any]]: ...

@@ -295,8 +295,15 @@ impl PyGroup {
 
     /// Draws `n` items from `member` (RLlib's `sample(n, policy_id=...)`): uniformly
     /// (distinct with `replace=False`) or by priority with `beta`. Without `member`,
-    /// `n` from every member: `{name: batch}` (RLlib's independent mode).
-    #[pyo3(signature = (n, member=None, *, beta=None, seed=None, replace=true))]
+    /// `n` from every member: `{name: batch}` (RLlib's independent mode). With
+    /// `replay_ratio`, RLlib's `MultiAgentMixInReplayBuffer`: the items added since
+    /// this handle's last such draw, oldest first, up to `n * (1 - replay_ratio)`, then
+    /// replayed ones to make up that share.
+    #[pyo3(signature = (n, member=None, *, beta=None, seed=None, replace=true, replay_ratio=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a draw"
+    )]
     fn sample<'py>(
         &self,
         py: Python<'py>,
@@ -305,6 +312,7 @@ impl PyGroup {
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
+        replay_ratio: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = rows(n, beta, replace);
         let mut held = self.inner.lock(py);
@@ -320,13 +328,10 @@ impl PyGroup {
         let out = PyDict::new(py);
         for name in &names {
             let g = opened(&mut held)?;
-            let d = draw_values(
-                py,
-                None,
-                "list",
-                0.0,
-                |sink| any_group!(g, g => g.sample_into(name, request, sink)),
-            )?;
+            let d = draw_values(py, None, "list", 0.0, |sink| match replay_ratio {
+                Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, sink)),
+                None => any_group!(g, g => g.sample_into(name, request, sink)),
+            })?;
             if member.is_some() {
                 return Ok(d.into_any());
             }

@@ -101,3 +101,16 @@ def test_readers_pickle_as_their_path_and_see_new_members(group, tmp_path):
     assert stats["a"]["len"] == 5 and stats["b"]["len"] == 2
     with pytest.raises(rs.ReadOnlyError):
         reader.add("a", step=9, obs=np.zeros(2, np.float32))
+
+
+def test_replay_ratio_mixes_new_items_with_replayed_ones_as_rllib_mixin_does(group):
+    add_steps(group, ["p"], range(10))
+    b = group.sample(4, "p", replay_ratio=0.0)
+    assert b["step"].tolist() == [0, 1, 2, 3]
+    b = group.sample(8, "p", replay_ratio=0.5)
+    assert b["step"][:4].tolist() == [4, 5, 6, 7] and len(b["step"]) == 8
+    mixed = group.sample(2, replay_ratio=0.0)
+    assert mixed["p"]["step"].tolist() == [8, 9]
+    assert len(group.sample(2, "p", replay_ratio=0.0)["step"]) == 0
+    with pytest.raises(rs.Error):
+        group.sample(2, "p", replay_ratio=2.0)

@@ -64,6 +64,9 @@ pub struct BufferGroup<L: Lane = ReplayBuffer> {
     /// The group's own writer lock (`LOCK` in its folder), held by the writer: member
     /// creation and the checkpoints of a group with no member yet need it.
     _lock: Option<std::fs::File>,
+    /// Per member, the first index a mixed draw has not returned as new yet
+    /// ([`BufferGroup::sample_mixed_into`]): this handle's, not stored (see there).
+    new_from: Vec<u64>,
 }
 
 /// A group's checkpoint: every member's state under one snapshot name.
@@ -100,6 +103,7 @@ impl BufferGroup<ReplayBuffer> {
             doc,
             set: None,
             _lock: Some(lock),
+            new_from: Vec::new(),
         })
     }
 
@@ -123,12 +127,14 @@ impl BufferGroup<ReplayBuffer> {
                 Some(set)
             }
         };
+        let new_from = tails(set.as_ref());
         Ok(BufferGroup {
             dir,
             io,
             doc,
             set,
             _lock: Some(lock),
+            new_from,
         })
     }
 
@@ -180,6 +186,7 @@ impl BufferGroup<ReplayBuffer> {
             }
         };
         self.doc = doc;
+        self.new_from.push(first_index(lane));
         match &mut self.set {
             Some(set) => set.push_lane(member),
             None => self.set = Lanes::of(self.dir.clone(), vec![member]),
@@ -424,12 +431,14 @@ impl BufferGroup<Reader> {
             true => None,
             false => Some(open_all(&dir, &io, |d, io| Reader::open_with(d, io))?),
         };
+        let new_from = tails(set.as_ref());
         Ok(BufferGroup {
             dir,
             io,
             doc,
             set,
             _lock: None,
+            new_from,
         })
     }
 
@@ -440,6 +449,8 @@ impl BufferGroup<Reader> {
         for (k, d) in member_dirs(&self.dir, &doc).iter().enumerate().skip(have) {
             let r = Reader::open_with(d, self.io.clone())?;
             check_lane_range(&r.rows, k)?;
+            // A member new to this reader: everything it holds is new to it.
+            self.new_from.push(r.rows.live().start);
             match &mut self.set {
                 Some(set) => set.push_lane(r),
                 None => self.set = Lanes::of(self.dir.clone(), vec![r]),
@@ -498,6 +509,81 @@ impl<L: Lane> BufferGroup<L> {
         if let Some(set) = &mut self.set {
             set.reseed(seed);
         }
+    }
+
+    /// RLlib's `MultiAgentMixInReplayBuffer.sample(n, policy_id=name)` into `sink`: the
+    /// items member `name` got since this handle's last mixed draw (oldest first), up
+    /// to `n * (1 - replay_ratio)` of them (rounded up or down at random so that the
+    /// mean is that), returned once each, then older items drawn uniformly so that the
+    /// replayed share is `replay_ratio` (fewer when fewer new items came). With
+    /// `replay_ratio` 0 only new items, with 1 only replayed ones. When there is
+    /// nothing to return (no new item below ratio 1, an empty member above ratio 0)
+    /// the draw is empty, as RLlib's. New items the ring evicted before a draw returned
+    /// them are skipped. What counts as new starts at each member's tail when this
+    /// handle opens it (a member it created: from its first item) and is the handle's
+    /// alone: RLlib keeps its `last_added_batches` in memory too.
+    ///
+    /// ```
+    /// use replaystore::{Batch, BufferGroup, Column, Config, DType, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut group = BufferGroup::create(dir.path().join("g"), Some(Config::new(schema, 100)))?;
+    /// group.add_batch("p", &[Column::new("x", &(0..10u32).collect::<Vec<_>>())])?;
+    /// let mut b = Batch::default();
+    /// group.sample_mixed_into("p", 4, 0.5, &mut b)?;
+    /// // Half new (the oldest two not returned yet), half replayed.
+    /// assert_eq!(&b.get::<u32>("x")?[..2], [0, 1]);
+    /// assert_eq!(b.len(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_mixed_into(
+        &mut self,
+        name: &str,
+        n: usize,
+        replay_ratio: f64,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
+        if !(0.0..=1.0).contains(&replay_ratio) {
+            return Err(Error::InvalidSample(format!(
+                "replay_ratio {replay_ratio} is not in 0..=1"
+            )));
+        }
+        let k = self.position(name)?;
+        let dir = self.dir.clone();
+        let lane = (self.set.as_mut()).and_then(|s| s.lanes.get_mut(k));
+        let lane = lane.ok_or(Error::NotABuffer { dir })?;
+        lane.refresh_lane()?;
+        let live = lane.rows().live();
+        let from = self.new_from.get(k).copied().unwrap_or(live.end);
+        let from = from.clamp(live.start, live.end);
+        let rng = &mut lane.rows_mut().draws.rng;
+        // A count whose mean is `x` (RLlib's round_up_or_down).
+        let mut round = |x: f64| {
+            let floor = x.floor();
+            (floor + f64::from(u8::from(rng.random::<f64>() < x - floor))) as usize
+        };
+        let max_new = round(n as f64 * (1.0 - replay_ratio));
+        let new: Vec<u64> = (from..live.end).take(max_new).collect();
+        let old = match replay_ratio {
+            r if r <= 0.0 => 0,
+            r if r >= 1.0 => n,
+            r if (new.len() as f64 - n as f64 * (1.0 - r)).abs() < 1e-9 => n - max_new,
+            r => (n - max_new).min(round(new.len() as f64 * r / (1.0 - r))),
+        };
+        let ready =
+            !(live.is_empty() && replay_ratio > 0.0 || new.is_empty() && replay_ratio < 1.0);
+        let mut indices = if ready { new } else { Vec::new() };
+        let taken = indices.len() as u64;
+        if ready && old > 0 {
+            let (mut drawn, mut weights) = (Vec::new(), Vec::new());
+            lane.pick_rows(&Request::rows(old), &mut drawn, &mut weights)?;
+            indices.extend(drawn);
+        }
+        crate::handle::rows::sample_rows(lane, &Request::at(&indices), sink)?;
+        if let Some(f) = self.new_from.get_mut(k) {
+            *f = from + taken;
+        }
+        Ok(())
     }
 
     /// Draws `request` from every member, each on its own (RLlib's `sample(n)` of a
@@ -661,4 +747,11 @@ fn remove_unlisted_members(io: &IoRef, dir: &Path, doc: &GroupDoc) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Each member's tail now: where what a mixed draw returns as new starts.
+fn tails<L: Lane>(set: Option<&Lanes<L>>) -> Vec<u64> {
+    set.map_or_else(Vec::new, |s| {
+        s.lanes.iter().map(|l| l.rows().live().end).collect()
+    })
 }
