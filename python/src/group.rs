@@ -146,6 +146,18 @@ fn member_config(
     Ok(c)
 }
 
+impl PyGroup {
+    /// The schema of member `member`, created with the template if new. The lock is let
+    /// go before the caller converts its arrays: no Python runs while other threads
+    /// wait for the group.
+    fn member_schema(&self, py: Python<'_>, member: &str) -> PyResult<replaystore::Schema> {
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        let m = py.detach(|| w.member_or_create(member)).map_err(to_py)?;
+        Ok(m.schema().clone())
+    }
+}
+
 #[pymethods]
 impl PyGroup {
     /// Creates an empty group in `path`. With `schema` and `capacity` (and any of
@@ -255,14 +267,13 @@ impl PyGroup {
     ) -> PyResult<u64> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let mut held = self.inner.lock(py);
-        let w = writer(&mut held)?;
-        let m = py.detach(|| w.member_or_create(member)).map_err(to_py)?;
-        let schema = m.schema().clone();
+        let schema = self.member_schema(py, member)?;
         let inputs = inputs(&schema, fields, true)?;
         let var = var_inputs(&schema, fields, false)?;
         let cols = columns(&inputs, &var)?;
-        py.detach(|| m.add(&cols)).map_err(to_py)
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        py.detach(|| w.add(member, &cols)).map_err(to_py)
     }
 
     /// Adds a batch (a dict of arrays, batch dimension first) to `member` (created if
@@ -273,14 +284,13 @@ impl PyGroup {
         member: &str,
         batch: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let mut held = self.inner.lock(py);
-        let w = writer(&mut held)?;
-        let m = py.detach(|| w.member_or_create(member)).map_err(to_py)?;
-        let schema = m.schema().clone();
+        let schema = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, true)?;
         let var = var_inputs(&schema, batch, true)?;
         let cols = columns(&inputs, &var)?;
-        let range = py.detach(|| m.add_batch(&cols)).map_err(to_py)?;
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        let range = py.detach(|| w.add_batch(member, &cols)).map_err(to_py)?;
         Ok(PyArray1::from_vec(py, range.collect()))
     }
 
