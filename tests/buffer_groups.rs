@@ -441,3 +441,141 @@ fn mixed_draws_return_each_new_item_once_and_replay_the_rest() {
     let bad = group.sample_mixed_into("p", 3, 1.5, &mut b);
     assert!(matches!(bad, Err(Error::InvalidSample(_))), "{bad:?}");
 }
+
+// ---- A failure at any file operation of a group's steps ----
+
+/// What a fault-sweep run does through the failing seam.
+#[derive(Clone, Copy, Debug)]
+enum GroupStep {
+    Open,
+    AddMember,
+    Checkpoint,
+    Restore,
+    Delete,
+}
+
+impl GroupStep {
+    fn run(self, group: &mut BufferGroup) -> replaystore::Result<()> {
+        match self {
+            GroupStep::Open => Ok(()),
+            GroupStep::AddMember => {
+                let c = [
+                    Column::scalar("step", &7u64),
+                    Column::new("obs", &[0f32; 3]),
+                ];
+                group.add("c", &c).map(drop)
+            }
+            GroupStep::Checkpoint => group.get_state_named("t").map(drop),
+            GroupStep::Restore => {
+                let s = group.snapshot_state("s")?;
+                group.set_state(&s)
+            }
+            GroupStep::Delete => group.delete_snapshot("s"),
+        }
+    }
+}
+
+/// Members a and b: 3 joint steps under snapshot `s`, 6 live.
+fn group_base(dir: &std::path::Path) {
+    let mut group = BufferGroup::create(dir, Some(template())).unwrap();
+    for t in 0..3 {
+        add_step(&mut group, &["a", "b"], t);
+    }
+    group.get_state_named("s").unwrap();
+    for t in 3..6 {
+        add_step(&mut group, &["a", "b"], t);
+    }
+    group.close().unwrap();
+}
+
+/// Runs `step` with file operation `n` failing (once, or from then on); returns
+/// whether the step failed. Then the group opens through the real file system and
+/// must be whole: every member sound, at the state before the step or after it, the
+/// members those before or after, every listed checkpoint held by every member.
+fn group_fault_case(root: &std::path::Path, step: GroupStep, n: u64, sticky: bool) -> bool {
+    use replaystore::io::FaultyIo;
+    let dir = root.join(format!("{step:?}-{n}-{sticky}"));
+    group_base(&dir);
+    let io = std::sync::Arc::new(match sticky {
+        true => FaultyIo::fail_from(n),
+        false => FaultyIo::fail_once(n),
+    });
+    let ctx = format!(
+        "{step:?}, operation {n} failing{}",
+        if sticky { " from then on" } else { " once" }
+    );
+    let result = BufferGroup::open_with(&dir, io).and_then(|mut g| step.run(&mut g));
+    let report = replaystore::verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    let mut group =
+        BufferGroup::open(&dir).unwrap_or_else(|e| panic!("{ctx} ({result:?}): open: {e}"));
+    let members = group.members();
+    assert!(
+        members == ["a", "b"] || members == ["a", "b", "c"],
+        "{ctx}: {members:?}"
+    );
+    let got = lens(&group);
+    let before_or_after = match step {
+        GroupStep::Restore => got[..2] == [6, 6] || got[..2] == [3, 3],
+        _ => got[..2] == [6, 6],
+    };
+    assert!(before_or_after, "{ctx}: members hold {got:?} ({result:?})");
+    if matches!(step, GroupStep::Restore) && result.is_ok() {
+        assert_eq!(got[..2], [3, 3], "{ctx}");
+    }
+    let listed = group.snapshots().unwrap();
+    for name in &members {
+        let held = group.member(name).unwrap().snapshots().unwrap().len();
+        assert_eq!(
+            held,
+            listed.len(),
+            "{ctx}: member {name} holds {held}, the group {listed:?}"
+        );
+    }
+    if let GroupStep::AddMember = step {
+        assert!(result.is_err() || members.len() == 3, "{ctx}");
+    }
+    group.close().unwrap();
+    result.is_err()
+}
+
+/// Promise: whichever file operation of a group's open, member creation, checkpoint,
+/// restore or delete fails, the call returns a typed error or succeeds, and the group
+/// then opens whole, each member at one state (`group_fault_case`).
+#[test]
+fn a_failure_at_any_file_operation_of_a_group_step_loses_nothing() {
+    use replaystore::io::FaultyIo;
+    let root = tempfile::tempdir().unwrap();
+    let (mut points, mut failed) = (0, 0);
+    for step in [
+        GroupStep::Open,
+        GroupStep::AddMember,
+        GroupStep::Checkpoint,
+        GroupStep::Restore,
+        GroupStep::Delete,
+    ] {
+        // The step's operations, counted through a seam that never fails.
+        let dir = root.path().join(format!("count-{step:?}"));
+        group_base(&dir);
+        let io = std::sync::Arc::new(FaultyIo::fail_once(u64::MAX));
+        let mut g = BufferGroup::open_with(&dir, io.clone()).unwrap();
+        let opened = io.ops();
+        step.run(&mut g).unwrap();
+        let (from, ops) = match step {
+            GroupStep::Open => (0, opened),
+            _ => (opened, io.ops() - opened),
+        };
+        drop(g);
+        for k in 0..ops {
+            for sticky in [false, true] {
+                points += 1;
+                failed += u64::from(group_fault_case(root.path(), step, from + k, sticky));
+            }
+        }
+    }
+    println!("group fault points {points}, of which the step failed {failed}");
+    assert!(
+        failed * 2 > points,
+        "only {failed} of {points} injected failures surfaced"
+    );
+}

@@ -112,8 +112,12 @@ impl BufferGroup<ReplayBuffer> {
     /// folder, but no line in `GROUP`) is removed, and so is a checkpoint a kill left
     /// in some members only.
     pub fn open(dir: impl AsRef<Path>) -> Result<BufferGroup> {
+        BufferGroup::open_with(dir, io::os())
+    }
+
+    /// `open` through a given file-operation seam (members created later use it too).
+    pub fn open_with(dir: impl AsRef<Path>, io: IoRef) -> Result<BufferGroup> {
         let dir = storage::resolve_root(dir.as_ref());
-        let io = io::os();
         let lock = storage::lock(&*io, &dir)?;
         let doc = read_doc(&io, &dir)?;
         remove_unlisted_members(&io, &dir, &doc)?;
@@ -164,34 +168,44 @@ impl BufferGroup<ReplayBuffer> {
         c.io = Some(self.io.clone());
         let mut member = ReplayBuffer::create(&path, c)?;
         let checkpoints = self.snapshots()?;
-        let published = checkpoints
-            .iter()
-            .try_for_each(|n| member.get_state_named(n).map(drop))
-            .and_then(|()| {
-                crate::killpoint::hit("group-member-made");
-                let mut doc = self.doc.clone();
-                doc.members.push(MemberDoc {
-                    name: name.to_owned(),
-                    lane,
-                });
-                doc.empty_snapshots.clear();
-                storage::write_group(&*self.io, &self.dir, &doc).map(|()| doc)
-            });
-        let doc = match published {
-            Ok(doc) => doc,
-            Err(e) => {
-                drop(member);
-                let _ = snapshot::remove_buffer(&*self.io, &path);
-                return Err(e);
+        let made = (checkpoints.iter()).try_for_each(|n| member.get_state_named(n).map(drop));
+        if let Err(e) = made {
+            // `GROUP` does not name it: nobody will.
+            drop(member);
+            let _ = snapshot::remove_buffer(&*self.io, &path);
+            return Err(e);
+        }
+        crate::killpoint::hit("group-member-made");
+        let mut doc = self.doc.clone();
+        doc.members.push(MemberDoc {
+            name: name.to_owned(),
+            lane,
+        });
+        doc.empty_snapshots.clear();
+        // A failure here may come after the rename (the folder's fsync): `GROUP` may
+        // name the member, so its folder, whole by now, stays (found by the fault
+        // sweep). If the file names it, this handle takes it as a member, so that a
+        // later add never makes it again over its folder; if not, the next open
+        // removes the folder. The call fails either way.
+        if let Err(e) = storage::write_group(&*self.io, &self.dir, &doc) {
+            let named = storage::read_group(&*self.io, &self.dir).ok().flatten();
+            if named.is_some_and(|d| d.member(name).is_some()) {
+                self.adopt(doc, lane, member);
             }
-        };
+            return Err(e);
+        }
+        self.adopt(doc, lane, member);
+        self.member_mut(name)
+    }
+
+    /// Takes `member`, in lane `lane`, as the group's newest, `doc` naming it.
+    fn adopt(&mut self, doc: GroupDoc, lane: u32, member: ReplayBuffer) {
         self.doc = doc;
         self.new_from.push(first_index(lane));
         match &mut self.set {
             Some(set) => set.push_lane(member),
             None => self.set = Lanes::of(self.dir.clone(), vec![member]),
         }
-        self.member_mut(name)
     }
 
     /// Member `name` for writing.
