@@ -507,8 +507,7 @@ fn group_fault_case(root: &std::path::Path, step: GroupStep, n: u64, sticky: boo
     let result = BufferGroup::open_with(&dir, io).and_then(|mut g| step.run(&mut g));
     let report = replaystore::verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
     assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
-    let mut group =
-        BufferGroup::open(&dir).unwrap_or_else(|e| panic!("{ctx} ({result:?}): open: {e}"));
+    let group = BufferGroup::open(&dir).unwrap_or_else(|e| panic!("{ctx} ({result:?}): open: {e}"));
     let members = group.members();
     assert!(
         members == ["a", "b"] || members == ["a", "b", "c"],
