@@ -402,7 +402,7 @@ fn mixed_draws_return_each_new_item_once_and_replay_the_rest() {
     let steps = |b: &replaystore::Batch| b.get::<u64>("step").unwrap().to_vec();
     let draw = |group: &mut BufferGroup, n, r| {
         let mut b = replaystore::Batch::default();
-        group.sample_mixed_into("p", n, r, &mut b).unwrap();
+        group.sample_mixed_into("p", n, r, None, &mut b).unwrap();
         b
     };
     add_step(&mut group, &["p"], 0);
@@ -438,8 +438,93 @@ fn mixed_draws_return_each_new_item_once_and_replay_the_rest() {
     }
     assert_eq!(steps(&draw(&mut group, 3, 0.0)), [136, 137, 138]);
     let mut b = replaystore::Batch::default();
-    let bad = group.sample_mixed_into("p", 3, 1.5, &mut b);
+    let bad = group.sample_mixed_into("p", 3, 1.5, None, &mut b);
     assert!(matches!(bad, Err(Error::InvalidSample(_))), "{bad:?}");
+}
+
+/// Promise (RLlib's MixIn over prioritized buffers): with `beta` the replayed part of
+/// a mixed draw comes by the member's priorities (chi-square over 20,000 items), with
+/// the importance weights a plain prioritized draw gives the same items; the new part
+/// comes once each, weighted 1. A member that keeps no priorities refuses `beta`.
+#[test]
+fn mixed_draws_with_beta_replay_by_priority() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut group = BufferGroup::create(tmp.path().join("g"), Some(template())).unwrap();
+    let per = template().prioritized(1.0, 0.0);
+    group.add_member("p", Some(per)).unwrap();
+    for t in 0..4 {
+        add_step(&mut group, &["p"], t);
+    }
+    let prios = [1.0f64, 2.0, 3.0, 4.0];
+    let m = group.member_mut("p").unwrap();
+    m.update_priorities(&[0, 1, 2, 3], &prios).unwrap();
+    let mixed = |group: &mut BufferGroup, n, r| {
+        let mut b = replaystore::Batch::default();
+        group
+            .sample_mixed_into("p", n, r, Some(0.5), &mut b)
+            .unwrap();
+        let steps = b.get::<u64>("step").unwrap().to_vec();
+        (steps, b.weights().to_vec())
+    };
+    // The plain prioritized draw's weight of each item, for comparison.
+    let plain = group
+        .sample("p", Request::rows(64).prioritized(0.5))
+        .unwrap();
+    let mut weight_of = std::collections::BTreeMap::new();
+    let steps = plain.get::<u64>("step").unwrap().to_vec();
+    for (s, w) in steps.iter().zip(plain.weights()) {
+        weight_of.insert(*s, *w);
+    }
+    assert_eq!(weight_of.len(), 4, "64 draws reach all four items");
+    // Ratio 1: only replayed, by priority.
+    let mut seen = [0u64; 4];
+    for _ in 0..200 {
+        let (steps, weights) = mixed(&mut group, 100, 1.0);
+        assert_eq!(steps.len(), 100);
+        for (s, w) in steps.iter().zip(&weights) {
+            seen[*s as usize] += 1;
+            assert_eq!(*w, weight_of[s], "item {s}'s weight");
+        }
+    }
+    let total: f64 = prios.iter().sum();
+    let chi: f64 = (seen.iter().zip(prios))
+        .map(|(&o, p)| {
+            let e = 20_000.0 * p / total;
+            (o as f64 - e).powi(2) / e
+        })
+        .sum();
+    assert!(
+        chi < 16.27,
+        "chi-square {chi} over 3 degrees (p = 0.001): {seen:?}"
+    );
+    // Ratio 0: the four items not returned as new yet, weighted 1.
+    assert_eq!(mixed(&mut group, 4, 0.0), (vec![0, 1, 2, 3], vec![1.0; 4]));
+    // Half new, weighted 1, then replayed ones with their weights.
+    add_step(&mut group, &["p"], 4);
+    add_step(&mut group, &["p"], 5);
+    let (steps, weights) = mixed(&mut group, 4, 0.5);
+    assert_eq!(steps[..2], [4, 5]);
+    assert_eq!(weights[..2], [1.0, 1.0]);
+    assert_eq!(steps.len(), 4);
+    // The new items' priority is the largest (4): the replayed weights follow it.
+    let plain = group
+        .sample("p", Request::rows(256).prioritized(0.5))
+        .unwrap();
+    let steps_now = plain.get::<u64>("step").unwrap().to_vec();
+    let now: std::collections::BTreeMap<u64, f32> = steps_now
+        .iter()
+        .copied()
+        .zip(plain.weights().iter().copied())
+        .collect();
+    for (s, w) in steps[2..].iter().zip(&weights[2..]) {
+        assert_eq!(*w, now[s], "replayed item {s}'s weight");
+    }
+    // A member without priorities refuses a replay by priority, and keeps its items.
+    add_step(&mut group, &["q"], 0);
+    let mut b = replaystore::Batch::default();
+    let bad = group.sample_mixed_into("q", 2, 0.5, Some(0.5), &mut b);
+    assert!(bad.is_err(), "{bad:?}");
+    assert_eq!(group.member("q").unwrap().len(), 1);
 }
 
 // ---- A failure at any file operation of a group's steps ----

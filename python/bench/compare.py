@@ -8,7 +8,7 @@ pad_sequence).
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
-    python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb       # HER (w7.py)
+    python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb,tianshou  # HER (w7.py)
 
 W5 figures: addB (batches of 64 into a new buffer) and addB_lap (into a full one) in
 steps/s and GB/s of payload, add1 (one step per call), sample_padded (256 steps, every

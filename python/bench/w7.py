@@ -9,6 +9,11 @@ the `future` strategy and k = 4, rewards from a vectorized distance threshold
   compute_reward=)`: relabeled at sample time, rewards recomputed once per batch.
 - SB3 `HerReplayBuffer` (relabels at sample time too, calling the env's
   `compute_reward` through a VecEnv), steps added one by one as its `learn` adds them.
+- Tianshou `HERReplayBuffer` (future strategy only, relabels at sample time by
+  rewriting the sampled episodes' goals in its storage until the next call), steps
+  added one by one as its `Collector` adds them. Its `future_k` relabels a share of
+  `1 - 1/future_k`, SB3's `n_sampled_goal` one of `1 - 1/(1 + k)`: `future_k=5` is the
+  same 80% as k = 4.
 - cpprb `HindsightReplayBuffer`: relabels when an episode ends (`additional_goals=4`
   copies per step, stored), so its draw is a plain sample; its add is per step, then
   `on_episode_end(goal)`.
@@ -147,8 +152,34 @@ class Cpprb:
         pass
 
 
-LIBS = {"replaystore": Replaystore, "sb3": SB3, "cpprb": Cpprb}
-AVAILABLE = {"replaystore": "replaystore", "sb3": "stable_baselines3", "cpprb": "cpprb"}
+class Tianshou:
+    def __init__(self, capacity, path):
+        from tianshou.data import HERReplayBuffer
+
+        self.buf = HERReplayBuffer(
+            capacity, lambda achieved, desired: compute_reward(achieved, desired),
+            horizon=STEPS, future_k=5.0)
+
+    def add_episode(self, obs, walk, goal, act, rew):
+        from tianshou.data import Batch
+
+        for t in range(STEPS):
+            o = Batch(observation=obs[t], achieved_goal=walk[t], desired_goal=goal)
+            o2 = Batch(observation=obs[t + 1], achieved_goal=walk[t + 1], desired_goal=goal)
+            last = t == STEPS - 1
+            self.buf.add(Batch(obs=o, act=act[t], rew=rew[t], terminated=False,
+                               truncated=last, obs_next=o2, info={}))
+
+    def sample(self, n):
+        return self.buf.sample(n)
+
+    def close(self):
+        pass
+
+
+LIBS = {"replaystore": Replaystore, "sb3": SB3, "cpprb": Cpprb, "tianshou": Tianshou}
+AVAILABLE = {"replaystore": "replaystore", "sb3": "stable_baselines3", "cpprb": "cpprb",
+             "tianshou": "tianshou"}
 
 
 def child(lib_name, quick, runs, scratch, put):

@@ -546,7 +546,12 @@ class BufferGroup:
     ) -> Any:
         """``n`` items of ``member``; without it ``{name: batch}`` with ``n`` from each.
         With ``replay_ratio``, RLlib's MixIn: the items added since the last such draw,
-        oldest first, topped up with replayed ones to that share."""
+        oldest first, topped up with replayed ones to that share (by priority with
+        ``beta``: new items weighted 1, replayed ones by importance)."""
+    def update_priorities(
+        self, member: str, indices: npt.ArrayLike, priorities: npt.ArrayLike
+    ) -> Dict[str, int]:
+        """Sets ``member``'s priorities at ``indices``; returns ``{"applied", "stale"}``."""
     def sample_lockstep(self, n: int, *, seed: Optional[int] = None) -> Dict[str, _Batch]:
         """``n`` joint steps: the same positions back from each member's newest row."""
     def stats(self) -> Dict[str, Dict[str, Any]]: ...

@@ -308,7 +308,8 @@ impl PyGroup {
     /// `n` from every member: `{name: batch}` (RLlib's independent mode). With
     /// `replay_ratio`, RLlib's `MultiAgentMixInReplayBuffer`: the items added since
     /// this handle's last such draw, oldest first, up to `n * (1 - replay_ratio)`, then
-    /// replayed ones to make up that share.
+    /// replayed ones to make up that share: by priority with `beta` (the new items
+    /// weighted 1, the replayed ones by importance).
     #[pyo3(signature = (n, member=None, *, beta=None, seed=None, replace=true, replay_ratio=None))]
     #[expect(
         clippy::too_many_arguments,
@@ -339,7 +340,7 @@ impl PyGroup {
         for name in &names {
             let g = opened(&mut held)?;
             let d = draw_values(py, None, "list", 0.0, |sink| match replay_ratio {
-                Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, sink)),
+                Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
                 None => any_group!(g, g => g.sample_into(name, request, sink)),
             })?;
             if member.is_some() {
@@ -394,6 +395,24 @@ impl PyGroup {
             out.set_item(name, stats_dict(py, s)?)?;
         }
         Ok(out)
+    }
+
+    /// Sets the priorities of member `member`'s items at `indices` (RLlib's
+    /// `update_priorities({policy_id: (indices, td_errors)})`, one member per call).
+    /// Items evicted since they were drawn are skipped and counted. Returns
+    /// `{"applied": .., "stale": ..}`.
+    fn update_priorities<'py>(
+        &self,
+        py: Python<'py>,
+        member: &str,
+        indices: &Bound<'py, PyAny>,
+        priorities: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        update_from_py(py, indices, priorities, |idx, pr| {
+            let mut held = self.inner.lock(py);
+            let m = writer(&mut held)?.member_mut(member).map_err(to_py)?;
+            py.detach(|| m.update_priorities(idx, pr)).map_err(to_py)
+        })
     }
 
     /// Items member `member` holds.

@@ -114,3 +114,32 @@ def test_replay_ratio_mixes_new_items_with_replayed_ones_as_rllib_mixin_does(gro
     assert len(group.sample(2, "p", replay_ratio=0.0)["step"]) == 0
     with pytest.raises(rs.Error):
         group.sample(2, "p", replay_ratio=2.0)
+
+
+def test_replay_by_priority_in_a_mixed_draw_weights_new_items_one(group):
+    group.add_member("per", SCHEMA, 64, alpha=1.0, eps=0.0)
+    idx = group.add_batch("per", {"step": np.arange(4), "obs": np.zeros((4, 2), np.float32)})
+    assert group.update_priorities("per", idx, [1.0, 1.0, 1.0, 97.0]) == {"applied": 4, "stale": 0}
+    assert group.sample(4, "per", replay_ratio=0.0, beta=0.4)["weights"].tolist() == [1.0] * 4
+    group.add("per", step=4, obs=np.zeros(2, np.float32))
+    b = group.sample(400, "per", replay_ratio=1.0, beta=0.4)
+    # Item 3 holds 97 of the 101 (+ item 4's largest, 97) units of priority.
+    share = (b["step"] == 3).mean()
+    assert 0.4 < share < 0.6, share
+    # Importance weights over the largest: (p_i / p_min) ** -beta.
+    w = dict(zip(b["step"].tolist(), b["weights"].tolist()))
+    assert w[0] == 1.0 and w[3] == pytest.approx(97.0**-0.4, rel=1e-5)
+    group.add("per", step=5, obs=np.zeros(2, np.float32))
+    b = group.sample(2, "per", replay_ratio=0.5, beta=0.4)
+    assert b["step"][0] == 4 and b["weights"][0] == 1.0
+    add_steps(group, ["p"], range(3))
+    with pytest.raises(rs.Error):
+        group.sample(2, "p", replay_ratio=0.5, beta=0.4)  # keeps no priorities
+
+
+def test_a_group_reader_sets_no_priorities(group, tmp_path):
+    add_steps(group, ["p"], range(3))
+    group.flush()
+    reader = rs.BufferGroup.open(str(tmp_path / "g"), reader=True)
+    with pytest.raises(rs.ReadOnlyError):
+        reader.update_priorities("p", [0], [1.0])

@@ -537,6 +537,11 @@ impl<L: Lane> BufferGroup<L> {
     /// handle opens it (a member it created: from its first item) and is the handle's
     /// alone: RLlib keeps its `last_added_batches` in memory too.
     ///
+    /// With `beta` the replayed items are drawn by the member's priorities (a
+    /// prioritized member's, else `InvalidSample`), as RLlib's MixIn over its
+    /// prioritized buffers draws them, and the draw has `weights`: the replayed items'
+    /// importance weights, and 1 for each new item (returned once each, not drawn).
+    ///
     /// ```
     /// use replaystore::{Batch, BufferGroup, Column, Config, DType, Schema};
     /// let dir = tempfile::tempdir()?;
@@ -544,7 +549,7 @@ impl<L: Lane> BufferGroup<L> {
     /// let mut group = BufferGroup::create(dir.path().join("g"), Some(Config::new(schema, 100)))?;
     /// group.add_batch("p", &[Column::new("x", &(0..10u32).collect::<Vec<_>>())])?;
     /// let mut b = Batch::default();
-    /// group.sample_mixed_into("p", 4, 0.5, &mut b)?;
+    /// group.sample_mixed_into("p", 4, 0.5, None, &mut b)?;
     /// // Half new (the oldest two not returned yet), half replayed.
     /// assert_eq!(&b.get::<u32>("x")?[..2], [0, 1]);
     /// assert_eq!(b.len(), 4);
@@ -555,6 +560,7 @@ impl<L: Lane> BufferGroup<L> {
         name: &str,
         n: usize,
         replay_ratio: f64,
+        beta: Option<f64>,
         sink: &mut dyn Sink,
     ) -> Result<()> {
         if !(0.0..=1.0).contains(&replay_ratio) {
@@ -588,12 +594,30 @@ impl<L: Lane> BufferGroup<L> {
             !(live.is_empty() && replay_ratio > 0.0 || new.is_empty() && replay_ratio < 1.0);
         let mut indices = if ready { new } else { Vec::new() };
         let taken = indices.len() as u64;
+        let (mut drawn, mut weights) = (Vec::new(), Vec::new());
         if ready && old > 0 {
-            let (mut drawn, mut weights) = (Vec::new(), Vec::new());
-            lane.pick_rows(&Request::rows(old), &mut drawn, &mut weights)?;
+            let replay = match beta {
+                Some(beta) => Request::rows(old).prioritized(beta),
+                None => Request::rows(old),
+            };
+            lane.pick_rows(&replay, &mut drawn, &mut weights)?;
             indices.extend(drawn);
         }
-        crate::handle::rows::sample_rows(lane, &Request::at(&indices), sink)?;
+        match beta {
+            None => crate::handle::rows::sample_rows(lane, &Request::at(&indices), sink)?,
+            Some(beta) => {
+                let mut all = vec![1.0f32; indices.len() - weights.len()];
+                all.extend(weights);
+                let schema = lane.rows().schema.clone();
+                let mut sink = Weighted {
+                    inner: sink,
+                    schema,
+                    beta,
+                    weights: &all,
+                };
+                crate::handle::rows::sample_rows(lane, &Request::at(&indices), &mut sink)?;
+            }
+        }
         if let Some(f) = self.new_from.get_mut(k) {
             *f = from + taken;
         }
@@ -768,4 +792,51 @@ fn tails<L: Lane>(set: Option<&Lanes<L>>) -> Vec<u64> {
     set.map_or_else(Vec::new, |s| {
         s.lanes.iter().map(|l| l.rows().live().end).collect()
     })
+}
+
+/// A sink for a read at given indices that also takes `weights`: it asks its inner sink
+/// for the arrays of a prioritized draw of as many rows (the read's arrays, then
+/// `weights`), fills `weights` there and hands the read the rest.
+struct Weighted<'s, 'w> {
+    inner: &'s mut dyn Sink,
+    schema: crate::schema::Schema,
+    beta: f64,
+    weights: &'w [f32],
+}
+
+impl Sink for Weighted<'_, '_> {
+    fn arrays(&mut self, layout: &crate::sink::Layout<'_>) -> Result<Vec<&mut [u8]>> {
+        let n = self.weights.len();
+        let weighted = Request::rows(n).prioritized(self.beta);
+        let with = crate::sink::Layout::of(&self.schema, &weighted, n, n)?;
+        let mut arrays = self.inner.arrays(&with)?;
+        let last = arrays.pop();
+        let wanted = layout.arrays().len();
+        match last {
+            Some(w) if arrays.len() == wanted && w.len() == n * 4 => {
+                w.copy_from_slice(bytemuck::cast_slice(self.weights));
+                Ok(arrays)
+            }
+            _ => Err(Error::InvalidSample(format!(
+                "a weighted read of {n} rows got {} arrays for {wanted} and weights",
+                arrays.len() + usize::from(last.is_some()),
+            ))),
+        }
+    }
+
+    fn values(
+        &mut self,
+        field: &crate::schema::VarField,
+        lengths: &[u64],
+    ) -> Result<crate::sink::ValuesOut<'_>> {
+        self.inner.values(field, lengths)
+    }
+
+    fn all_values(
+        &mut self,
+        fields: &[&crate::schema::VarField],
+        lengths: &[Vec<u64>],
+    ) -> Result<Option<Vec<crate::sink::ValuesOut<'_>>>> {
+        self.inner.all_values(fields, lengths)
+    }
 }
