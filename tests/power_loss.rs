@@ -86,7 +86,14 @@ fn seen(op: Op, buf: &ReplayBuffer) -> Seen {
 /// they number at most `REPLAYSTORE_CRASH_EXHAUSTIVE` (default 64), else the two fixed
 /// ones, and `REPLAYSTORE_CRASH_IMAGES` random ones besides (default 2).
 fn sim_io(dir: &Path, seed: u64) -> Arc<SimIo> {
-    let exhaustive = env_count("REPLAYSTORE_CRASH_EXHAUSTIVE", 64) as usize;
+    sim_io_up_to(dir, seed, 64)
+}
+
+/// `sim_io` enumerating at most `exhaustive` images per sync point unless
+/// `REPLAYSTORE_CRASH_EXHAUSTIVE` says otherwise (for a workload whose many members
+/// make each point's images many).
+fn sim_io_up_to(dir: &Path, seed: u64, exhaustive: u64) -> Arc<SimIo> {
+    let exhaustive = env_count("REPLAYSTORE_CRASH_EXHAUSTIVE", exhaustive) as usize;
     let random = env_count("REPLAYSTORE_CRASH_IMAGES", 2) as usize;
     Arc::new(SimIo::new(dir, seed, exhaustive, random))
 }
@@ -1080,4 +1087,209 @@ fn every_crash_image_of_a_reservoir_keeps_only_items_it_had_kept() {
             checked,
         );
     }
+}
+
+/// The group right after each call of the group workload: per member, its live range;
+/// the checkpoints acknowledged, with each member's live range at the time.
+#[derive(Clone)]
+struct GroupSeen {
+    members: BTreeMap<String, Range<u64>>,
+    snapshots: BTreeMap<String, BTreeMap<String, Range<u64>>>,
+    commits: bool,
+    restores: bool,
+}
+
+fn group_seen(
+    g: &replaystore::BufferGroup,
+    snapshots: &BTreeMap<String, BTreeMap<String, Range<u64>>>,
+    commits: bool,
+    restores: bool,
+) -> GroupSeen {
+    let members = (g.members().into_iter())
+        .map(|m| (m.to_owned(), g.member(m).unwrap().live()))
+        .collect();
+    GroupSeen {
+        members,
+        snapshots: snapshots.clone(),
+        commits,
+        restores,
+    }
+}
+
+/// Which of `window`'s states member `name`'s live range `live` is the tail of (a
+/// member a state lacks counts as empty there); `reached` allows the oldest slots a
+/// reopen may give up.
+fn matching_states(window: &[&GroupSeen], name: &str, live: &Range<u64>) -> Vec<usize> {
+    (window.iter().enumerate())
+        .filter(|(_, s)| match s.members.get(name) {
+            Some(r) => {
+                r.end == live.end && (r.start..=r.start + 16u64.div_ceil(4)).contains(&live.start)
+            }
+            None => live.is_empty(),
+        })
+        .map(|(j, _)| j)
+        .collect()
+}
+
+/// One image of the group workload: it verifies and opens; it names every member whose
+/// creation was acknowledged and none never created; each member is at an acknowledged
+/// state with its own items; a restore in flight left every member at the old state or
+/// every member at the new; the checkpoints acknowledged are all there, and restoring
+/// the newest gives each member the range it had when it was taken.
+fn check_group(image: &Image, history: &[GroupSeen], scratch: &Path, n: u64) {
+    let p = image.phase;
+    let ctx = format!("group call {p}, {}", image.what);
+    let dir = scratch.join(format!("group-{n}"));
+    sim::materialize(image, &dir);
+    if !dir.join("GROUP").exists() {
+        assert_eq!(p, 0, "{ctx}: the GROUP file is gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
+    assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
+    let mut g = replaystore::BufferGroup::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let names: BTreeSet<String> = g.members().iter().map(|s| s.to_string()).collect();
+    let before = &history[p.saturating_sub(1)];
+    let after = &history[p.min(history.len() - 1)];
+    assert!(
+        before.members.keys().all(|m| names.contains(m)),
+        "{ctx}: members {names:?}, acknowledged {:?}",
+        before.members.keys()
+    );
+    assert!(
+        names.iter().all(|m| after.members.contains_key(m)),
+        "{ctx}: members {names:?}, created {:?}",
+        after.members.keys()
+    );
+    let acked = (0..p).rev().find(|&j| history[j].commits).unwrap_or(0);
+    let window: Vec<&GroupSeen> = history[acked..=p.min(history.len() - 1)].iter().collect();
+    let mut per_member = Vec::new();
+    for name in &names {
+        let live = g.member(name).unwrap().live();
+        let states = matching_states(&window, name, &live);
+        assert!(
+            !states.is_empty(),
+            "{ctx}: member {name} live {live:?}, acknowledged {:?}",
+            window
+                .iter()
+                .map(|s| s.members.get(name))
+                .collect::<Vec<_>>()
+        );
+        per_member.push(states);
+        let idx: Vec<u64> = live.collect();
+        let b = g.member(name).unwrap().get_many(&idx).unwrap();
+        for (r, &i) in idx.iter().enumerate() {
+            assert_eq!(b.item_bytes(r), item_bytes(i), "{ctx}: {name} item {i:#x}");
+        }
+    }
+    if history.get(p).is_some_and(|s| s.restores) {
+        // The restore's own state is the window's last; every member there, or none.
+        let last = window.len() - 1;
+        let all_new = per_member.iter().all(|s| s.contains(&last));
+        let all_old = per_member.iter().all(|s| s.iter().any(|&j| j < last));
+        assert!(
+            all_new || all_old,
+            "{ctx}: a restore left members at two states: {per_member:?}"
+        );
+    }
+    let listed: BTreeSet<String> = g.snapshots().unwrap().into_iter().collect();
+    assert!(
+        before.snapshots.keys().all(|s| listed.contains(s)),
+        "{ctx}: snapshots {listed:?}, acknowledged {:?}",
+        before.snapshots.keys()
+    );
+    assert!(
+        listed.iter().all(|s| after.snapshots.contains_key(s)),
+        "{ctx}: snapshots {listed:?}, taken {:?}",
+        after.snapshots.keys()
+    );
+    if let Some((name, at)) = before.snapshots.iter().next_back() {
+        let state = g.snapshot_state(name).unwrap();
+        g.set_state(&state)
+            .unwrap_or_else(|e| panic!("{ctx}: restore {name}: {e}"));
+        for (m, range) in at {
+            assert_eq!(
+                &g.member(m).unwrap().live(),
+                range,
+                "{ctx}: {m} restored to {name}"
+            );
+        }
+    }
+    drop(g);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_crash_image_of_a_group_holds_acknowledged_members_and_checkpoints_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let scratch = tempfile::tempdir().unwrap();
+    // Three members, each with its own files: 16 images per point keeps this near the
+    // lane set's cost; REPLAYSTORE_CRASH_EXHAUSTIVE=64 runs the full enumeration.
+    let io = sim_io_up_to(&dir, 0x6e0, 16);
+    let template = Config::new(schema(), 16)
+        .segment_slots(8)
+        .seed(3)
+        .io(io.clone());
+    let mut g = replaystore::BufferGroup::create(&dir, Some(template)).unwrap();
+    let mut snaps = BTreeMap::new();
+    let mut history = vec![group_seen(&g, &snaps, true, false)];
+    let mut checked = 0;
+    for image in io.take_images() {
+        check_group(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    let mut rng = 0x9e0u64;
+    for call in 1..=48u64 {
+        io.set_phase(history.len());
+        // Member "c" comes only after the first checkpoint; a restore follows a flush.
+        let names: &[&str] = if snaps.is_empty() {
+            &["a", "b"]
+        } else {
+            &["a", "b", "c"]
+        };
+        let (commits, restores) = match (call, xorshift(&mut rng) % 8) {
+            (c, _) if c % 12 == 0 => {
+                g.flush().unwrap();
+                (true, false)
+            }
+            (c, _) if c % 12 == 1 && !snaps.is_empty() => {
+                let name = snaps.keys().next().cloned().unwrap();
+                let state = g.snapshot_state(&name).unwrap();
+                g.set_state(&state).unwrap();
+                (true, true)
+            }
+            (c, _) if c % 12 == 6 => {
+                let state = g.get_state().unwrap();
+                let at = group_seen(&g, &snaps, false, false).members;
+                snaps.insert(state.name, at);
+                (true, false)
+            }
+            (_, r) => {
+                let name = names[(r as usize) % names.len()];
+                let next = match g.member(name) {
+                    Ok(m) => m.live().end,
+                    Err(_) => g.add_member(name, None).unwrap().live().end,
+                };
+                let m = g.member_mut(name).unwrap();
+                add_range(m, next, next + 1 + xorshift(&mut rng) % 3);
+                (false, false)
+            }
+        };
+        history.push(group_seen(&g, &snaps, commits, restores));
+        for image in io.take_images() {
+            check_group(&image, &history, scratch.path(), checked);
+            checked += 1;
+        }
+    }
+    io.set_phase(history.len());
+    history.push(group_seen(&g, &snaps, true, false));
+    g.close().unwrap();
+    io.capture("after close");
+    for image in io.take_images() {
+        check_group(&image, &history, scratch.path(), checked);
+        checked += 1;
+    }
+    report("group", &io, checked);
 }

@@ -498,7 +498,8 @@ fn verify_group(dir: &Path, io: &dyn Io, opts: &VerifyOptions<'_>) -> Result<Rep
     for k in (0..crate::format::lanes::MAX_LANES).filter(|&k| !listed(k)) {
         if io.kind(&storage::lane_dir(dir, k)).is_ok() {
             report.notes.push(format!(
-                "{}: a member folder GROUP does not list (a creation a kill cut short);                  the next open removes it",
+                "{}: a member folder GROUP does not list (a creation a kill cut short); \
+                 the next open removes it",
                 storage::lane_dir(dir, k).display()
             ));
         }
