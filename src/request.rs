@@ -200,6 +200,34 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Transitions (or rows) read at the step rows `indices`, in order, instead of
+    /// drawn (a read: the RNG does not move). For transitions each index is a step
+    /// row whose observation row is stored: what a transition's `indices` entry
+    /// names. A row that ends no such step is an `InvalidSample` naming it.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder()
+    ///     .field("obs", DType::F32, &[])
+    ///     .field("reward", DType::F32, &[])
+    ///     .build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 64).episodic())?;
+    /// let obs = [0.0f32, 1.0, 2.0, 3.0];
+    /// buf.add_episode(&[Column::new("obs", &obs)], &[Column::new("reward", &[1.0f32; 3])], true, false)?;
+    /// // Rows 1..=3 end the episode's steps; row 0 is its reset.
+    /// let t = buf.sample(Request::transitions(0, &["obs"]).at_steps(&[3, 1]).nstep(2, 0.5))?;
+    /// assert_eq!(t.get::<f32>("obs")?, [2.0, 0.0]);
+    /// assert_eq!(t.get::<f32>("next_obs")?, [3.0, 2.0]);
+    /// assert!(buf.sample(Request::transitions(0, &["obs"]).at_steps(&[0])).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn at_steps(mut self, indices: &'a [u64]) -> Request<'a> {
+        self.pick = Pick::Given(indices);
+        self.n = indices.len();
+        self
+    }
+
     /// `n` sequences of `len` trained steps of one episode each, uniformly over their
     /// first trained step; `obs` names the observation fields.
     pub fn sequences(n: usize, len: u64, obs: &'a [&'a str]) -> Request<'a> {
@@ -603,8 +631,15 @@ impl<'a> Request<'a> {
                 return bad(format!("beta {beta} is not finite and >= 0"));
             }
             Pick::Given(indices) => {
-                if unit != Unit::Rows {
-                    return bad(format!("given indices read rows, not {name}"));
+                if !matches!(unit, Unit::Rows | Unit::Transitions) {
+                    return bad(format!(
+                        "given indices read rows or transitions, not {name}"
+                    ));
+                }
+                if self.relabel.is_some() {
+                    return bad(
+                        "relabel draws its transitions; it reads none at given steps".into(),
+                    );
                 }
                 if indices.len() != self.n {
                     return bad(format!(

@@ -527,6 +527,47 @@ fn mixed_draws_with_beta_replay_by_priority() {
     assert_eq!(group.member("q").unwrap().len(), 1);
 }
 
+/// Promise: a member draws every unit its own handle draws (a group's draw is the
+/// member's, not rows only): transitions of an episodic member, drawn or read at given
+/// step rows, and a request the member refuses is refused.
+#[test]
+fn a_group_draws_a_members_transitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut group = BufferGroup::create(tmp.path().join("g"), None).unwrap();
+    let schema = Schema::builder()
+        .field("obs", DType::F32, &[])
+        .field("reward", DType::F32, &[])
+        .build()
+        .unwrap();
+    let m = group
+        .add_member("ep", Some(Config::new(schema, 64).episodic().seed(1)))
+        .unwrap();
+    let obs = [0.0f32, 1.0, 2.0, 3.0, 4.0];
+    m.add_episode(
+        &[Column::new("obs", &obs)],
+        &[Column::new("reward", &[1.0f32; 4])],
+        true,
+        false,
+    )
+    .unwrap();
+    let b = group
+        .sample("ep", Request::transitions(32, &["obs"]).nstep(2, 0.5))
+        .unwrap();
+    let (o, next) = (
+        b.get::<f32>("obs").unwrap(),
+        b.get::<f32>("next_obs").unwrap(),
+    );
+    for (o, n) in o.iter().zip(next) {
+        assert_eq!(*n, (o + 2.0).min(4.0));
+    }
+    let at = group
+        .sample("ep", Request::transitions(0, &["obs"]).at_steps(&[4, 1]))
+        .unwrap();
+    assert_eq!(at.get::<f32>("obs").unwrap(), [3.0, 0.0]);
+    let bad = group.sample("ep", Request::episodes(1).nstep(2, 0.5));
+    assert!(matches!(bad, Err(Error::InvalidSample(_))), "{bad:?}");
+}
+
 // ---- A failure at any file operation of a group's steps ----
 
 /// What a fault-sweep run does through the failing seam.

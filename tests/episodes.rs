@@ -681,3 +681,58 @@ fn inspect_counts_episodes_and_their_lengths() {
     let mean_return = whole.iter().sum::<f64>() / whole.len() as f64;
     assert!((stats.mean_return.unwrap() - mean_return).abs() < 1e-9);
 }
+
+/// Promise: transitions read at given step rows (`Request::at_steps`) are the ones a
+/// draw returned at those rows, every array equal (n-step returns, discounts, flags,
+/// stacked frames), the RNG untouched; a row that ends no step (a reset row) or an
+/// evicted one is refused by name.
+#[test]
+fn transitions_read_at_given_steps_equal_the_drawn_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buf = create(&tmp.path().join("b"));
+    let mut s = 5u64;
+    for e in 0..30u64 {
+        let len = 1 + xorshift(&mut s) % 6;
+        let obs: Vec<f32> = (0..=len).flat_map(|t| [e as f32, t as f32, 0.0]).collect();
+        let act: Vec<i32> = (0..len as i32).collect();
+        let rew: Vec<f32> = (0..len).map(|t| (t + e) as f32).collect();
+        let cols = [Column::new("action", &act), Column::new("reward", &rew)];
+        let shape = [len as usize + 1, 3];
+        let obs = Column::from_bytes("obs", DType::F32, &shape, bytemuck::cast_slice(&obs));
+        buf.add_episode(&[obs], &cols, e % 3 == 0, e % 3 == 1)
+            .unwrap();
+    }
+    let obs = ["obs"];
+    let request = || Request::transitions(64, &obs).nstep(3, 0.9).stack(2);
+    let drawn = buf.sample(request()).unwrap();
+    let again = buf.sample(request()).unwrap();
+    let at = drawn.indices().to_vec();
+    let read = buf.sample(request().at_steps(&at)).unwrap();
+    let arrays = |b: &replaystore::Batch| -> Vec<(String, Vec<u8>)> {
+        (b.fields().iter())
+            .filter(|f| f.name() != "weights")
+            .map(|f| (f.name().to_owned(), f.bytes().to_vec()))
+            .collect()
+    };
+    assert_eq!(arrays(&read), arrays(&drawn));
+    // The read moved no RNG: the next draw is the one after `drawn`.
+    buf.reseed(3);
+    let first = buf.sample(request()).unwrap();
+    let _ = buf.sample(request().at_steps(&at)).unwrap();
+    let second = buf.sample(request()).unwrap();
+    assert_eq!(arrays(&first), arrays(&drawn));
+    assert_eq!(arrays(&second), arrays(&again));
+    // A reset row ends no step; an evicted row is gone.
+    let reset = buf.episodes().unwrap().last().unwrap().start;
+    let bad = buf.sample(request().at_steps(&[at[0], reset]));
+    assert!(
+        matches!(&bad, Err(Error::InvalidSample(m)) if m.contains(&format!("index {reset}"))),
+        "{bad:?}"
+    );
+    let bad = buf.sample(request().at_steps(&[0]));
+    assert!(
+        matches!(bad, Err(Error::Evicted { index: 0, .. })),
+        "{bad:?}"
+    );
+    assert!(buf.sample(Request::episodes(1).at_steps(&[1])).is_err());
+}

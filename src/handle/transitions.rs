@@ -14,7 +14,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::row::EPISODE_OFF;
 use crate::parts::priorities::PrioritySpec;
-use crate::request::{GoalStrategy, Relabel, Request};
+use crate::request::{GoalStrategy, Pick, Relabel, Request};
 use crate::sink::{Filled, Own, Sink, obs_mask};
 use crate::storage::map::{Found, RowRun};
 
@@ -130,7 +130,11 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
             )));
         }
         candidates.clear();
-        if let Some(beta) = request.beta() {
+        if let Pick::Given(given) = request.pick {
+            let rest = given.get(out.indices.len()..).unwrap_or(&[]);
+            h.rows().check_live(rest)?;
+            candidates.extend_from_slice(rest);
+        } else if let Some(beta) = request.beta() {
             candidates.resize(need, 0);
             drawn_weights.clear();
             drawn_weights.resize(need, 0.0);
@@ -153,15 +157,37 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
             weights: &drawn_weights,
             goals: &goal_draws,
         };
-        if let Some((index, found)) = read_transitions(h, request, is_obs, &drawn, f, out)? {
+        let lost = read_transitions(h, request, is_obs, &drawn, f, out)?;
+        if let Pick::Given(given) = request.pick {
+            // A given row read is one the caller named: one passed over is an error.
+            let read = &out.indices[..];
+            if let Some((&want, _)) = given.iter().zip(read).find(|(g, r)| g != r) {
+                return Err(not_a_step(want));
+            }
+            if let (None, Some(&skipped)) = (&lost, given.get(read.len())) {
+                return Err(not_a_step(skipped));
+            }
+        }
+        if let Some((index, found)) = lost {
             // The candidates after the lost one are drawn again with the rest.
             h.unit_lost(index, found)?;
         }
+    }
+    if matches!(request.pick, Pick::Given(_)) {
+        return Ok(());
     }
     if request.beta().is_none() {
         h.rows_mut().draws.sampled += n as u64;
     }
     Ok(())
+}
+
+/// A given index that ends no step with its observation row stored.
+fn not_a_step(index: u64) -> Error {
+    Error::InvalidSample(format!(
+        "index {index} ends no step whose observation row is stored (a reset row, a \
+         step too early in a partly evicted episode, or not a row of this buffer)"
+    ))
 }
 
 /// Reads the transitions of the drawn step rows `candidates` into `out`, after the

@@ -514,7 +514,7 @@ impl<L: Lane> BufferGroup<L> {
         let lane = lane.ok_or_else(|| Error::NotABuffer {
             dir: self.dir.clone(),
         })?;
-        crate::handle::rows::sample_rows(lane, &request.into(), sink)
+        lane.sample_lane_into(&request.into(), sink)
     }
 
     /// Restarts the sampling RNG of every member from `seed` (member `K` from a value

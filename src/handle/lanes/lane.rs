@@ -8,6 +8,8 @@ use crate::error::Result;
 use crate::handle::rows::DrawsRows;
 use crate::handle::{PriorityOwner, Reader, ReplayBuffer};
 use crate::parts::priorities::PriorityUpdate;
+use crate::request::Request;
+use crate::sink::Sink;
 
 /// What one lane of [`crate::Lanes`] is opened as: a writer ([`ReplayBuffer`]), a reader
 /// ([`Reader`]) or the priority owner ([`PriorityOwner`]). Sealed; its methods are
@@ -35,6 +37,10 @@ pub trait Lane: DrawsRows {
     /// The lane's counters and sizes as this handle sees them now.
     #[doc(hidden)]
     fn lane_stats(&mut self) -> Result<crate::Stats>;
+    /// Draws `request` (any unit the handle draws) from this lane alone, as the
+    /// handle's own `sample_into` does: a group's draw from one member.
+    #[doc(hidden)]
+    fn sample_lane_into(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()>;
 }
 
 /// A lane handle that may set priorities: a writer that owns its lane's tree, or the
@@ -52,6 +58,9 @@ pub trait PriorityLane: Lane {
 }
 
 impl Lane for ReplayBuffer {
+    fn sample_lane_into(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        self.sample_into(*request, sink)
+    }
     fn refresh_lane(&mut self) -> Result<()> {
         Ok(())
     }
@@ -96,6 +105,9 @@ impl PriorityLane for ReplayBuffer {
 }
 
 impl Lane for Reader {
+    fn sample_lane_into(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        self.sample_into(*request, sink)
+    }
     fn refresh_lane(&mut self) -> Result<()> {
         self.refresh()
     }
@@ -117,6 +129,9 @@ impl Lane for Reader {
 }
 
 impl Lane for PriorityOwner {
+    fn sample_lane_into(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        self.sample_into(*request, sink)
+    }
     fn refresh_lane(&mut self) -> Result<()> {
         self.catch_up()
     }
