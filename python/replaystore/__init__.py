@@ -40,6 +40,7 @@ from ._native import (
     VersionError,
 )
 from . import rewards
+from .multi_agent import MultiAgentEpisodeBuffer
 from .spaces import schema_from_spaces
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "ForeignFileError",
     "Lanes",
     "LockedError",
+    "MultiAgentEpisodeBuffer",
     "NoItemStatesError",
     "NotABufferError",
     "PriorityOwner",

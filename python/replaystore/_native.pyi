@@ -552,6 +552,25 @@ class BufferGroup:
         self, member: str, indices: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> Dict[str, int]:
         """Sets ``member``'s priorities at ``indices``; returns ``{"applied", "stale"}``."""
+    def add_episode(
+        self, member: str, batch: Mapping[str, Any], *, terminated: bool = False,
+        truncated: bool = False,
+    ) -> Dict[str, Any]:
+        """A whole episode into episodic ``member``, as ``ReplayBuffer.add_episode``."""
+    def sample_transitions(
+        self,
+        n: int,
+        member: str,
+        obs: Union[str, Sequence[str]],
+        *,
+        nstep: int = 1,
+        gamma: float = 1.0,
+        stack: int = 1,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+        at: Optional[npt.ArrayLike] = None,
+    ) -> _Batch:
+        """``n`` transitions of episodic ``member``; with ``at``, read at those step rows."""
     def sample_lockstep(self, n: int, *, seed: Optional[int] = None) -> Dict[str, _Batch]:
         """``n`` joint steps: the same positions back from each member's newest row."""
     def stats(self) -> Dict[str, Dict[str, Any]]: ...

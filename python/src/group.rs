@@ -294,6 +294,92 @@ impl PyGroup {
         Ok(PyArray1::from_vec(py, range.collect()))
     }
 
+    /// Adds a whole episode to `member` (an episodic one; created with the template if
+    /// new), as `ReplayBuffer.add_episode`: observation fields with one row more than
+    /// the step fields. Returns the episode's record.
+    #[pyo3(signature = (member, batch, *, terminated=false, truncated=false))]
+    fn add_episode<'py>(
+        &self,
+        py: Python<'py>,
+        member: &str,
+        batch: &Bound<'py, PyDict>,
+        terminated: bool,
+        truncated: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let schema = self.member_schema(py, member)?;
+        let inputs = inputs(&schema, batch, false)?;
+        let var = var_inputs(&schema, batch, false)?;
+        let cols = columns(&inputs, &var)?;
+        let most = cols
+            .iter()
+            .map(replaystore::Column::batch_rows)
+            .max()
+            .unwrap_or(0);
+        let (obs, steps): (Vec<_>, Vec<_>) = cols.into_iter().partition(|c| c.batch_rows() == most);
+        let mut held = self.inner.lock(py);
+        let w = writer(&mut held)?;
+        let e = py
+            .detach(|| {
+                let m = w.member_mut(member)?;
+                m.add_episode(&obs, &steps, terminated, truncated)
+            })
+            .map_err(to_py)?;
+        crate::units::episode_dict(py, &e)
+    }
+
+    /// Transitions of episodic member `member`, as `ReplayBuffer.sample_transitions`
+    /// draws them (n-step returns, stacking, by priority with `beta`); with `at`, read
+    /// at those step rows instead (`n` is then their number): what a transition's
+    /// `indices` entry names.
+    #[pyo3(signature = (n, member, obs, *, nstep=1, gamma=1.0, stack=1, beta=None, seed=None, at=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a draw"
+    )]
+    fn sample_transitions<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        member: &str,
+        obs: &Bound<'py, PyAny>,
+        nstep: u64,
+        gamma: f64,
+        stack: u64,
+        beta: Option<f64>,
+        seed: Option<u64>,
+        at: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let obs = names(obs)?;
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let given = at.map(|a| index_array(py, a, "at")).transpose()?;
+        let given = match &given {
+            Some(g) => Some(g.as_slice()?),
+            None => None,
+        };
+        if let Some(g) = given
+            && g.len() != n
+        {
+            return Err(PyValueError::new_err(format!(
+                "n is {n} but at holds {} step indices",
+                g.len()
+            )));
+        }
+        let mut held = self.inner.lock(py);
+        let g = opened(&mut held)?;
+        if let Some(s) = seed {
+            any_group!(g, g => g.reseed(s));
+        }
+        let mut request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), None);
+        if let Some(at) = given {
+            request = request.at_steps(at);
+        }
+        draw(
+            py,
+            None,
+            |sink| any_group!(g, g => g.sample_into(member, request, sink)),
+        )
+    }
+
     /// The member names, in the order they were created.
     #[getter]
     fn members(&self, py: Python<'_>) -> PyResult<Vec<String>> {
