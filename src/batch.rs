@@ -69,6 +69,25 @@ impl FieldArray {
         all.get(..self.rows * self.item_bytes).unwrap_or(all)
     }
 
+    /// The array's storage, handed over without a copy: u64 words (so every dtype's
+    /// view is aligned) whose first `rows * item size` bytes are the array's, the rest
+    /// zero padding.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U16, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8))?;
+    /// buf.add_batch(&[Column::new("x", &[7u16, 9, 11])])?;
+    /// let field = buf.get_many(&[0, 2])?.field("x").unwrap().clone();
+    /// let words = field.into_words();
+    /// assert_eq!(&bytemuck::cast_slice::<u64, u16>(&words)[..2], [7, 11]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_words(self) -> Vec<u64> {
+        self.words
+    }
+
     /// The bytes, writable (a gather's destination).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.rows * self.item_bytes;

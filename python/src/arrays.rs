@@ -376,19 +376,35 @@ impl Owned {
 }
 
 /// An engine array (an episode getter's entries) as a NumPy array of its dtype and
-/// shape (one copy, into memory NumPy owns).
-pub fn numpy_of<'py>(py: Python<'py>, a: &replaystore::FieldArray) -> PyResult<Bound<'py, PyAny>> {
-    let elements = a.shape().iter().product::<usize>();
-    let mut owned = Owned::zeroed(a.dtype(), elements);
-    let out = owned.bytes();
-    if let Some(dst) = out.get_mut(..a.bytes().len()) {
-        dst.copy_from_slice(a.bytes());
+/// shape. A large one is handed over: NumPy owns the engine's words and views them as
+/// the dtype (no copy, no second allocation, whose fresh pages cost 20x the copy: a
+/// 28 MB episode took 26 ms that way, 1.25 ms now). A small one is copied into a typed
+/// array, which avoids the three NumPy calls of the view (1.2 us against 0.5 us for
+/// one entry).
+pub fn numpy_of(py: Python<'_>, a: replaystore::FieldArray) -> PyResult<Bound<'_, PyAny>> {
+    const HAND_OVER: usize = 64 << 10;
+    let dtype = a.dtype();
+    let shape = a.shape();
+    let elements: usize = shape.iter().product();
+    if a.bytes().len() < HAND_OVER {
+        let mut owned = Owned::zeroed(dtype, elements);
+        if let Some(dst) = owned.bytes().get_mut(..a.bytes().len()) {
+            dst.copy_from_slice(a.bytes());
+        }
+        let arr = owned.into_array(py, IxDyn(&shape))?;
+        return match dtype {
+            DType::Bool => arr.call_method1("view", (numpy::dtype::<bool>(py),)),
+            _ => Ok(arr),
+        };
     }
-    let arr = owned.into_array(py, IxDyn(&a.shape()))?;
-    match a.dtype() {
-        DType::Bool => arr.call_method1("view", (numpy::dtype::<bool>(py),)),
-        _ => Ok(arr),
-    }
+    let words = numpy::PyArray1::from_vec(py, a.into_words());
+    let as_dtype = match dtype {
+        DType::Bool => numpy::dtype::<bool>(py),
+        _ => numpy::PyArrayDescr::new(py, dtype.numpy_str())?,
+    };
+    let flat = words.call_method1("view", (as_dtype,))?;
+    let flat = flat.get_item(pyo3::types::PySlice::new(py, 0, elements as isize, 1))?;
+    flat.call_method1("reshape", (pyo3::types::PyTuple::new(py, shape)?,))
 }
 
 /// `array`'s shape as NumPy gets it. IxDyn keeps up to four dimensions inline, and the

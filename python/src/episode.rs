@@ -75,7 +75,7 @@ impl PyEpisode {
             self.buf
                 .get()
                 .episode_entries(py, &self.chunk, steps, field, &indices, options)?;
-        let arr = numpy_of(py, &a)?;
+        let arr = numpy_of(py, a)?;
         match lone {
             // One index: the entry itself, not a batch of one.
             true => arr.get_item(0),
@@ -316,7 +316,7 @@ impl PyEpisode {
                 &Indices::All,
                 GetOptions::default(),
             )?;
-            d.set_item(name, numpy_of(py, &a)?)?;
+            d.set_item(name, numpy_of(py, a)?)?;
         }
         Ok(d)
     }

@@ -91,3 +91,45 @@ def test_iter_episodes_gives_a_view_per_stored_episode(buf):
     assert [v.id for v in views] == [0, 1]
     assert all(v.get_observations().tolist() == [0, 1, 2, 3] for v in views)
     assert repr(views[1]).startswith("Episode(id=1")
+
+
+@pytest.mark.parametrize("steps", [3, 40])
+def test_getters_of_large_and_small_episodes_equal_the_arrays_added(tmp_path, steps):
+    """Entries past 64 KB are handed to NumPy without a copy, smaller ones copied; runs
+    of consecutive entries are read as one: every dtype, index form and fill reads as
+    NumPy indexing of the arrays added."""
+    schema = {"obs": ("float32", (32, 32)), "frame": ("uint8", (96, 96)),
+              "done": ("bool", (64, 64)), "action": "int64", "reward": "float32"}
+    rng = np.random.default_rng(steps)
+    data = {
+        "obs": rng.standard_normal((steps + 1, 32, 32)).astype(np.float32),
+        "frame": rng.integers(0, 255, (steps + 1, 96, 96), dtype=np.uint8),
+        "done": rng.random((steps + 1, 64, 64)) < 0.5,
+        "action": rng.integers(0, 9, steps),
+        "reward": rng.standard_normal(steps).astype(np.float32),
+    }
+    with rs.ReplayBuffer.create(str(tmp_path / "b"), schema, 4 * steps + 8,
+                                episodic=True) as buf:
+        rec = buf.add_episode(data, truncated=True)
+        ep = buf.get_episode(rec["id"])
+        for field in ("obs", "frame", "done"):
+            got = ep.get_observations(field=field)
+            assert got.dtype == data[field].dtype and got.shape == data[field].shape
+            np.testing.assert_array_equal(got, data[field])
+            for index in (slice(1, None, 2), [0, -1, 2, 1], -2, slice(-3, None)):
+                np.testing.assert_array_equal(ep.get_observations(index, field=field),
+                                              data[field][index])
+            # Entries before the episode filled, the rest read: fill and runs mixed.
+            filled = ep.get_observations(slice(-2, 3), neg_index_as_lookback=True, fill=0,
+                                         field=field)
+            np.testing.assert_array_equal(filled[:2], np.zeros_like(data[field][:2]))
+            np.testing.assert_array_equal(filled[2:], data[field][:3])
+        np.testing.assert_array_equal(ep.get_actions(), data["action"])
+        np.testing.assert_array_equal(ep.get_rewards(slice(1, None)), data["reward"][1:])
+        arrays = ep.to_numpy()
+        np.testing.assert_array_equal(arrays["obs"], data["obs"])
+        # A field that is not the observation reads as a step entry: rows 1.. of it.
+        np.testing.assert_array_equal(arrays["frame"], data["frame"][1:])
+        big = ep.get_observations(field="frame")
+        big[:] = 0  # the caller's own memory: the buffer keeps its bytes
+        np.testing.assert_array_equal(ep.get_observations(field="frame"), data["frame"])

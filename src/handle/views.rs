@@ -238,24 +238,35 @@ impl<R: Role> ReplayBuffer<R> {
             0,
         )];
         let bytes = out.bytes_mut();
-        for (i, p) in positions.iter().enumerate() {
-            let Some(dst) = bytes.get_mut(i * size..(i + 1) * size) else {
-                break;
-            };
+        let mut i = 0;
+        while let Some(p) = positions.get(i) {
             match *p {
                 Pos::At(p) => {
-                    // Read as every row is: its stamp, and its checksum if sealed.
+                    // A run of consecutive entries is read as one: its stamps checked
+                    // before and after, its sealed rows against their checksums, as
+                    // every row is read.
+                    let len = (positions.get(i..).unwrap_or(&[]).iter())
+                        .zip(p..)
+                        .take_while(|(q, want)| **q == Pos::At(*want))
+                        .count();
                     let row = e.start + first_entry + p + shift;
-                    rows.run(row, 1)
-                        .checked(|run| run.copy(row, &read, &mut [dst], 0))
+                    let mut outs = [&mut bytes[..]];
+                    rows.run(row, len as u64)
+                        .checked(|run| {
+                            for k in 0..len {
+                                run.copy(row + k as u64, &read, &mut outs, i + k);
+                            }
+                        })
                         .map_err(|(index, found)| self.rows.row_error(index, found))?;
+                    i += len;
                 }
                 Pos::Fill => {
-                    if let Some(v) = &fill {
+                    if let (Some(v), Some(dst)) = (&fill, bytes.get_mut(i * size..(i + 1) * size)) {
                         for x in dst.chunks_mut(elem) {
                             x.copy_from_slice(v.get(..elem).unwrap_or(&[]));
                         }
                     }
+                    i += 1;
                 }
             }
         }
