@@ -571,6 +571,24 @@ class BufferGroup:
         at: Optional[npt.ArrayLike] = None,
     ) -> _Batch:
         """``n`` transitions of episodic ``member``; with ``at``, read at those step rows."""
+    def sample_sequences(
+        self,
+        n: int,
+        member: Optional[str],
+        length: int,
+        obs: Union[str, Sequence[str]],
+        *,
+        burn_in: int = 0,
+        beta: Optional[float] = None,
+        seed: Optional[int] = None,
+    ) -> Any:
+        """Sequences of episodic ``member`` (RLlib's ``replay_sequence_length`` and
+        ``replay_burn_in``); with ``member=None``, ``{name: batch}``."""
+    def sample_episodes(
+        self, n: int, member: Optional[str] = None, *, beta: Optional[float] = None,
+        seed: Optional[int] = None,
+    ) -> Any:
+        """Whole episodes of episodic ``member``; without it, ``{name: batch}``."""
     def sample_lockstep(self, n: int, *, seed: Optional[int] = None) -> Dict[str, _Batch]:
         """``n`` joint steps: the same positions back from each member's newest row."""
     def stats(self) -> Dict[str, Dict[str, Any]]: ...

@@ -150,6 +150,38 @@ impl PyGroup {
     /// The schema of member `member`, created with the template if new. The lock is let
     /// go before the caller converts its arrays: no Python runs while other threads
     /// wait for the group.
+    /// `request` from `member`, or `{name: batch}` from every member without one.
+    fn draw_members<'py>(
+        &self,
+        py: Python<'py>,
+        member: Option<&str>,
+        seed: Option<u64>,
+        request: replaystore::Request<'_>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut held = self.inner.lock(py);
+        let g = opened(&mut held)?;
+        if let Some(s) = seed {
+            any_group!(g, g => g.reseed(s));
+        }
+        let names: Vec<String> = match member {
+            Some(m) => vec![m.to_owned()],
+            None => any_group!(g, g => g.members().iter().map(|s| s.to_string()).collect()),
+        };
+        let out = PyDict::new(py);
+        for name in &names {
+            let d = draw(
+                py,
+                None,
+                |sink| any_group!(g, g => g.sample_into(name, request, sink)),
+            )?;
+            if member.is_some() {
+                return Ok(d.into_any());
+            }
+            out.set_item(name, d)?;
+        }
+        Ok(out.into_any())
+    }
+
     fn member_schema(&self, py: Python<'_>, member: &str) -> PyResult<replaystore::Schema> {
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
@@ -378,6 +410,46 @@ impl PyGroup {
             None,
             |sink| any_group!(g, g => g.sample_into(member, request, sink)),
         )
+    }
+
+    /// Sequences of `length` trained steps of episodic member `member`, each after
+    /// `burn_in` warm-up steps (RLlib's `replay_sequence_length` and `replay_burn_in`
+    /// of a multi-agent buffer), as `ReplayBuffer.sample_sequences` draws them; without
+    /// `member`, `{name: batch}` from every member.
+    #[pyo3(signature = (n, member, length, obs, *, burn_in=0, beta=None, seed=None))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, each an option of a sequences Request"
+    )]
+    fn sample_sequences<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        member: Option<&str>,
+        length: u64,
+        obs: &Bound<'py, PyAny>,
+        burn_in: u64,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let obs = names(obs)?;
+        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
+        let request = sequences(n, (length, burn_in), &obs_refs, beta);
+        self.draw_members(py, member, seed, request)
+    }
+
+    /// Whole episodes of episodic member `member` (ended ones with every row live), as
+    /// `ReplayBuffer.sample_episodes` draws them; without `member`, `{name: batch}`.
+    #[pyo3(signature = (n, member=None, *, beta=None, seed=None))]
+    fn sample_episodes<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+        member: Option<&str>,
+        beta: Option<f64>,
+        seed: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.draw_members(py, member, seed, episodes(n, beta))
     }
 
     /// The member names, in the order they were created.

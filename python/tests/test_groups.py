@@ -117,7 +117,7 @@ def test_replay_ratio_mixes_new_items_with_replayed_ones_as_rllib_mixin_does(gro
 
 
 def test_replay_by_priority_in_a_mixed_draw_weights_new_items_one(group):
-    group.add_member("per", SCHEMA, 64, alpha=1.0, eps=0.0)
+    group.add_member("per", SCHEMA, 64, alpha=1.0, eps=0.0, seed=5)
     idx = group.add_batch("per", {"step": np.arange(4), "obs": np.zeros((4, 2), np.float32)})
     assert group.update_priorities("per", idx, [1.0, 1.0, 1.0, 97.0]) == {"applied": 4, "stale": 0}
     assert group.sample(4, "per", replay_ratio=0.0, beta=0.4)["weights"].tolist() == [1.0] * 4
@@ -128,7 +128,8 @@ def test_replay_by_priority_in_a_mixed_draw_weights_new_items_one(group):
     assert 0.4 < share < 0.6, share
     # Importance weights over the largest: (p_i / p_min) ** -beta.
     w = dict(zip(b["step"].tolist(), b["weights"].tolist()))
-    assert w[0] == 1.0 and w[3] == pytest.approx(97.0**-0.4, rel=1e-5)
+    assert w[3] == pytest.approx(97.0**-0.4, rel=1e-5)
+    assert all(w[s] == 1.0 for s in (0, 1, 2) if s in w)
     group.add("per", step=5, obs=np.zeros(2, np.float32))
     b = group.sample(2, "per", replay_ratio=0.5, beta=0.4)
     assert b["step"][0] == 4 and b["weights"][0] == 1.0
@@ -143,3 +144,31 @@ def test_a_group_reader_sets_no_priorities(group, tmp_path):
     reader = rs.BufferGroup.open(str(tmp_path / "g"), reader=True)
     with pytest.raises(rs.ReadOnlyError):
         reader.update_priorities("p", [0], [1.0])
+
+
+def test_episodic_members_draw_sequences_episodes_and_transitions(tmp_path):
+    """RLlib's replay_sequence_length / replay_burn_in over a multi-agent buffer: each
+    policy's member is episodic, and draws its own sequences (with burn-in), episodes
+    and n-step transitions through the group."""
+    schema = {"obs": "float32", "action": "int64", "reward": "float32", "state_in": "float32"}
+    g = rs.BufferGroup.create(str(tmp_path / "g"), schema, 256, episodic=True, seed=2)
+    for p, length in (("p0", 12), ("p1", 7)):
+        for ep in range(3):
+            t = np.arange(length + 1, dtype=np.float32)
+            g.add_episode(p, {"obs": 100 * ep + t, "action": np.arange(length),
+                              "reward": np.ones(length, np.float32),
+                              "state_in": np.full(length, -ep, np.float32)},
+                          terminated=True)
+    s = g.sample_sequences(16, "p0", 4, "obs", burn_in=2)
+    assert s["obs"].shape == (16, 6)
+    live = s["mask"]
+    # Within a sequence the observations are consecutive steps of one episode.
+    d = np.diff(s["obs"], axis=1)[live[:, 1:] & live[:, :-1]]
+    assert (d == 1).all()
+    every = g.sample_sequences(4, None, 3, "obs")
+    assert sorted(every) == ["p0", "p1"] and every["p1"]["obs"].shape == (4, 3)
+    e = g.sample_episodes(2, "p1")
+    assert np.diff(e["offsets"]).tolist() == [8, 8]
+    t = g.sample_transitions(32, "p1", "obs", nstep=3, gamma=1.0)
+    assert ((t["next_obs"] - t["obs"]) == np.minimum(3, 7 - t["obs"] % 100)).all()
+    g.close()
