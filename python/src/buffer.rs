@@ -831,12 +831,7 @@ impl PyBuffer {
         let inputs = inputs(&self.schema, batch, false)?;
         let var = var_inputs(&self.schema, batch, false)?;
         let cols = columns(&inputs, &var)?;
-        let most = cols
-            .iter()
-            .map(replaystore::Column::batch_rows)
-            .max()
-            .unwrap_or(0);
-        let (obs, steps): (Vec<_>, Vec<_>) = cols.into_iter().partition(|c| c.batch_rows() == most);
+        let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let e = py

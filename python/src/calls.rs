@@ -585,6 +585,19 @@ pub(crate) fn sequences<'a>(
     }
 }
 
+/// A whole episode's columns as `add_episode` takes them: the observation fields (the
+/// most rows: the reset's and one per step), then the step fields.
+pub(crate) fn split_episode(
+    cols: Vec<replaystore::Column<'_>>,
+) -> (Vec<replaystore::Column<'_>>, Vec<replaystore::Column<'_>>) {
+    let most = cols
+        .iter()
+        .map(replaystore::Column::batch_rows)
+        .max()
+        .unwrap_or(0);
+    cols.into_iter().partition(|c| c.batch_rows() == most)
+}
+
 /// The episodes a Python `sample_episodes(n, beta=)` asks for.
 pub(crate) fn episodes(n: usize, beta: Option<f64>) -> Request<'static> {
     match beta {

@@ -150,13 +150,14 @@ impl PyGroup {
     /// The schema of member `member`, created with the template if new. The lock is let
     /// go before the caller converts its arrays: no Python runs while other threads
     /// wait for the group.
-    /// `request` from `member`, or `{name: batch}` from every member without one.
+    /// `draw(group, name, sink)` from `member`, or `{name: batch}` from every member
+    /// without one (text values as lists).
     fn draw_members<'py>(
         &self,
         py: Python<'py>,
         member: Option<&str>,
         seed: Option<u64>,
-        request: replaystore::Request<'_>,
+        draw: impl Fn(&mut Opened, &str, &mut dyn replaystore::Sink) -> replaystore::Result<()> + Sync,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut held = self.inner.lock(py);
         let g = opened(&mut held)?;
@@ -169,11 +170,7 @@ impl PyGroup {
         };
         let out = PyDict::new(py);
         for name in &names {
-            let d = draw(
-                py,
-                None,
-                |sink| any_group!(g, g => g.sample_into(name, request, sink)),
-            )?;
+            let d = draw_values(py, None, "list", 0.0, |sink| draw(g, name, sink))?;
             if member.is_some() {
                 return Ok(d.into_any());
             }
@@ -342,12 +339,7 @@ impl PyGroup {
         let inputs = inputs(&schema, batch, false)?;
         let var = var_inputs(&schema, batch, false)?;
         let cols = columns(&inputs, &var)?;
-        let most = cols
-            .iter()
-            .map(replaystore::Column::batch_rows)
-            .max()
-            .unwrap_or(0);
-        let (obs, steps): (Vec<_>, Vec<_>) = cols.into_iter().partition(|c| c.batch_rows() == most);
+        let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         let e = py
@@ -435,7 +427,12 @@ impl PyGroup {
         let obs = names(obs)?;
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
         let request = sequences(n, (length, burn_in), &obs_refs, beta);
-        self.draw_members(py, member, seed, request)
+        self.draw_members(
+            py,
+            member,
+            seed,
+            |g, name, sink| any_group!(g, g => g.sample_into(name, request, sink)),
+        )
     }
 
     /// Whole episodes of episodic member `member` (ended ones with every row live), as
@@ -449,7 +446,13 @@ impl PyGroup {
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.draw_members(py, member, seed, episodes(n, beta))
+        let request = episodes(n, beta);
+        self.draw_members(
+            py,
+            member,
+            seed,
+            |g, name, sink| any_group!(g, g => g.sample_into(name, request, sink)),
+        )
     }
 
     /// The member names, in the order they were created.
@@ -484,29 +487,10 @@ impl PyGroup {
         replay_ratio: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = rows(n, beta, replace);
-        let mut held = self.inner.lock(py);
-        let names: Vec<String> = match member {
-            Some(m) => vec![m.to_owned()],
-            None => {
-                any_group!(opened(&mut held)?, g => g.members().iter().map(|s| s.to_string()).collect())
-            }
-        };
-        if let Some(s) = seed {
-            any_group!(opened(&mut held)?, g => g.reseed(s));
-        }
-        let out = PyDict::new(py);
-        for name in &names {
-            let g = opened(&mut held)?;
-            let d = draw_values(py, None, "list", 0.0, |sink| match replay_ratio {
-                Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
-                None => any_group!(g, g => g.sample_into(name, request, sink)),
-            })?;
-            if member.is_some() {
-                return Ok(d.into_any());
-            }
-            out.set_item(name, d)?;
-        }
-        Ok(out.into_any())
+        self.draw_members(py, member, seed, |g, name, sink| match replay_ratio {
+            Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
+            None => any_group!(g, g => g.sample_into(name, request, sink)),
+        })
     }
 
     /// Draws `n` joint steps from every member in lockstep (RLlib's
