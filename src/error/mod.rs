@@ -84,12 +84,9 @@ pub enum Error {
         holder: Option<u32>,
     },
 
-    /// The directory holds no replay buffer (no manifest).
-    #[error(
-        "{} is not a replaystore buffer: no MANIFEST file (where a create was cut short, \
-         creating the buffer again reuses the folder)",
-        dir.display()
-    )]
+    /// The directory holds no replay buffer (no manifest), or there is no such
+    /// directory (the message says which, as the folder is when it is shown).
+    #[error("{}", not_a_buffer(dir))]
     NotABuffer {
         /// The directory that was opened.
         dir: PathBuf,
@@ -724,5 +721,20 @@ fn version_problem(found: u32, supported: u32) -> String {
         )
     } else {
         format!("format version {found} is not supported (this build reads version {supported})")
+    }
+}
+
+/// What `NotABuffer` says: no such folder, or a folder without a manifest.
+fn not_a_buffer(dir: &std::path::Path) -> String {
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("{}: no such folder", dir.display())
+        }
+        Ok(m) if !m.is_dir() => format!("{} is a file, not a buffer's folder", dir.display()),
+        _ => format!(
+            "{} is not a replaystore buffer: no MANIFEST file (where a create was cut \
+             short, creating the buffer again reuses the folder)",
+            dir.display()
+        ),
     }
 }

@@ -42,6 +42,10 @@ pub struct Info {
     pub heap: Option<HeapGeometry>,
     /// The newest valid commit.
     pub commit: Commit,
+    /// The live items' indices as readers and the next open see them: the commit's,
+    /// plus what a running (or killed) writer added since, proved by their stamps on
+    /// this boot (`verify` reports the same range).
+    pub live: std::ops::Range<u64>,
     /// Payload bytes of the live items.
     pub data_bytes: u64,
     /// Bytes the files occupy on disk.
@@ -157,11 +161,11 @@ impl EpisodeStats {
 }
 
 impl Info {
-    /// Live items as of the newest commit (a running writer may have more); with item
-    /// states, the removed ones (as the state file says now) are not counted.
+    /// Live items (`live`: a running writer's items since its last commit included);
+    /// with item states, the removed ones (as the state file says now) are not counted.
     pub fn len(&self) -> u64 {
         let removed = self.items.as_ref().map_or(0, |i| i.removed);
-        (self.commit.tail - self.commit.head).saturating_sub(removed)
+        (self.live.end - self.live.start).saturating_sub(removed)
     }
 
     /// Whether no item was live at the newest commit.
@@ -186,26 +190,24 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
     let m = Manifest::load(&io::OsIo, dir)?;
     let commit = m.newest_commit()?;
     let sb = &m.superblock;
+    let live = live_range(dir, &m, &commit);
+    let (head, tail) = (live.start, live.end);
     let priorities = if sb.prioritized {
         let copy = TreeCopy::read(&io::OsIo, dir, sb)?;
         Some(PriorityInfo::of(&copy, sb, commit.head, commit.tail))
     } else {
         None
     };
-    let episodes = sb
-        .episodic
-        .then(|| episode_stats(dir, &m, commit.head, commit.tail));
-    let values = sb
-        .heap
-        .map(|h| value_stats(dir, &m, h, commit.head, commit.tail));
+    let episodes = sb.episodic.then(|| episode_stats(dir, &m, head, tail));
+    let values = sb.heap.map(|h| value_stats(dir, &m, h, head, tail));
     let value_bytes: u64 = values.iter().flat_map(|v| &v.fields).map(|f| f.bytes).sum();
     let items = match sb.lifecycle {
         true => Some(crate::parts::lifecycle::ItemStats::read(
             &io::OsIo,
             dir,
             sb,
-            commit.head,
-            commit.tail,
+            head,
+            tail,
         )?),
         false => None,
     };
@@ -224,11 +226,37 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         heap: sb.heap,
         whole_episodes: sb.whole_episodes,
         fragments: sb.fragments,
-        data_bytes: (commit.tail - commit.head) * sb.item_bytes + value_bytes,
+        data_bytes: (tail - head) * sb.item_bytes + value_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb),
         commit,
+        live,
         schema: m.schema,
     })
+}
+
+/// The live range `inspect` reports: the commit's when the last writer closed the
+/// buffer; else what `verify` finds and the next open keeps (items past the commit
+/// proved by their stamps on this boot). The commit's when the files cannot say more.
+fn live_range(dir: &Path, m: &Manifest, commit: &Commit) -> std::ops::Range<u64> {
+    if commit.is_clean() {
+        return commit.head..commit.tail;
+    }
+    // As `verify`: a superblock that declares far more segments than the folder holds
+    // is not looped over.
+    let files = io::OsIo
+        .list_dir(&dir.join(storage::LANE_DIR))
+        .map_or(0, |e| e.len() as u64);
+    if m.superblock.segment_count > files + 16 {
+        return commit.head..commit.tail;
+    }
+    let Ok(ring) = read_ring(dir, m) else {
+        return commit.head..commit.tail;
+    };
+    let heap = Heap::open(&io::OsIo, dir, &m.superblock, Access::Read)
+        .ok()
+        .flatten();
+    let r = recover_range(m, commit, &ring, heap.as_ref(), storage::same_boot(commit));
+    r.head..r.tail
 }
 
 /// The row ring of a buffer, opened for reading.
@@ -682,7 +710,8 @@ fn verify_live(
     for (i, e) in m.evictions.iter().enumerate() {
         if let Err(p) = e {
             report.notes.push(format!(
-                "the eviction record of commit page {} is not valid ({p}): a power cut tore                  it while it was written, before anything it covers was overwritten; ignored",
+                "the eviction record of commit page {} is not valid ({p}): a power cut tore \
+                 it while it was written, before anything it covers was overwritten; ignored",
                 ["A", "B"].get(i).unwrap_or(&"?")
             ));
         }

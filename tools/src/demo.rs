@@ -161,7 +161,10 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
     let steps = steps.max(1);
     let capacity = (steps / 2).max(1);
     let schema = schema()?;
-    say!("replaystore demo: {steps} steps of a point-mass environment into a buffer of {capacity}");
+    say!(
+        "replaystore demo: {steps} steps of a point-mass environment into a buffer of \
+         {capacity} items (half the steps: the ring wraps and evicts)"
+    );
     say!("  buffer   {}", dir.display());
 
     let t = Instant::now();

@@ -15,6 +15,15 @@ use serde_json::json;
 use crate::fail::Failure;
 
 fn info_json(info: &Info) -> serde_json::Value {
+    let mut v = info_json_fields(info);
+    let c = &info.commit;
+    if let Some(map) = v.as_object_mut() {
+        map.insert("committed".into(), json!({"head": c.head, "tail": c.tail}));
+    }
+    v
+}
+
+fn info_json_fields(info: &Info) -> serde_json::Value {
     let fields = schema_json(info);
     let c = &info.commit;
     json!({
@@ -24,10 +33,10 @@ fn info_json(info: &Info) -> serde_json::Value {
         "schema": fields,
         "capacity": info.capacity,
         "len": info.len(),
-        "head": c.head,
-        "tail": c.tail,
-        "added": c.tail,
-        "evicted": c.head - c.cleared,
+        "head": info.live.start,
+        "tail": info.live.end,
+        "added": info.live.end,
+        "evicted": info.live.start - c.cleared,
         "cleared": c.cleared,
         "sampled": c.sampled,
         "generation": c.generation,
@@ -257,15 +266,27 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failur
         info.len(),
         info.capacity
     );
-    say!("indices    {}..{}", c.head, c.tail);
-    let per_added = match c.tail {
+    let live = &info.live;
+    match live.end == c.tail && live.start == c.head {
+        true => say!("indices    {}..{}", live.start, live.end),
+        false => say!(
+            "indices    {}..{} ({} added since the last commit at {}..{}: a writer runs, \
+             or was killed)",
+            live.start,
+            live.end,
+            live.end - c.tail,
+            c.head,
+            c.tail
+        ),
+    }
+    let per_added = match live.end {
         0 => String::new(),
         added => format!(" ({:.2} per item added)", c.sampled as f64 / added as f64),
     };
     say!(
         "counters   added {}  evicted {}  cleared {}  sampled {}{per_added}",
-        c.tail,
-        c.head - c.cleared,
+        live.end,
+        live.start - c.cleared,
         c.cleared,
         c.sampled
     );

@@ -61,15 +61,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Fill a buffer from a small synthetic environment, sample, reopen, check, time.
+    #[command(after_help = fail::EXIT_HELP)]
     Demo {
         /// Where to leave the buffer (default: a new folder under the current directory).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Environment steps to add.
+        /// Environment steps to add (the buffer holds half of them, so that its ring
+        /// wraps and evicts).
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
     },
     /// Print a buffer's schema, capacity, fill, counters and files.
+    #[command(after_help = fail::EXIT_HELP)]
     Info {
         /// The buffer directory.
         dir: PathBuf,
@@ -83,6 +86,7 @@ enum Command {
     },
     /// List a buffer's snapshots (checkpoints) with the bytes each shares and owns;
     /// delete one or keep the newest K (these take the writer lock).
+    #[command(after_help = fail::EXIT_HELP)]
     Snapshots {
         /// The buffer directory.
         dir: PathBuf,
@@ -101,6 +105,7 @@ enum Command {
     /// writer with 1, 2 and 4 reader processes. Beside each add, sample and prioritized
     /// figure, its floor: the same work by a plain Rust kernel over memory of the same
     /// size and row shape, measured in the same run (no files, checks or crash safety).
+    #[command(after_help = fail::EXIT_HELP)]
     Bench {
         /// W1, W2, W3, all (W1, W2 and W3), ckpt: checkpoint latency p50/p99 as a
         /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
@@ -188,7 +193,7 @@ enum Command {
         /// The buffer (or lane set) directory.
         dir: PathBuf,
         /// Items to draw.
-        #[arg(short = 'n', long = "n", default_value_t = 8)]
+        #[arg(short = 'n', long = "num", visible_alias = "n", default_value_t = 8)]
         n: usize,
         /// Draw by priority (with importance weights).
         #[arg(long)]

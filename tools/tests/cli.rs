@@ -111,8 +111,15 @@ fn each_kind_of_error_has_its_exit_status_and_a_message_a_person_can_act_on() {
         "{}",
         text(&o)
     );
-    let o = run(&["verify", d.path().join("missing").to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    for cmd in ["info", "verify", "snapshots", "dump", "sample"] {
+        let o = run(&[cmd, d.path().join("missing").to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(3), "{cmd}: {}", text(&o));
+        assert!(
+            text(&o).contains("missing: no such folder"),
+            "{cmd}: {}",
+            text(&o)
+        );
+    }
     // 2: bad arguments.
     assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
     let o = run(&["dump", "x", "--range", "1"]);
@@ -128,7 +135,24 @@ fn each_kind_of_error_has_its_exit_status_and_a_message_a_person_can_act_on() {
     ] {
         assert!(text(&o).contains(line), "{line}: {}", text(&o));
     }
-    assert!(text(&run(&["verify", "--help"])).contains("5  locked"));
+    // Every subcommand's --help lists them.
+    for cmd in [
+        "info",
+        "verify",
+        "dump",
+        "sample",
+        "export",
+        "import",
+        "snapshots",
+        "bench",
+        "demo",
+    ] {
+        let help = text(&run(&[cmd, "--help"]));
+        assert!(
+            help.contains("Exit status:") && help.contains("5  locked"),
+            "{cmd}: {help}"
+        );
+    }
 
     let dir = d.path().join("b");
     let dir_s = dir.to_str().unwrap();
@@ -1191,4 +1215,65 @@ fn info_counts_removed_and_live_items_and_each_group_of_a_key() {
     let o = run(&["info", dir_s, "--by", "nope"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("nope"), "{}", text(&o));
+}
+
+/// Promise: a reader that closes the pipe early (`replaystore info X | head -1`) ends
+/// every command quietly with status 0: no panic, no "Broken pipe" message.
+#[test]
+fn a_closed_output_pipe_ends_every_command_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let mut buf = small_buffer(&dir);
+    for k in 0..3 {
+        buf.get_state_named(&format!("s{k}")).unwrap();
+    }
+    buf.close().unwrap();
+    let dir = dir.to_str().unwrap();
+    for args in [
+        vec!["info", dir],
+        vec!["info", dir, "--json"],
+        vec!["snapshots", dir],
+        vec!["verify", dir],
+        vec!["dump", dir],
+        vec!["sample", dir, "--num", "500"],
+        vec!["sample", dir, "-n", "500"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_replaystore"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the command writes a line.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", text(&o));
+    }
+}
+
+/// Promise: `info` on a buffer its writer is filling counts what `verify` and `sample`
+/// see: the items added since the last commit too (the live progress page).
+#[test]
+fn info_of_a_buffer_being_written_counts_its_uncommitted_items() {
+    use replaystore::Column;
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let mut buf = small_buffer(&dir);
+    buf.flush().unwrap();
+    let x = vec![2.0f32; 64 * 200];
+    buf.add_batch(&[Column::new("x", &x).with_shape(&[200, 64])])
+        .unwrap();
+    let o = run(&["info", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let fill = text(&o)
+        .lines()
+        .find(|l| l.starts_with("fill"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(fill.contains("500 / 1000"), "{fill}\n{}", text(&o));
+    let o = run(&["info", dir.to_str().unwrap(), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["added"], 500, "{json}");
+    drop(buf);
 }
