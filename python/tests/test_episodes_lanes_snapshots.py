@@ -245,3 +245,16 @@ def test_lanes_checkpoint_as_one_and_come_back_exactly(tmp_path):
     with pytest.raises(rs.StateError):
         lanes.set_state({"name": "x"})
     lanes.close()
+
+
+def test_per_lane_counters_count_items_not_the_lane_index_offset(tmp_path):
+    """Issue 33.7: lane K's indices start at K << 56; its counters count items."""
+    schema = {"x": "int64"}
+    with rs.Lanes.create(tmp_path / "l", schema, 30, 3) as lanes:
+        lanes.add_batch({"x": np.arange(14)}, lanes=[2] * 14)
+        lanes.add_batch({"x": np.arange(3)}, lanes=[0] * 3)
+        stats = lanes.stats()
+        assert [s["added"] for s in stats] == [3, 0, 14]
+        assert [s["evicted"] for s in stats] == [0, 0, 4]  # lanes of 10
+        assert [s["len"] for s in stats] == [3, 0, 10]
+        assert stats[2]["tail"] == (2 << 56) + 14, "indices keep their lane's base"

@@ -143,8 +143,10 @@ impl Rows {
             capacity: self.superblock.capacity,
             head: self.head,
             tail: self.tail,
-            added: self.tail,
-            evicted: self.head - self.cleared,
+            // A lane's indices start at its base (`K << 56`): the counters count items.
+            added: self.tail - crate::format::lanes::lane_base(self.tail),
+            evicted: (self.head - crate::format::lanes::lane_base(self.head))
+                .saturating_sub(self.cleared),
             cleared: self.cleared,
             sampled: self.draws.sampled,
             bytes_on_disk: storage::bytes_on_disk(&self.dir, &self.superblock),
