@@ -17,6 +17,7 @@ copy in the page cache.
 from ._native import (
     FORMAT_VERSION,
     BufferGroup,
+    ClosedError,
     CorruptError,
     DiskFullError,
     EmptyError,
@@ -46,6 +47,7 @@ from .spaces import schema_from_spaces
 __all__ = [
     "FORMAT_VERSION",
     "BufferGroup",
+    "ClosedError",
     "CorruptError",
     "DiskFullError",
     "EmptyError",

@@ -57,6 +57,9 @@ class NoItemStatesError(Error):
 class StateError(Error):
     """A state that does not belong to this buffer, or names a snapshot it no longer has."""
 
+class ClosedError(Error):
+    """A call on a handle after its close()."""
+
 class ReadOnlyError(Error):
     """A write through a read-only handle, on a closed buffer, or after a failed sync."""
 

@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{Actor, ReplayBuffer, Request, Schema, State};
 
 use crate::calls::*;
-use crate::errors::{ReadOnlyError, StateError, to_py};
+use crate::errors::{ClosedError, StateError, to_py};
 use crate::schema::PySchema;
 use crate::shared::Shared;
 use crate::units;
@@ -155,7 +155,7 @@ pub struct PyBuffer {
 /// The open buffer behind a taken lock.
 fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
     held.as_mut()
-        .ok_or_else(|| ReadOnlyError::new_err("the buffer is closed"))
+        .ok_or_else(|| ClosedError::new_err("the buffer is closed"))
 }
 
 impl PyBuffer {
@@ -288,6 +288,60 @@ impl PyBuffer {
 
 #[pymethods]
 impl PyBuffer {
+    /// Refuses, naming the class methods that make a `ReplayBuffer`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        Err(crate::errors::no_constructor(
+            "ReplayBuffer",
+            "ReplayBuffer.create(path, schema, capacity, ...) for a new buffer, ReplayBuffer.open(path) for an existing one",
+        ))
+    }
+
+    /// Opens the buffer in `path`, or creates it there with `schema`, `capacity` and
+    /// `create`'s keywords when the folder holds none: what a resumable training
+    /// script calls. An existing buffer whose schema or capacity differ from the ones
+    /// given is refused (`SchemaError`, both shown), not silently reused.
+    ///
+    /// >>> import replaystore as rs, tempfile
+    /// >>> path = tempfile.mkdtemp() + "/b"
+    /// >>> buf = rs.ReplayBuffer.open_or_create(path, {"x": "int64"}, 100)
+    /// >>> _ = buf.add(x=1); buf.close()
+    /// >>> len(rs.ReplayBuffer.open_or_create(path, {"x": "int64"}, 100))
+    /// 1
+    #[classmethod]
+    #[pyo3(signature = (path, schema, capacity, **options))]
+    fn open_or_create<'py>(
+        cls: &Bound<'py, pyo3::types::PyType>,
+        path: PathBuf,
+        schema: &Bound<'py, PyAny>,
+        capacity: Count,
+        options: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !path.join(replaystore::internal::storage::MANIFEST).exists() {
+            return cls.call_method("create", (path, schema, capacity.0), options);
+        }
+        let want = Bound::new(cls.py(), crate::schema::PySchema::from_py(schema)?)?;
+        let buf = cls.call_method1("open", (path.clone(),))?;
+        let have = buf.getattr("schema")?;
+        let have_capacity: u64 = buf.getattr("capacity")?.extract()?;
+        if !have.eq(&want)? || have_capacity != capacity.0 {
+            buf.call_method0("close")?;
+            return Err(crate::errors::SchemaError::new_err(format!(
+                "{} holds a buffer of {have_capacity} items with {}, not the {} items with \
+                 {} asked for: open it with ReplayBuffer.open, or give another path",
+                path.display(),
+                have.repr()?,
+                capacity.0,
+                want.repr()?
+            )));
+        }
+        Ok(buf)
+    }
+
     /// Creates a buffer of `capacity` items in the folder `path` (which must not exist or
     /// be empty). `alpha` makes it prioritized (new items get the largest priority seen);
     /// `fragments=True` remembers each `add` / `add_batch` call as one unit for
@@ -308,7 +362,7 @@ impl PyBuffer {
         py: Python<'_>,
         path: PathBuf,
         schema: &Bound<'_, PyAny>,
-        capacity: u64,
+        capacity: Count,
         alpha: Option<f64>,
         eps: f64,
         seed: Option<u64>,
@@ -326,6 +380,7 @@ impl PyBuffer {
         samples_per_insert: Option<f64>,
         error_buffer: Option<f64>,
     ) -> PyResult<PyBuffer> {
+        let capacity = capacity.0;
         let schema = PySchema::from_py(schema)?.inner;
         let life = LifeArgs {
             item_states,
@@ -378,6 +433,20 @@ impl PyBuffer {
                 }
             })
             .map_err(to_py)?;
+        if let Some(r) = either!(&buf, b => b.recovery()) {
+            // The last writer did not close the buffer: say what the open kept, on the
+            // "replaystore" logger (Python's logging decides where it goes).
+            let dir = either!(&buf, b => b.dir().display().to_string());
+            let message = format!(
+                "{dir}: the last writer did not close the buffer (crash, kill or power \
+                 loss); recovered items {}..{}: {} past the last commit kept, {} dropped",
+                r.head, r.tail, r.rolled_forward, r.dropped
+            );
+            let logger = py
+                .import("logging")?
+                .call_method1("getLogger", ("replaystore",))?;
+            logger.call_method1("warning", (message,))?;
+        }
         Ok(PyBuffer::of(buf))
     }
 
@@ -403,9 +472,10 @@ impl PyBuffer {
     fn add_batch<'py>(
         &self,
         py: Python<'py>,
-        batch: &Bound<'py, PyDict>,
+        batch: BatchDict<'py>,
         priorities: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let batch = &batch.0;
         let priorities = priorities
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
@@ -519,7 +589,7 @@ impl PyBuffer {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
@@ -529,6 +599,7 @@ impl PyBuffer {
         remove: bool,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
         let group: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut held = self.inner.lock(py);
@@ -563,14 +634,26 @@ impl PyBuffer {
     fn pop_batch<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
         values: &str,
         pad: f64,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.sample(py, n, None, seed, false, out, values, pad, true, by_group)
+        let n = n.get();
+        self.sample(
+            py,
+            Count(n as u64),
+            None,
+            seed,
+            false,
+            out,
+            values,
+            pad,
+            true,
+            by_group,
+        )
     }
 
     /// Removes the live items at `indices` before the ring overwrites them (DI-engine's
@@ -624,11 +707,12 @@ impl PyBuffer {
     fn consume<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         out: Option<&Bound<'py, PyDict>>,
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let request = Request::rows(n).oldest().remove();
@@ -696,7 +780,7 @@ impl PyBuffer {
     fn sample_groups<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         by: &Bound<'py, PyAny>,
         unroll: u64,
         replace: bool,
@@ -706,6 +790,7 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let names = group_key(by)?;
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
         let request = Request::groups(n, &fields).unroll(unroll);
@@ -892,7 +977,7 @@ impl PyBuffer {
     fn sample_transitions<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         obs: &Bound<'py, PyAny>,
         beta: Option<f64>,
         stack: u64,
@@ -907,6 +992,7 @@ impl PyBuffer {
         compute_reward: Option<Py<PyAny>>,
         info: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let her = Her::of(
             goal,
             achieved,
@@ -948,7 +1034,7 @@ impl PyBuffer {
     fn sample_sequences<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         length: u64,
         obs: &Bound<'py, PyAny>,
         burn_in: u64,
@@ -956,6 +1042,7 @@ impl PyBuffer {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let obs = names(obs)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -979,11 +1066,12 @@ impl PyBuffer {
     fn sample_episodes<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
@@ -1101,8 +1189,24 @@ impl PyBuffer {
 
     /// Counters and sizes: len, capacity, head, tail, added, evicted, sampled, ...
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = open_buf(&mut self.inner.lock(py))?.stats();
-        stats_dict(py, &s)
+        let mut held = self.inner.lock(py);
+        let buf = open_buf(&mut held)?;
+        let d = stats_dict(py, &buf.stats())?;
+        // What this handle's open recovered after an unclean shutdown (None: it was
+        // closed cleanly, or this handle created it).
+        let recovered = match either!(&*buf, b => b.recovery()) {
+            Some(r) => {
+                let r_dict = PyDict::new(py);
+                r_dict.set_item("head", r.head)?;
+                r_dict.set_item("tail", r.tail)?;
+                r_dict.set_item("rolled_forward", r.rolled_forward)?;
+                r_dict.set_item("dropped", r.dropped)?;
+                Some(r_dict)
+            }
+            None => None,
+        };
+        d.set_item("recovered", recovered)?;
+        Ok(d)
     }
 
     /// Makes everything added so far survive power loss (a kill -9 loses nothing

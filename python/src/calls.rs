@@ -668,3 +668,51 @@ pub(crate) fn rows_removing(
 pub(crate) fn get_indices<'py>(py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<Vec<u64>> {
     Ok(index_array(py, indices, "indices")?.as_slice()?.to_vec())
 }
+
+/// A count from Python (`n`, `capacity`): a negative one is a `ValueError`, as Python's
+/// own `random.sample(x, -1)` says, not the `OverflowError` of an unsigned integer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Count(pub u64);
+
+impl Count {
+    /// As a length.
+    pub(crate) fn get(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Count {
+    type Error = PyErr;
+
+    fn extract(ob: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Count> {
+        let v: i128 = ob.extract()?;
+        u64::try_from(v).map(Count).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!("a count must be 0 or more, got {v}"))
+        })
+    }
+}
+
+/// A batch from Python: a dict of arrays, batch dimension first. A list of per-item
+/// dicts (what a loop over env steps collects) is a `TypeError` saying how to stack it.
+pub(crate) struct BatchDict<'py>(pub Bound<'py, PyDict>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for BatchDict<'py> {
+    type Error = PyErr;
+
+    fn extract(ob: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<BatchDict<'py>> {
+        if let Ok(d) = ob.cast::<PyDict>() {
+            return Ok(BatchDict(d.to_owned()));
+        }
+        let kind = ob.get_type().name()?.to_string();
+        let hint = match ob.cast::<pyo3::types::PyList>() {
+            Ok(_) => {
+                " (a list of per-item dicts? stack it: {k: np.stack([d[k] for d in items]) \
+                 for k in items[0]}, or add each with add(**item))"
+            }
+            Err(_) => "",
+        };
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "a batch is a dict of arrays, batch dimension first, not a {kind}{hint}"
+        )))
+    }
+}

@@ -97,14 +97,43 @@ create_exception!(
 );
 create_exception!(
     replaystore,
+    ClosedError,
+    Error,
+    "A call on a handle after its close() (as a closed file's ValueError)."
+);
+create_exception!(
+    replaystore,
     ReadOnlyError,
     Error,
     "A write through a read-only handle (a Reader, a snapshot), or after a failed sync."
 );
 
 /// The Python exception for an engine error.
+/// The engine's Rust names in a message, and what a Python caller writes instead.
+const PYTHON_NAMES: &[(&str, &str)] = &[
+    (
+        "Config::prioritized",
+        "alpha=, e.g. ReplayBuffer.create(path, schema, capacity, alpha=0.6)",
+    ),
+    ("Config::episodic", "episodic=True"),
+    ("Config::fragments", "fragments=True"),
+    ("Config::downsample", "downsample="),
+    (
+        "Config::item_states() (Python: item_states=True)",
+        "item_states=True or max_use=N",
+    ),
+];
+
+/// `message` with every Rust name a Python caller cannot write replaced by its Python
+/// spelling.
+pub fn in_python(message: &str) -> String {
+    PYTHON_NAMES
+        .iter()
+        .fold(message.to_owned(), |m, (rust, py)| m.replace(rust, py))
+}
+
 pub fn to_py(e: E) -> PyErr {
-    let msg = e.to_string();
+    let msg = in_python(&e.to_string());
     if e.is_disk_full() {
         // A reservation refused up front, or a checkpoint's write that hit ENOSPC: the
         // same remedy, so the same class.
@@ -149,10 +178,7 @@ pub fn to_py(e: E) -> PyErr {
         E::Evicted { .. } | E::NotYetAdded { .. } => EvictedError::new_err(msg),
         E::Removed { .. } => RemovedError::new_err(msg),
         E::RateLimited { .. } => RateLimitedError::new_err(msg),
-        E::NoItemStates { .. } => NoItemStatesError::new_err(msg.replace(
-            "Config::item_states() (Python: item_states=True)",
-            "item_states=True or max_use=N",
-        )),
+        E::NoItemStates { .. } => NoItemStatesError::new_err(msg),
         E::BadState(_)
         | E::StateMismatch { .. }
         | E::NoSuchSnapshot { .. }
@@ -161,4 +187,11 @@ pub fn to_py(e: E) -> PyErr {
         E::ReadOnly { .. } | E::Poisoned { .. } => ReadOnlyError::new_err(msg),
         _ => Error::new_err(msg),
     }
+}
+
+/// What calling a handle class directly says: which class methods make one.
+pub fn no_constructor(class: &str, makers: &str) -> PyErr {
+    pyo3::exceptions::PyTypeError::new_err(format!(
+        "{class}(...) is not how a {class} is made: use {makers}"
+    ))
 }

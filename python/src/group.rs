@@ -12,7 +12,7 @@ use replaystore::{BufferGroup, Config, GroupState, Reader, ReplayBuffer, State};
 
 use crate::arrays::NumpySink;
 use crate::calls::*;
-use crate::errors::{ReadOnlyError, StateError, to_py};
+use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
@@ -47,7 +47,7 @@ pub struct PyGroup {
 
 fn opened(held: &mut Option<Opened>) -> PyResult<&mut Opened> {
     held.as_mut()
-        .ok_or_else(|| ReadOnlyError::new_err("the group is closed"))
+        .ok_or_else(|| ClosedError::new_err("the group is closed"))
 }
 
 fn writer(held: &mut Option<Opened>) -> PyResult<&mut BufferGroup<ReplayBuffer>> {
@@ -189,6 +189,19 @@ impl PyGroup {
 
 #[pymethods]
 impl PyGroup {
+    /// Refuses, naming the class methods that make a `BufferGroup`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        Err(crate::errors::no_constructor(
+            "BufferGroup",
+            "BufferGroup.create(path, schema, capacity, ...) or BufferGroup.open(path)",
+        ))
+    }
+
     /// Creates an empty group in `path`. With `schema` and `capacity` (and any of
     /// `ReplayBuffer.create`'s keywords), that is the template a member gets when its
     /// first `add` creates it; without, members are made by `add_member` only.
@@ -311,8 +324,9 @@ impl PyGroup {
         &self,
         py: Python<'py>,
         member: &str,
-        batch: &Bound<'py, PyDict>,
+        batch: BatchDict<'py>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let batch = &batch.0;
         let schema = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, true)?;
         let var = var_inputs(&schema, batch, true)?;
@@ -363,7 +377,7 @@ impl PyGroup {
     fn sample_transitions<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         member: &str,
         obs: &Bound<'py, PyAny>,
         nstep: u64,
@@ -373,6 +387,7 @@ impl PyGroup {
         seed: Option<u64>,
         at: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let obs = names(obs)?;
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
         let given = at.map(|a| index_array(py, a, "at")).transpose()?;
@@ -416,7 +431,7 @@ impl PyGroup {
     fn sample_sequences<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         member: Option<&str>,
         length: u64,
         obs: &Bound<'py, PyAny>,
@@ -424,6 +439,7 @@ impl PyGroup {
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let n = n.get();
         let obs = names(obs)?;
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
         let request = sequences(n, (length, burn_in), &obs_refs, beta);
@@ -441,11 +457,12 @@ impl PyGroup {
     fn sample_episodes<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         member: Option<&str>,
         beta: Option<f64>,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let n = n.get();
         let request = episodes(n, beta);
         self.draw_members(
             py,
@@ -479,13 +496,14 @@ impl PyGroup {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         member: Option<&str>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         replay_ratio: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let n = n.get();
         let request = rows(n, beta, replace);
         self.draw_members(py, member, seed, |g, name, sink| match replay_ratio {
             Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
@@ -501,9 +519,10 @@ impl PyGroup {
     fn sample_lockstep<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         seed: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let mut held = self.inner.lock(py);
         let g = opened(&mut held)?;
         let names: Vec<String> =

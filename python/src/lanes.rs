@@ -12,10 +12,10 @@ use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, 
 
 use crate::buffer::{Handle, PyBuffer};
 use crate::calls::{
-    LifeArgs, columns, config, draw, get_indices, index_array, inputs, rows_removing, states_dict,
-    stats_dict, update_from_py,
+    BatchDict, Count, LifeArgs, columns, config, draw, get_indices, index_array, inputs,
+    rows_removing, states_dict, stats_dict, update_from_py,
 };
-use crate::errors::{ReadOnlyError, StateError, to_py};
+use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;
@@ -52,7 +52,7 @@ pub struct PyLanes {
 /// The open lanes behind a taken lock.
 fn opened(held: &mut Option<Opened>) -> PyResult<&mut Opened> {
     held.as_mut()
-        .ok_or_else(|| ReadOnlyError::new_err("the lanes are closed"))
+        .ok_or_else(|| ClosedError::new_err("the lanes are closed"))
 }
 
 /// The open lanes behind a taken lock, if opened for writing.
@@ -88,6 +88,19 @@ fn draw_lanes<'py, L: Lane + Send>(
 
 #[pymethods]
 impl PyLanes {
+    /// Refuses, naming the class methods that make a `Lanes`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        Err(crate::errors::no_constructor(
+            "Lanes",
+            "Lanes.create(path, schema, capacity, lanes, ...) or Lanes.open(path)",
+        ))
+    }
+
     /// Creates `lanes` lanes of `capacity / lanes` items each (rounded up) in `path`;
     /// the options are `ReplayBuffer.create`'s, and apply to each lane: `max_size`
     /// and `reservoir` bound each lane's items, and each lane keeps its own rate
@@ -102,7 +115,7 @@ impl PyLanes {
         py: Python<'_>,
         path: PathBuf,
         schema: &Bound<'_, PyAny>,
-        capacity: u64,
+        capacity: Count,
         lanes: usize,
         alpha: Option<f64>,
         eps: f64,
@@ -117,6 +130,7 @@ impl PyLanes {
         samples_per_insert: Option<f64>,
         error_buffer: Option<f64>,
     ) -> PyResult<PyLanes> {
+        let capacity = capacity.0;
         let schema = PySchema::from_py(schema)?.inner;
         let life = LifeArgs {
             item_states,
@@ -215,9 +229,10 @@ impl PyLanes {
     fn add_batch<'py>(
         &self,
         py: Python<'py>,
-        batch: &Bound<'py, PyDict>,
+        batch: BatchDict<'py>,
         lanes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let batch = &batch.0;
         let ids = index_array(py, lanes, "lanes")?;
         let ids: Vec<usize> = ids
             .as_slice()?
@@ -262,7 +277,7 @@ impl PyLanes {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
@@ -270,6 +285,7 @@ impl PyLanes {
         remove: bool,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
         let group: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut request = rows_removing(n, beta, replace, remove);
@@ -330,12 +346,13 @@ impl PyLanes {
     fn pop_batch<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.sample(py, n, None, seed, false, out, true, by_group)
+        let n = n.get();
+        self.sample(py, Count(n as u64), None, seed, false, out, true, by_group)
     }
 
     /// `{"removed", "cause", "uses"}` of the live items at `indices`, from whichever

@@ -52,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
+    m.add("ClosedError", py.get_type::<errors::ClosedError>())?;
     m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyTuple};
 use replaystore::{PriorityOwner, Request};
 
 use crate::calls::*;
-use crate::errors::{ReadOnlyError, to_py};
+use crate::errors::{ClosedError, to_py};
 use crate::schema::PySchema;
 use crate::shared::Shared;
 
@@ -26,11 +26,24 @@ pub struct PyOwner {
 
 fn open_owner(held: &mut Option<PriorityOwner>) -> PyResult<&mut PriorityOwner> {
     held.as_mut()
-        .ok_or_else(|| ReadOnlyError::new_err("the priority owner is closed"))
+        .ok_or_else(|| ClosedError::new_err("the priority owner is closed"))
 }
 
 #[pymethods]
 impl PyOwner {
+    /// Refuses, naming the class methods that make a `PriorityOwner`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        Err(crate::errors::no_constructor(
+            "PriorityOwner",
+            "PriorityOwner.open(path)",
+        ))
+    }
+
     /// Opens the prioritized buffer in `path` as the owner of its priorities.
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<PyOwner> {
@@ -47,12 +60,13 @@ impl PyOwner {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let mut held = self.inner.lock(py);
         let owner = open_owner(&mut held)?;
         if let Some(s) = seed {

@@ -18,8 +18,8 @@ use crate::calls::*;
 /// writes nothing. Open one in each data-loader worker rather than pickling a buffer.
 #[pyclass(module = "replaystore", name = "Reader", frozen)]
 pub struct PyReader {
-    /// Taken by each call in turn (see `shared`).
-    inner: Shared<Reader>,
+    /// Taken by each call in turn (see `shared`); `None` once closed.
+    inner: Shared<Option<Reader>>,
     /// What `open` was given, so that a pickled reader reopens the same files.
     path: PathBuf,
     snapshot: Option<String>,
@@ -48,7 +48,7 @@ impl PyReader {
         (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
-        let reader = &mut *held;
+        let reader = opened(&mut held)?;
         if let Some(s) = seed {
             reader.reseed(s);
         }
@@ -60,6 +60,19 @@ impl PyReader {
 
 #[pymethods]
 impl PyReader {
+    /// Refuses, naming the class methods that make a `Reader`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        Err(crate::errors::no_constructor(
+            "Reader",
+            "Reader.open(path) (any number of processes; the writer keeps adding)",
+        ))
+    }
+
     /// Opens the buffer in `path` (or its snapshot `snapshot`) for reading. With
     /// `pread=True` rows are copied out with pread instead of through the shared
     /// mappings: the process's resident memory then stays flat however much of the
@@ -88,7 +101,7 @@ impl PyReader {
             })
             .map_err(to_py)?;
         Ok(PyReader {
-            inner: Shared::new(inner),
+            inner: Shared::new(Some(inner)),
             path,
             snapshot,
         })
@@ -102,27 +115,28 @@ impl PyReader {
         let me = slf.borrow();
         let kwargs = PyDict::new(py);
         kwargs.set_item("snapshot", me.snapshot.clone())?;
-        kwargs.set_item("pread", me.pread(py))?;
+        kwargs.set_item("pread", me.pread(py)?)?;
         let open = slf.get_type().getattr("open")?;
         reopen_later(py, open, me.path.clone(), &kwargs)
     }
 
     /// Whether rows are copied out with pread (see `open`).
     #[getter]
-    fn pread(&self, py: Python<'_>) -> bool {
-        self.inner.lock(py).row_access() == RowAccess::Pread
+    fn pread(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(opened(&mut self.inner.lock(py))?.row_access() == RowAccess::Pread)
     }
 
     /// Whether every read checks each sealed item against its checksum (default True;
     /// see `ReplayBuffer.read_checks`). A pickled reader reopens with the checks on.
     #[getter]
-    fn read_checks(&self, py: Python<'_>) -> bool {
-        self.inner.lock(py).read_checks()
+    fn read_checks(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(opened(&mut self.inner.lock(py))?.read_checks())
     }
 
     #[setter]
-    fn set_read_checks(&self, py: Python<'_>, on: bool) {
-        self.inner.lock(py).set_read_checks(on);
+    fn set_read_checks(&self, py: Python<'_>, on: bool) -> PyResult<()> {
+        opened(&mut self.inner.lock(py))?.set_read_checks(on);
+        Ok(())
     }
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does (never a removed
@@ -133,17 +147,18 @@ impl PyReader {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
         let group: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut held = self.inner.lock(py);
-        let reader = &mut *held;
+        let reader = opened(&mut held)?;
         if let Some(s) = seed {
             reader.reseed(s);
         }
@@ -168,7 +183,7 @@ impl PyReader {
     fn sample_transitions<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         obs: &Bound<'py, PyAny>,
         beta: Option<f64>,
         stack: u64,
@@ -183,6 +198,7 @@ impl PyReader {
         compute_reward: Option<Py<PyAny>>,
         info: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let her = Her::of(
             goal,
             achieved,
@@ -210,7 +226,7 @@ impl PyReader {
     fn sample_sequences<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         length: u64,
         obs: &Bound<'py, PyAny>,
         burn_in: u64,
@@ -218,6 +234,7 @@ impl PyReader {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let obs = names(obs)?;
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
         let request = sequences(n, (length, burn_in), &obs_refs, beta);
@@ -229,11 +246,12 @@ impl PyReader {
     fn sample_episodes<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         beta: Option<f64>,
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         self.draw_units(py, episodes(n, beta), seed, (out, "list", 0.0))
     }
 
@@ -270,7 +288,7 @@ impl PyReader {
     fn sample_groups<'py>(
         &self,
         py: Python<'py>,
-        n: usize,
+        n: Count,
         by: &Bound<'py, PyAny>,
         unroll: u64,
         replace: bool,
@@ -279,6 +297,7 @@ impl PyReader {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.get();
         let names = group_key(by)?;
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
         let request = Request::groups(n, &fields).unroll(unroll);
@@ -301,14 +320,14 @@ impl PyReader {
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
-        let reader = &mut *held;
+        let reader = opened(&mut held)?;
         draw(py, None, |sink| reader.sample_into(Request::at(&idx), sink))
     }
 
     /// Items live now.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         let mut held = self.inner.lock(py);
-        let reader = &mut *held;
+        let reader = opened(&mut held)?;
         py.detach(|| reader.refresh()).map_err(to_py)?;
         Ok(reader.len() as usize)
     }
@@ -321,7 +340,9 @@ impl PyReader {
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
-        let states = self.inner.lock(py).item_states(&idx).map_err(to_py)?;
+        let states = opened(&mut self.inner.lock(py))?
+            .item_states(&idx)
+            .map_err(to_py)?;
         states_dict(py, &states)
     }
 
@@ -330,22 +351,44 @@ impl PyReader {
     #[setter]
     fn set_rate_limit_wait(&self, py: Python<'_>, seconds: Option<f64>) -> PyResult<()> {
         let wait = seconds_to_duration(seconds)?;
-        self.inner.lock(py).set_rate_limit_wait(wait);
+        opened(&mut self.inner.lock(py))?.set_rate_limit_wait(wait);
         Ok(())
     }
 
     /// Counters and sizes as the reader sees them.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.lock(py).stats().map_err(to_py)?;
+        let s = opened(&mut self.inner.lock(py))?.stats().map_err(to_py)?;
         stats_dict(py, &s)
     }
 
     /// The schema.
     #[getter]
-    fn schema(&self, py: Python<'_>) -> PySchema {
-        PySchema {
-            inner: self.inner.lock(py).schema().clone(),
+    fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
+        Ok(PySchema {
+            inner: opened(&mut self.inner.lock(py))?.schema().clone(),
+        })
+    }
+
+    /// Lets the files go (their mappings and descriptors); later calls raise
+    /// `ClosedError`. Twice is fine. A reader never writes, so nothing is flushed.
+    fn close(&self, py: Python<'_>) {
+        let reader = self.inner.lock(py).take();
+        py.detach(|| drop(reader));
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let quoted = |s: &str| -> PyResult<String> {
+            Ok(pyo3::types::PyString::new(py, s).repr()?.to_string())
+        };
+        let mut at = quoted(&self.path.display().to_string())?;
+        if let Some(s) = &self.snapshot {
+            at = format!("{at}, snapshot={}", quoted(s)?);
         }
+        Ok(match self.inner.try_lock().as_deref() {
+            Some(Some(r)) => format!("Reader({at}, {} items live)", r.len()),
+            Some(None) => format!("Reader({at}, closed)"),
+            None => format!("Reader({at}, in use by another thread)"),
+        })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -353,7 +396,14 @@ impl PyReader {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
+}
+
+/// The open reader, or `ClosedError` after `close`.
+fn opened(held: &mut Option<Reader>) -> PyResult<&mut Reader> {
+    held.as_mut()
+        .ok_or_else(|| crate::errors::ClosedError::new_err("the reader is closed"))
 }

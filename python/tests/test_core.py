@@ -4,6 +4,7 @@ checkpoints into a small picklable state, and lets other processes read while it
 (issue 9)."""
 
 import multiprocessing as mp
+import logging
 import os
 import pickle
 import signal
@@ -121,7 +122,7 @@ def test_write_behind_window_is_a_property_that_keeps_every_item(path):
             for name, value in item(i).items():
                 np.testing.assert_array_equal(row[name][0], value)
     buf.close()
-    with pytest.raises(rs.ReadOnlyError):
+    with pytest.raises(rs.ClosedError):
         buf.write_behind = 1
 
 
@@ -154,18 +155,29 @@ def test_bad_arrays_raise_before_anything_is_written(path):
 
 
 def test_errors_name_the_problem_and_share_one_base_class(path, tmp_path):
-    with pytest.raises(rs.NotABufferError, match="no MANIFEST"):
+    with pytest.raises(rs.NotABufferError, match="nothing: no such folder"):
         rs.ReplayBuffer.open(str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(rs.NotABufferError, match="no MANIFEST"):
+        rs.ReplayBuffer.open(str(tmp_path / "empty"))
     buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=10)
     with pytest.raises(rs.LockedError, match="LOCK"):
         rs.ReplayBuffer.open(path)
     with pytest.raises(rs.EmptyError):
         buf.sample(1)
-    with pytest.raises(rs.Error, match="no priorities"):
+    with pytest.raises(rs.Error, match="no priorities") as e:
         buf.sample(1, beta=0.4)
+    # Python spellings, not the engine's Rust names.
+    assert "alpha=" in str(e.value) and "Config::" not in str(e.value)
+    with pytest.raises(ValueError, match="0 or more, got -1"):
+        buf.sample(-1)
+    with pytest.raises(ValueError, match="got -5"):
+        rs.ReplayBuffer.create(str(tmp_path / "neg"), SCHEMA, capacity=-5)
     buf.close()
-    with pytest.raises(rs.ReadOnlyError, match="closed"):
+    with pytest.raises(rs.ClosedError, match="closed"):
         buf.add(**item(0))
+    with pytest.raises(rs.ClosedError, match="closed"):
+        len(buf)
     buf.close()  # twice is fine
     manifest = os.path.join(path, "MANIFEST")
     data = bytearray(open(manifest, "rb").read())
@@ -174,7 +186,7 @@ def test_errors_name_the_problem_and_share_one_base_class(path, tmp_path):
     with pytest.raises(rs.CorruptError, match="MANIFEST"):
         rs.ReplayBuffer.open(path)
     for cls in (rs.NotABufferError, rs.LockedError, rs.CorruptError, rs.SchemaError,
-                rs.EmptyError, rs.EvictedError, rs.StateError, rs.ReadOnlyError,
+                rs.EmptyError, rs.EvictedError, rs.StateError, rs.ReadOnlyError, rs.ClosedError,
                 rs.DiskFullError, rs.VersionError):
         assert issubclass(cls, rs.Error)
 
@@ -286,7 +298,7 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_kill_9_of_a_python_writer_loses_nothing_acknowledged(path):
+def test_kill_9_of_a_python_writer_loses_nothing_acknowledged(path, caplog):
     rs.ReplayBuffer.create(path, SCHEMA, capacity=100_000).close()
     here = os.path.dirname(__file__)
     for _ in range(3):
@@ -299,8 +311,15 @@ def test_kill_9_of_a_python_writer_loses_nothing_acknowledged(path):
                 break
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-        with rs.ReplayBuffer.open(path) as buf:
-            assert len(buf) >= acked
+        with caplog.at_level(logging.WARNING, logger="replaystore"):
+            caplog.clear()
+            buf = rs.ReplayBuffer.open(path)
+        with buf:
+            # The open says what it recovered: on the logger and in stats().
+            recovered = buf.stats()["recovered"]
+            assert recovered is not None and recovered["tail"] == len(buf) >= acked
+            assert recovered["rolled_forward"] > 0
+            assert any("did not close the buffer" in r.getMessage() for r in caplog.records)
             check_batch(buf.sample(512))
             got = buf.sample(len(buf), replace=False)
             assert sorted(got["indices"].tolist()) == list(range(len(buf)))
@@ -431,3 +450,50 @@ def test_a_reader_fills_new_arrays_repeatably_and_by_priority(path):
         assert set(p["indices"].tolist()) == {49} and p["weights"].shape == (16,)
         check_batch(p)
         assert len(a) == 50
+
+
+def test_handles_are_made_by_their_class_methods_and_batches_are_dicts(path):
+    """Issue 33.6: what a new user tries first gets an answer in Python's terms."""
+    for cls, maker in ((rs.ReplayBuffer, "ReplayBuffer.create"), (rs.Reader, "Reader.open"),
+                       (rs.Lanes, "Lanes.create"), (rs.BufferGroup, "BufferGroup.create"),
+                       (rs.PriorityOwner, "PriorityOwner.open")):
+        with pytest.raises(TypeError, match=maker.replace(".", r"\.")):
+            cls(path, SCHEMA, 10)
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=10) as buf:
+        rows = [item(0), item(1)]
+        with pytest.raises(TypeError, match="a list of per-item dicts\\? stack it"):
+            buf.add_batch(rows)
+        buf.add_batch({k: np.stack([r[k] for r in rows]) for k in rows[0]})
+        assert len(buf) == 2
+
+
+def test_open_or_create_resumes_and_refuses_another_schema(tmp_path):
+    path = str(tmp_path / "b")
+    buf = rs.ReplayBuffer.open_or_create(path, SCHEMA, 100, alpha=0.6)
+    buf.add(**item(0))
+    buf.close()
+    buf = rs.ReplayBuffer.open_or_create(path, SCHEMA, 100, alpha=0.6)
+    assert len(buf) == 1 and buf.stats()["recovered"] is None
+    buf.close()
+    other = dict(SCHEMA, extra="float32")
+    with pytest.raises(rs.SchemaError, match="holds a buffer of 100 items"):
+        rs.ReplayBuffer.open_or_create(path, other, 100)
+    with pytest.raises(rs.SchemaError, match="not the 50 items"):
+        rs.ReplayBuffer.open_or_create(path, SCHEMA, 50)
+    # Refused without keeping the writer lock: it opens again.
+    rs.ReplayBuffer.open(path).close()
+
+
+def test_a_reader_closes_and_says_what_it_reads(path):
+    rs.ReplayBuffer.create(path, SCHEMA, capacity=10).close()
+    reader = rs.Reader.open(path)
+    assert repr(reader) == f"Reader({path!r}, 0 items live)"
+    reader.close()
+    reader.close()  # twice is fine
+    assert repr(reader).endswith("closed)")
+    with pytest.raises(rs.ClosedError):
+        reader.sample(1)
+    with rs.Reader.open(path) as r:
+        assert len(r) == 0
+    with pytest.raises(rs.ClosedError):
+        len(r)

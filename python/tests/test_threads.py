@@ -93,7 +93,7 @@ def test_two_threads_share_one_reader_and_one_closes_the_buffer_under_the_other(
 
     run_threads([sample, sample])
     # A thread that closes the writer while another adds: the adder sees a closed
-    # buffer (ReadOnlyError), never a crash or a half-made item.
+    # buffer (ClosedError), never a crash or a half-made item.
     outcomes = []
 
     def adder():
@@ -102,7 +102,7 @@ def test_two_threads_share_one_reader_and_one_closes_the_buffer_under_the_other(
                 r = rows(i, 1)
                 buf.add(x=int(r["x"][0]), y=r["y"][0])
             outcomes.append("finished")
-        except rs.ReadOnlyError:
+        except rs.ClosedError:
             outcomes.append("closed")
 
     def closer():
