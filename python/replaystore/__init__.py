@@ -16,6 +16,7 @@ copy in the page cache.
 
 from ._native import (
     FORMAT_VERSION,
+    __version__,
     BufferGroup,
     ClosedError,
     CorruptError,
@@ -46,6 +47,7 @@ from .spaces import schema_from_spaces
 
 __all__ = [
     "FORMAT_VERSION",
+    "__version__",
     "BufferGroup",
     "ClosedError",
     "CorruptError",

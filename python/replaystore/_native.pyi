@@ -7,6 +7,7 @@ import numpy as np
 import numpy.typing as npt
 
 FORMAT_VERSION: int
+__version__: str
 
 _Path = Union[str, PathLike[str]]
 _DTypeLike = Any
@@ -127,6 +128,12 @@ class ReplayBuffer:
         limiter; with ``samples_per_insert`` (and ``error_buffer``) its
         ``SampleToInsertRatio``: held-back calls raise ``RateLimitedError`` or wait
         ``rate_limit_wait`` seconds for another process."""
+    @classmethod
+    def open_or_create(
+        cls, path: _Path, schema: Any, capacity: int, **options: Any
+    ) -> "ReplayBuffer":
+        """Opens the buffer in ``path`` or creates it with ``create``'s arguments; an
+        existing buffer of another schema or capacity is refused (``SchemaError``)."""
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
@@ -507,6 +514,8 @@ class Reader:
     @property
     def schema(self) -> Schema: ...
     def __len__(self) -> int: ...
+    def close(self) -> None:
+        """Lets the files go; later calls raise ``ClosedError``."""
     def __enter__(self) -> "Reader": ...
     def __exit__(self, *args: Any) -> bool: ...
 

@@ -54,5 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
     m.add("ClosedError", py.get_type::<errors::ClosedError>())?;
     m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;
+    // The package's version, as `pip show replaystore` gives it (the crate's).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

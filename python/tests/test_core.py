@@ -497,3 +497,10 @@ def test_a_reader_closes_and_says_what_it_reads(path):
         assert len(r) == 0
     with pytest.raises(rs.ClosedError):
         len(r)
+
+
+def test_the_package_says_its_version():
+    import importlib.metadata
+
+    assert rs.__version__ == importlib.metadata.version("replaystore")
+    assert rs.__version__.count(".") == 2
