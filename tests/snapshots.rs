@@ -739,6 +739,8 @@ fn snapshot_loop_child() {
     };
     let mut buf = ReplayBuffer::open(&dir).unwrap();
     buf.keep_last(3).unwrap();
+    // The loop keeps its own list of states and deletes them itself.
+    buf.set_keep_states(None);
     let mut states: Vec<State> = Vec::new();
     let mut rng = u64::from(std::process::id()) | 1;
     loop {
@@ -1080,4 +1082,55 @@ fn a_sealed_tree_copy_is_trusted_and_an_unsealed_one_is_judged() {
         }
         buf.close().unwrap();
     }
+}
+
+/// Promise (issue 33.2): unnamed checkpoints are bounded (the newest 3 unless set,
+/// across restores), named ones stay until deleted, and the disk the old ones held
+/// is given back.
+#[test]
+fn unnamed_checkpoints_are_bounded_and_named_ones_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = new_buffer(&dir);
+    let names = |buf: &ReplayBuffer| -> Vec<String> {
+        buf.snapshots()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    };
+    add_range(&mut buf, 0, 10);
+    buf.get_state_named("best").unwrap();
+    let mut taken = Vec::new();
+    for k in 0..6u64 {
+        let next = buf.live().end;
+        add_range(&mut buf, next, next + 10 + k);
+        taken.push(buf.get_state().unwrap());
+    }
+    assert_eq!(buf.keep_states(), Some(3));
+    let kept: Vec<String> = taken[3..].iter().map(|s| s.name.clone()).collect();
+    assert_eq!(
+        names(&buf),
+        [vec!["best".to_owned()], kept.clone()].concat()
+    );
+    // A state pruned is gone; a kept one restores, and the setting survives it.
+    assert!(matches!(
+        buf.set_state(&taken[0]),
+        Err(Error::NoSuchSnapshot { .. })
+    ));
+    buf.set_keep_states(Some(2));
+    buf.set_state(&taken[4]).unwrap();
+    assert_eq!(buf.keep_states(), Some(2));
+    buf.get_state().unwrap();
+    assert_eq!(names(&buf).len(), 1 + 2);
+    // Every one with None; one call's own bound with get_state_keeping.
+    buf.set_keep_states(None);
+    for _ in 0..4 {
+        buf.get_state().unwrap();
+    }
+    assert_eq!(names(&buf).len(), 1 + 6);
+    buf.get_state_keeping(Some(1)).unwrap();
+    assert_eq!(names(&buf).len(), 1 + 1);
+    assert_eq!(names(&buf)[0], "best");
+    assert_sound(&dir);
 }

@@ -17,8 +17,12 @@ use crate::fail::Failure;
 fn info_json(info: &Info) -> serde_json::Value {
     let mut v = info_json_fields(info);
     let c = &info.commit;
+    // Bytes only the snapshots hold (segments the writer copied since they were taken).
+    let snapshot_bytes: u64 =
+        snapshots(&info.dir).map_or(0, |l| l.iter().map(|s| s.bytes_owned).sum());
     if let Some(map) = v.as_object_mut() {
         map.insert("committed".into(), json!({"head": c.head, "tail": c.tail}));
+        map.insert("snapshot_bytes".into(), json!(snapshot_bytes));
     }
     v
 }
@@ -369,12 +373,13 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failur
             String::new()
         } else {
             format!(
-                " ({}; `replaystore snapshots` for sizes)",
+                " ({}); they alone hold {} on disk (`replaystore snapshots` for each)",
                 snaps
                     .iter()
                     .map(|s| s.name.as_str())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                human(snaps.iter().map(|s| s.bytes_owned).sum())
             )
         }
     );

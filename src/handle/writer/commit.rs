@@ -242,10 +242,66 @@ impl<R: Writes> ReplayBuffer<R> {
         self.commit(0, true)
     }
     /// Checkpoints the buffer: makes it durable and freezes the state as a new snapshot named
-    /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]).
+    /// `gen-<generation>` (see [`ReplayBuffer::get_state_named`]). Unnamed checkpoints
+    /// are kept up to [`ReplayBuffer::keep_states`] (3 unless set): the oldest beyond
+    /// that are deleted first, so that the copies-on-write they hold do not pile up.
+    /// Named ones stay until deleted.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// buf.get_state_named("best")?;
+    /// for x in 0..5u8 {
+    ///     buf.add(&[Column::scalar("x", &x)])?;
+    ///     buf.get_state()?;
+    /// }
+    /// assert_eq!(buf.snapshots()?.len(), 1 + 3);
+    /// assert_eq!(buf.snapshots()?[0].name, "best");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn get_state(&mut self) -> Result<State> {
+        self.get_state_keeping(self.keep_states)
+    }
+
+    /// [`ReplayBuffer::get_state`] keeping `keep` unnamed checkpoints this time (at
+    /// least 1: this one; `None`: all).
+    pub fn get_state_keeping(&mut self, keep: Option<usize>) -> Result<State> {
+        self.writable()?;
+        if let Some(k) = keep {
+            // Room for this one first: a failed delete leaves no new snapshot either.
+            self.prune_unnamed_states(k.max(1) - 1)?;
+        }
         let name = format!("gen-{:012}", self.commits.generation.wrapping_add(1));
         self.get_state_named(&name)
+    }
+
+    /// Unnamed checkpoints `get_state` keeps (`None`: every one).
+    pub fn keep_states(&self) -> Option<usize> {
+        self.keep_states
+    }
+
+    /// Sets how many unnamed checkpoints `get_state` keeps: the newest `k` (at least 1),
+    /// or every one with `None`. For this handle; each open starts at 3.
+    pub fn set_keep_states(&mut self, k: Option<usize>) {
+        self.keep_states = k.map(|k| k.max(1));
+    }
+
+    /// Deletes all but the `k` newest unnamed checkpoints (`gen-<generation>`).
+    fn prune_unnamed_states(&mut self, k: usize) -> Result<Vec<String>> {
+        let unnamed: Vec<String> = (self.snapshots()?.into_iter())
+            .map(|s| s.name)
+            .filter(|n| is_unnamed_state(n))
+            .collect();
+        let doomed = unnamed.len().saturating_sub(k);
+        let doomed: Vec<String> = unnamed.into_iter().take(doomed).collect();
+        for name in &doomed {
+            let done = snapshot::delete(&*self.rows.io, &self.rows.dir, name);
+            self.rows.refresh_shared();
+            done?;
+        }
+        Ok(doomed)
     }
     /// Checkpoints the buffer as snapshot `name`: makes the items durable and commits,
     /// then links every segment file into `snapshots/<name>/` and copies the manifest
@@ -382,6 +438,7 @@ impl<R: Writes> ReplayBuffer<R> {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
                 self.set_write_behind(old.commits.behind.asked());
+                self.keep_states = old.keep_states;
                 release_in_background((old, replaced));
                 Ok(())
             }
@@ -469,4 +526,10 @@ pub(super) fn release_in_background<T: Send + 'static>(files: T) {
     let _ = std::thread::Builder::new()
         .name("replaystore-release".into())
         .spawn(move || drop(files));
+}
+
+/// Whether `name` is one `get_state` gave (`gen-` and 12 digits).
+fn is_unnamed_state(name: &str) -> bool {
+    name.strip_prefix("gen-")
+        .is_some_and(|d| d.len() == 12 && d.bytes().all(|b| b.is_ascii_digit()))
 }

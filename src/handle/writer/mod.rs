@@ -63,6 +63,9 @@ pub struct ReplayBuffer<R: Role = Writer> {
     pub(super) poisoned: Option<String>,
     pub(super) closed: bool,
     pub(super) recovered: Option<Recovered>,
+    /// Unnamed checkpoints `get_state` keeps (`None`: all); see
+    /// [`ReplayBuffer::set_keep_states`].
+    pub(super) keep_states: Option<usize>,
     /// What the buffer keeps beyond its rows (priorities, episodes, fragments, eviction
     /// records), each called at the hooks in `parts::set`.
     pub(super) parts: Parts,
@@ -70,6 +73,10 @@ pub struct ReplayBuffer<R: Role = Writer> {
     pub(super) progress: Option<ProgressMap>,
     role: PhantomData<R>,
 }
+
+/// Unnamed checkpoints a handle keeps unless told otherwise: enough to step back a
+/// few checkpoints, and a bound on the disk the copy-on-write of old ones holds.
+pub const DEFAULT_KEEP_STATES: usize = 3;
 
 impl<R: Role> ReplayBuffer<R> {
     /// Gathers as for a ring larger than memory, whatever its size (tests).
@@ -108,6 +115,7 @@ impl<R: Role> ReplayBuffer<R> {
             poisoned: None,
             closed: false,
             recovered: o.recovered,
+            keep_states: Some(DEFAULT_KEEP_STATES),
             parts: o.parts,
             progress: o.progress,
             role: PhantomData,
