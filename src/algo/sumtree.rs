@@ -5,7 +5,8 @@
 //! summing in the same left-to-right order. The root therefore equals a fresh
 //! recomputation bit for bit after any number of updates: floating-point error cannot
 //! accumulate. Descents compare IEEE bits as integers (valid for non-negative finite
-//! values) so that the compiler keeps them branch-free (LIMITS.md, pitfall 1).
+//! values) so that the compiler keeps them branch-free: a float compare in the
+//! descent compiled to a data-dependent branch, which the random draws mispredict.
 //!
 //! ```text
 //! level 0 (top node: K values, the root total is their sum)

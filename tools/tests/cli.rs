@@ -1277,3 +1277,45 @@ fn info_of_a_buffer_being_written_counts_its_uncommitted_items() {
     assert_eq!(json["added"], 500, "{json}");
     drop(buf);
 }
+
+/// Promise (issue 33.9): nothing a user of the repository reads points at a file it
+/// does not have (the design notes outside it), and the workloads quoted are defined
+/// inside it.
+#[test]
+fn the_documents_and_help_name_only_files_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let outside = ["../shared", "LIMITS.md", "DESIGN.md", "STYLE.md"];
+    let mut files = vec![root.join("README.md")];
+    for dir in [
+        "docs",
+        "docs/design",
+        "src",
+        "tools/src",
+        "python/replaystore",
+        "python/src",
+    ] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            let p = e.path();
+            if p.is_file() {
+                files.push(p);
+            }
+        }
+    }
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for o in outside {
+            assert!(!text.contains(o), "{} names {o}", f.display());
+        }
+    }
+    let help = text(&run(&["bench", "--help"]));
+    assert!(help.contains("docs/WORKLOADS.md"), "{help}");
+    let workloads = std::fs::read_to_string(root.join("docs/WORKLOADS.md")).unwrap();
+    for w in ["W1", "W2", "W3", "W4", "W5", "W6", "W7"] {
+        assert!(
+            workloads.contains(&format!("## {w} ")),
+            "{w} is not defined"
+        );
+    }
+}
