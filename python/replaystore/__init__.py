@@ -40,6 +40,7 @@ from ._native import (
     SchemaError,
     StateError,
     VersionError,
+    nest,
 )
 from . import rewards
 from .multi_agent import MultiAgentEpisodeBuffer
@@ -72,5 +73,6 @@ __all__ = [
     "SchemaError",
     "StateError",
     "VersionError",
+    "nest",
     "schema_from_spaces",
 ]

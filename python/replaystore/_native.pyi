@@ -9,6 +9,9 @@ import numpy.typing as npt
 FORMAT_VERSION: int
 __version__: str
 
+def nest(batch: Mapping[str, Any]) -> Dict[str, Any]:
+    """``{"obs.pos": a}`` as ``{"obs": {"pos": a}}``, the same arrays."""
+
 _Path = Union[str, PathLike[str]]
 _DTypeLike = Any
 _FieldSpec = Union[_DTypeLike, Tuple[_DTypeLike, Tuple[int, ...]]]
@@ -184,6 +187,7 @@ class ReplayBuffer:
         pad: float = 0.0,
         remove: bool = False,
         by_group: Optional[Sequence[str]] = None,
+        nested: bool = False,
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
         Variable-length fields as ``values`` says (see ``get``). ``remove=True`` draws
@@ -305,6 +309,7 @@ class ReplayBuffer:
         n_sampled_goal: int = 4,
         compute_reward: Optional[Any] = None,
         info: Optional[str] = None,
+        nested: bool = False,
     ) -> _Batch:
         """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ...
 
@@ -433,6 +438,7 @@ class Reader:
         replace: bool = True,
         out: Optional[_Batch] = None,
         by_group: Optional[Sequence[str]] = None,
+        nested: bool = False,
     ) -> _Batch:
         """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` and
         ``by_group`` too); never a removed one."""
@@ -453,6 +459,7 @@ class Reader:
         n_sampled_goal: int = 4,
         compute_reward: Optional[Any] = None,
         info: Optional[str] = None,
+        nested: bool = False,
     ) -> _Batch:
         """As ``ReplayBuffer.sample_transitions`` (relabeling too): the same transitions
         for the same seed and rows; one the writer overwrites mid-copy is drawn again,

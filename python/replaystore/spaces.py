@@ -54,13 +54,36 @@ def _space_fields(name: str, space: Any) -> Dict[str, FieldSpec]:
     )
 
 
-def schema_from_spaces(observation_space: Any, action_space: Any) -> Schema:
-    """The schema of a transition for an environment with these spaces.
+def _spaces_of(env: Any) -> Tuple[Any, Any]:
+    """An env's (observation_space, action_space); a vector env is refused: its spaces
+    are batched (``obs (n_envs, ...)``), and a buffer keeps one env's transitions."""
+    if hasattr(env, "single_observation_space") or hasattr(env, "num_envs"):
+        raise SchemaError(
+            f"a vector env ({type(env).__name__}, {getattr(env, 'num_envs', '?')} envs) has "
+            "batched spaces: its observation_space has a leading env dimension. Pass one "
+            "env's spaces: Schema.from_spaces(env.single_observation_space, "
+            "env.single_action_space), and add_batch each step's rows"
+        )
+    if not (hasattr(env, "observation_space") and hasattr(env, "action_space")):
+        raise TypeError(
+            f"from_spaces takes (observation_space, action_space) or an env with those "
+            f"attributes, not a {type(env).__name__}"
+        )
+    return env.observation_space, env.action_space
+
+
+def schema_from_spaces(observation_space: Any, action_space: Any = None) -> Schema:
+    """The schema of a transition for an environment with these spaces, or for an env
+    given alone (``from_spaces(env)``; a vector env is refused with the single-env
+    spaces to use instead).
 
     Fields: ``obs`` and ``next_obs`` (``obs.<key>`` / ``next_obs.<key>`` for a Dict
-    space), ``action``, ``reward`` (float32), ``terminated`` and ``truncated`` (bool).
+    space: ``add(obs={"key": ...})`` and ``sample(..., nested=True)`` keep the dicts),
+    ``action``, ``reward`` (float32), ``terminated`` and ``truncated`` (bool).
     Discrete and MultiDiscrete actions are int64, MultiBinary int8, Box keeps its dtype.
     """
+    if action_space is None:
+        observation_space, action_space = _spaces_of(observation_space)
     fields: Dict[str, FieldSpec] = {}
     fields.update(_space_fields("obs", observation_space))
     fields.update(_space_fields("action", action_space))

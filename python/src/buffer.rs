@@ -551,6 +551,21 @@ impl PyBuffer {
     /// find at most about this much still to write (W2, 2.8 GB: 1.1 s without, 11-16 ms
     /// with). Set 0 to leave write-back to the kernel: a new ring then fills faster and
     /// the next flush writes what it left. Not stored: set it after each open.
+    /// Unnamed checkpoints `get_state()` keeps: the newest 3 unless set; `None` keeps
+    /// every one (each holds the segments the writer has copied since). Named ones
+    /// are kept until deleted. Not stored: each open starts at 3.
+    #[getter]
+    fn keep_states(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        Ok(either!(open_buf(&mut self.inner.lock(py))?, b => b.keep_states()))
+    }
+
+    #[setter]
+    fn set_keep_states(&self, py: Python<'_>, k: Option<Count>) -> PyResult<()> {
+        let mut held = self.inner.lock(py);
+        either!(open_buf(&mut held)?, b => b.set_keep_states(k.map(Count::get)));
+        Ok(())
+    }
+
     #[getter]
     fn write_behind(&self, py: Python<'_>) -> PyResult<u64> {
         Ok(open_buf(&mut self.inner.lock(py))?.write_behind())
@@ -584,7 +599,7 @@ impl PyBuffer {
     /// `remove=True` draws distinct items and removes them (`pop_batch`), and
     /// `by_group=["env_id"]` draws distinct items, an even share of every group of that
     /// key first (UnstableBaselines' stratified strategies).
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None, nested=false))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -598,6 +613,7 @@ impl PyBuffer {
         pad: f64,
         remove: bool,
         by_group: Option<Vec<String>>,
+        nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
@@ -613,13 +629,14 @@ impl PyBuffer {
         if !group.is_empty() {
             request = request.by_group(&group);
         }
-        draw_values(
+        let d = draw_values(
             py,
             out,
             values,
             pad,
             |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        )?;
+        if nested { nest(&d) } else { Ok(d) }
     }
 
     /// Draws `n` distinct items uniformly and removes them in the same call
@@ -653,6 +670,7 @@ impl PyBuffer {
             pad,
             true,
             by_group,
+            false,
         )
     }
 
@@ -969,7 +987,7 @@ impl PyBuffer {
     /// `returns` and bootstraps from the observation `n` steps on (`discounts` is
     /// `gamma**k`, 0 after a termination). Also `terminated`, `truncated`, `indices`
     /// (the rows ending each transition's first step) and `weights` by priority.
-    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None))]
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None, nested=false))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a transitions Request"
@@ -991,6 +1009,7 @@ impl PyBuffer {
         n_sampled_goal: u64,
         compute_reward: Option<Py<PyAny>>,
         info: Option<String>,
+        nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let n = n.get();
         let her = Her::of(
@@ -1001,7 +1020,7 @@ impl PyBuffer {
             compute_reward,
             info,
         )?;
-        let obs = names(obs)?;
+        let obs = expand_prefixes(&self.schema, names(obs)?);
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
@@ -1019,7 +1038,7 @@ impl PyBuffer {
         if let Some(h) = &her {
             h.rewards(py, &d, n)?;
         }
-        Ok(d)
+        if nested { nest(&d) } else { Ok(d) }
     }
 
     /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a
@@ -1148,15 +1167,28 @@ impl PyBuffer {
     /// A checkpoint of the buffer as it is now, in milliseconds whatever its size: a
     /// small picklable dict (`torch.save` it with the model). The buffer may run ahead
     /// afterwards; `set_state` brings it back.
-    /// `name` names the snapshot it keeps (default `gen-<generation>`).
-    #[pyo3(signature = (name=None))]
-    fn get_state<'py>(&self, py: Python<'py>, name: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
+    /// `name` names the snapshot it keeps, kept until deleted; without one it is
+    /// `gen-<generation>`, and only the newest `keep_states` (3 unless set) of those
+    /// are kept: `keep_last=k` keeps the newest `k` this time.
+    #[pyo3(signature = (name=None, *, keep_last=None))]
+    fn get_state<'py>(
+        &self,
+        py: Python<'py>,
+        name: Option<&str>,
+        keep_last: Option<Count>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if name.is_some() && keep_last.is_some() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "keep_last bounds the unnamed checkpoints; a named one is kept until deleted",
+            ));
+        }
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let state = py
-            .detach(|| match name {
-                Some(n) => either!(buf, b => b.get_state_named(n)),
-                None => either!(buf, b => b.get_state()),
+            .detach(|| match (name, keep_last) {
+                (Some(n), _) => either!(buf, b => b.get_state_named(n)),
+                (None, Some(k)) => either!(buf, b => b.get_state_keeping(Some(k.get()))),
+                (None, None) => either!(buf, b => b.get_state()),
             })
             .map_err(to_py)?;
         let d = PyDict::new(py);
@@ -1206,6 +1238,14 @@ impl PyBuffer {
             None => None,
         };
         d.set_item("recovered", recovered)?;
+        // What only the snapshots hold on disk (segments copied since they were taken):
+        // the cost of keeping checkpoints, beside bytes_on_disk.
+        let owned: u64 = either!(&*buf, b => b.snapshots())
+            .map_err(to_py)?
+            .iter()
+            .map(|s| s.bytes_owned)
+            .sum();
+        d.set_item("snapshot_bytes", owned)?;
         Ok(d)
     }
 

@@ -18,6 +18,7 @@ pub(crate) fn inputs<'s, 'py>(
     values: &Bound<'py, PyDict>,
     required: bool,
 ) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
+    let values = &spread_nested(schema, values)?;
     for key in values.keys() {
         let field: String = key.extract()?;
         if schema.fields().iter().all(|f| f.name() != field) && schema.var_field(&field).is_none() {
@@ -84,6 +85,7 @@ pub(crate) fn var_inputs(
     values: &Bound<'_, PyDict>,
     batch: bool,
 ) -> PyResult<Vec<VarInput>> {
+    let values = &spread_nested(schema, values)?;
     let mut out = Vec::with_capacity(schema.var_fields().len());
     for f in schema.var_fields() {
         let Some(v) = values.get_item(f.name())? else {
@@ -715,4 +717,119 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BatchDict<'py> {
             "a batch is a dict of arrays, batch dimension first, not a {kind}{hint}"
         )))
     }
+}
+
+/// `values` with each nested mapping under a key that is no field but the prefix of
+/// dotted ones (`obs` of `obs.pos` and `obs.vel`: a Dict space's fields) spread into
+/// those names, at any depth: `add(obs={"pos": p, "vel": v})`. A dict or anything with
+/// `items()` (Tianshou's `Batch`) is a mapping. The same dict when no key is such a
+/// prefix, so flat calls pay one look at each key.
+fn spread_nested<'py>(
+    schema: &Schema,
+    values: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let names = || {
+        (schema.fields().iter().map(replaystore::Field::name))
+            .chain(schema.var_fields().iter().map(replaystore::VarField::name))
+    };
+    let is_field = |k: &str| names().any(|n| n == k);
+    let is_prefix =
+        |k: &str| names().any(|n| n.strip_prefix(k).is_some_and(|rest| rest.starts_with('.')));
+    let mut nested = false;
+    for key in values.keys() {
+        let key: String = key.extract()?;
+        if !is_field(&key) && is_prefix(&key) {
+            nested = true;
+            break;
+        }
+    }
+    if !nested {
+        return Ok(values.clone());
+    }
+    fn spread<'py>(
+        out: &Bound<'py, PyDict>,
+        name: String,
+        value: Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let items = match value.cast::<PyDict>() {
+            Ok(d) => Some(d.items().into_any()),
+            Err(_) if value.hasattr("items")? && !value.hasattr("dtype")? => {
+                Some(value.call_method0("items")?)
+            }
+            Err(_) => None,
+        };
+        match items {
+            Some(items) => {
+                for pair in items.try_iter()? {
+                    let (k, v): (String, Bound<'py, PyAny>) = pair?.extract()?;
+                    spread(out, format!("{name}.{k}"), v)?;
+                }
+                Ok(())
+            }
+            None => out.set_item(name, value),
+        }
+    }
+    let out = PyDict::new(values.py());
+    for (k, v) in values.iter() {
+        let key: String = k.extract()?;
+        match !is_field(&key) && is_prefix(&key) {
+            true => spread(&out, key, v)?,
+            false => out.set_item(key, v)?,
+        }
+    }
+    Ok(out)
+}
+
+/// A draw's flat dict with dotted names (`obs.pos`, `next_obs.pos`) made nested
+/// (`{"obs": {"pos": ...}}`), the arrays themselves shared, not copied.
+pub(crate) fn nest<'py>(flat: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    let py = flat.py();
+    let out = PyDict::new(py);
+    for (k, v) in flat.iter() {
+        let key: String = k.extract()?;
+        let mut parts = key.split('.').peekable();
+        let mut at = out.clone();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                at.set_item(part, &v)?;
+                break;
+            }
+            let next = match at.get_item(part)? {
+                Some(d) => d.cast_into::<PyDict>().map_err(|_| {
+                    SchemaError::new_err(format!(
+                        "{key}: {part} is both a field and the prefix of fields"
+                    ))
+                })?,
+                None => {
+                    let d = PyDict::new(py);
+                    at.set_item(part, &d)?;
+                    d
+                }
+            };
+            at = next;
+        }
+    }
+    Ok(out)
+}
+
+/// Observation names with each that is no field but the prefix of dotted ones (`obs`
+/// for a Dict space's `obs.pos`, `obs.vel`) replaced by those fields, in schema order.
+pub(crate) fn expand_prefixes(schema: &Schema, names: Vec<String>) -> Vec<String> {
+    let fields: Vec<&str> = (schema.fields().iter().map(replaystore::Field::name))
+        .chain(schema.var_fields().iter().map(replaystore::VarField::name))
+        .collect();
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let under: Vec<&str> = (fields.iter().copied())
+            .filter(|f| {
+                f.strip_prefix(n.as_str())
+                    .is_some_and(|r| r.starts_with('.'))
+            })
+            .collect();
+        match fields.contains(&n.as_str()) || under.is_empty() {
+            true => out.push(n),
+            false => out.extend(under.into_iter().map(str::to_owned)),
+        }
+    }
+    out
 }

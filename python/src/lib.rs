@@ -17,6 +17,14 @@ mod units;
 
 use pyo3::prelude::*;
 
+/// A draw's flat dict with dotted names made nested: `{"obs.pos": a}` becomes
+/// `{"obs": {"pos": a}}`, the same arrays (no copy). `sample(..., nested=True)` does
+/// this itself.
+#[pyfunction]
+fn nest<'py>(batch: &Bound<'py, pyo3::types::PyDict>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    calls::nest(batch)
+}
+
 /// The module `replaystore._native`; `replaystore/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -28,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<owner::PyOwner>()?;
     m.add_class::<group::PyGroup>()?;
     m.add_class::<episode::PyEpisode>()?;
+    m.add_function(wrap_pyfunction!(nest, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

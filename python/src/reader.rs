@@ -142,7 +142,7 @@ impl PyReader {
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does (never a removed
     /// one); `by_group=["env_id"]` draws distinct items, an even share of every group
     /// first.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, by_group=None))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, by_group=None, nested=false))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -153,6 +153,7 @@ impl PyReader {
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
         by_group: Option<Vec<String>>,
+        nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
@@ -168,14 +169,15 @@ impl PyReader {
         if !group.is_empty() {
             request = request.by_group(&group);
         }
-        draw(py, out, |sink| reader.sample_into(request, sink))
+        let d = draw(py, out, |sink| reader.sample_into(request, sink))?;
+        if nested { nest(&d) } else { Ok(d) }
     }
 
     /// Draws `n` transitions of an episodic buffer, as `ReplayBuffer.sample_transitions`
     /// does and with its arrays: the same transitions for the same seed and rows. A
     /// transition whose rows the writer overwrites while they are copied is drawn
     /// again; one is never returned with rows of two episodes.
-    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None))]
+    #[pyo3(signature = (n, obs, *, beta=None, stack=1, nstep=1, gamma=1.0, seed=None, out=None, goal=None, achieved=None, strategy="future", n_sampled_goal=4, compute_reward=None, info=None, nested=false))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each an option of a transitions Request"
@@ -197,6 +199,7 @@ impl PyReader {
         n_sampled_goal: u64,
         compute_reward: Option<Py<PyAny>>,
         info: Option<String>,
+        nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let n = n.get();
         let her = Her::of(
@@ -207,14 +210,15 @@ impl PyReader {
             compute_reward,
             info,
         )?;
-        let obs = names(obs)?;
+        let schema = opened(&mut self.inner.lock(py))?.schema().clone();
+        let obs = expand_prefixes(&schema, names(obs)?);
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
         let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
         let d = self.draw_units(py, request, seed, (out, "list", 0.0))?;
         if let Some(h) = &her {
             h.rewards(py, &d, n)?;
         }
-        Ok(d)
+        if nested { nest(&d) } else { Ok(d) }
     }
 
     /// Draws `n` sequences with burn-in, as `ReplayBuffer.sample_sequences` does.

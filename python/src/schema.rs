@@ -153,12 +153,14 @@ impl PySchema {
         PySchema::from_py(fields)
     }
 
-    /// The schema of a transition for Gymnasium spaces: `obs`, `action`, `reward`,
-    /// `next_obs`, `terminated`, `truncated` (see `replaystore.spaces`).
+    /// The schema of a transition for Gymnasium spaces, or for an env (its spaces):
+    /// `obs`, `action`, `reward`, `next_obs`, `terminated`, `truncated` (see
+    /// `replaystore.spaces`).
     #[staticmethod]
+    #[pyo3(signature = (observation_space, action_space=None))]
     fn from_spaces<'py>(
         observation_space: &Bound<'py, PyAny>,
-        action_space: &Bound<'py, PyAny>,
+        action_space: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         observation_space
             .py()

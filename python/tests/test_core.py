@@ -504,3 +504,30 @@ def test_the_package_says_its_version():
 
     assert rs.__version__ == importlib.metadata.version("replaystore")
     assert rs.__version__.count(".") == 2
+
+
+def test_checkpoints_are_bounded_and_their_disk_counted(path):
+    """Issue 33.2: ten get_state() calls of a training loop keep 3 unnamed snapshots,
+    named ones stay, and stats() says what the snapshots alone hold."""
+    buf = rs.ReplayBuffer.create(path, SCHEMA, capacity=4096, alpha=0.6, segment_slots=256)
+    best = buf.get_state("best")
+    states = []
+    for step in range(10):
+        buf.add_batch(items(step * 300, step * 300 + 300))
+        states.append(buf.get_state())
+    names = [s["name"] for s in buf.snapshots()]
+    assert names == ["best"] + [s["name"] for s in states[-3:]]
+    assert buf.stats()["snapshot_bytes"] > 0
+    with pytest.raises(rs.StateError, match="no snapshot"):
+        buf.set_state(states[0])
+    buf.set_state(states[-2])
+    buf.keep_states = None
+    for _ in range(4):
+        buf.get_state()
+    assert len(buf.snapshots()) == 1 + 3 + 4
+    buf.get_state(keep_last=1)
+    assert [s["name"] for s in buf.snapshots()][0] == "best" and len(buf.snapshots()) == 2
+    with pytest.raises(ValueError, match="named one"):
+        buf.get_state("x", keep_last=2)
+    buf.set_state(best)
+    buf.close()
