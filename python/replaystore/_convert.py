@@ -22,11 +22,56 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def field_array(value: Any, dtype: str, name: str) -> np.ndarray:
-    """``value`` as an array of ``dtype`` for field ``name``; SchemaError if converting
-    it would change a value or it is not a number at all."""
+def wrong_dtype(name: str, target: Any, got: Any) -> SchemaError:
+    """The one message for an array (NumPy, torch, JAX) of another dtype."""
+    target, got = np.dtype(target), np.dtype(got)
+    return SchemaError(
+        f"field {name!r}: wrong dtype: expected {target.str} ({target}), got {got.str} "
+        f"(no silent cast: convert with .astype({target.str!r}), or set the buffer's "
+        f"cast = 'same_kind')"
+    )
+
+
+def same_kind(value: Any, dtype: str, name: str) -> np.ndarray:
+    """An array converted to ``dtype`` under NumPy's ``same_kind`` rule (float64 to
+    float32, int64 to int32, never float to int), refusing what would overflow:
+    ``cast = 'same_kind'`` of a buffer."""
     target = np.dtype(dtype)
     source = np.asarray(value)
+    if not np.can_cast(source.dtype, target, "same_kind"):
+        raise SchemaError(
+            f"field {name!r}: {source.dtype} does not cast to {target} under same_kind "
+            f"(a float into an integer field needs rounding first)"
+        )
+    if target.kind in "iu" and source.dtype.kind in "iu" and source.size:
+        info = np.iinfo(target)
+        if source.min() < info.min or source.max() > info.max:
+            raise SchemaError(
+                f"field {name!r}: values {source.min()}..{source.max()} do not fit {target}"
+            )
+    with np.errstate(over="ignore"):
+        out = source.astype(target)
+    if target.kind == "f" and (np.isinf(out) & np.isfinite(source)).any():
+        raise SchemaError(
+            f"field {name!r}: values too large for {target} (they would be stored as infinity)"
+        )
+    return np.ascontiguousarray(out)
+
+
+def field_array(value: Any, dtype: str, name: str, cast: bool = False) -> np.ndarray:
+    """``value`` as an array of ``dtype`` for field ``name``. An array of another
+    library (torch, JAX: anything with a dtype and dimensions) follows NumPy arrays'
+    rule: its dtype must be the field's (or, with ``cast``, convert under same_kind).
+    Single values and lists convert when no value changes; SchemaError if converting
+    would change a value or it is not a number at all."""
+    target = np.dtype(dtype)
+    source = np.asarray(value)
+    if not isinstance(value, (list, tuple)) and hasattr(value, "dtype") and source.ndim:
+        if source.dtype == target:
+            return source
+        if cast:
+            return same_kind(source, dtype, name)
+        raise wrong_dtype(name, target, source.dtype)
     kind = source.dtype.kind
     if kind not in "biuf":
         raise SchemaError(

@@ -173,6 +173,16 @@ class ReplayBuffer:
     @write_behind.setter
     def write_behind(self, window_bytes: int) -> None: ...
     @property
+    def cast(self) -> str:
+        """``"exact"`` (default) or ``"same_kind"``: how adds take arrays of another dtype."""
+    @cast.setter
+    def cast(self, mode: str) -> None: ...
+    @property
+    def keep_states(self) -> Optional[int]:
+        """Unnamed checkpoints ``get_state()`` keeps (3 unless set; ``None``: all)."""
+    @keep_states.setter
+    def keep_states(self, k: Optional[int]) -> None: ...
+    @property
     def max_priority(self) -> Optional[float]:
         """The ``priority + eps`` new items get (``None`` without priorities)."""
     def sample(
@@ -346,7 +356,9 @@ class ReplayBuffer:
         """Deletes snapshot `name`."""
     def keep_last(self, k: int) -> List[str]:
         """Deletes all but the `k` newest snapshots; returns the names deleted."""
-    def get_state(self, name: Optional[str] = None) -> Dict[str, Any]:
+    def get_state(
+        self, name: Optional[str] = None, *, keep_last: Optional[int] = None
+    ) -> Dict[str, Any]:
         """A small picklable checkpoint of the buffer, taken in milliseconds."""
     def set_state(self, state: Union[Mapping[str, Any], bytes]) -> None:
         """Puts the buffer back to a state from ``get_state``."""

@@ -207,47 +207,62 @@ fn numpy_scalar(dtype: DType, value: &Bound<'_, PyAny>) -> Option<[u8; 8]> {
     }
 }
 
+/// How values of another type are taken: only when no value changes (the default), or
+/// arrays under NumPy's `same_kind` rule too (a buffer's `cast = "same_kind"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Cast {
+    /// Arrays of the field's dtype; single values and lists when no value changes.
+    #[default]
+    Exact,
+    /// Arrays of the same kind converted (float64 into float32), overflow refused.
+    SameKind,
+}
+
 /// Reads `value` for `field`: an ndarray must already have the field's dtype and be
 /// C-contiguous (it is then read in place); Python scalars and lists are converted to
 /// the field's dtype when no value changes (`replaystore._convert`).
-pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>) -> PyResult<Input<'py>> {
+pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>, cast: Cast) -> PyResult<Input<'py>> {
     if let Some(bytes) = scalar(field, value) {
         return Ok(Input {
             held: Held::Scalar(bytes, field.dtype().size()),
             shape: Vec::new(),
         });
     }
+    let convert = || value.py().import("replaystore._convert");
+    let same_kind = cast == Cast::SameKind;
     let converted;
-    let array = match value.cast::<PyUntypedArray>() {
+    let mut array = match value.cast::<PyUntypedArray>() {
         Ok(a) => a,
         Err(_) => {
             // Checked: NumPy's own conversion would store "yes" or 2 as True and 1e300
-            // as float32 infinity.
-            converted = value
-                .py()
-                .import("replaystore._convert")?
+            // as float32 infinity; another library's array follows NumPy arrays' rule.
+            converted = convert()?
                 .call_method1(
                     "field_array",
-                    (value, field.dtype().numpy_str(), field.name()),
+                    (value, field.dtype().numpy_str(), field.name(), same_kind),
                 )?
                 .cast_into::<PyUntypedArray>()
                 .map_err(PyErr::from)?;
             &converted
         }
     };
+    let recast;
+    if same_kind && borrow_as(array, field.dtype()).is_none() {
+        recast = convert()?
+            .call_method1(
+                "same_kind",
+                (array, field.dtype().numpy_str(), field.name()),
+            )?
+            .cast_into::<PyUntypedArray>()
+            .map_err(PyErr::from)?;
+        array = &recast;
+    }
     let Some(held) = borrow_as(array, field.dtype()) else {
-        let got = array
-            .getattr("dtype")?
-            .getattr("str")?
-            .extract::<String>()?;
-        return Err(SchemaError::new_err(format!(
-            "field {:?}: wrong dtype: expected {} ({}), got {got} (no silent cast: \
-             convert with .astype({:?}))",
-            field.name(),
-            field.dtype().numpy_str(),
-            field.dtype(),
-            field.dtype().numpy_str()
-        )));
+        let got = array.getattr("dtype")?;
+        return Err(PyErr::from_value(convert()?.call_method1(
+            "wrong_dtype",
+            (field.name(), field.dtype().numpy_str(), got),
+        )?));
     };
     if !array.is_c_contiguous() {
         return Err(SchemaError::new_err(format!(

@@ -150,6 +150,8 @@ pub struct PyBuffer {
     /// The buffer's schema (it never changes): arrays are checked against it before
     /// the lock is taken, so no Python conversion runs while other threads wait.
     schema: Schema,
+    /// How adds take arrays of another dtype (`cast`): true for NumPy's same_kind.
+    same_kind: std::sync::atomic::AtomicBool,
 }
 
 /// The open buffer behind a taken lock.
@@ -231,6 +233,15 @@ impl PyBuffer {
         PyBuffer {
             inner: Shared::new(Some(handle)),
             schema,
+            same_kind: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// How this handle's adds take arrays of another dtype.
+    fn cast_mode(&self) -> crate::arrays::Cast {
+        match self.same_kind.load(std::sync::atomic::Ordering::Relaxed) {
+            true => crate::arrays::Cast::SameKind,
+            false => crate::arrays::Cast::Exact,
         }
     }
 
@@ -456,7 +467,7 @@ impl PyBuffer {
     fn add(&self, py: Python<'_>, fields: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let inputs = inputs(&self.schema, fields, true)?;
+        let inputs = inputs_cast(&self.schema, fields, true, self.cast_mode())?;
         let var = var_inputs(&self.schema, fields, false)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
@@ -479,7 +490,7 @@ impl PyBuffer {
         let priorities = priorities
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
-        let inputs = inputs(&self.schema, batch, true)?;
+        let inputs = inputs_cast(&self.schema, batch, true, self.cast_mode())?;
         let var = var_inputs(&self.schema, batch, true)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
@@ -551,6 +562,35 @@ impl PyBuffer {
     /// find at most about this much still to write (W2, 2.8 GB: 1.1 s without, 11-16 ms
     /// with). Set 0 to leave write-back to the kernel: a new ring then fills faster and
     /// the next flush writes what it left. Not stored: set it after each open.
+    /// How adds take values of another type: `"exact"` (the default: arrays of the
+    /// field's dtype, NumPy, torch or JAX alike; single values and lists when no value
+    /// changes) or `"same_kind"` (arrays of the same kind converted, as NumPy's
+    /// `astype(casting="same_kind")`: float64 into float32, int64 into int32, never
+    /// float into int; overflow refused). Not stored: set it after each open.
+    #[getter]
+    fn cast(&self) -> &'static str {
+        match self.same_kind.load(std::sync::atomic::Ordering::Relaxed) {
+            true => "same_kind",
+            false => "exact",
+        }
+    }
+
+    #[setter(cast)]
+    fn set_cast(&self, mode: &str) -> PyResult<()> {
+        let same_kind = match mode {
+            "exact" => false,
+            "same_kind" => true,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "cast is 'exact' or 'same_kind', not {other:?}"
+                )));
+            }
+        };
+        self.same_kind
+            .store(same_kind, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Unnamed checkpoints `get_state()` keeps: the newest 3 unless set; `None` keeps
     /// every one (each holds the segments the writer has copied since). Named ones
     /// are kept until deleted. Not stored: each open starts at 3.
@@ -826,7 +866,7 @@ impl PyBuffer {
     ) -> PyResult<Bound<'py, PyDict>> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let inputs = inputs(&self.schema, fields, false)?;
+        let inputs = inputs_cast(&self.schema, fields, false, self.cast_mode())?;
         let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -851,7 +891,7 @@ impl PyBuffer {
     ) -> PyResult<Bound<'py, PyDict>> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let inputs = inputs(&self.schema, fields, true)?;
+        let inputs = inputs_cast(&self.schema, fields, true, self.cast_mode())?;
         let cols = columns(&inputs, &[])?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -931,7 +971,7 @@ impl PyBuffer {
         terminated: bool,
         truncated: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let inputs = inputs(&self.schema, batch, false)?;
+        let inputs = inputs_cast(&self.schema, batch, false, self.cast_mode())?;
         let var = var_inputs(&self.schema, batch, false)?;
         let cols = columns(&inputs, &var)?;
         let (obs, steps) = split_episode(cols);

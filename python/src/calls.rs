@@ -18,6 +18,16 @@ pub(crate) fn inputs<'s, 'py>(
     values: &Bound<'py, PyDict>,
     required: bool,
 ) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
+    inputs_cast(schema, values, required, arrays::Cast::Exact)
+}
+
+/// [`inputs`] with arrays of another dtype taken as `cast` says.
+pub(crate) fn inputs_cast<'s, 'py>(
+    schema: &'s Schema,
+    values: &Bound<'py, PyDict>,
+    required: bool,
+    cast: arrays::Cast,
+) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
     let values = &spread_nested(schema, values)?;
     for key in values.keys() {
         let field: String = key.extract()?;
@@ -31,7 +41,7 @@ pub(crate) fn inputs<'s, 'py>(
     let mut out = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
         match values.get_item(f.name())? {
-            Some(v) => out.push((f, arrays::input(f, &v)?)),
+            Some(v) => out.push((f, arrays::input(f, &v, cast)?)),
             None if required => {
                 return Err(to_py(Error::MissingField {
                     field: f.name().to_owned(),
