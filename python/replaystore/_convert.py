@@ -65,6 +65,8 @@ def field_array(value: Any, dtype: str, name: str, cast: bool = False) -> np.nda
     Single values and lists convert when no value changes; SchemaError if converting
     would change a value or it is not a number at all."""
     target = np.dtype(dtype)
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu()  # a torch tensor on any device: NumPy reads the CPU one
     source = np.asarray(value)
     if not isinstance(value, (list, tuple)) and hasattr(value, "dtype") and source.ndim:
         if source.dtype == target:

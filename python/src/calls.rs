@@ -352,6 +352,7 @@ pub(crate) fn contiguous<'py, T: numpy::Element>(
     values: &Bound<'py, PyAny>,
     descr: &str,
 ) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
+    let values = &on_host(values)?;
     let a = py
         .import("numpy")?
         .call_method1("ascontiguousarray", (values, descr))?;
@@ -377,7 +378,7 @@ pub(crate) fn index_array<'py>(
         return Ok(a.readonly());
     }
     let np = py.import("numpy")?;
-    let a = np.call_method1("asarray", (values,))?;
+    let a = np.call_method1("asarray", (on_host(values)?,))?;
     let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
     let empty = a.getattr("size")?.extract::<usize>()? == 0;
     if !(kind == "u" || kind == "i" || empty) {
@@ -842,4 +843,16 @@ pub(crate) fn expand_prefixes(schema: &Schema, names: Vec<String>) -> Vec<String
         }
     }
     out
+}
+
+/// A torch tensor (on any device, with or without grad) as its CPU tensor, which NumPy
+/// reads in place; anything else as it is. So `update_priorities(batch["indices"],
+/// td_errors)` takes what a training step on the GPU has.
+pub(crate) fn on_host<'py>(values: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if values.cast::<numpy::PyUntypedArray>().is_ok()
+        || !(values.hasattr("detach")? && values.hasattr("cpu")?)
+    {
+        return Ok(values.clone());
+    }
+    values.call_method0("detach")?.call_method0("cpu")
 }
