@@ -157,6 +157,23 @@ pub fn snapshots(dir: impl AsRef<Path>) -> Result<Vec<SnapshotInfo>> {
     Ok(out)
 }
 
+/// The names of the snapshots of the buffer in `dir` (folders with a MANIFEST), in no
+/// order: what pruning needs, without loading a manifest or sizing a file.
+pub(crate) fn names(io: &dyn Io, dir: &Path) -> Result<Vec<String>> {
+    let root = dir.join(SNAPSHOTS_DIR);
+    let entries = match io.list_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read directory", &root, e)),
+    };
+    Ok((entries.into_iter())
+        .filter(|(_, kind)| *kind == Kind::Dir)
+        .filter_map(|(name, _)| name.to_str().map(str::to_owned))
+        .filter(|name| !name.starts_with('.'))
+        .filter(|name| io.kind(&root.join(name).join(MANIFEST)).is_ok())
+        .collect())
+}
+
 /// The regular files under `dir`, one level of folders deep (a snapshot's layout),
 /// links not followed.
 fn files_of(io: &dyn Io, dir: &Path) -> Vec<PathBuf> {

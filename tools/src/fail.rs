@@ -11,13 +11,14 @@ pub const EXIT_HELP: &str = "\
 Exit status:
   0  success (verify: the buffer is sound)
   1  verify found damage, or a demo check failed
-  2  bad arguments (unknown option, bad range or field name, nothing to read)
+  2  bad request or bad input: unknown option, bad range, count or field name, nothing
+     to read, a file to import that is not what its format says
   3  not a buffer: no MANIFEST (or no LANES) in the folder, or no such folder
   4  written by a newer replaystore (format version): upgrade to read it
   5  locked: another process writes the buffer (its pid is in the message)
   6  damaged: a file failed a check (which file, which offset, which check)
   7  disk full
-  8  any other error (I/O, bad input), with the file it concerns";
+  8  any other error (I/O), with the file it concerns";
 
 /// A command's failure.
 #[derive(Debug)]
@@ -76,7 +77,8 @@ impl Failure {
             Failure::Engine(e) => engine_code(e),
             Failure::File { source, .. } if is_disk_full(source) => 7,
             Failure::File { .. } | Failure::Stdout(_) => 8,
-            Failure::BadInput { .. } => 6,
+            // The caller's file, not the buffer's: a bad request, as a bad argument is.
+            Failure::BadInput { .. } => 2,
             Failure::Usage(_) => 2,
         }
     }
@@ -207,7 +209,7 @@ mod tests {
         assert_eq!(engine_code(&older), 6);
         assert_eq!(engine_code(&Error::NotABuffer { dir: p.clone() }), 3);
         assert_eq!(Failure::Usage("x".into()).code(), 2);
-        assert_eq!(Failure::input(&p, "bad").code(), 6);
+        assert_eq!(Failure::input(&p, "bad").code(), 2);
         // Every status named in the help text, and only those.
         for code in 0..=8 {
             assert!(EXIT_HELP.contains(&format!("\n  {code}  ")), "{code}");

@@ -441,7 +441,7 @@ fn json_objects_become_text_of_their_json_and_bad_lines_are_refused_by_number() 
         std::fs::write(&bad, content).unwrap();
         let target = d.path().join(format!("nothing{i}"));
         let o = run(&["import", s(&bad), s(&target)]);
-        assert_eq!(o.status.code(), Some(6), "{content}: {}", text(&o));
+        assert_eq!(o.status.code(), Some(2), "{content}: {}", text(&o));
         assert!(text(&o).contains(said), "{content}: {}", text(&o));
         assert!(!target.exists(), "{content}: no buffer appears");
     }
@@ -483,7 +483,7 @@ fn a_parquet_file_with_a_null_or_a_type_without_a_field_is_refused_by_column() {
     ] {
         let target = d.path().join("nothing");
         let o = run(&["import", s(file), s(&target)]);
-        assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
         assert!(text(&o).contains(said), "{}", text(&o));
         assert!(!target.exists());
     }

@@ -288,12 +288,15 @@ impl<R: Writes> ReplayBuffer<R> {
         self.keep_states = k.map(|k| k.max(1));
     }
 
-    /// Deletes all but the `k` newest unnamed checkpoints (`gen-<generation>`).
+    /// Deletes all but the `k` newest unnamed checkpoints (`gen-<generation>`). Names
+    /// only are listed (no manifest loaded, no file sized): this runs in every
+    /// `get_state`, and the zero-padded generation orders them.
     fn prune_unnamed_states(&mut self, k: usize) -> Result<Vec<String>> {
-        let unnamed: Vec<String> = (self.snapshots()?.into_iter())
-            .map(|s| s.name)
+        let mut unnamed: Vec<String> = snapshot::names(&*self.rows.io, &self.rows.dir)?
+            .into_iter()
             .filter(|n| is_unnamed_state(n))
             .collect();
+        unnamed.sort();
         let doomed = unnamed.len().saturating_sub(k);
         let doomed: Vec<String> = unnamed.into_iter().take(doomed).collect();
         for name in &doomed {
