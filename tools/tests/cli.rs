@@ -21,6 +21,12 @@ fn demo_then_info_then_verify_on_its_folder() {
     let o = run(&["demo", "--dir", dir_s, "--steps", "20000"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("all byte-identical"), "{}", text(&o));
+    // It says the capacity it chose (issue 33.9: it was silent).
+    assert!(
+        text(&o).contains("into a buffer of 10000 items (half the steps"),
+        "{}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("same items, same next batch"),
         "{}",
@@ -157,6 +163,9 @@ fn each_kind_of_error_has_its_exit_status_and_a_message_a_person_can_act_on() {
     let dir = d.path().join("b");
     let dir_s = dir.to_str().unwrap();
     let buf = small_buffer(&dir);
+    // A request that cannot be met is a bad argument, not "any other error".
+    let o = run(&["sample", dir_s, "-n", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // 5: locked by a writer, which the message names.
     let o = run(&["snapshots", dir_s, "--keep-last", "0"]);
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));
