@@ -40,7 +40,9 @@ from ._native import (
     SchemaError,
     StateError,
     VersionError,
+    index_dtype,
     nest,
+    set_index_dtype,
 )
 from . import rewards
 from .multi_agent import MultiAgentEpisodeBuffer
@@ -73,6 +75,8 @@ __all__ = [
     "SchemaError",
     "StateError",
     "VersionError",
+    "index_dtype",
     "nest",
     "schema_from_spaces",
+    "set_index_dtype",
 ]

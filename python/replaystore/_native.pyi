@@ -9,6 +9,9 @@ import numpy.typing as npt
 FORMAT_VERSION: int
 __version__: str
 
+def set_index_dtype(dtype: str) -> None:
+    """``"uint64"`` (default) or ``"int64"``: the dtype every draw's ``indices`` have."""
+def index_dtype() -> str: ...
 def nest(batch: Mapping[str, Any]) -> Dict[str, Any]:
     """``{"obs.pos": a}`` as ``{"obs": {"pos": a}}``, the same arrays."""
 

@@ -277,6 +277,11 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>, cast: Cast) -> PyRes
     })
 }
 
+/// Whether draws return their indices as `int64` (`replaystore.set_index_dtype`):
+/// PyTorch, JAX and most index arithmetic take no `uint64`. Process-wide, as the
+/// dtype a program's code expects is.
+pub static INT64_INDICES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The arrays of one draw, allocated when the engine asks for them (`Sink::arrays`) as
 /// Rust vectors of each array's element type, filled in place by the engine with the GIL
 /// released, then handed to NumPy without a copy ([`NumpySink::into_dict`]: each vector
@@ -528,7 +533,20 @@ impl NumpySink {
     /// The arrays as the dict every draw returns, in the draw's order.
     pub fn into_dict(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let d = PyDict::new(py);
+        let signed = INT64_INDICES.load(std::sync::atomic::Ordering::Relaxed);
         for (name, dtype, shape, owned) in self.arrays {
+            let owned = match owned {
+                // Indices stay below 2^63 (lane 127's base is 127 << 56), so the
+                // conversion is exact; 256 of them cost nothing next to the draw.
+                Owned::U64(v) if signed && (name == "indices" || name == "goal_indices") => {
+                    Owned::I64(
+                        v.into_iter()
+                            .map(|i| i64::try_from(i).unwrap_or(i64::MAX))
+                            .collect(),
+                    )
+                }
+                other => other,
+            };
             let a = owned.into_array(py, shape)?;
             let a = match dtype {
                 DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,

@@ -25,6 +25,33 @@ fn nest<'py>(batch: &Bound<'py, pyo3::types::PyDict>) -> PyResult<Bound<'py, pyo
     calls::nest(batch)
 }
 
+/// Sets the dtype every draw returns its `indices` in, for the whole process:
+/// `"uint64"` (the default) or `"int64"` (what PyTorch and JAX index with; exact, as
+/// indices stay below 2**63). Every call that takes indices takes either.
+#[pyfunction]
+fn set_index_dtype(dtype: &str) -> PyResult<()> {
+    let signed = match dtype {
+        "uint64" => false,
+        "int64" => true,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "index dtype is 'uint64' or 'int64', not {other:?}"
+            )));
+        }
+    };
+    arrays::INT64_INDICES.store(signed, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// The dtype draws return their `indices` in (see `set_index_dtype`).
+#[pyfunction]
+fn index_dtype() -> &'static str {
+    match arrays::INT64_INDICES.load(std::sync::atomic::Ordering::Relaxed) {
+        true => "int64",
+        false => "uint64",
+    }
+}
+
 /// The module `replaystore._native`; `replaystore/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -37,6 +64,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<group::PyGroup>()?;
     m.add_class::<episode::PyEpisode>()?;
     m.add_function(wrap_pyfunction!(nest, m)?)?;
+    m.add_function(wrap_pyfunction!(set_index_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(index_dtype, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

@@ -531,3 +531,27 @@ def test_checkpoints_are_bounded_and_their_disk_counted(path):
         buf.get_state("x", keep_last=2)
     buf.set_state(best)
     buf.close()
+
+
+def test_indices_can_come_as_int64_from_every_draw(path):
+    """No torch needed: set_index_dtype makes every draw's indices int64, and every
+    call that takes indices takes them back."""
+    with rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=0.6) as buf:
+        buf.add_batch(items(0, 50))
+    assert rs.index_dtype() == "uint64"
+    rs.set_index_dtype("int64")
+    try:
+        with rs.ReplayBuffer.open(path) as buf:
+            b = buf.sample(16, beta=0.4)
+            assert b["indices"].dtype == np.int64
+            check_batch(buf.get(b["indices"]))
+            assert buf.update_priorities(b["indices"], np.ones(16))["applied"] == 16
+            r = rs.Reader.open(path)
+            assert r.sample(4)["indices"].dtype == np.int64
+            r.close()
+        with pytest.raises(ValueError, match="'uint64' or 'int64'"):
+            rs.set_index_dtype("float64")
+    finally:
+        rs.set_index_dtype("uint64")
+    with rs.ReplayBuffer.open(path) as buf:
+        assert buf.sample(2)["indices"].dtype == np.uint64

@@ -65,3 +65,4 @@ def test_a_dataloader_of_replay_datasets_draws_distinct_batches(path):
         if k == 7:
             break
     assert len(set(seen)) == len(seen), "workers draw their own batches"
+
