@@ -28,7 +28,18 @@ pub(crate) fn inputs_cast<'s, 'py>(
     required: bool,
     cast: arrays::Cast,
 ) -> PyResult<Vec<(&'s replaystore::Field, Input<'py>)>> {
-    let values = &spread_nested(schema, values)?;
+    // Most schemas have no dotted names: then there is nothing to spread, and the dict
+    // is read as given (no call, no reference taken).
+    let spread;
+    let values = match schema.fields().iter().any(|f| f.name().contains('.'))
+        || schema.var_fields().iter().any(|f| f.name().contains('.'))
+    {
+        true => {
+            spread = spread_nested(schema, values)?;
+            &spread
+        }
+        false => values,
+    };
     for key in values.keys() {
         let field: String = key.extract()?;
         if schema.fields().iter().all(|f| f.name() != field) && schema.var_field(&field).is_none() {
@@ -95,6 +106,9 @@ pub(crate) fn var_inputs(
     values: &Bound<'_, PyDict>,
     batch: bool,
 ) -> PyResult<Vec<VarInput>> {
+    if schema.var_fields().is_empty() {
+        return Ok(Vec::new());
+    }
     let values = &spread_nested(schema, values)?;
     let mut out = Vec::with_capacity(schema.var_fields().len());
     for f in schema.var_fields() {
@@ -743,6 +757,10 @@ fn spread_nested<'py>(
         (schema.fields().iter().map(replaystore::Field::name))
             .chain(schema.var_fields().iter().map(replaystore::VarField::name))
     };
+    // A schema without dotted names (most) has nothing to spread: no key is looked at.
+    if !names().any(|n| n.contains('.')) {
+        return Ok(values.clone());
+    }
     let is_field = |k: &str| names().any(|n| n == k);
     let is_prefix =
         |k: &str| names().any(|n| n.strip_prefix(k).is_some_and(|rest| rest.starts_with('.')));
