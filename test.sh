@@ -24,5 +24,10 @@ export PATH="$VENV/bin:$PATH"
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
 "$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/python" -m pip install --quiet torch
 export REPLAYSTORE_REQUIRE_TORCH=1
+# The libraries the compat adapters replace, pinned (python/tests/peers.py): the
+# differential tests drive them beside the adapters, and must run here, not skip.
+PEERS=(cpprb==11.0.0 hypothesis==6.170.15)
+"$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
+export REPLAYSTORE_REQUIRE_PEERS=1
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 "$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

@@ -6,6 +6,7 @@ keeps (a Python list of dataclasses) and TorchRL (ListStorage, padded with
 pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
+    python python/bench/compare.py --only cpprb,cpprb-compat      # cpprb's calls on both
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
     python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb,tianshou  # HER (w7.py)
@@ -179,6 +180,40 @@ class Cpprb:
         pass
 
 
+class CpprbCompat(Cpprb):
+    """replaystore.compat.cpprb: cpprb's calls, replaystore's storage (the adapter's cost
+    over the engine, beside cpprb itself). Its save is the O(1) get_state, pickled."""
+
+    name = "cpprb-compat"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from replaystore.compat import cpprb as compat
+        env = {k: {"shape": shape or 1, "dtype": np.dtype(dt)} for k, (dt, shape) in fields.items()}
+        cls = compat.PrioritizedReplayBuffer if prioritized else compat.ReplayBuffer
+        self.cls, self.env, self.capacity, self.path = cls, env, capacity, path
+        self.kw = {"alpha": 0.6} if prioritized else {}
+        self.rb = cls(capacity, env, path=path, **self.kw)
+
+    def settle(self):
+        self.rb._buf.flush()
+
+    def save(self, where):
+        import pickle
+        with open(where, "wb") as f:
+            pickle.dump(self.rb.get_state(), f)
+
+    IMPORTS = "import pickle, json, numpy as np\nfrom replaystore.compat import cpprb\n"
+    LOAD = ("env = {k: {'shape': tuple(v['shape']) or 1, 'dtype': np.dtype(v['dtype'])} for k, v in json.loads(ENV).items()}\n"
+            "rb = cpprb.PrioritizedReplayBuffer(CAP, env, alpha=0.6, path=PATH)\n"
+            "rb.set_state(pickle.load(open(STATE, 'rb'))); rb.sample(1)\n")
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        self.rb = self.cls(self.capacity, self.env, path=self.path, **self.kw)
+
+
 def _td(torch, TensorDict, rows, batch_size):
     return TensorDict({k: torch.as_tensor(v) for k, v in rows.items()}, batch_size=batch_size)
 
@@ -285,7 +320,10 @@ class Tianshou:
         pass
 
 
-LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou}
+LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
+        "cpprb-compat": CpprbCompat}
+#: Adapters, importable under their module's name.
+ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 
@@ -571,7 +609,7 @@ def available(name):
     if name == "list":
         return True
     try:
-        __import__({**w6.AVAILABLE, **w7.AVAILABLE}.get(name, name))
+        __import__({**w6.AVAILABLE, **w7.AVAILABLE, **ADAPTERS}.get(name, name))
         return True
     except ImportError:
         return False

@@ -1,7 +1,10 @@
 """Drop-in stand-ins for the replay buffers RL code already uses, backed by replaystore:
 switch with one import and keep the buffer on disk, crash-safe and shareable.
 
-- ``replaystore.compat.cpprb``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer``.
+- ``replaystore.compat.cpprb``: every cpprb buffer (``ReplayBuffer``,
+  ``PrioritizedReplayBuffer``, ``ReverseReplayBuffer``, the MP, Hindsight and Selective
+  buffers) with ``Nstep``, ``next_of``, files and the space helpers; checked against
+  cpprb itself.
 - ``replaystore.compat.tianshou``: ``ReplayBuffer`` and ``VectorReplayBuffer`` on dicts
   of arrays.
 - ``replaystore.compat.rllib``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` with

@@ -6,6 +6,8 @@ directory."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 import weakref
@@ -50,3 +52,38 @@ class Folder:
     def __exit__(self, *args: Any) -> bool:
         self.close()
         return False
+
+
+def write_sidecar(folder: str, name: str, config: dict) -> None:
+    """Writes an adapter's settings beside its buffer, atomically: a temporary file,
+    fsynced, renamed over the old one, the folder fsynced. A kill leaves the old file or
+    the new one, never half of one."""
+    target = os.path.join(folder, name)
+    tmp = target + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(config, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_sidecar(folder: str, name: str) -> Optional[dict]:
+    """The settings an adapter wrote beside its buffer, or ``None`` if it wrote none."""
+    target = os.path.join(folder, name)
+    if not os.path.exists(target):
+        return None
+    with open(target) as f:
+        try:
+            return json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{target}: not the JSON an adapter writes ({e})") from None
+
+
+def holds_buffer(folder: str) -> bool:
+    """Whether ``folder`` already holds a replaystore buffer or set of lanes."""
+    return any(os.path.exists(os.path.join(folder, f)) for f in ("MANIFEST", "LANES"))

@@ -1,0 +1,72 @@
+"""cpprb's replay buffers, backed by replaystore: ``from replaystore.compat import cpprb``
+in place of ``import cpprb``.
+
+Every class takes cpprb's arguments with cpprb's defaults and returns what cpprb returns
+(dicts of arrays in the ``env_dict``'s dtypes and shapes, ring positions as indexes,
+cpprb's errors). Checked against cpprb 11 by ``python/tests/test_cpprb_differential.py``,
+which drives both with the same calls.
+
+What each buffer gains: it lives in a folder (``path=``, or cpprb's ``mmap_prefix``:
+``{mmap_prefix}_replaystore``; a temporary folder removed by ``close`` when neither is
+given). Opening an existing folder through the same class reopens it with everything it
+held, so a trainer killed with ``kill -9`` resumes; ``get_state``/``set_state`` are the
+engine's O(1) checkpoint; ``replaystore.Reader`` samples it from other processes and the
+``replaystore`` command inspects it.
+
+Where it differs from cpprb, and why:
+
+- ``sample`` of the prioritized buffers draws with replaystore's seeded generator, not
+  cpprb's (the uniform buffers draw with ``np.random`` as cpprb does, so a seeded NumPy
+  reproduces cpprb's draw position for position). Distributions match (chi-square tests).
+- ``Nstep`` ``done``: the sum of the dones of the whole window. cpprb 11, fed one
+  transition at a time, sums the first ``size - 1`` of them, so a transition whose window
+  ends on the terminal step is not done and its learner bootstraps from the terminal
+  state; fed several at a time it also adds the fill value (1) of its staging buffer, so
+  ``done`` can be 1 with no terminal step in the window. Rewards and ``next`` values
+  match.
+- ``Nstep``: on ``on_episode_end`` the waiting transitions get the episode's last ``next``
+  values; cpprb 11 gives them its buffer's fill value (1), which is a bug there.
+  Waiting transitions are in memory in both: a crash loses them (they were never stored).
+- ``next_of`` and ``stack_compress`` store the values whole: the memory cpprb saves by
+  sharing rows is disk here (pages of a file, not RAM). Sampled values are the same.
+- float16 fields are stored as their 16 bits (dtype ``u16`` to the ``replaystore``
+  command); the adapter views them back as float16.
+- ``add`` with a key missing raises ``KeyError`` and stores nothing; cpprb has already
+  taken the positions and keeps whatever they held as new transitions.
+- ``update_priorities`` at a position that holds no transition yet is skipped (cpprb sets
+  a priority the next add there overwrites).
+- ``save_transitions`` always writes cpprb's ``safe=True`` layout (cpprb reads it);
+  ``load_transitions`` reads those files from either library and refuses cpprb's
+  ``safe=False`` layout with a ``ValueError`` saying so.
+- ``MPReplayBuffer``/``MPPrioritizedReplayBuffer`` keep one lane per adding process
+  (``writers=``, default the CPU count), each a ring of ``size // writers``: an explorer
+  that adds faster than the others overwrites its own oldest transitions, not theirs.
+  ``get_next_index`` is the calling process's lane's; ``clear`` clears that lane.
+  Explorer-given priorities reach the learner at its next ``sample``/``update_priorities``
+  (until then those transitions have the largest priority so far).
+- ``SelectiveReplayBuffer`` closes an episode at every ``done``; cpprb closes one at the
+  first ``done`` of each ``add`` call only, so steps after a second ``done`` in one call
+  join the episode before (its episodes then depend on how steps were batched).
+- The LaBER buffers (``LaBERmean``/``LaBERlazy``/``LaBERmax``) are not provided: they
+  re-rank a batch the caller already drew and hold no data, so cpprb's own work on
+  batches this module returns.
+"""
+
+from ._buffer import PrioritizedReplayBuffer, ReplayBuffer, ReverseReplayBuffer, create_buffer
+from ._her import HindsightReplayBuffer
+from ._mp import MPPrioritizedReplayBuffer, MPReplayBuffer
+from ._selective import SelectiveReplayBuffer
+from ._spaces import create_before_add_func, create_env_dict
+
+__all__ = [
+    "ReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "ReverseReplayBuffer",
+    "MPReplayBuffer",
+    "MPPrioritizedReplayBuffer",
+    "HindsightReplayBuffer",
+    "SelectiveReplayBuffer",
+    "create_buffer",
+    "create_env_dict",
+    "create_before_add_func",
+]

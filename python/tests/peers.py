@@ -1,0 +1,41 @@
+"""The real libraries the differential tests drive beside the adapters.
+
+A library that is not installed skips its tests with a message naming the install; with
+REPLAYSTORE_REQUIRE_PEERS=1 (test.sh installs them and sets it) a missing one fails
+instead, so CI cannot pass by skipping."""
+
+import importlib
+import os
+
+import pytest
+
+#: What test.sh installs; the differential tests were written against these versions.
+PINS = {"cpprb": "cpprb==11.0.0", "hypothesis": "hypothesis==6.170.15"}
+
+
+def peer(module: str):
+    """The installed peer library ``module``, or a skip (a failure where required)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install {PINS.get(module, module)})"
+        if os.environ.get("REPLAYSTORE_REQUIRE_PEERS") == "1":
+            pytest.fail(message + " and REPLAYSTORE_REQUIRE_PEERS=1", pytrace=False)
+        pytest.skip(message, allow_module_level=True)
+
+
+def chi_square(observed, expected, z=3.72):
+    """Asserts draw counts fit expected probabilities: Pearson's chi-square below its
+    quantile at p = 1e-4 (z = 3.72; Wilson-Hilferty's approximation of the quantile).
+    Cells of probability 0 must not be drawn at all."""
+    import numpy as np
+
+    observed = np.asarray(observed, float)
+    expected = np.asarray(expected, float)
+    keep = expected > 0
+    assert observed[~keep].sum() == 0, "drawn where the probability is 0"
+    o, e = observed[keep], expected[keep] / expected[keep].sum() * observed.sum()
+    stat = ((o - e) ** 2 / e).sum()
+    k = max(len(o) - 1, 1)
+    crit = k * (1 - 2 / (9 * k) + z * np.sqrt(2 / (9 * k))) ** 3
+    assert stat < crit, (stat, crit, o, e)

@@ -1,0 +1,104 @@
+"""Promise (issue 34, cpprb): ``MPReplayBuffer`` and ``MPPrioritizedReplayBuffer`` are
+handed to explorer processes as cpprb's are (pickled by ``multiprocessing``), each
+explorer's adds land in a lane of its own, the learner samples and sets priorities
+meanwhile, nothing is lost or counted twice, and the priorities explorers give are the
+ones the learner draws by."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from peers import chi_square, peer
+
+from replaystore.compat import cpprb as ad
+
+ENV = {"obs": {"dtype": np.int64}, "rew": {}}
+PER_EXPLORER = 300
+
+
+def explorer(rb, k, barrier):
+    barrier.wait()
+    for start in range(0, PER_EXPLORER, 30):
+        i = np.arange(start, start + 30) + k * 100_000
+        rb.add(obs=i, rew=np.zeros(30), priorities=(i % 3 + 1).astype(float))
+
+
+def test_explorer_processes_add_while_the_learner_samples_and_updates(tmp_path):
+    ctx = mp.get_context("spawn")
+    rb = ad.MPPrioritizedReplayBuffer(3 * 1024, ENV, alpha=1.0, eps=0.0, writers=3,
+                                     path=str(tmp_path / "mp"))
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=explorer, args=(rb, k, barrier)) for k in range(3)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    drawn = set()
+    while any(p.is_alive() for p in procs):
+        if rb.get_stored_size():
+            drawn.update(rb.sample(64)["obs"].ravel().tolist())
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert rb.get_stored_size() == 3 * PER_EXPLORER
+    got = np.sort(rb.get_all_transitions()["obs"].ravel())
+    want = np.sort(np.concatenate([np.arange(PER_EXPLORER) + k * 100_000 for k in range(3)]))
+    np.testing.assert_array_equal(got, want)
+    # Every transition carries the priority its explorer gave (i % 3 + 1).
+    s = rb.sample(30_000)
+    chi_square(np.bincount(s["obs"].ravel() % 3, minlength=3), [1.0, 2.0, 3.0])
+    assert s["weights"].dtype == np.float32 and (s["weights"] <= 1.0).all()
+    # The learner's updates land: priority 0 for every obs % 3 == 0 ends their draws.
+    s = rb.sample(3000)
+    rb.update_priorities(s["indexes"], np.where(s["obs"].ravel() % 3 == 0, 0.0, 1.0))
+    drawn_after = rb.sample(3000)["obs"].ravel()
+    zeroed = set(s["obs"].ravel()[s["obs"].ravel() % 3 == 0].tolist())
+    assert not zeroed & set(drawn_after.tolist())
+    rb.close()
+
+
+def test_more_explorers_than_lanes_is_refused_with_the_fix(tmp_path):
+    rb = ad.MPReplayBuffer(8, ENV, writers=1, path=str(tmp_path / "mp"))
+    rb.add(obs=1, rew=0.0)
+    code = (
+        "import pickle, sys, numpy as np\n"
+        f"rb = pickle.loads({__import__('pickle').dumps(rb)!r})\n"
+        "try:\n    rb.add(obs=2, rew=0.0)\nexcept RuntimeError as e:\n    print(e)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "all 1 lanes are held" in out.stdout and "writers=" in out.stdout, out
+    rb.close()
+
+
+def test_one_explorer_stores_and_returns_what_cpprb_does(tmp_path):
+    cp = peer("cpprb")
+    theirs = cp.MPReplayBuffer(12, ENV)
+    ours = ad.MPReplayBuffer(12, ENV, writers=1, path=str(tmp_path / "mp"))
+    for k in (1, 4, 2):
+        i = np.arange(k) + ours.get_stored_size()
+        assert ours.add(obs=i, rew=i * 0.5) == theirs.add(obs=i, rew=i * 0.5)
+        assert ours.get_stored_size() == theirs.get_stored_size()
+        assert ours.get_next_index() == theirs.get_next_index()
+        a, b = theirs.get_all_transitions(), ours.get_all_transitions()
+        for key in a:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape
+            np.testing.assert_array_equal(a[key], b[key])
+    assert ours.sample(5)["obs"].shape == theirs.sample(5)["obs"].shape == (5, 1)
+    assert ours.get_buffer_size() == theirs.get_buffer_size() == 12
+    assert ours.is_Nstep() is theirs.is_Nstep() is False
+    ours.close()
+
+
+def test_a_learner_reopens_the_lanes_after_a_crash(tmp_path):
+    path = str(tmp_path / "mp")
+    rb = ad.MPReplayBuffer(16, ENV, writers=2, path=path)
+    rb.add(obs=np.arange(5), rew=np.zeros(5))
+    rb.close()
+    again = ad.MPReplayBuffer(16, ENV, writers=2, path=path)
+    assert again.get_stored_size() == 5
+    with pytest.raises(ValueError, match="writers"):
+        ad.MPReplayBuffer(16, ENV, writers=4, path=path)
+    again.close()
