@@ -5,6 +5,9 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
   ``PrioritizedReplayBuffer``, ``ReverseReplayBuffer``, the MP, Hindsight and Selective
   buffers) with ``Nstep``, ``next_of``, files and the space helpers; checked against
   cpprb itself.
+- ``replaystore.compat.sb3``: Stable-Baselines3's ``ReplayBuffer``,
+  ``DictReplayBuffer``, ``NStepReplayBuffer`` and ``HerReplayBuffer`` as
+  ``replay_buffer_class=``, subclassing SB3's own; checked against SB3 itself.
 - ``replaystore.compat.tianshou``: ``ReplayBuffer`` and ``VectorReplayBuffer`` on dicts
   of arrays.
 - ``replaystore.compat.rllib``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` with
