@@ -29,5 +29,7 @@ export REPLAYSTORE_REQUIRE_TORCH=1
 PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2)
 "$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
 export REPLAYSTORE_REQUIRE_PEERS=1
+# SB3's logger makes a folder per learn() in the temporary directory unless told where.
+export SB3_LOGDIR="$PWD/target/sb3-logs"
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 "$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests

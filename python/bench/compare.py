@@ -214,6 +214,76 @@ class CpprbCompat(Cpprb):
         self.rb = self.cls(self.capacity, self.env, path=self.path, **self.kw)
 
 
+class SB3:
+    """Stable-Baselines3's ReplayBuffer (n_envs=1: one add per step, no batch add, no
+    PER); its save is save_replay_buffer's pickle of the arrays."""
+
+    name = "sb3"
+    NO_BATCH_ADD = True
+    NO_PER = True
+
+    def _spaces(self, fields):
+        from gymnasium import spaces
+        obs = spaces.Box(-np.inf, np.inf, fields["obs"][1], np.dtype(fields["obs"][0]))
+        act = spaces.Box(-1, 1, fields["action"][1], np.dtype(fields["action"][0]))
+        return obs, act
+
+    def _make(self, fields, capacity, path):
+        from stable_baselines3.common.buffers import ReplayBuffer
+        return ReplayBuffer(capacity, *self._spaces(fields), device="cpu")
+
+    def __init__(self, fields, capacity, path, prioritized):
+        self.fields, self.capacity, self.path = fields, capacity, path
+        self.rb = self._make(fields, capacity, path)
+        self.infos = [{}]
+
+    def add1(self, row):
+        self.rb.add(row["obs"], row["next_obs"], row["action"], row["reward"], row["done"], self.infos)
+
+    def add_batch(self, batch):
+        for i in range(len(batch["obs"])):
+            self.add1({k: v[i] for k, v in batch.items()})
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def save(self, where):
+        from stable_baselines3.common.save_util import save_to_pkl
+        save_to_pkl(where, self.rb)
+
+    IMPORTS = "from stable_baselines3.common.save_util import load_from_pkl\n"
+    LOAD = "rb = load_from_pkl(STATE); rb.sample(1)\n"
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+class SB3Compat(SB3):
+    """replaystore.compat.sb3.ReplayBuffer with a folder: the same calls; its save is
+    the O(1) pickle of the folder's name and a snapshot."""
+
+    name = "sb3-compat"
+
+    def _make(self, fields, capacity, path):
+        from replaystore.compat import sb3
+        return sb3.ReplayBuffer(capacity, *self._spaces(fields), device="cpu", path=path)
+
+    def settle(self):
+        self.rb._buf.flush()
+
+    IMPORTS = ("import pickle\nfrom stable_baselines3.common.save_util import load_from_pkl\n"
+               "from replaystore.compat import sb3\n")
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        self.rb = self._make(self.fields, self.capacity, self.path)
+
+
 def _td(torch, TensorDict, rows, batch_size):
     return TensorDict({k: torch.as_tensor(v) for k, v in rows.items()}, batch_size=batch_size)
 
@@ -321,9 +391,10 @@ class Tianshou:
 
 
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
-        "cpprb-compat": CpprbCompat}
-#: Adapters, importable under their module's name.
-ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb"}
+        "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat}
+#: Adapters and peers, importable under these modules' names.
+ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
+            "sb3-compat": "replaystore.compat.sb3"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 
@@ -696,13 +767,16 @@ def child(lib_name, workload, quick, runs, scratch):
     # memory of its own (cpprb's and Tianshou's W2 saves were killed for want of it
     # while the uniform buffer and 2.8 GB of source rows were still held).
     del b, fill, made
-    p = fresh(True)
+    # No prioritized buffer (SB3): the save figures come from a uniform one.
+    no_per = getattr(lib, "NO_PER", False)
+    p = fresh(not no_per)
     for i in range(0, capacity, chunk):
         p.add_batch({k: v[i:i + chunk] for k, v in rows.items()})
     getattr(p, "settle", lambda: None)()
     del rows, one
     new = np.random.default_rng(1).random(batch_n)
-    timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)
+    if not no_per:
+        timed("per", lambda: [p.per(batch_n, new) for _ in range(iters)], iters)
     saves, loads = [], []
     for r in range(runs):
         where = os.path.join(scratch, f"state-{lib_name}-{workload}-{r}.npz")

@@ -362,6 +362,29 @@ def test_transitions_saved_by_either_library_load_in_the_other(pair, tmp_path):
     same(o3.get_all_transitions(), t3.get_all_transitions())
 
 
+def test_cpprbs_compressed_file_layout_loads_as_cpprb_loads_it(pair, tmp_path):
+    """safe=False with next_of and stack_compress: next values are the following rows
+    and episode ends sit in a cache; both libraries load the same transitions."""
+    env = {"obs": {"shape": (2, 3)}, "act": {}, "done": {}}
+    theirs, ours = pair("ReplayBuffer", 12, env, next_of="obs", stack_compress="obs")
+    t = 0
+    for episode_len in [4, 3, 2]:
+        for _ in range(episode_len):
+            f = np.arange(t, t + 3, dtype=float)
+            theirs.add(obs=np.stack([f, f]), act=t, next_obs=np.stack([f + 1, f + 1]), done=0.0)
+            t += 1
+        theirs.on_episode_end()
+    f = tmp_path / "c.npz"
+    theirs.save_transitions(str(f), safe=False)
+    with np.load(str(f), allow_pickle=True) as d:
+        assert not bool(d["safe"])  # the layout under test
+    again, mine = pair("ReplayBuffer", 12, env, next_of="obs", stack_compress="obs")
+    again.load_transitions(str(f))
+    mine.load_transitions(str(f))
+    same(mine.get_all_transitions(), again.get_all_transitions())
+    same(mine.get_all_transitions(), theirs.get_all_transitions())
+
+
 def test_create_buffer_and_the_space_helpers_match(pair):
     gym = pytest.importorskip("gymnasium")
     from gymnasium import spaces

@@ -189,6 +189,13 @@ def test_the_one_write_sb3_makes_ends_the_last_trajectory_in_both(tmp_path):
     again.close()
 
 
+@pytest.fixture(autouse=True)
+def sb3_logs_in_tmp_path(tmp_path, monkeypatch):
+    """SB3's logger makes a folder in the temporary directory for each learn(); here
+    it goes under the test's own folder."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-logs"))
+
+
 @pytest.mark.parametrize("algo", ["DQN", "SAC"])
 def test_algorithms_learn_save_and_load_through_the_adapter(tmp_path, algo):
     import gymnasium as gym

@@ -35,9 +35,9 @@ Where it differs from cpprb, and why:
   taken the positions and keeps whatever they held as new transitions.
 - ``update_priorities`` at a position that holds no transition yet is skipped (cpprb sets
   a priority the next add there overwrites).
-- ``save_transitions`` always writes cpprb's ``safe=True`` layout (cpprb reads it);
-  ``load_transitions`` reads those files from either library and refuses cpprb's
-  ``safe=False`` layout with a ``ValueError`` saying so.
+- ``save_transitions`` always writes cpprb's ``safe=True`` layout (cpprb reads it, and
+  ``safe=False`` would save nothing here: the values are stored whole);
+  ``load_transitions`` reads both of cpprb's layouts.
 - ``MPReplayBuffer``/``MPPrioritizedReplayBuffer`` keep one lane per adding process
   (``writers=``, default the CPU count), each a ring of ``size // writers``: an explorer
   that adds faster than the others overwrites its own oldest transitions, not theirs.

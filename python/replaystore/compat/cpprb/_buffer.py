@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -242,24 +242,26 @@ class ReplayBuffer(Folder):
             Nstep=self.is_Nstep(), cache=None, next_of=None)
 
     def load_transitions(self, file: Any) -> None:
-        """Adds the transitions of a file ``save_transitions`` wrote (here or in cpprb).
-        The file is read with pickle, as cpprb reads it: never load an untrusted one."""
+        """Adds the transitions of a file ``save_transitions`` wrote, here or in cpprb
+        (either of cpprb's layouts: ``safe=True``, or ``safe=False``, which keeps
+        ``next_of`` values as the following row and episode ends in a cache). The file is
+        read with pickle, as cpprb reads it: never load an untrusted one."""
         with np.load(file, allow_pickle=True) as data:
             if int(data["version"]) != 1:
                 raise ValueError(f"Unknown Format Version: {int(data['version'])}")
             if bool(data["Nstep"]) != self.is_Nstep():
                 raise ValueError("Stored data and Buffer mismatch for Nstep")
             transitions = data["data"].item()
-            if not bool(data["safe"]):
-                raise ValueError(
-                    "this file was saved with safe=False (cpprb's compressed layout); save "
-                    "it again with safe=True to load it here")
+            safe = bool(data["safe"])
+            cache = None if safe else data["cache"].item()
+            next_of = None if safe else data["next_of"]
         # Already summed: straight to the buffer, past the n-step queue.
-        batch = self._prepare(transitions)
-        n = len(next(iter(batch.values()), ()))
-        if n:
-            self._episode_len += n
-            self._store(batch, None)
+        for batch in ([transitions] if safe else _unsafe_segments(transitions, cache, next_of)):
+            prepared = self._prepare(batch)
+            n = len(next(iter(prepared.values()), ()))
+            if n:
+                self._episode_len += n
+                self._store(prepared, None)
 
     def _open_buffers(self) -> list:
         return [self._buf] if getattr(self, "_buf", None) is not None else []
@@ -389,3 +391,37 @@ def create_buffer(size: int, env_dict: Optional[Dict[str, Dict[str, Any]]] = Non
     ``ReplayBuffer``; other keywords go to the constructor."""
     cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
     return cls(size, env_dict, **kwargs)
+
+
+def _unsafe_segments(data: Dict[str, np.ndarray], cache: Optional[Dict[int, Dict[str, Any]]],
+                     next_of: Any) -> List[Dict[str, np.ndarray]]:
+    """cpprb's ``safe=False`` layout as batches of whole transitions, in order: a row's
+    ``next_*`` value is the following row's value, except at the rows the cache holds
+    (episode ends, where it keeps the ``next_*`` and compressed values)."""
+    names_next = [] if next_of is None or np.ndim(next_of) == 0 and next_of.item() is None \
+        else [str(n) for n in np.atleast_1d(next_of)]
+    size = len(next(iter(data.values())))
+    cache = cache or {}
+    out: List[Dict[str, np.ndarray]] = []
+
+    def rows(start: int, stop: int, nxt: Optional[np.ndarray] = None) -> None:
+        if start >= stop:
+            return
+        batch = {k: v[start:stop] for k, v in data.items()}
+        for k in names_next:
+            batch[f"next_{k}"] = data[k][start + 1:stop + 1] if nxt is None else nxt[k]
+        out.append(batch)
+
+    at = 0
+    for i in sorted(int(c) for c in cache):
+        rows(at, i)
+        row = {k: v[i:i + 1] for k, v in data.items()}
+        for k, v in cache[i].items():
+            row[k] = np.asarray(v)[None]
+        out.append(row)
+        at = i + 1
+    if at < size:
+        rows(at, size - 1)
+        # The newest row: its next values were never cached (cpprb takes row 0's).
+        rows(size - 1, size, {k: data[k][0:1] for k in names_next})
+    return out

@@ -30,7 +30,7 @@ _GIVEN = "__given_priority__"
 
 def _reopen(cls, path: str) -> "MPReplayBuffer":
     obj = cls.__new__(cls)
-    obj._attach(path, owner=False)
+    obj._attach(path, creator=False)
     return obj
 
 
@@ -79,14 +79,15 @@ class MPReplayBuffer(Folder):
             create = {"alpha": self._alpha, "eps": self._eps} if self._alpha is not None else {}
             _Lanes.create(self._path, schema, size // writers * writers, writers, **create).close()
             save_settings(self._path, self._kind, settings)
-        self._attach(self._path, owner=True)
+        self._attach(self._path, creator=True)
 
-    def _attach(self, path: str, owner: bool) -> None:
-        """This process's view: no lane and no sampler until it adds or samples."""
+    def _attach(self, path: str, creator: bool) -> None:
+        """This process's view: no lane and no sampler until it adds or samples. Only the
+        creating object removes a temporary folder; unpickled copies never do."""
         settings = load_settings(path, self._kind)
         if settings is None:
             raise ValueError(f"{path}: holds no cpprb.{self._kind} (no cpprb.json)")
-        if not owner:
+        if not creator:
             self._path, self._own_dir, self._remove_dir = path, False, None
         self._size = int(settings["size"])
         self._writers = int(settings["writers"])
@@ -232,8 +233,8 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
         self._eps = float(eps)
         super().__init__(size, env_dict, ctx=ctx, **kwargs)
 
-    def _attach(self, path: str, owner: bool) -> None:
-        super()._attach(path, owner)
+    def _attach(self, path: str, creator: bool) -> None:
+        super()._attach(path, creator)
         settings = load_settings(path, self._kind)
         self._alpha, self._eps = float(settings["alpha"]), float(settings["eps"])
 
