@@ -161,7 +161,8 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         schema = {k: (d.str, s) for k, (d, s) in self._fields.items()}
         self._buf = _shared_open(path, lambda: _Buffer.open_or_create(path, schema, self.buffer_size))
         self._release = weakref.finalize(self, _release, path)
-        self._base = int(saved["base"]) if saved else self._buf.stats()["head"]
+        self._tail = int(self._buf.stats()["tail"])
+        self._base = int(saved["base"]) if saved else self._tail - len(self._buf)
         self._overrides: Dict[str, Dict[int, List[float]]] = {
             f: {int(k): v for k, v in rows.items()}
             for f, rows in (saved or {}).get("overrides", {}).items()}
@@ -175,7 +176,8 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
 
     def _sync_pos(self) -> None:
         """``pos`` and ``full`` from the folder (steps added since the last reset)."""
-        steps = self._buf.stats()["tail"] - self._base
+        self._tail = int(self._buf.stats()["tail"])
+        steps = self._tail - self._base
         self.pos = steps % self.buffer_size
         self.full = steps >= self.buffer_size
 
@@ -184,8 +186,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
     def _logical(self, positions: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """The step stored at each ring position (in ``[0, buffer_size)``), and whether
         one is (a position past ``pos`` before the ring is full holds none)."""
-        tail = self._buf.stats()["tail"]
-        newest = tail - 1 - self._base  # steps since the last reset, numbered from 0
+        newest = self._tail - 1 - self._base  # steps since the last reset, numbered from 0
         pos = np.asarray(positions, np.int64)
         k = newest - (newest - pos) % self.buffer_size
         return (k + self._base), k >= max(0, newest + 1 - self.buffer_size)
@@ -230,7 +231,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         rows = self._overrides.setdefault(field, {})
         for pos, idx in zip(changed, self._logical(changed)[0].tolist()):
             rows[int(idx)] = after[pos].tolist()
-        live = self._buf.stats()["head"]
+        live = self._tail - len(self._buf)
         self._overrides = {f: {k: v for k, v in r.items() if k >= live}
                            for f, r in self._overrides.items()}
         self._save_settings()
@@ -265,7 +266,9 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         self._add({"obs": obs}, {"obs": next_obs}, action, reward, done, infos)
 
     def _add(self, obs, next_obs, action, reward, done, infos) -> None:
-        self._buf.add_batch(self._step(obs, next_obs, action, reward, done, infos))
+        # This object is the folder's only writer: it tracks the tail (stats() costs
+        # more than a draw).
+        self._tail = int(self._buf.add_batch(self._step(obs, next_obs, action, reward, done, infos))[-1]) + 1
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -273,8 +276,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
 
     def reset(self) -> None:
         """Drops every transition (positions start again at 0)."""
-        tail = self._buf.stats()["tail"]
-        self._base, self._overrides = tail, {}
+        self._base, self._overrides = self._tail, {}
         self._save_settings()
         self._buf.clear()
         self.pos, self.full = 0, False

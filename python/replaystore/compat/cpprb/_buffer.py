@@ -90,6 +90,7 @@ class ReplayBuffer(Folder):
         schema = self._fields.schema()
         create = {"alpha": self._alpha, "eps": self._eps} if self._alpha is not None else {}
         self._buf = _Buffer.open_or_create(path, schema, self._size, **create)
+        self._tail = int(self._buf.stats()["tail"])
         # Position 0 is the item added first since the last clear(): its logical index.
         self._base = int(saved["base"]) if saved is not None else self._live()[0]
         if saved is None:
@@ -101,8 +102,10 @@ class ReplayBuffer(Folder):
     # -- positions <-> replaystore's logical indices ----------------------------------------
 
     def _live(self):
-        s = self._buf.stats()
-        return s["head"], s["tail"]
+        """The live logical indices ``[head, tail)``. This object is the folder's only
+        writer, so it tracks the tail itself: ``stats()`` cost more than a uniform draw
+        of W1."""
+        return self._tail - len(self._buf), self._tail
 
     def _to_logical(self, positions, head: int) -> np.ndarray:
         """Ring positions in ``[0, size)`` to the logical indices stored there."""
@@ -141,7 +144,10 @@ class ReplayBuffer(Folder):
     def _store(self, batch: Dict[str, np.ndarray], priorities: Optional[np.ndarray]) -> Optional[int]:
         stored = {name: self._fields.to_stored(name, batch[name]) for name in self._fields.spec}
         idx = self._buf.add_batch(stored, priorities=priorities)
-        return self._position(idx[0]) if len(idx) else None
+        if not len(idx):
+            return None
+        self._tail = int(idx[-1]) + 1
+        return self._position(idx[0])
 
     def _add(self, batch: Dict[str, np.ndarray], priorities: Optional[np.ndarray]) -> Optional[int]:
         self._episode_len += len(next(iter(batch.values()), ()))
@@ -228,6 +234,7 @@ class ReplayBuffer(Folder):
     def set_state(self, state: Dict[str, Any]) -> None:
         """Back to ``state`` (from ``get_state``)."""
         self._buf.set_state(state["engine"])
+        self._tail = int(self._buf.stats()["tail"])
         self._base = int(state["base"])
         self._save(base=self._base)
         self._episode_len = int(state["episode_len"])
