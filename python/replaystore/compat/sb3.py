@@ -247,19 +247,24 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
 
     def _step(self, obs: Dict[str, Any], next_obs: Dict[str, Any], action: Any, reward: Any,
               done: Any, infos: List[Dict[str, Any]]) -> Dict[str, np.ndarray]:
-        n = self.n_envs
+        """One step of every env as a one-item batch, cast as SB3's array assignment
+        casts (one cast and one reshape per field: this is most of an add)."""
+        fields = self._fields
         row = {}
-        for name, value in (*obs.items(), *(("next_" + k, v) for k, v in next_obs.items())):
-            dtype, shape = self._fields[name]
-            row[name] = np.asarray(value).reshape(shape).astype(dtype, copy=False)[None]
-        row["action"] = np.asarray(action).reshape((n, self.action_dim)).astype(
-            self._fields["action"][0], copy=False)[None]
+        for name, value in obs.items():
+            dtype, shape = fields[name]
+            row[name] = np.ascontiguousarray(np.asarray(value, dtype).reshape((1, *shape)))
+        for name, value in next_obs.items():
+            dtype, shape = fields["next_" + name]
+            row["next_" + name] = np.ascontiguousarray(np.asarray(value, dtype).reshape((1, *shape)))
+        dtype, shape = fields["action"]
+        row["action"] = np.ascontiguousarray(np.asarray(action, dtype).reshape((1, *shape)))
+        n = self.n_envs
         row["reward"] = np.asarray(reward, np.float32).reshape(1, n)
         row["done"] = np.asarray(done, np.float32).reshape(1, n)
-        timeouts = ([info.get("TimeLimit.truncated", False) for info in infos]
-                    if self.handle_timeout_termination else [0.0] * n)
-        row["timeout"] = np.asarray(timeouts, np.float32).reshape(1, n)
-        return {k: np.ascontiguousarray(v) for k, v in row.items()}
+        row["timeout"] = (np.array([[info.get("TimeLimit.truncated", False) for info in infos]], np.float32)
+                          if self.handle_timeout_termination else np.zeros((1, n), np.float32))
+        return row
 
     def add(self, obs: np.ndarray, next_obs: np.ndarray, action: np.ndarray, reward: np.ndarray,
             done: np.ndarray, infos: List[Dict[str, Any]]) -> None:
