@@ -299,9 +299,13 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
     def _pick(self, batch_inds: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         """SB3's env draw, then each drawn (step, env)'s values."""
         env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        rows = self._rows(batch_inds)
-        at = np.arange(len(batch_inds))
-        return env_indices, {k: v[at, env_indices] for k, v in rows.items()}
+        return env_indices, self._at(batch_inds, env_indices)
+
+    def _at(self, batch_indices: np.ndarray, env_indices: np.ndarray) -> Dict[str, np.ndarray]:
+        """The values of env ``env_indices[i]`` at ring position ``batch_indices[i]``."""
+        rows = self._rows(batch_indices)
+        at = np.arange(len(batch_indices))
+        return {k: v[at, env_indices] for k, v in rows.items()}
 
     def _next_obs(self, batch_inds: np.ndarray, env_indices: np.ndarray,
                   got: Dict[str, np.ndarray], name: str) -> np.ndarray:
@@ -438,7 +442,10 @@ class DictReplayBuffer(ReplayBuffer, _SB3DictReplayBuffer):
         return BaseBuffer.sample(self, batch_size=batch_size, env=env)
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> DictReplayBufferSamples:
-        env_indices, got = self._pick(batch_inds)
+        return self._samples(self._pick(batch_inds)[1], env)
+
+    def _samples(self, got: Dict[str, np.ndarray], env: Any) -> DictReplayBufferSamples:
+        """Drawn steps' values as SB3's samples (one env's values per drawn step)."""
         keys = list(self.obs_shape)
         obs_ = self._normalize_obs({k: got[f"obs.{k}"] for k in keys}, env)
         next_ = self._normalize_obs({k: got[f"next_obs.{k}"] for k in keys}, env)
@@ -592,17 +599,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
 
     def _get_real_samples(self, batch_indices: np.ndarray, env_indices: np.ndarray,
                           env: Any = None) -> DictReplayBufferSamples:
-        got = self._at(batch_indices, env_indices)
-        keys = list(self.obs_shape)
-        obs_ = self._normalize_obs({k: got[f"obs.{k}"] for k in keys}, env)
-        next_ = self._normalize_obs({k: got[f"next_obs.{k}"] for k in keys}, env)
-        return DictReplayBufferSamples(
-            observations={k: self.to_torch(v) for k, v in obs_.items()},
-            actions=self.to_torch(got["action"]),
-            next_observations={k: self.to_torch(v) for k, v in next_.items()},
-            dones=self.to_torch(got["done"] * (1 - got["timeout"])).reshape(-1, 1),
-            rewards=self.to_torch(self._normalize_reward(got["reward"].reshape(-1, 1), env)),
-        )
+        return self._samples(self._at(batch_indices, env_indices), env)
 
     def _get_virtual_samples(self, batch_indices: np.ndarray, env_indices: np.ndarray,
                              env: Any = None) -> DictReplayBufferSamples:
@@ -630,11 +627,6 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
             dones=self.to_torch(got["done"] * (1 - got["timeout"])).reshape(-1, 1),
             rewards=self.to_torch(self._normalize_reward(rewards.reshape(-1, 1), env)),
         )
-
-    def _at(self, batch_indices: np.ndarray, env_indices: np.ndarray) -> Dict[str, np.ndarray]:
-        rows = self._rows(batch_indices)
-        at = np.arange(len(batch_indices))
-        return {k: v[at, env_indices] for k, v in rows.items()}
 
     def _sample_goals(self, batch_indices: np.ndarray, env_indices: np.ndarray) -> np.ndarray:
         batch_ep_start = self.ep_start[batch_indices, env_indices]
