@@ -43,7 +43,9 @@ Where it differs from cpprb, and why:
   that adds faster than the others overwrites its own oldest transitions, not theirs.
   ``get_next_index`` is the calling process's lane's; ``clear`` clears that lane.
   Explorer-given priorities reach the learner at its next ``sample``/``update_priorities``
-  (until then those transitions have the largest priority so far).
+  (until then those transitions have the largest priority so far). They have no
+  ``get_state``: a checkpoint of lanes needs their writers, which are the explorer
+  processes (cpprb's MP buffers have none either); each lane reopens after a crash.
 - ``SelectiveReplayBuffer`` closes an episode at every ``done``; cpprb closes one at the
   first ``done`` of each ``add`` call only, so steps after a second ``done`` in one call
   join the episode before (its episodes then depend on how steps were batched).

@@ -192,11 +192,6 @@ class MPReplayBuffer(Folder):
         """Drops this process's lane's transitions (each explorer clears its own)."""
         self._my_lane().clear()
 
-    def get_state(self) -> Dict[str, Any]:
-        """An O(1) checkpoint of every lane (taken by the learner, whose lanes are open
-        for writing nowhere else only when no explorer runs)."""
-        return self._lanes().get_state()
-
     def _open_buffers(self) -> list:
         return [b for b in (getattr(self, "_lane", None), getattr(self, "_sampler", None))
                 if b is not None]
