@@ -26,7 +26,7 @@ command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet matur
 export REPLAYSTORE_REQUIRE_TORCH=1
 # The libraries the compat adapters replace, pinned (python/tests/peers.py): the
 # differential tests drive them beside the adapters, and must run here, not skip.
-PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2)
+PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1)
 "$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
 export REPLAYSTORE_REQUIRE_PEERS=1
 # SB3's logger makes a folder per learn() in the temporary directory unless told where.

@@ -11,7 +11,7 @@ import pytest
 
 #: What test.sh installs; the differential tests were written against these versions.
 PINS = {"cpprb": "cpprb==11.0.0", "hypothesis": "hypothesis==6.170.15",
-        "stable_baselines3": "stable-baselines3==2.9.2"}
+        "stable_baselines3": "stable-baselines3==2.9.2", "tianshou": "tianshou==2.0.1"}
 
 
 def peer(module: str):

@@ -1,4 +1,6 @@
-"""Promise: replaystore.compat.tianshou behaves as Tianshou's documentation says its
+"""Promise: replaystore.compat.tianshou's plain-dict stand-ins (what the module gives
+where Tianshou is not installed: ``replaystore.compat.tianshou._plain``) behave as
+Tianshou's documentation says its
 ReplayBuffer, VectorReplayBuffer and PrioritizedReplayBuffer do: add's return values, positions and wrap-around,
 sample(0) oldest first, prev/next at episode and buffer boundaries, unfinished_index,
 sub-buffer edges and proportional draws, importance weights and new items' priority."""
@@ -6,7 +8,7 @@ sub-buffer edges and proportional draws, importance weights and new items' prior
 import numpy as np
 import pytest
 
-from replaystore.compat import tianshou as ts
+from replaystore.compat.tianshou import _plain as ts
 
 
 def step(t, done=False, trunc=False):

@@ -8,8 +8,10 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
 - ``replaystore.compat.sb3``: Stable-Baselines3's ``ReplayBuffer``,
   ``DictReplayBuffer``, ``NStepReplayBuffer`` and ``HerReplayBuffer`` as
   ``replay_buffer_class=``, subclassing SB3's own; checked against SB3 itself.
-- ``replaystore.compat.tianshou``: ``ReplayBuffer`` and ``VectorReplayBuffer`` on dicts
-  of arrays.
+- ``replaystore.compat.tianshou``: with Tianshou installed, its ``ReplayBuffer``,
+  ``VectorReplayBuffer`` and the prioritized ones, subclassing Tianshou's (``Batch`` in
+  and out, a ``Collector`` fills them); checked against Tianshou itself. Without it,
+  stand-ins on dicts of arrays.
 - ``replaystore.compat.rllib``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` with
   storage units timesteps, sequences, episodes and fragments, on dicts of arrays.
 

@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._native import ReplayBuffer as _Buffer
-from ._folder import Folder
+from ..._native import ReplayBuffer as _Buffer
+from .._folder import Folder
 
 __all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "VectorReplayBuffer"]
 

@@ -1,0 +1,47 @@
+"""Tianshou's replay buffers, backed by replaystore.
+
+With Tianshou installed, each class subclasses Tianshou's own and keeps all of its logic
+(positions, ``add``'s ``(ptr, ep_rew, ep_len, ep_idx)``, ``prev``/``next``, stacking,
+``sample`` from the buffer's own ``RandomState``, ``Batch`` in and out), so a
+``Collector`` and Tianshou's algorithms take them; the transitions live in replaystore
+rings in the folder ``path`` (one per sub-buffer) and a reopened folder resumes with them.
+Checked against Tianshou by ``python/tests/test_tianshou_differential.py``.
+
+Without Tianshou, the same names are stand-ins on plain dicts of arrays
+(``replaystore.compat.tianshou._plain``).
+
+Where the Tianshou-backed classes differ, and why:
+
+- A transition, once stored, is not rewritten: writing at a position that is not its
+  sub-buffer's next raises ``ValueError`` (Tianshou's own writes always are the next;
+  ``set_batch``, ``update`` into a non-empty buffer and ``set_array_at_key`` are where a
+  caller could ask otherwise).
+- Keys other than ``obs``, ``obs_next``, ``act`` and the four flags (``info``,
+  ``policy``, ...) are pickled per transition: keys that appear mid-run are kept without
+  reallocating, and read back as Tianshou's column would hold them.
+- Positions not written since ``reset()`` read as zeros (Tianshou's arrays keep the old
+  values there; no draw reaches them).
+- The prioritized buffers keep their priorities in Tianshou's segment tree in memory, as
+  Tianshou does: a reopened folder starts every transition at the largest priority.
+- Not yet (issue 34): ``CachedReplayBuffer``, ``HERReplayBuffer``,
+  ``HERVectorReplayBuffer``, ``save_hdf5``/``load_hdf5``, pickling.
+"""
+
+try:
+    import tianshou  # noqa: F401
+except ImportError:
+    from ._plain import PrioritizedReplayBuffer, ReplayBuffer, VectorReplayBuffer  # noqa: F401
+
+    __all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "VectorReplayBuffer"]
+else:
+    from tianshou.data import Batch  # noqa: F401
+
+    from ._buffers import (  # noqa: F401
+        PrioritizedReplayBuffer,
+        PrioritizedVectorReplayBuffer,
+        ReplayBuffer,
+        VectorReplayBuffer,
+    )
+
+    __all__ = ["Batch", "PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "ReplayBuffer",
+               "VectorReplayBuffer"]

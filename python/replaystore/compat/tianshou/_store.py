@@ -1,0 +1,312 @@
+"""What stands in for Tianshou's ``_meta`` (the ``Batch`` every line of its buffer code
+reads and writes): one replaystore ring per sub-buffer, in ``path/ring-K``.
+
+Tianshou writes a transition at its sub-buffer's insertion position, which moves around
+the ring in order, so each write is the ring's next add. The keys Tianshou requires
+(``obs``, ``obs_next``, ``act`` with nested ``Batch`` observations flattened to dotted
+fields) are fixed fields; every other key (``info``, ``policy``, whatever a Collector
+adds) is pickled per transition into one variable-length field, since such keys appear
+and change as episodes go on. ``rew``, ``terminated``, ``truncated`` and ``done`` are
+also kept in memory, as Tianshou keeps them: its n-step returns and ``prev``/``next``
+(compiled with numba) read those whole columns on every update.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from tianshou.data import Batch
+
+from ..._native import ReplayBuffer as _Buffer
+
+#: Keys stored as fields of their own; the rest ride pickled in ``REST``.
+FIXED = ("obs", "obs_next", "act")
+SCALARS = ("rew", "terminated", "truncated", "done")
+REST = "__rest__"
+
+
+def flatten(template: Batch, prefix: str = "") -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+    """The numeric leaves of a ``create_value`` template, as ``{dotted name: (dtype,
+    shape per row)}``; ``None`` for a leaf that is not numeric (it is pickled)."""
+    out: Dict[str, Any] = {}
+    for key, value in template.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Batch):
+            if len(value.get_keys()) == 0:
+                continue
+            inner = flatten(value, name + ".")
+            if inner is None:
+                return None  # type: ignore[return-value]
+            out.update(inner)
+        elif isinstance(value, np.ndarray) and value.dtype != object:
+            out[name] = (value.dtype, tuple(value.shape[1:]))
+        else:
+            return None  # type: ignore[return-value]
+    return out
+
+
+def schema_of(template: Batch) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+    """The fixed fields for a first ``Batch``: each required key whose values are
+    numeric arrays (nested ``Batch``es flattened); the others are pickled."""
+    fields: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {}
+    for key in FIXED + SCALARS:
+        if key not in template.get_keys():
+            continue
+        value = template[key]
+        if isinstance(value, Batch):
+            inner = flatten(value, key + ".")
+            if inner:
+                fields.update(inner)
+        elif isinstance(value, np.ndarray) and value.dtype != object:
+            fields[key] = (value.dtype, tuple(value.shape[1:]))
+    return fields
+
+
+class Ring:
+    """One sub-buffer's replaystore ring: ring positions ``[0, size)`` to logical indices,
+    as the adapter is its only writer."""
+
+    def __init__(self, path: str, fields: Dict[str, Tuple[np.dtype, Tuple[int, ...]]], size: int,
+                 base: int) -> None:
+        schema: Dict[str, Any] = {k: (d.str, s) for k, (d, s) in fields.items()}
+        schema[REST] = "bytes"
+        self.size = size
+        self.buf = _Buffer.open_or_create(path, schema, size)
+        self.tail = int(self.buf.stats()["tail"])
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def next_position(self) -> int:
+        return (self.tail - self.base) % self.size
+
+    def logical(self, positions: np.ndarray) -> np.ndarray:
+        head = self.tail - len(self.buf)
+        start = (head - self.base) % self.size
+        return (head + (np.asarray(positions, np.int64) - start) % self.size).astype(np.uint64)
+
+    def append(self, rows: Dict[str, Any]) -> None:
+        idx = self.buf.add_batch(rows)
+        self.tail = int(idx[-1]) + 1
+
+    def clear(self) -> None:
+        self.buf.clear()
+        self.base = self.tail
+
+
+class Store:
+    """A ``Batch`` look-alike over the rings, for the calls Tianshou's buffers make on
+    ``_meta``: ``store[key]``, ``store[index]``, ``store[index] = batch``, ``len``,
+    ``get_keys``, slices for sub-buffers. Positions are global (``offsets`` split them
+    into rings)."""
+
+    def __init__(self, rings: List[Ring], offsets: np.ndarray,
+                 fields: Dict[str, Tuple[np.dtype, Tuple[int, ...]]], scalars: Dict[str, np.ndarray],
+                 rest_keys: List[str]) -> None:
+        self.rings = rings
+        self.offsets = np.asarray(offsets)  # start of each ring, and the total at the end
+        self.fields = fields
+        self.scalars = scalars
+        self.rest_keys = rest_keys  # keys seen in the pickled part, in first-seen order
+        self.lo, self.hi = 0, int(self.offsets[-1])
+
+    # -- Batch's surface ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def get_keys(self):
+        tops = []
+        for name in list(self.fields) + list(self.scalars) + self.rest_keys:
+            top = name.split(".", 1)[0]
+            if top not in tops:
+                tops.append(top)
+        return tops
+
+    def keys(self):
+        return self.get_keys()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.get_keys()
+
+    def __repr__(self) -> str:
+        return f"Batch(replaystore rings={len(self.rings)}, keys={self.get_keys()})"
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, str):
+            if index in self.scalars:
+                return self.scalars[index][self.lo:self.hi]
+            if index not in self.get_keys():
+                raise KeyError(index)
+            return Column(self, index)
+        if isinstance(index, slice) and index.step in (None, 1):
+            start, stop, _ = index.indices(len(self))
+            view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys)
+            view.lo, view.hi = self.lo + start, self.lo + stop
+            return view
+        return self.rows(index)
+
+    def __setitem__(self, index: Any, batch: Any) -> None:
+        if isinstance(index, str):
+            raise ValueError(f"replaystore keeps {index!r} in its rings: a whole column is not rewritten")
+        self.write(np.atleast_1d(np.asarray(index)) + self.lo, batch)
+
+    # -- rows --------------------------------------------------------------------------------
+
+    def _locate(self, positions: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        ring = np.searchsorted(self.offsets, positions, side="right") - 1
+        return ring, positions - self.offsets[ring]
+
+    def write(self, positions: np.ndarray, batch: Any) -> None:
+        """Writes row ``i`` of ``batch`` at ``positions[i]``: the next position of its
+        ring (``ValueError`` otherwise, as Tianshou's Batch raises when it cannot)."""
+        batch = batch if isinstance(batch, Batch) else Batch(batch)
+        stacked = len(positions) > 1 or _is_stacked(batch, self.fields)
+        ring_no, local = self._locate(positions)
+        for i, (r, p) in enumerate(zip(ring_no.tolist(), local.tolist())):
+            ring = self.rings[r]
+            if p != ring.next_position():
+                raise ValueError(
+                    f"position {positions[i]} is not ring {r}'s next ({ring.next_position()}): "
+                    "replaystore appends, and rewrites no stored transition")
+            row = batch[i] if stacked else batch
+            ring.append(self._encode(row))
+            for key, column in self.scalars.items():
+                column[positions[i]] = row[key]
+
+    def _encode(self, row: Batch) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for name, (dtype, shape) in self.fields.items():
+            value = _dig(row, name)
+            out[name] = np.ascontiguousarray(np.asarray(value, dtype).reshape((1, *shape)))
+        rest = {}
+        for key in row.get_keys():
+            if key in FIXED and any(n == key or n.startswith(key + ".") for n in self.fields):
+                continue
+            if key in self.scalars and key in self.fields:
+                continue
+            value = row[key]
+            if isinstance(value, Batch) and len(value.get_keys()) == 0:
+                continue
+            rest[key] = _plain(value)
+            if key not in self.rest_keys:
+                self.rest_keys.append(key)
+        out[REST] = [pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)]
+        return out
+
+    def read(self, positions: np.ndarray) -> Tuple[Dict[str, np.ndarray], List[Dict[str, Any]]]:
+        """The fixed fields and the pickled rest of each position, in order."""
+        positions = np.asarray(positions, np.int64).ravel() + self.lo
+        n = len(positions)
+        fixed = {k: np.zeros((n, *s), d) for k, (d, s) in self.fields.items()}
+        rest: List[Dict[str, Any]] = [{} for _ in range(n)]
+        ring_no, local = self._locate(positions)
+        for r in np.unique(ring_no).tolist():
+            at = np.flatnonzero(ring_no == r)
+            ring = self.rings[r]
+            stored = local[at] < len(ring)
+            if not stored.any():
+                continue
+            sel = at[stored]
+            got = ring.buf.get(ring.logical(local[sel]))
+            for k in self.fields:
+                fixed[k][sel] = got[k]
+            for j, blob in zip(sel.tolist(), got[REST]):
+                rest[j] = pickle.loads(blob)
+        return fixed, rest
+
+    def rows(self, index: Any) -> Batch:
+        positions = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index)
+        scalar_index = positions.ndim == 0
+        positions = np.atleast_1d(positions)
+        fixed, rest = self.read(positions)
+        out: Dict[str, Any] = {}
+        for name, values in fixed.items():
+            _put(out, name, values)
+        for key, column in self.scalars.items():
+            out[key] = column[positions + self.lo]
+        for key in self.rest_keys:
+            values = [r.get(key) for r in rest]
+            out[key] = _stack_rest(values)
+        b = Batch(out)
+        return b[0] if scalar_index else b
+
+    def column(self, key: str, index: Any) -> Any:
+        b = self.rows(index)
+        return b[key] if key in b.get_keys() else Batch()
+
+
+class Column:
+    """``store[key]`` for a key kept in the rings: indexing reads the positions."""
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store, self.key = store, key
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.store.column(self.key, index)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = np.asarray(self.store.column(self.key, slice(None)))
+        return a if dtype is None else a.astype(dtype)
+
+
+def _is_stacked(batch: Batch, fields: Dict[str, Any]) -> bool:
+    """Whether ``batch`` holds one row per position (Tianshou writes a single row at a
+    one-element index with or without a leading axis)."""
+    for name, (_, shape) in fields.items():
+        value = np.asarray(_dig(batch, name))
+        return value.ndim == len(shape) + 1
+    return False
+
+
+def _dig(batch: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        batch = batch[part]
+    return batch
+
+
+def _put(out: Dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        out = out.setdefault(part, {})
+    out[parts[-1]] = value
+
+
+def _plain(value: Any) -> Any:
+    """A row's value as plain Python and NumPy (a ``Batch`` as a dict), for pickling."""
+    if isinstance(value, Batch):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _stack_rest(values: List[Any]) -> Any:
+    """One key's pickled values of several rows, as Tianshou's column would hold them:
+    dicts as a ``Batch`` of stacked leaves, arrays stacked, anything else an object
+    array."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, dict) for v in present):
+        keys: List[str] = []
+        for v in present:
+            keys += [k for k in v if k not in keys]
+        return Batch({k: _stack_rest([(v or {}).get(k) for v in values]) for k in keys})
+    try:
+        filled = [np.zeros_like(np.asarray(present[0])) if v is None else v for v in values] if present else values
+        arr = np.asarray(filled)
+        if arr.dtype != object:
+            return arr
+    except (ValueError, TypeError):
+        pass
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def ring_path(folder: str, k: int) -> str:
+    return os.path.join(folder, f"ring-{k}")

@@ -1,0 +1,213 @@
+"""Promise (issue 34, Tianshou): ``replaystore.compat.tianshou``'s buffers behave as
+Tianshou 2.0's. Each test drives Tianshou's buffer and the adapter with the same calls
+and compares what Tianshou's code sees: ``add``'s ``(ptr, ep_rew, ep_len, ep_idx)``,
+``len``, every stored transition as a ``Batch`` (nested observations and info
+included), draws (both start from the buffer's ``RandomState(42)``), ``prev``/``next``,
+stacked ``get``, ``unfinished_index``, sub-buffer edges; a Collector fills the adapter
+and a DQN trains from it; a reopened folder resumes."""
+
+import numpy as np
+import pytest
+
+from peers import peer
+
+peer("tianshou")
+peer("hypothesis")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from tianshou import data as tsd  # noqa: E402
+from tianshou.data import Batch  # noqa: E402
+
+from replaystore.compat import tianshou as ad  # noqa: E402
+
+
+def same(a, b):
+    """Two Tianshou results (Batch, arrays or tuples of them) hold the same values."""
+    if isinstance(a, tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+        return
+    if isinstance(a, Batch):
+        assert isinstance(b, Batch), type(b)
+        assert sorted(a.get_keys()) == sorted(b.get_keys()), (sorted(a.get_keys()), sorted(b.get_keys()))
+        for k in a.get_keys():
+            same(a[k], b[k])
+        return
+    x, y = np.asarray(a), np.asarray(b)
+    assert x.shape == y.shape, (x.shape, y.shape)
+    if x.dtype != object:
+        assert x.dtype == y.dtype, (x.dtype, y.dtype)
+    np.testing.assert_array_equal(x, y)
+
+
+def transition(t, rng, nested=False):
+    obs = {"pos": np.array([t, -t], np.float32), "id": np.int64(t)} if nested else np.array([t, t + 0.5], np.float32)
+    nxt = {"pos": np.array([t + 1, -t - 1], np.float32), "id": np.int64(t + 1)} if nested else np.array([t + 1, t + 1.5], np.float32)
+    return Batch(obs=obs, act=np.int64(t % 3), rew=float(rng.normal()), terminated=bool(rng.random() < 0.2),
+                 truncated=bool(rng.random() < 0.05), obs_next=nxt, info={"step": t, "x": float(t) / 2})
+
+
+def compare(theirs, ours, positions):
+    assert len(ours) == len(theirs)
+    same(ours[positions], theirs[positions])
+    same(ours[:], theirs[:])
+    same(ours.prev(positions), theirs.prev(positions))
+    same(ours.next(positions), theirs.next(positions))
+    same(ours.unfinished_index(), theirs.unfinished_index())
+    same(ours.sample_indices(0), theirs.sample_indices(0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(1, 30), size=st.integers(1, 9), stack=st.sampled_from([1, 3]),
+       nested=st.booleans(), draws=st.lists(st.integers(0, 20), max_size=4), seed=st.integers(0, 99))
+def test_replay_buffer_adds_reads_and_draws_match(tmp_path_factory, steps, size, stack, nested, draws, seed):
+    kw = dict(stack_num=stack, ignore_obs_next=stack > 1)
+    if nested and stack > 1:
+        stack, kw = 1, {}
+    theirs = tsd.ReplayBuffer(size, **kw)
+    ours = ad.ReplayBuffer(size, path=str(tmp_path_factory.mktemp("t")), **kw)
+    rng = np.random.default_rng(seed)
+    try:
+        for t in range(steps):
+            b = transition(t, rng, nested)
+            same(ours.add(b), theirs.add(b))
+        positions = np.arange(len(theirs))
+        compare(theirs, ours, positions)
+        for n in draws:
+            a, ia = theirs.sample(n)
+            o, io = ours.sample(n)
+            same(io, ia)
+            same(o, a)
+        if stack > 1:
+            same(ours.get(positions, "obs"), theirs.get(positions, "obs"))
+    finally:
+        ours.close()
+
+
+def test_vector_buffer_with_buffer_ids_matches(tmp_path):
+    theirs = tsd.VectorReplayBuffer(20, 4)
+    ours = ad.VectorReplayBuffer(20, 4, path=str(tmp_path / "v"))
+    rng = np.random.default_rng(3)
+    t = 0
+    for round_ in range(12):
+        ids = np.array([0, 1, 2, 3]) if round_ % 3 else np.array([2, 0])
+        rows = [transition(t + i, rng) for i in range(len(ids))]
+        t += len(ids)
+        b = Batch.stack(rows)
+        same(ours.add(b, buffer_ids=ids), theirs.add(b, buffer_ids=ids))
+    same(ours.subbuffer_edges, theirs.subbuffer_edges)
+    positions = theirs.sample_indices(0)
+    compare(theirs, ours, positions)
+    for n in (0, 5, 17):
+        a, ia = theirs.sample(n)
+        o, io = ours.sample(n)
+        same(io, ia)
+        same(o, a)
+    ours.close()
+
+
+def test_prioritized_buffers_draw_and_weigh_as_tianshou(tmp_path):
+    for vector in (False, True):
+        if vector:
+            theirs = tsd.PrioritizedVectorReplayBuffer(12, 3, alpha=0.6, beta=0.4)
+            ours = ad.PrioritizedVectorReplayBuffer(12, 3, alpha=0.6, beta=0.4, path=str(tmp_path / "pv"))
+        else:
+            theirs = tsd.PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4)
+            ours = ad.PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4, path=str(tmp_path / "p"))
+        rng = np.random.default_rng(5)
+        for t in range(10):
+            if vector:
+                b = Batch.stack([transition(3 * t + i, rng) for i in range(3)])
+                same(ours.add(b, buffer_ids=[0, 1, 2]), theirs.add(b, buffer_ids=[0, 1, 2]))
+            else:
+                b = transition(t, rng)
+                same(ours.add(b), theirs.add(b))
+        for seed in range(3):
+            np.random.seed(seed)
+            a, ia = theirs.sample(16)
+            np.random.seed(seed)
+            o, io = ours.sample(16)
+            same(io, ia)
+            same(o, a)
+            new = np.abs(np.random.default_rng(seed).normal(size=16)) + 0.1
+            theirs.update_weight(ia, new)
+            ours.update_weight(io, new)
+        same(ours.get_weight(np.arange(len(theirs))), theirs.get_weight(np.arange(len(theirs))))
+        ours.close()
+
+
+def test_a_reopened_folder_resumes_positions_episodes_and_draws(tmp_path):
+    path = str(tmp_path / "r")
+    theirs = tsd.VectorReplayBuffer(16, 2)
+    ours = ad.VectorReplayBuffer(16, 2, path=path)
+    rng = np.random.default_rng(7)
+    for t in range(11):
+        b = Batch.stack([transition(2 * t, rng, nested=True), transition(2 * t + 1, rng, nested=True)])
+        same(ours.add(b), theirs.add(b))
+    ours.close()
+    again = ad.VectorReplayBuffer(16, 2, path=path)
+    positions = theirs.sample_indices(0)
+    compare(theirs, again, positions)
+    same(again.last_index, theirs.last_index)
+    # The running episodes' statistics come back too: the next adds report the same.
+    for t in range(11, 20):
+        b = Batch.stack([transition(2 * t, rng, nested=True), transition(2 * t + 1, rng, nested=True)])
+        same(again.add(b), theirs.add(b))
+    compare(theirs, again, theirs.sample_indices(0))
+    with pytest.raises(ValueError, match="sizes"):
+        ad.VectorReplayBuffer(16, 4, path=path)
+    again.close()
+
+
+def test_reset_starts_positions_again_in_both(tmp_path):
+    theirs = tsd.ReplayBuffer(6)
+    ours = ad.ReplayBuffer(6, path=str(tmp_path / "z"))
+    rng = np.random.default_rng(1)
+    for t in range(8):
+        b = transition(t, rng)
+        same(ours.add(b), theirs.add(b))
+    theirs.reset()
+    ours.reset()
+    for t in range(8, 11):
+        b = transition(t, rng)
+        same(ours.add(b), theirs.add(b))
+    compare(theirs, ours, np.arange(len(theirs)))
+    ours.close()
+
+
+def test_a_collector_fills_the_adapter_and_dqn_trains_from_it(tmp_path):
+    import gymnasium as gym
+    import torch
+    from tianshou.algorithm.modelfree.dqn import DQN, DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector
+    from tianshou.env import DummyVectorEnv
+    from tianshou.trainer import OffPolicyTrainerParams
+    from tianshou.utils.net.common import Net
+
+    torch.manual_seed(0)
+    env = gym.make("CartPole-v1")
+    train_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    net = Net(state_shape=env.observation_space.shape, action_shape=env.action_space.n, hidden_sizes=[32])
+    policy = DiscreteQLearningPolicy(model=net, action_space=env.action_space, eps_training=0.2)
+    algo = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3,
+               target_update_freq=50)
+    buf = ad.VectorReplayBuffer(2000, 4, path=str(tmp_path / "dqn"))
+    collector = Collector(algo, train_envs, buf, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=200)
+    assert len(buf) >= 200
+    stats = algo.run_training(OffPolicyTrainerParams(
+        training_collector=collector, max_epochs=1, epoch_num_steps=400,
+        collection_step_num_env_steps=20, batch_size=32, test_collector=None, test_in_training=False))
+    assert stats is not None and len(buf) >= 600
+    # Everything the Collector added is in the rings: a fresh object on the folder sees it.
+    n = len(buf)
+    buf.close()
+    again = ad.VectorReplayBuffer(2000, 4, path=str(tmp_path / "dqn"))
+    assert len(again) == n
+    b, _ = again.sample(8)
+    assert b.obs.shape == (8, 4) and b.obs_next.shape == (8, 4)
+    again.close()
