@@ -211,3 +211,139 @@ def test_a_collector_fills_the_adapter_and_dqn_trains_from_it(tmp_path):
     b, _ = again.sample(8)
     assert b.obs.shape == (8, 4) and b.obs_next.shape == (8, 4)
     again.close()
+
+
+def test_a_killed_collector_process_resumes_with_every_transition_it_added(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    path = str(tmp_path / "k")
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from tianshou.data import Batch
+        from replaystore.compat import tianshou as ts
+        buf = ts.VectorReplayBuffer(64, 2, path={path!r})
+        t = 0
+        while True:
+            b = Batch(obs=np.array([[t, 0], [t, 1]], np.float32), act=np.array([t % 2, 1]),
+                      rew=np.array([1.0, 2.0]), terminated=np.array([t % 7 == 6, False]),
+                      truncated=np.array([False, t % 5 == 4]), obs_next=np.array([[t + 1, 0], [t + 1, 1]], np.float32),
+                      info={{"t": np.array([t, t])}})
+            buf.add(b)
+            t += 1
+            print(t, flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    seen = []
+    for line in child.stdout:
+        seen.append(int(line))
+        if len(seen) >= 120:
+            os.kill(child.pid, signal.SIGKILL)
+            break
+    seen += [int(x) for x in child.stdout if x.endswith("\n")]
+    child.wait()
+    acked = seen[-1]
+    buf = ad.VectorReplayBuffer(64, 2, path=path)
+    # Each ring holds its newest 32 steps: every acknowledged one, and at most the step
+    # the kill cut (whose rows land whole or not at all, ring by ring).
+    b = buf[buf.sample_indices(0)]
+    for env in (0, 1):
+        rows = b.obs[:, 1] == env
+        steps = np.sort(b.obs[rows, 0].astype(int))
+        assert steps[-1] in (acked - 1, acked)
+        np.testing.assert_array_equal(steps, np.arange(steps[-1] - 31, steps[-1] + 1))
+    np.testing.assert_array_equal(b.info.t, b.obs[:, 0].astype(int))
+    # The running episode's statistics resume: ring 0's episodes end at steps 6, 13, ...
+    ring0 = buf.buffers[0]
+    newest = int(ring0[ring0.last_index[0]].obs[0])
+    running = 0 if newest % 7 == 6 else newest % 7 + 1
+    assert (ring0._ep_len, ring0._ep_return) == (running, float(running))
+    assert ring0._ep_start_idx == (ring0.last_index[0] + 1 - running) % 32
+    buf.close()
+
+
+def test_set_array_at_key_adds_a_column_to_stored_transitions_as_tianshou(tmp_path):
+    path = str(tmp_path / "s")
+    theirs = tsd.VectorReplayBuffer(12, 2)
+    ours = ad.VectorReplayBuffer(12, 2, path=path)
+    rng = np.random.default_rng(2)
+    for t in range(5):
+        b = Batch.stack([transition(2 * t, rng), transition(2 * t + 1, rng)])
+        same(ours.add(b), theirs.add(b))
+    idx = theirs.get_buffer_indices(0, 4)
+    same(ours.get_buffer_indices(0, 4), idx)
+    for buf in (theirs, ours):
+        buf.set_array_at_key(np.arange(len(idx), dtype=np.float64) * 1.5, "returns", index=idx, default_value=0.0)
+    positions = theirs.sample_indices(0)
+    same(ours[positions], theirs[positions])
+    with pytest.raises(ValueError, match="not rewritten"):
+        ours.set_array_at_key(np.zeros(2), "rew", index=[0, 1])
+    ours.close()
+    again = ad.VectorReplayBuffer(12, 2, path=path)
+    same(again[positions], theirs[positions])
+    again.close()
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_pickles_and_hdf5_files_round_trip_with_tianshou(tmp_path, vector):
+    import pickle
+    import subprocess
+    import sys
+    import textwrap
+
+    def make(cls_ts, cls_ad, path):
+        args = (10, 2) if vector else (6,)
+        return cls_ts(*args), cls_ad(*args, **({"path": path} if path else {}))
+
+    ts_cls, ad_cls = (tsd.VectorReplayBuffer, ad.VectorReplayBuffer) if vector else (tsd.ReplayBuffer, ad.ReplayBuffer)
+    rng = np.random.default_rng(4)
+
+    def fill(theirs, ours):
+        for t in range(9):
+            b = Batch.stack([transition(2 * t, rng, True), transition(2 * t + 1, rng, True)]) if vector \
+                else transition(t, rng, True)
+            same(ours.add(b), theirs.add(b))
+
+    # A temporary folder: the pickle carries the transitions, positions and counters.
+    theirs, ours = make(ts_cls, ad_cls, None)
+    fill(theirs, ours)
+    back = pickle.loads(pickle.dumps(ours))
+    ours.close()
+    compare(theirs, back, theirs.sample_indices(0))
+    more = transition(99, rng, True) if not vector else Batch.stack([transition(99, rng, True),
+                                                                      transition(100, rng, True)])
+    same(back.add(more), theirs.add(more))
+    # HDF5 both ways: Tianshou reads what the adapter writes, and the other way round.
+    f1, f2 = str(tmp_path / "ours.h5"), str(tmp_path / "theirs.h5")
+    back.save_hdf5(f1)
+    theirs.save_hdf5(f2)
+    read_by_tianshou = ts_cls.load_hdf5(f1)
+    compare(theirs, read_by_tianshou, theirs.sample_indices(0))
+    read_by_us = ad_cls.load_hdf5(f2, folder=str(tmp_path / "from-h5"))
+    compare(theirs, read_by_us, theirs.sample_indices(0))
+    read_by_us.close()
+    back.close()
+    # A folder of the caller's: the pickle names it and holds O(1) snapshots; a fresh
+    # process restores it.
+    path = str(tmp_path / "named")
+    theirs, ours = make(ts_cls, ad_cls, path)
+    fill(theirs, ours)
+    blob = pickle.dumps(ours)
+    assert len(blob) < 64 * 1024
+    expected = [int(x) for x in theirs.sample_indices(0)]
+    for t in range(3):  # the buffer moves on past the pickle
+        ours.add(Batch.stack([transition(t, rng, True), transition(t, rng, True)]) if vector
+                 else transition(t, rng, True))
+    ours.close()
+    code = textwrap.dedent(f"""
+        import pickle
+        buf = pickle.loads({blob!r})
+        print(len(buf), [int(x) for x in buf.sample_indices(0)])
+        buf.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(" ", 1) == [str(len(theirs)), f"{expected}\n"]

@@ -23,8 +23,15 @@ Where the Tianshou-backed classes differ, and why:
   values there; no draw reaches them).
 - The prioritized buffers keep their priorities in Tianshou's segment tree in memory, as
   Tianshou does: a reopened folder starts every transition at the largest priority.
+- ``set_array_at_key`` (a Collector's episode hooks) adds a column as a mapped NumPy file
+  beside the rings (``extra-KEY.npy``); it refuses keys the rings hold.
+- Pickling a buffer with a folder of the caller's (``path=``) pickles the folder's name and
+  an O(1) snapshot of each ring; unpickling restores them in another process (in the same
+  one, after the buffer is closed: a folder has one writer). A temporary folder's buffer
+  pickles its transitions. ``save_hdf5`` writes Tianshou's own file (Tianshou's
+  ``load_hdf5`` reads it), ``load_hdf5`` reads Tianshou's (``folder=`` says where).
 - Not yet (issue 34): ``CachedReplayBuffer``, ``HERReplayBuffer``,
-  ``HERVectorReplayBuffer``, ``save_hdf5``/``load_hdf5``, pickling.
+  ``HERVectorReplayBuffer``.
 """
 
 try:

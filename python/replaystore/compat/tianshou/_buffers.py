@@ -5,6 +5,7 @@ logic reads and writes, is replaced by the rings of ``_store``."""
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 from typing import Any, Dict, List, Optional
@@ -18,7 +19,7 @@ from tianshou.data import ReplayBuffer as _TSReplayBuffer
 from tianshou.data import VectorReplayBuffer as _TSVectorReplayBuffer
 
 from .._folder import Folder, read_sidecar, write_sidecar
-from ._store import REST, SCALARS, Ring, Store, ring_path, schema_of
+from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, schema_of
 
 SIDECAR = "tianshou.json"
 
@@ -50,7 +51,9 @@ class _Rings(Folder):
             self._rebuild()
 
     def _settings(self) -> Dict[str, Any]:
-        return {"kind": self._kind, "version": 1, "sizes": self._ring_sizes, "options": self.options}
+        # Plain Python values (an HDF5 file gives back NumPy scalars).
+        options = {k: v.item() if isinstance(v, np.generic) else v for k, v in self.options.items()}
+        return {"kind": self._kind, "version": 1, "sizes": self._ring_sizes, "options": options}
 
     def _save(self) -> None:
         store = self.__dict__.get("_meta")
@@ -70,7 +73,7 @@ class _Rings(Folder):
             if key in fields:
                 dtype, shape = fields[key]
                 scalars[key] = np.zeros((total, *shape), dtype)
-        return Store(rings, offsets, fields, scalars, list(rest_keys))
+        return Store(rings, offsets, fields, scalars, list(rest_keys), self._path, open_extras(self._path))
 
     def __setattr__(self, key: str, value: Any) -> None:
         if (key == "_meta" and self.__dict__.get("_engine_ready") and isinstance(value, Batch)
@@ -155,6 +158,138 @@ class _Rings(Folder):
                 ring.clear()
         super().reset(keep_statistics=keep_statistics)
 
+    # -- pickling and HDF5 -----------------------------------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """With a folder of its own choosing (``path=``): the folder's name and an O(1)
+        snapshot of each ring, restored by unpickling (in another process, or after this
+        buffer is closed: a folder has one writer). With a temporary folder, which ends
+        with the process: the transitions themselves."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_meta", "_remove_dir")}
+        if "buffers" in state:
+            kids = []
+            for b in self.buffers:
+                kid = copy.copy(b)
+                kid.__dict__["_meta"] = Batch()
+                kids.append(kid)
+            state["buffers"] = _objects(kids)
+        store = self.__dict__.get("_meta")
+        if isinstance(store, Store):
+            if self._own_dir:
+                state["_ring_rows"] = [_ring_rows(r, store) for r in store.rings]
+                state["_extras"] = {k: np.asarray(v) for k, v in store.extras.items()}
+            else:
+                state["_snapshots"] = [r.buf.get_state() for r in store.rings]
+                state["_bases"] = [r.base for r in store.rings]
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        rows = state.pop("_ring_rows", None)
+        extras = state.pop("_extras", {})
+        snapshots = state.pop("_snapshots", None)
+        bases = state.pop("_bases", None)
+        self.__dict__.update(state)
+        self.__dict__["_meta"] = Batch()
+        self.__dict__["_remove_dir"] = None
+        if snapshots is not None:
+            saved = read_sidecar(self._path, SIDECAR)
+            if saved is None or not saved.get("fields"):
+                raise FileNotFoundError(
+                    f"{self._path}: the buffer's folder is gone; the pickle names it and holds "
+                    "snapshots of its rings, not the transitions")
+            fields = {k: (np.dtype(d), tuple(s)) for k, d, s in saved["fields"]}
+            store = self._make_store(fields, saved.get("rest_keys", []), bases)
+            for ring, snapshot in zip(store.rings, snapshots):
+                ring.buf.set_state(snapshot)
+                ring.tail = int(ring.buf.stats()["tail"])
+            self.__dict__["_meta"] = store
+            self._save()
+            self._rebuild()
+        elif rows is not None:
+            self._take_folder(None, "replaystore-tianshou-")
+            os.makedirs(self._path, exist_ok=True)
+            self._fill(rows, extras)
+
+    def _fill(self, rows: List[Dict[str, Any]], extras: Dict[str, np.ndarray]) -> None:
+        """A new folder holding ``rows`` (each ring's transitions in position order),
+        at the same positions: oldest first, base ``-insertion`` when a ring was full."""
+        first = next((r for r in rows if r["n"]), None)
+        write_sidecar(self._path, SIDECAR, self._settings())
+        if first is None:
+            return  # nothing stored: the first add makes the rings, as for a new buffer
+        fields = first["fields"]
+        bases = []
+        for k, r in enumerate(rows):
+            size, n, insertion = self._ring_sizes[k], r["n"], r["insertion"]
+            bases.append(-insertion if n == size and insertion else 0)
+        store = self._make_store(fields, first["rest_keys"] if first else [], bases)
+        for k, (ring, r) in enumerate(zip(store.rings, rows)):
+            n, insertion = r["n"], r["insertion"]
+            if not n:
+                continue
+            order = (np.arange(n) + insertion) % n if n == ring.size else np.arange(n)
+            ring.append({key: np.ascontiguousarray(v[order]) if key != REST else [v[i] for i in order]
+                         for key, v in r["values"].items()})
+        for key, values in extras.items():
+            store.set_array_at_key(values, key)
+        self.__dict__["_meta"] = store
+        self._save()
+        self._rebuild()
+
+    def save_hdf5(self, path: str, compression: Optional[str] = None) -> None:
+        """Tianshou's HDF5 file of this buffer (every position, as Tianshou's own
+        ``load_hdf5`` reads it). O(n): ``pickle`` with a folder is the O(1) checkpoint."""
+        import h5py
+        from tianshou.data.utils.converter import to_hdf5
+
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_meta", "_remove_dir", "_path", "_own_dir", "_ring_sizes", "_engine_ready")}
+        store = self.__dict__.get("_meta")
+        meta = store.rows(np.arange(len(store))) if isinstance(store, Store) else Batch()
+        state["_meta"] = meta
+        if "buffers" in state:
+            kids = []
+            for b, lo, hi in zip(self.buffers, self._offset, self._extend_offset[1:]):
+                kid = copy.copy(b)
+                kid.__dict__ = {k: v for k, v in b.__dict__.items() if k != "_meta"}
+                kid.__dict__["_meta"] = meta[lo:hi] if isinstance(store, Store) else Batch()
+                kids.append(kid)
+            state["buffers"] = _objects(kids)
+        with h5py.File(path, "w") as f:
+            to_hdf5(state, f, compression=compression)
+
+    @classmethod
+    def load_hdf5(cls, path: str, device: Optional[str] = None, *, folder: Optional[str] = None) -> Any:
+        """A buffer of this class holding what a Tianshou HDF5 file holds (written by
+        Tianshou or by ``save_hdf5``), in ``folder`` (a temporary one when ``None``)."""
+        import h5py
+        from tianshou.data.utils.converter import from_hdf5
+
+        with h5py.File(path, "r") as f:
+            state = from_hdf5(f, device=device)
+        meta = state.pop("_meta")
+        kids = state.get("buffers")
+        buf = cls.__new__(cls)
+        buf.__dict__.update(state)
+        buf.__dict__["_meta"] = Batch()
+        sizes = [int(b.maxsize) for b in kids] if kids is not None else [int(state["maxsize"])]
+        buf.__dict__["_ring_sizes"] = sizes
+        buf.__dict__["_engine_ready"] = True
+        buf._take_folder(folder, "replaystore-tianshou-")
+        os.makedirs(buf._path, exist_ok=True)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        counters = [kids[k] for k in range(len(sizes))] if kids is not None else [buf]
+        rows = []
+        for k, owner in enumerate(counters):
+            n = int(owner._size)
+            part = meta[int(offsets[k]):int(offsets[k]) + n] if n else None
+            rows.append(_batch_rows(part, n, int(owner._insertion_idx)))
+        if kids is not None:
+            for kid in kids:
+                kid.__dict__["_meta"] = Batch()
+        buf._fill(rows, {})
+        return buf
+
     def _open_buffers(self) -> list:
         store = self.__dict__.get("_meta")
         return [r.buf for r in store.rings] if isinstance(store, Store) else []
@@ -163,6 +298,44 @@ class _Rings(Folder):
         """Makes every transition added so far durable."""
         for buf in self._open_buffers():
             buf.flush()
+
+
+def _objects(items: List[Any]) -> np.ndarray:
+    """An object array of buffers, one element each: ``np.array`` would read a buffer
+    with data as a sequence of its transitions."""
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
+def _ring_rows(ring: Ring, store: Store) -> Dict[str, Any]:
+    """A ring's transitions in position order, with what ``_fill`` needs to put them back."""
+    n = len(ring)
+    values = ring.buf.get(ring.logical(np.arange(n))) if n else {}
+    return {"n": n, "insertion": ring.next_position() if n else 0, "fields": dict(store.fields),
+            "rest_keys": list(store.rest_keys), "values": {k: v for k, v in values.items() if k != "indices"}}
+
+
+def _batch_rows(part: Optional[Batch], n: int, insertion: int) -> Dict[str, Any]:
+    """A Tianshou ``_meta`` slice of ``n`` positions as ``_fill``'s rows."""
+    if not n:
+        return {"n": 0, "insertion": 0, "fields": {}, "rest_keys": [], "values": {}}
+    fields = schema_of(part[:1])
+    values: Dict[str, Any] = {}
+    for name in fields:
+        v = part
+        for piece in name.split("."):
+            v = v[piece]
+        values[name] = np.asarray(v)
+    rest_keys = [k for k in part.get_keys()
+                 if not any(f == k or f.startswith(k + ".") for f in fields)
+                 and not (isinstance(part[k], Batch) and len(part[k].get_keys()) == 0)]
+    blobs = []
+    for i in range(n):
+        blobs.append(pickle.dumps({k: _plain(part[k][i]) for k in rest_keys}, protocol=pickle.HIGHEST_PROTOCOL))
+    values[REST] = blobs
+    return {"n": n, "insertion": insertion, "fields": fields, "rest_keys": rest_keys, "values": values}
 
 
 def _resume(buf: Any, ring: Ring) -> None:

@@ -106,7 +106,11 @@ class Store:
 
     def __init__(self, rings: List[Ring], offsets: np.ndarray,
                  fields: Dict[str, Tuple[np.dtype, Tuple[int, ...]]], scalars: Dict[str, np.ndarray],
-                 rest_keys: List[str]) -> None:
+                 rest_keys: List[str], folder: str = "", extras: Optional[Dict[str, np.ndarray]] = None) -> None:
+        self.folder = folder
+        # Columns added to stored transitions afterwards (Collector's episode hooks, via
+        # set_array_at_key): one NumPy file each, mapped, written in place.
+        self.extras: Dict[str, np.ndarray] = extras if extras is not None else {}
         self.rings = rings
         self.offsets = np.asarray(offsets)  # start of each ring, and the total at the end
         self.fields = fields
@@ -121,7 +125,7 @@ class Store:
 
     def get_keys(self):
         tops = []
-        for name in list(self.fields) + list(self.scalars) + self.rest_keys:
+        for name in list(self.fields) + list(self.scalars) + self.rest_keys + list(self.extras):
             top = name.split(".", 1)[0]
             if top not in tops:
                 tops.append(top)
@@ -140,12 +144,15 @@ class Store:
         if isinstance(index, str):
             if index in self.scalars:
                 return self.scalars[index][self.lo:self.hi]
+            if index in self.extras:
+                return self.extras[index][self.lo:self.hi]
             if index not in self.get_keys():
                 raise KeyError(index)
             return Column(self, index)
         if isinstance(index, slice) and index.step in (None, 1):
             start, stop, _ = index.indices(len(self))
-            view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys)
+            view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys,
+                         self.folder, self.extras)
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
         return self.rows(index)
@@ -232,8 +239,38 @@ class Store:
         for key in self.rest_keys:
             values = [r.get(key) for r in rest]
             out[key] = _stack_rest(values)
+        for key, column in self.extras.items():
+            out[key] = np.asarray(column[positions + self.lo])
         b = Batch(out)
         return b[0] if scalar_index else b
+
+    def set_array_at_key(self, seq: np.ndarray, key: str, index: Any = None,
+                         default_value: Optional[float] = None) -> None:
+        """Tianshou's ``Batch.set_array_at_key``: ``key``'s values at ``index`` (all
+        positions when ``None``). Keys the rings hold are refused (stored transitions
+        are not rewritten); others become a column of their own, a mapped NumPy file in
+        the folder (``extra-KEY.npy``) that survives a kill and a reopen."""
+        seq = np.asarray(seq)
+        if key in self.get_keys() and key not in self.extras:
+            raise ValueError(f"replaystore keeps {key!r} in its rings: stored transitions are not rewritten")
+        if key not in self.extras:
+            total = int(self.offsets[-1])
+            try:
+                fill = np.array([default_value], dtype=seq.dtype)
+            except TypeError as e:
+                raise TypeError(
+                    f"Cannot create a sequence of dtype {seq.dtype} with default value {default_value}. "
+                    "Pass an array with the right dtype or another default value.") from e
+            column = np.lib.format.open_memmap(extra_path(self.folder, key), mode="w+",
+                                               dtype=seq.dtype, shape=(total, *seq.shape[1:]))
+            column[:] = fill[0]
+            self.extras[key] = column
+        column = self.extras[key]
+        if index is None:
+            column[self.lo:self.hi] = seq
+        else:
+            column[np.asarray(np.arange(len(self))[index]) + self.lo] = seq
+        column.flush()
 
     def column(self, key: str, index: Any) -> Any:
         b = self.rows(index)
@@ -310,3 +347,16 @@ def _stack_rest(values: List[Any]) -> Any:
 
 def ring_path(folder: str, k: int) -> str:
     return os.path.join(folder, f"ring-{k}")
+
+
+def extra_path(folder: str, key: str) -> str:
+    return os.path.join(folder, f"extra-{key}.npy")
+
+
+def open_extras(folder: str) -> Dict[str, np.ndarray]:
+    """The columns ``set_array_at_key`` added, mapped again."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("extra-") and name.endswith(".npy"):
+            out[name[len("extra-"):-len(".npy")]] = np.load(os.path.join(folder, name), mmap_mode="r+")
+    return out
