@@ -390,11 +390,44 @@ class Tianshou:
         pass
 
 
+class TianshouCompat(Tianshou):
+    """replaystore.compat.tianshou's ReplayBuffer / PrioritizedReplayBuffer (Tianshou's
+    classes over replaystore rings) in a folder; its save is pickle as Tianshou's, which
+    with a folder is O(1) (the folder's name and ring snapshots)."""
+
+    name = "tianshou-compat"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from tianshou.data import Batch
+        from replaystore.compat import tianshou as compat
+        self.Batch = Batch
+        kw = {"ignore_obs_next": "next_obs" not in fields, "path": path}
+        self.args = (compat, capacity, prioritized, kw)
+        self.rb = self._make()
+
+    def _make(self):
+        compat, capacity, prioritized, kw = self.args
+        return (compat.PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, **kw) if prioritized
+                else compat.ReplayBuffer(capacity, **kw))
+
+    def settle(self):
+        self.rb.flush()
+
+    IMPORTS = "import pickle\nimport replaystore.compat.tianshou\n"
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        self.rb = self._make()
+
+
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
-        "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat}
+        "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat,
+        "tianshou-compat": TianshouCompat}
 #: Adapters and peers, importable under these modules' names.
 ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
-            "sb3-compat": "replaystore.compat.sb3"}
+            "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 
