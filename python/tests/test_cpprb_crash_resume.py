@@ -122,28 +122,35 @@ def test_a_checkpoint_restores_in_a_fresh_process(tmp_path):
 
 def test_a_killed_explorer_loses_nothing_it_added_and_its_lane_is_taken_again(tmp_path):
     path = str(tmp_path / "mp")
-    learner = cpprb.MPReplayBuffer(2 * 4096, ENV, writers=2, path=path)
+    # One lane: a restarted explorer can only go on in the dead one's.
+    learner = cpprb.MPReplayBuffer(4096, ENV, writers=1, path=path)
     import pickle
 
-    code = f"""
-        import pickle, numpy as np
-        rb = pickle.loads({pickle.dumps(learner)!r})
-        i = 0
-        while True:
-            rb.add(obs=np.arange(i, i + 10), rew=np.zeros(10), done=np.zeros(10))
-            i += 10
-            print(i, flush=True)
-    """
-    acked = run_until_killed(code, 100)[-1]
-    # Every acknowledged transition, and a prefix of the add the kill cut (each
-    # transition lands whole or not at all).
-    stored = learner.get_stored_size()
-    assert acked <= stored <= acked + 10
-    obs = np.sort(learner.get_all_transitions()["obs"].ravel())
-    np.testing.assert_array_equal(obs, np.arange(stored))
-    # A restarted explorer claims the dead one's lane (the kernel dropped its lock).
-    acked2 = run_until_killed(code, 5)[-1]
-    assert learner.get_stored_size() >= acked + acked2
+    def explorer(start):
+        return f"""
+            import pickle, numpy as np
+            rb = pickle.loads({pickle.dumps(learner)!r})
+            i = {start}
+            while True:
+                rb.add(obs=np.arange(i, i + 10), rew=np.zeros(10), done=np.zeros(10))
+                i += 10
+                print(i, flush=True)
+        """
+
+    def holds_the_newest(acked):
+        # Every acknowledged transition the ring still has room for, and a prefix of
+        # the add the kill cut (each transition lands whole or not at all).
+        obs = np.sort(learner.get_all_transitions()["obs"].ravel())
+        newest = int(obs[-1])
+        assert acked - 1 <= newest <= acked + 9
+        assert learner.get_stored_size() == min(newest + 1, 4096)
+        np.testing.assert_array_equal(obs, np.arange(newest + 1 - len(obs), newest + 1))
+        return newest
+
+    newest = holds_the_newest(run_until_killed(explorer(0), 100)[-1])
+    # Restarted, an explorer takes the lane again (the kernel dropped the dead one's
+    # lock) and its transitions follow the ones before.
+    holds_the_newest(run_until_killed(explorer(newest + 1), 50)[-1])
     learner.close()
 
 
