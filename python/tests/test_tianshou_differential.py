@@ -347,3 +347,22 @@ def test_pickles_and_hdf5_files_round_trip_with_tianshou(tmp_path, vector):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(" ", 1) == [str(len(theirs)), f"{expected}\n"]
+
+
+def test_cached_buffer_moves_finished_episodes_as_tianshou(tmp_path):
+    path = str(tmp_path / "c")
+    theirs = tsd.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8)
+    ours = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8, path=path)
+    rng = np.random.default_rng(8)
+    for t in range(30):
+        rows = [transition(3 * t + i, rng) for i in range(3)]
+        for r in rows:  # episodes end within the cache's 8 steps
+            r.terminated = r.terminated or (3 * t) % 7 == 0
+        b = Batch.stack(rows)
+        same(ours.add(b), theirs.add(b))
+        compare(theirs, ours, theirs.sample_indices(0))
+    same(ours.main_buffer[:], theirs.main_buffer[:])
+    ours.close()
+    again = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8, path=path)
+    compare(theirs, again, theirs.sample_indices(0))
+    again.close()

@@ -30,8 +30,11 @@ Where the Tianshou-backed classes differ, and why:
   one, after the buffer is closed: a folder has one writer). A temporary folder's buffer
   pickles its transitions. ``save_hdf5`` writes Tianshou's own file (Tianshou's
   ``load_hdf5`` reads it), ``load_hdf5`` reads Tianshou's (``folder=`` says where).
-- Not yet (issue 34): ``CachedReplayBuffer``, ``HERReplayBuffer``,
-  ``HERVectorReplayBuffer``.
+- A sub-buffer Tianshou resets (``CachedReplayBuffer`` does after each episode it moves
+  to the main ring) restarts its ring.
+- Not yet (issue 34): ``HERReplayBuffer`` and ``HERVectorReplayBuffer``. Tianshou's HER
+  rewrites stored goals in place while it samples and restores them afterwards; stored
+  transitions here are not rewritten, so it needs the relabelling done at read time.
 """
 
 try:
@@ -44,11 +47,12 @@ else:
     from tianshou.data import Batch  # noqa: F401
 
     from ._buffers import (  # noqa: F401
+        CachedReplayBuffer,
         PrioritizedReplayBuffer,
         PrioritizedVectorReplayBuffer,
         ReplayBuffer,
         VectorReplayBuffer,
     )
 
-    __all__ = ["Batch", "PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "ReplayBuffer",
+    __all__ = ["Batch", "CachedReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "ReplayBuffer",
                "VectorReplayBuffer"]

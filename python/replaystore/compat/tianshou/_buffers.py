@@ -12,11 +12,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 from tianshou.data import Batch
-from tianshou.data.batch import create_value
+from tianshou.data import CachedReplayBuffer as _TSCachedReplayBuffer
 from tianshou.data import PrioritizedReplayBuffer as _TSPrioritizedReplayBuffer
 from tianshou.data import PrioritizedVectorReplayBuffer as _TSPrioritizedVectorReplayBuffer
 from tianshou.data import ReplayBuffer as _TSReplayBuffer
 from tianshou.data import VectorReplayBuffer as _TSVectorReplayBuffer
+from tianshou.data.batch import create_value
 
 from .._folder import Folder, read_sidecar, write_sidecar
 from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, schema_of
@@ -73,7 +74,11 @@ class _Rings(Folder):
             if key in fields:
                 dtype, shape = fields[key]
                 scalars[key] = np.zeros((total, *shape), dtype)
-        return Store(rings, offsets, fields, scalars, list(rest_keys), self._path, open_extras(self._path))
+        store = Store(rings, offsets, fields, scalars, list(rest_keys), self._path, open_extras(self._path))
+        # The new base is saved before the ring is cleared: a kill between the two
+        # leaves the transitions, renumbered, never a position that names nothing.
+        store.on_restart = self._save
+        return store
 
     def __setattr__(self, key: str, value: Any) -> None:
         if (key == "_meta" and self.__dict__.get("_engine_ready") and isinstance(value, Batch)
@@ -425,6 +430,64 @@ class PrioritizedVectorReplayBuffer(_Rings, _TSPrioritizedVectorReplayBuffer):
 
     def _after_rebuild(self) -> None:
         VectorReplayBuffer._after_rebuild(self)
+
+    def add(self, batch: Any, buffer_ids: Any = None) -> Any:
+        """Tianshou's ``add``; a cached ring whose episode moved to the main ring is
+        cleared then (Tianshou resets that sub-buffer), not at its next write, so a
+        reopen finds it empty as Tianshou holds it."""
+        out = super().add(batch, buffer_ids)
+        store = self.__dict__.get("_meta")
+        if isinstance(store, Store):
+            emptied = [r for b, r in zip(self.buffers, store.rings) if len(b) == 0 and len(r)]
+            if emptied:
+                for ring in emptied:
+                    ring.base = ring.tail
+                self._save()
+                for ring in emptied:
+                    ring.clear()
+        return out
         for offset, b in zip(self._offset, self.buffers):
             if len(b):
                 self.init_weight(offset + np.arange(len(b)))
+
+
+class CachedReplayBuffer(_Rings, _TSCachedReplayBuffer):
+    """Tianshou's ``CachedReplayBuffer(main_buffer, cached_buffer_num,
+    max_episode_length)``: each env's steps wait in a cached ring until its episode
+    ends, then move to the main ring. ``main_buffer`` gives the main ring's size and
+    options (an empty Tianshou or replaystore ``ReplayBuffer``); all rings live in
+    ``path``."""
+
+    _kind = "CachedReplayBuffer"
+
+    def __init__(self, main_buffer: Any, cached_buffer_num: int, max_episode_length: int, *,
+                 path: Optional[str] = None) -> None:
+        if isinstance(main_buffer, _Rings):
+            # Its own folder goes unused: the cache's rings hold everything.
+            plain = _TSReplayBuffer(main_buffer.maxsize, **main_buffer.options)
+            main_buffer.close()
+            main_buffer = plain
+        _TSCachedReplayBuffer.__init__(self, main_buffer, cached_buffer_num, max_episode_length)
+        self._start(path, [b.maxsize for b in self.buffers])
+
+    def _children(self) -> List[Any]:
+        return list(self.buffers)
+
+    def _after_rebuild(self) -> None:
+        VectorReplayBuffer._after_rebuild(self)
+
+    def add(self, batch: Any, buffer_ids: Any = None) -> Any:
+        """Tianshou's ``add``; a cached ring whose episode moved to the main ring is
+        cleared then (Tianshou resets that sub-buffer), not at its next write, so a
+        reopen finds it empty as Tianshou holds it."""
+        out = super().add(batch, buffer_ids)
+        store = self.__dict__.get("_meta")
+        if isinstance(store, Store):
+            emptied = [r for b, r in zip(self.buffers, store.rings) if len(b) == 0 and len(r)]
+            if emptied:
+                for ring in emptied:
+                    ring.base = ring.tail
+                self._save()
+                for ring in emptied:
+                    ring.clear()
+        return out

@@ -117,6 +117,9 @@ class Store:
         self.scalars = scalars
         self.rest_keys = rest_keys  # keys seen in the pickled part, in first-seen order
         self.lo, self.hi = 0, int(self.offsets[-1])
+        #: Called after a ring restarts at position 0 (its buffer was reset), so the
+        #: owner can save the ring's new base.
+        self.on_restart: Any = None
 
     # -- Batch's surface ------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class Store:
             start, stop, _ = index.indices(len(self))
             view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys,
                          self.folder, self.extras)
+            view.on_restart = self.on_restart
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
         return self.rows(index)
@@ -176,6 +180,13 @@ class Store:
         ring_no, local = self._locate(positions)
         for i, (r, p) in enumerate(zip(ring_no.tolist(), local.tolist())):
             ring = self.rings[r]
+            if p == 0 and ring.next_position() != 0 and len(ring):
+                # Tianshou reset this sub-buffer (a CachedReplayBuffer does after each
+                # episode it moves): positions start again, so does the ring.
+                ring.base = ring.tail
+                if self.on_restart is not None:
+                    self.on_restart()
+                ring.clear()
             if p != ring.next_position():
                 raise ValueError(
                     f"position {positions[i]} is not ring {r}'s next ({ring.next_position()}): "
