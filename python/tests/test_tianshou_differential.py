@@ -366,3 +366,73 @@ def test_cached_buffer_moves_finished_episodes_as_tianshou(tmp_path):
     again = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8, path=path)
     compare(theirs, again, theirs.sample_indices(0))
     again.close()
+
+
+def goal_step(t, ep, rng):
+    g = np.array([ep % 3, 1.0], np.float32)
+    obs = {"observation": np.array([t, ep], np.float32), "achieved_goal": np.array([t % 4, ep % 2], np.float32),
+           "desired_goal": g}
+    nxt = {"observation": np.array([t + 1, ep], np.float32),
+           "achieved_goal": np.array([(t + 1) % 4, ep % 2], np.float32), "desired_goal": g}
+    return Batch(obs=obs, act=np.int64(t % 2), rew=float(rng.normal()), terminated=False,
+                 truncated=t == 4, obs_next=nxt, info={})
+
+
+def test_her_relabels_goals_as_tianshou_and_keeps_what_was_added(tmp_path):
+    def reward(ag, g):
+        return -(np.abs(ag - g).sum(axis=-1) > 0.5).astype(np.float32)
+
+    theirs = tsd.HERReplayBuffer(40, reward, horizon=5, future_k=4.0)
+    ours = ad.HERReplayBuffer(40, reward, horizon=5, future_k=4.0, path=str(tmp_path / "h"))
+    rng = np.random.default_rng(9)
+    for ep in range(6):
+        for t in range(5):
+            b = goal_step(t, ep, rng)
+            same(ours.add(b), theirs.add(b))
+    stored = theirs[np.arange(30)]  # plain reads; sample_indices would relabel
+    for seed in range(4):
+        np.random.seed(seed)
+        a, ia = theirs.sample(12)
+        np.random.seed(seed)
+        o, io = ours.sample(12)
+        same(io, ia)
+        same(o, a)  # the relabelled goals and rewards, value for value
+        same(ours.rew, theirs.rew)
+    b = goal_step(0, 6, rng)
+    same(ours.add(b), theirs.add(b))  # restores the storage before adding
+    same(ours[np.arange(31)], theirs[np.arange(31)])
+    same(ours[np.arange(30)], stored[np.arange(30)])
+    # sample_indices relabels too (every episode when asked for all): seeded alike,
+    # alike.
+    np.random.seed(11)
+    pa = theirs.sample_indices(0)
+    np.random.seed(11)
+    po = ours.sample_indices(0)
+    same(po, pa)
+    same(ours[po], theirs[pa])
+    ours.close()
+
+
+def test_her_vector_buffer_relabels_each_sub_buffer_as_tianshou(tmp_path):
+    def reward(ag, g):
+        return -(np.abs(ag - g).sum(axis=-1) > 0.5).astype(np.float32)
+
+    kw = dict(compute_reward_fn=reward, horizon=5, future_k=4.0)
+    theirs = tsd.HERVectorReplayBuffer(60, 2, **kw)
+    ours = ad.HERVectorReplayBuffer(60, 2, path=str(tmp_path / "hv"), **kw)
+    rng = np.random.default_rng(10)
+    for ep in range(5):
+        for t in range(5):
+            b = Batch.stack([goal_step(t, 2 * ep, rng), goal_step(t, 2 * ep + 1, rng)])
+            same(ours.add(b), theirs.add(b))
+        for seed in range(2):
+            np.random.seed(100 * ep + seed)
+            a, ia = theirs.sample(10)
+            np.random.seed(100 * ep + seed)
+            o, io = ours.sample(10)
+            same(io, ia)
+            same(o, a)
+    theirs._restore_cache()
+    ours._restore_cache()
+    same(ours[np.arange(60)], theirs[np.arange(60)])
+    ours.close()

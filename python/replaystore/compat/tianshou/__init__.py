@@ -32,9 +32,9 @@ Where the Tianshou-backed classes differ, and why:
   ``load_hdf5`` reads it), ``load_hdf5`` reads Tianshou's (``folder=`` says where).
 - A sub-buffer Tianshou resets (``CachedReplayBuffer`` does after each episode it moves
   to the main ring) restarts its ring.
-- Not yet (issue 34): ``HERReplayBuffer`` and ``HERVectorReplayBuffer``. Tianshou's HER
-  rewrites stored goals in place while it samples and restores them afterwards; stored
-  transitions here are not rewritten, so it needs the relabelling done at read time.
+- ``HERReplayBuffer``, ``HERVectorReplayBuffer``: Tianshou relabels by rewriting its storage in place during
+  ``sample`` and restoring it at the next call; here the relabelled goals and rewards
+  are an in-memory overlay over the rings, lifted then (the rings keep what was added).
 """
 
 try:
@@ -48,11 +48,13 @@ else:
 
     from ._buffers import (  # noqa: F401
         CachedReplayBuffer,
+        HERReplayBuffer,
+        HERVectorReplayBuffer,
         PrioritizedReplayBuffer,
         PrioritizedVectorReplayBuffer,
         ReplayBuffer,
         VectorReplayBuffer,
     )
 
-    __all__ = ["Batch", "CachedReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "ReplayBuffer",
+    __all__ = ["Batch", "CachedReplayBuffer", "HERReplayBuffer", "HERVectorReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "ReplayBuffer",
                "VectorReplayBuffer"]

@@ -13,6 +13,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 from tianshou.data import Batch
 from tianshou.data import CachedReplayBuffer as _TSCachedReplayBuffer
+from tianshou.data import HERReplayBuffer as _TSHERReplayBuffer
+from tianshou.data import HERVectorReplayBuffer as _TSHERVectorReplayBuffer
+from tianshou.data.buffer.manager import HERReplayBufferManager as _TSHERReplayBufferManager
 from tianshou.data import PrioritizedReplayBuffer as _TSPrioritizedReplayBuffer
 from tianshou.data import PrioritizedVectorReplayBuffer as _TSPrioritizedVectorReplayBuffer
 from tianshou.data import ReplayBuffer as _TSReplayBuffer
@@ -491,3 +494,100 @@ class CachedReplayBuffer(_Rings, _TSCachedReplayBuffer):
                 for ring in emptied:
                     ring.clear()
         return out
+
+
+class _Relabel:
+    """Tianshou's HER relabelling over a ``Store`` (or one sub-buffer's view of it): at
+    each ``sample`` the goals of the drawn transitions' episodes, with Tianshou's own
+    draws. Tianshou rewrites its storage in place and restores it at the next call;
+    here the relabelled goals and rewards are laid over the rings in memory and lifted
+    then, and the rings keep what was added."""
+
+    def _restore_cache(self) -> None:
+        store = self.__dict__.get("_meta")
+        altered = self.__dict__.get("_altered_indices")
+        if altered is None or altered.size == 0 or not isinstance(store, Store):
+            return
+        store.lift()
+        store.lay_over(altered, {"rew": self._original_meta.rew})
+        self._original_meta = Batch()
+        self._altered_indices = np.array([])
+
+    def rewrite_transitions(self, indices: np.ndarray) -> None:
+        """Tianshou's relabelling, draw for draw (``np.random.uniform`` for each
+        transition's future step, then ``np.random.choice`` of the episodes to relabel),
+        written as an overlay."""
+        if indices.size == 0:
+            return
+        # The drawn transitions oldest first, then each one's next horizon - 1 steps.
+        indices = indices.copy()
+        indices[indices < self._insertion_idx] += self.maxsize
+        indices = np.sort(indices)
+        indices[indices >= self.maxsize] -= self.maxsize
+        steps = [indices]
+        for _ in range(self.horizon - 1):
+            steps.append(self.next(steps[-1]))
+        grid = np.stack(steps)
+        current, terminal = grid[0], grid[-1]
+        episodes_len = (terminal - current + self.maxsize) % self.maxsize
+        future_t = (current + np.round(np.random.uniform(size=len(current)) * episodes_len).astype(int)) % self.maxsize
+        opens = np.sort(np.unique(terminal, return_index=True)[1])
+        episodes = grid[:, opens]
+        closes = np.hstack([(opens - 1)[1:], len(terminal) - 1])
+        chosen = np.random.choice(len(opens), size=int(len(opens) * self.future_p), replace=False)
+        self._altered_indices = episodes.copy()
+        self._original_meta = Batch(rew=np.asarray(self._meta["rew"])[episodes].copy())
+        view = self[episodes]
+        ep_obs, ep_rew = view.obs, view.rew
+        if self._save_obs_next:
+            ep_obs_next = view.obs_next
+            future_obs = self[future_t[closes]].obs_next
+        else:
+            future_obs = self[self.next(future_t[closes])].obs
+        ep_obs.desired_goal[:, chosen] = future_obs.achieved_goal[None, chosen]
+        laid = {"obs.desired_goal": ep_obs.desired_goal}
+        if self._save_obs_next:
+            ep_obs_next.desired_goal[:, chosen] = future_obs.achieved_goal[None, chosen]
+            ep_rew[:, chosen] = self._compute_reward(ep_obs_next)[:, chosen]
+            laid["obs_next.desired_goal"] = ep_obs_next.desired_goal
+        else:
+            ep_rew[:, chosen] = self._compute_reward(self[self.next(episodes)].obs)[:, chosen]
+        laid["rew"] = ep_rew.astype(np.float32)
+        self.__dict__["_meta"].lay_over(episodes, laid)
+
+
+class HERReplayBuffer(_Relabel, _Rings, _TSHERReplayBuffer):
+    """Tianshou's ``HERReplayBuffer(size, compute_reward_fn, horizon, future_k=8.0)``
+    (the ``future`` strategy, online), relabelling as ``_Relabel`` says."""
+
+    _kind = "HERReplayBuffer"
+
+    def __init__(self, size: int, compute_reward_fn: Any, horizon: int, future_k: float = 8.0, *,
+                 path: Optional[str] = None, **kwargs: Any) -> None:
+        _TSHERReplayBuffer.__init__(self, size, compute_reward_fn, horizon, future_k, **kwargs)
+        self._start(path, [self.maxsize])
+
+
+class _HERChild(_Relabel, _TSHERReplayBuffer):
+    """One sub-buffer of ``HERVectorReplayBuffer``: Tianshou's, relabelling over its view
+    of the rings."""
+
+
+class HERVectorReplayBuffer(_Rings, _TSHERVectorReplayBuffer):
+    """Tianshou's ``HERVectorReplayBuffer(total_size, buffer_num, compute_reward_fn=,
+    horizon=, future_k=)``: ``buffer_num`` HER sub-buffers, one per env."""
+
+    _kind = "HERVectorReplayBuffer"
+
+    def __init__(self, total_size: int, buffer_num: int, *, path: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        assert buffer_num > 0
+        size = int(np.ceil(total_size / buffer_num))
+        _TSHERReplayBufferManager.__init__(self, [_HERChild(size, **kwargs) for _ in range(buffer_num)])
+        self._start(path, [b.maxsize for b in self.buffers])
+
+    def _children(self) -> List[Any]:
+        return list(self.buffers)
+
+    def _after_rebuild(self) -> None:
+        VectorReplayBuffer._after_rebuild(self)

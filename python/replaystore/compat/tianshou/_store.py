@@ -111,6 +111,10 @@ class Store:
         # Columns added to stored transitions afterwards (Collector's episode hooks, via
         # set_array_at_key): one NumPy file each, mapped, written in place.
         self.extras: Dict[str, np.ndarray] = extras if extras is not None else {}
+        #: Values laid over stored transitions in memory, ``{field: {position: value}}``:
+        #: Tianshou's HER relabels goals in place while it samples and restores them at
+        #: its next call; the rings keep what was added.
+        self.overlay: Dict[str, Dict[int, Any]] = {}
         self.rings = rings
         self.offsets = np.asarray(offsets)  # start of each ring, and the total at the end
         self.fields = fields
@@ -157,6 +161,7 @@ class Store:
             view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys,
                          self.folder, self.extras)
             view.on_restart = self.on_restart
+            view.overlay = self.overlay
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
         return self.rows(index)
@@ -235,13 +240,42 @@ class Store:
                 fixed[k][sel] = got[k]
             for j, blob in zip(sel.tolist(), got[REST]):
                 rest[j] = pickle.loads(blob)
+        for name, laid in self.overlay.items():
+            if laid and name in fixed:
+                for j, p in enumerate(positions.tolist()):
+                    if p in laid:
+                        fixed[name][j] = laid[p]
         return fixed, rest
+
+    def lay_over(self, positions: np.ndarray, values: Dict[str, np.ndarray]) -> None:
+        """``values`` (``{dotted field: array with one row per position}``) laid over the
+        stored transitions at ``positions``, in memory; scalar columns are written in
+        their in-memory mirror."""
+        flat = np.asarray(positions, np.int64).ravel() + self.lo
+        for name, value in values.items():
+            rows = np.asarray(value).reshape((len(flat), *np.asarray(value).shape[np.ndim(positions):]))
+            if name in self.scalars:
+                self.scalars[name][flat] = rows
+                continue
+            laid = self.overlay.setdefault(name, {})
+            for p, row in zip(flat.tolist(), rows):
+                laid[p] = np.array(row)
+
+    def lift(self) -> None:
+        """Drops the values overlaid on this view's positions (the stored ones show
+        again); other sub-buffers' overlays stay."""
+        for laid in self.overlay.values():
+            for p in [p for p in laid if self.lo <= p < self.hi]:
+                del laid[p]
 
     def rows(self, index: Any) -> Batch:
         positions = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index)
         scalar_index = positions.ndim == 0
         positions = np.atleast_1d(positions)
+        lead = positions.shape  # Tianshou indexes with 2-D arrays too (HER's episodes)
         fixed, rest = self.read(positions)
+        if len(lead) > 1:
+            fixed = {k: v.reshape((*lead, *v.shape[1:])) for k, v in fixed.items()}
         out: Dict[str, Any] = {}
         for name, values in fixed.items():
             _put(out, name, values)
@@ -249,7 +283,9 @@ class Store:
             out[key] = column[positions + self.lo]
         for key in self.rest_keys:
             values = [r.get(key) for r in rest]
-            out[key] = _stack_rest(values)
+            stacked = _stack_rest(values)
+            out[key] = stacked.reshape((*lead, *stacked.shape[1:])) \
+                if len(lead) > 1 and isinstance(stacked, np.ndarray) else stacked
         for key, column in self.extras.items():
             out[key] = np.asarray(column[positions + self.lo])
         b = Batch(out)
