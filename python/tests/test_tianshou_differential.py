@@ -436,3 +436,33 @@ def test_her_vector_buffer_relabels_each_sub_buffer_as_tianshou(tmp_path):
     ours._restore_cache()
     same(ours[np.arange(60)], theirs[np.arange(60)])
     ours.close()
+
+
+def test_from_data_set_batch_and_update_match(tmp_path):
+    import h5py
+
+    n = 6
+    rng = np.random.default_rng(12)
+    with h5py.File(str(tmp_path / "d.h5"), "w") as f:
+        data = {"obs": rng.normal(size=(n, 3)).astype(np.float32), "act": np.arange(n),
+                "rew": rng.normal(size=n), "terminated": np.arange(n) % 3 == 2,
+                "truncated": np.zeros(n, bool), "obs_next": rng.normal(size=(n, 3)).astype(np.float32)}
+        data["done"] = data["terminated"] | data["truncated"]
+        for k, v in data.items():
+            f.create_dataset(k, data=v)
+        sets = {k: f[k] for k in data}
+        theirs = tsd.ReplayBuffer.from_data(**sets)
+        ours = ad.ReplayBuffer.from_data(**sets)
+    compare(theirs, ours, np.arange(n))
+    # update: another buffer's transitions, oldest first, into this one.
+    t2, o2 = tsd.ReplayBuffer(4), ad.ReplayBuffer(4, path=str(tmp_path / "u"))
+    for t in range(2):
+        b = transition(t, rng)
+        same(o2.add(b), t2.add(b))
+    source = tsd.ReplayBuffer(5)
+    for t in range(7):
+        source.add(transition(10 + t, rng))
+    same(o2.update(source), t2.update(source))
+    compare(t2, o2, np.arange(len(t2)))
+    ours.close()
+    o2.close()

@@ -128,6 +128,30 @@ class _Rings(Folder):
         if hasattr(self, "_set_batch_for_children"):
             self._set_batch_for_children()
 
+    def set_batch(self, batch: Any) -> None:
+        """Tianshou's ``set_batch``: the buffer manages ``batch`` (``maxsize`` rows, one per
+        position) from now on. Its rows are written to new rings, position by position;
+        what the rings held is dropped (cleared after the new layout is saved)."""
+        assert len(batch) == self.maxsize and set(batch.get_keys()).issubset(self._reserved_keys), \
+            "Input batch doesn't meet ReplayBuffer's data form requirement."
+        old = self.__dict__.get("_meta")
+        if isinstance(old, Store):
+            for ring in old.rings:
+                ring.base = ring.tail
+                ring.clear()
+            bases = [r.base for r in old.rings]
+        else:
+            bases = [0] * len(self._ring_sizes)
+        template = batch[:1]
+        store = self._make_store(schema_of(template), [], bases)
+        self.__dict__["_meta"] = store
+        self._save()
+        for k, (lo, hi) in enumerate(zip(store.offsets[:-1], store.offsets[1:])):
+            for p in range(int(lo), int(hi)):
+                store.write(np.array([p]), batch[p])
+        if hasattr(self, "_set_batch_for_children"):
+            self._set_batch_for_children()
+
     def _rebuild(self) -> None:
         """Tianshou's counters and the in-memory columns, from the rings."""
         store: Store = self.__dict__["_meta"]
