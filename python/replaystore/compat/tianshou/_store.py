@@ -13,6 +13,7 @@ also kept in memory, as Tianshou keeps them: its n-step returns and ``prev``/``n
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 from typing import Any, Dict, List, Optional, Tuple
@@ -121,6 +122,8 @@ class Store:
         self.scalars = scalars
         self.rest_keys = rest_keys  # keys seen in the pickled part, in first-seen order
         self.lo, self.hi = 0, int(self.offsets[-1])
+        #: State every view of this store shares (the read cache).
+        self.shared: Dict[str, Any] = {"last": None}
         #: Called after a ring restarts at position 0 (its buffer was reset), so the
         #: owner can save the ring's new base.
         self.on_restart: Any = None
@@ -131,12 +134,18 @@ class Store:
         return self.hi - self.lo
 
     def get_keys(self):
-        tops = []
+        # Asked for several times per draw: computed again only when a key was added.
+        stamp = (len(self.rest_keys), len(self.extras))
+        cached = self.shared.get("keys")
+        if cached is not None and cached[0] == stamp:
+            return list(cached[1])
+        tops: List[str] = []
         for name in list(self.fields) + list(self.scalars) + self.rest_keys + list(self.extras):
             top = name.split(".", 1)[0]
             if top not in tops:
                 tops.append(top)
-        return tops
+        self.shared["keys"] = (stamp, tops)
+        return list(tops)
 
     def keys(self):
         return self.get_keys()
@@ -162,6 +171,7 @@ class Store:
                          self.folder, self.extras)
             view.on_restart = self.on_restart
             view.overlay = self.overlay
+            view.shared = self.shared
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
         return self.rows(index)
@@ -180,6 +190,7 @@ class Store:
     def write(self, positions: np.ndarray, batch: Any) -> None:
         """Writes row ``i`` of ``batch`` at ``positions[i]``: the next position of its
         ring (``ValueError`` otherwise, as Tianshou's Batch raises when it cannot)."""
+        self.shared["last"] = None
         batch = batch if isinstance(batch, Batch) else Batch(batch)
         stacked = len(positions) > 1 or _is_stacked(batch, self.fields)
         ring_no, local = self._locate(positions)
@@ -238,8 +249,9 @@ class Store:
             got = ring.buf.get(ring.logical(local[sel]))
             for k in self.fields:
                 fixed[k][sel] = got[k]
-            for j, blob in zip(sel.tolist(), got[REST]):
-                rest[j] = pickle.loads(blob)
+            if self.rest_keys:
+                for j, blob in zip(sel.tolist(), got[REST]):
+                    rest[j] = pickle.loads(blob)
         for name, laid in self.overlay.items():
             if laid and name in fixed:
                 for j, p in enumerate(positions.tolist()):
@@ -251,6 +263,7 @@ class Store:
         """``values`` (``{dotted field: array with one row per position}``) laid over the
         stored transitions at ``positions``, in memory; scalar columns are written in
         their in-memory mirror."""
+        self.shared["last"] = None
         flat = np.asarray(positions, np.int64).ravel() + self.lo
         for name, value in values.items():
             rows = np.asarray(value).reshape((len(flat), *np.asarray(value).shape[np.ndim(positions):]))
@@ -264,12 +277,29 @@ class Store:
     def lift(self) -> None:
         """Drops the values overlaid on this view's positions (the stored ones show
         again); other sub-buffers' overlays stay."""
+        self.shared["last"] = None
         for laid in self.overlay.values():
             for p in [p for p in laid if self.lo <= p < self.hi]:
                 del laid[p]
 
     def rows(self, index: Any) -> Batch:
+        """The transitions at ``index`` as a ``Batch`` of their own (the caller may
+        change it)."""
+        return copy.deepcopy(self._cached(index))
+
+    def _cached(self, index: Any) -> Batch:
+        """The transitions at ``index``, read once for consecutive reads of the same
+        positions; never handed out (callers get copies)."""
         positions = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index)
+        key = (positions.tobytes(), positions.shape, positions.dtype.str, self.lo)
+        last = self.shared["last"]
+        if last is not None and last[0] == key:
+            return last[1]
+        b = self._rows(positions)
+        self.shared["last"] = (key, b)
+        return b
+
+    def _rows(self, positions: np.ndarray) -> Batch:
         scalar_index = positions.ndim == 0
         positions = np.atleast_1d(positions)
         lead = positions.shape  # Tianshou indexes with 2-D arrays too (HER's episodes)
@@ -298,6 +328,7 @@ class Store:
         are not rewritten); others become a column of their own, a mapped NumPy file in
         the folder (``extra-KEY.npy``) that survives a kill and a reopen."""
         seq = np.asarray(seq)
+        self.shared["last"] = None
         if key in self.get_keys() and key not in self.extras:
             raise ValueError(f"replaystore keeps {key!r} in its rings: stored transitions are not rewritten")
         if key not in self.extras:
@@ -320,8 +351,11 @@ class Store:
         column.flush()
 
     def column(self, key: str, index: Any) -> Any:
-        b = self.rows(index)
-        return b[key] if key in b.get_keys() else Batch()
+        b = self._cached(index)
+        if key not in b.get_keys():
+            return Batch()
+        value = b[key]
+        return copy.deepcopy(value) if isinstance(value, Batch) else np.array(value, copy=True)
 
 
 class Column:
