@@ -466,3 +466,27 @@ def test_from_data_set_batch_and_update_match(tmp_path):
     compare(t2, o2, np.arange(len(t2)))
     ours.close()
     o2.close()
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_a_reopened_prioritized_buffer_starts_every_transition_at_the_largest_priority(tmp_path, vector):
+    path = str(tmp_path / "pr")
+    make = (lambda: ad.PrioritizedVectorReplayBuffer(12, 2, alpha=1.0, beta=0.5, path=path)) if vector \
+        else (lambda: ad.PrioritizedReplayBuffer(12, alpha=1.0, beta=0.5, path=path))
+    ours = make()
+    rng = np.random.default_rng(6)
+    for t in range(5):
+        ours.add(Batch.stack([transition(2 * t, rng), transition(2 * t + 1, rng)]) if vector else transition(t, rng))
+    idx = ours.sample_indices(0)
+    ours.update_weight(idx, np.linspace(0.5, 3.0, len(idx)))
+    ours.close()
+    again = make()
+    # The documented difference: the priorities were Tianshou's, in memory; after the
+    # reopen every stored transition has the largest one (1 in a fresh tree) and each is
+    # drawn.
+    idx = again.sample_indices(0)
+    np.testing.assert_allclose(again.get_weight(idx), np.ones(len(idx)))
+    np.random.seed(0)
+    _, drawn = again.sample(2000)
+    assert set(drawn.tolist()) == set(idx.tolist())
+    again.close()

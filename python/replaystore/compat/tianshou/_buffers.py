@@ -457,22 +457,6 @@ class PrioritizedVectorReplayBuffer(_Rings, _TSPrioritizedVectorReplayBuffer):
 
     def _after_rebuild(self) -> None:
         VectorReplayBuffer._after_rebuild(self)
-
-    def add(self, batch: Any, buffer_ids: Any = None) -> Any:
-        """Tianshou's ``add``; a cached ring whose episode moved to the main ring is
-        cleared then (Tianshou resets that sub-buffer), not at its next write, so a
-        reopen finds it empty as Tianshou holds it."""
-        out = super().add(batch, buffer_ids)
-        store = self.__dict__.get("_meta")
-        if isinstance(store, Store):
-            emptied = [r for b, r in zip(self.buffers, store.rings) if len(b) == 0 and len(r)]
-            if emptied:
-                for ring in emptied:
-                    ring.base = ring.tail
-                self._save()
-                for ring in emptied:
-                    ring.clear()
-        return out
         for offset, b in zip(self._offset, self.buffers):
             if len(b):
                 self.init_weight(offset + np.arange(len(b)))
