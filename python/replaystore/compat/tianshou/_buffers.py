@@ -130,8 +130,8 @@ class _Rings(Folder):
 
     def set_batch(self, batch: Any) -> None:
         """Tianshou's ``set_batch``: the buffer manages ``batch`` (``maxsize`` rows, one per
-        position) from now on. Its rows are written to new rings, position by position;
-        what the rings held is dropped (cleared after the new layout is saved)."""
+        position) from now on: what the rings held is dropped, then the batch's rows are
+        written position by position (the rings must take its layout)."""
         assert len(batch) == self.maxsize and set(batch.get_keys()).issubset(self._reserved_keys), \
             "Input batch doesn't meet ReplayBuffer's data form requirement."
         old = self.__dict__.get("_meta")
