@@ -25,9 +25,12 @@ Where the Tianshou-backed classes differ, and why:
   Tianshou does: a reopened folder starts every transition at the largest priority.
 - ``set_array_at_key`` (a Collector's episode hooks) adds a column as a mapped NumPy file
   beside the rings (``extra-KEY.npy``); it refuses keys the rings hold.
-- Pickling a buffer with a folder of the caller's (``path=``) pickles the folder's name and
-  an O(1) snapshot of each ring; unpickling restores them in another process (in the same
-  one, after the buffer is closed: a folder has one writer). A temporary folder's buffer
+- Pickling a buffer with a folder of the caller's (``path=``) pickles the folder's name,
+  an O(1) snapshot of each ring, Tianshou's counters (and priority tree) and the
+  in-memory flag columns (11 bytes a transition); unpickling restores them in another
+  process (in the same one, after the buffer is closed: a folder has one writer) without
+  reading the rings. Opening a folder (``path=`` again) rebuilds the flag columns by
+  reading every stored transition: O(n). A temporary folder's buffer
   pickles its transitions. ``save_hdf5`` writes Tianshou's own file (Tianshou's
   ``load_hdf5`` reads it), ``load_hdf5`` reads Tianshou's (``folder=`` says where).
 - A sub-buffer Tianshou resets (``CachedReplayBuffer`` does after each episode it moves

@@ -213,6 +213,10 @@ class _Rings(Folder):
             else:
                 state["_snapshots"] = [r.buf.get_state() for r in store.rings]
                 state["_bases"] = [r.base for r in store.rings]
+                # The in-memory flag columns (11 bytes a transition) and pickled keys,
+                # so an unpickle needs no pass over the rings.
+                state["_mirror"] = {k: v.copy() for k, v in store.scalars.items()}
+                state["_rest_keys"] = list(store.rest_keys)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -220,6 +224,8 @@ class _Rings(Folder):
         extras = state.pop("_extras", {})
         snapshots = state.pop("_snapshots", None)
         bases = state.pop("_bases", None)
+        mirror = state.pop("_mirror", None)
+        rest_keys = state.pop("_rest_keys", None)
         self.__dict__.update(state)
         self.__dict__["_meta"] = Batch()
         self.__dict__["_remove_dir"] = None
@@ -230,13 +236,23 @@ class _Rings(Folder):
                     f"{self._path}: the buffer's folder is gone; the pickle names it and holds "
                     "snapshots of its rings, not the transitions")
             fields = {k: (np.dtype(d), tuple(s)) for k, d, s in saved["fields"]}
-            store = self._make_store(fields, saved.get("rest_keys", []), bases)
+            store = self._make_store(fields, rest_keys if rest_keys is not None else saved.get("rest_keys", []),
+                                     bases)
             for ring, snapshot in zip(store.rings, snapshots):
                 ring.buf.set_state(snapshot)
                 ring.tail = int(ring.buf.stats()["tail"])
             self.__dict__["_meta"] = store
             self._save()
-            self._rebuild()
+            if mirror is None:
+                self._rebuild()
+                return
+            # Tianshou's counters (and a prioritized buffer's tree) came in the pickle;
+            # the flags too: the rings are not read.
+            for key, column in mirror.items():
+                store.scalars[key][:] = column
+            for k, buf in enumerate(self._children()):
+                if buf is not self:
+                    buf.__dict__["_meta"] = store[int(store.offsets[k]):int(store.offsets[k + 1])]
         elif rows is not None:
             self._take_folder(None, "replaystore-tianshou-")
             os.makedirs(self._path, exist_ok=True)
