@@ -490,3 +490,33 @@ def test_a_reopened_prioritized_buffer_starts_every_transition_at_the_largest_pr
     _, drawn = again.sample(2000)
     assert set(drawn.tolist()) == set(idx.tolist())
     again.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(steps=st.integers(1, 25), seed=st.integers(0, 99), draws=st.lists(st.integers(0, 12), max_size=3))
+def test_atari_options_stack_last_frames_and_avail_draws_match(tmp_path_factory, steps, seed, draws):
+    """save_only_last_obs keeps the newest of a stacked observation, stack_num rebuilds
+    the stack at read time, sample_avail draws only transitions with a whole stack."""
+    kw = dict(stack_num=4, ignore_obs_next=True, save_only_last_obs=True, sample_avail=True)
+    theirs = tsd.ReplayBuffer(10, **kw)
+    ours = ad.ReplayBuffer(10, path=str(tmp_path_factory.mktemp("a")), **kw)
+    rng = np.random.default_rng(seed)
+    try:
+        for t in range(steps):
+            frames = np.stack([np.full((2, 2), t + 3 - k, np.uint8) for k in (3, 2, 1, 0)])
+            b = Batch(obs=frames, act=np.int64(t % 4), rew=1.0, terminated=bool(rng.random() < 0.2),
+                      truncated=False, obs_next=frames, info={})
+            same(ours.add(b), theirs.add(b))
+        for n in draws + [0]:
+            try:
+                a, ia = theirs.sample(n)
+            except ValueError:  # no transition has a whole stack yet: the same in both
+                with pytest.raises(ValueError):
+                    ours.sample(n)
+                continue
+            o, io = ours.sample(n)
+            same(io, ia)
+            same(o, a)
+        same(ours.get(np.arange(len(theirs)), "obs"), theirs.get(np.arange(len(theirs)), "obs"))
+    finally:
+        ours.close()

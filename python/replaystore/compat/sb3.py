@@ -41,6 +41,8 @@ Where it differs from SB3, and why:
   ``n_envs`` times the bytes SB3 copies.
 - ``HerReplayBuffer`` with ``copy_info_dict=True`` keeps the infos in memory, as SB3
   does: a reopened folder has empty infos for the steps before the reopen.
+- ``HerReplayBuffer.reset()`` forgets the episodes with the steps; SB3's keeps their
+  lengths, so after its reset it goes on drawing steps from before it.
 """
 
 from __future__ import annotations
