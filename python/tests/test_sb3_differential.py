@@ -196,7 +196,7 @@ def sb3_logs_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-logs"))
 
 
-@pytest.mark.parametrize("algo", ["DQN", "SAC"])
+@pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3", "DDPG"])
 def test_algorithms_learn_save_and_load_through_the_adapter(tmp_path, algo):
     import gymnasium as gym
     import stable_baselines3 as sb3lib
