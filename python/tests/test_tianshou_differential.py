@@ -520,3 +520,31 @@ def test_atari_options_stack_last_frames_and_avail_draws_match(tmp_path_factory,
         same(ours.get(np.arange(len(theirs)), "obs"), theirs.get(np.arange(len(theirs)), "obs"))
     finally:
         ours.close()
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_a_pickled_prioritized_buffer_keeps_its_priorities(tmp_path, vector):
+    import pickle
+
+    theirs = tsd.PrioritizedVectorReplayBuffer(12, 2, alpha=0.6, beta=0.4) if vector \
+        else tsd.PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4)
+    ours = ad.PrioritizedVectorReplayBuffer(12, 2, alpha=0.6, beta=0.4) if vector \
+        else ad.PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4)
+    rng = np.random.default_rng(13)
+    for t in range(9):
+        b = Batch.stack([transition(2 * t, rng), transition(2 * t + 1, rng)]) if vector else transition(t, rng)
+        same(ours.add(b), theirs.add(b))
+    idx = theirs.sample_indices(0)
+    new = np.linspace(0.2, 4.0, len(idx))
+    theirs.update_weight(idx, new)
+    ours.update_weight(idx, new)
+    back = pickle.loads(pickle.dumps(ours))  # a temporary folder: the transitions travel
+    ours.close()
+    same(back.get_weight(idx), theirs.get_weight(idx))
+    np.random.seed(3)
+    a, ia = theirs.sample(20)
+    np.random.seed(3)
+    o, io = back.sample(20)
+    same(io, ia)
+    same(o, a)
+    back.close()

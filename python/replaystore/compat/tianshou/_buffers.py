@@ -282,7 +282,12 @@ class _Rings(Folder):
             store.set_array_at_key(values, key)
         self.__dict__["_meta"] = store
         self._save()
+        # A prioritized buffer's tree came with the state (pickle or HDF5): the
+        # rebuild's fresh priorities must not replace it.
+        weight = copy.deepcopy(self.__dict__.get("weight"))  # init_weight changes it in place
         self._rebuild()
+        if weight is not None:
+            self.__dict__["weight"] = weight
 
     def save_hdf5(self, path: str, compression: Optional[str] = None) -> None:
         """Tianshou's HDF5 file of this buffer (every position, as Tianshou's own
