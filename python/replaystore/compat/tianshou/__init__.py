@@ -22,7 +22,8 @@ Where the Tianshou-backed classes differ, and why:
 - Positions not written since ``reset()`` read as zeros (Tianshou's arrays keep the old
   values there; no draw reaches them).
 - The prioritized buffers keep their priorities in Tianshou's segment tree in memory, as
-  Tianshou does: a reopened folder starts every transition at the largest priority.
+  Tianshou does: a reopened folder starts every transition at the largest priority (a
+  pickle or an HDF5 file keeps them, as Tianshou's does).
 - ``set_array_at_key`` (a Collector's episode hooks) adds a column as a mapped NumPy file
   beside the rings (``extra-KEY.npy``); it refuses keys the rings hold.
 - Pickling a buffer with a folder of the caller's (``path=``) pickles the folder's name,
