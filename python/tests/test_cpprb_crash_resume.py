@@ -4,8 +4,6 @@ every transition it was told was stored, at the positions cpprb would give them,
 on adding from there."""
 
 import ast
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -13,28 +11,12 @@ import textwrap
 import numpy as np
 import pytest
 
+from kill import run_until_killed
+
 from replaystore.compat import cpprb
 
 ENV = {"obs": {"dtype": np.int64}, "rew": {}, "done": {}}
 SIZE = 64
-
-
-def run_until_killed(code, acks):
-    """Runs ``code``, which prints one line per acknowledged add, and kills it with
-    SIGKILL once ``acks`` lines were read; returns every count it printed before it
-    died (lines still in the pipe included: those adds were acknowledged too)."""
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in child.stdout:
-        seen.append(int(line))
-        if len(seen) >= acks:
-            os.kill(child.pid, signal.SIGKILL)
-            break
-    seen += [int(line) for line in child.stdout if line.endswith("\n")]
-    child.wait()
-    assert child.returncode == -signal.SIGKILL, child.stderr.read()
-    return seen
 
 
 @pytest.mark.parametrize("cls", ["ReplayBuffer", "PrioritizedReplayBuffer", "ReverseReplayBuffer"])

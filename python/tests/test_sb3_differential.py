@@ -255,7 +255,7 @@ def test_a_buffer_without_a_folder_pickles_its_transitions(tmp_path):
 
 
 def test_a_killed_run_resumes_with_every_step_it_added(tmp_path):
-    import signal
+    from kill import run_until_killed
 
     path = str(tmp_path / "rb")
     code = textwrap.dedent(f"""
@@ -272,15 +272,7 @@ def test_a_killed_run_resumes_with_every_step_it_added(tmp_path):
             t += 1
             print(t, flush=True)
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    seen = []
-    for line in child.stdout:
-        seen.append(int(line))
-        if len(seen) >= 150:
-            os.kill(child.pid, signal.SIGKILL)
-            break
-    seen += [int(x) for x in child.stdout if x.endswith("\n")]
-    child.wait()
+    seen = run_until_killed(code, 150)
     acked = seen[-1]
     obs_space, act_space = spaces.Box(-1e9, 1e9, (3,), np.float32), spaces.Discrete(4)
     rb = ad.ReplayBuffer(128, obs_space, act_space, n_envs=2, path=path)

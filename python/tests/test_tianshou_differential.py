@@ -214,11 +214,9 @@ def test_a_collector_fills_the_adapter_and_dqn_trains_from_it(tmp_path):
 
 
 def test_a_killed_collector_process_resumes_with_every_transition_it_added(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
     import textwrap
+
+    from kill import run_until_killed
 
     path = str(tmp_path / "k")
     code = textwrap.dedent(f"""
@@ -236,15 +234,7 @@ def test_a_killed_collector_process_resumes_with_every_transition_it_added(tmp_p
             t += 1
             print(t, flush=True)
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    seen = []
-    for line in child.stdout:
-        seen.append(int(line))
-        if len(seen) >= 120:
-            os.kill(child.pid, signal.SIGKILL)
-            break
-    seen += [int(x) for x in child.stdout if x.endswith("\n")]
-    child.wait()
+    seen = run_until_killed(code, 120)
     acked = seen[-1]
     buf = ad.VectorReplayBuffer(64, 2, path=path)
     # Each ring holds its newest 32 steps: every acknowledged one, and at most the step
