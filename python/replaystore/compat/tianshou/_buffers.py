@@ -146,9 +146,7 @@ class _Rings(Folder):
         store = self._make_store(schema_of(template), [], bases)
         self.__dict__["_meta"] = store
         self._save()
-        for k, (lo, hi) in enumerate(zip(store.offsets[:-1], store.offsets[1:])):
-            for p in range(int(lo), int(hi)):
-                store.write(np.array([p]), batch[p])
+        store.write(np.arange(self.maxsize), batch)
         if hasattr(self, "_set_batch_for_children"):
             self._set_batch_for_children()
 

@@ -27,6 +27,7 @@ from ..._native import ReplayBuffer as _Buffer
 FIXED = ("obs", "obs_next", "act")
 SCALARS = ("rew", "terminated", "truncated", "done")
 REST = "__rest__"
+_ONE = np.zeros(1, np.int64)  # the row index of a one-row write
 
 
 def flatten(template: Batch, prefix: str = "") -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
@@ -188,48 +189,71 @@ class Store:
         return ring, positions - self.offsets[ring]
 
     def write(self, positions: np.ndarray, batch: Any) -> None:
-        """Writes row ``i`` of ``batch`` at ``positions[i]``: the next position of its
-        ring (``ValueError`` otherwise, as Tianshou's Batch raises when it cannot)."""
+        """Writes row ``i`` of ``batch`` at ``positions[i]``: each ring's rows must be its
+        next positions (``ValueError`` otherwise, as Tianshou's Batch raises when it
+        cannot). One add per ring: ``update`` and ``set_batch`` write many rows at once."""
         self.shared["last"] = None
         batch = batch if isinstance(batch, Batch) else Batch(batch)
+        # One row without a leading axis (Tianshou's single add): read as row 0, not
+        # stacked into a copy (a Batch.stack per add cost two thirds of add's time).
         stacked = len(positions) > 1 or _is_stacked(batch, self.fields)
         ring_no, local = self._locate(positions)
-        for i, (r, p) in enumerate(zip(ring_no.tolist(), local.tolist())):
+        if len(positions) == 1:  # every add: no grouping, integer checks
+            groups = [(int(ring_no[0]), _ONE)]
+        else:
+            groups = [(r, np.flatnonzero(ring_no == r)) for r in dict.fromkeys(ring_no.tolist())]
+        for r, at in groups:
             ring = self.rings[r]
-            if p == 0 and ring.next_position() != 0 and len(ring):
+            first = int(local[at[0]])
+            if first == 0 and ring.next_position() != 0 and len(ring):
                 # Tianshou reset this sub-buffer (a CachedReplayBuffer does after each
                 # episode it moves): positions start again, so does the ring.
                 ring.base = ring.tail
                 if self.on_restart is not None:
                     self.on_restart()
                 ring.clear()
-            if p != ring.next_position():
+            nxt = ring.next_position()
+            if len(at) == 1:
+                bad = None if first == nxt else 0
+            else:
+                wrong = np.flatnonzero(local[at] != (nxt + np.arange(len(at))) % ring.size)
+                bad = int(wrong[0]) if len(wrong) else None
+            if bad is not None:
                 raise ValueError(
-                    f"position {positions[i]} is not ring {r}'s next ({ring.next_position()}): "
-                    "replaystore appends, and rewrites no stored transition")
-            row = batch[i] if stacked else batch
-            ring.append(self._encode(row))
+                    f"position {positions[at[bad]]} is not ring {r}'s next "
+                    f"({(nxt + bad) % ring.size}): replaystore appends, and rewrites no "
+                    "stored transition")
+            ring.append(self._encode(batch, at, stacked))
+            # One row (every add) by integer index: a fancy index per flag cost more.
+            one = len(at) == 1
+            where = int(positions[at[0]]) if one else positions[at]
+            pick = int(at[0]) if one else at
             for key, column in self.scalars.items():
-                column[positions[i]] = row[key]
+                value = batch[key]
+                column[where] = np.asarray(value)[pick] if stacked else value
 
-    def _encode(self, row: Batch) -> Dict[str, Any]:
+    def _encode(self, batch: Batch, at: np.ndarray, stacked: bool) -> Dict[str, Any]:
+        """Rows ``at`` of ``batch`` (one row without a leading axis when not
+        ``stacked``) as the ring's fields: the fixed ones as arrays, every other key
+        pickled per row."""
         out: Dict[str, Any] = {}
         for name, (dtype, shape) in self.fields.items():
-            value = _dig(row, name)
-            out[name] = np.ascontiguousarray(np.asarray(value, dtype).reshape((1, *shape)))
-        rest = {}
-        for key in row.get_keys():
-            if key in FIXED and any(n == key or n.startswith(key + ".") for n in self.fields):
-                continue
-            if key in self.scalars and key in self.fields:
-                continue
-            value = row[key]
+            value = np.asarray(_dig(batch, name), dtype)
+            out[name] = np.ascontiguousarray((value[at] if stacked else value).reshape((len(at), *shape)))
+        rest_keys = []
+        for key in batch.get_keys():
+            if key in self.scalars or (key in FIXED and any(
+                    n == key or n.startswith(key + ".") for n in self.fields)):
+                continue  # stored as fields
+            value = batch[key]
             if isinstance(value, Batch) and len(value.get_keys()) == 0:
                 continue
-            rest[key] = _plain(value)
+            rest_keys.append(key)
             if key not in self.rest_keys:
                 self.rest_keys.append(key)
-        out[REST] = [pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)]
+        rows = ([{k: _plain(batch[k][i]) for k in rest_keys} for i in at.tolist()] if stacked
+                else [{k: _plain(batch[k]) for k in rest_keys}])
+        out[REST] = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in rows]
         return out
 
     def read(self, positions: np.ndarray) -> Tuple[Dict[str, np.ndarray], List[Dict[str, Any]]]:
