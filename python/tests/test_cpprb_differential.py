@@ -151,7 +151,7 @@ def nstep_run(pair, nstep, plan, **kwargs):
     returns both buffers and the positions cpprb filled from its episode-end flushes."""
     env = {"obs": {}, "rew": {}, "rew2": {"shape": 2}, "next_obs": {}, "done": {}}
     theirs, ours = pair(kwargs.pop("cls", "ReplayBuffer"), 64, env, Nstep=nstep, **kwargs)
-    flushed = []
+    groups = []  # the positions each on_episode_end flushed, one list per call
     dones = []
     ends = []  # per step, where its episode's segment ends (the next on_episode_end)
     n = 0
@@ -161,7 +161,7 @@ def nstep_run(pair, nstep, plan, **kwargs):
             before = theirs.get_next_index()
             theirs.on_episode_end()
             ours.on_episode_end()
-            flushed += [(before + i) % 64 for i in range((theirs.get_next_index() - before) % 64)]
+            groups.append([(before + i) % 64 for i in range((theirs.get_next_index() - before) % 64)])
             ends += [n] * (n - len(ends))
         else:
             i = np.arange(n, n + k)
@@ -173,25 +173,34 @@ def nstep_run(pair, nstep, plan, **kwargs):
         assert ours.get_stored_size() == theirs.get_stored_size()
         assert ours.get_next_index() == theirs.get_next_index()
     ends += [n] * (n - len(ends))
-    return theirs, ours, flushed, (np.concatenate(dones) if dones else np.zeros(0)), np.array(ends, int)
+    return theirs, ours, groups, (np.concatenate(dones) if dones else np.zeros(0)), np.array(ends, int)
 
 
-def nstep_same(theirs, ours, flushed, next_fields, dones, ends, size, one_by_one):
+def nstep_same(theirs, ours, groups, next_fields, dones, ends, size, one_by_one):
     a, b = theirs.get_all_transitions(), ours.get_all_transitions()
+    flushed = [p for group in groups for p in group]
     keep = np.setdiff1d(np.arange(len(a["obs"])), flushed).astype(int)
     # done, the documented difference: replaystore's is the sum of the window's dones
     # (the window cut where on_episode_end cut the episode). cpprb 11 sums the first
     # size - 1 when transitions come one by one, so a window ending on the terminal step
     # is not done there (its learner bootstraps from the terminal state); in batches it
     # also adds values its staging buffer was filled with (1), so done can be 1 with no
-    # terminal step at all.
+    # terminal step at all. At on_episode_end it sums the waiting rows' dones in place
+    # (each pass adds sums already made), so a flushed row can count a done twice.
     obs = b["obs"].ravel().astype(int)
     want = np.array([dones[i:min(i + size, end)].sum() for i, end in zip(obs, ends[obs])])
     np.testing.assert_array_equal(b["done"].ravel(), want)
     if one_by_one:
         short = np.array([dones[i:min(i + size - 1, end)].sum() for i, end in zip(obs, ends[obs])])
-        flush = np.isin(np.arange(len(obs)), flushed)
-        np.testing.assert_array_equal(a["done"].ravel(), np.where(flush, want, short))
+        expected = short.astype(float)
+        for group in groups:
+            if not group:
+                continue
+            d = dones[obs[group]].astype(float)  # the waiting rows' own dones, in order
+            for i in range(1, len(d)):
+                d[:-i] += d[i:]  # cpprb's accumulation, in place
+            expected[group] = d
+        np.testing.assert_array_equal(a["done"].ravel(), expected)
     for k in a:
         if k == "done":
             continue
@@ -219,10 +228,11 @@ def test_nstep_sums_dones_and_next_values_match_for_random_add_sequences(tmp_pat
         made.append(ours)
         return theirs, ours
 
-    theirs, ours, flushed, dones, ends = nstep_run(make, nstep, plan + [None])
+    theirs, ours, groups, dones, ends = nstep_run(make, nstep, plan + [None])
+    flushed = [p for group in groups for p in group]
     try:
         one_by_one = all(k in (None, 1) for k in plan)
-        a, b = nstep_same(theirs, ours, flushed, {"next_obs"}, dones, ends, size, one_by_one)
+        a, b = nstep_same(theirs, ours, groups, {"next_obs"}, dones, ends, size, one_by_one)
         # Where cpprb holds the fill value, ours holds the last next value of the episode.
         for pos in flushed:
             assert b["next_obs"][pos] >= b["obs"][pos] + 1

@@ -22,8 +22,9 @@ Where it differs from cpprb, and why:
   transition at a time, sums the first ``size - 1`` of them, so a transition whose window
   ends on the terminal step is not done and its learner bootstraps from the terminal
   state; fed several at a time it also adds the fill value (1) of its staging buffer, so
-  ``done`` can be 1 with no terminal step in the window. Rewards and ``next`` values
-  match.
+  ``done`` can be 1 with no terminal step in the window; at ``on_episode_end`` it sums
+  the waiting transitions' dones in place, so one can count a done twice (2). Rewards
+  and ``next`` values match.
 - ``Nstep``: on ``on_episode_end`` the waiting transitions get the episode's last ``next``
   values; cpprb 11 gives them its buffer's fill value (1), which is a bug there.
   Waiting transitions are in memory in both: a crash loses them (they were never stored).
