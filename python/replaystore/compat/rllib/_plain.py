@@ -36,8 +36,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .._native import ReplayBuffer as _Buffer
-from ._folder import Folder
+from ..._native import ReplayBuffer as _Buffer
+from .._folder import Folder
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "StorageUnit"]
 

@@ -1,0 +1,310 @@
+"""Pickled objects in a replaystore ring, in the order they were put, each under a
+sequence number that outlives the ring: what the new-stack adapters keep RLlib's
+episode chunks in.
+
+RLlib's episode buffers keep ``SingleAgentEpisode`` / ``MultiAgentEpisode`` objects (with
+their spaces, infos, extra model outputs and lookback buffers) and slice them with their
+own methods, so a chunk is stored whole, as RLlib's own ``pickle`` of it: every field an
+RLlib version adds is kept, and a sliced chunk is RLlib's own slice.
+
+The ring is a replaystore buffer with item states: RLlib evicts whole episodes, oldest
+first, and the adapter removes their chunks. A chunk of an episode that is still held
+cannot be overwritten by the ring: before a put that could reach it, the live chunks are
+copied into a larger ring (the next *generation*, ``gen-K/``; ``rllib.json`` names the
+current one, so a kill mid-copy leaves the old one current). The generation before the
+current one is kept, so the states ``get_state`` named there stay restorable.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from collections import OrderedDict, deque
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ..._native import ReplayBuffer as _Buffer
+from .._folder import read_sidecar, write_sidecar
+
+SIDECAR = "rllib.json"
+SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64"}
+#: A ring is replaced once the chunks from the oldest live one to the newest would fill
+#: this share of its heap: the engine's chunk rows round each value up.
+FILL = 0.6
+MIN_HEAP = 1 << 12
+
+
+def dumps(obj: Any) -> bytes:
+    """``pickle``, or ``cloudpickle`` for what holds a function pickle cannot name (a
+    ``MultiAgentEpisode`` holds its agent-to-module mapping, often a lambda). Both are
+    read back by ``pickle.loads``."""
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        import cloudpickle  # Ray's dependency: these adapters run with Ray installed
+
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class ChunkStore:
+    """Chunks under ``folder/gen-K``: ``put`` returns a sequence number, ``get`` the
+    object (a small cache of recent ones in memory), ``remove`` drops chunks."""
+
+    def __init__(self, folder: str, settings: Dict[str, Any], cache_bytes: int = 64 << 20) -> None:
+        self.folder = folder
+        self.settings = dict(settings)
+        self.cache_bytes = cache_bytes
+        self._cache: "OrderedDict[int, Tuple[Any, int]]" = OrderedDict()
+        self._cached = 0
+        self.buf: Optional[_Buffer] = None
+        self.gen = 0
+        #: The owner's count of timesteps added and the ordinal of the chunk's episode
+        #: (RLlib's episode index: episodes added before it), stored with each chunk, so
+        #: a reopened buffer counts and indexes on from them.
+        self.counters_fn: Callable[[str], Tuple[int, int]] = lambda key: (0, 0)
+        #: While a reopened buffer replays its chunks through RLlib's ``add``: the seq of
+        #: the chunk being replayed (it is stored already; nothing is put).
+        self.replaying: Optional[int] = None
+        # seq -> (ring index, blob bytes) of live chunks, in put order.
+        self.where: "OrderedDict[int, Tuple[int, int]]" = OrderedDict()
+        self.next_seq = 0
+        # (seq, bytes) of every chunk from the oldest live one on, removed or not.
+        self._order: "deque[Tuple[int, int]]" = deque()
+        saved = read_sidecar(folder, SIDECAR)
+        if saved is not None and saved.get("gen"):
+            self.gen = int(saved["gen"])
+            self.buf = _Buffer.open(self._ring(self.gen))
+            self._index()
+
+    # -- the ring ------------------------------------------------------------------------
+
+    def _ring(self, gen: int) -> str:
+        return os.path.join(self.folder, f"gen-{gen}")
+
+    def _index(self) -> None:
+        """Rebuilds ``where`` from the ring's live items (seq and size; no unpickling)."""
+        self.where.clear()
+        for idx, seq, size, _key, _blob, _added, _ordinal in self._walk():
+            self.where[seq] = (idx, size)
+        # Sequence numbers only name live chunks, so counting on from the newest live one
+        # reuses none that anything still holds.
+        self.next_seq = max(self.where) + 1 if self.where else 0
+        self._tail = int(self.buf.stats()["tail"])
+        self._recount()
+        # Sizes of removed chunks are not known after an open: the estimate stands for them.
+        self._order = deque((seq, size + 64) for seq, (_, size) in self.where.items())
+
+    def _walk(self, step: int = 256) -> Iterator[Tuple[int, int, int, str, bytes, int, int]]:
+        """``(ring index, seq, blob size, key, blob, added, ordinal)`` of each live item,
+        oldest first."""
+        stats = self.buf.stats()
+        head, tail = int(stats["head"]), int(stats["tail"])
+        for lo in range(head, tail, step):
+            idx = np.arange(lo, min(lo + step, tail), dtype=np.uint64)
+            live = idx[~self.buf.item_states(idx)["removed"]]
+            if len(live) == 0:
+                continue
+            got = self.buf.get(live)
+            for i, seq, key, blob, added, ordinal in zip(
+                    live.tolist(), got["seq"].tolist(), got["key"], got["chunk"],
+                    got["added"].tolist(), got["ordinal"].tolist()):
+                yield i, int(seq), len(blob), key, blob, int(added), int(ordinal)
+
+    def _create(self, gen: int, items: int, heap: int) -> _Buffer:
+        path = self._ring(gen)
+        if os.path.exists(path):
+            shutil.rmtree(path)  # a generation a kill left half-copied
+        return _Buffer.create(path, SCHEMA, items, heap_bytes=heap, item_states=True)
+
+    def _room(self, blob: int) -> None:
+        """Makes sure a put of ``blob`` bytes overwrites no live chunk."""
+        if self.buf is None:
+            items = int(self.settings["items"])
+            heap = max(MIN_HEAP, int(self.settings["heap"]))
+            self._switch(1, self._create(1, items, heap))
+            return
+        cap = self.buf.capacity
+        heap = int(self.settings["heap"])
+        oldest = next(iter(self.where.values()))[0] if self.where else self._tail
+        span_items = self._tail - oldest + 1
+        span_bytes = self._span + blob + 64
+        if span_items <= cap and span_bytes <= FILL * heap:
+            return
+        live_bytes = sum(size for _, size in self.where.values()) + blob
+        items = max(cap, 2 * (len(self.where) + 1) + 64)
+        heap = max(heap, int(2 * live_bytes / FILL))
+        self._grow(items, heap)
+
+    def _grow(self, items: int, heap: int) -> None:
+        gen = self.gen + 1
+        new = self._create(gen, items, heap)
+        where: "OrderedDict[int, Tuple[int, int]]" = OrderedDict()
+        for _idx, seq, size, key, blob, added, ordinal in self._walk():
+            at = new.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal)
+            where[seq] = (int(at), size)
+        new.flush()
+        old = self.gen
+        self.settings["heap"] = heap
+        self.settings["items"] = items
+        self.buf.close()
+        self._switch(gen, new)
+        self.where = where
+        self._order = deque((seq, size + 64) for seq, (_, size) in where.items())
+        self._span = sum(size for _, size in self._order)
+        # The generation before the old one goes: the old one's snapshots stay.
+        if os.path.exists(self._ring(old - 1)):
+            shutil.rmtree(self._ring(old - 1))
+
+    def _switch(self, gen: int, buf: _Buffer) -> None:
+        self.buf = buf
+        self.gen = gen
+        self._tail = int(buf.stats()["tail"])
+        write_sidecar(self.folder, SIDECAR, {**self.settings, "gen": gen})
+
+    #: Bytes from the oldest live chunk to the tail: live chunks, and removed ones the
+    #: ring has not passed yet (as they were put, plus a row's rounding).
+    _span = 0
+
+    # -- chunks --------------------------------------------------------------------------
+
+    def put(self, key: str, obj: Any) -> int:
+        """Stores ``obj`` (pickled) and returns its sequence number; while replaying, the
+        replayed chunk's."""
+        if self.replaying is not None:
+            return self.replaying
+        added, ordinal = self.counters_fn(key)
+        blob = dumps(obj)
+        self._room(len(blob))
+        seq = self.next_seq
+        at = int(self.buf.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal))
+        self._tail = at + 1
+        if self.where and int(self.buf.stats()["head"]) > next(iter(self.where.values()))[0]:
+            # _room sizes the ring so this cannot happen; if it does, say so at once.
+            raise RuntimeError(f"{self._ring(self.gen)}: the ring overwrote a live chunk")
+        self.next_seq += 1
+        self.where[seq] = (at, len(blob))
+        self._span += len(blob) + 64
+        self._order.append((seq, len(blob) + 64))
+        self.keep(seq, obj, len(blob))
+        return seq
+
+    def get(self, seq: int) -> Any:
+        """The object put under ``seq`` (shared with the cache: read it, do not change it)."""
+        hit = self._cache.get(seq)
+        if hit is not None:
+            self._cache.move_to_end(seq)
+            return hit[0]
+        obj = pickle.loads(self.buf.get(np.array([self.where[seq][0]]))["chunk"][0])
+        self.keep(seq, obj, self.where[seq][1])
+        return obj
+
+    def fresh(self, seq: int) -> Any:
+        """A copy of the object under ``seq`` that the caller may change."""
+        return pickle.loads(self.buf.get(np.array([self.where[seq][0]]))["chunk"][0])
+
+    def keep(self, key: Hashable, obj: Any, size: int) -> None:
+        """Caches ``obj`` (a chunk, or what is made of chunks) under ``key``."""
+        self.drop(key)
+        self._cache[key] = (obj, size)
+        self._cached += size
+        while self._cached > self.cache_bytes and len(self._cache) > 1:
+            _, (_, gone) = self._cache.popitem(last=False)
+            self._cached -= gone
+
+    def cached(self, key: Hashable) -> Any:
+        """The object cached under ``key``, or ``None``."""
+        hit = self._cache.get(key)
+        if hit is None:
+            return None
+        self._cache.move_to_end(key)
+        return hit[0]
+
+    def drop(self, key: Hashable) -> None:
+        hit = self._cache.pop(key, None)
+        if hit is not None:
+            self._cached -= hit[1]
+
+    def size(self, seq: int) -> int:
+        """The pickled size of chunk ``seq``."""
+        return self.where[seq][1]
+
+    def remove(self, seqs: List[int]) -> None:
+        """Drops the chunks ``seqs`` (an evicted episode's)."""
+        idx = [self.where.pop(s)[0] for s in seqs if s in self.where]
+        for s in seqs:
+            self.drop(s)
+        if idx:
+            self.buf.remove(np.array(idx, dtype=np.uint64))
+        self._trim()
+
+    def _recount(self) -> None:
+        """Estimates ``_span`` from the live chunks alone (after an open or a restore):
+        removed chunks between live ones are taken at the live ones' mean size."""
+        if not self.where:
+            self._span = 0
+            return
+        first = next(iter(self.where.values()))[0]
+        live = sum(size + 64 for _, size in self.where.values())
+        self._span = int(live * (self._tail - first) / len(self.where))
+
+    def _trim(self) -> None:
+        """After a removal: chunks the ring holds before the oldest live one no longer
+        count against its heap."""
+        if not self.where:
+            self._span = 0
+            self._order.clear()
+            return
+        while self._order and self._order[0][0] not in self.where:
+            self._span -= self._order.popleft()[1]
+
+    def clear(self) -> None:
+        self.where.clear()
+        self._order.clear()
+        self._cache.clear()
+        self._cached = 0
+        self._span = 0
+        if self.buf is not None:
+            self.buf.clear()
+
+    def items(self) -> Iterator[Tuple[int, str, Any, int, int]]:
+        """``(seq, key, object, added, ordinal)`` of every live chunk, oldest first."""
+        if self.buf is None:
+            return
+        for _idx, seq, _size, key, blob, added, ordinal in self._walk():
+            yield seq, key, pickle.loads(blob), added, ordinal
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def get_state(self) -> Dict[str, Any]:
+        if self.buf is None:
+            return {"gen": 0}
+        return {"gen": self.gen, "ring": self.buf.get_state()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        gen = int(state["gen"])
+        if gen == 0:
+            self.clear()
+            return
+        if gen != self.gen:
+            if not os.path.exists(self._ring(gen)):
+                raise ValueError(
+                    f"{self.folder}: the state names ring generation {gen}, which is no longer "
+                    f"kept (the buffer has grown its ring since; generation {self.gen} is current)")
+            if self.buf is not None:
+                self.buf.close()
+            self._switch(gen, _Buffer.open(self._ring(gen)))
+        self.buf.set_state(state["ring"])
+        self._cache.clear()
+        self._cached = 0
+        self._index()
+
+    def flush(self) -> None:
+        if self.buf is not None:
+            self.buf.flush()
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.close()
+            self.buf = None
