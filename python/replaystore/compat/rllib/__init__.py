@@ -13,4 +13,13 @@ else:
         MultiAgentPrioritizedEpisodeReplayBuffer,
         PrioritizedEpisodeReplayBuffer,
     )
-    from ._plain import PrioritizedReplayBuffer, ReplayBuffer, StorageUnit  # noqa: F401
+    from ._old import (  # noqa: F401
+        FifoReplayBuffer,
+        MultiAgentMixInReplayBuffer,
+        MultiAgentPrioritizedReplayBuffer,
+        MultiAgentReplayBuffer,
+        PrioritizedReplayBuffer,
+        ReplayBuffer,
+        ReservoirReplayBuffer,
+        StorageUnit,
+    )

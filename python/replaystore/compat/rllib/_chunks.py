@@ -29,11 +29,20 @@ from ..._native import ReplayBuffer as _Buffer
 from .._folder import read_sidecar, write_sidecar
 
 SIDECAR = "rllib.json"
-SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64"}
+SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64",
+          "state": "bytes"}
 #: A ring is replaced once the chunks from the oldest live one to the newest would fill
 #: this share of its heap: the engine's chunk rows round each value up.
 FILL = 0.6
 MIN_HEAP = 1 << 12
+#: The engine's chunk of value bytes: each add takes whole chunks.
+CHUNK = 1008
+
+
+def _cost(blob: int) -> int:
+    """Heap bytes one put of a ``blob``-byte chunk takes: its values (the blob, the key
+    and the counters, allowed 256 bytes) rounded up to whole chunks."""
+    return -(-(blob + 256) // CHUNK) * CHUNK
 
 
 def dumps(obj: Any) -> bytes:
@@ -86,7 +95,7 @@ class ChunkStore:
     def _index(self) -> None:
         """Rebuilds ``where`` from the ring's live items (seq and size; no unpickling)."""
         self.where.clear()
-        for idx, seq, size, _key, _blob, _added, _ordinal in self._walk():
+        for idx, seq, size, *_rest in self._walk():
             self.where[seq] = (idx, size)
         # Sequence numbers only name live chunks, so counting on from the newest live one
         # reuses none that anything still holds.
@@ -94,11 +103,11 @@ class ChunkStore:
         self._tail = int(self.buf.stats()["tail"])
         self._recount()
         # Sizes of removed chunks are not known after an open: the estimate stands for them.
-        self._order = deque((seq, size + 64) for seq, (_, size) in self.where.items())
+        self._order = deque((seq, _cost(size)) for seq, (_, size) in self.where.items())
 
-    def _walk(self, step: int = 256) -> Iterator[Tuple[int, int, int, str, bytes, int, int]]:
-        """``(ring index, seq, blob size, key, blob, added, ordinal)`` of each live item,
-        oldest first."""
+    def _walk(self, step: int = 256) -> Iterator[Tuple[int, int, int, str, bytes, int, int, bytes]]:
+        """``(ring index, seq, blob size, key, blob, added, ordinal, state)`` of each live
+        item, oldest first."""
         stats = self.buf.stats()
         head, tail = int(stats["head"]), int(stats["tail"])
         for lo in range(head, tail, step):
@@ -107,10 +116,10 @@ class ChunkStore:
             if len(live) == 0:
                 continue
             got = self.buf.get(live)
-            for i, seq, key, blob, added, ordinal in zip(
+            for i, seq, key, blob, added, ordinal, state in zip(
                     live.tolist(), got["seq"].tolist(), got["key"], got["chunk"],
-                    got["added"].tolist(), got["ordinal"].tolist()):
-                yield i, int(seq), len(blob), key, blob, int(added), int(ordinal)
+                    got["added"].tolist(), got["ordinal"].tolist(), got["state"]):
+                yield i, int(seq), len(blob), key, blob, int(added), int(ordinal), state
 
     def _create(self, gen: int, items: int, heap: int) -> _Buffer:
         path = self._ring(gen)
@@ -129,20 +138,21 @@ class ChunkStore:
         heap = int(self.settings["heap"])
         oldest = next(iter(self.where.values()))[0] if self.where else self._tail
         span_items = self._tail - oldest + 1
-        span_bytes = self._span + blob + 64
+        span_bytes = self._span + _cost(blob)
         if span_items <= cap and span_bytes <= FILL * heap:
             return
-        live_bytes = sum(size for _, size in self.where.values()) + blob
+        live = sum(_cost(size) for _, size in self.where.values()) + _cost(blob)
+        # Twice what is live, so the next replacement is as far off as this one was.
         items = max(cap, 2 * (len(self.where) + 1) + 64)
-        heap = max(heap, int(2 * live_bytes / FILL))
+        heap = max(heap, int(2 * live / FILL))
         self._grow(items, heap)
 
     def _grow(self, items: int, heap: int) -> None:
         gen = self.gen + 1
         new = self._create(gen, items, heap)
         where: "OrderedDict[int, Tuple[int, int]]" = OrderedDict()
-        for _idx, seq, size, key, blob, added, ordinal in self._walk():
-            at = new.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal)
+        for _idx, seq, size, key, blob, added, ordinal, state in self._walk():
+            at = new.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal, state=state)
             where[seq] = (int(at), size)
         new.flush()
         old = self.gen
@@ -151,7 +161,7 @@ class ChunkStore:
         self.buf.close()
         self._switch(gen, new)
         self.where = where
-        self._order = deque((seq, size + 64) for seq, (_, size) in where.items())
+        self._order = deque((seq, _cost(size)) for seq, (_, size) in where.items())
         self._span = sum(size for _, size in self._order)
         # The generation before the old one goes: the old one's snapshots stay.
         if os.path.exists(self._ring(old - 1)):
@@ -169,24 +179,26 @@ class ChunkStore:
 
     # -- chunks --------------------------------------------------------------------------
 
-    def put(self, key: str, obj: Any) -> int:
+    def put(self, key: str, obj: Any, ordinal: Optional[int] = None, state: bytes = b"") -> int:
         """Stores ``obj`` (pickled) and returns its sequence number; while replaying, the
-        replayed chunk's."""
+        replayed chunk's. ``ordinal`` overrides the owner's; ``state`` is stored beside
+        (the owner's counters, for a reopen)."""
         if self.replaying is not None:
             return self.replaying
-        added, ordinal = self.counters_fn(key)
+        added, own = self.counters_fn(key)
+        ordinal = own if ordinal is None else ordinal
         blob = dumps(obj)
         self._room(len(blob))
         seq = self.next_seq
-        at = int(self.buf.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal))
+        at = int(self.buf.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal, state=state))
         self._tail = at + 1
         if self.where and int(self.buf.stats()["head"]) > next(iter(self.where.values()))[0]:
             # _room sizes the ring so this cannot happen; if it does, say so at once.
             raise RuntimeError(f"{self._ring(self.gen)}: the ring overwrote a live chunk")
         self.next_seq += 1
         self.where[seq] = (at, len(blob))
-        self._span += len(blob) + 64
-        self._order.append((seq, len(blob) + 64))
+        self._span += _cost(len(blob))
+        self._order.append((seq, _cost(len(blob))))
         self.keep(seq, obj, len(blob))
         return seq
 
@@ -246,7 +258,7 @@ class ChunkStore:
             self._span = 0
             return
         first = next(iter(self.where.values()))[0]
-        live = sum(size + 64 for _, size in self.where.values())
+        live = sum(_cost(size) for _, size in self.where.values())
         self._span = int(live * (self._tail - first) / len(self.where))
 
     def _trim(self) -> None:
@@ -268,12 +280,18 @@ class ChunkStore:
         if self.buf is not None:
             self.buf.clear()
 
-    def items(self) -> Iterator[Tuple[int, str, Any, int, int]]:
-        """``(seq, key, object, added, ordinal)`` of every live chunk, oldest first."""
+    def items(self, objects: bool = True) -> Iterator[Tuple[int, str, Any, int, int, bytes]]:
+        """``(seq, key, object, added, ordinal, state)`` of every live chunk, oldest
+        first (``objects=False``: ``None`` for the object, nothing unpickled)."""
         if self.buf is None:
             return
-        for _idx, seq, _size, key, blob, added, ordinal in self._walk():
-            yield seq, key, pickle.loads(blob), added, ordinal
+        for _idx, seq, _size, key, blob, added, ordinal, state in self._walk():
+            yield seq, key, (pickle.loads(blob) if objects else None), added, ordinal, state
+
+    def load(self, seqs: List[int]) -> List[Any]:
+        """Fresh copies of the objects under ``seqs``, read in one call."""
+        idx = np.array([self.where[s][0] for s in seqs], dtype=np.uint64)
+        return [pickle.loads(b) for b in self.buf.get(idx)["chunk"]] if len(idx) else []
 
     # -- checkpoints ---------------------------------------------------------------------
 

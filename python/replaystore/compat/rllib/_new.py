@@ -102,7 +102,7 @@ class _Stored(Folder):
         largest priority: priorities are not stored)."""
         store = self.episodes.store
         last = None
-        for seq, _key, chunk, added, ordinal in store.items():
+        for seq, _key, chunk, added, ordinal, _state in store.items():
             if last is None:
                 # The oldest live chunk starts the oldest live episode: RLlib had evicted
                 # the episodes before it, and numbers episodes on from them.

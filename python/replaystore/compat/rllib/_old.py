@@ -1,0 +1,520 @@
+"""RLlib's old-stack buffers (``ReplayBuffer`` and its prioritized, reservoir, FIFO and
+multi-agent kin), each a subclass of RLlib's own whose storage is a replaystore ring.
+
+RLlib keeps its items (``SampleBatch`` or ``MultiAgentBatch``: a timestep, a sequence, an
+episode or a fragment, as ``storage_unit`` says) in the list ``_storage`` and draws slot
+numbers with ``random``; here ``_storage`` is a :class:`Slots` whose slot ``i`` names a
+chunk in a :class:`~._chunks.ChunkStore`, RLlib's own pickle of the item. All of RLlib's
+logic stays: slot arithmetic, eviction, draws, sum trees, counters. Reading
+``_storage[i]`` gives the item's header (``count``, ``size_bytes()``, the flags RLlib's
+prioritized ``sample`` reads); ``_encode_sample`` reads the drawn items in one call.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import os
+import pickle
+import re
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from ray.rllib.policy.sample_batch import SampleBatch, concat_samples
+from ray.rllib.utils.replay_buffers.fifo_replay_buffer import FifoReplayBuffer as _FifoReplayBuffer
+from ray.rllib.utils.replay_buffers.multi_agent_mixin_replay_buffer import (
+    MultiAgentMixInReplayBuffer as _MultiAgentMixInReplayBuffer,
+)
+from ray.rllib.utils.replay_buffers.multi_agent_prioritized_replay_buffer import (
+    MultiAgentPrioritizedReplayBuffer as _MultiAgentPrioritizedReplayBuffer,
+)
+from ray.rllib.utils.replay_buffers.multi_agent_replay_buffer import (
+    MultiAgentReplayBuffer as _MultiAgentReplayBuffer,
+)
+from ray.rllib.utils.replay_buffers.prioritized_replay_buffer import (
+    PrioritizedReplayBuffer as _PrioritizedReplayBuffer,
+)
+from ray.rllib.utils.replay_buffers.replay_buffer import ReplayBuffer as _ReplayBuffer
+from ray.rllib.utils.replay_buffers.replay_buffer import StorageUnit
+from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
+    ReservoirReplayBuffer as _ReservoirReplayBuffer,
+)
+
+from ..._native import ReplayBuffer as _Buffer
+from .._folder import Folder, read_sidecar
+from ._chunks import SIDECAR, ChunkStore
+from ._new import _detach
+
+__all__ = [
+    "ReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "ReservoirReplayBuffer",
+    "FifoReplayBuffer",
+    "MultiAgentReplayBuffer",
+    "MultiAgentPrioritizedReplayBuffer",
+    "MultiAgentMixInReplayBuffer",
+    "StorageUnit",
+]
+
+#: The reservoir's per-call counters (see ``ReservoirReplayBuffer._attach``).
+TALLY = {"calls": "uint64", "added": "uint64", "wrap": "uint64", "evicted": "uint64"}
+
+#: The first ring's heap; the ring is replaced by one twice the size of what it holds
+#: whenever it fills (see ``ChunkStore``).
+START_HEAP = 1 << 20
+
+
+class _Header(SampleBatch):
+    """What ``_storage[i]`` gives: a stored ``SampleBatch``'s ``count``, ``size_bytes()``
+    and the sequence flags RLlib's prioritized ``sample`` reads, without its columns."""
+
+    def __init__(self, count: int, size: int, zero_padded: bool, max_seq_len: Optional[int]) -> None:
+        dict.__init__(self)
+        self.count = count
+        self._size = size
+        self.zero_padded = zero_padded
+        self.max_seq_len = max_seq_len
+
+    def size_bytes(self) -> int:
+        return self._size
+
+
+class _MultiHeader:
+    """The header of a stored ``MultiAgentBatch`` (lockstep replay)."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.count = count
+        self._size = size
+
+    def size_bytes(self) -> int:
+        return self._size
+
+
+def _header(item: Any) -> tuple:
+    if isinstance(item, SampleBatch):
+        return ("s", int(item.count), int(item.size_bytes()), bool(item.zero_padded), item.max_seq_len)
+    return ("m", int(item.count), int(item.size_bytes()), False, None)
+
+
+class Slots:
+    """``_storage`` of an adapter: RLlib's slot list, each slot a chunk in the store.
+
+    RLlib appends, overwrites a slot (the old item's chunk is removed), reads headers
+    and takes ``len``; :meth:`load` reads items."""
+
+    def __init__(self, owner: "_Slotted", store: ChunkStore) -> None:
+        self.owner = owner
+        self.store = store
+        self.seqs: List[int] = []
+        self.headers: List[tuple] = []
+
+    def _put(self, slot: int, item: Any) -> int:
+        return self.store.put("", item, ordinal=slot, state=self.owner._counters_blob())
+
+    def append(self, item: Any) -> None:
+        slot = len(self.seqs)
+        self.seqs.append(self._put(slot, item))
+        self.headers.append(_header(item))
+
+    def __setitem__(self, slot: int, item: Any) -> None:
+        slot = range(len(self.seqs))[slot]
+        old = self.seqs[slot]
+        self.seqs[slot] = self._put(slot, item)
+        self.headers[slot] = _header(item)
+        self.store.remove([old])
+
+    def __getitem__(self, slot: int) -> Any:
+        kind, count, size, padded, max_len = self.headers[slot]
+        return _Header(count, size, padded, max_len) if kind == "s" else _MultiHeader(count, size)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))
+
+    def load(self, slots: Sequence[int]) -> List[Any]:
+        """The items in ``slots`` (fresh copies), read in one call."""
+        return self.store.load([self.seqs[i] for i in slots])
+
+    def items(self) -> List[Any]:
+        return self.load(range(len(self)))
+
+    def reset(self, items: Sequence[Any]) -> None:
+        """Replaces every slot with ``items`` (a state that holds its items)."""
+        self.store.clear()
+        self.seqs, self.headers = [], []
+        for item in items:
+            self.append(item)
+
+    def rebuild(self) -> Optional[Dict[str, Any]]:
+        """The slots from the store's live chunks (a reopened folder); returns the
+        counters stored with the newest chunk."""
+        by_slot: Dict[int, tuple] = {}
+        last: Optional[bytes] = None
+        for seq, _key, item, _added, slot, state in self.store.items():
+            by_slot[slot] = (seq, _header(item))
+            last = state
+        self.seqs = [by_slot[s][0] for s in sorted(by_slot)]
+        self.headers = [by_slot[s][1] for s in sorted(by_slot)]
+        if sorted(by_slot) != list(range(len(by_slot))):
+            raise ValueError(f"{self.store.folder}: slots {sorted(by_slot)} are not 0..n-1")
+        return pickle.loads(last) if last else None
+
+    def describe(self) -> Dict[str, Any]:
+        return {"seqs": list(self.seqs), "headers": list(self.headers)}
+
+    def restore(self, described: Dict[str, Any]) -> None:
+        self.seqs = list(described["seqs"])
+        self.headers = list(described["headers"])
+
+
+#: RLlib's counters an adapter keeps with each chunk, so a reopen counts on from them.
+COUNTERS = ("_num_timesteps_added", "_num_timesteps_added_wrap", "_next_idx",
+            "_eviction_started", "_num_timesteps_sampled", "_est_size_bytes",
+            "_num_add_calls", "_num_evicted", "_max_priority")
+
+
+class _Slotted(Folder):
+    """What the adapters add to RLlib's ``ReplayBuffer`` family."""
+
+    def _attach(self, path: Optional[str]) -> None:
+        self._take_folder(path, "replaystore-rllib-")
+        name = type(self).__name__
+        saved = read_sidecar(self._path, SIDECAR)
+        if saved is not None and saved.get("class") not in (None, name):
+            raise ValueError(
+                f"{self._path}: holds an RLlib {saved['class']}, not a {name} "
+                f"({SIDECAR} field 'class')")
+        settings = {"class": name, "capacity": int(self.capacity),
+                    "storage_unit": self.storage_unit.value,
+                    "items": min(2 * int(self.capacity) + 64, 4096), "heap": START_HEAP}
+        if saved is not None:
+            settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
+        store = ChunkStore(self._path, settings)
+        store.counters_fn = lambda key: (self._num_timesteps_added, 0)
+        self._storage = Slots(self, store)
+        if store.buf is not None:
+            self._reopen()
+
+    def _counters_blob(self) -> bytes:
+        # Taken inside RLlib's _add_single_batch, after it counted the item in and
+        # before it moved _next_idx on: _reopen finishes that step.
+        return pickle.dumps({k: getattr(self, k) for k in COUNTERS if hasattr(self, k)})
+
+    def _reopen(self) -> None:
+        counters = self._storage.rebuild()
+        if counters is None:
+            return
+        for k, v in counters.items():
+            setattr(self, k, v)
+        # RLlib's running sum, at its value after the add (the stored one was taken
+        # mid-add): the sizes of the items held.
+        self._est_size_bytes = sum(h[2] for h in self._storage.headers)
+        self._after_reopen()
+
+    def _after_reopen(self) -> None:
+        """Moves on as RLlib's ``_add_single_batch`` does after it stored an item."""
+        if self._num_timesteps_added_wrap >= self.capacity:
+            self._eviction_started = True
+            self._num_timesteps_added_wrap = 0
+            self._next_idx = 0
+        else:
+            self._next_idx += 1
+
+    def _open_buffers(self) -> list:
+        return []
+
+    def close(self) -> None:
+        """Closes the ring (every item added is in it) and, for a temporary folder,
+        removes it."""
+        self._storage.store.close()
+        super().close()
+
+    def flush(self) -> None:
+        """Makes every item added so far durable (``fsync``)."""
+        self._storage.store.flush()
+
+    def _encode_sample(self, idxes: List[int]) -> Any:
+        # RLlib's, reading the drawn items in one call.
+        for i in idxes:
+            self._hit_count[i] += 1
+        items = self._storage.load(idxes)
+        out = concat_samples(items) if items else SampleBatch()
+        out.decompress_if_needed()
+        return out
+
+    def get_state(self) -> Dict[str, Any]:
+        """RLlib's state, in milliseconds: with a folder of the caller's (``path=``), the
+        items are an O(1) snapshot of the ring plus each slot's header, restored by
+        ``set_state`` on a buffer opened on that folder (here or in another process).
+        With a temporary folder (it ends with the process), the items themselves, as
+        RLlib's state holds them."""
+        slots = self._storage
+        self._storage = []
+        try:
+            state = _detach(super().get_state())
+        finally:
+            self._storage = slots
+        if self._own_dir:
+            state["_storage"] = slots.items()
+        else:
+            del state["_storage"]
+            state["replaystore"] = {"path": os.path.realpath(self._path),
+                                    "ring": slots.store.get_state(), "slots": slots.describe()}
+        return state
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restores a ``get_state`` (of this folder, or one that holds its items)."""
+        slots = self._storage
+        mine = state.get("replaystore")
+        if mine is None:
+            slots.reset(state["_storage"])
+        else:
+            if mine["path"] != os.path.realpath(self._path):
+                raise ValueError(
+                    f"the state names a snapshot of {mine['path']}, not of this buffer's "
+                    f"folder {self._path}: open that folder (path=) to restore it")
+            slots.store.set_state(mine["ring"])
+            slots.restore(mine["slots"])
+        super().set_state({**state, "_storage": slots})
+        self._storage = slots
+
+
+class ReplayBuffer(_Slotted, _ReplayBuffer):
+    """RLlib's ``ReplayBuffer(capacity=10000, storage_unit="timesteps")`` with its items in
+    the folder ``path``."""
+
+    def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", *,
+                 path: Optional[str] = None, **kwargs: Any) -> None:
+        _ReplayBuffer.__init__(self, capacity, storage_unit, **kwargs)
+        self._attach(path)
+
+
+class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
+    """RLlib's ``PrioritizedReplayBuffer(capacity=10000, storage_unit="timesteps",
+    alpha=1.0)`` with its items in the folder ``path``; the priorities are RLlib's sum
+    trees, in memory (a reopened folder starts every item at the largest priority)."""
+
+    def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", alpha: float = 1.0, *,
+                 path: Optional[str] = None, **kwargs: Any) -> None:
+        _PrioritizedReplayBuffer.__init__(self, capacity, storage_unit, alpha, **kwargs)
+        self._attach(path)
+
+    def _after_reopen(self) -> None:
+        super()._after_reopen()
+        top = self._max_priority ** self._alpha
+        for slot in range(len(self._storage)):
+            self._it_sum[slot] = top
+            self._it_min[slot] = top
+
+
+class ReservoirReplayBuffer(_Slotted, _ReservoirReplayBuffer):
+    """RLlib's ``ReservoirReplayBuffer(capacity=10000, storage_unit="timesteps")``: every
+    item ever added kept with equal chance, in the folder ``path``."""
+
+    def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", *,
+                 path: Optional[str] = None, **kwargs: Any) -> None:
+        _ReservoirReplayBuffer.__init__(self, capacity, storage_unit, **kwargs)
+        self._attach(path)
+
+    def _attach(self, path: Optional[str]) -> None:
+        super()._attach(path)
+        # Most adds past capacity store nothing (the item is not drawn into the
+        # reservoir) yet count: each add call's counters go to a two-row ring of their
+        # own, so a reopen counts every call, stored or not.
+        self._tally = _Buffer.open_or_create(os.path.join(self._path, "tally"), TALLY, 2)
+        if len(self._tally):
+            row = self._tally.get(np.array([self._tally.stats()["tail"] - 1]))
+            calls = int(row["calls"][0])
+            if calls > self._num_add_calls:
+                self._num_add_calls = calls
+                self._num_timesteps_added = int(row["added"][0])
+                self._num_timesteps_added_wrap = int(row["wrap"][0])
+                self._num_evicted = int(row["evicted"][0])
+                self._eviction_started = self._num_timesteps_added >= self.capacity
+
+    def _after_reopen(self) -> None:
+        pass  # RLlib's reservoir add has nothing left to do once the item is stored
+
+    def _add_single_batch(self, item: Any, **kwargs: Any) -> None:
+        super()._add_single_batch(item, **kwargs)
+        self._count_call()
+
+    def _count_call(self) -> None:
+        self._tally.add(calls=self._num_add_calls, added=self._num_timesteps_added,
+                        wrap=self._num_timesteps_added_wrap, evicted=self._num_evicted)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        super().set_state(state)
+        self._count_call()
+
+    def _open_buffers(self) -> list:
+        return [self._tally]
+
+    def flush(self) -> None:
+        super().flush()
+        self._tally.flush()
+
+
+class _Queue:
+    """``_queue`` of the FIFO adapter: appended at the end, popped at the front."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
+        self.seqs = collections.deque(seq for seq, *_ in store.items(objects=False))
+
+    def append(self, batch: Any) -> None:
+        self.seqs.append(self.store.put("", batch))
+
+    def pop(self, i: int = -1) -> Any:
+        if i not in (0, -len(self.seqs)):
+            raise IndexError("the FIFO adapter's queue pops at the front only")
+        seq = self.seqs.popleft()
+        item = self.store.load([seq])[0]
+        self.store.remove([seq])
+        return item
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+class FifoReplayBuffer(Folder, _FifoReplayBuffer):
+    """RLlib's ``FifoReplayBuffer``: batches returned one at a time in the order added,
+    queued in the folder ``path``."""
+
+    def __init__(self, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
+        _FifoReplayBuffer.__init__(self, *args, **kwargs)
+        self._take_folder(path, "replaystore-rllib-")
+        store = ChunkStore(self._path, {"class": type(self).__name__, "items": 1024, "heap": START_HEAP})
+        self._queue = _Queue(store)
+
+    def _open_buffers(self) -> list:
+        return []
+
+    def close(self) -> None:
+        """Closes the queue (every batch added is in it)."""
+        self._queue.store.close()
+        super().close()
+
+
+# -- multi-agent: one adapter per policy, in path/policy-<id> --------------------------
+
+#: RLlib's underlying classes, and the adapters that stand in for them.
+_STAND_INS = {
+    _ReplayBuffer: ReplayBuffer,
+    _PrioritizedReplayBuffer: PrioritizedReplayBuffer,
+    _ReservoirReplayBuffer: ReservoirReplayBuffer,
+}
+
+
+def _folder_name(policy_id: Any) -> str:
+    text = str(policy_id)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", lambda m: f"%{ord(m.group()):02x}", text)
+    return f"policy-{safe}"
+
+
+def _policy_of(name: str) -> str:
+    return re.sub(r"%([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), name[len("policy-"):])
+
+
+class _PerPolicy(dict):
+    """``replay_buffers`` of the multi-agent adapters: the buffer of a policy seen for the
+    first time is an adapter in the folder ``policy-<id>``."""
+
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, policy_id: Any) -> Any:
+        buf = self[policy_id] = self.make(policy_id)
+        return buf
+
+
+class _MultiAgent(Folder):
+    _rllib_init: Any = None
+
+    def _init(self, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
+        """Runs RLlib's ``__init__``; returns ``path``."""
+        path = kwargs.pop("path", None)
+        init = type(self)._rllib_init
+        bound = inspect.signature(init).bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        # RLlib gives each policy's buffer capacity // num_shards when it is configured
+        # with an underlying buffer, and the whole capacity when not.
+        self._shard_capacity = bound.arguments["capacity"] // bound.arguments["num_shards"]
+        init(*bound.args, **bound.kwargs)
+        return path
+
+    def _attach(self, path: Optional[str]) -> None:
+        self._take_folder(path, "replaystore-rllib-")
+        make_rllib = self.replay_buffers.default_factory
+        config = self.underlying_buffer_config
+
+        def make(policy_id: Any) -> Any:
+            folder = os.path.join(self._path, _folder_name(policy_id))
+            if config:
+                kind = config["type"]
+                stand_in = _STAND_INS.get(kind, kind if isinstance(kind, type) and issubclass(kind, _Slotted) else None)
+                if stand_in is None:
+                    return make_rllib()
+                args = {"capacity": self._shard_capacity, "storage_unit": StorageUnit.FRAGMENTS,
+                        **{k: v for k, v in config.items() if k != "type"}}
+                return stand_in(path=folder, **args)
+            return ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder)
+
+        self.replay_buffers = _PerPolicy(make)
+        os.makedirs(self._path, exist_ok=True)
+        for name in sorted(os.listdir(self._path)):
+            if name.startswith("policy-"):
+                self.replay_buffers[_policy_of(name)]  # reopen what the folder holds
+
+    def _open_buffers(self) -> list:
+        return []
+
+    def close(self) -> None:
+        """Closes every policy's buffer."""
+        for buf in self.replay_buffers.values():
+            buf.close()
+        super().close()
+
+    def flush(self) -> None:
+        for buf in self.replay_buffers.values():
+            buf.flush()
+
+
+class MultiAgentReplayBuffer(_MultiAgent, _MultiAgentReplayBuffer):
+    """RLlib's ``MultiAgentReplayBuffer``: one adapter per policy under ``path``."""
+
+    _rllib_init = _MultiAgentReplayBuffer.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._attach(self._init(args, kwargs))
+
+
+class MultiAgentPrioritizedReplayBuffer(_MultiAgent, _MultiAgentPrioritizedReplayBuffer):
+    """RLlib's ``MultiAgentPrioritizedReplayBuffer``: one prioritized adapter per policy
+    under ``path``."""
+
+    _rllib_init = _MultiAgentPrioritizedReplayBuffer.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._attach(self._init(args, kwargs))
+
+
+class MultiAgentMixInReplayBuffer(_MultiAgent, _MultiAgentMixInReplayBuffer):
+    """RLlib's ``MultiAgentMixInReplayBuffer``: one adapter per policy under ``path``;
+    the batches added since the last draw (mixed into the next) are RLlib's, in memory."""
+
+    _rllib_init = _MultiAgentMixInReplayBuffer.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._attach(self._init(args, kwargs))
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restores a ``get_state``. (RLlib's raises ``TypeError``: it calls its
+        parent's ``set_state`` unbound, without the buffer.)"""
+        self.last_added_batches = state["last_added_batches"]
+        _MultiAgentPrioritizedReplayBuffer.set_state(self, state)
+
