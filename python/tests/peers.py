@@ -11,7 +11,8 @@ import pytest
 
 #: What test.sh installs; the differential tests were written against these versions.
 PINS = {"cpprb": "cpprb==11.0.0", "hypothesis": "hypothesis==6.170.15",
-        "stable_baselines3": "stable-baselines3==2.9.2", "tianshou": "tianshou==2.0.1"}
+        "stable_baselines3": "stable-baselines3==2.9.2", "tianshou": "tianshou==2.0.1",
+        "ray.rllib": "ray[rllib]==2.60.0"}
 
 
 def peer(module: str):

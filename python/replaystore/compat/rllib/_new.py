@@ -162,13 +162,23 @@ class _Stored(Folder):
 
 
 class _ByName(type(_EpisodeReplayBuffer)):  # type: ignore[misc]
-    """RLlib's ``Algorithm`` tests ``"EpisodeReplayBuffer" in
-    replay_buffer_config["type"]``, a test meant for a string, also when the type is a
-    class (a ``TypeError`` for RLlib's own classes). The adapters answer it by their
-    name, so ``{"type": EpisodeReplayBuffer}`` works as RLlib's docs show."""
+    """Lets an adapter class pass RLlib's checks of ``replay_buffer_config["type"]``,
+    which are written for strings: ``Algorithm`` tests ``"EpisodeReplayBuffer" in
+    type`` (a ``TypeError`` for any class, RLlib's own too), and SAC requires ``type``
+    to be one of the names of RLlib's four episode buffers (``==``). An adapter class
+    answers both by its name, so ``{"type": EpisodeReplayBuffer}`` works in DQN and SAC
+    as RLlib's docs show. Hashing stays the class's own."""
 
     def __contains__(cls, text: object) -> bool:
         return isinstance(text, str) and text in cls.__name__
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other or (isinstance(other, str) and other == cls.__name__)
+
+    def __ne__(cls, other: object) -> bool:
+        return not _ByName.__eq__(cls, other)
+
+    __hash__ = type.__hash__
 
 
 class EpisodeReplayBuffer(_Stored, _EpisodeReplayBuffer, metaclass=_ByName):
