@@ -7,6 +7,7 @@ pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --only cpprb,cpprb-compat      # cpprb's calls on both
+    python python/bench/compare.py --workloads W1 --only rllib,rllib-compat   # RLlib's old stack
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
     python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb,tianshou  # HER (w7.py)
@@ -422,12 +423,86 @@ class TianshouCompat(Tianshou):
         self.rb = self._make()
 
 
+class RLlib:
+    """RLlib's old-stack ReplayBuffer / PrioritizedReplayBuffer, storage_unit timesteps
+    (RLlib slices each added SampleBatch into one item per timestep); its save is
+    get_state pickled (the items themselves)."""
+
+    name = "rllib"
+
+    def _make(self, capacity, prioritized, path):
+        from ray.rllib.utils.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
+        return PrioritizedReplayBuffer(capacity, alpha=0.6) if prioritized else ReplayBuffer(capacity)
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from ray.rllib.policy.sample_batch import SampleBatch
+        self.SampleBatch = SampleBatch
+        self.args = (capacity, prioritized, path)
+        self.path = path
+        self.rb = self._make(*self.args)
+
+    def add1(self, row):
+        self.rb.add(self.SampleBatch({k: np.asarray(v)[None] for k, v in row.items()}))
+
+    def add_batch(self, batch):
+        self.rb.add(self.SampleBatch(batch))
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def per(self, n, new):
+        b = self.rb.sample(n, beta=0.4)
+        self.rb.update_priorities(b["batch_indexes"], new)
+
+    def save(self, where):
+        import pickle
+        with open(where, "wb") as f:
+            pickle.dump(self.rb.get_state(), f)
+
+    IMPORTS = "import pickle\nfrom ray.rllib.utils.replay_buffers import PrioritizedReplayBuffer\n"
+    LOAD = ("rb = PrioritizedReplayBuffer(CAP, alpha=0.6)\n"
+            "rb.set_state(pickle.load(open(STATE, 'rb'))); rb.sample(1, beta=0.4)\n")
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+class RLlibCompat(RLlib):
+    """replaystore.compat.rllib's ReplayBuffer / PrioritizedReplayBuffer (RLlib's classes
+    over a replaystore ring of items) in a folder; its save is get_state, which with a
+    folder is O(1) (a snapshot and the slots)."""
+
+    name = "rllib-compat"
+
+    def _make(self, capacity, prioritized, path):
+        from replaystore.compat import rllib
+        return (rllib.PrioritizedReplayBuffer(capacity, alpha=0.6, path=path) if prioritized
+                else rllib.ReplayBuffer(capacity, path=path))
+
+    def settle(self):
+        self.rb.flush()
+
+    IMPORTS = "import pickle\nfrom replaystore.compat import rllib\n"
+    LOAD = ("rb = rllib.PrioritizedReplayBuffer(CAP, alpha=0.6, path=PATH)\n"
+            "rb.set_state(pickle.load(open(STATE, 'rb'))); rb.sample(1, beta=0.4)\n")
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        self.rb = self._make(*self.args)
+
+
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
         "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat,
-        "tianshou-compat": TianshouCompat}
+        "tianshou-compat": TianshouCompat, "rllib": RLlib, "rllib-compat": RLlibCompat}
 #: Adapters and peers, importable under these modules' names.
 ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
-            "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou"}
+            "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou",
+            "rllib": "ray.rllib", "rllib-compat": "replaystore.compat.rllib"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 

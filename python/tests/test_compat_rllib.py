@@ -1,4 +1,4 @@
-"""Promise: replaystore.compat.rllib stores and samples items as RLlib's documentation
+"""Promise: without Ray, replaystore.compat.rllib's stand-ins store and sample items as RLlib's
 says for each storage unit (timesteps, sequences, episodes, fragments), counts
 timesteps in stats, weights and batch_indexes per timestep when prioritized, and saves
 and restores its state."""
@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from replaystore.compat import rllib
+from replaystore.compat.rllib import _plain as rllib  # the stand-ins used where Ray is not installed
 
 
 def batch(lo, hi, eps_len=None, ended=True):
