@@ -17,7 +17,7 @@ import copy
 from collections import deque
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
-from ._chunks import ChunkStore
+from .._chunks import ChunkStore
 
 #: Getters whose index counts observations (one more than steps) and those that count
 #: steps: a chunk of ``n`` steps holds observations ``0..n`` and steps ``0..n-1``.

@@ -25,9 +25,12 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
     PrioritizedEpisodeReplayBuffer as _PrioritizedEpisodeReplayBuffer,
 )
 
+from .._chunks import ChunkStore
 from .._folder import Folder, read_sidecar
-from ._chunks import SIDECAR, ChunkStore
 from ._episodes import EpisodeDeque
+
+#: The settings file an adapter writes beside its rings (docs/FORMAT.md).
+SIDECAR = "rllib.json"
 
 #: The first ring's heap: small, as the ring is replaced by one twice the size of what it
 #: holds whenever it fills.
@@ -70,7 +73,7 @@ class _Stored(Folder):
                     "items": min(2 * int(capacity) + 64, 1024), "heap": START_HEAP}
         if saved is not None:
             settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
-        store = ChunkStore(self._path, settings)
+        store = ChunkStore(self._path, settings, SIDECAR)
         store.counters_fn = self._counters
         self.episodes = EpisodeDeque(store)
         if store.buf is not None:

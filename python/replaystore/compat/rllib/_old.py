@@ -42,9 +42,9 @@ from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
 )
 
 from ..._native import ReplayBuffer as _Buffer
+from .._chunks import ChunkStore
 from .._folder import Folder, read_sidecar
-from ._chunks import SIDECAR, ChunkStore
-from ._new import _detach
+from ._new import SIDECAR, _detach
 
 __all__ = [
     "ReplayBuffer",
@@ -192,7 +192,7 @@ class _Slotted(Folder):
                     "items": min(2 * int(self.capacity) + 64, 4096), "heap": START_HEAP}
         if saved is not None:
             settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
-        store = ChunkStore(self._path, settings)
+        store = ChunkStore(self._path, settings, SIDECAR)
         store.counters_fn = lambda key: (self._num_timesteps_added, 0)
         self._storage = Slots(self, store)
         if store.buf is not None:
@@ -387,7 +387,8 @@ class FifoReplayBuffer(Folder, _FifoReplayBuffer):
     def __init__(self, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
         _FifoReplayBuffer.__init__(self, *args, **kwargs)
         self._take_folder(path, "replaystore-rllib-")
-        store = ChunkStore(self._path, {"class": type(self).__name__, "items": 1024, "heap": START_HEAP})
+        store = ChunkStore(self._path, {"class": type(self).__name__, "items": 1024, "heap": START_HEAP},
+                           SIDECAR)
         self._queue = _Queue(store)
 
     def _open_buffers(self) -> list:

@@ -1,18 +1,19 @@
 """Pickled objects in a replaystore ring, in the order they were put, each under a
-sequence number that outlives the ring: what the new-stack adapters keep RLlib's
-episode chunks in.
+sequence number that outlives the ring: what the adapters over libraries that store
+arbitrary Python objects keep them in (RLlib's episode chunks and ``SampleBatch``
+items, DI-engine's records).
 
-RLlib's episode buffers keep ``SingleAgentEpisode`` / ``MultiAgentEpisode`` objects (with
-their spaces, infos, extra model outputs and lookback buffers) and slice them with their
-own methods, so a chunk is stored whole, as RLlib's own ``pickle`` of it: every field an
-RLlib version adds is kept, and a sliced chunk is RLlib's own slice.
+Such libraries store objects, not arrays: RLlib's ``SingleAgentEpisode`` (with spaces,
+infos, extra model outputs and lookback buffers), DI-engine's dicts of tensors. A chunk
+is the library's own ``pickle`` of the object, so every field a version adds is kept
+and what comes back is the library's own object.
 
-The ring is a replaystore buffer with item states: RLlib evicts whole episodes, oldest
-first, and the adapter removes their chunks. A chunk of an episode that is still held
-cannot be overwritten by the ring: before a put that could reach it, the live chunks are
-copied into a larger ring (the next *generation*, ``gen-K/``; ``rllib.json`` names the
-current one, so a kill mid-copy leaves the old one current). The generation before the
-current one is kept, so the states ``get_state`` named there stay restorable.
+The ring is a replaystore buffer with item states: the library evicts or deletes
+objects, and the adapter removes their chunks. A chunk still held cannot be
+overwritten by the ring: before a put that could reach it, the live chunks are copied
+into a larger ring (the next *generation*, ``gen-K/``; the adapter's settings file names
+the current one, so a kill mid-copy leaves the old one current). The generation before
+the current one is kept, so the states ``get_state`` named there stay restorable.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import numpy as np
 
-from ..._native import ReplayBuffer as _Buffer
-from .._folder import read_sidecar, write_sidecar
+from .._native import ReplayBuffer as _Buffer
+from ._folder import read_sidecar, write_sidecar
 
-SIDECAR = "rllib.json"
 SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64",
           "state": "bytes"}
 #: A ring is replaced once the chunks from the oldest live one to the newest would fill
@@ -52,7 +52,7 @@ def dumps(obj: Any) -> bytes:
     try:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError):
-        import cloudpickle  # Ray's dependency: these adapters run with Ray installed
+        import cloudpickle  # Ray's (and DI-engine's) dependency
 
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -61,8 +61,10 @@ class ChunkStore:
     """Chunks under ``folder/gen-K``: ``put`` returns a sequence number, ``get`` the
     object (a small cache of recent ones in memory), ``remove`` drops chunks."""
 
-    def __init__(self, folder: str, settings: Dict[str, Any], cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, folder: str, settings: Dict[str, Any], sidecar: str,
+                 cache_bytes: int = 64 << 20) -> None:
         self.folder = folder
+        self.sidecar = sidecar
         self.settings = dict(settings)
         self.cache_bytes = cache_bytes
         self._cache: "OrderedDict[int, Tuple[Any, int]]" = OrderedDict()
@@ -81,7 +83,7 @@ class ChunkStore:
         self.next_seq = 0
         # (seq, bytes) of every chunk from the oldest live one on, removed or not.
         self._order: "deque[Tuple[int, int]]" = deque()
-        saved = read_sidecar(folder, SIDECAR)
+        saved = read_sidecar(folder, sidecar)
         if saved is not None and saved.get("gen"):
             self.gen = int(saved["gen"])
             self.buf = _Buffer.open(self._ring(self.gen))
@@ -171,7 +173,7 @@ class ChunkStore:
         self.buf = buf
         self.gen = gen
         self._tail = int(buf.stats()["tail"])
-        write_sidecar(self.folder, SIDECAR, {**self.settings, "gen": gen})
+        write_sidecar(self.folder, self.sidecar, {**self.settings, "gen": gen})
 
     #: Bytes from the oldest live chunk to the tail: live chunks, and removed ones the
     #: ring has not passed yet (as they were put, plus a row's rounding).
