@@ -1,0 +1,259 @@
+"""DI-engine's ``DequeBuffer`` with its records' data in a replaystore ring.
+
+The class subclasses DI-engine's own and keeps all of its logic and every middleware
+(``PriorityExperienceReplay``, ``use_time_check``, ``staleness_check``, ``clone_object``,
+``padding``, ``group_sample``, ``sample_range_view``): draws from ``random`` as DI-engine
+does, the index map, grouping. Only ``storage`` changes: a :class:`Records` sequence
+whose records keep their ``index`` and ``meta`` in memory (middleware read and change
+metas in place, every draw) and their ``data`` in the ring, read when asked for.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import os
+import pickle
+from collections import deque
+from typing import Any, Dict, Iterator, List, Optional
+
+from ding.data.buffer import BufferedData
+from ding.data.buffer.deque_buffer import BufferIndex
+from ding.data.buffer.deque_buffer import DequeBuffer as _DequeBuffer
+from ding.data.buffer.middleware import PriorityExperienceReplay
+
+from .._chunks import ChunkStore
+from .._folder import Folder, read_sidecar
+
+#: The settings file beside the ring (docs/FORMAT.md).
+SIDECAR = "ding.json"
+#: The first ring's heap; replaced by one twice what it holds whenever it fills.
+START_HEAP = 1 << 20
+#: What ``save_data`` writes first: DI-engine's own files are HDF5 (hickle).
+MAGIC = b"replaystore-ding-state\n"
+
+
+class Record(BufferedData):
+    """A stored record: ``index`` and ``meta`` in memory, ``data`` read from the ring
+    (a fresh copy each time). Setting ``data`` or ``meta`` stores the record again."""
+
+    def __init__(self, records: "Records", seq: int, index: str, meta: dict, ordinal: int) -> None:
+        self.__dict__.update(_records=records, _seq=seq, index=index, _meta=meta, _ordinal=ordinal)
+
+    @property
+    def data(self) -> Any:
+        return self._records.store.load([self._seq])[0]
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._records._restore(self, value, self._meta)
+
+    @property
+    def meta(self) -> dict:
+        return self._meta
+
+    @meta.setter
+    def meta(self, value: dict) -> None:
+        self._records._restore(self, self.data, value)
+
+    def plain(self, data: Any) -> BufferedData:
+        """DI-engine's own record, with ``data`` (read already) and this record's meta."""
+        return BufferedData(data=data, index=self.index, meta=self._meta)
+
+    def __repr__(self) -> str:
+        return f"Record(index={self.index!r}, meta={self._meta!r})"
+
+
+class Records(collections.abc.Sequence):
+    """``storage`` of the adapter: DI-engine's ``deque(maxlen=size)`` of records, the
+    oldest dropped (and its chunk removed) when a push finds it full."""
+
+    def __init__(self, store: ChunkStore, maxlen: int) -> None:
+        self.store = store
+        self._maxlen = maxlen
+        self._items: "deque[Record]" = deque()
+        self._pushed = 0
+        if store.buf is not None:  # a reopened folder: the records in push order
+            found = []
+            for seq, _key, _obj, _added, ordinal, state in store.items(objects=False):
+                index, meta = pickle.loads(state)
+                found.append(Record(self, seq, index, meta, ordinal))
+            found.sort(key=lambda r: r._ordinal)
+            self._items = deque(found)
+            self._pushed = found[-1]._ordinal + 1 if found else 0
+            self._trim()
+
+    @property
+    def maxlen(self) -> int:
+        return self._maxlen
+
+    def _put(self, data: Any, index: str, meta: dict, ordinal: int) -> int:
+        return self.store.put(index, data, ordinal=ordinal, state=pickle.dumps((index, meta)))
+
+    def append(self, buffered: BufferedData) -> None:
+        # The new record is stored before the oldest is removed: a kill between the two
+        # leaves one record too many, which the reopen drops, never one too few.
+        ordinal = self._pushed
+        self._pushed += 1
+        seq = self._put(buffered.data, buffered.index, buffered.meta, ordinal)
+        self._items.append(Record(self, seq, buffered.index, buffered.meta, ordinal))
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._items) > self._maxlen:
+            gone = self._items.popleft()
+            self.store.remove([gone._seq])
+
+    def _restore(self, record: Record, data: Any, meta: dict) -> None:
+        old = record._seq
+        record.__dict__.update(_seq=self._put(data, record.index, meta, record._ordinal), _meta=meta)
+        self.store.remove([old])
+
+    def __getitem__(self, i: int) -> Record:  # type: ignore[override]
+        return self._items[i]
+
+    def __delitem__(self, i: int) -> None:
+        gone = self._items[i]
+        del self._items[i]
+        self.store.remove([gone._seq])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.store.clear()
+
+    def load(self, records: List[Record]) -> List[Any]:
+        """The data of ``records``, read in one call."""
+        return self.store.load([r._seq for r in records])
+
+    def describe(self) -> List[tuple]:
+        return [(r._seq, r.index, r._meta, r._ordinal) for r in self._items]
+
+    def restore(self, described: List[tuple], pushed: int) -> None:
+        self._items = deque(Record(self, seq, index, meta, ordinal) for seq, index, meta, ordinal in described)
+        self._pushed = pushed
+
+
+class DequeBuffer(Folder, _DequeBuffer):
+    """DI-engine's ``DequeBuffer(size, sliced=False)`` with its records in the folder
+    ``path`` (a temporary one when ``None``; an existing one is reopened with its
+    records).
+
+    >>> from replaystore.compat.ding import DequeBuffer
+    >>> buf = DequeBuffer(size=10)
+    >>> for i in range(12):
+    ...     _ = buf.push({"obs": i}, meta={"env": i % 2})
+    >>> buf.count(), sorted(r.data["obs"] for r in buf.sample(10))[:3]
+    (10, [2, 3, 4])
+    >>> buf.close()
+    """
+
+    def __init__(self, size: int, sliced: bool = False, *, path: Optional[str] = None) -> None:
+        _DequeBuffer.__init__(self, size=size, sliced=sliced)
+        self._take_folder(path, "replaystore-ding-")
+        saved = read_sidecar(self._path, SIDECAR)
+        if saved is not None and saved.get("size") not in (None, size):
+            raise ValueError(f"{self._path}: holds a DequeBuffer of size {saved['size']}, not {size} "
+                             f"({SIDECAR} field 'size')")
+        store = ChunkStore(self._path, {"class": "DequeBuffer", "size": size,
+                                        "items": min(2 * size + 64, 4096), "heap": START_HEAP}, SIDECAR)
+        self.storage = Records(store, size)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        # DI-engine's index map, as its delete rebuilds it: each record's position.
+        self.indices = BufferIndex(self.size, [(r.index, i) for i, r in enumerate(self.storage)])
+        self.meta_index = {}
+
+    def _open_buffers(self) -> list:
+        return []
+
+    def close(self) -> None:
+        """Closes the ring (every record pushed is in it); a temporary folder is removed."""
+        self.storage.store.close()
+        super().close()
+
+    def flush(self) -> None:
+        """Makes every record pushed so far durable (``fsync``)."""
+        self.storage.store.flush()
+
+    def _independence(self, sampled: Any) -> Any:
+        # The drawn records become DI-engine's own, their data read in one call; then
+        # DI-engine copies the repeated ones, as it does.
+        flat = [r for item in sampled for r in (item if isinstance(item, list) else [item])]
+        stored = [r for r in flat if isinstance(r, Record)]
+        data = dict(zip(map(id, stored), self.storage.load(stored)))
+
+        def plain(r: Any) -> Any:
+            return r.plain(data[id(r)]) if isinstance(r, Record) else r
+
+        sampled = [[plain(r) for r in item] if isinstance(item, list) else plain(item) for item in sampled]
+        return super()._independence(sampled)
+
+    def use(self, func: Any) -> "DequeBuffer":
+        """DI-engine's ``use``. A ``PriorityExperienceReplay`` added to a reopened buffer
+        takes the priorities its records were pushed (or last updated) with."""
+        super().use(func)
+        if isinstance(func, PriorityExperienceReplay) and len(self.storage):
+            for record in self.storage:
+                meta = record.meta
+                if "priority_idx" in meta:
+                    func._update_tree(meta["priority"], meta["priority_idx"])
+                    func.buffer_idx[meta["priority_idx"]] = record.index
+                    func.max_priority = max(func.max_priority, meta["priority"])
+            newest = self.storage[-1].meta.get("priority_idx")
+            if newest is not None:
+                func.pivot = (newest + 1) % func.buffer_size
+        return self
+
+    def save_data(self, file_name: str) -> None:
+        """Saves the buffer in milliseconds: an O(1) snapshot of the ring plus each
+        record's index and meta (``load_data`` restores it on a buffer opened on the same
+        folder, here or in another process). DI-engine's ``load_data`` cannot read it."""
+        if os.path.dirname(file_name):
+            os.makedirs(os.path.dirname(file_name), exist_ok=True)
+        state = {"path": os.path.realpath(self._path), "ring": self.storage.store.get_state(),
+                 "records": self.storage.describe(), "pushed": self.storage._pushed}
+        with open(file_name, "wb") as f:
+            f.write(MAGIC)
+            pickle.dump(state, f)
+
+    def load_data(self, file_name: str) -> None:
+        """Loads a ``save_data`` of this folder, or DI-engine's own file (its records are
+        pushed into the ring)."""
+        with open(file_name, "rb") as f:
+            head = f.read(len(MAGIC))
+            if head == MAGIC:
+                state = pickle.load(f)
+            else:
+                state = None
+        if state is None:
+            import hickle
+
+            storage, _indices, _meta_index = hickle.load(file_name)
+            self.storage.clear()
+            for record in storage:
+                self.storage.append(record)
+            self._reindex()
+            return
+        if state["path"] != os.path.realpath(self._path):
+            raise ValueError(f"{file_name}: a snapshot of {state['path']}, not of this buffer's folder "
+                             f"{self._path}: open that folder (path=) to load it")
+        self.storage.store.set_state(state["ring"])
+        self.storage.restore(state["records"], state["pushed"])
+        self._reindex()
+
+    def __copy__(self) -> "DequeBuffer":
+        # DI-engine's view(): a new buffer of the same size over the same records, index
+        # and meta index, with no middleware (and, as DI-engine's, sliced=False); it has
+        # no folder of its own to make or remove.
+        view = type(self).__new__(type(self))
+        _DequeBuffer.__init__(view, size=self.size)
+        view.storage, view.indices, view.meta_index = self.storage, self.indices, self.meta_index
+        view._path, view._own_dir, view._remove_dir = self._path, False, None
+        return view
+
