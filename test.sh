@@ -26,10 +26,22 @@ command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet matur
 export REPLAYSTORE_REQUIRE_TORCH=1
 # The libraries the compat adapters replace, pinned (python/tests/peers.py): the
 # differential tests drive them beside the adapters, and must run here, not skip.
-PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1)
+PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1 "ray[rllib]==2.60.0")
 "$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
 export REPLAYSTORE_REQUIRE_PEERS=1
 # SB3's logger makes a folder per learn() in the temporary directory unless told where.
 export SB3_LOGDIR="$PWD/target/sb3-logs"
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
-"$VENV/bin/python" -m pytest -q --doctest-modules python/replaystore python/tests
+# DI-engine pins numpy<2, which Ray's pyarrow cannot run with: its tests run in a
+# virtualenv of their own (below), and skip here saying so.
+REPLAYSTORE_PEERS_ELSEWHERE=ding "$VENV/bin/python" -m pytest -q -rs --doctest-modules \
+  --ignore=python/replaystore/compat/ding python/replaystore python/tests
+
+# DI-engine's virtualenv (cached under target/ like the other): DI-engine, its torch and
+# numpy<2, the extension built into it, then the DI-engine adapter's doctests and tests.
+DI_VENV="$PWD/target/di-venv"
+[ -x "$DI_VENV/bin/python" ] || python3 -m venv "$DI_VENV"
+"$DI_VENV/bin/python" -m pip install --quiet DI-engine==0.5.3 pytest hypothesis==6.170.15
+(cd python && VIRTUAL_ENV="$DI_VENV" maturin develop --quiet)
+"$DI_VENV/bin/python" -m pytest -q -p no:cacheprovider --doctest-modules \
+  python/replaystore/compat/ding python/tests/test_ding_differential.py
