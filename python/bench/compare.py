@@ -8,6 +8,7 @@ pad_sequence).
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --only cpprb,cpprb-compat      # cpprb's calls on both
     python python/bench/compare.py --workloads W1 --only rllib,rllib-compat   # RLlib's old stack
+    python python/bench/compare.py --workloads W1 --only ding,ding-compat     # DI-engine (its venv)
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
     python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb,tianshou  # HER (w7.py)
@@ -496,13 +497,100 @@ class RLlibCompat(RLlib):
         self.rb = self._make(*self.args)
 
 
+class Ding:
+    """DI-engine's DequeBuffer (PriorityExperienceReplay middleware for PER), one record
+    per transition (DI-engine pushes one at a time); its save is save_data (hickle).
+    Runs in DI-engine's own virtualenv ($DING_PYTHON, default target/di-venv/bin/python:
+    DI-engine pins numpy<2): build replaystore there with --release for these figures."""
+
+    name = "ding"
+    NO_BATCH_ADD = True
+    PYTHON = "ding"
+
+    def _make(self, size, path):
+        from ding.data.buffer import DequeBuffer
+        return DequeBuffer(size=size)
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from ding.data.buffer.middleware import PriorityExperienceReplay
+        self.args = (capacity, path, prioritized)
+        self.path = path
+        self.rb = self._make(capacity, path)
+        if prioritized:
+            self.rb.use(PriorityExperienceReplay(self.rb, IS_weight=True))
+
+    def add1(self, row):
+        self.rb.push(dict(row))
+
+    def add_batch(self, batch):
+        for i in range(len(batch["obs"])):
+            self.rb.push({k: v[i] for k, v in batch.items()})
+
+    def sample(self, n):
+        return self.rb.sample(n)
+
+    def per(self, n, new):
+        for record, p in zip(self.rb.sample(n), new):
+            self.rb.update(record.index, record.data, dict(record.meta, priority=float(p)))
+
+    def save(self, where):
+        self.rb.save_data(where)
+
+    IMPORTS = "from ding.data.buffer import DequeBuffer\n"
+    LOAD = "rb = DequeBuffer(size=CAP); rb.load_data(STATE); rb.sample(1)\n"
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+class DingCompat(Ding):
+    """replaystore.compat.ding's DequeBuffer (DI-engine's class and middleware over a
+    replaystore ring) in a folder; its save_data is O(1) (a snapshot and the metas)."""
+
+    name = "ding-compat"
+
+    def _make(self, size, path):
+        from replaystore.compat.ding import DequeBuffer
+        return DequeBuffer(size=size, path=path)
+
+    def settle(self):
+        self.rb.flush()
+
+    IMPORTS = "from replaystore.compat.ding import DequeBuffer\n"
+    LOAD = "rb = DequeBuffer(size=CAP, path=PATH); rb.load_data(STATE); rb.sample(1)\n"
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        from ding.data.buffer.middleware import PriorityExperienceReplay
+        capacity, path, prioritized = self.args
+        self.rb = self._make(capacity, path)
+        if prioritized:
+            self.rb.use(PriorityExperienceReplay(self.rb, IS_weight=True))
+
+
+def python_of(lib_name):
+    """The interpreter a library's child runs in: DI-engine's own virtualenv for the
+    DI-engine libraries, this one for the rest."""
+    if getattr(LIBS.get(lib_name), "PYTHON", None) == "ding":
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return os.environ.get("DING_PYTHON", os.path.join(root, "target", "di-venv", "bin", "python"))
+    return sys.executable
+
+
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
         "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat,
-        "tianshou-compat": TianshouCompat, "rllib": RLlib, "rllib-compat": RLlibCompat}
+        "tianshou-compat": TianshouCompat, "rllib": RLlib, "rllib-compat": RLlibCompat,
+        "ding": Ding, "ding-compat": DingCompat}
 #: Adapters and peers, importable under these modules' names.
 ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
             "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou",
-            "rllib": "ray.rllib", "rllib-compat": "replaystore.compat.rllib"}
+            "rllib": "ray.rllib", "rllib-compat": "replaystore.compat.rllib",
+            "ding": "ding", "ding-compat": "replaystore.compat.ding"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 
@@ -787,6 +875,11 @@ def w5_pops(lib, lib_name, n, steps, runs, scratch):
 def available(name):
     if name == "list":
         return True
+    python = python_of(name)
+    if python != sys.executable:
+        module = ADAPTERS.get(name, name)
+        return os.path.exists(python) and subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True).returncode == 0
     try:
         __import__({**w6.AVAILABLE, **w7.AVAILABLE, **ADAPTERS}.get(name, name))
         return True
@@ -898,7 +991,7 @@ def child(lib_name, workload, quick, runs, scratch):
                 + "print(time.perf_counter() - t)")
         # The process that saved is gone when a run resumes: the writer's lock with it.
         p.close()
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        out = subprocess.run([python_of(lib_name), "-c", code], capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(out.stderr)
         loads.append(float(out.stdout.strip().splitlines()[-1]))
@@ -1107,7 +1200,7 @@ def main():
             for lib in libs:
                 if lib not in {"W5": W5_LIBS, "W6": w6.LIBS, "W7": w7.LIBS}.get(w, LIBS):
                     continue
-                cmd = [sys.executable, __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
+                cmd = [python_of(lib), __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
                     cmd.append("--quick")
                 out = subprocess.run(cmd, capture_output=True, text=True)

@@ -34,7 +34,7 @@ MAGIC = b"replaystore-ding-state\n"
 
 class Record(BufferedData):
     """A stored record: ``index`` and ``meta`` in memory, ``data`` read from the ring
-    (a fresh copy each time). Setting ``data`` or ``meta`` stores the record again."""
+    (a fresh copy each time). Setting ``data`` stores the record again."""
 
     def __init__(self, records: "Records", seq: int, index: str, meta: dict, ordinal: int) -> None:
         self.__dict__.update(_records=records, _seq=seq, index=index, _meta=meta, _ordinal=ordinal)
@@ -53,7 +53,10 @@ class Record(BufferedData):
 
     @meta.setter
     def meta(self, value: dict) -> None:
-        self._records._restore(self, self.data, value)
+        # In memory, as DI-engine's middleware changes metas in place every draw: the
+        # ring keeps the meta a record was pushed (or its data last set) with, and
+        # save_data every current one.
+        self.__dict__["_meta"] = value
 
     def plain(self, data: Any) -> BufferedData:
         """DI-engine's own record, with ``data`` (read already) and this record's meta."""
