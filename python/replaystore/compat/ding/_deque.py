@@ -16,7 +16,7 @@ import pickle
 from collections import deque
 from typing import Any, Dict, Iterator, List, Optional
 
-from ding.data.buffer import BufferedData
+from ding.data.buffer import BufferedData, apply_middleware
 from ding.data.buffer.deque_buffer import BufferIndex
 from ding.data.buffer.deque_buffer import DequeBuffer as _DequeBuffer
 from ding.data.buffer.middleware import PriorityExperienceReplay
@@ -183,6 +183,15 @@ class DequeBuffer(Folder, _DequeBuffer):
     def flush(self) -> None:
         """Makes every record pushed so far durable (``fsync``)."""
         self.storage.store.flush()
+
+    @apply_middleware("update")
+    def update(self, index: str, data: Optional[Any] = None, meta: Optional[dict] = None) -> bool:
+        """DI-engine's ``update``; new data is stored once, with the new meta."""
+        found = _DequeBuffer.update.__wrapped__(self, index, None, meta)
+        if found and data is not None:
+            record = self.storage[self.indices.get(index)]
+            self.storage._restore(record, data, record.meta)
+        return found
 
     def _independence(self, sampled: Any) -> Any:
         # The drawn records become DI-engine's own, their data read in one call; then
