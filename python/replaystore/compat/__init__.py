@@ -12,8 +12,14 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
   ``VectorReplayBuffer`` and the prioritized ones, subclassing Tianshou's (``Batch`` in
   and out, a ``Collector`` fills them); checked against Tianshou itself. Without it,
   stand-ins on dicts of arrays.
-- ``replaystore.compat.rllib``: ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` with
-  storage units timesteps, sequences, episodes and fragments, on dicts of arrays.
+- ``replaystore.compat.rllib``: with Ray installed, RLlib's buffers of both API stacks
+  (``EpisodeReplayBuffer`` and its prioritized and multi-agent kin; ``ReplayBuffer``,
+  prioritized, reservoir, FIFO and multi-agent), subclassing RLlib's own: DQN and SAC
+  take them as ``replay_buffer_config["type"]``; checked against RLlib itself. Without
+  Ray, stand-ins for ``ReplayBuffer`` and ``PrioritizedReplayBuffer`` on dicts of arrays.
+- ``replaystore.compat.ding``: DI-engine's ``DequeBuffer`` with its middleware and the
+  legacy Naive, Advanced and Episode buffers, subclassing DI-engine's own; checked
+  against DI-engine itself.
 
 Each module's docstring lists where it follows the library and where it cannot.
 """
