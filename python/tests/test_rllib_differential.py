@@ -115,7 +115,10 @@ def batch(rng, n, eps0=0, with_seq=False):
          "infos": np.array([{"k": int(i)} for i in t], dtype=object)}
     if with_seq:
         b["seq_lens"] = np.array([3] * (n // 3) + ([n % 3] if n % 3 else []), np.int32)
-    return SampleBatch(b)
+    out = SampleBatch(b)
+    if eps0 % 200 == 100:  # some batches carry the policy's update count, as RolloutWorkers' do
+        out.num_grad_updates = float(eps0 // 100)
+    return out
 
 
 def no_sampled(stats):
@@ -129,6 +132,7 @@ def test_old_stack_buffers_store_sample_and_count_as_rllib(tmp_path, unit, rllib
     path = str(tmp_path / "b")
     a = rllib_cls(capacity=40, storage_unit=unit, **kw)
     b = our_cls(capacity=40, storage_unit=unit, path=path, **kw)
+    kept_as_rows = unit == "timesteps" and rllib_cls is not theirs.ReservoirReplayBuffer
     for i in range(25):
         n = 10 if unit == "episodes" else int(rng.integers(1, 12))
         item = batch(rng, n, eps0=100 * i, with_seq=unit == "sequences")
@@ -141,6 +145,8 @@ def test_old_stack_buffers_store_sample_and_count_as_rllib(tmp_path, unit, rllib
             pri = rng.random(len(slots)) + 0.1
             a.update_priorities(slots, pri)
             b.update_priorities(slots, pri)
+    # Timesteps of FIFO buffers are rows of columns; every other item a pickled chunk.
+    assert (b._rows is not None) == kept_as_rows
     state_a = pickle.loads(pickle.dumps(a.get_state()))
     state_b = pickle.loads(pickle.dumps(b.get_state()))
     b.close()
@@ -176,20 +182,27 @@ def test_old_stack_errors_are_rllibs(tmp_path):
     b.close()
 
 
-def test_a_temporary_folders_state_holds_the_items_as_rllibs_does():
+@pytest.mark.parametrize("n", [6, 13], ids=["part-full", "wrapped"])
+def test_a_temporary_folders_state_holds_the_items_as_rllibs_does(n):
     a, b = theirs.ReplayBuffer(capacity=10), ours.ReplayBuffer(capacity=10)
     rng = np.random.default_rng(1)
-    item = batch(rng, 6)
+    item = batch(rng, n)
     a.add(item)
     b.add(item.copy())
     state = pickle.loads(pickle.dumps(b.get_state()))
-    assert "replaystore" not in state and len(state["_storage"]) == 6
+    assert "replaystore" not in state and len(state["_storage"]) == min(n, 10)
     fresh = ours.ReplayBuffer(capacity=10)
     fresh.set_state(state)
     same(*both(a, fresh, lambda buf: buf.sample(8), 3))
     theirs_fresh = theirs.ReplayBuffer(capacity=10)
     theirs_fresh.set_state(state)  # RLlib takes the adapter's state as its own
     same(*both(a, theirs_fresh, lambda buf: buf.sample(8), 4))
+    # Adds after the restore land in RLlib's next slot.
+    more = batch(rng, 4)
+    a.add(more)
+    fresh.add(more.copy())
+    assert (a._next_idx, no_sampled(a.stats())) == (fresh._next_idx, no_sampled(fresh.stats()))
+    same(*both(a, fresh, lambda buf: buf.sample(12), 5))
     b.close()
     fresh.close()
 

@@ -43,8 +43,9 @@ from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
 
 from ..._native import ReplayBuffer as _Buffer
 from .._chunks import ChunkStore
-from .._folder import Folder, read_sidecar
+from .._folder import Folder, read_sidecar, write_sidecar
 from ._new import SIDECAR, _detach
+from ._rows import Rows, fits
 
 __all__ = [
     "ReplayBuffer",
@@ -179,6 +180,10 @@ COUNTERS = ("_num_timesteps_added", "_num_timesteps_added_wrap", "_next_idx",
 class _Slotted(Folder):
     """What the adapters add to RLlib's ``ReplayBuffer`` family."""
 
+    #: Whether timestep items may be kept as rows of columns (``_rows``): RLlib's FIFO
+    #: slots only; the reservoir overwrites random slots.
+    _rows_allowed = True
+
     def _attach(self, path: Optional[str]) -> None:
         self._take_folder(path, "replaystore-rllib-")
         name = type(self).__name__
@@ -187,16 +192,65 @@ class _Slotted(Folder):
             raise ValueError(
                 f"{self._path}: holds an RLlib {saved['class']}, not a {name} "
                 f"({SIDECAR} field 'class')")
-        settings = {"class": name, "capacity": int(self.capacity),
-                    "storage_unit": self.storage_unit.value,
-                    "items": min(2 * int(self.capacity) + 64, 4096), "heap": START_HEAP}
+        self._settings = {"class": name, "capacity": int(self.capacity),
+                          "storage_unit": self.storage_unit.value,
+                          "items": min(2 * int(self.capacity) + 64, 4096), "heap": START_HEAP}
         if saved is not None:
-            settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
-        store = ChunkStore(self._path, settings, SIDECAR)
+            self._settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
+        self._rows: Optional[Rows] = None
+        if saved is not None and saved.get("mode") == "rows":
+            self._rows = Rows(self._path, int(self.capacity), saved["columns"])
+            self._storage = self._rows
+            self._reopen_rows()
+            return
+        store = ChunkStore(self._path, self._settings, SIDECAR)
         store.counters_fn = lambda key: (self._num_timesteps_added, 0)
         self._storage = Slots(self, store)
         if store.buf is not None:
             self._reopen()
+
+    # -- rows of columns (storage_unit "timesteps") ----------------------------------------
+
+    def add(self, batch: Any, **kwargs: Any) -> None:
+        """RLlib's ``add``. With ``storage_unit="timesteps"`` and a batch of flat columns
+        into a buffer that holds nothing else, the timesteps are rows of columns: written
+        in one call, then counted in by RLlib's own ``_add_single_batch``, once per row."""
+        rows = self._rows
+        if rows is None and self._rows_allowed and self.storage_unit == StorageUnit.TIMESTEPS \
+                and isinstance(self._storage, Slots) and len(self._storage) == 0 \
+                and self._storage.store.buf is None and fits(batch):
+            rows = self._rows = Rows(self._path, int(self.capacity))
+            self._storage = rows
+        if rows is None:
+            super().add(batch, **kwargs)
+            return
+        if not batch.count > 0:
+            return
+        if not fits(batch):
+            raise ValueError(f"{self._path}: a batch of sequences, padding or nested columns into a "
+                             "timesteps buffer of flat columns")
+        rows.check(batch)
+        first = rows.buf is None
+        rows.write(batch)
+        if first:
+            write_sidecar(self._path, SIDECAR, {**self._settings, "mode": "rows", "columns": rows.columns})
+        header = rows.header()
+        for _ in range(batch.count):
+            self._add_single_batch(header, **kwargs)
+
+    def _reopen_rows(self) -> None:
+        """RLlib's counters after ``tail`` one-timestep items: item ``k`` went to slot
+        ``k mod capacity``, and the wrap came back to 0 at every multiple of it."""
+        tail = int(self._rows.buf.stats()["tail"]) if self._rows.buf is not None else 0
+        self._num_timesteps_added = tail
+        self._num_timesteps_added_wrap = tail % self.capacity
+        self._next_idx = tail % self.capacity
+        self._eviction_started = tail >= self.capacity
+        self._est_size_bytes = len(self._rows) * self._rows.row_size
+        self._after_rows_reopen()
+
+    def _after_rows_reopen(self) -> None:
+        pass
 
     def _counters_blob(self) -> bytes:
         # Taken inside RLlib's _add_single_batch, after it counted the item in and
@@ -229,19 +283,22 @@ class _Slotted(Folder):
     def close(self) -> None:
         """Closes the ring (every item added is in it) and, for a temporary folder,
         removes it."""
-        self._storage.store.close()
+        (self._rows or self._storage.store).close()
         super().close()
 
     def flush(self) -> None:
         """Makes every item added so far durable (``fsync``)."""
-        self._storage.store.flush()
+        (self._rows or self._storage.store).flush()
 
     def _encode_sample(self, idxes: List[int]) -> Any:
         # RLlib's, reading the drawn items in one call.
         for i in idxes:
             self._hit_count[i] += 1
-        items = self._storage.load(idxes)
-        out = concat_samples(items) if items else SampleBatch()
+        if self._rows is not None:
+            out = self._rows.read(idxes)
+        else:
+            items = self._storage.load(idxes)
+            out = concat_samples(items) if items else SampleBatch()
         out.decompress_if_needed()
         return out
 
@@ -251,35 +308,51 @@ class _Slotted(Folder):
         ``set_state`` on a buffer opened on that folder (here or in another process).
         With a temporary folder (it ends with the process), the items themselves, as
         RLlib's state holds them."""
-        slots = self._storage
+        storage = self._storage
         self._storage = []
         try:
             state = _detach(super().get_state())
         finally:
-            self._storage = slots
+            self._storage = storage
         if self._own_dir:
-            state["_storage"] = slots.items()
+            state["_storage"] = storage.items()
+            return state
+        del state["_storage"]
+        mine: Dict[str, Any] = {"path": os.path.realpath(self._path)}
+        if self._rows is not None:
+            mine["rows"] = self._rows.buf.get_state() if self._rows.buf is not None else None
+            mine["n"] = len(self._rows)
         else:
-            del state["_storage"]
-            state["replaystore"] = {"path": os.path.realpath(self._path),
-                                    "ring": slots.store.get_state(), "slots": slots.describe()}
+            mine["ring"] = storage.store.get_state()
+            mine["slots"] = storage.describe()
+        state["replaystore"] = mine
         return state
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Restores a ``get_state`` (of this folder, or one that holds its items)."""
-        slots = self._storage
         mine = state.get("replaystore")
+        if mine is not None and mine["path"] != os.path.realpath(self._path):
+            raise ValueError(
+                f"the state names a snapshot of {mine['path']}, not of this buffer's "
+                f"folder {self._path}: open that folder (path=) to restore it")
         if mine is None:
-            slots.reset(state["_storage"])
+            items = list(state["_storage"])
+            if self._rows is not None:
+                self._rows.reset(items, int(state["_next_idx"]))
+            else:
+                self._storage.reset(items)
+        elif "rows" in mine:
+            if self._rows is None or mine["rows"] is None:
+                raise ValueError(f"{self._path}: the state is of a timesteps buffer of rows; this "
+                                 "buffer holds chunks")
+            self._rows.buf.set_state(mine["rows"])
+            self._rows.n = mine["n"]
         else:
-            if mine["path"] != os.path.realpath(self._path):
-                raise ValueError(
-                    f"the state names a snapshot of {mine['path']}, not of this buffer's "
-                    f"folder {self._path}: open that folder (path=) to restore it")
-            slots.store.set_state(mine["ring"])
-            slots.restore(mine["slots"])
-        super().set_state({**state, "_storage": slots})
-        self._storage = slots
+            self._storage.store.set_state(mine["ring"])
+            self._storage.restore(mine["slots"])
+        storage = self._storage
+        super().set_state({**state, "_storage": storage})
+        self._storage = storage
 
 
 class ReplayBuffer(_Slotted, _ReplayBuffer):
@@ -304,6 +377,9 @@ class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
 
     def _after_reopen(self) -> None:
         super()._after_reopen()
+        self._after_rows_reopen()
+
+    def _after_rows_reopen(self) -> None:
         top = self._max_priority ** self._alpha
         for slot in range(len(self._storage)):
             self._it_sum[slot] = top
@@ -313,6 +389,8 @@ class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
 class ReservoirReplayBuffer(_Slotted, _ReservoirReplayBuffer):
     """RLlib's ``ReservoirReplayBuffer(capacity=10000, storage_unit="timesteps")``: every
     item ever added kept with equal chance, in the folder ``path``."""
+
+    _rows_allowed = False
 
     def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", *,
                  path: Optional[str] = None, **kwargs: Any) -> None:

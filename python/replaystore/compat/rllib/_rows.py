@@ -1,0 +1,207 @@
+"""``_storage`` of an old-stack ``ReplayBuffer`` or ``PrioritizedReplayBuffer`` with
+``storage_unit="timesteps"``: one replaystore row per timestep, in columns.
+
+RLlib slices each added batch into one-timestep items and puts item ``k`` (counting every
+item ever added) in slot ``k mod capacity``, so a ring of ``capacity`` rows holds exactly
+RLlib's items, slot ``s`` being the live row whose index is ``s`` modulo ``capacity``.
+An ``add`` writes the whole batch as rows in one call, then runs RLlib's own
+``_add_single_batch`` once per timestep on a header (counts, slots, eviction, hit counts,
+the prioritized trees), so the bookkeeping is RLlib's. A draw reads its rows in one call
+and builds the batch RLlib's ``concat_samples`` would.
+
+Numeric columns are fixed fields; object columns (``infos``) ride pickled in one bytes
+field per row. A batch whose columns differ from the first one's is refused (RLlib would
+take it): the columns are the ring's schema.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+from ray.rllib.policy.sample_batch import SampleBatch
+
+from ..._native import ReplayBuffer as _Buffer
+
+REST = "__rest__"
+NGU = "__num_grad_updates__"
+
+
+def fits(batch: Any) -> bool:
+    """Whether RLlib's timeslices of ``batch`` can be rows of columns: a ``SampleBatch``
+    of flat NumPy columns, not zero-padded, without sequence lengths or time-major."""
+    if not isinstance(batch, SampleBatch) or batch.zero_padded or batch.time_major:
+        return False
+    if batch.get(SampleBatch.SEQ_LENS) is not None or batch.max_seq_len is not None:
+        return False
+    return all(isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == batch.count
+               for v in batch.values())
+
+
+class Header(SampleBatch):
+    """A one-timestep item as RLlib's bookkeeping sees it: ``count`` 1 and its size."""
+
+    def __init__(self, size: int) -> None:
+        dict.__init__(self)
+        self.count = 1
+        self._size = size
+        self.zero_padded = False
+        self.max_seq_len = None
+
+    def size_bytes(self) -> int:
+        return self._size
+
+
+class Rows:
+    """The ring of rows and RLlib's slot count over it."""
+
+    def __init__(self, folder: str, capacity: int, columns: Optional[Dict[str, Any]] = None) -> None:
+        self.path = os.path.join(folder, "rows")
+        self.capacity = capacity
+        self.buf: Optional[_Buffer] = None
+        self.columns: Dict[str, Any] = {}  # name -> [dtype str, shape] or "object", in order
+        self.n = 0  # RLlib's len(_storage)
+        self.row_size = 0
+        if columns is not None and os.path.exists(self.path):
+            self.columns = columns
+            self.buf = _Buffer.open(self.path)
+            self.row_size = self._row_size()
+            self.n = min(int(self.buf.stats()["tail"]), capacity)
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def _row_size(self) -> int:
+        # RLlib's size_bytes of a one-timestep item: its arrays' bytes (8 per object).
+        size = 0
+        for spec in self.columns.values():
+            if spec == "object":
+                size += 8
+            else:
+                size += np.dtype(spec[0]).itemsize * int(np.prod(spec[1], dtype=np.int64))
+        return size
+
+    def _create(self, batch: SampleBatch) -> None:
+        schema: Dict[str, Any] = {}
+        for name, value in batch.items():
+            if value.dtype == object:
+                self.columns[name] = "object"
+            else:
+                self.columns[name] = [value.dtype.str, list(value.shape[1:])]
+                schema[name] = (value.dtype.str, tuple(value.shape[1:]))
+        schema[NGU] = "float64"
+        schema[REST] = "bytes"
+        self.buf = _Buffer.create(self.path, schema, self.capacity)
+        self.row_size = self._row_size()
+
+    def check(self, batch: SampleBatch) -> None:
+        """Refuses a batch the ring cannot hold, naming what differs."""
+        if self.buf is None:
+            return
+        if list(batch.keys()) != list(self.columns):
+            raise ValueError(f"{self.path}: a batch of columns {sorted(batch.keys())} after batches of "
+                             f"{sorted(self.columns)}: a timesteps buffer keeps its first batch's columns")
+        for name, spec in self.columns.items():
+            value = batch[name]
+            want = ("object", None) if spec == "object" else (np.dtype(spec[0]).str, list(spec[1]))
+            got = ("object", None) if value.dtype == object else (value.dtype.str, list(value.shape[1:]))
+            if want != got:
+                raise ValueError(f"{self.path}: column {name!r}: expected {want}, got {got}")
+
+    # -- rows -----------------------------------------------------------------------------
+
+    def write(self, batch: SampleBatch) -> None:
+        """Adds the batch's timesteps as rows (RLlib's bookkeeping follows, per row)."""
+        if self.buf is None:
+            self._create(batch)
+        n = batch.count
+        rows: Dict[str, Any] = {}
+        objects = [name for name, spec in self.columns.items() if spec == "object"]
+        for name, spec in self.columns.items():
+            if spec != "object":
+                rows[name] = np.ascontiguousarray(batch[name])
+        rows[REST] = ([pickle.dumps({k: batch[k][i] for k in objects}, pickle.HIGHEST_PROTOCOL)
+                       for i in range(n)] if objects else [b""] * n)
+        ngu = batch.num_grad_updates
+        rows[NGU] = np.full(n, np.nan if ngu is None else float(ngu))
+        self.buf.add_batch(rows)
+
+    def indices(self, slots: Sequence[int]) -> np.ndarray:
+        """The ring index of the item in each slot."""
+        tail = int(self.buf.stats()["tail"])
+        head = tail - len(self.buf)
+        slots = np.asarray(slots, np.int64)
+        return (head + (slots - head) % self.capacity).astype(np.uint64)
+
+    def read(self, slots: Sequence[int]) -> SampleBatch:
+        """The items in ``slots``, concatenated as RLlib's ``concat_samples`` does."""
+        if len(slots) == 0:
+            return SampleBatch()
+        got = self.buf.get(self.indices(slots))
+        rest = [pickle.loads(b) if b else {} for b in got[REST]]
+        data = {}
+        for name, spec in self.columns.items():
+            if spec == "object":
+                column = np.empty(len(rest), dtype=object)
+                column[:] = [r[name] for r in rest]
+                data[name] = column
+            else:
+                data[name] = got[name]
+        ngu = [v for v in got[NGU].tolist() if v == v]
+        total = 0.0
+        for v in ngu:  # in order, as concat_samples sums them
+            total += v
+        return SampleBatch(data, seq_lens=[], _time_major=False, _zero_padded=False,
+                           _max_seq_len=None, _num_grad_updates=total / (len(ngu) or 1.0))
+
+    def reset(self, items: List[SampleBatch], next_idx: int) -> None:
+        """Holds ``items`` (slot by slot, from a state that holds them) with RLlib's next
+        slot ``next_idx``: written so that each slot's row index is the slot modulo
+        ``capacity`` and the tail is ``next_idx`` modulo it. A full ring starts with the
+        slots before ``next_idx`` once more, which the ring then evicts."""
+        import shutil
+
+        from ray.rllib.policy.sample_batch import concat_samples
+
+        if self.buf is not None:
+            self.buf.close()
+            self.buf = None
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.n = len(items)
+        if not items:
+            return
+        order = items if len(items) < self.capacity else items[:next_idx] + items[next_idx:] + items[:next_idx]
+        self.write(concat_samples(order))
+
+    def items(self) -> List[SampleBatch]:
+        """Every item, slot by slot (a state that holds its items)."""
+        return [self.read([s]) for s in range(self.n)]
+
+    # -- RLlib's list ---------------------------------------------------------------------
+
+    def append(self, header: Any) -> None:
+        self.n += 1
+
+    def __setitem__(self, slot: int, header: Any) -> None:
+        pass  # the row is in the ring already
+
+    def __getitem__(self, slot: int) -> Header:
+        if not 0 <= slot < self.n:
+            raise IndexError(slot)
+        return Header(self.row_size)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def header(self) -> Header:
+        return Header(self.row_size)
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.close()
+            self.buf = None
+
+    def flush(self) -> None:
+        if self.buf is not None:
+            self.buf.flush()
