@@ -32,17 +32,9 @@ from ._folder import read_sidecar, write_sidecar
 SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64",
           "state": "bytes"}
 #: A ring is replaced once the chunks from the oldest live one to the newest would fill
-#: this share of its heap: the engine's chunk rows round each value up.
+#: this share of its heap.
 FILL = 0.6
 MIN_HEAP = 1 << 12
-#: The engine's chunk of value bytes: each add takes whole chunks.
-CHUNK = 1008
-
-
-def _cost(blob: int) -> int:
-    """Heap bytes one put of a ``blob``-byte chunk takes: its values (the blob, the key
-    and the counters, allowed 256 bytes) rounded up to whole chunks."""
-    return -(-(blob + 256) // CHUNK) * CHUNK
 
 
 def dumps(obj: Any) -> bytes:
@@ -57,14 +49,39 @@ def dumps(obj: Any) -> bytes:
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+class PickleCodec:
+    """An object as one pickled blob (the ``chunk`` field): what RLlib's episodes and
+    batches are stored as. Values are rounded up to 1008-byte chunks of the heap."""
+
+    fields: Dict[str, Any] = {}
+    chunk_bytes = 1008
+
+    def ready(self, obj: Any) -> None:
+        """Fixes the fields from the first object (nothing to fix for a blob)."""
+
+    def encode(self, obj: Any) -> Tuple[Dict[str, Any], bytes]:
+        return {}, dumps(obj)
+
+    def decode(self, got: Dict[str, Any], i: int) -> Any:
+        return pickle.loads(got["chunk"][i])
+
+    def describe(self) -> Dict[str, Any]:
+        return {"kind": "pickle"}
+
+
 class ChunkStore:
     """Chunks under ``folder/gen-K``: ``put`` returns a sequence number, ``get`` the
     object (a small cache of recent ones in memory), ``remove`` drops chunks."""
 
     def __init__(self, folder: str, settings: Dict[str, Any], sidecar: str,
-                 cache_bytes: int = 64 << 20) -> None:
+                 cache_bytes: int = 64 << 20, codec: Any = None, cache_puts: bool = True) -> None:
         self.folder = folder
         self.sidecar = sidecar
+        #: How an object becomes a row: fixed fields beside the ``chunk`` blob.
+        self.codec = codec if codec is not None else PickleCodec()
+        #: Whether a put object stays in the cache (RLlib's newest episodes are read
+        #: again at once; DI-engine's records are not).
+        self.cache_puts = cache_puts
         self.settings = dict(settings)
         self.cache_bytes = cache_bytes
         self._cache: "OrderedDict[int, Tuple[Any, int]]" = OrderedDict()
@@ -84,6 +101,8 @@ class ChunkStore:
         # (seq, bytes) of every chunk from the oldest live one on, removed or not.
         self._order: "deque[Tuple[int, int]]" = deque()
         saved = read_sidecar(folder, sidecar)
+        if saved is not None and saved.get("codec") and hasattr(self.codec, "restore"):
+            self.codec.restore(saved["codec"])
         if saved is not None and saved.get("gen"):
             self.gen = int(saved["gen"])
             self.buf = _Buffer.open(self._ring(self.gen))
@@ -95,55 +114,60 @@ class ChunkStore:
         return os.path.join(self.folder, f"gen-{gen}")
 
     def _index(self) -> None:
-        """Rebuilds ``where`` from the ring's live items (seq and size; no unpickling)."""
+        """Rebuilds ``where`` from the ring's live items (seq and size; nothing decoded)."""
         self.where.clear()
-        for idx, seq, size, *_rest in self._walk():
-            self.where[seq] = (idx, size)
+        for live, got in self._walk():
+            for j, (i, seq) in enumerate(zip(live.tolist(), got["seq"].tolist())):
+                size = len(got["chunk"][j]) + len(got["state"][j]) + len(got["key"][j].encode())
+                self.where[int(seq)] = (i, size)
         # Sequence numbers only name live chunks, so counting on from the newest live one
         # reuses none that anything still holds.
         self.next_seq = max(self.where) + 1 if self.where else 0
         self._tail = int(self.buf.stats()["tail"])
         self._recount()
         # Sizes of removed chunks are not known after an open: the estimate stands for them.
-        self._order = deque((seq, _cost(size)) for seq, (_, size) in self.where.items())
+        self._order = deque((seq, self._cost(size)) for seq, (_, size) in self.where.items())
 
-    def _walk(self, step: int = 256) -> Iterator[Tuple[int, int, int, str, bytes, int, int, bytes]]:
-        """``(ring index, seq, blob size, key, blob, added, ordinal, state)`` of each live
-        item, oldest first."""
+    def _walk(self, step: int = 256) -> Iterator[Tuple[np.ndarray, Dict[str, Any]]]:
+        """The live items, oldest first, ``step`` ring indices at a time: their indices
+        and their rows as ``get`` returns them."""
         stats = self.buf.stats()
         head, tail = int(stats["head"]), int(stats["tail"])
         for lo in range(head, tail, step):
             idx = np.arange(lo, min(lo + step, tail), dtype=np.uint64)
             live = idx[~self.buf.item_states(idx)["removed"]]
-            if len(live) == 0:
-                continue
-            got = self.buf.get(live)
-            for i, seq, key, blob, added, ordinal, state in zip(
-                    live.tolist(), got["seq"].tolist(), got["key"], got["chunk"],
-                    got["added"].tolist(), got["ordinal"].tolist(), got["state"]):
-                yield i, int(seq), len(blob), key, blob, int(added), int(ordinal), state
+            if len(live):
+                yield live, self.buf.get(live)
 
     def _create(self, gen: int, items: int, heap: int) -> _Buffer:
         path = self._ring(gen)
         if os.path.exists(path):
             shutil.rmtree(path)  # a generation a kill left half-copied
-        return _Buffer.create(path, SCHEMA, items, heap_bytes=heap, item_states=True)
+        return _Buffer.create(path, {**SCHEMA, **self.codec.fields}, items, heap_bytes=heap,
+                              chunk_bytes=self.codec.chunk_bytes, item_states=True)
+
+    def _cost(self, size: int) -> int:
+        """Heap bytes a put of ``size`` value bytes takes: whole chunks of the heap."""
+        chunk = self.codec.chunk_bytes
+        return -(-max(size, 1) // chunk) * (chunk + 16)
 
     def _room(self, blob: int) -> None:
-        """Makes sure a put of ``blob`` bytes overwrites no live chunk."""
+        """Makes sure a put of ``blob`` value bytes overwrites no live chunk."""
         if self.buf is None:
             items = int(self.settings["items"])
             heap = max(MIN_HEAP, int(self.settings["heap"]))
+            self.settings["heap"] = heap
+            self.settings.setdefault("heaps", {})["1"] = heap
             self._switch(1, self._create(1, items, heap))
             return
         cap = self.buf.capacity
         heap = int(self.settings["heap"])
         oldest = next(iter(self.where.values()))[0] if self.where else self._tail
         span_items = self._tail - oldest + 1
-        span_bytes = self._span + _cost(blob)
+        span_bytes = self._span + self._cost(blob)
         if span_items <= cap and span_bytes <= FILL * heap:
             return
-        live = sum(_cost(size) for _, size in self.where.values()) + _cost(blob)
+        live = sum(self._cost(size) for _, size in self.where.values()) + self._cost(blob)
         # Twice what is live, so the next replacement is as far off as this one was.
         items = max(cap, 2 * (len(self.where) + 1) + 64)
         heap = max(heap, int(2 * live / FILL))
@@ -153,17 +177,22 @@ class ChunkStore:
         gen = self.gen + 1
         new = self._create(gen, items, heap)
         where: "OrderedDict[int, Tuple[int, int]]" = OrderedDict()
-        for _idx, seq, size, key, blob, added, ordinal, state in self._walk():
-            at = new.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal, state=state)
-            where[seq] = (int(at), size)
+        for live, got in self._walk():
+            rows = {k: v for k, v in got.items() if k != "indices"}
+            at = new.add_batch(rows)
+            for i, (seq, ring) in enumerate(zip(got["seq"].tolist(), at.tolist())):
+                where[int(seq)] = (int(ring), self.where[int(seq)][1])
         new.flush()
         old = self.gen
         self.settings["heap"] = heap
         self.settings["items"] = items
+        heaps = self.settings.setdefault("heaps", {})
+        heaps[str(gen)] = heap
+        heaps.pop(str(old - 1), None)
         self.buf.close()
         self._switch(gen, new)
         self.where = where
-        self._order = deque((seq, _cost(size)) for seq, (_, size) in where.items())
+        self._order = deque((seq, self._cost(size)) for seq, (_, size) in where.items())
         self._span = sum(size for _, size in self._order)
         # The generation before the old one goes: the old one's snapshots stay.
         if os.path.exists(self._ring(old - 1)):
@@ -172,6 +201,9 @@ class ChunkStore:
     def _switch(self, gen: int, buf: _Buffer) -> None:
         self.buf = buf
         self.gen = gen
+        # Each generation's heap is its own (a restore may go back to the one before).
+        self.settings["heap"] = self.settings.get("heaps", {}).get(str(gen), self.settings["heap"])
+        self.settings["items"] = buf.capacity
         self._tail = int(buf.stats()["tail"])
         write_sidecar(self.folder, self.sidecar, {**self.settings, "gen": gen})
 
@@ -189,20 +221,26 @@ class ChunkStore:
             return self.replaying
         added, own = self.counters_fn(key)
         ordinal = own if ordinal is None else ordinal
-        blob = dumps(obj)
-        self._room(len(blob))
+        if self.buf is None:
+            self.codec.ready(obj)
+            self.settings["codec"] = self.codec.describe()
+        fields, blob = self.codec.encode(obj)
+        size = len(blob) + len(state) + len(key.encode())
+        self._room(size)
         seq = self.next_seq
-        at = int(self.buf.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal, state=state))
+        at = int(self.buf.add(key=key, chunk=blob, seq=seq, added=added, ordinal=ordinal, state=state,
+                              **fields))
         self._tail = at + 1
         if seq % 64 == 0 and self.where and int(self.buf.stats()["head"]) > next(iter(self.where.values()))[0]:
             # _room sizes the ring so this cannot happen; if it does, say so (checked every
             # 64 puts: a stats call costs as much as the add).
             raise RuntimeError(f"{self._ring(self.gen)}: the ring overwrote a live chunk")
         self.next_seq += 1
-        self.where[seq] = (at, len(blob))
-        self._span += _cost(len(blob))
-        self._order.append((seq, _cost(len(blob))))
-        self.keep(seq, obj, len(blob))
+        self.where[seq] = (at, size)
+        self._span += self._cost(size)
+        self._order.append((seq, self._cost(size)))
+        if self.cache_puts:
+            self.keep(seq, obj, size)
         return seq
 
     def get(self, seq: int) -> Any:
@@ -211,13 +249,13 @@ class ChunkStore:
         if hit is not None:
             self._cache.move_to_end(seq)
             return hit[0]
-        obj = pickle.loads(self.buf.get(np.array([self.where[seq][0]]))["chunk"][0])
+        obj = self.fresh(seq)
         self.keep(seq, obj, self.where[seq][1])
         return obj
 
     def fresh(self, seq: int) -> Any:
         """A copy of the object under ``seq`` that the caller may change."""
-        return pickle.loads(self.buf.get(np.array([self.where[seq][0]]))["chunk"][0])
+        return self.codec.decode(self.buf.get(np.array([self.where[seq][0]])), 0)
 
     def keep(self, key: Hashable, obj: Any, size: int) -> None:
         """Caches ``obj`` (a chunk, or what is made of chunks) under ``key``."""
@@ -242,7 +280,7 @@ class ChunkStore:
             self._cached -= hit[1]
 
     def size(self, seq: int) -> int:
-        """The pickled size of chunk ``seq``."""
+        """The value bytes of chunk ``seq`` (its blob, key and state)."""
         return self.where[seq][1]
 
     def remove(self, seqs: List[int]) -> None:
@@ -261,7 +299,7 @@ class ChunkStore:
             self._span = 0
             return
         first = next(iter(self.where.values()))[0]
-        live = sum(_cost(size) for _, size in self.where.values())
+        live = sum(self._cost(size) for _, size in self.where.values())
         self._span = int(live * (self._tail - first) / len(self.where))
 
     def _trim(self) -> None:
@@ -285,16 +323,20 @@ class ChunkStore:
 
     def items(self, objects: bool = True) -> Iterator[Tuple[int, str, Any, int, int, bytes]]:
         """``(seq, key, object, added, ordinal, state)`` of every live chunk, oldest
-        first (``objects=False``: ``None`` for the object, nothing unpickled)."""
+        first (``objects=False``: ``None`` for the object, nothing decoded)."""
         if self.buf is None:
             return
-        for _idx, seq, _size, key, blob, added, ordinal, state in self._walk():
-            yield seq, key, (pickle.loads(blob) if objects else None), added, ordinal, state
+        for live, got in self._walk():
+            for i in range(len(live)):
+                yield (int(got["seq"][i]), got["key"][i], self.codec.decode(got, i) if objects else None,
+                       int(got["added"][i]), int(got["ordinal"][i]), got["state"][i])
 
     def load(self, seqs: List[int]) -> List[Any]:
         """Fresh copies of the objects under ``seqs``, read in one call."""
-        idx = np.array([self.where[s][0] for s in seqs], dtype=np.uint64)
-        return [pickle.loads(b) for b in self.buf.get(idx)["chunk"]] if len(idx) else []
+        if not len(seqs):
+            return []
+        got = self.buf.get(np.array([self.where[s][0] for s in seqs], dtype=np.uint64))
+        return [self.codec.decode(got, i) for i in range(len(seqs))]
 
     # -- checkpoints ---------------------------------------------------------------------
 

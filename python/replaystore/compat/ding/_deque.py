@@ -1,4 +1,5 @@
-"""DI-engine's ``DequeBuffer`` with its records' data in a replaystore ring.
+"""DI-engine's ``DequeBuffer`` with its records' data in a replaystore ring (as rows of
+columns, ``_leaves``).
 
 The class subclasses DI-engine's own and keeps all of its logic and every middleware
 (``PriorityExperienceReplay``, ``use_time_check``, ``staleness_check``, ``clone_object``,
@@ -23,6 +24,7 @@ from ding.data.buffer.middleware import PriorityExperienceReplay
 
 from .._chunks import ChunkStore
 from .._folder import Folder, read_sidecar
+from ._leaves import LeafCodec
 
 #: The settings file beside the ring (docs/FORMAT.md).
 SIDECAR = "ding.json"
@@ -163,7 +165,8 @@ class DequeBuffer(Folder, _DequeBuffer):
             raise ValueError(f"{self._path}: holds a DequeBuffer of size {saved['size']}, not {size} "
                              f"({SIDECAR} field 'size')")
         store = ChunkStore(self._path, {"class": "DequeBuffer", "size": size,
-                                        "items": min(2 * size + 64, 4096), "heap": START_HEAP}, SIDECAR)
+                                        "items": min(2 * size + 64, 4096), "heap": START_HEAP}, SIDECAR,
+                           codec=LeafCodec(), cache_puts=False)
         self.storage = Records(store, size)
         self._reindex()
 

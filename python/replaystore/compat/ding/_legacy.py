@@ -25,6 +25,7 @@ from easydict import EasyDict
 from .._chunks import ChunkStore
 from .._folder import Folder, read_sidecar
 from ._deque import SIDECAR, START_HEAP
+from ._leaves import LeafCodec
 
 
 class Item(dict):
@@ -144,7 +145,7 @@ class _Slotted(Folder):
             raise ValueError(f"{self._path}: holds a {saved.get('class')} of size {saved.get('size')}, "
                              f"not a {name} of size {size} ({SIDECAR})")
         store = ChunkStore(self._path, {"class": name, "size": size, "items": min(2 * size + 64, 4096),
-                                        "heap": START_HEAP}, SIDECAR)
+                                        "heap": START_HEAP}, SIDECAR, codec=LeafCodec(), cache_puts=False)
         store.counters_fn = lambda key: (self._data.puts if isinstance(self._data, Slots) else 0, 0)
         self._data = Slots(store, size)
         self._reopen()
