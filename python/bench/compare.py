@@ -8,6 +8,7 @@ pad_sequence).
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --only cpprb,cpprb-compat      # cpprb's calls on both
     python python/bench/compare.py --workloads W1 --only rllib,rllib-compat   # RLlib's old stack
+    python python/bench/compare.py --workloads W1 --only rllib-episodes,rllib-episodes-compat  # new stack
     python python/bench/compare.py --workloads W1 --only ding,ding-compat     # DI-engine (its venv)
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
@@ -497,6 +498,97 @@ class RLlibCompat(RLlib):
         self.rb = self._make(*self.args)
 
 
+class RLlibEpisodes:
+    """RLlib's new-stack EpisodeReplayBuffer / PrioritizedEpisodeReplayBuffer (what DQN
+    and SAC use): W1's rows as episodes of 1,000 steps (add_batch: one 1,000-step
+    chunk; add1: a one-step chunk continuing the episode), drawn as DQN draws them
+    (sample_episodes=True, n_step=1); its save is get_state pickled."""
+
+    name = "rllib-episodes"
+
+    def _make(self, capacity, prioritized, path):
+        from ray.rllib.utils.replay_buffers import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
+        return (PrioritizedEpisodeReplayBuffer(capacity, alpha=0.6) if prioritized
+                else EpisodeReplayBuffer(capacity))
+
+    def __init__(self, fields, capacity, path, prioritized):
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+        self.Episode = SingleAgentEpisode
+        self.args = (capacity, prioritized, path)
+        self.path = path
+        self.rb = self._make(*self.args)
+        self.steps = 0  # steps added: episode steps // 1000, t steps % 1000
+
+    def _chunk(self, obs, next_obs, action, reward):
+        n = len(action)
+        t = self.steps % 1000
+        ep = self.Episode(id_=str(self.steps // 1000), observations=list(obs) + [next_obs[-1]],
+                          actions=list(action), rewards=list(reward), t_started=t,
+                          terminated=t + n == 1000, len_lookback_buffer=0)
+        ep.to_numpy()
+        self.steps += n
+        self.rb.add(ep)
+
+    def add1(self, row):
+        self._chunk([row["obs"]], [row["next_obs"]], [row["action"]], [row["reward"]])
+
+    def add_batch(self, batch):
+        n = len(batch["obs"])
+        at = 0
+        while at < n:  # split where an episode ends
+            k = min(n - at, 1000 - self.steps % 1000)
+            self._chunk(batch["obs"][at:at + k], batch["next_obs"][at:at + k],
+                        batch["action"][at:at + k], batch["reward"][at:at + k])
+            at += k
+
+    def sample(self, n):
+        return self.rb.sample(num_items=n, n_step=1, sample_episodes=True)
+
+    def per(self, n, new):
+        self.rb.sample(num_items=n, n_step=1, beta=0.4, sample_episodes=True)
+        self.rb.update_priorities(new[:len(self.rb._last_sampled_indices)])
+
+    def save(self, where):
+        import pickle
+        with open(where, "wb") as f:
+            pickle.dump(self.rb.get_state(), f)
+
+    IMPORTS = "import pickle\nfrom ray.rllib.utils.replay_buffers import PrioritizedEpisodeReplayBuffer\n"
+    LOAD = ("rb = PrioritizedEpisodeReplayBuffer(CAP, alpha=0.6)\n"
+            "rb.set_state(pickle.load(open(STATE, 'rb'))); rb.sample(num_items=1, n_step=1, beta=0.4, sample_episodes=True)\n")
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        pass
+
+
+class RLlibEpisodesCompat(RLlibEpisodes):
+    """replaystore.compat.rllib's episode buffers (RLlib's classes over a ring of
+    episode chunks) in a folder; its save is get_state, O(1) in the ring."""
+
+    name = "rllib-episodes-compat"
+
+    def _make(self, capacity, prioritized, path):
+        from replaystore.compat import rllib
+        return (rllib.PrioritizedEpisodeReplayBuffer(capacity, alpha=0.6, path=path) if prioritized
+                else rllib.EpisodeReplayBuffer(capacity, path=path))
+
+    def settle(self):
+        self.rb.flush()
+
+    IMPORTS = "import pickle\nfrom replaystore.compat import rllib\n"
+    LOAD = ("rb = rllib.PrioritizedEpisodeReplayBuffer(CAP, alpha=0.6, path=PATH)\n"
+            "rb.set_state(pickle.load(open(STATE, 'rb'))); rb.sample(num_items=1, n_step=1, beta=0.4, sample_episodes=True)\n")
+
+    def close(self):
+        self.rb.close()
+
+    def reopen(self):
+        self.rb = self._make(*self.args)
+
+
 class Ding:
     """DI-engine's DequeBuffer (PriorityExperienceReplay middleware for PER), one record
     per transition (DI-engine pushes one at a time); its save is save_data (hickle).
@@ -530,8 +622,9 @@ class Ding:
         return self.rb.sample(n)
 
     def per(self, n, new):
+        # As DI-engine's own pipeline updates priorities (data=None: the meta only).
         for record, p in zip(self.rb.sample(n), new):
-            self.rb.update(record.index, record.data, dict(record.meta, priority=float(p)))
+            self.rb.update(record.index, None, dict(record.meta, priority=float(p)))
 
     def save(self, where):
         self.rb.save_data(where)
@@ -585,12 +678,14 @@ def python_of(lib_name):
 LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
         "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat,
         "tianshou-compat": TianshouCompat, "rllib": RLlib, "rllib-compat": RLlibCompat,
-        "ding": Ding, "ding-compat": DingCompat}
+        "ding": Ding, "ding-compat": DingCompat, "rllib-episodes": RLlibEpisodes,
+        "rllib-episodes-compat": RLlibEpisodesCompat}
 #: Adapters and peers, importable under these modules' names.
 ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
             "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou",
             "rllib": "ray.rllib", "rllib-compat": "replaystore.compat.rllib",
-            "ding": "ding", "ding-compat": "replaystore.compat.ding"}
+            "ding": "ding", "ding-compat": "replaystore.compat.ding",
+            "rllib-episodes": "ray.rllib", "rllib-episodes-compat": "replaystore.compat.rllib"}
 
 # -- W5: LLM self-play steps (text and token arrays), its own libraries ----------------
 

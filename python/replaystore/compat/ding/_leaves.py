@@ -96,14 +96,15 @@ class LeafCodec:
         out: Dict[str, Any] = {}
         for key, (kind, _dtype, _shape) in self.leaves.items():
             value = got["d." + key][i]
+            # Rows of the arrays one read returned: each record's own rows, no copy.
             if kind == "np":
-                out[key] = np.array(value)
+                out[key] = value
             elif kind == "np0":
                 out[key] = value[()] if isinstance(value, np.ndarray) else value
             elif kind == "torch":
                 import torch
 
-                out[key] = torch.from_numpy(np.array(value))
+                out[key] = torch.from_numpy(value if isinstance(value, np.ndarray) else np.array(value))
             else:
                 out[key] = {"bool": bool, "int": int, "float": float}[kind](value)
         if blob:
