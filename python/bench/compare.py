@@ -518,11 +518,16 @@ class RLlibEpisodes:
         self.path = path
         self.rb = self._make(*self.args)
         self.steps = 0  # steps added: episode steps // 1000, t steps % 1000
+        self.last = None
 
     def _chunk(self, obs, next_obs, action, reward):
+        # A chunk of n steps has n + 1 observations; one that continues its episode
+        # starts with the observation the previous chunk ended with, as RLlib checks.
         n = len(action)
         t = self.steps % 1000
-        ep = self.Episode(id_=str(self.steps // 1000), observations=list(obs) + [next_obs[-1]],
+        observations = ([self.last] + list(obs) if t else list(obs) + [next_obs[-1]])
+        self.last = observations[-1]
+        ep = self.Episode(id_=str(self.steps // 1000), observations=observations,
                           actions=list(action), rewards=list(reward), t_started=t,
                           terminated=t + n == 1000, len_lookback_buffer=0)
         ep.to_numpy()
