@@ -211,6 +211,7 @@ def mab(rng, n):
     b0, b1 = batch(rng, n), batch(rng, n)
     b0["agent_index"] = np.zeros(n, np.int64)
     b1["agent_index"] = np.ones(n, np.int64)
+    b0["weights"] = (rng.random(n) + 0.5).astype(np.float32)  # prioritized: each timestep's weight
     return MultiAgentBatch({"p0": b0, "p1": b1}, n)
 
 
@@ -241,6 +242,10 @@ def test_old_stack_multi_agent_buffers_are_rllibs(tmp_path, rllib_cls, our_cls, 
             b.update_priorities(prios)
     untimed = lambda stats: {k: v for k, v in stats.items() if not k.endswith("_time_ms")}  # noqa: E731
     assert untimed(a.stats()) == untimed(b.stats())
+    # With timesteps, each policy's buffer keeps them as rows (a whole batch per write);
+    # lockstep stores MultiAgentBatches and the reservoir overwrites at random: chunks.
+    as_rows = kw.get("replay_mode") != "lockstep" and "underlying_buffer_config" not in kw
+    assert all((buf._rows is not None) == as_rows for buf in b.replay_buffers.values() if len(buf))
     state_a, state_b = a.get_state(), b.get_state()
     b.close()
     b = our_cls(capacity=30, path=path, **kw)

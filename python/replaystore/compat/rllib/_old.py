@@ -32,6 +32,7 @@ from ray.rllib.utils.replay_buffers.multi_agent_prioritized_replay_buffer import
 from ray.rllib.utils.replay_buffers.multi_agent_replay_buffer import (
     MultiAgentReplayBuffer as _MultiAgentReplayBuffer,
 )
+from ray.rllib.utils.replay_buffers.multi_agent_replay_buffer import ReplayMode, merge_dicts_with_warning
 from ray.rllib.utils.replay_buffers.prioritized_replay_buffer import (
     PrioritizedReplayBuffer as _PrioritizedReplayBuffer,
 )
@@ -211,32 +212,53 @@ class _Slotted(Folder):
 
     # -- rows of columns (storage_unit "timesteps") ----------------------------------------
 
+    #: Set by the multi-agent adapters on their policies' buffers (storage unit
+    #: fragments) when they give them one-timestep items only, so those may be rows too.
+    _one_row_items = False
+
+    def _takes_rows(self, batch: Any) -> bool:
+        """Whether ``batch``'s timesteps go in as rows (choosing rows for an empty buffer)."""
+        if self._rows is not None:
+            return True
+        if (self._rows_allowed and (self.storage_unit == StorageUnit.TIMESTEPS or self._one_row_items)
+                and isinstance(self._storage, Slots) and len(self._storage) == 0
+                and self._storage.store.buf is None and fits(batch)):
+            self._rows = Rows(self._path, int(self.capacity))
+            self._storage = self._rows
+            return True
+        return False
+
     def add(self, batch: Any, **kwargs: Any) -> None:
         """RLlib's ``add``. With ``storage_unit="timesteps"`` and a batch of flat columns
         into a buffer that holds nothing else, the timesteps are rows of columns: written
         in one call, then counted in by RLlib's own ``_add_single_batch``, once per row."""
-        rows = self._rows
-        if rows is None and self._rows_allowed and self.storage_unit == StorageUnit.TIMESTEPS \
-                and isinstance(self._storage, Slots) and len(self._storage) == 0 \
-                and self._storage.store.buf is None and fits(batch):
-            rows = self._rows = Rows(self._path, int(self.capacity))
-            self._storage = rows
-        if rows is None:
+        if self._takes_rows(batch) and self.storage_unit == StorageUnit.TIMESTEPS:
+            self._add_rows(batch, None, **kwargs)
+        elif self._rows is not None and batch.count > 1:
+            raise ValueError(f"{self._path}: a fragment of {batch.count} timesteps into a buffer of "
+                             "one-timestep rows")
+        elif self._rows is not None:
+            self._add_rows(batch, None, **kwargs)
+        else:
             super().add(batch, **kwargs)
-            return
+
+    def _add_rows(self, batch: Any, per_row: Optional[List[Dict[str, Any]]], **kwargs: Any) -> None:
+        """The batch's timesteps as one-timestep items: rows written in one call, then
+        RLlib's ``_add_single_batch`` per row (with ``per_row[i]`` as its arguments)."""
+        rows = self._rows
         if not batch.count > 0:
             return
         if not fits(batch):
             raise ValueError(f"{self._path}: a batch of sequences, padding or nested columns into a "
-                             "timesteps buffer of flat columns")
+                             "buffer of one-timestep rows")
         rows.check(batch)
         first = rows.buf is None
         rows.write(batch)
         if first:
             write_sidecar(self._path, SIDECAR, {**self._settings, "mode": "rows", "columns": rows.columns})
         header = rows.header()
-        for _ in range(batch.count):
-            self._add_single_batch(header, **kwargs)
+        for i in range(batch.count):
+            self._add_single_batch(header, **(per_row[i] if per_row is not None else kwargs))
 
     def _reopen_rows(self) -> None:
         """RLlib's counters after ``tail`` one-timestep items: item ``k`` went to slot
@@ -531,7 +553,16 @@ class _MultiAgent(Folder):
         make_rllib = self.replay_buffers.default_factory
         config = self.underlying_buffer_config
 
+        # With timesteps, RLlib gives each policy's buffer one-timestep items only.
+        self._one_row = self.storage_unit is StorageUnit.TIMESTEPS
+
         def make(policy_id: Any) -> Any:
+            buf = make_one(policy_id)
+            if isinstance(buf, _Slotted):
+                buf._one_row_items = self._one_row
+            return buf
+
+        def make_one(policy_id: Any) -> Any:
             folder = os.path.join(self._path, _folder_name(policy_id))
             if config:
                 kind = config["type"]
@@ -548,6 +579,31 @@ class _MultiAgent(Folder):
         for name in sorted(os.listdir(self._path)):
             if name.startswith("policy-"):
                 self.replay_buffers[_policy_of(name)]  # reopen what the folder holds
+
+    def _add_to_underlying_buffer(self, policy_id: Any, batch: Any, **kwargs: Any) -> None:
+        """RLlib's, but a policy's buffer of one-timestep rows takes the whole batch in one
+        write (RLlib slices it into timesteps and adds them one by one), with the
+        arguments RLlib would give each timestep."""
+        buf = self.replay_buffers[policy_id]
+        if not (self._one_row and isinstance(buf, _Slotted)) or not buf._takes_rows(batch):
+            super()._add_to_underlying_buffer(policy_id, batch, **kwargs)
+            return
+        kwargs = merge_dicts_with_warning(self.underlying_buffer_call_args, kwargs)
+        per_row = None
+        if isinstance(self, _MultiAgentPrioritizedReplayBuffer):
+            # RLlib's prioritized multi-agent buffer: a timestep's weight is the mean of its
+            # "weights" (its one value) unless the arguments hold one, and RLlib's loop
+            # puts the first timestep's into the arguments for the rest (so every
+            # timestep of a batch gets the first one's); none in lockstep.
+            if self.replay_mode is ReplayMode.INDEPENDENT:
+                has = "weights" in batch and len(batch["weights"])
+                per_row = []
+                for i in range(batch.count):
+                    kwargs = {"weight": np.mean(batch["weights"][i:i + 1]) if has else None, **kwargs}
+                    per_row.append(kwargs)
+            else:
+                per_row = [{**kwargs, "weight": None}] * batch.count
+        buf._add_rows(batch, per_row, **kwargs)
 
     def _open_buffers(self) -> list:
         return []

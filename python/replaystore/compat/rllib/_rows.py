@@ -25,6 +25,9 @@ from ray.rllib.policy.sample_batch import SampleBatch
 
 from ..._native import ReplayBuffer as _Buffer
 
+#: Columns are fields ``c.NAME`` (the engine keeps ``indices``, ``weights`` and
+#: ``offsets`` for itself, and RLlib batches have a ``weights`` column).
+COLUMN = "c."
 REST = "__rest__"
 NGU = "__num_grad_updates__"
 
@@ -89,7 +92,7 @@ class Rows:
                 self.columns[name] = "object"
             else:
                 self.columns[name] = [value.dtype.str, list(value.shape[1:])]
-                schema[name] = (value.dtype.str, tuple(value.shape[1:]))
+                schema[COLUMN + name] = (value.dtype.str, tuple(value.shape[1:]))
         schema[NGU] = "float64"
         schema[REST] = "bytes"
         self.buf = _Buffer.create(self.path, schema, self.capacity)
@@ -120,7 +123,7 @@ class Rows:
         objects = [name for name, spec in self.columns.items() if spec == "object"]
         for name, spec in self.columns.items():
             if spec != "object":
-                rows[name] = np.ascontiguousarray(batch[name])
+                rows[COLUMN + name] = np.ascontiguousarray(batch[name])
         rows[REST] = ([pickle.dumps({k: batch[k][i] for k in objects}, pickle.HIGHEST_PROTOCOL)
                        for i in range(n)] if objects else [b""] * n)
         ngu = batch.num_grad_updates
@@ -147,7 +150,7 @@ class Rows:
                 column[:] = [r[name] for r in rest]
                 data[name] = column
             else:
-                data[name] = got[name]
+                data[name] = got[COLUMN + name]
         ngu = [v for v in got[NGU].tolist() if v == v]
         total = 0.0
         for v in ngu:  # in order, as concat_samples sums them
