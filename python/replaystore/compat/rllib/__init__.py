@@ -51,10 +51,14 @@ Where they differ from RLlib, and why:
   mid-add of a ``MultiAgentBatch`` can leave one policy with its part and another
   without. A policy RLlib only looked up (an empty buffer) has no folder, so a reopen
   does not list it until it holds an item.
-- Cost: each item is pickled into the ring as it is added and unpickled when drawn. For
-  the old stack's one-timestep items that makes adds and draws slower than RLlib's
-  in-memory list (docs/ARCHITECTURE.md has the figures); episode draws, which slice one
-  chunk instead of a whole episode, are faster.
+- Cost: timesteps of the FIFO old-stack buffers (``storage_unit="timesteps"``, and the
+  multi-agent ones' policies) are rows of columns: written a batch at a time and drawn
+  in one read, faster than RLlib's list. Every other item and episode chunk is pickled
+  into the ring as it is added and unpickled when read: the old stack's other units
+  add and draw slower than RLlib, the new stack about as fast (docs/ARCHITECTURE.md
+  has the figures). A timesteps buffer keeps its first batch's columns: a batch with
+  other columns or dtypes is refused with a ``ValueError`` naming them (RLlib would
+  take it).
 """
 
 try:
