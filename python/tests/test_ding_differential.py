@@ -395,3 +395,50 @@ def test_a_killed_trainer_resumes_with_every_record_it_pushed(tmp_path, kind):
     else:
         assert buf._tail == newest % 200 and buf.push_count == newest
     buf.close()
+
+
+def test_save_data_restores_in_another_process(tmp_path):
+    """A DequeBuffer's save_data and a legacy buffer's state_dict are O(1) snapshots:
+    another process opens the folders, restores them and draws what this one draws."""
+    import pickle
+    import subprocess
+    import sys
+    import textwrap
+
+    deque_buf = ours.DequeBuffer(size=30, path=str(tmp_path / "d"))
+    naive = ours.NaiveReplayBuffer(config(TheirNaive, replay_buffer_size=30), exp_name=str(tmp_path / "x"),
+                                   path=str(tmp_path / "n"))
+    for i in range(40):
+        deque_buf.push({"obs": torch.full((2,), float(i)), "i": i}, {"m": i})
+        naive.push({"obs": np.full(2, i, np.float32), "i": i}, 0)
+    deque_buf.save_data(str(tmp_path / "d.state"))
+    with open(tmp_path / "n.state", "wb") as f:
+        pickle.dump(naive.state_dict(), f)
+    random.seed(5)
+    np.random.seed(5)
+    here = (deque_buf.sample(6), naive.sample(6, cur_learner_iter=0))
+    for i in range(5):  # pushed after the snapshots: the restores drop them
+        deque_buf.push({"obs": torch.zeros(2), "i": -i}, {"m": -i})
+        naive.push({"obs": np.zeros(2, np.float32), "i": -i}, 0)
+    deque_buf.close()
+    naive.close()
+    code = textwrap.dedent(f"""
+        import copy, pickle, random, numpy as np
+        from easydict import EasyDict
+        from replaystore.compat import ding
+        d = ding.DequeBuffer(size=30, path={str(tmp_path / "d")!r})
+        d.load_data({str(tmp_path / "d.state")!r})
+        cfg = EasyDict(copy.deepcopy(ding.NaiveReplayBuffer.config)); cfg.replay_buffer_size = 30
+        n = ding.NaiveReplayBuffer(cfg, exp_name={str(tmp_path / "x")!r}, path={str(tmp_path / "n")!r})
+        n.load_state_dict(pickle.load(open({str(tmp_path / "n.state")!r}, "rb")))
+        random.seed(5)
+        np.random.seed(5)
+        there = ([(r.data, r.meta) for r in d.sample(6)], n.sample(6, cur_learner_iter=0))
+        pickle.dump(there, open({str(tmp_path / "there.pkl")!r}, "wb"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "there.pkl", "rb") as f:
+        there = pickle.load(f)
+    same([(r.data, r.meta) for r in here[0]], there[0])
+    same(here[1], there[1])

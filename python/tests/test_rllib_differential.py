@@ -608,3 +608,44 @@ def test_a_killed_trainer_resumes_with_every_item_it_added(tmp_path, stack):
         buf.rng = np.random.default_rng(0)
         assert len(buf.sample(num_items=16, n_step=2, sample_episodes=True)) == 16
     buf.close()
+
+
+def test_a_state_restores_in_another_process(tmp_path):
+    """get_state is an O(1) snapshot: another process opens the folder, restores it and
+    draws what this one draws from the same state."""
+    import subprocess
+    import sys
+    import textwrap
+
+    rng = np.random.default_rng(4)
+    old = ours.PrioritizedReplayBuffer(capacity=50, alpha=0.6, path=str(tmp_path / "old"))
+    new = ours.EpisodeReplayBuffer(capacity=200, path=str(tmp_path / "new"))
+    for i in range(6):
+        old.add(batch(rng, 12, eps0=100 * i))
+    new.add(episodes(rng, n_eps=12))
+    old.update_priorities(np.array([0, 5, 9]), np.array([5.0, 0.1, 2.0]))
+    with open(tmp_path / "state.pkl", "wb") as f:
+        pickle.dump({"old": old.get_state(), "new": new.get_state()}, f)
+    random.seed(3)
+    new.rng = np.random.default_rng(3)
+    here = (old.sample(8, beta=0.4), new.sample(num_items=8, n_step=2, sample_episodes=True))
+    for i in range(3):  # more adds after the checkpoint: the restore drops them
+        old.add(batch(rng, 12, eps0=1000 + 100 * i))
+    old.close()
+    new.close()
+    code = textwrap.dedent(f"""
+        import pickle, random, numpy as np
+        from replaystore.compat import rllib
+        state = pickle.load(open({str(tmp_path / "state.pkl")!r}, "rb"))
+        old = rllib.PrioritizedReplayBuffer(capacity=50, alpha=0.6, path={str(tmp_path / "old")!r})
+        new = rllib.EpisodeReplayBuffer(capacity=200, path={str(tmp_path / "new")!r})
+        old.set_state(state["old"]); new.set_state(state["new"])
+        random.seed(3)
+        new.rng = np.random.default_rng(3)
+        there = (old.sample(8, beta=0.4), new.sample(num_items=8, n_step=2, sample_episodes=True))
+        pickle.dump(there, open({str(tmp_path / "there.pkl")!r}, "wb"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "there.pkl", "rb") as f:
+        same(here, pickle.load(f))
