@@ -44,6 +44,14 @@ __all__ = [
 ]
 
 
+def own_settings(folder: str, name: str) -> Optional[Dict[str, Any]]:
+    """The settings an adapter wrote in ``folder``, refused when another class made it."""
+    saved = read_sidecar(folder, SIDECAR)
+    if saved is not None and saved.get("class") not in (None, name):
+        raise ValueError(f"{folder}: holds an RLlib {saved['class']}, not a {name} ({SIDECAR} field 'class')")
+    return saved
+
+
 def _detach(value: Any) -> Any:
     """``value`` with its lists, dicts and arrays copied (one level of tuples is shared:
     they are immutable)."""
@@ -64,11 +72,7 @@ class _Stored(Folder):
     def _attach(self, path: Optional[str], capacity: int) -> None:
         self._take_folder(path, "replaystore-rllib-")
         name = type(self).__name__
-        saved = read_sidecar(self._path, SIDECAR)
-        if saved is not None and saved.get("class") not in (None, name):
-            raise ValueError(
-                f"{self._path}: holds an RLlib {saved['class']}, not a {name} "
-                f"({SIDECAR} field 'class')")
+        saved = own_settings(self._path, name)
         settings = {"class": name, "capacity": int(capacity),
                     "items": min(2 * int(capacity) + 64, 1024), "heap": START_HEAP}
         if saved is not None:

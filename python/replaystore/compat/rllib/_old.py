@@ -44,9 +44,9 @@ from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
 
 from ..._native import ReplayBuffer as _Buffer
 from .._chunks import ChunkStore
-from .._folder import Folder, read_sidecar, write_sidecar
-from ._new import SIDECAR, _detach
-from ._rows import Rows, fits
+from .._folder import Folder, write_sidecar
+from ._new import SIDECAR, _detach, own_settings
+from ._rows import Header, Rows, fits
 
 __all__ = [
     "ReplayBuffer",
@@ -65,21 +65,6 @@ TALLY = {"calls": "uint64", "added": "uint64", "wrap": "uint64", "evicted": "uin
 #: The first ring's heap; the ring is replaced by one twice the size of what it holds
 #: whenever it fills (see ``ChunkStore``).
 START_HEAP = 1 << 20
-
-
-class _Header(SampleBatch):
-    """What ``_storage[i]`` gives: a stored ``SampleBatch``'s ``count``, ``size_bytes()``
-    and the sequence flags RLlib's prioritized ``sample`` reads, without its columns."""
-
-    def __init__(self, count: int, size: int, zero_padded: bool, max_seq_len: Optional[int]) -> None:
-        dict.__init__(self)
-        self.count = count
-        self._size = size
-        self.zero_padded = zero_padded
-        self.max_seq_len = max_seq_len
-
-    def size_bytes(self) -> int:
-        return self._size
 
 
 class _MultiHeader:
@@ -128,7 +113,7 @@ class Slots:
 
     def __getitem__(self, slot: int) -> Any:
         kind, count, size, padded, max_len = self.headers[slot]
-        return _Header(count, size, padded, max_len) if kind == "s" else _MultiHeader(count, size)
+        return Header(size, count, padded, max_len) if kind == "s" else _MultiHeader(count, size)
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -188,11 +173,7 @@ class _Slotted(Folder):
     def _attach(self, path: Optional[str]) -> None:
         self._take_folder(path, "replaystore-rllib-")
         name = type(self).__name__
-        saved = read_sidecar(self._path, SIDECAR)
-        if saved is not None and saved.get("class") not in (None, name):
-            raise ValueError(
-                f"{self._path}: holds an RLlib {saved['class']}, not a {name} "
-                f"({SIDECAR} field 'class')")
+        saved = own_settings(self._path, name)
         self._settings = {"class": name, "capacity": int(self.capacity),
                           "storage_unit": self.storage_unit.value,
                           "items": min(2 * int(self.capacity) + 64, 4096), "heap": START_HEAP}

@@ -44,14 +44,16 @@ def fits(batch: Any) -> bool:
 
 
 class Header(SampleBatch):
-    """A one-timestep item as RLlib's bookkeeping sees it: ``count`` 1 and its size."""
+    """A stored ``SampleBatch`` as RLlib's bookkeeping and prioritized ``sample`` see it
+    (``_storage[i]``): its ``count``, ``size_bytes()`` and sequence flags, no columns."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, count: int = 1, zero_padded: bool = False,
+                 max_seq_len: Optional[int] = None) -> None:
         dict.__init__(self)
-        self.count = 1
+        self.count = count
         self._size = size
-        self.zero_padded = False
-        self.max_seq_len = None
+        self.zero_padded = zero_padded
+        self.max_seq_len = max_seq_len
 
     def size_bytes(self) -> int:
         return self._size
