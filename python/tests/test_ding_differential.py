@@ -45,8 +45,11 @@ from replaystore.compat.ding import _deque  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def small_rings(monkeypatch):
+def small_rings(monkeypatch, tmp_path):
     monkeypatch.setattr(_deque, "START_HEAP", 1 << 13)
+    # DI-engine's legacy buffers log under ./EXP_NAME/log (an absolute name too): in the
+    # test's folder, not the checkout.
+    monkeypatch.chdir(tmp_path)
 
 
 def same(x, y, path=""):
@@ -365,7 +368,9 @@ KILLED = {
         from easydict import EasyDict
         from replaystore.compat.ding import NaiveReplayBuffer
         cfg = EasyDict(copy.deepcopy(NaiveReplayBuffer.config)); cfg.replay_buffer_size = 200
-        buf = NaiveReplayBuffer(cfg, exp_name={log!r}, path={path!r})
+        import os
+        os.chdir({log!r})
+        buf = NaiveReplayBuffer(cfg, exp_name="exp", path={path!r})
         i = 0
         while True:
             buf.push({{"i": i}}, 0)
@@ -382,6 +387,7 @@ def test_a_killed_trainer_resumes_with_every_record_it_pushed(tmp_path, kind):
 
     path = str(tmp_path / "k")
     code, reopen, held = KILLED[kind]
+    os.makedirs(path + "-log", exist_ok=True)
     acked = run_until_killed(code.format(path=path, log=path + "-log"), 350)[-1]
     buf = reopen(path)
     got = sorted(held(buf))
