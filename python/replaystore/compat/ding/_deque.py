@@ -15,7 +15,7 @@ import collections.abc
 import os
 import pickle
 from collections import deque
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 from ding.data.buffer import BufferedData, apply_middleware
 from ding.data.buffer.deque_buffer import BufferIndex

@@ -13,7 +13,6 @@ RLlib's own ``concat_episode``; the newest ones stay in a cache).
 from __future__ import annotations
 
 import bisect
-import copy
 from collections import deque
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
@@ -236,8 +235,3 @@ class EpisodeDeque:
     def restore(self, described: Iterable[Dict[str, Any]]) -> None:
         self._items = deque(StoredEpisode.from_description(self.store, d) for d in described)
         self.evicted.clear()
-
-
-def copy_episode(episode: Any) -> Any:
-    """RLlib copies each episode it adds; so do the replays."""
-    return copy.deepcopy(episode)
