@@ -13,6 +13,7 @@ import tempfile
 import numpy as np
 import pytest
 
+from alike import alike
 from peers import peer
 
 peer("ray.rllib")
@@ -45,41 +46,29 @@ def small_rings(monkeypatch):
 
 # -- comparing what RLlib and the adapter return ------------------------------------------
 
-def same(x, y, path=""):
-    """Asserts ``x`` (RLlib's) and ``y`` (the adapter's) are equal in everything
-    observable: types, keys, dtypes, shapes, values; episodes by their states."""
+def _rllib_leaf(x, y, path):
     if isinstance(x, (SingleAgentEpisode, MultiAgentEpisode)):
         assert type(x) is type(y), (path, type(x), type(y))
         same(x.get_state(), y.get_state(), path)
-        return
+        return True
     if isinstance(x, MultiAgentBatch):
         assert isinstance(y, MultiAgentBatch) and x.env_steps() == y.env_steps(), path
         same(x.policy_batches, y.policy_batches, path)
-        return
-    if isinstance(x, dict):
-        assert type(x) is type(y), (path, type(x), type(y))
-        assert set(x) == set(y), (path, set(x) ^ set(y))
-        for k in x:
-            # unroll_id is RLlib's process-wide counter: each buffer's add moves it.
-            # A prioritized new-stack draw makes episodes with fresh random ids.
-            if k not in ("unroll_id", "id_") or not isinstance(k, str):
-                same(x[k], y[k], f"{path}/{k}")
-        if isinstance(x, SampleBatch):
-            assert x.count == y.count, path
-        return
-    if isinstance(x, (list, tuple)):
-        assert type(x) is type(y) and len(x) == len(y), (path, x, y)
-        for i, (a, b) in enumerate(zip(x, y)):
-            same(a, b, f"{path}[{i}]")
-        return
-    if isinstance(x, np.ndarray):
-        assert isinstance(y, np.ndarray) and x.dtype == y.dtype, (path, x, y)
-        np.testing.assert_array_equal(x, y, err_msg=path)
-        return
+        return True
+    if isinstance(x, SampleBatch):
+        assert type(y) is SampleBatch and x.count == y.count, path
     if isinstance(x, gym.Space):
         assert x == y, path
-        return
-    assert x == y or (x != x and y != y), (path, x, y)
+        return True
+    return False
+
+
+def same(x, y, path=""):
+    """Asserts ``x`` (RLlib's) and ``y`` (the adapter's) are equal in everything
+    observable: types, keys, dtypes, shapes, values; episodes by their states.
+    ``unroll_id`` is RLlib's process-wide counter (each buffer's add moves it), and a
+    prioritized new-stack draw makes episodes with fresh random ``id_``s."""
+    alike(x, y, path, skip=("unroll_id", "id_"), leaf=_rllib_leaf)
 
 
 class Raised(Exception):
