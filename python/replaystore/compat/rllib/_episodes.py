@@ -18,11 +18,10 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from .._chunks import ChunkStore
 
-#: Getters whose index counts observations (one more than steps) and those that count
-#: steps: a chunk of ``n`` steps holds observations ``0..n`` and steps ``0..n-1``.
+#: Getters whose index counts observations (one more than steps; the others count
+#: steps): a chunk of ``n`` steps holds observations ``0..n`` and steps ``0..n-1``.
 OBS_GETTERS = ("get_observations", "get_infos")
-STEP_GETTERS = ("get_actions", "get_rewards")
-_OWN = frozenset({"_store", "_seqs", "_offs", "_lens", "_len", "_lookback", "_multi", "id_"})
+_OWN = frozenset({"_store", "_seqs", "_offs", "_lens", "_lookback", "_multi", "id_"})
 
 
 def _plain_index(i: Any) -> bool:
@@ -74,13 +73,24 @@ class StoredEpisode:
 
     # -- the whole episode ---------------------------------------------------------------
 
+    @property
+    def _key(self) -> tuple:
+        # The cache key of the whole episode: its first chunk's seq, which no other live
+        # handle has (an id_ may come back once RLlib has evicted its episode, and the
+        # evicted handle stays readable until its add returns).
+        return ("whole", self._seqs[0])
+
+    def _cached_whole(self) -> Any:
+        return self._store.cached(self._key)
+
+    def _keep_whole(self, whole: Any) -> None:
+        self._store.keep(self._key, whole, sum(self._store.size(s) for s in self._seqs))
+
     def _whole(self) -> Any:
-        key = ("whole", self.id_)
-        hit = self._store.cached(key)
-        if hit is not None:
-            return hit
-        whole = self._join(0, len(self._seqs) - 1)
-        self._store.keep(key, whole, sum(self._store.size(s) for s in self._seqs))
+        whole = self._cached_whole()
+        if whole is None:
+            whole = self._join(0, len(self._seqs) - 1)
+            self._keep_whole(whole)
         return whole
 
     def _join(self, j: int, k: int) -> Any:
@@ -100,9 +110,8 @@ class StoredEpisode:
     def concat_episode(self, other: Any) -> None:
         """RLlib's ``concat_episode``: checked by RLlib's own (on the whole episode), then
         stored as the next chunk."""
-        key = ("whole", self.id_)
         whole = self._whole()
-        self._store.drop(key)  # a failed concat must not leave a half-joined copy behind
+        self._store.drop(self._key)  # a failed concat must not leave a half-joined copy behind
         whole.concat_episode(other)
         seq = self._store.put(self.id_, other)
         before = len(self)
@@ -110,7 +119,7 @@ class StoredEpisode:
         self._offs.append(before)
         self._lens.append(len(whole) - before)
         self._note(whole)
-        self._store.keep(key, whole, sum(self._store.size(s) for s in self._seqs))
+        self._keep_whole(whole)
 
     def get_state(self) -> Dict[str, Any]:
         return self._whole().get_state()
@@ -121,14 +130,14 @@ class StoredEpisode:
         return max(bisect.bisect_right(self._offs, i) - 1, 0)
 
     def _read(self, name: str, indices: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
-        whole = self._store.cached(("whole", self.id_))
+        whole = self._cached_whole()
         n = len(self)
         top = n if name in OBS_GETTERS else n - 1
         fast = whole is None and not self._multi and not any(kwargs.values())
         if fast and _plain_index(indices) and indices <= top:
+            # The last chunk starting at or before the index holds it: a step below its
+            # end, an observation at its end at the latest.
             j = self._chunk_of(indices)
-            if indices - self._offs[j] > self._lens[j] - (name not in OBS_GETTERS):
-                j += 1
             return getattr(self._store.get(self._seqs[j]), name)(*args, indices - self._offs[j], **kwargs)
         if (fast and isinstance(indices, slice) and indices.step is None
                 and _plain_index(indices.start) and _plain_index(indices.stop)
@@ -157,12 +166,14 @@ class StoredEpisode:
 
     def slice(self, slice_: slice, *, len_lookback_buffer: Optional[int] = None) -> Any:
         """RLlib's ``slice``, made from the chunks the slice and its lookback span."""
-        whole = self._store.cached(("whole", self.id_))
+        whole = self._cached_whole()
         lb = len_lookback_buffer if len_lookback_buffer is not None else self._lookback
         a, b = slice_.start, slice_.stop
         if (whole is None and not self._multi and lb is not None and slice_.step is None
                 and _plain_index(a) and _plain_index(b) and a <= b <= len(self)):
-            j = self._chunk_of(max(a - lb, 0)) if a - lb >= 0 else 0
+            # From the chunk holding the lookback's first step (the first chunk's own
+            # lookback serves one that reaches before the episode).
+            j = self._chunk_of(a - lb) if a >= lb else 0
             k = self._chunk_of(b)
             part = self._join(j, k)
             off = self._offs[j]
@@ -208,8 +219,8 @@ class EpisodeDeque:
     def settle(self) -> None:
         """Removes the chunks of the episodes popped since the last call."""
         for gone in self.evicted:
+            self.store.drop(gone._key)
             self.store.remove(gone._seqs)
-            self.store.drop(("whole", gone.id_))
         self.evicted.clear()
 
     def clear(self) -> None:
