@@ -35,7 +35,8 @@ class Folder:
         return self._path
 
     def _open_buffers(self) -> list:
-        """The replaystore buffers to close (overridden where there are several)."""
+        """What ``close`` closes: the replaystore buffers, or the stores and per-policy
+        adapters over them (anything with ``close``); overridden where it is not ``_buf``."""
         buf = getattr(self, "_buf", None)
         return [buf] if buf is not None else []
 

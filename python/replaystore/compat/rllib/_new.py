@@ -90,13 +90,7 @@ class _Stored(Folder):
         return self._num_timesteps_added, ordinal
 
     def _open_buffers(self) -> list:
-        return []
-
-    def close(self) -> None:
-        """Closes the ring (every chunk added is in it) and, for a temporary folder,
-        removes it."""
-        self.episodes.store.close()
-        super().close()
+        return [self.episodes.store]
 
     def flush(self) -> None:
         """Makes every chunk added so far durable (``fsync``)."""

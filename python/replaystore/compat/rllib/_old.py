@@ -197,11 +197,13 @@ class _Slotted(Folder):
     #: fragments) when they give them one-timestep items only, so those may be rows too.
     _one_row_items = False
 
-    def _takes_rows(self, batch: Any) -> bool:
-        """Whether ``batch``'s timesteps go in as rows (choosing rows for an empty buffer)."""
+    def _takes_rows(self, batch: Any, timesteps: bool) -> bool:
+        """Whether ``batch`` goes in as rows, its items being ``timesteps``; an empty
+        buffer of one-timestep items chooses rows for a batch of flat columns."""
         if self._rows is not None:
             return True
-        if (self._rows_allowed and (self.storage_unit == StorageUnit.TIMESTEPS or self._one_row_items)
+        if (self._rows_allowed and timesteps
+                and (self.storage_unit == StorageUnit.TIMESTEPS or self._one_row_items)
                 and isinstance(self._storage, Slots) and len(self._storage) == 0
                 and self._storage.store.buf is None and fits(batch)):
             self._rows = Rows(self._path, int(self.capacity))
@@ -213,15 +215,15 @@ class _Slotted(Folder):
         """RLlib's ``add``. With ``storage_unit="timesteps"`` and a batch of flat columns
         into a buffer that holds nothing else, the timesteps are rows of columns: written
         in one call, then counted in by RLlib's own ``_add_single_batch``, once per row."""
-        if self._takes_rows(batch) and self.storage_unit == StorageUnit.TIMESTEPS:
-            self._add_rows(batch, None, **kwargs)
-        elif self._rows is not None and batch.count > 1:
+        # A fragments buffer's item is the whole batch: a timestep only when it has one.
+        timesteps = self.storage_unit == StorageUnit.TIMESTEPS or batch.count <= 1
+        if not self._takes_rows(batch, timesteps):
+            super().add(batch, **kwargs)
+        elif not timesteps:
             raise ValueError(f"{self._path}: a fragment of {batch.count} timesteps into a buffer of "
                              "one-timestep rows")
-        elif self._rows is not None:
-            self._add_rows(batch, None, **kwargs)
         else:
-            super().add(batch, **kwargs)
+            self._add_rows(batch, None, **kwargs)
 
     def _add_rows(self, batch: Any, per_row: Optional[List[Dict[str, Any]]], **kwargs: Any) -> None:
         """The batch's timesteps as one-timestep items: rows written in one call, then
@@ -250,10 +252,11 @@ class _Slotted(Folder):
         self._next_idx = tail % self.capacity
         self._eviction_started = tail >= self.capacity
         self._est_size_bytes = len(self._rows) * self._rows.row_size
-        self._after_rows_reopen()
+        self._restart_priorities()
 
-    def _after_rows_reopen(self) -> None:
-        pass
+    def _restart_priorities(self) -> None:
+        """After a reopen: what RLlib keeps beside the items only in memory (the
+        prioritized buffer's trees)."""
 
     def _counters_blob(self) -> bytes:
         # Taken inside RLlib's _add_single_batch, after it counted the item in and
@@ -270,6 +273,7 @@ class _Slotted(Folder):
         # mid-add): the sizes of the items held.
         self._est_size_bytes = sum(h[2] for h in self._storage.headers)
         self._after_reopen()
+        self._restart_priorities()
 
     def _after_reopen(self) -> None:
         """Moves on as RLlib's ``_add_single_batch`` does after it stored an item."""
@@ -281,13 +285,7 @@ class _Slotted(Folder):
             self._next_idx += 1
 
     def _open_buffers(self) -> list:
-        return []
-
-    def close(self) -> None:
-        """Closes the ring (every item added is in it) and, for a temporary folder,
-        removes it."""
-        (self._rows or self._storage.store).close()
-        super().close()
+        return [self._rows or self._storage.store]
 
     def flush(self) -> None:
         """Makes every item added so far durable (``fsync``)."""
@@ -348,8 +346,7 @@ class _Slotted(Folder):
             if self._rows is None or mine["rows"] is None:
                 raise ValueError(f"{self._path}: the state is of a timesteps buffer of rows; this "
                                  "buffer holds chunks")
-            self._rows.buf.set_state(mine["rows"])
-            self._rows.n = mine["n"]
+            self._rows.restore(mine["rows"], mine["n"])
         else:
             self._storage.store.set_state(mine["ring"])
             self._storage.restore(mine["slots"])
@@ -378,11 +375,7 @@ class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
         _PrioritizedReplayBuffer.__init__(self, capacity, storage_unit, alpha, **kwargs)
         self._attach(path)
 
-    def _after_reopen(self) -> None:
-        super()._after_reopen()
-        self._after_rows_reopen()
-
-    def _after_rows_reopen(self) -> None:
+    def _restart_priorities(self) -> None:
         top = self._max_priority ** self._alpha
         for slot in range(len(self._storage)):
             self._it_sum[slot] = top
@@ -432,7 +425,7 @@ class ReservoirReplayBuffer(_Slotted, _ReservoirReplayBuffer):
         self._count_call()
 
     def _open_buffers(self) -> list:
-        return [self._tally]
+        return super()._open_buffers() + [self._tally]
 
     def flush(self) -> None:
         super().flush()
@@ -473,12 +466,7 @@ class FifoReplayBuffer(Folder, _FifoReplayBuffer):
         self._queue = _Queue(store)
 
     def _open_buffers(self) -> list:
-        return []
-
-    def close(self) -> None:
-        """Closes the queue (every batch added is in it)."""
-        self._queue.store.close()
-        super().close()
+        return [self._queue.store]
 
 
 # -- multi-agent: one adapter per policy, in path/policy-<id> --------------------------
@@ -538,22 +526,19 @@ class _MultiAgent(Folder):
         self._one_row = self.storage_unit is StorageUnit.TIMESTEPS
 
         def make(policy_id: Any) -> Any:
-            buf = make_one(policy_id)
-            if isinstance(buf, _Slotted):
-                buf._one_row_items = self._one_row
-            return buf
-
-        def make_one(policy_id: Any) -> Any:
             folder = os.path.join(self._path, _folder_name(policy_id))
-            if config:
+            if not config:
+                buf = ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder)
+            else:
                 kind = config["type"]
                 stand_in = _STAND_INS.get(kind, kind if isinstance(kind, type) and issubclass(kind, _Slotted) else None)
                 if stand_in is None:
                     return make_rllib()
                 args = {"capacity": self._shard_capacity, "storage_unit": StorageUnit.FRAGMENTS,
                         **{k: v for k, v in config.items() if k != "type"}}
-                return stand_in(path=folder, **args)
-            return ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder)
+                buf = stand_in(path=folder, **args)
+            buf._one_row_items = self._one_row
+            return buf
 
         self.replay_buffers = _PerPolicy(make)
         os.makedirs(self._path, exist_ok=True)
@@ -566,7 +551,7 @@ class _MultiAgent(Folder):
         write (RLlib slices it into timesteps and adds them one by one), with the
         arguments RLlib would give each timestep."""
         buf = self.replay_buffers[policy_id]
-        if not (self._one_row and isinstance(buf, _Slotted)) or not buf._takes_rows(batch):
+        if not (self._one_row and isinstance(buf, _Slotted)) or not buf._takes_rows(batch, True):
             super()._add_to_underlying_buffer(policy_id, batch, **kwargs)
             return
         kwargs = merge_dicts_with_warning(self.underlying_buffer_call_args, kwargs)
@@ -587,16 +572,12 @@ class _MultiAgent(Folder):
         buf._add_rows(batch, per_row, **kwargs)
 
     def _open_buffers(self) -> list:
-        return []
-
-    def close(self) -> None:
-        """Closes every policy's buffer."""
-        for buf in self.replay_buffers.values():
-            buf.close()
-        super().close()
+        # The policies' adapters (an underlying type that is RLlib's own has no folder).
+        return [buf for buf in self.replay_buffers.values() if isinstance(buf, Folder)]
 
     def flush(self) -> None:
-        for buf in self.replay_buffers.values():
+        """Makes every policy's items added so far durable (``fsync``)."""
+        for buf in self._open_buffers():
             buf.flush()
 
 

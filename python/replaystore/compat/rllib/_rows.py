@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from ray.rllib.policy.sample_batch import SampleBatch
+from ray.rllib.policy.sample_batch import SampleBatch, concat_samples
 
 from ..._native import ReplayBuffer as _Buffer
 
@@ -68,24 +69,29 @@ class Rows:
         self.buf: Optional[_Buffer] = None
         self.columns: Dict[str, Any] = {}  # name -> [dtype str, shape] or "object", in order
         self.n = 0  # RLlib's len(_storage)
+        self.tail = 0  # the ring's next index: this is its only writer
         self.row_size = 0
+        self._header = Header(0)
         if columns is not None and os.path.exists(self.path):
             self.columns = columns
             self.buf = _Buffer.open(self.path)
-            self.row_size = self._row_size()
-            self.n = min(int(self.buf.stats()["tail"]), capacity)
+            self._sized()
+            self.tail = int(self.buf.stats()["tail"])
+            self.n = min(self.tail, capacity)
 
     # -- schema ---------------------------------------------------------------------------
 
-    def _row_size(self) -> int:
-        # RLlib's size_bytes of a one-timestep item: its arrays' bytes (8 per object).
+    def _sized(self) -> None:
+        # The header RLlib's bookkeeping reads for every item: size_bytes of a
+        # one-timestep item is its arrays' bytes (8 per object).
         size = 0
         for spec in self.columns.values():
             if spec == "object":
                 size += 8
             else:
                 size += np.dtype(spec[0]).itemsize * int(np.prod(spec[1], dtype=np.int64))
-        return size
+        self.row_size = size
+        self._header = Header(size)
 
     def _create(self, batch: SampleBatch) -> None:
         schema: Dict[str, Any] = {}
@@ -98,7 +104,7 @@ class Rows:
         schema[NGU] = "float64"
         schema[REST] = "bytes"
         self.buf = _Buffer.create(self.path, schema, self.capacity)
-        self.row_size = self._row_size()
+        self._sized()
 
     def check(self, batch: SampleBatch) -> None:
         """Refuses a batch the ring cannot hold, naming what differs."""
@@ -130,12 +136,12 @@ class Rows:
                        for i in range(n)] if objects else [b""] * n)
         ngu = batch.num_grad_updates
         rows[NGU] = np.full(n, np.nan if ngu is None else float(ngu))
-        self.buf.add_batch(rows)
+        self.tail = int(self.buf.add_batch(rows)[-1]) + 1
 
     def indices(self, slots: Sequence[int]) -> np.ndarray:
-        """The ring index of the item in each slot."""
-        tail = int(self.buf.stats()["tail"])
-        head = tail - len(self.buf)
+        """The ring index of the item in each slot (the ring holds RLlib's ``n`` items,
+        the newest ``n`` rows)."""
+        head = self.tail - self.n
         slots = np.asarray(slots, np.int64)
         return (head + (slots - head) % self.capacity).astype(np.uint64)
 
@@ -165,19 +171,22 @@ class Rows:
         slot ``next_idx``: written so that each slot's row index is the slot modulo
         ``capacity`` and the tail is ``next_idx`` modulo it. A full ring starts with the
         slots before ``next_idx`` once more, which the ring then evicts."""
-        import shutil
-
-        from ray.rllib.policy.sample_batch import concat_samples
-
         if self.buf is not None:
             self.buf.close()
             self.buf = None
         shutil.rmtree(self.path, ignore_errors=True)
+        self.tail = 0
         self.n = len(items)
         if not items:
             return
         order = items if len(items) < self.capacity else items[:next_idx] + items[next_idx:] + items[:next_idx]
         self.write(concat_samples(order))
+
+    def restore(self, ring_state: Any, n: int) -> None:
+        """Restores a snapshot of the ring holding RLlib's ``n`` items."""
+        self.buf.set_state(ring_state)
+        self.tail = int(self.buf.stats()["tail"])
+        self.n = n
 
     def items(self) -> List[SampleBatch]:
         """Every item, slot by slot (a state that holds its items)."""
@@ -194,13 +203,13 @@ class Rows:
     def __getitem__(self, slot: int) -> Header:
         if not 0 <= slot < self.n:
             raise IndexError(slot)
-        return Header(self.row_size)
+        return self._header
 
     def __len__(self) -> int:
         return self.n
 
     def header(self) -> Header:
-        return Header(self.row_size)
+        return self._header
 
     def close(self) -> None:
         if self.buf is not None:
