@@ -47,7 +47,7 @@ class Record(BufferedData):
 
     @data.setter
     def data(self, value: Any) -> None:
-        self._records._restore(self, value, self._meta)
+        self._records._store_again(self, value, self._meta)
 
     @property
     def meta(self) -> dict:
@@ -79,9 +79,8 @@ class Records(collections.abc.Sequence):
         self._pushed = 0
         if store.buf is not None:  # a reopened folder: the records in push order
             found = []
-            for seq, _key, _obj, _added, ordinal, state in store.items(objects=False):
-                index, meta = pickle.loads(state)
-                found.append(Record(self, seq, index, meta, ordinal))
+            for seq, index, _obj, _added, ordinal, meta in store.items(objects=False):
+                found.append(Record(self, seq, index, pickle.loads(meta), ordinal))
             found.sort(key=lambda r: r._ordinal)
             self._items = deque(found)
             self._pushed = found[-1]._ordinal + 1 if found else 0
@@ -92,7 +91,8 @@ class Records(collections.abc.Sequence):
         return self._maxlen
 
     def _put(self, data: Any, index: str, meta: dict, ordinal: int) -> int:
-        return self.store.put(index, data, ordinal=ordinal, state=pickle.dumps((index, meta)))
+        # The chunk's key is the record's index; its state the meta it is stored with.
+        return self.store.put(index, data, ordinal=ordinal, state=pickle.dumps(meta))
 
     def append(self, buffered: BufferedData) -> None:
         # The new record is stored before the oldest is removed: a kill between the two
@@ -108,7 +108,7 @@ class Records(collections.abc.Sequence):
             gone = self._items.popleft()
             self.store.remove([gone._seq])
 
-    def _restore(self, record: Record, data: Any, meta: dict) -> None:
+    def _store_again(self, record: Record, data: Any, meta: dict) -> None:
         old = record._seq
         record.__dict__.update(_seq=self._put(data, record.index, meta, record._ordinal), _meta=meta)
         self.store.remove([old])
@@ -176,12 +176,7 @@ class DequeBuffer(Folder, _DequeBuffer):
         self.meta_index = {}
 
     def _open_buffers(self) -> list:
-        return []
-
-    def close(self) -> None:
-        """Closes the ring (every record pushed is in it); a temporary folder is removed."""
-        self.storage.store.close()
-        super().close()
+        return [self.storage.store]
 
     def flush(self) -> None:
         """Makes every record pushed so far durable (``fsync``)."""
@@ -193,7 +188,7 @@ class DequeBuffer(Folder, _DequeBuffer):
         found = _DequeBuffer.update.__wrapped__(self, index, None, meta)
         if found and data is not None:
             record = self.storage[self.indices.get(index)]
-            self.storage._restore(record, data, record.meta)
+            self.storage._store_again(record, data, record.meta)
         return found
 
     def _independence(self, sampled: Any) -> Any:

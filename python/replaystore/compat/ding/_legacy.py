@@ -162,7 +162,7 @@ class _Slotted(Folder):
         self._tail = (newest + 1) % self._replay_buffer_size
 
     def _open_buffers(self) -> list:
-        return []
+        return [self._data.store]
 
     def close(self) -> None:
         """DI-engine's ``close`` (its threads and logger), then the ring is closed; a
@@ -176,7 +176,6 @@ class _Slotted(Folder):
             super(Folder, self).close()
         finally:
             del self.clear
-        self._data.store.close()
         Folder.close(self)
 
     def flush(self) -> None:
