@@ -353,6 +353,10 @@ class ReplayBuffer:
         """Whole episodes: rows, `offsets`, `episodes` (ids)."""
     def priorities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """The stored priority (priority + eps) of each live item at `indices`."""
+    def priority_summary(self) -> Optional[Dict[str, Any]]:
+        """``alpha``, ``eps``, ``total`` (sum of the live items' ``(priority + eps)^alpha``),
+        ``min_leaf`` (the smallest of those), ``max_priority``, ``updates`` and
+        ``stale_updates``; ``None`` without priorities."""
     def snapshots(self) -> List[Dict[str, Any]]:
         """This buffer's snapshots, oldest first."""
     def delete_snapshot(self, name: str) -> None:

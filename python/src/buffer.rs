@@ -1189,6 +1189,28 @@ impl PyBuffer {
         })
     }
 
+    /// The priorities' totals, or `None` for a buffer without priorities: `alpha`,
+    /// `eps`, `total` (the sum of every live item's `(priority + eps)^alpha`),
+    /// `min_leaf` (the smallest of those, `inf` if none), `max_priority`, `updates`
+    /// and `stale_updates`. A draw across buffers needs the first two sums: shards are
+    /// chosen by `total` and weighed against the smallest `min_leaf` of all.
+    fn priority_summary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut held = self.inner.lock(py);
+        // An actor's priorities are the owner's: `owner` says so, as for `priorities`.
+        let Some(s) = open_buf(&mut held)?.owner()?.priority_summary() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("alpha", s.alpha)?;
+        d.set_item("eps", s.eps)?;
+        d.set_item("total", s.total)?;
+        d.set_item("min_leaf", s.min_leaf)?;
+        d.set_item("max_priority", s.max_priority)?;
+        d.set_item("updates", s.updates)?;
+        d.set_item("stale_updates", s.stale_updates)?;
+        Ok(Some(d))
+    }
+
     /// The priority (`priority + eps`, as stored) of each live item at `indices`.
     fn priorities<'py>(
         &self,
