@@ -1,0 +1,344 @@
+"""UnstableBaselines' ``StepBuffer`` and ``EpisodeBuffer`` (``unstable-rl``), on replaystore.
+
+Switch one import::
+
+    from replaystore.compat.unstable import StepBuffer, EpisodeBuffer   # was: from unstable import ...
+
+Both are Ray actor classes with the library's constructor and calls
+(``add_player_trajectory(player_traj, env_id)``, ``get_batch(batch_size)``, ``stop``,
+``continue_collection``, ``size``, ``clear``), started with ``max_restarts=-1``. Their
+steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act`` /
+``env_id`` as variable-length fields, the three rewards as ``float64`` fields. So:
+
+- a buffer actor killed with ``kill -9`` is restarted by Ray, reopens its folder and
+  has every trajectory an ``add_player_trajectory`` call acknowledged (a trajectory is
+  one ``add_batch``: whole or absent, never cut);
+- a generation worker killed mid-trajectory loses that trajectory only: it had not
+  been sent.
+
+The folder is ``<tracker's train dir>/replaystore-step-buffer`` (``-episode-buffer``)
+unless ``path=`` says where; ``capacity=`` and ``heap_bytes=`` size it (default: twice
+``max_buffer_size`` rows and 4 KiB of text per row; the heap file is sparse).
+
+What each call does, as UnstableBaselines does it:
+
+- ``add_player_trajectory``: the final transform once per trajectory
+  (``reward=, pid=, env_id=``), the step transform once per step
+  (``player_traj=, step_index=, reward=``); each step keeps ``step_info``
+  (``raw_reward``, ``env_reward``, ``step_reward``). Past ``max_buffer_size`` steps,
+  uniformly random steps (``StepBuffer``) or whole episodes (``EpisodeBuffer``) are
+  removed, the new ones among the candidates: the engine's downsampling.
+- ``StepBuffer.get_batch(n)``: ``n`` distinct steps drawn uniformly and removed, the
+  sampling transform applied to the list of ``Step`` objects, the batch written to
+  ``train_data_step_<k>.csv`` in the tracker's train dir. ``buffer_strategy``
+  ``"stratified_env"`` / ``"stratified_env_role"`` draw an even share of every env (or
+  env and player) first, then the rest uniformly, and return at most what is stored.
+- ``EpisodeBuffer.get_batch(n)``: whole episodes in random order until they hold ``n``
+  steps, removed; a list of lists of ``Step``.
+
+Differences, each deliberate:
+
+- Draws and downsampling use the engine's RNG, not Python's ``random``: the same
+  distributions (``python/tests/test_unstable_differential.py`` checks them by
+  chi-square against the library), not the same items for the same ``random.seed``.
+- ``Step`` is UnstableBaselines' own class when ``unstable._types`` imports in the
+  actor, else a dataclass of the same fields (``replaystore.compat.unstable.Step``).
+- A reward is kept as a float or an int (as given); other types raise ``TypeError``.
+- An empty trajectory stores nothing (the library's ``EpisodeBuffer`` keeps an empty
+  episode, which a later ``get_batch`` may return as ``[]``).
+- ``stop()`` is a flag in the actor's memory, as in the library: a restarted actor
+  collects again.
+
+>>> import tempfile
+>>> buf = LocalStepBuffer(100, None, None, None, None, path=tempfile.mkdtemp() + "/steps")
+>>> traj = PlayerTrajectory(pid=0, final_reward=1.0, obs=["o1", "o2"], actions=["a1", "a2"])
+>>> buf.add_player_trajectory(traj, env_id="TicTacToe-v0")
+>>> buf.size()
+2
+>>> sorted(s.act for s in buf.get_batch(2)), buf.size()
+(['a1', 'a2'], 0)
+"""
+
+import csv
+import dataclasses
+import logging
+import logging.handlers
+import os
+import re
+from typing import Dict, List, Optional
+
+import numpy as np
+
+import replaystore as rs
+
+
+@dataclasses.dataclass
+class Step:
+    """UnstableBaselines' ``Step``, for when its own class does not import here."""
+
+    pid: int
+    obs: str
+    act: str
+    reward: float
+    env_id: str
+    step_info: Optional[Dict]
+
+
+@dataclasses.dataclass
+class PlayerTrajectory:
+    """The fields of UnstableBaselines' ``PlayerTrajectory`` a buffer reads (its own
+    objects work as they are: only ``pid``, ``final_reward``, ``obs`` and ``actions``
+    are read, and the object is handed to the step transform)."""
+
+    pid: int = 0
+    final_reward: float = 0.0
+    obs: List[str] = dataclasses.field(default_factory=list)
+    actions: List[str] = dataclasses.field(default_factory=list)
+    extracted_actions: List[str] = dataclasses.field(default_factory=list)
+    format_feedbacks: List[Dict] = dataclasses.field(default_factory=list)
+    step_infos: List[Dict] = dataclasses.field(default_factory=list)
+    game_info: Dict = dataclasses.field(default_factory=dict)
+    num_turns: int = 0
+
+
+def _step_class():
+    """UnstableBaselines' ``Step`` if it imports in this process, else ours."""
+    try:
+        from unstable._types import Step as TheirStep  # noqa: PLC0415
+
+        return TheirStep
+    except Exception:  # not installed, or its package's imports fail here
+        return Step
+
+
+SCHEMA = {
+    "pid": "int64",
+    "obs": "str",
+    "act": "str",
+    "env_id": "str",
+    "reward": "float64",
+    "raw_reward": "float64",
+    "env_reward": "float64",
+    # Bit 0: raw_reward was an int, bit 1: env_reward, bit 2: the step reward. The
+    # library keeps the Python objects it was given; a CSV row shows `1`, not `1.0`.
+    "ints": "uint8",
+    "step_index": "int32",
+}
+
+#: UnstableBaselines' strategies, and the fields each draws an even share of.
+STRATEGIES = {"random": None, "stratified_env": ["env_id"],
+              "stratified_env_role": ["env_id", "pid"]}
+
+
+def _number(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what}: {value!r} ({type(value).__name__}): expected an int or a float")
+    return isinstance(value, (int, np.integer))
+
+
+class _Buffer:
+    """What both buffers share: the folder, the transforms, the tracker's folders."""
+
+    KIND = "step"
+
+    def __init__(self, max_buffer_size, tracker, final_reward_transformation,
+                 step_reward_transformation, sampling_reward_transformation,
+                 buffer_strategy="random", *, path=None, capacity=None, heap_bytes=None):
+        self.max_buffer_size, self.buffer_strategy = max_buffer_size, buffer_strategy
+        self.final_reward_transformation = final_reward_transformation
+        self.step_reward_transformation = step_reward_transformation
+        self.sampling_reward_transformation = sampling_reward_transformation
+        self.collect = True
+        self.tracker = tracker
+        train_dir = log_dir = None
+        if tracker is not None:
+            import ray
+
+            train_dir = ray.get(tracker.get_train_dir.remote())
+            log_dir = ray.get(tracker.get_log_dir.remote())
+        if path is None:
+            if train_dir is None:
+                raise ValueError(f"{type(self).__name__}: give a tracker or path=")
+            path = os.path.join(train_dir, f"replaystore-{self.KIND}-buffer")
+        self.local_storage_dir = train_dir
+        self.logger = _logger(f"{self.KIND}_buffer", log_dir)
+        capacity = capacity or max(2 * int(max_buffer_size), 1024)
+        reopened = os.path.isdir(path) and bool(os.listdir(path))
+        self.buf = rs.ReplayBuffer.open_or_create(
+            path, SCHEMA, capacity, item_states=True, max_size=int(max_buffer_size),
+            fragments=self.KIND == "episode", heap_bytes=heap_bytes or capacity * 4096,
+        )
+        self.path = path
+        self.Step = _step_class()
+        self.training_steps = self._csv_count() if reopened else 0
+
+    def _csv_count(self):
+        """After a restart, the batches written so far: numbering goes on after them."""
+        if self.local_storage_dir is None or not os.path.isdir(self.local_storage_dir):
+            return 0
+        taken = [int(m.group(1)) for f in os.listdir(self.local_storage_dir)
+                 if (m := re.fullmatch(r"train_data_step_(\d+)\.csv", f))]
+        return max(taken) + 1 if taken else 0
+
+    def _rows(self, player_traj, env_id):
+        """The trajectory's steps as one batch of columns, transforms applied."""
+        raw = player_traj.final_reward
+        raw_int = _number(raw, "final_reward")
+        reward = (self.final_reward_transformation(reward=raw, pid=player_traj.pid,
+                                                   env_id=env_id)
+                  if self.final_reward_transformation else raw)
+        n = len(player_traj.obs)
+        if len(player_traj.actions) < n:
+            raise ValueError(f"add_player_trajectory: {n} observations but "
+                             f"{len(player_traj.actions)} actions")
+        steps = [
+            self.step_reward_transformation(player_traj=player_traj, step_index=i,
+                                            reward=reward)
+            if self.step_reward_transformation else reward
+            for i in range(n)
+        ]
+        ints = raw_int | (_number(reward, "final transform") << 1)
+        step_ints = [_number(s, f"step transform (step {i})") << 2 for i, s in enumerate(steps)]
+        return {
+            "pid": np.full(n, player_traj.pid, np.int64),
+            "obs": list(player_traj.obs),
+            "act": list(player_traj.actions[:n]),
+            "env_id": [env_id] * n,
+            "reward": np.asarray(steps, np.float64),
+            "raw_reward": np.full(n, raw, np.float64),
+            "env_reward": np.full(n, reward, np.float64),
+            "ints": np.asarray([ints | s for s in step_ints], np.uint8),
+            "step_index": np.arange(n, dtype=np.int32),
+        }
+
+    def _steps(self, rows, lo=0, hi=None):
+        """``Step`` objects of rows ``lo..hi`` of a drawn batch."""
+        hi = len(rows["obs"]) if hi is None else hi
+        out = []
+        for j in range(lo, hi):
+            ints = int(rows["ints"][j])
+            raw = _as(rows["raw_reward"][j], ints & 1)
+            env = _as(rows["env_reward"][j], ints & 2)
+            step = _as(rows["reward"][j], ints & 4)
+            out.append(self.Step(
+                pid=int(rows["pid"][j]), obs=rows["obs"][j], act=rows["act"][j], reward=step,
+                env_id=rows["env_id"][j],
+                step_info={"raw_reward": raw, "env_reward": env, "step_reward": step},
+            ))
+        return out
+
+    def add_player_trajectory(self, player_traj, env_id):
+        rows = self._rows(player_traj, env_id)
+        n = len(rows["obs"])
+        if n:
+            self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+        self.logger.info(f"Buffer size: {len(self.buf)}, added {n} steps")
+
+    def stop(self):
+        self.collect = False
+
+    def size(self) -> int:
+        return len(self.buf)
+
+    def continue_collection(self):
+        return self.collect
+
+    def clear(self):
+        self.buf.clear()
+
+    def close(self):
+        self.buf.close()
+
+
+def _as(value, was_int):
+    return int(value) if was_int else float(value)
+
+
+def _logger(name, log_dir):
+    logger = logging.getLogger(f"replaystore.compat.unstable.{name}")
+    if log_dir is not None and not logger.handlers:
+        os.makedirs(log_dir, exist_ok=True)
+        fh = logging.handlers.RotatingFileHandler(
+            os.path.join(log_dir, f"{name}.log"), maxBytes=10_000_000, backupCount=5,
+            encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
+        logger.addHandler(fh)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+class LocalStepBuffer(_Buffer):
+    """``StepBuffer`` in this process (no Ray): the class the actor runs."""
+
+    KIND = "step"
+
+    def get_batch(self, batch_size: int):
+        by = STRATEGIES.get(self.buffer_strategy)
+        if by is None:
+            if not 0 <= batch_size <= len(self.buf):
+                # As `random.sample` over the library's list.
+                raise ValueError("Sample larger than population or is negative")
+            rows = self.buf.sample(batch_size, remove=True) if batch_size else None
+        else:
+            n = min(batch_size, len(self.buf))
+            rows = self.buf.sample(n, remove=True, by_group=by) if n else None
+        batch = self._steps(rows) if rows is not None else []
+        if self.sampling_reward_transformation is not None:
+            batch = self.sampling_reward_transformation(batch)
+        self.logger.info(f"Sampling {len(batch)} samples from buffer.")
+        if self.local_storage_dir is not None:
+            try:
+                write_training_data_to_file(batch, os.path.join(
+                    self.local_storage_dir, f"train_data_step_{self.training_steps}.csv"))
+            except Exception as exc:  # as the library: a failed log does not fail the draw
+                self.logger.error(f"Exception when trying to write training data to file: {exc}")
+        self.training_steps += 1
+        return batch
+
+
+class LocalEpisodeBuffer(_Buffer):
+    """``EpisodeBuffer`` in this process (no Ray): the class the actor runs."""
+
+    KIND = "episode"
+
+    def get_batch(self, batch_size: int):
+        size = len(self.buf)
+        if size < batch_size:
+            raise AssertionError(f"get_batch({batch_size}): the buffer holds {size} steps")
+        if batch_size <= 0:
+            # The library's loop takes the first shuffled episode before it compares.
+            batch_size = 1 if size else 0
+        if not size:
+            return []
+        rows = self.buf.sample_fragments(covering=batch_size, remove=True)
+        off = rows["offsets"]
+        episodes = [self._steps(rows, int(off[k]), int(off[k + 1]))
+                    for k in range(len(off) - 1)]
+        self.logger.info(f"Sampling {len(episodes)} episodes from buffer.")
+        self.training_steps += 1
+        return episodes
+
+
+def write_training_data_to_file(batch, filename):
+    """The CSV UnstableBaselines writes per ``StepBuffer.get_batch``, the same bytes."""
+    with open(filename, mode="w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["pid", "obs", "act", "reward", "env_id", "step_info"])
+        for s in batch:
+            w.writerow([s.pid, s.obs, s.act, s.reward, s.env_id, s.step_info])
+
+
+try:
+    import ray as _ray
+except ImportError:  # replaystore[ray] not installed: the local classes still work
+    _ray = None
+
+if _ray is not None:
+    #: UnstableBaselines' ``StepBuffer``: a Ray actor class, restarted after a kill.
+    StepBuffer = _ray.remote(max_restarts=-1)(LocalStepBuffer)
+    #: UnstableBaselines' ``EpisodeBuffer``: a Ray actor class, restarted after a kill.
+    EpisodeBuffer = _ray.remote(max_restarts=-1)(LocalEpisodeBuffer)
+
+__all__ = ["EpisodeBuffer", "LocalEpisodeBuffer", "LocalStepBuffer", "PlayerTrajectory",
+           "Step", "StepBuffer", "write_training_data_to_file"]
