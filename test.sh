@@ -31,8 +31,7 @@ PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0
 # UnstableBaselines (unstable-rl) requires vLLM and a GPU stack for its learners; its
 # buffers need only what is named here, so it is installed without its requirements
 # (python/tests/peers.py imports its buffer module past its package's __init__).
-"$VENV/bin/python" -c 'import unstable.buffers' 2>/dev/null \
-  || "$VENV/bin/python" -m pip install --quiet --no-deps unstable-rl==0.2.2
+"$VENV/bin/python" -m pip install --quiet --no-deps unstable-rl==0.2.2
 "$VENV/bin/python" -m pip install --quiet trueskill dm-tree rich wandb
 export REPLAYSTORE_REQUIRE_PEERS=1
 # SB3's logger makes a folder per learn() in the temporary directory unless told where.
