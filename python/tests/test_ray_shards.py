@@ -327,3 +327,29 @@ def test_a_shard_pinned_to_a_node_that_died_moves_to_the_node_with_its_folder(cl
     assert sorted(set(buf.sample(3000, seed=1)["id"].tolist())) == list(range(100))
     buf.close()
     cluster.remove_node(back)
+
+
+def test_prefetched_draws_and_unblocked_updates_reach_the_shards_in_order(cluster, tmp_path):
+    buf = ShardedBuffer.create("ahead", SCHEMA, 1000, root=str(tmp_path), alpha=1.0, eps=1e-9,
+                               seed=12, prefetch=2)
+    for s in range(3):
+        buf.add_batch(batch_of(s * 100 + np.arange(20)), shard=s)
+    seen = set()
+    for _ in range(40):
+        b = buf.sample(64)
+        assert len(b["id"]) == 64
+        seen |= set(b["id"].tolist())
+    assert seen == {s * 100 + i for s in range(3) for i in range(20)}
+    b = buf.sample(500, beta=0.5, prefetch=0)
+    keep = b["id"] == 207
+    assert keep.any()
+    # Every item but 207 to (nearly) nothing, sent without waiting.
+    assert buf.update_priorities(b["shard"], b["indices"],
+                                 np.where(keep, 1.0, 1e-12), block=False) is None
+    # Sent after the update: a shard runs one caller's calls in order, so even the
+    # draws sent ahead see it.
+    after = buf.sample(64, beta=0.5)
+    assert (after["id"] == 207).all()
+    with pytest.raises(ValueError, match="method"):
+        buf.sample(4, method="sample_episodes")
+    buf.close()

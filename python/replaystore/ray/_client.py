@@ -54,7 +54,7 @@ class ShardedBuffer:
     """
 
     def __init__(self, name, shards, places, *, kind="buffer", prefer_local=True,
-                 policy="round_robin", wait=DEFAULT_WAIT):
+                 policy="round_robin", wait=DEFAULT_WAIT, prefetch=0):
         if policy not in ("round_robin", "hash"):
             raise ValueError(f"policy {policy!r}: expected 'round_robin' or 'hash'")
         self.name = name
@@ -64,6 +64,7 @@ class ShardedBuffer:
         self.prefer_local = prefer_local
         self.policy = policy
         self.wait = wait
+        self.prefetch = prefetch
         self._after_unpickle()
 
     def _after_unpickle(self):
@@ -73,12 +74,13 @@ class ShardedBuffer:
         self._readers = {}
         self._nodes = None
         self._where = None
+        self._ahead = {}
 
     def __getstate__(self):
         return {
             "name": self.name, "shards": self._shards, "places": self._places,
             "kind": self.kind, "prefer_local": self.prefer_local, "policy": self.policy,
-            "wait": self.wait, "where": self._where,
+            "wait": self.wait, "where": self._where, "prefetch": self.prefetch,
         }
 
     def __setstate__(self, state):
@@ -87,13 +89,14 @@ class ShardedBuffer:
         self.policy, self.wait = state["policy"], state["wait"]
         self._after_unpickle()
         self._where = state["where"]
+        self.prefetch = state["prefetch"]
 
     # -- making and finding ----------------------------------------------------------
 
     @classmethod
     def create(cls, name, schema=None, capacity=None, *, root=None, paths=None, nodes=None,
                resources=None, kind="buffer", detached=False, num_cpus=0, prefer_local=True,
-               policy="round_robin", wait=DEFAULT_WAIT, **options):
+               policy="round_robin", wait=DEFAULT_WAIT, prefetch=0, **options):
         """Starts one shard per node (every alive node unless ``nodes`` lists Ray node
         ids, or ``resources`` lists custom resources that pin shards to the nodes
         declaring them), each owning the folder ``{root}/{name}-{i}`` (or ``paths[i]``)
@@ -123,7 +126,7 @@ class ShardedBuffer:
             for i, p in enumerate(places)
         ]
         buf = cls(name, shards, places, kind=kind, prefer_local=prefer_local, policy=policy,
-                  wait=wait)
+                  wait=wait, prefetch=prefetch)
         buf._refresh_where()
         return buf
 
@@ -194,6 +197,12 @@ class ShardedBuffer:
     def _gather(self, calls, *, idempotent=True):
         """Sends every ``{shard: (method, args, kwargs)}`` at once and waits for all;
         retries what a shard's death interrupted (idempotent calls only)."""
+        return self._collect(calls, self._send(calls), idempotent=idempotent)
+
+    def _send(self, calls):
+        return {i: getattr(self._shards[i], m).remote(*a, **k) for i, (m, a, k) in calls.items()}
+
+    def _collect(self, calls, refs, *, idempotent=True):
         import ray
         from ray.exceptions import (
             ActorUnavailableError,
@@ -204,10 +213,7 @@ class ShardedBuffer:
         deadline = time.monotonic() + self.wait
         pending = dict(calls)
         out = {}
-        while pending:
-            refs = {
-                i: getattr(self._shards[i], m).remote(*a, **k) for i, (m, a, k) in pending.items()
-            }
+        while True:
             failed = {}
             for i, ref in refs.items():
                 try:
@@ -222,7 +228,7 @@ class ShardedBuffer:
                         raise cause from None
                     raise
             if not failed:
-                break
+                return out
             i, err = next(iter(failed.items()))
             if "creation task" in str(err):
                 # Its __init__ raised (a folder that does not open): no restart helps.
@@ -239,8 +245,8 @@ class ShardedBuffer:
                     + f": {err}"
                 ) from err
             pending = {i: pending[i] for i in failed}
-            time.sleep(0.2)
-        return out
+            time.sleep(0.05)
+            refs = self._send(pending)
 
     # -- adds ------------------------------------------------------------------------
 
@@ -314,7 +320,8 @@ class ShardedBuffer:
     def __len__(self):
         return sum(f["len"] for f in self.figures())
 
-    def sample(self, n, *, beta=None, seed=None, member=None, method="sample", **kwargs):
+    def sample(self, n, *, beta=None, seed=None, member=None, method="sample", prefetch=None,
+               **kwargs):
         """``n`` items from all shards as one batch (rows grouped by shard), with
         ``shard`` and ``indices``; with ``beta``, drawn by global priority with
         ``weights`` (``(N * P(i))^-beta`` over their largest value across all shards).
@@ -324,17 +331,37 @@ class ShardedBuffer:
         draws with replacement. The split uses the figures the shards returned with the
         last draw; with ``seed`` it asks them first, so that the same seed over the same
         contents draws the same batch. ``method="sample_transitions"`` (with its
-        keywords) draws n-step transitions the same way."""
+        keywords) draws n-step transitions the same way.
+
+        ``prefetch=k`` (or the client's ``prefetch``) keeps ``k`` more draws of the same
+        kind in flight: the call returns a batch the shards drew while the caller
+        trained on the last one. Such a batch does not see items added, nor priorities
+        updated, after it was sent (Ape-X's learners drew from shards the same way);
+        a call with ``seed`` never uses one."""
         if method not in DRAWS:
             raise ValueError(f"method {method!r}: expected one of {DRAWS}")
+        prefetch = self.prefetch if prefetch is None else prefetch
+        if seed is not None or prefetch <= 0:
+            return self._finish(self._start(n, beta, seed, member, method, kwargs))
+        # Draws sent ahead: while the caller trains on this batch, the shards draw the
+        # next ones. Each was split by the figures known when it was sent.
+        key = (n, beta, member, method, repr(sorted(kwargs.items())))
+        queue = self._ahead.setdefault(key, [])
+        while len(queue) < prefetch + 1:
+            queue.append(self._start(n, beta, None, member, method, kwargs))
+        return self._finish(queue.pop(0))
+
+    def _start(self, n, beta, seed, member, method, kwargs):
+        """Splits a draw over the shards and sends the shards' parts; a part of a
+        shard on this node is read at ``_finish``, through its ``Reader``."""
         figures = self._figures
         if figures is None or seed is not None:
             figures = self.figures(member)
         rng = np.random.default_rng(seed) if seed is not None else self._rng
-        mass = np.array([f["total"] if beta is not None else f["len"] for f in figures],
-                        dtype=np.float64)
         if beta is not None and any("total" not in f for f in figures):
             raise rs.Error(f"{self.name!r}: beta given, but its shards keep no priorities")
+        mass = np.array([f["total"] if beta is not None else f["len"] for f in figures],
+                        dtype=np.float64)
         if not mass.sum() > 0:
             raise rs.EmptyError(f"{self.name!r}: every shard is empty")
         counts = rng.multinomial(n, mass / mass.sum())
@@ -349,33 +376,40 @@ class ShardedBuffer:
                 kw["seed"] = int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0])
             reader = self._local_reader(i) if beta is None and member is None else None
             if reader is not None:
-                local[i] = getattr(reader, method)(int(k), **kw)
+                local[i] = (reader, int(k), kw)
             else:
                 calls[i] = ("draw", (method, int(k), kw, member), {})
-        parts = dict(local)
-        parts.update(self._gather(calls))
-        new_figures = list(figures)
+        return {"counts": counts, "figures": figures, "calls": calls,
+                "refs": self._send(calls), "local": local, "beta": beta, "method": method}
+
+    def _finish(self, d):
+        """Waits for a draw ``_start`` sent and joins its parts into one batch."""
+        parts = {i: getattr(r, d["method"])(k, **kw) for i, (r, k, kw) in d["local"].items()}
+        parts.update(self._collect(d["calls"], d["refs"]))
+        figures = list(self._figures or d["figures"])
         for i, part in parts.items():
-            if i in local:
-                new_figures[i] = {**figures[i], "len": len(self._readers[i])}
+            if i in d["local"]:
+                figures[i] = {**figures[i], "len": len(d["local"][i][0])}
             else:
-                new_figures[i] = part.pop("__figures__")
-        self._figures = new_figures
+                figures[i] = part.pop("__figures__")
+        self._figures = figures
         order = sorted(parts)
         batch = _concat([parts[i] for i in order])
-        batch["shard"] = np.repeat(np.array(order, np.int32), [counts[i] for i in order])
-        if beta is not None:
+        batch["shard"] = np.repeat(np.array(order, np.int32), [d["counts"][i] for i in order])
+        if d["beta"] is not None:
             leaves = batch.pop("__leaves__")
-            smallest = min(f["min_leaf"] for f in new_figures if f["len"] > 0)
+            smallest = min(f["min_leaf"] for f in figures if f["len"] > 0)
             batch["weights"] = np.power((smallest / leaves).astype(np.float32),
-                                        np.float32(beta))
+                                        np.float32(d["beta"]))
         return batch
 
-    def update_priorities(self, shards, indices, priorities, *, member=None):
+    def update_priorities(self, shards, indices, priorities, *, member=None, block=True):
         """Sends each priority to the shard that holds its item (``shards`` and
         ``indices`` as a draw returned them); returns ``{"applied", "stale"}`` summed:
         an item overwritten since it was drawn is skipped, never given another's
-        priority."""
+        priority. ``block=False`` sends the updates and returns at once (None), as
+        Ape-X's learner did: a shard runs one caller's calls in order, so this caller's
+        next draw from that shard sees them; an error is then only in the shard's log."""
         shards = np.asarray(shards)
         indices = np.asarray(indices, np.uint64)
         priorities = np.asarray(priorities, np.float64)
@@ -391,6 +425,9 @@ class ShardedBuffer:
                                  f"{len(self._shards)}")
             mine = shards == i
             calls[int(i)] = ("update_priorities", (indices[mine], priorities[mine], member), {})
+        if not block:
+            self._send(calls)
+            return None
         got = self._gather(calls)
         return {
             "applied": sum(g["applied"] for g in got.values()),
@@ -485,6 +522,7 @@ class ShardedBuffer:
                 ) from err
         finally:
             self._figures = None
+            self._ahead.clear()  # drawn from what the shards held before
             self._readers.clear()
             if not keep_undo:
                 self._try_all("delete_snapshot", undo)
