@@ -569,6 +569,27 @@ class ShardedBuffer:
         self._readers.clear()
 
 
+#: Bits of a packed id that hold the index; the shard number sits above them.
+INDEX_BITS = 48
+
+
+def pack(shards, indices):
+    """One int64 per item naming its shard and index (``shard << 48 | index``): for
+    libraries whose priority update takes one index array (RLlib's ``batch_indexes``,
+    TorchRL's ``index``)."""
+    shards = np.asarray(shards, np.int64)
+    indices = np.asarray(indices, np.int64)
+    if (indices >> INDEX_BITS).any():
+        raise ValueError(f"an index of {INDEX_BITS} bits or more cannot be packed")
+    return (shards << INDEX_BITS) | indices
+
+
+def unpack(ids):
+    """``(shards, indices)`` of ids from :func:`pack`."""
+    ids = np.asarray(ids, np.int64)
+    return ids >> INDEX_BITS, (ids & ((1 << INDEX_BITS) - 1)).astype(np.uint64)
+
+
 def _one_row(v):
     if isinstance(v, (str, bytes)):
         return [v]
