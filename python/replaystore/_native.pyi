@@ -536,6 +536,9 @@ class Reader:
         copied) raises ``EvictedError``; a returned row is always its index's item."""
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
         """``removed``, ``cause`` and ``uses`` of live items, as the writer left them."""
+    def priority_summary(self) -> Optional[Dict[str, float]]:
+        """``total`` and ``min_leaf`` of the priorities as they read now; ``None``
+        without priorities."""
     def stats(self) -> Dict[str, int]: ...
     @property
     def schema(self) -> Schema: ...

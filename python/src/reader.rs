@@ -359,6 +359,22 @@ impl PyReader {
         Ok(())
     }
 
+    /// The priorities' `total` (sum of the live items' `(priority + eps)^alpha`) and
+    /// `min_leaf` (the smallest of those) as they read now; `None` without priorities.
+    fn priority_summary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut held = self.inner.lock(py);
+        let reader = opened(&mut held)?;
+        let (total, min_leaf) = match reader.priority_mass() {
+            Ok(m) => m,
+            Err(replaystore::Error::NotPrioritized { .. }) => return Ok(None),
+            Err(e) => return Err(to_py(e)),
+        };
+        let d = PyDict::new(py);
+        d.set_item("total", total)?;
+        d.set_item("min_leaf", min_leaf)?;
+        Ok(Some(d))
+    }
+
     /// Counters and sizes as the reader sees them.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = opened(&mut self.inner.lock(py))?.stats().map_err(to_py)?;

@@ -151,7 +151,12 @@ def test_prioritized_draws_follow_global_priorities_with_single_buffer_weights(c
         p = rng.uniform(0.1, 2.0, 40) * (s + 1)
         buf.update_priorities(np.full(40, s), idx, p)
         prio_of.update(zip(ids.tolist(), p.tolist()))
-    got = ray.get(Learner.remote(buf).draw_ids.remote(100, 256, beta), timeout=120)
+    learner = Learner.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes()[1], soft=False)
+    ).remote(buf)
+    got = ray.get(learner.draw_ids.remote(100, 256, beta), timeout=120)
+    # Shard 1 was read through a Reader on the learner's node, weighed like the others.
+    assert got["local"] == [1]
     ids = sorted(prio_of)
     leaf = np.array([(prio_of[i] + eps) ** alpha for i in ids])
     _, counts = np.unique(got["id"], return_counts=True)
@@ -346,8 +351,8 @@ def test_prefetched_draws_and_unblocked_updates_reach_the_shards_in_order(cluste
     # Every item but 207 to (nearly) nothing, sent without waiting.
     assert buf.update_priorities(b["shard"], b["indices"],
                                  np.where(keep, 1.0, 1e-12), block=False) is None
-    # Sent after the update: a shard runs one caller's calls in order, so even the
-    # draws sent ahead see it.
+    # A shard runs one caller's calls in order: figures() returns after the updates.
+    buf.figures()
     after = buf.sample(64, beta=0.5)
     assert (after["id"] == 207).all()
     with pytest.raises(ValueError, match="method"):

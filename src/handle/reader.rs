@@ -631,8 +631,24 @@ impl Reader {
         self.redraw_removed(spec, indices, weights)
     }
 
-    /// `(total, smallest non-zero leaf)` of the priorities as they read now.
-    pub(super) fn priority_mass(&mut self) -> Result<(f64, f64)> {
+    /// `(total, smallest non-zero leaf)` of the priorities as they read now: what a
+    /// draw across several buffers splits by (`total`) and weighs against (the
+    /// smallest leaf of all). A buffer without priorities is `NotPrioritized`.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let config = Config::new(schema, 8).prioritized(1.0, 0.0);
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// writer.add_batch(&[Column::new("x", &[1u32, 2])])?;
+    /// writer.update_priorities(&[0, 1], &[2.0f32, 0.5])?;
+    /// let mut reader = Reader::open(dir.path().join("b"))?;
+    /// assert_eq!(reader.priority_mass()?, (2.5, 0.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn priority_mass(&mut self) -> Result<(f64, f64)> {
+        self.refresh()?;
         match &mut self.tree {
             ReadTree::Shared(p) => Ok(p.mass()),
             // A snapshot reads its own frozen tree.

@@ -374,7 +374,7 @@ class ShardedBuffer:
                 kw["beta"] = beta
             if seed is not None:
                 kw["seed"] = int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0])
-            reader = self._local_reader(i) if beta is None and member is None else None
+            reader = self._local_reader(i) if member is None else None
             if reader is not None:
                 local[i] = (reader, int(k), kw)
             else:
@@ -384,23 +384,30 @@ class ShardedBuffer:
 
     def _finish(self, d):
         """Waits for a draw ``_start`` sent and joins its parts into one batch."""
-        parts = {i: getattr(r, d["method"])(k, **kw) for i, (r, k, kw) in d["local"].items()}
-        parts.update(self._collect(d["calls"], d["refs"]))
-        figures = list(self._figures or d["figures"])
-        for i, part in parts.items():
-            if i in d["local"]:
-                figures[i] = {**figures[i], "len": len(d["local"][i][0])}
-            else:
-                figures[i] = part.pop("__figures__")
+        beta = d["beta"]
+        parts, figures = {}, list(self._figures or d["figures"])
+        for i, (reader, k, kw) in d["local"].items():
+            parts[i] = getattr(reader, d["method"])(k, **kw)
+            figures[i] = {**figures[i], "len": len(reader)}
+            if beta is not None:
+                # Read right after the draw: the minimum its weights were taken against
+                # (a writer updating priorities in between moves it slightly).
+                figures[i].update(reader.priority_summary())
+        for i, part in self._collect(d["calls"], d["refs"]).items():
+            figures[i] = part.pop("__figures__")
+            parts[i] = part
         self._figures = figures
+        if beta is not None and beta != 0:
+            # Each shard weighed its items against its own smallest leaf:
+            # (min_i / leaf)^beta. Against the smallest of all shards it is that times
+            # (min / min_i)^beta: Ape-X's weights over the union.
+            smallest = min(f["min_leaf"] for f in figures if f["len"] > 0)
+            for i, part in parts.items():
+                scale = np.float32((smallest / figures[i]["min_leaf"]) ** beta)
+                part["weights"] = part["weights"] * scale
         order = sorted(parts)
         batch = _concat([parts[i] for i in order])
         batch["shard"] = np.repeat(np.array(order, np.int32), [d["counts"][i] for i in order])
-        if d["beta"] is not None:
-            leaves = batch.pop("__leaves__")
-            smallest = min(f["min_leaf"] for f in figures if f["len"] > 0)
-            batch["weights"] = np.power((smallest / leaves).astype(np.float32),
-                                        np.float32(d["beta"]))
         return batch
 
     def update_priorities(self, shards, indices, priorities, *, member=None, block=True):
@@ -408,8 +415,10 @@ class ShardedBuffer:
         ``indices`` as a draw returned them); returns ``{"applied", "stale"}`` summed:
         an item overwritten since it was drawn is skipped, never given another's
         priority. ``block=False`` sends the updates and returns at once (None), as
-        Ape-X's learner did: a shard runs one caller's calls in order, so this caller's
-        next draw from that shard sees them; an error is then only in the shard's log."""
+        Ape-X's learner did. A shard runs one caller's calls in order, so any later
+        call of this client that goes to the shard (``figures()``, ``len``, a draw
+        through the actor) comes after them; a draw through a local ``Reader`` may
+        come first. An error is then only in the shard's log."""
         shards = np.asarray(shards)
         indices = np.asarray(indices, np.uint64)
         priorities = np.asarray(priorities, np.float64)

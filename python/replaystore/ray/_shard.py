@@ -97,16 +97,14 @@ class ShardCore:
 
     def draw(self, method, n, kwargs, member=None):
         """``n`` items drawn by ``method`` (``sample`` or ``sample_transitions``) with
-        ``kwargs``, plus ``__figures__`` (this shard's figures after the draw) and, when
-        drawn by priority, ``__leaves__``: each drawn item's ``(priority + eps)^alpha``,
-        from which the client weighs the item against every shard's smallest leaf."""
+        ``kwargs``, plus ``__figures__``: this shard's figures after the draw, whose
+        ``min_leaf`` is the one its ``weights`` were computed against (this actor is
+        the folder's only writer), so the client can weigh them against every shard's
+        smallest leaf."""
         if self.kind == "group":
             batch = self.buf.sample(n, self._member(member), **kwargs)
         else:
             batch = getattr(self.buf, method)(n, **kwargs)
-        if kwargs.get("beta") is not None:
-            summary = self.buf.priority_summary()
-            batch["__leaves__"] = self.buf.priorities(batch["indices"]) ** summary["alpha"]
         batch["__figures__"] = self.figures(member)
         return batch
 
