@@ -355,6 +355,16 @@ def test_prefetched_draws_and_unblocked_updates_reach_the_shards_in_order(cluste
     buf.figures()
     after = buf.sample(64, beta=0.5)
     assert (after["id"] == 207).all()
+    # Held back for a shard this client calls (not one it reads through a Reader):
+    # the next draw sent to it carries them. Item 207 is in shard 2; every draw goes there.
+    local = 2 in buf._local_shards()
+    before = ray.get(buf._shards[2].stats.remote())["priority_updates"]
+    assert buf.update_priorities([2], after["indices"][:1], [1.0], block=False) is None
+    assert (2 in buf._held) == (not local)
+    buf.sample(64, beta=0.5, prefetch=0)
+    assert 2 not in buf._held
+    buf.figures()
+    assert ray.get(buf._shards[2].stats.remote())["priority_updates"] == before + 1
     with pytest.raises(ValueError, match="method"):
         buf.sample(4, method="sample_episodes")
     buf.close()

@@ -75,6 +75,7 @@ class ShardedBuffer:
         self._nodes = None
         self._where = None
         self._ahead = {}
+        self._held = {}  # shard -> priority updates sent with its next call
 
     def __getstate__(self):
         return {
@@ -200,7 +201,20 @@ class ShardedBuffer:
         return self._collect(calls, self._send(calls), idempotent=idempotent)
 
     def _send(self, calls):
-        return {i: getattr(self._shards[i], m).remote(*a, **k) for i, (m, a, k) in calls.items()}
+        refs = {}
+        for i, (m, a, k) in calls.items():
+            held = self._held.pop(i, None)
+            if held and m == "draw":
+                # One actor call for the updates and the draw.
+                k = {**k, "updates": [(idx, prio) for idx, prio, _ in held]}
+            elif held:
+                self._send_updates(i, held)  # before the call: the shard runs them first
+            refs[i] = getattr(self._shards[i], m).remote(*a, **k)
+        return refs
+
+    def _send_updates(self, i, held):
+        for indices, priorities, member in held:
+            self._shards[i].update_priorities.remote(indices, priorities, member)
 
     def _collect(self, calls, refs, *, idempotent=True):
         import ray
@@ -414,11 +428,14 @@ class ShardedBuffer:
         """Sends each priority to the shard that holds its item (``shards`` and
         ``indices`` as a draw returned them); returns ``{"applied", "stale"}`` summed:
         an item overwritten since it was drawn is skipped, never given another's
-        priority. ``block=False`` sends the updates and returns at once (None), as
-        Ape-X's learner did. A shard runs one caller's calls in order, so any later
-        call of this client that goes to the shard (``figures()``, ``len``, a draw
-        through the actor) comes after them; a draw through a local ``Reader`` may
-        come first. An error is then only in the shard's log."""
+        priority. ``block=False`` returns at once (None), as Ape-X's learner did: the
+        updates ride with this client's next call to their shard (a draw carries them
+        in the same actor call), or go alone once four are waiting, or at once to a
+        shard this client reads through a local ``Reader``. A shard runs one caller's
+        calls in order, so any later call of this client that goes to the shard
+        (``figures()``, ``len``, ``flush()``, a draw through the actor) comes after
+        them; a draw through a local ``Reader`` may come first. An error is then only
+        in the shard's log."""
         shards = np.asarray(shards)
         indices = np.asarray(indices, np.uint64)
         priorities = np.asarray(priorities, np.float64)
@@ -435,7 +452,13 @@ class ShardedBuffer:
             mine = shards == i
             calls[int(i)] = ("update_priorities", (indices[mine], priorities[mine], member), {})
         if not block:
-            self._send(calls)
+            # Held for the shard's next call (a draw carries them), unless the shard is
+            # read here through a Reader (no call goes to it) or four are waiting.
+            for i, (_, (idx, prio, mem), _) in calls.items():
+                held = self._held.setdefault(i, [])
+                held.append((idx, prio, mem))
+                if self._readers.get(i) is not None or len(held) >= 4 or mem is not None:
+                    self._send_updates(i, self._held.pop(i))
             return None
         got = self._gather(calls)
         return {
