@@ -26,7 +26,8 @@ command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet matur
 export REPLAYSTORE_REQUIRE_TORCH=1
 # The libraries the compat adapters replace, pinned (python/tests/peers.py): the
 # differential tests drive them beside the adapters, and must run here, not skip.
-PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1 "ray[rllib]==2.60.0")
+PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1 "ray[rllib]==2.60.0"
+       torchrl==0.14.1)
 "$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
 # UnstableBaselines (unstable-rl) requires vLLM and a GPU stack for its learners; its
 # buffers need only what is named here, so it is installed without its requirements

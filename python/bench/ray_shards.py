@@ -19,6 +19,7 @@ CPU each) on this machine: every actor call crosses processes, none a network.
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -29,8 +30,10 @@ import numpy as np
 W1 = {"obs": ("<f4", (17,)), "next_obs": ("<f4", (17,)), "action": ("<f4", (6,)),
       "reward": ("<f4", ()), "done": ("|b1", ())}
 BATCH = 256
-#: Draws a replaystore learner keeps in flight (--prefetch).
+#: Draws a replaystore learner keeps in flight (--prefetch), and whether each batch
+#: comes from one shard (--one-shard).
 PREFETCH = 0
+ONE_SHARD = False
 
 
 def w1(n, seed=0):
@@ -64,7 +67,7 @@ class Replaystore:
         schema = {k: (dt, shape) for k, (dt, shape) in W1.items()}
         self.buf = ShardedBuffer.create(f"bench-{time.time_ns()}", schema, capacity,
                                         root=root, nodes=nodes, alpha=0.6,
-                                        prefetch=PREFETCH)
+                                        prefetch=PREFETCH, one_shard=ONE_SHARD)
 
     def fill(self, items):
         data = w1(items)
@@ -268,6 +271,7 @@ SYSTEMS = {"replaystore": Replaystore, "rllib": RLlib, "torchrl": TorchRL}
 def restart_seconds(nodes, root, gib):
     """Seconds from a kill -9 of a shard holding ``gib`` GiB to its first answer."""
     from replaystore.ray import ShardedBuffer
+    from replaystore.ray._client import DEFAULT_FLUSH_ITEMS
 
     row = 4 * (17 + 17 + 6 + 1) + 1
     capacity = int(gib * 2**30 / row)
@@ -276,6 +280,9 @@ def restart_seconds(nodes, root, gib):
     chunk = w1(200_000)
     for _ in range(capacity // 200_000):
         buf.add_batch(chunk, shard=0)
+    # The worst case: one item short of the shard's next flush, all to be checked.
+    tail = {k: v[: DEFAULT_FLUSH_ITEMS - 1] for k, v in chunk.items()}
+    buf.add_batch(tail, shard=0)
     before = buf.where()[0]
     os.kill(before["pid"], signal.SIGKILL)
     t0 = time.perf_counter()
@@ -286,30 +293,38 @@ def restart_seconds(nodes, root, gib):
     assert after["pid"] != before["pid"] and after["len"] == before["len"], (before, after)
     buf.close()
     return {"restart_s": ready, "restart_then_draw_s": first_draw,
+            "reopen_s": after["open_seconds"],
             "rows": after["len"], "gib": after["len"] * row / 2**30}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS))
+    ap.add_argument("--systems", nargs="*", default=list(SYSTEMS))
     ap.add_argument("--items", type=int, default=200_000, help="items in all shards")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--restart-gib", type=float, default=1.0)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--death-info-ms", type=int,
+                    help="Ray's timeout_ms_task_wait_for_death_info for the cluster (default"
+                         " 1000): how long a call to a dead actor waits to learn why")
     ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 2],
                     help="replaystore's draws in flight, one row per value")
+    ap.add_argument("--one-shard", type=int, nargs="+", default=[0],
+                    help="replaystore rows with each batch from one shard (1) or split (0)")
     args = ap.parse_args()
-    global PREFETCH
+    global PREFETCH, ONE_SHARD
 
     import ray
     from ray.cluster_utils import Cluster
 
     results = []
     for shards in args.shards:
-        cluster = Cluster(initialize_head=True,
-                          head_node_args={"num_cpus": 1, "include_dashboard": False})
+        head = {"num_cpus": 1, "include_dashboard": False}
+        if args.death_info_ms is not None:
+            head["_system_config"] = {"timeout_ms_task_wait_for_death_info": args.death_info_ms}
+        cluster = Cluster(initialize_head=True, head_node_args=head)
         for _ in range(shards - 1):
             cluster.add_node(num_cpus=1)
         ray.init(address=cluster.address, log_to_driver=False)
@@ -317,10 +332,11 @@ def main():
         ray.cloudpickle.register_pickle_by_value(__import__(__name__))
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         root = tempfile.mkdtemp(prefix="rs-bench-")
-        runs = [(name, p) for name in args.systems
-                for p in (args.prefetch if name == "replaystore" else [None])]
-        for name, prefetch in runs:
-            PREFETCH = prefetch or 0
+        runs = [(name, p, o) for name in args.systems
+                for p in (args.prefetch if name == "replaystore" else [None])
+                for o in (args.one_shard if name == "replaystore" else [None])]
+        for name, prefetch, one in runs:
+            PREFETCH, ONE_SHARD = prefetch or 0, bool(one)
             figures = {"sample": [], "per": [], "add8": []}
             for _ in range(args.runs):
                 sys_ = SYSTEMS[name](nodes, root, 2 * args.items // shards + 100_000)
@@ -334,17 +350,20 @@ def main():
                 added = sum(ray.get([write(25) for _ in range(8)]))
                 figures["add8"].append(added / (time.perf_counter() - t0))
                 sys_.close()
-            row = {"system": name, "shards": shards, "prefetch": prefetch,
+            row = {"system": name, "shards": shards, "prefetch": prefetch, "one_shard": one,
                    **{k: statistics.median(v) for k, v in figures.items()},
                    "spread": {k: [min(v), max(v)] for k, v in figures.items()}}
             print(json.dumps(row), flush=True)
             results.append(row)
         if args.restart_gib and shards == args.shards[0]:
-            r = restart_seconds(nodes, root, args.restart_gib)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+            for _ in range(args.runs):
+                r = restart_seconds(nodes, root, args.restart_gib)
+                r["death_info_ms"] = args.death_info_ms
+                print(json.dumps(r), flush=True)
+                results.append(r)
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

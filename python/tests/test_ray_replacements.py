@@ -12,7 +12,7 @@ import pytest
 
 import peers
 
-ray = pytest.importorskip("ray")
+ray = peers.peer("ray")
 peers.peer("ray.rllib")
 
 from ray.rllib.policy.sample_batch import SampleBatch  # noqa: E402
@@ -74,7 +74,8 @@ def test_an_rllib_replay_actor_is_replaced_by_shards_from_its_config(tmp_path):
     favourite = int(m["t"][0])
     prios = np.where(m["t"] == favourite, 1e6, 1e-6)
     assert ours.update_priorities(m["batch_indexes"], prios)["applied"] == 64
-    again = ours.sample(64, beta=0.4)
+    # 3981 (1e6^0.6) against about 250 items left at 1: 0.94 of the draws.
+    again = ours.sample(2000, beta=0.4)
     assert (again["t"] == favourite).mean() > 0.9
     # A worker holds a copy (it pickles small) and adds through it.
     copy = ray.get(ray.remote(num_cpus=0)(lambda b: (b.add(rollout(300, 10)), b)[1]).remote(ours))
@@ -87,9 +88,9 @@ def test_an_rllib_replay_actor_is_replaced_by_shards_from_its_config(tmp_path):
 
 
 def test_torchrl_ray_replay_buffer_calls_run_on_shards(tmp_path):
-    torch = pytest.importorskip("torch")
-    tdict = pytest.importorskip("tensordict")
-    trl = pytest.importorskip("torchrl.data")
+    torch = peers.peer("torch")
+    tdict = peers.peer("tensordict")
+    trl = peers.peer("torchrl.data")
     from replaystore.ray.torchrl import ShardedReplayBuffer
 
     theirs = trl.RayReplayBuffer(storage=trl.LazyTensorStorage(1000),
@@ -116,7 +117,8 @@ def test_torchrl_ray_replay_buffer_calls_run_on_shards(tmp_path):
     favourite = int(m["id"][0])
     ours.update_priority(m_info["index"],
                          torch.where(m["id"] == favourite, 1e6, 1e-6).double())
-    assert (ours.sample(64)["id"] == favourite).float().mean() > 0.9
+    # 3981 (1e6^0.6) against about 170 items left at 1: 0.96 of the draws.
+    assert (ours.sample(2000)["id"] == favourite).float().mean() > 0.92
     state = ours.state_dict()
     ours.extend(tdict.TensorDict({"obs": torch.zeros(5, 3), "id": torch.arange(5)},
                                  batch_size=[5]))

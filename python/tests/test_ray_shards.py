@@ -15,24 +15,16 @@ import time
 import numpy as np
 import pytest
 
+import peers
 import replaystore as rs
 
-ray = pytest.importorskip("ray", reason="replaystore[ray] tests need ray (test.sh installs it)")
+ray = peers.peer("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from replaystore.ray import ShardedBuffer, ShardUnavailableError  # noqa: E402
 
 SCHEMA = {"id": "int64", "obs": ("float32", (4,))}
-
-
-def chi2_ok(observed, expected):
-    """Pearson's statistic against a bound: mean df + 5 standard deviations
-    (sqrt(2 df)), a false alarm well under one in ten thousand for these df."""
-    observed, expected = np.asarray(observed, float), np.asarray(expected, float)
-    stat = ((observed - expected) ** 2 / expected).sum()
-    df = len(observed) - 1
-    return stat, stat < df + 5 * np.sqrt(2 * df)
 
 
 @pytest.fixture(scope="module")
@@ -130,11 +122,9 @@ def test_adds_from_eight_tasks_across_nodes_are_all_drawn_and_counted(cluster, t
     assert got["local"] == [1]
     # Uniform over the union: every item about equally often, shards by their sizes.
     _, counts = np.unique(got["id"], return_counts=True)
-    stat, ok = chi2_ok(counts, np.full(len(counts), len(got["id"]) / len(counts)))
-    assert ok, stat
+    peers.chi_square(counts, np.ones(len(counts)))
     share = np.bincount(got["shard"], minlength=3)
-    stat, ok = chi2_ok(share, np.array([by_shard[i] for i in range(3)]) / 1600 * len(got["id"]))
-    assert ok, stat
+    peers.chi_square(share, np.array([by_shard[i] for i in range(3)]))
     buf.close()
 
 
@@ -160,8 +150,7 @@ def test_prioritized_draws_follow_global_priorities_with_single_buffer_weights(c
     ids = sorted(prio_of)
     leaf = np.array([(prio_of[i] + eps) ** alpha for i in ids])
     _, counts = np.unique(got["id"], return_counts=True)
-    stat, ok = chi2_ok(counts, leaf / leaf.sum() * len(got["id"]))
-    assert ok, stat
+    peers.chi_square(counts, leaf)
     # One buffer holding the union, with the same priorities: its weight for each item.
     one = rs.ReplayBuffer.create(str(tmp_path / "union"), SCHEMA, 1000, alpha=alpha, eps=eps,
                                  seed=3)
@@ -191,7 +180,8 @@ def test_stale_priority_updates_are_skipped_by_the_owning_shard(cluster, tmp_pat
 
 
 def test_a_shard_killed_during_adds_restarts_with_everything_acknowledged(cluster, tmp_path):
-    buf = ShardedBuffer.create("kill", SCHEMA, 100_000, root=str(tmp_path), seed=5)
+    buf = ShardedBuffer.create("kill", SCHEMA, 100_000, root=str(tmp_path), seed=5,
+                               flush_items=500)
     victim = buf.where()[0]
     acked, refused, n = [], 0, 0
     killed_at = None
@@ -209,6 +199,10 @@ def test_a_shard_killed_during_adds_restarts_with_everything_acknowledged(cluste
             killed_at = time.monotonic()
     after = buf.where()[0]
     assert after["pid"] != victim["pid"] and after["node"] == victim["node"]
+    # The shard flushed every 500 items: its reopen checked at most 499 past the last
+    # flush, and the 50 of an add the kill may have cut.
+    recovered = buf.stats()[0]["recovered"]
+    assert recovered is not None and recovered["rolled_forward"] < 500 + 50
     assert after["len"] >= len(acked)
     reader = rs.Reader.open(victim["path"])
     stored = reader.get(np.arange(reader.stats()["head"], reader.stats()["tail"]))["id"]
@@ -368,3 +362,57 @@ def test_prefetched_draws_and_unblocked_updates_reach_the_shards_in_order(cluste
     with pytest.raises(ValueError, match="method"):
         buf.sample(4, method="sample_episodes")
     buf.close()
+
+
+def test_one_shard_batches_come_from_shards_by_mass_with_union_weights(cluster, tmp_path):
+    buf = ShardedBuffer.create("one", SCHEMA, 1000, root=str(tmp_path), alpha=1.0, eps=1e-9,
+                               seed=13, one_shard=True)
+    sizes = [10, 30, 60]
+    for s, n in enumerate(sizes):
+        buf.add_batch(batch_of(s * 100 + np.arange(n)), shard=s)
+    picked = np.zeros(3)
+    for _ in range(300):
+        b = buf.sample(16)
+        assert len(set(b["shard"].tolist())) == 1  # a whole batch from one shard
+        picked[b["shard"][0]] += 1
+    peers.chi_square(picked, np.array(sizes, float))
+    # By priority: shard masses decide, weights are the union's.
+    b = buf.sample(400, beta=1.0, one_shard=False)
+    buf.update_priorities(b["shard"], b["indices"], 1.0 + b["id"] % 7)
+    union = {}
+    for _ in range(150):
+        d = buf.sample(64, beta=1.0, one_shard=False)
+        union.update(zip(d["id"].tolist(), d["weights"].tolist()))
+    for _ in range(50):
+        d = buf.sample(64, beta=1.0)
+        assert len(set(d["shard"].tolist())) == 1
+        np.testing.assert_allclose(d["weights"], [union[i] for i in d["id"].tolist()],
+                                   rtol=1e-6)
+    buf.close()
+
+
+def test_episodic_and_text_shards_draw_transitions_and_strings_across_nodes(cluster, tmp_path):
+    ep = ShardedBuffer.create("episodes", {"obs": ("float32", (2,)), "action": "int64",
+                                           "reward": "float32"}, 1000, root=str(tmp_path),
+                              episodic=True, seed=14)
+    for s in range(3):
+        n = 5 + s
+        obs = (s * 100 + np.arange(n + 1, dtype=np.float32))[:, None].repeat(2, axis=1)
+        ep.add_episode({"obs": obs, "action": np.arange(n), "reward": np.ones(n, np.float32)},
+                       terminated=True, shard=s)
+    t = ep.sample(300, method="sample_transitions", obs="obs", nstep=2, gamma=0.5, seed=3)
+    assert set(t["shard"].tolist()) == {0, 1, 2}
+    # next_obs is two steps on, or the episode's last observation.
+    step = t["next_obs"][:, 0] - t["obs"][:, 0]
+    assert ((step == 2) | ((step == 1) & (t["discounts"] == 0))).all(), step
+    ep.close()
+    text = ShardedBuffer.create("text", {"id": "int64", "prompt": "str"}, 100,
+                                root=str(tmp_path), item_states=True, seed=15)
+    for s in range(3):
+        text.add_batch({"id": s * 10 + np.arange(3), "prompt": [f"p{s}-{i} ⚑" * (i + 1)
+                                                                  for i in range(3)]}, shard=s)
+    b = text.sample(200, seed=1)
+    assert isinstance(b["prompt"], list) and len(b["prompt"]) == 200
+    for i, p in zip(b["id"].tolist(), b["prompt"]):
+        assert p == f"p{i // 10}-{i % 10} ⚑" * (i % 10 + 1)
+    text.close()

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import random
+import shutil
 import signal
 import time
 
@@ -20,7 +21,7 @@ import pytest
 import peers
 
 ub = peers.unstable_buffers()
-ray = pytest.importorskip("ray")
+ray = peers.peer("ray")
 
 from unstable._types import PlayerTrajectory  # noqa: E402
 from unstable.reward_transformations import (  # noqa: E402
@@ -110,7 +111,7 @@ def drained(buf):
 
 
 def test_steps_rewards_sizes_and_the_batch_csv_are_unstable_baselines_own(tmp_path):
-    their, mine = pair(tmp_path, THEIR_STEP, ours.LocalStepBuffer, 10_000)
+    their, mine = pair(tmp_path, THEIR_STEP, ours.LocalStepBuffer, 1_000)
     for traj, env in trajectories(1, 40):
         their.add_player_trajectory(traj, env)
         mine.add_player_trajectory(traj, env)
@@ -138,7 +139,7 @@ def test_steps_rewards_sizes_and_the_batch_csv_are_unstable_baselines_own(tmp_pa
 
 
 def test_the_sampling_transform_runs_on_the_drawn_steps_as_the_library_runs_it(tmp_path):
-    their, mine = pair(tmp_path, THEIR_STEP, ours.LocalStepBuffer, 10_000, sampling=True)
+    their, mine = pair(tmp_path, THEIR_STEP, ours.LocalStepBuffer, 1_000, sampling=True)
     for traj, env in trajectories(2, 30):
         their.add_player_trajectory(traj, env)
         mine.add_player_trajectory(traj, env)
@@ -155,7 +156,7 @@ def test_a_draw_picks_steps_as_the_library_does(tmp_path):
     the library's, and against uniform (a FIFO or LIFO draw would fail both)."""
     counts = {}
     for name, cls in (("theirs", THEIR_STEP), ("ours", ours.LocalStepBuffer)):
-        buf = cls(10_000, Tracker(tmp_path / name), None, None, None)
+        buf = cls(1_000, Tracker(tmp_path / name), None, None, None)
         live, made = [], 0
 
         def add(env):
@@ -184,10 +185,10 @@ def survivors(tmp_path, cls, rounds, max_size, lengths):
     """How often each (trajectory, step) survives downsampling, over ``rounds`` buffers."""
     cells = {}
     for r in range(rounds):
-        buf = cls(max_size, None if cls in (ours.LocalStepBuffer, ours.LocalEpisodeBuffer)
-                  else Tracker(tmp_path / f"t{r}"), None, None, None,
-                  **({"path": str(tmp_path / f"o{r}")}
-                     if cls in (ours.LocalStepBuffer, ours.LocalEpisodeBuffer) else {}))
+        mine = cls in (ours.LocalStepBuffer, ours.LocalEpisodeBuffer)
+        # Ours: a small text heap, and the folder removed after its round.
+        buf = cls(max_size, None if mine else Tracker(tmp_path / f"t{r}"), None, None, None,
+                  **({"path": str(tmp_path / f"o{r}"), "heap_bytes": 1 << 16} if mine else {}))
         for t, n in enumerate(lengths):
             buf.add_player_trajectory(PlayerTrajectory(
                 final_reward=1.0, obs=[f"{t}/{i}" for i in range(n)], actions=["a"] * n), "e")
@@ -196,8 +197,9 @@ def survivors(tmp_path, cls, rounds, max_size, lengths):
         for s in (x for ep in got for x in ep) if cls in (THEIR_EPISODE,
                                                            ours.LocalEpisodeBuffer) else got:
             cells[s.obs] = cells.get(s.obs, 0) + 1
-        if hasattr(buf, "close"):
+        if mine:
             buf.close()
+            shutil.rmtree(tmp_path / f"o{r}")
         else:
             # The library adds a file handler to its logger per buffer: drop them, or
             # each later log line is written to every earlier round's file.
@@ -228,7 +230,7 @@ def test_episode_buffer_drops_and_draws_whole_episodes_as_the_library_does(tmp_p
     # get_batch: shuffled whole episodes until they hold the batch size.
     drawn = {}
     for name, cls in (("theirs", THEIR_EPISODE), ("ours", ours.LocalEpisodeBuffer)):
-        buf = cls(10_000, Tracker(tmp_path / name), None, None, None)
+        buf = cls(1_000, Tracker(tmp_path / name), None, None, None)
         c = np.zeros(8)
         for _ in range(300):
             for e, n in enumerate([1, 2, 3, 4] * 2):
@@ -251,7 +253,7 @@ def test_episode_buffer_drops_and_draws_whole_episodes_as_the_library_does(tmp_p
 
 
 def test_stratified_strategies_take_an_even_share_of_each_env_first(tmp_path):
-    buf = ours.LocalStepBuffer(10_000, None, None, None, None, "stratified_env",
+    buf = ours.LocalStepBuffer(1_000, None, None, None, None, "stratified_env",
                                path=str(tmp_path / "env"))
     for i in range(100):
         buf.add_player_trajectory(PlayerTrajectory(obs=[f"a{i}"], actions=["x"]), "A")
@@ -261,13 +263,29 @@ def test_stratified_strategies_take_an_even_share_of_each_env_first(tmp_path):
     assert sorted(s.env_id for s in batch).count("B") == 10 and len(batch) == 40
     assert buf.size() == 70
     assert len(buf.get_batch(500)) == 70  # at most what is stored, as the library
-    roles = ours.LocalStepBuffer(10_000, None, None, None, None, "stratified_env_role",
+    roles = ours.LocalStepBuffer(1_000, None, None, None, None, "stratified_env_role",
                                  path=str(tmp_path / "roles"))
     for pid, n in ((0, 50), (1, 5)):
         roles.add_player_trajectory(PlayerTrajectory(pid=pid, obs=["o"] * n,
                                                      actions=["x"] * n), "A")
     batch = roles.get_batch(20)
     assert sum(s.pid == 1 for s in batch) == 5 and len(batch) == 20
+
+
+#: What a call to an actor killed under it raises (it may or may not have run).
+GONE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+def when_back(call, seconds=60):
+    """``call()`` once the actor it calls answers again after a restart."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except GONE:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 # Ray workers here cannot import the library's package (its __init__ needs vLLM):
@@ -311,7 +329,7 @@ class Generator:
 
 def test_buffer_actors_killed_lose_nothing_acknowledged_and_workers_no_partial_game(tmp_path):
     tracker = TrackerActor.remote(str(tmp_path / "run"))
-    buf = ours.StepBuffer.remote(100_000, tracker, None, None, None)
+    buf = ours.StepBuffer.remote(2_000, tracker, None, None, None)
     assert ray.get(buf.size.remote()) == 0
     buf_pid = ray.get(buf.__ray_call__.remote(lambda self: os.getpid()))
     acked = []
@@ -321,11 +339,11 @@ def test_buffer_actors_killed_lose_nothing_acknowledged_and_workers_no_partial_g
         try:
             ray.get(buf.add_player_trajectory.remote(traj, "E"))
             acked.append(g)
-        except ray.exceptions.RayActorError:
+        except GONE:
             pass  # in flight at the kill: not acknowledged
         if g == 30:
             os.kill(buf_pid, signal.SIGKILL)
-    assert ray.get(buf.size.remote()) >= 3 * len(acked)
+    assert when_back(lambda: ray.get(buf.size.remote())) >= 3 * len(acked)
     steps = ray.get(buf.get_batch.remote(ray.get(buf.size.remote())))
     games = {}
     for s in steps:
@@ -359,7 +377,23 @@ def test_buffer_actors_killed_lose_nothing_acknowledged_and_workers_no_partial_g
     ray.get(ep.add_player_trajectory.remote(
         ours.PlayerTrajectory(final_reward=0.5, obs=["a", "b"], actions=["x", "y"]), "E"))
     os.kill(ray.get(ep.__ray_call__.remote(lambda self: os.getpid())), signal.SIGKILL)
-    time.sleep(0.5)
-    assert ray.get(ep.size.remote()) == 2
+    assert when_back(lambda: ray.get(ep.size.remote())) == 2
     got = ray.get(ep.get_batch.remote(2))
     assert [[dataclasses.astuple(s)[1:3] for s in e] for e in got] == [[("a", "x"), ("b", "y")]]
+
+
+def test_a_ring_too_small_for_the_kept_steps_says_so(tmp_path):
+    buf = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "small"),
+                               heap_bytes=1 << 16)
+    long = PlayerTrajectory(final_reward=1.0, obs=["x" * 6000] * 4, actions=["a"] * 4)
+    with pytest.warns(RuntimeWarning, match="pushed out by the ring"):
+        for _ in range(10):
+            buf.add_player_trajectory(long, "E")
+    roomy = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "roomy"))
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")
+        for _ in range(40):  # downsampling alone: no warning
+            roomy.add_player_trajectory(long, "E")
+    assert roomy.size() == 50

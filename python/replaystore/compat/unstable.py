@@ -18,7 +18,10 @@ steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act``
 
 The folder is ``<tracker's train dir>/replaystore-step-buffer`` (``-episode-buffer``)
 unless ``path=`` says where; ``capacity=`` and ``heap_bytes=`` size it (default: twice
-``max_buffer_size`` rows and 4 KiB of text per row; the heap file is sparse).
+``max_buffer_size`` rows, at least 1,024, and 8 KiB of text per row, so 16 KiB for
+each kept step; the heap is reserved on disk when the buffer is made). A ring too small for what ``max_buffer_size`` keeps would push stored steps
+out, which the library never does: each such add warns (``RuntimeWarning``) and logs
+how many.
 
 What each call does, as UnstableBaselines does it:
 
@@ -65,6 +68,7 @@ import logging
 import logging.handlers
 import os
 import re
+import warnings
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -163,10 +167,11 @@ class _Buffer:
         self.local_storage_dir = train_dir
         self.logger = _logger(f"{self.KIND}_buffer", log_dir)
         capacity = capacity or max(2 * int(max_buffer_size), 1024)
+        self.heap_bytes = heap_bytes or capacity * 8192
         reopened = os.path.isdir(path) and bool(os.listdir(path))
         self.buf = rs.ReplayBuffer.open_or_create(
             path, SCHEMA, capacity, item_states=True, max_size=int(max_buffer_size),
-            fragments=self.KIND == "episode", heap_bytes=heap_bytes or capacity * 4096,
+            fragments=self.KIND == "episode", heap_bytes=self.heap_bytes,
         )
         self.path = path
         self.Step = _step_class()
@@ -231,8 +236,31 @@ class _Buffer:
         rows = self._rows(player_traj, env_id)
         n = len(rows["obs"])
         if n:
+            before = len(self.buf)
             self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+            self._check_kept(before, n)
         self.logger.info(f"Buffer size: {len(self.buf)}, added {n} steps")
+
+    def _check_kept(self, before, n):
+        """Warns when the ring pushed out stored steps: the library only ever drops
+        steps by downsampling, so a ring (or text heap) too small for what
+        ``max_buffer_size`` keeps is an error of sizing, said loudly."""
+        if self.KIND == "step":
+            want = min(before + n, int(self.max_buffer_size))
+        elif before + n <= self.max_buffer_size:
+            want = before + n
+        else:
+            return  # whole episodes were dropped: any count up to max_buffer_size
+        have = len(self.buf)
+        if have < want:
+            message = (
+                f"{self.path}: {want - have} stored steps were pushed out by the ring, "
+                f"not by downsampling: give capacity= (rows, now {self.buf.capacity}) or "
+                f"heap_bytes= (text bytes, now {self.heap_bytes}) room for "
+                f"{self.max_buffer_size} steps and a trajectory"
+            )
+            self.logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def stop(self):
         self.collect = False

@@ -23,6 +23,9 @@ DRAWS = ("sample", "sample_transitions")
 #: How long a call waits for a shard that is restarting before it gives up (seconds).
 DEFAULT_WAIT = 120.0
 
+#: Items a shard adds between flushes (see ``ShardedBuffer.create``).
+DEFAULT_FLUSH_ITEMS = 1 << 16
+
 
 class ShardUnavailableError(rs.Error):
     """A shard's actor died during the call, or did not come back in time.
@@ -44,17 +47,21 @@ class ShardedBuffer:
     priorities). A drawn batch has ``shard`` beside ``indices``: hand both back to
     ``update_priorities``.
 
-    >>> import ray, tempfile, numpy as np                       # doctest: +SKIP
-    >>> ray.init()                                              # doctest: +SKIP
-    >>> buf = ShardedBuffer.create("apex", {"obs": ("float32", (4,))}, 100_000,
-    ...                            root=tempfile.mkdtemp(), alpha=0.6)  # doctest: +SKIP
-    >>> shard, idx = buf.add_batch({"obs": np.zeros((8, 4), np.float32)})  # doctest: +SKIP
-    >>> batch = buf.sample(32, beta=0.4)                        # doctest: +SKIP
-    >>> buf.update_priorities(batch["shard"], batch["indices"], np.ones(32))  # doctest: +SKIP
+    >>> import ray, tempfile, numpy as np
+    >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    >>> buf = ShardedBuffer.create("doc", {"obs": ("float32", (4,))}, 1000,
+    ...                            root=tempfile.mkdtemp(), alpha=0.6)
+    >>> shard, idx = buf.add_batch({"obs": np.zeros((8, 4), np.float32)})
+    >>> batch = buf.sample(32, beta=0.4)
+    >>> batch["obs"].shape, sorted(set(batch["shard"].tolist())), len(buf)
+    ((32, 4), [0], 8)
+    >>> buf.update_priorities(batch["shard"], batch["indices"], np.ones(32))
+    {'applied': 32, 'stale': 0}
+    >>> buf.close(); ray.shutdown()
     """
 
     def __init__(self, name, shards, places, *, kind="buffer", prefer_local=True,
-                 policy="round_robin", wait=DEFAULT_WAIT, prefetch=0):
+                 policy="round_robin", wait=DEFAULT_WAIT, prefetch=0, one_shard=False):
         if policy not in ("round_robin", "hash"):
             raise ValueError(f"policy {policy!r}: expected 'round_robin' or 'hash'")
         self.name = name
@@ -65,6 +72,7 @@ class ShardedBuffer:
         self.policy = policy
         self.wait = wait
         self.prefetch = prefetch
+        self.one_shard = one_shard
         self._after_unpickle()
 
     def _after_unpickle(self):
@@ -82,6 +90,7 @@ class ShardedBuffer:
             "name": self.name, "shards": self._shards, "places": self._places,
             "kind": self.kind, "prefer_local": self.prefer_local, "policy": self.policy,
             "wait": self.wait, "where": self._where, "prefetch": self.prefetch,
+            "one_shard": self.one_shard,
         }
 
     def __setstate__(self, state):
@@ -91,19 +100,24 @@ class ShardedBuffer:
         self._after_unpickle()
         self._where = state["where"]
         self.prefetch = state["prefetch"]
+        self.one_shard = state["one_shard"]
 
     # -- making and finding ----------------------------------------------------------
 
     @classmethod
     def create(cls, name, schema=None, capacity=None, *, root=None, paths=None, nodes=None,
                resources=None, kind="buffer", detached=False, num_cpus=0, prefer_local=True,
-               policy="round_robin", wait=DEFAULT_WAIT, prefetch=0, **options):
+               policy="round_robin", wait=DEFAULT_WAIT, prefetch=0, one_shard=False,
+               flush_items=DEFAULT_FLUSH_ITEMS, **options):
         """Starts one shard per node (every alive node unless ``nodes`` lists Ray node
         ids, or ``resources`` lists custom resources that pin shards to the nodes
         declaring them), each owning the folder ``{root}/{name}-{i}`` (or ``paths[i]``)
         made with ``ReplayBuffer.create``'s ``schema``, ``capacity`` (per shard) and
         ``options``. A folder that is already there is reopened: creating again after a
-        cluster restart continues the buffer. ``detached`` shards outlive this job."""
+        cluster restart continues the buffer. ``detached`` shards outlive this job.
+        Each shard flushes after every ``flush_items`` items it adds (0: never): the
+        items past the last flush are what a reopen after a kill checks one by one,
+        and what a power cut may take."""
         import ray
 
         if resources is not None and nodes is not None:
@@ -123,11 +137,11 @@ class ShardedBuffer:
         places = [_place.Placement(path=p, **w) for p, w in zip(paths, where)]
         shards = [
             _place.start(name, i, p, kind, schema, capacity, options, detached=detached,
-                         num_cpus=num_cpus)
+                         num_cpus=num_cpus, flush_items=flush_items)
             for i, p in enumerate(places)
         ]
         buf = cls(name, shards, places, kind=kind, prefer_local=prefer_local, policy=policy,
-                  wait=wait, prefetch=prefetch)
+                  wait=wait, prefetch=prefetch, one_shard=one_shard)
         buf._refresh_where()
         return buf
 
@@ -151,6 +165,25 @@ class ShardedBuffer:
         buf._where = where
         return buf
 
+    @classmethod
+    def open_or_create(cls, name, schema=None, capacity=None, **kwargs):
+        """The client of buffer ``name``: its shards found by name, else started with
+        :meth:`create`'s arguments (``schema=None``: found, or ``NotABufferError``).
+        Two processes racing to create the same buffer both end up with its shards."""
+        client = {k: kwargs[k] for k in ("prefer_local", "policy", "wait", "prefetch",
+                                         "one_shard") if k in kwargs}
+        try:
+            return cls.connect(name, **client)
+        except rs.NotABufferError:
+            if schema is None:
+                raise
+        try:
+            return cls.create(name, schema, capacity, **kwargs)
+        except ValueError as e:
+            if "already" not in str(e):
+                raise
+            return cls.connect(name, **client)  # another process created them first
+
     def _refresh_where(self):
         self._where = self._call_all("where")
         return self._where
@@ -163,7 +196,7 @@ class ShardedBuffer:
     def num_shards(self):
         return len(self._shards)
 
-    def move(self, index, node, path=None):
+    def move(self, index, node, path=None, *, flush_items=DEFAULT_FLUSH_ITEMS):
         """Starts shard ``index`` again on ``node`` (a Ray node id) over ``path`` (its
         folder there; the same path by default): for a node that died and came back
         under a new id, or a folder copied to another machine. The old actor is
@@ -178,7 +211,8 @@ class ShardedBuffer:
         place = _place.Placement(path=path or old.path, node=node)
         # A reopen needs no schema or options: the folder has them.
         self._shards[index] = _place.start(self.name, index, place, self.kind, None, None, {},
-                                           detached=False, num_cpus=0)
+                                           detached=False, num_cpus=0,
+                                           flush_items=flush_items)
         self._places[index] = place
         self._readers.pop(index, None)
         self._figures = None
@@ -335,7 +369,7 @@ class ShardedBuffer:
         return sum(f["len"] for f in self.figures())
 
     def sample(self, n, *, beta=None, seed=None, member=None, method="sample", prefetch=None,
-               **kwargs):
+               one_shard=None, **kwargs):
         """``n`` items from all shards as one batch (rows grouped by shard), with
         ``shard`` and ``indices``; with ``beta``, drawn by global priority with
         ``weights`` (``(N * P(i))^-beta`` over their largest value across all shards).
@@ -351,21 +385,28 @@ class ShardedBuffer:
         kind in flight: the call returns a batch the shards drew while the caller
         trained on the last one. Such a batch does not see items added, nor priorities
         updated, after it was sent (Ape-X's learners drew from shards the same way);
-        a call with ``seed`` never uses one."""
+        a call with ``seed`` never uses one.
+
+        ``one_shard=True`` (or the client's ``one_shard``) draws each batch from one
+        shard, chosen by size (or priority mass): one actor call per batch, none for a
+        shard on this node, as Ape-X's learners drew. Each item still has the
+        probability it has in the union, and the weights are the same; but the items
+        of one batch are no longer independent (they share a shard)."""
         if method not in DRAWS:
             raise ValueError(f"method {method!r}: expected one of {DRAWS}")
         prefetch = self.prefetch if prefetch is None else prefetch
+        one = self.one_shard if one_shard is None else one_shard
         if seed is not None or prefetch <= 0:
-            return self._finish(self._start(n, beta, seed, member, method, kwargs))
+            return self._finish(self._start(n, beta, seed, member, method, kwargs, one))
         # Draws sent ahead: while the caller trains on this batch, the shards draw the
         # next ones. Each was split by the figures known when it was sent.
-        key = (n, beta, member, method, repr(sorted(kwargs.items())))
+        key = (n, beta, member, method, one, repr(sorted(kwargs.items())))
         queue = self._ahead.setdefault(key, [])
         while len(queue) < prefetch + 1:
-            queue.append(self._start(n, beta, None, member, method, kwargs))
+            queue.append(self._start(n, beta, None, member, method, kwargs, one))
         return self._finish(queue.pop(0))
 
-    def _start(self, n, beta, seed, member, method, kwargs):
+    def _start(self, n, beta, seed, member, method, kwargs, one_shard=False):
         """Splits a draw over the shards and sends the shards' parts; a part of a
         shard on this node is read at ``_finish``, through its ``Reader``."""
         figures = self._figures
@@ -378,7 +419,11 @@ class ShardedBuffer:
                         dtype=np.float64)
         if not mass.sum() > 0:
             raise rs.EmptyError(f"{self.name!r}: every shard is empty")
-        counts = rng.multinomial(n, mass / mass.sum())
+        if one_shard:
+            counts = np.zeros(len(mass), np.int64)
+            counts[rng.choice(len(mass), p=mass / mass.sum())] = n
+        else:
+            counts = rng.multinomial(n, mass / mass.sum())
         calls, local = {}, {}
         for i, k in enumerate(counts):
             if k == 0:

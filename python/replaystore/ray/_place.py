@@ -42,7 +42,8 @@ def actor_name(buffer_name, index):
     return f"{buffer_name}/shard-{index}"
 
 
-def start(buffer_name, index, place, kind, schema, capacity, options, *, detached, num_cpus):
+def start(buffer_name, index, place, kind, schema, capacity, options, *, detached, num_cpus,
+          flush_items):
     """Starts shard ``index`` as a named, restartable actor at ``place``."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -64,4 +65,5 @@ def start(buffer_name, index, place, kind, schema, capacity, options, *, detache
     else:
         opts["resources"] = {place.resource: 0.001}
     cls = ray.remote(ShardCore)
-    return cls.options(**opts).remote(index, place.path, kind, schema, capacity, options)
+    return cls.options(**opts).remote(index, place.path, kind, schema, capacity, options,
+                                      flush_items)

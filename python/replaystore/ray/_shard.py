@@ -8,6 +8,7 @@ process). Nothing of a shard's data lives in the actor's memory.
 """
 
 import os
+import time
 
 import numpy as np
 
@@ -26,9 +27,10 @@ class ShardCore:
     start and reopened by every later one, so a restart (or a node brought back with
     its disk) continues it."""
 
-    def __init__(self, index, path, kind, schema, capacity, options):
+    def __init__(self, index, path, kind, schema, capacity, options, flush_items=0):
         if kind not in KINDS:
             raise ValueError(f"shard {index}: kind {kind!r}: expected one of {KINDS}")
+        started = time.perf_counter()
         self.index, self.path, self.kind = index, path, kind
         if kind == "group":
             made = os.path.isdir(path) and bool(os.listdir(path))
@@ -41,6 +43,13 @@ class ShardCore:
             self.buf = rs.ReplayBuffer.open(path)  # moved: the folder has its config
         else:
             self.buf = rs.ReplayBuffer.open_or_create(path, schema, capacity, **options)
+        # What a restart costs replaystore (the rest of a restart is Ray's: noticing
+        # the death, starting a process, importing).
+        self.open_seconds = time.perf_counter() - started
+        # A reopen after a kill checks every item past the last commit (0.78 s for 6.4
+        # million W1 rows, 0.26 s for 800,000): flushing every `flush_items` items
+        # bounds that work, and makes those items survive power loss too.
+        self.flush_items, self._unflushed = flush_items, 0
 
     # -- where it runs ---------------------------------------------------------------
 
@@ -54,6 +63,7 @@ class ShardCore:
             "pid": os.getpid(),
             "path": self.path,
             "kind": self.kind,
+            "open_seconds": self.open_seconds,
             **self.figures(),
         }
 
@@ -77,16 +87,28 @@ class ShardCore:
     def add_batch(self, batch, priorities=None, member=None):
         """Adds a batch; returns its indices (acknowledged: they survive a kill -9)."""
         if self.kind == "group":
-            return self.buf.add_batch(self._member(member), batch)
-        return self.buf.add_batch(batch, priorities=priorities)
+            idx = self.buf.add_batch(self._member(member), batch)
+        else:
+            idx = self.buf.add_batch(batch, priorities=priorities)
+        self._added(len(idx))
+        return idx
+
+    def _added(self, n):
+        self._unflushed += n
+        if self.flush_items and self._unflushed >= self.flush_items:
+            self.buf.flush()
+            self._unflushed = 0
 
     def add_episode(self, batch, terminated=False, truncated=False, member=None):
         """Adds a whole episode; returns what ``ReplayBuffer.add_episode`` returns."""
         if self.kind == "group":
-            return self.buf.add_episode(
+            out = self.buf.add_episode(
                 self._member(member), batch, terminated=terminated, truncated=truncated
             )
-        return self.buf.add_episode(batch, terminated=terminated, truncated=truncated)
+        else:
+            out = self.buf.add_episode(batch, terminated=terminated, truncated=truncated)
+        self._added(len(next(iter(batch.values()))))
+        return out
 
     def _member(self, member):
         if member is None:

@@ -29,13 +29,14 @@ from ray.rllib.utils.replay_buffers.replay_buffer import ReplayBuffer
 
 import replaystore as rs
 
-from ._client import ShardedBuffer, pack, unpack
+from ._client import pack, unpack
+from ._lazy import LazyShards
 
 COLUMN = "c."
 REST = "__rest__"
 
 
-class ShardedReplayBuffer(ReplayBuffer):
+class ShardedReplayBuffer(LazyShards, ReplayBuffer):
     """RLlib's ``ReplayBuffer`` (or, with ``alpha``, ``PrioritizedReplayBuffer``) calls
     over shards on every node. See the module's documentation."""
 
@@ -44,10 +45,9 @@ class ShardedReplayBuffer(ReplayBuffer):
         if storage_unit != "timesteps":
             raise ValueError(f"storage_unit {storage_unit!r}: shards store timesteps")
         ReplayBuffer.__init__(self, capacity=capacity, storage_unit=storage_unit)
-        self.name, self.root, self.alpha, self.eps = name, root, alpha, eps
-        self._where = {"nodes": nodes, "resources": resources, "prefetch": prefetch}
+        self._settings(name=name, root=root, capacity=capacity, alpha=alpha, eps=eps,
+                       nodes=nodes, resources=resources, prefetch=prefetch)
         self._columns = None
-        self._client = None
 
     def __getstate__(self):
         return {"name": self.name, "root": self.root, "alpha": self.alpha, "eps": self.eps,
@@ -62,27 +62,11 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     # -- the shards ------------------------------------------------------------------
 
-    def _shards(self, batch=None):
-        if self._client is not None:
-            return self._client
-        try:
-            self._client = ShardedBuffer.connect(self.name, prefetch=self._where["prefetch"])
-        except rs.NotABufferError:
-            if batch is None:
-                raise rs.EmptyError(f"{self.name!r}: nothing added yet") from None
-            schema = {COLUMN + k: (v.dtype.str, v.shape[1:]) for k, v in batch.items()
-                      if v.dtype != object}
-            schema[REST] = "bytes"
-            options = {"alpha": self.alpha, "eps": self.eps} if self.alpha is not None else {}
-            try:
-                self._client = ShardedBuffer.create(
-                    self.name, schema, self.capacity, root=self.root,
-                    nodes=self._where["nodes"], resources=self._where["resources"],
-                    prefetch=self._where["prefetch"], **options)
-            except ValueError:  # another process created them first
-                self._client = ShardedBuffer.connect(self.name,
-                                                     prefetch=self._where["prefetch"])
-        return self._client
+    def _schema(self, batch):
+        schema = {COLUMN + k: (v.dtype.str, v.shape[1:]) for k, v in batch.items()
+                  if v.dtype != object}
+        schema[REST] = "bytes"
+        return schema
 
     # -- RLlib's calls ---------------------------------------------------------------
 

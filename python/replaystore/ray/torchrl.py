@@ -22,44 +22,25 @@ import numpy as np
 
 import replaystore as rs
 
-from ._client import ShardedBuffer, pack, unpack
+from ._client import pack, unpack
+from ._lazy import LazyShards
 
 
-class ShardedReplayBuffer:
+class ShardedReplayBuffer(LazyShards):
     """``RayReplayBuffer``'s calls over shards on every node; see the module."""
 
     def __init__(self, *, name, root=None, capacity=None, alpha=None, beta=None, eps=1e-6,
                  batch_size=None, nodes=None, resources=None, prefetch=0):
-        self.name, self.root, self.capacity = name, root, capacity
-        self.alpha, self.beta, self.eps, self.batch_size = alpha, beta, eps, batch_size
-        self._where = {"nodes": nodes, "resources": resources, "prefetch": prefetch}
-        self._client = None
+        self._settings(name=name, root=root, capacity=capacity, alpha=alpha, eps=eps,
+                       nodes=nodes, resources=resources, prefetch=prefetch)
+        self.beta, self.batch_size = beta, batch_size
 
     def client(self):
         """A picklable handle to the same shards (this object pickles as one too)."""
         return self
 
-    def _shards(self, data=None):
-        if self._client is not None:
-            return self._client
-        try:
-            self._client = ShardedBuffer.connect(self.name, prefetch=self._where["prefetch"])
-        except rs.NotABufferError:
-            if data is None:
-                raise rs.EmptyError(f"{self.name!r}: nothing added yet") from None
-            if self.capacity is None:
-                raise ValueError("give capacity= (items per shard) to create the shards")
-            schema = {k: (v.dtype.str, v.shape[1:]) for k, v in data.items()}
-            options = {"alpha": self.alpha, "eps": self.eps} if self.alpha is not None else {}
-            try:
-                self._client = ShardedBuffer.create(
-                    self.name, schema, self.capacity, root=self.root,
-                    nodes=self._where["nodes"], resources=self._where["resources"],
-                    prefetch=self._where["prefetch"], **options)
-            except ValueError:  # another process created them first
-                self._client = ShardedBuffer.connect(self.name,
-                                                     prefetch=self._where["prefetch"])
-        return self._client
+    def _schema(self, data):
+        return {k: (v.dtype.str, v.shape[1:]) for k, v in data.items()}
 
     @staticmethod
     def _numpy(td):
