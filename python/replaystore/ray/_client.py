@@ -80,7 +80,7 @@ class ShardedBuffer:
         self._figures = None
         self._rng = np.random.default_rng()
         self._readers = {}
-        self._nodes = None
+        self._node = None
         self._where = None
         self._ahead = {}
         self._held = {}  # shard -> priority updates sent with its next call
@@ -177,11 +177,11 @@ class ShardedBuffer:
         except rs.NotABufferError:
             if schema is None:
                 raise
+        from ray.exceptions import ActorAlreadyExistsError
+
         try:
             return cls.create(name, schema, capacity, **kwargs)
-        except ValueError as e:
-            if "already" not in str(e):
-                raise
+        except ActorAlreadyExistsError:
             return cls.connect(name, **client)  # another process created them first
 
     def _refresh_where(self):
@@ -299,11 +299,11 @@ class ShardedBuffer:
     # -- adds ------------------------------------------------------------------------
 
     def _my_node(self):
-        if self._nodes is None:
+        if self._node is None:
             import ray
 
-            self._nodes = ray.get_runtime_context().get_node_id()
-        return self._nodes
+            self._node = ray.get_runtime_context().get_node_id()
+        return self._node
 
     def _local_shards(self):
         if self._where is None:

@@ -24,7 +24,7 @@ bytes field per row. Without ``alpha`` the draws are uniform (RLlib's ``ReplayBu
 import pickle
 
 import numpy as np
-from ray.rllib.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.replay_buffers.replay_buffer import ReplayBuffer
 
 import replaystore as rs
@@ -73,7 +73,7 @@ class ShardedReplayBuffer(LazyShards, ReplayBuffer):
     def add(self, batch, **kwargs):
         """Adds a ``SampleBatch`` (or a one-policy ``MultiAgentBatch``) as timesteps."""
         if isinstance(batch, MultiAgentBatch):
-            if list(batch.policy_batches) != [DEFAULT_POLICY_ID] and len(batch.policy_batches) != 1:
+            if len(batch.policy_batches) != 1:
                 raise ValueError("a ShardedReplayBuffer holds one policy's batches: give "
                                  "each policy a buffer of its own")
             batch = next(iter(batch.policy_batches.values()))
@@ -122,14 +122,10 @@ class ShardedReplayBuffer(LazyShards, ReplayBuffer):
         return self._shards().update_priorities(shards, indices, priorities)
 
     def __len__(self):
-        return len(self._shards()) if self._client is not None or self._exists() else 0
-
-    def _exists(self):
         try:
-            self._shards()
-            return True
-        except rs.EmptyError:
-            return False
+            return len(self._shards())
+        except rs.EmptyError:  # nothing added anywhere yet
+            return 0
 
     def stats(self, debug=False):
         return {"added_count": self._num_timesteps_added,
