@@ -196,14 +196,18 @@ class ShardedBuffer:
     def num_shards(self):
         return len(self._shards)
 
-    def move(self, index, node, path=None, *, flush_items=DEFAULT_FLUSH_ITEMS):
+    def move(self, index, node, path=None, *, flush_items=None):
         """Starts shard ``index`` again on ``node`` (a Ray node id) over ``path`` (its
         folder there; the same path by default): for a node that died and came back
         under a new id, or a folder copied to another machine. The old actor is
-        killed first, so two processes never write one folder."""
+        killed first, so two processes never write one folder. ``flush_items`` is the
+        shard's as last seen, unless given."""
         import ray
 
         old = self._places[index]
+        if flush_items is None:
+            seen = self._where[index] if self._where else {}
+            flush_items = seen.get("flush_items", DEFAULT_FLUSH_ITEMS)
         try:
             ray.kill(self._shards[index], no_restart=True)
         except Exception:

@@ -64,6 +64,7 @@ class ShardCore:
             "path": self.path,
             "kind": self.kind,
             "open_seconds": self.open_seconds,
+            "flush_items": self.flush_items,
             **self.figures(),
         }
 
