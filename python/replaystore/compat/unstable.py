@@ -11,8 +11,10 @@ steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act``
 ``env_id`` as variable-length fields, the three rewards as ``float64`` fields. So:
 
 - a buffer actor killed with ``kill -9`` is restarted by Ray, reopens its folder and
-  has every trajectory an ``add_player_trajectory`` call acknowledged (a trajectory is
-  one ``add_batch``: whole or absent, never cut);
+  has every trajectory an ``add_player_trajectory`` call acknowledged. A trajectory is
+  one ``add_batch``; the one in flight at the kill (not acknowledged) may be kept in
+  part: some of its first steps in a ``StepBuffer``, and in an ``EpisodeBuffer`` rows
+  that ``size()`` counts but ``get_batch`` never serves as an episode;
 - a generation worker killed mid-trajectory loses that trajectory only: it had not
   been sent.
 
