@@ -3,7 +3,6 @@ each of the three layouts a draw offers, bad values are refused with nothing sto
 LLM self-play steps shaped as UnstableBaselines keeps them (``Step(pid, obs, act,
 reward, env_id, step_info)``) survive a kill -9 of the writer."""
 
-import dataclasses
 import json
 import os
 import signal
@@ -27,16 +26,8 @@ SCHEMA = {
 }
 
 
-@dataclasses.dataclass
-class Step:
-    """The shape of ``unstable._types.Step``."""
-
-    pid: int
-    obs: str
-    act: str
-    reward: float
-    env_id: str
-    step_info: dict
+# The shape of ``unstable._types.Step``: the adapter's stand-in, which has its fields.
+from replaystore.compat.unstable import Step  # noqa: E402
 
 
 def step(i):

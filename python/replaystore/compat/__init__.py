@@ -20,6 +20,9 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
 - ``replaystore.compat.ding``: DI-engine's ``DequeBuffer`` with its middleware and the
   legacy Naive, Advanced and Episode buffers, subclassing DI-engine's own; checked
   against DI-engine itself.
+- ``replaystore.compat.unstable``: UnstableBaselines' ``StepBuffer`` and
+  ``EpisodeBuffer``, Ray actors as in the library (restarted after a kill, their text
+  steps in a folder); checked against ``unstable-rl`` itself.
 
 Each module's docstring lists where it follows the library and where it cannot.
 """
