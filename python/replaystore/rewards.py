@@ -45,18 +45,24 @@ class RewardTransforms:
     def __init__(self, final=None, step=None, sampling=None):
         self.final, self.step, self.sampling = final, step, sampling
 
-    def trajectory(self, final_reward, *, pid, env_id, steps, trajectory=None):
-        """The three rewards of each of a trajectory's ``steps`` steps: the final
-        transform once, the step transform once per step."""
+    def apply(self, final_reward, *, pid, env_id, steps, trajectory=None):
+        """``(env_reward, [step reward per step])`` as the transforms return them (the
+        Python objects, uncast): the final transform once, the step transform once per
+        step."""
         env = final_reward
         if self.final is not None:
             env = self.final(reward=final_reward, pid=pid, env_id=env_id)
         if self.step is None:
-            step_rewards = [env] * steps
-        else:
-            step_rewards = [
-                self.step(player_traj=trajectory, step_index=i, reward=env) for i in range(steps)
-            ]
+            return env, [env] * steps
+        return env, [
+            self.step(player_traj=trajectory, step_index=i, reward=env) for i in range(steps)
+        ]
+
+    def trajectory(self, final_reward, *, pid, env_id, steps, trajectory=None):
+        """The three rewards of each of a trajectory's ``steps`` steps, as the float32
+        fields of :data:`FIELDS` (see :meth:`apply`)."""
+        env, step_rewards = self.apply(final_reward, pid=pid, env_id=env_id, steps=steps,
+                                       trajectory=trajectory)
         return {
             "raw_reward": np.full(steps, final_reward, np.float32),
             "env_reward": np.full(steps, env, np.float32),

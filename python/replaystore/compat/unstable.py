@@ -154,6 +154,10 @@ class _Buffer:
         self.final_reward_transformation = final_reward_transformation
         self.step_reward_transformation = step_reward_transformation
         self.sampling_reward_transformation = sampling_reward_transformation
+        # Where the final and step transforms run, as in the library (the sampling one
+        # runs on the drawn Step objects in get_batch).
+        self.transforms = rs.rewards.RewardTransforms(final_reward_transformation,
+                                                      step_reward_transformation)
         self.collect = True
         self.tracker = tracker
         train_dir = log_dir = None
@@ -191,19 +195,12 @@ class _Buffer:
         """The trajectory's steps as one batch of columns, transforms applied."""
         raw = player_traj.final_reward
         raw_int = _number(raw, "final_reward")
-        reward = (self.final_reward_transformation(reward=raw, pid=player_traj.pid,
-                                                   env_id=env_id)
-                  if self.final_reward_transformation else raw)
         n = len(player_traj.obs)
         if len(player_traj.actions) < n:
             raise ValueError(f"add_player_trajectory: {n} observations but "
                              f"{len(player_traj.actions)} actions")
-        steps = [
-            self.step_reward_transformation(player_traj=player_traj, step_index=i,
-                                            reward=reward)
-            if self.step_reward_transformation else reward
-            for i in range(n)
-        ]
+        reward, steps = self.transforms.apply(raw, pid=player_traj.pid, env_id=env_id,
+                                              steps=n, trajectory=player_traj)
         ints = raw_int | (_number(reward, "final transform") << 1)
         step_ints = [_number(s, f"step transform (step {i})") << 2 for i, s in enumerate(steps)]
         return {
