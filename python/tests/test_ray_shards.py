@@ -416,3 +416,22 @@ def test_episodic_and_text_shards_draw_transitions_and_strings_across_nodes(clus
     for i, p in zip(b["id"].tolist(), b["prompt"]):
         assert p == f"p{i // 10}-{i % 10} ⚑" * (i % 10 + 1)
     text.close()
+
+
+def test_single_adds_hash_routing_reads_by_index_and_snapshot_deletion(cluster, tmp_path):
+    buf = ShardedBuffer.create("calls", SCHEMA, 100, root=str(tmp_path), seed=16,
+                               prefer_local=False, policy="hash")
+    with pytest.raises(ValueError, match="give key="):
+        buf.add(id=1, obs=np.zeros(4, np.float32))
+    # The same key goes to the same shard, from any process (crc32, not Python's hash).
+    spots = [buf.add(id=i, obs=np.full(4, i, np.float32), key=f"env-{i % 2}")
+             for i in range(6)]
+    assert len({s for s, _ in spots[0::2]}) == 1 and len({s for s, _ in spots[1::2]}) == 1
+    shards, idx = zip(*reversed(spots))
+    got = buf.get(list(shards), list(idx))
+    assert got["id"].tolist() == [5, 4, 3, 2, 1, 0]  # in the order asked
+    buf.get_state("keep")
+    buf.flush()
+    buf.delete_snapshot("keep")
+    assert buf._call_all("snapshot_names") == [[], [], []]
+    buf.close()
