@@ -1876,3 +1876,74 @@ fn a_moving_downsampling_buffer_verifies_sound_after_every_abandon() {
         buf.abandon();
     }
 }
+
+#[test]
+fn a_distinct_draw_of_nearly_every_live_item_succeeds_at_every_seed_and_is_uniform() {
+    // With removals, a batch close to the live count made rejection a coupon collector
+    // that ran out of tries (7 seeds in 40 failed at n = live): it must succeed whenever
+    // enough are live, and fail only when they are not.
+    for seed in 0..60u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(schema(), 200).item_states().seed(seed);
+        let mut buf = filled(&dir.path().join("b"), config, 200);
+        // Few removed (the rejection branch), then most (the list branch).
+        for (doomed, live) in [
+            ((0..200).step_by(20).collect::<Vec<u64>>(), 190),
+            ((0..200).filter(|i| i % 2 == 1).collect(), 90),
+        ] {
+            buf.remove(&doomed).unwrap();
+            let kept = kept(&buf);
+            assert_eq!(kept.len(), live);
+            for n in [live * 3 / 4, live - 1, live] {
+                let got = buf.sample(Request::rows(n).without_replacement()).unwrap();
+                let mut ids = got.indices().to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), n, "seed {seed}, n {n}: duplicates");
+                assert!(
+                    ids.iter().all(|i| kept.binary_search(i).is_ok()),
+                    "seed {seed}"
+                );
+            }
+            let err = buf.sample(Request::rows(live + 1).without_replacement());
+            assert!(
+                matches!(err, Err(Error::InvalidSample(_))),
+                "seed {seed}: {err:?}"
+            );
+        }
+        // A draw that removes takes every live item and leaves none.
+        let all = buf.sample(Request::rows(90).remove()).unwrap();
+        assert_eq!(all.indices().len(), 90, "seed {seed}");
+        assert_eq!(buf.len(), 0);
+    }
+    // The enumerated draw is uniform: 100 live items, batches of 80, chi-square over
+    // how often each is drawn.
+    let dir = tempfile::tempdir().unwrap();
+    let mut buf = filled(
+        &dir.path().join("u"),
+        Config::new(schema(), 200).item_states().seed(9),
+        200,
+    );
+    buf.remove(&(0..200).filter(|i| i % 2 == 0).collect::<Vec<u64>>())
+        .unwrap();
+    let mut counts = HashMap::<u64, u64>::new();
+    let draws = 500;
+    for _ in 0..draws {
+        for &i in buf
+            .sample(Request::rows(80).without_replacement())
+            .unwrap()
+            .indices()
+        {
+            *counts.entry(i).or_default() += 1;
+        }
+    }
+    assert_eq!(counts.len(), 100);
+    let expected = (draws * 80) as f64 / 100.0;
+    // Each count is binomial with p = 0.8: its variance is a fifth of the mean.
+    let chi2: f64 = counts
+        .values()
+        .map(|&c| (c as f64 - expected).powi(2) / (expected * 0.2))
+        .sum();
+    // 99 degrees of freedom: the 0.999 quantile is 148.2.
+    assert!(chi2 < 148.2, "chi-square {chi2}");
+}

@@ -151,7 +151,11 @@ pub(crate) fn draw_uniform_skipping(
         }
         round.len() - (out.len() - before)
     };
-    if removed_live.saturating_mul(2) < tail - head {
+    // Without replacement, a batch of more than half of what is live makes rejection a
+    // coupon collector (n ln n tries for all of them): such a draw enumerates instead.
+    let most_of_live = !spec.replace
+        && (spec.n as u64).saturating_mul(2) > (tail - head).saturating_sub(removed_live);
+    if removed_live.saturating_mul(2) < tail - head && !most_of_live {
         let mut misses = 0;
         let uniform = |r: u64| lo + uniform_below(r, len);
         while out.len() < spec.n && misses <= 8 * spec.n + 64 {
@@ -171,13 +175,11 @@ pub(crate) fn draw_uniform_skipping(
         if count == 0 {
             return Err(Error::Empty);
         }
-        if !spec.replace && spec.n as u64 > count {
+        if !spec.replace && (spec.n as u64).saturating_mul(2) > count {
+            // Compacted, the list holds the live candidates only (but for removals made
+            // since by another process): taking the rest from them is exact.
             if compacted {
-                return Err(Error::InvalidSample(format!(
-                    "{} items without replacement, but only {count} are in range and not \
-                     removed",
-                    spec.n
-                )));
+                return take_rest(rng, spec, candidates, removed, out);
             }
             continue;
         }
@@ -193,15 +195,47 @@ pub(crate) fn draw_uniform_skipping(
             return Ok(());
         }
     }
-    // Compacted and still missing: every candidate left was removed meanwhile (by
-    // another process) or taken.
-    match out.is_empty() && spec.replace {
-        true => Err(Error::Empty),
-        false => Err(Error::InvalidSample(format!(
-            "{} items without replacement, but fewer are in range and not removed",
-            spec.n
-        ))),
+    // Compacted and still missing: nearly every candidate was removed meanwhile (by
+    // another process) or taken. Without replacement the rest is taken by enumeration,
+    // which fails only if too few are left; with it, none can be drawn.
+    if spec.replace {
+        return Err(Error::Empty);
     }
+    take_rest(rng, spec, list.from(lo), removed, out)
+}
+
+/// Completes a draw without replacement from `candidates`: the rest of the batch as a
+/// uniform subset of the candidates neither removed nor already in `out` (which is
+/// itself a uniform subset, so the whole is one too). O(candidates), for a batch that
+/// asks for most of them, where rejection would retry without end.
+fn take_rest(
+    rng: &mut ChaCha8Rng,
+    spec: &SampleSpec,
+    candidates: &[u64],
+    removed: &dyn Removed,
+    out: &mut Vec<u64>,
+) -> Result<()> {
+    let taken: std::collections::HashSet<u64> = out.iter().copied().collect();
+    removed.prefetch(candidates);
+    let free: Vec<u64> = candidates
+        .iter()
+        .copied()
+        .filter(|i| !taken.contains(i) && !removed.is_removed(*i))
+        .collect();
+    let need = spec.n - out.len();
+    if free.len() < need {
+        return Err(Error::InvalidSample(format!(
+            "{} items without replacement, but only {} are in range and not removed",
+            spec.n,
+            out.len() + free.len()
+        )));
+    }
+    out.extend(
+        rand::seq::index::sample(rng, free.len(), need)
+            .iter()
+            .filter_map(|k| free.get(k).copied()),
+    );
+    Ok(())
 }
 
 /// A uniform number below `n` (> 0) from 64 random bits (Lemire's multiply-shift: the
