@@ -3,7 +3,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::schema::{MAX_FIELD_RANK, Schema, VarKind};
+use crate::schema::{MAX_FIELD_RANK, Schema, ValueFault};
 
 /// Most dimensions a column may have: a field's rank plus the batch dimension.
 pub const MAX_COLUMN_RANK: usize = MAX_FIELD_RANK + 1;
@@ -449,34 +449,34 @@ pub(crate) fn match_var_columns(
         let size = dtype.size();
         for r in 0..n {
             let value = c.value_of(r);
-            if value.len() % size != 0 {
-                return Err(Error::BadOffsets {
-                    field: name(),
-                    problem: format!(
-                        "row {r} has {} bytes, not whole {} elements",
-                        value.len(),
-                        dtype.name()
-                    ),
-                });
-            }
             let len = value.len() / size;
             let max = field.max_len().unwrap_or(usize::MAX).min(max_bytes / size);
-            if len > max {
-                return Err(Error::ValueTooLong {
-                    field: name(),
-                    row: r,
-                    len,
-                    max,
-                });
-            }
-            if field.kind() == VarKind::Str
-                && let Err(e) = std::str::from_utf8(value)
-            {
-                return Err(Error::InvalidText {
-                    field: name(),
-                    row: r,
-                    valid_up_to: e.valid_up_to(),
-                });
+            match field.kind().check_value(value) {
+                Err(ValueFault::PartElement { bytes, .. }) => {
+                    return Err(Error::BadOffsets {
+                        field: name(),
+                        problem: format!(
+                            "row {r} has {bytes} bytes, not whole {} elements",
+                            dtype.name()
+                        ),
+                    });
+                }
+                _ if len > max => {
+                    return Err(Error::ValueTooLong {
+                        field: name(),
+                        row: r,
+                        len,
+                        max,
+                    });
+                }
+                Err(ValueFault::NotUtf8 { valid_up_to }) => {
+                    return Err(Error::InvalidText {
+                        field: name(),
+                        row: r,
+                        valid_up_to,
+                    });
+                }
+                Ok(()) => {}
             }
         }
         match rows {

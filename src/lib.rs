@@ -77,7 +77,7 @@ pub use parts::lifecycle::{ItemState, ItemStats, Removals};
 pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use request::{GoalStrategy, Pick, Relabel, Request, Unit};
-pub use schema::{Field, Schema, SchemaBuilder, VarField, VarKind};
+pub use schema::{Field, Schema, SchemaBuilder, ValueFault, VarField, VarKind};
 pub use sink::{Array, Layout, Sink, ValuesOut};
 pub use storage::io;
 pub use storage::pread::RowAccess;

@@ -51,6 +51,67 @@ impl VarKind {
             VarKind::Ragged(d) => format!("{}[]", d.name()),
         }
     }
+
+    /// What is wrong with `value` as a value of this kind: a length that is not whole
+    /// elements, or text that is not UTF-8. The one check an add makes of a value and
+    /// `verify` makes of a stored one.
+    ///
+    /// ```
+    /// use replaystore::{DType, ValueFault, VarKind};
+    /// assert_eq!(VarKind::Str.check_value("é".as_bytes()), Ok(()));
+    /// assert_eq!(VarKind::Str.check_value(&[b'a', 0xff]), Err(ValueFault::NotUtf8 { valid_up_to: 1 }));
+    /// assert_eq!(
+    ///     VarKind::Ragged(DType::I32).check_value(&[0; 6]),
+    ///     Err(ValueFault::PartElement { bytes: 6, element: 4 })
+    /// );
+    /// ```
+    pub fn check_value(self, value: &[u8]) -> std::result::Result<(), ValueFault> {
+        let element = self.dtype().size();
+        if !value.len().is_multiple_of(element) {
+            return Err(ValueFault::PartElement {
+                bytes: value.len(),
+                element,
+            });
+        }
+        if self == VarKind::Str
+            && let Err(e) = std::str::from_utf8(value)
+        {
+            return Err(ValueFault::NotUtf8 {
+                valid_up_to: e.valid_up_to(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why a value's bytes are not a value of its field's kind ([`VarKind::check_value`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueFault {
+    /// `bytes` is not a whole number of `element`-byte elements.
+    PartElement {
+        /// The value's length in bytes.
+        bytes: usize,
+        /// Bytes per element.
+        element: usize,
+    },
+    /// Text whose bytes stop being UTF-8 at `valid_up_to`.
+    NotUtf8 {
+        /// Bytes of valid UTF-8 before the first invalid one.
+        valid_up_to: usize,
+    },
+}
+
+impl std::fmt::Display for ValueFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueFault::PartElement { bytes, element } => {
+                write!(f, "{bytes} bytes, not whole {element}-byte elements")
+            }
+            ValueFault::NotUtf8 { valid_up_to } => {
+                write!(f, "not UTF-8 text (valid up to byte {valid_up_to})")
+            }
+        }
+    }
 }
 
 /// A field whose values vary in length from item to item.

@@ -1947,3 +1947,29 @@ fn a_distinct_draw_of_nearly_every_live_item_succeeds_at_every_seed_and_is_unifo
     // 99 degrees of freedom: the 0.999 quantile is 148.2.
     assert!(chi2 < 148.2, "chi-square {chi2}");
 }
+
+#[test]
+fn verify_finds_a_flipped_uses_bit_in_the_item_states() {
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, FILE_NAME};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut buf = filled(&path, Config::new(schema(), 32).max_use(3).seed(4), 20);
+    buf.sample(Request::rows(10)).unwrap();
+    buf.close().unwrap();
+    assert!(verify(&path).unwrap().is_sound());
+    // Item 5's word (slot 5): bit 15 of its uses (bits 8..24 of the word) set, so a live
+    // item holds 32,768+ uses under max_use 3.
+    let file = path.join(FILE_NAME);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[BODY_OFFSET + 5 * 8 + 2] ^= 0x80;
+    std::fs::write(&file, &bytes).unwrap();
+    let report = verify(&path).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.what.contains("slot 5") && p.what.contains("max_use 3")),
+        "{:?}",
+        report.problems
+    );
+}

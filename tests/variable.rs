@@ -9,6 +9,8 @@
     reason = "tests fail loudly"
 )]
 
+use std::path::Path;
+
 use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema, VarKind};
 
 fn schema() -> Schema {
@@ -538,5 +540,83 @@ fn a_sink_taking_values_field_by_field_gets_what_a_batch_gets_and_damage_too() {
     assert!(
         matches!(&e, Error::BadItem { index: 3, problem, .. } if problem.contains("checksum")),
         "{e}"
+    );
+}
+
+/// Rewrites `len` bytes at `at` in `file`, then the stored checksum of the row of
+/// logical index `index` that holds them (row `row` of the file, payload `payload`
+/// bytes after its 16-byte header): a crafted value whose checksums hold.
+fn craft(
+    file: &Path,
+    row: usize,
+    stride: usize,
+    payload: usize,
+    index: u64,
+    at: usize,
+    new: &[u8],
+) {
+    use replaystore::internal::format::row::item_crc;
+    let mut bytes = std::fs::read(file).unwrap();
+    let start = 4096 + row * stride;
+    let stored = u32::from_le_bytes(bytes[start + 8..start + 12].try_into().unwrap());
+    // The layout is as assumed: the untouched row's checksum is the stored one.
+    assert_eq!(
+        item_crc(index, &bytes[start + 16..start + 16 + payload]),
+        stored
+    );
+    bytes[at..at + new.len()].copy_from_slice(new);
+    let crc = item_crc(index, &bytes[start + 16..start + 16 + payload]);
+    bytes[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(file, &bytes).unwrap();
+}
+
+#[test]
+fn verify_finds_crafted_values_whose_checksums_hold_text_not_utf8_and_part_elements() {
+    use replaystore::internal::storage::{heap_segment_path, segment_path};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema(), 50).heap_bytes(1 << 20)).unwrap();
+    add_batch(&mut buf, 0, 12);
+    buf.close().unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    // Item 1's obs starts at byte 0 of chunk 0 (item 0's obs and tokens are empty, its
+    // info too): a 0xff there, with chunk 0's checksum made to hold.
+    assert!(obs(0).is_empty() && tokens(0).is_empty() && info(0).is_empty());
+    let heap = heap_segment_path(&dir, 0);
+    craft(&heap, 0, 1024, 1008, 0, 4096 + 16, &[0xff]);
+    let report = replaystore::verify(&dir).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.what.contains("item 1")
+            && p.what.contains("\"obs\"")
+            && p.what.contains("UTF-8")),
+        "{:?}",
+        report.problems
+    );
+    // A tokens slot (i32[]) whose length is not whole elements: item 2's, one byte
+    // shorter, its row's checksum made to hold. The row: header 16, reward 4 (to 24),
+    // then the obs, tokens and info slots of 16 bytes each.
+    let rows = segment_path(&dir, 0);
+    let stride = replaystore::inspect(&dir).unwrap().row_stride as usize;
+    let slot = 4096 + 2 * stride + 40;
+    let bytes = std::fs::read(&rows).unwrap();
+    let len = u32::from_le_bytes(bytes[slot + 8..slot + 12].try_into().unwrap());
+    assert_eq!(len as usize, tokens(2).len() * 4);
+    craft(
+        &rows,
+        2,
+        stride,
+        72 - 16,
+        2,
+        slot + 8,
+        &(len - 1).to_le_bytes(),
+    );
+    let report = replaystore::verify(&dir).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.what.contains("item 2")
+            && p.what.contains("\"tokens\"")
+            && p.what.contains("not whole 4-byte elements")),
+        "{:?}",
+        report.problems
     );
 }

@@ -580,6 +580,15 @@ fn put_values(
     } = v;
     let dtype = kind.dtype();
     let size = dtype.size() as u64;
+    // A stored length that is not whole elements passed every checksum (crafted, or
+    // damaged before its row was sealed): damage, not a schema the caller got wrong.
+    if let Some((row, &n)) = lengths.iter().enumerate().find(|(_, n)| **n % size != 0) {
+        return Err(crate::errors::CorruptError::new_err(format!(
+            "field {name:?}: the value of row {row} of the draw is {n} bytes, not whole \
+             {size}-byte {} elements",
+            dtype.name()
+        )));
+    }
     let elements: Vec<i64> = lengths.iter().map(|&n| (n / size) as i64).collect();
     match (layout, width) {
         (VarLayout::Padded(_), Some(w)) => {

@@ -305,6 +305,31 @@ impl Word {
             .flatten()
     }
 
+    /// What is wrong with its uses in a buffer whose items are used up at `max_use`
+    /// draws (0: no bound, and then no count of uses is wrong): a live item is removed
+    /// by the draw that brings it to `max_use`, so it never holds that many; an item
+    /// used up holds exactly that many; one removed otherwise, fewer. `None` when sound.
+    pub fn uses_problem(self, max_use: u64) -> Option<String> {
+        let uses = self.uses();
+        if max_use == 0 {
+            return None;
+        }
+        match (self.removed(), self.cause()) {
+            (false, _) if uses >= max_use => {
+                Some(format!("{uses} uses on a live item (max_use {max_use})"))
+            }
+            (true, Some(Cause::UsedUp)) if uses != max_use => {
+                Some(format!("used up at {uses} uses (max_use {max_use})"))
+            }
+            (true, Some(c)) if c != Cause::UsedUp && uses >= max_use => Some(format!(
+                "{uses} uses on an item removed as {} (max_use {max_use}: it would have been \
+                 used up)",
+                c.name()
+            )),
+            _ => None,
+        }
+    }
+
     /// What is wrong with it as the word of a slot whose item has lap `item_lap` (the
     /// lap of the live item in the slot, if one is): bits that must be zero, cause bits
     /// that do not fit the removed bit, a lap ahead of the item. `None` when sound.
@@ -576,5 +601,22 @@ mod tests {
         // Laps wrap: the live item at lap 0 after 2^40 laps, a word from the lap before.
         let old = Word((LAP_MOD - 1) << 24);
         assert_eq!(old.problem(Some(0)), None);
+    }
+
+    #[test]
+    fn uses_at_or_past_max_use_are_a_problem_unless_the_item_was_used_up_at_exactly_it() {
+        let cap = 10;
+        let live = |uses| Word::new(3, cap, uses, None);
+        let gone = |uses, cause| Word::new(3, cap, uses, Some(cause));
+        assert_eq!(live(2).uses_problem(3), None);
+        assert!(live(3).uses_problem(3).is_some());
+        assert!(live(0x8000).uses_problem(3).is_some());
+        assert_eq!(gone(3, Cause::UsedUp).uses_problem(3), None);
+        assert!(gone(2, Cause::UsedUp).uses_problem(3).is_some());
+        assert!(gone(7, Cause::UsedUp).uses_problem(3).is_some());
+        assert_eq!(gone(1, Cause::Sampled).uses_problem(3), None);
+        assert!(gone(4, Cause::Sampled).uses_problem(3).is_some());
+        // No bound: any count is sound.
+        assert_eq!(live(0xFFFF).uses_problem(0), None);
     }
 }

@@ -857,12 +857,21 @@ fn check_values(
                     Err(got) => Some(format!("item {index}: slot of {:?}: {got}", field.name())),
                     Ok(()) => {
                         let mut scratch = Vec::new();
-
-                        heap.read(slot, &mut scratch, index < sealed_to)
-                            .err()
-                            .map(|miss| {
-                                format!("item {index}: value of {:?}: {miss:?}", field.name())
-                            })
+                        match heap.read(slot, &mut scratch, index < sealed_to) {
+                            Err(miss) => Some(format!(
+                                "item {index}: value of {:?}: {miss:?}",
+                                field.name()
+                            )),
+                            // Whole and sealed, yet not a value of its kind: crafted, or
+                            // damaged before its chunk was sealed.
+                            Ok(()) => field.kind().check_value(&scratch).err().map(|fault| {
+                                format!(
+                                    "item {index}: value of {:?} ({}): {fault}",
+                                    field.name(),
+                                    field.kind().name()
+                                )
+                            }),
+                        }
                     }
                 },
             };

@@ -546,7 +546,7 @@ impl Part for Lifecycle {
         if !at.sb.lifecycle {
             return;
         }
-        let (map, _) = match storage::open_life(at.io, at.dir, at.sb, Access::Read) {
+        let (map, header) = match storage::open_life(at.io, at.dir, at.sb, Access::Read) {
             Ok(m) => m,
             Err(e) => {
                 let path = storage::life_path(at.dir);
@@ -569,7 +569,11 @@ impl Part for Lifecycle {
             let item = item_in(slot, cap, head, tail);
             let lap = item.map(|i| Word::lap_of(i, cap));
             let offset = (BODY_OFFSET as u64) + slot * 8;
-            if let Some(what) = w.problem(lap) {
+            let of_item = item.is_some_and(|i| w.is_of(i, cap));
+            let problem = w
+                .problem(lap)
+                .or_else(|| of_item.then(|| w.uses_problem(header.max_use)).flatten());
+            if let Some(what) = problem {
                 bad += 1;
                 if bad <= LIFE_FINDINGS {
                     found.problems.push(Finding {
