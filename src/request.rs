@@ -141,6 +141,9 @@ pub struct Request<'a> {
     /// drawn rows are then distinct. Whole fragments drawn uniformly are removed
     /// whole (UnstableBaselines' `EpisodeBuffer.get_batch`).
     pub remove: bool,
+    /// Given rows: removed items are read too (an export or an inspection that keeps
+    /// them with their state; see [`Request::including_removed`]).
+    pub include_removed: bool,
     /// Fragments, uniformly: instead of `n`, distinct fragments in random order until
     /// their rows add up to at least this many (see [`Request::fragments_covering`]).
     pub covering: Option<u64>,
@@ -171,6 +174,7 @@ impl<'a> Request<'a> {
             len: 0,
             burn_in: 0,
             remove: false,
+            include_removed: false,
             group_by: &[],
             unroll: 0,
             covering: None,
@@ -411,6 +415,27 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// Given rows only: reads removed items as well as live ones (every other read and
+    /// draw refuses a removed item with `Removed`). For an export that keeps removed
+    /// items with their state, or a look at what a draw removed.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).item_states())?;
+    /// buf.add_batch(&[Column::new("x", &[10i64, 11, 12])])?;
+    /// buf.remove(&[1])?;
+    /// assert!(matches!(buf.sample(Request::at(&[0, 1])), Err(Error::Removed { index: 1, .. })));
+    /// let both = buf.sample(Request::at(&[0, 1]).including_removed())?;
+    /// assert_eq!(both.get::<i64>("x")?, &[10, 11]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn including_removed(mut self) -> Request<'a> {
+        self.include_removed = true;
+        self
+    }
+
     /// From the newest `k` items only (uniform rows).
     pub fn newest(mut self, k: u64) -> Request<'a> {
         self.newest = Some(k);
@@ -580,6 +605,13 @@ impl<'a> Request<'a> {
                 "a draw that removes what it returns picks rows uniformly, oldest first or \
                  at given indices, or whole fragments or groups uniformly, not {name} {}: \
                  draw them, then remove(indices)",
+                self.how()
+            ));
+        }
+        if self.include_removed && !(given_rows && !self.remove) {
+            return bad(format!(
+                "including_removed reads rows at given indices, not {name} {}, nor with \
+                 remove()",
                 self.how()
             ));
         }

@@ -209,7 +209,9 @@ impl Rows {
             Pick::Uniform => self.draw_indices(&SampleSpec::of(request), life, indices)?,
             Pick::Given(given) => {
                 self.check_live(given)?;
-                check_not_removed(life, given)?;
+                if !request.include_removed {
+                    check_not_removed(life, given)?;
+                }
                 indices.extend_from_slice(given);
             }
             Pick::Oldest => {

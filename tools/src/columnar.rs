@@ -196,9 +196,21 @@ pub struct ParquetOut {
 }
 
 impl ParquetOut {
-    /// A writer of the chosen fields' columns into `file`.
-    pub fn new(file: File, schema: &Schema, chosen: &Selection) -> Result<ParquetOut, Failure> {
-        let arrow = arrow_schema(schema, chosen);
+    /// A writer of the chosen fields' columns into `file`, and with `removed` a last
+    /// column `removed`: why each item was removed (null for a live one).
+    pub fn new(
+        file: File,
+        schema: &Schema,
+        chosen: &Selection,
+        removed: bool,
+    ) -> Result<ParquetOut, Failure> {
+        let mut arrow = arrow_schema(schema, chosen);
+        if removed {
+            let mut fields: Vec<ArrowField> =
+                arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(ArrowField::new("removed", DataType::Utf8, true));
+            arrow = Arc::new(ArrowSchema::new(fields));
+        }
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
@@ -208,12 +220,14 @@ impl ParquetOut {
         Ok(ParquetOut { writer, arrow })
     }
 
-    /// Appends one chunk of items, read into `batch`.
+    /// Appends one chunk of items, read into `batch`, with why each was removed
+    /// (`removed[r]`, `""` for a live item) where the file has that column.
     pub fn write(
         &mut self,
         schema: &Schema,
         chosen: &Selection,
         batch: &Batch,
+        removed: Option<&[&str]>,
         path: &Path,
     ) -> Result<(), Failure> {
         let mut columns = Vec::with_capacity(self.arrow.fields().len());
@@ -222,6 +236,11 @@ impl ParquetOut {
         }
         for f in chosen.var_fields(schema) {
             columns.push(var_array(f, batch)?);
+        }
+        if columns.len() < self.arrow.fields().len() {
+            let causes = removed.unwrap_or(&[]);
+            let cells = causes.iter().map(|&c| (!c.is_empty()).then_some(c));
+            columns.push(Arc::new(arrow_array::StringArray::from_iter(cells)));
         }
         let rb = RecordBatch::try_new(self.arrow.clone(), columns)
             .map_err(|e| Failure::Usage(format!("parquet: {e}")))?;

@@ -283,6 +283,10 @@ struct Pick {
     /// Read this snapshot instead of the live items.
     #[arg(long, value_name = "NAME")]
     snapshot: Option<String>,
+    /// Keep the items removed by draws, `remove` or `max_use` (left out by default,
+    /// and counted), with a `removed` column naming why each was removed.
+    #[arg(long)]
+    include_removed: bool,
 }
 
 impl Pick {
@@ -351,6 +355,7 @@ fn main() -> ExitCode {
                 lane: None,
                 member,
                 snapshot: None,
+                include_removed: false,
             };
             // A group's member is a buffer of its own, in its lane's folder.
             match replaystore::internal::storage::read_group(&replaystore::io::OsIo, &dir) {
@@ -389,6 +394,7 @@ fn main() -> ExitCode {
                 snapshot: pick.snapshot.as_deref(),
                 lane,
                 span: pick.span(),
+                include_removed: pick.include_removed,
                 fields: pick.fields.as_deref(),
                 format: to,
                 quiet: false,
@@ -435,18 +441,24 @@ const DUMP_CHUNK: u64 = 1024;
 
 fn dump(dir: &Path, pick: &Pick, format: Format, full: bool) -> Result<ExitCode, Failure> {
     let mut source = Source::open(dir, pick.snapshot.as_deref(), pick.lane_in(dir)?)?;
-    let runs = source.runs(&pick.span())?;
+    let plan = source.plan(&pick.span(), pick.include_removed)?;
     let schema = source.schema().clone();
     let chosen = select_fields(&schema, pick.fields.as_deref())?;
     let var = chosen.var_fields(&schema);
     let out = BufWriter::new(std::io::stdout().lock());
     let mut printer =
         Printer::new(out, format, chosen.fields(&schema), false).with_values(var.clone(), full);
-    source.read_chunks(&runs, DUMP_CHUNK, "dump", |indices, batch| {
+    if plan.include_removed {
+        printer = printer.with_removed();
+    }
+    source.read_chunks(&plan, DUMP_CHUNK, "dump", |indices, batch, removed| {
         let vals = values_of(batch, &var)?;
-        printer.rows(indices, None, &chosen.columns(batch), &vals)
+        printer.rows(indices, None, &chosen.columns(batch), &vals, removed)
     })?;
     printer.finish()?;
+    if let Some(note) = plan.skipped_note() {
+        eprintln!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -517,6 +529,7 @@ fn sample(
         draw.beta.is_some().then(|| batch.weights()),
         &cols,
         &vals,
+        None,
     )?;
     printer.finish()?;
     Ok(ExitCode::SUCCESS)

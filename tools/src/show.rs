@@ -38,6 +38,8 @@ pub struct Printer<'a, W: Write> {
     weights: bool,
     /// Whether rows start with their index (not in an exported file, which holds items).
     index: bool,
+    /// Whether rows end with why their item was removed (`--include-removed`).
+    removed: bool,
     widths: Option<Vec<usize>>,
 }
 
@@ -52,6 +54,7 @@ impl<'a, W: Write> Printer<'a, W> {
             full: false,
             weights,
             index: true,
+            removed: false,
             widths: None,
         }
     }
@@ -59,6 +62,13 @@ impl<'a, W: Write> Printer<'a, W> {
     /// Rows without their index: an export holds the items, not where they were.
     pub fn without_index(mut self) -> Self {
         self.index = false;
+        self
+    }
+
+    /// Rows end with a `removed` column: why each item was removed (empty, or JSON's
+    /// `null`, for a live one).
+    pub fn with_removed(mut self) -> Self {
+        self.removed = true;
         self
     }
 
@@ -86,18 +96,23 @@ impl<'a, W: Write> Printer<'a, W> {
             }
         }
         h.extend(self.var.iter().map(|f| f.name().to_string()));
+        if self.removed {
+            h.push("removed".into());
+        }
         h
     }
 
     /// Writes rows: `indices[r]`, `weights[r]`, for each field its bytes (`cols[f]`
-    /// holds the rows back to back), and for each variable-length field its values
-    /// (`vals[v]`, in the order `with_values` was given).
+    /// holds the rows back to back), for each variable-length field its values
+    /// (`vals[v]`, in the order `with_values` was given), and with `with_removed` why
+    /// each was removed (`removed[r]`, `""` for a live item).
     pub fn rows(
         &mut self,
         indices: &[u64],
         weights: Option<&[f32]>,
         cols: &[&[u8]],
         vals: &[&VarArray],
+        removed: Option<&[&str]>,
     ) -> Result<(), Failure> {
         let sizes: Vec<usize> = self.fields.iter().map(|f| f.bytes()).collect();
         let mut lines: Vec<Vec<String>> = Vec::with_capacity(indices.len());
@@ -119,6 +134,14 @@ impl<'a, W: Write> Printer<'a, W> {
                 let value = v.value(r).unwrap_or(&[]);
                 cells.push(var_cell(f.kind(), value, self.format, self.full));
             }
+            if self.removed {
+                let cause = removed.and_then(|c| c.get(r)).copied().unwrap_or("");
+                cells.push(match (self.format, cause) {
+                    (Format::Jsonl, "") => "null".into(),
+                    (Format::Jsonl, c) => json_string(c),
+                    (_, c) => c.to_string(),
+                });
+            }
             lines.push(cells);
         }
         self.write(lines).map_err(Failure::Stdout)
@@ -134,6 +157,9 @@ impl<'a, W: Write> Printer<'a, W> {
                 }
                 keys.extend(self.fields.iter().map(|f| json_string(f.name())));
                 keys.extend(self.var.iter().map(|f| json_string(f.name())));
+                if self.removed {
+                    keys.push(json_string("removed"));
+                }
                 for cells in lines {
                     let body: Vec<String> = keys
                         .iter()

@@ -170,9 +170,35 @@ impl Source {
         &self.schema
     }
 
+    /// What to read of `span`: in each part the runs of live items, the removed ones
+    /// cut out (counted in `skipped`) unless `include_removed`; a refusal when the span
+    /// holds no live item although items are live.
+    pub fn plan(&mut self, span: &Span, include_removed: bool) -> Result<Plan, Failure> {
+        let whole = self.runs(span)?;
+        let mut plan = Plan {
+            runs: Vec::with_capacity(whole.len()),
+            items: 0,
+            skipped: 0,
+            include_removed,
+        };
+        for (part, run) in self.parts.iter_mut().zip(whole) {
+            let all = run.end - run.start;
+            let kept = if include_removed {
+                vec![run]
+            } else {
+                not_removed(&mut part.reader, run)?
+            };
+            let n: u64 = kept.iter().map(|r| r.end - r.start).sum();
+            plan.items += n;
+            plan.skipped += all - n;
+            plan.runs.push(kept);
+        }
+        Ok(plan)
+    }
+
     /// The absolute index runs of `span` in each part (as live now), and a refusal when
     /// they hold nothing although items are live.
-    pub fn runs(&mut self, span: &Span) -> Result<Vec<Range<u64>>, Failure> {
+    fn runs(&mut self, span: &Span) -> Result<Vec<Range<u64>>, Failure> {
         let mut runs = Vec::with_capacity(self.parts.len());
         let mut live_total = 0;
         let mut described = Vec::new();
@@ -194,44 +220,168 @@ impl Source {
         Ok(runs)
     }
 
-    /// Reads `runs` (one per part, from [`Source::runs`]) in chunks of at most `chunk`
-    /// items, oldest first, and hands each chunk's indices and the batch that holds
-    /// them (each field's rows back to back, and the variable-length values) to `each`.
-    /// `what` names the command in the hint an eviction gets.
+    /// Reads what `plan` names in chunks of at most `chunk` items, oldest first, and
+    /// hands each chunk's indices, the batch that holds them (each field's rows back to
+    /// back, and the variable-length values) and, where the plan includes removed
+    /// items, each item's removal cause (`""` for a live one) to `each`. `what` names
+    /// the command in the hint an eviction or a removal meanwhile gets.
     pub fn read_chunks(
         &mut self,
-        runs: &[Range<u64>],
+        plan: &Plan,
         chunk: u64,
         what: &str,
-        mut each: impl FnMut(&[u64], &Batch) -> Result<(), Failure>,
+        mut each: impl FnMut(&[u64], &Batch, Option<&[&'static str]>) -> Result<(), Failure>,
     ) -> Result<(), Failure> {
         let chunk = chunk.max(1);
         let mut batch = Batch::default();
         let mut indices = Vec::with_capacity(chunk as usize);
-        for (part, run) in self.parts.iter_mut().zip(runs) {
-            let mut at = run.start;
-            while at < run.end {
-                let take = (run.end - at).min(chunk);
-                indices.clear();
-                indices.extend(at..at + take);
-                // One batch reused chunk after chunk: the rows go straight into it.
-                part.reader
-                    .sample_into(Request::at(&indices), &mut batch)
-                    .map_err(|e| evicted_hint(e, what))?;
-                each(&indices, &batch)?;
-                at += take;
+        let mut causes: Vec<&'static str> = Vec::new();
+        for (part, runs) in self.parts.iter_mut().zip(&plan.runs) {
+            for run in runs {
+                let mut at = run.start;
+                while at < run.end {
+                    let take = (run.end - at).min(chunk);
+                    indices.clear();
+                    indices.extend(at..at + take);
+                    let request = Request::at(&indices);
+                    let request = match plan.include_removed {
+                        true => request.including_removed(),
+                        false => request,
+                    };
+                    // One batch reused chunk after chunk: the rows go straight into it.
+                    part.reader
+                        .sample_into(request, &mut batch)
+                        .map_err(|e| read_hint(e, what))?;
+                    check_values(part.reader.dir(), &self.schema, &indices, &batch)?;
+                    let states = match plan.include_removed {
+                        true => {
+                            causes.clear();
+                            causes.extend(removal_causes(&mut part.reader, &indices)?);
+                            Some(&causes[..])
+                        }
+                        false => None,
+                    };
+                    each(&indices, &batch, states)?;
+                    at += take;
+                }
             }
         }
         Ok(())
     }
 }
 
-/// Tells a person what to do when a running writer evicts an item mid-read.
-fn evicted_hint(e: Error, what: &str) -> Failure {
+/// What `dump` and `export` read ([`Source::plan`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Per part, the runs of indices to read, oldest first.
+    pub runs: Vec<Vec<Range<u64>>>,
+    /// Items the runs hold.
+    pub items: u64,
+    /// Removed items left out.
+    pub skipped: u64,
+    /// Removed items are read too, each with its cause.
+    pub include_removed: bool,
+}
+
+impl Plan {
+    /// What a command says of the removed items it left out, if it left any.
+    pub fn skipped_note(&self) -> Option<String> {
+        (self.skipped > 0).then(|| {
+            format!(
+                "left out {} removed items (--include-removed keeps them, with a \"removed\" \
+                 column naming why each was removed)",
+                self.skipped
+            )
+        })
+    }
+}
+
+/// Items per look at the item states when a plan cuts removed items out.
+const STATES_CHUNK: u64 = 1 << 16;
+
+/// The runs of `run` whose items are not removed (all of it for a buffer without item
+/// states, where nothing is ever removed).
+fn not_removed(reader: &mut Reader, run: Range<u64>) -> Result<Vec<Range<u64>>, Failure> {
+    let mut kept: Vec<Range<u64>> = Vec::new();
+    let mut at = run.start;
+    let mut indices = Vec::new();
+    while at < run.end {
+        let take = (run.end - at).min(STATES_CHUNK);
+        indices.clear();
+        indices.extend(at..at + take);
+        let states = match reader.item_states(&indices) {
+            Ok(s) => s,
+            Err(Error::NoItemStates { .. }) => return Ok(vec![run]),
+            Err(e) => return Err(read_hint(e, "read")),
+        };
+        for (&i, s) in indices.iter().zip(&states) {
+            if s.removed.is_some() {
+                continue;
+            }
+            match kept.last_mut() {
+                Some(r) if r.end == i => r.end = i + 1,
+                _ => kept.push(i..i + 1),
+            }
+        }
+        at += take;
+    }
+    Ok(kept)
+}
+
+/// Each item's removal cause, `""` for a live one (or for every one of a buffer
+/// without item states).
+fn removal_causes(reader: &mut Reader, indices: &[u64]) -> Result<Vec<&'static str>, Failure> {
+    match reader.item_states(indices) {
+        Ok(states) => Ok(states
+            .iter()
+            .map(|s| s.removed.map_or("", |c| c.name()))
+            .collect()),
+        Err(Error::NoItemStates { .. }) => Ok(vec![""; indices.len()]),
+        Err(e) => Err(read_hint(e, "read")),
+    }
+}
+
+/// Refuses a chunk holding a value that is not a value of its field's kind (text that
+/// is not UTF-8, a ragged length that is not whole elements): its checksums held, so it
+/// was crafted or damaged before it was sealed, and printing it (text with U+FFFD, an
+/// array cut short) would pass damage off as data.
+fn check_values(
+    dir: &Path,
+    schema: &Schema,
+    indices: &[u64],
+    batch: &Batch,
+) -> Result<(), Failure> {
+    for field in schema.var_fields() {
+        let Some(values) = batch.values(field.name()) else {
+            continue;
+        };
+        for (r, &index) in indices.iter().enumerate() {
+            let value = values.value(r).unwrap_or(&[]);
+            if let Err(fault) = field.kind().check_value(value) {
+                return Err(Error::Corrupt {
+                    file: dir.to_path_buf(),
+                    offset: 0,
+                    field: format!("item {index}: value of {:?}", field.name()),
+                    expected: format!("a {} value", field.kind().name()),
+                    got: fault.to_string(),
+                }
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tells a person what to do when a running writer evicts or removes an item mid-read.
+fn read_hint(e: Error, what: &str) -> Failure {
     match e {
         Error::Evicted { .. } => Failure::Usage(format!(
             "{e}: the running writer evicted it during the {what}; {what} a snapshot \
              (--snapshot NAME) or the newest items (--last N) instead"
+        )),
+        Error::Removed { .. } => Failure::Usage(format!(
+            "{e}: the running writer removed it during the {what}; {what} a snapshot \
+             (--snapshot NAME), or keep removed items (--include-removed)"
         )),
         e => e.into(),
     }

@@ -43,6 +43,8 @@ pub struct ExportArgs<'a> {
     pub lane: Option<u32>,
     /// Which items.
     pub span: Span,
+    /// Keep removed items, with why each was removed (else they are left out).
+    pub include_removed: bool,
     /// Which fields (`a,b`), all when `None`.
     pub fields: Option<&'a str>,
     /// The file's format (told by its extension when `None`).
@@ -60,8 +62,8 @@ struct Array {
     data_at: u64,
     /// Bytes per item.
     item_bytes: usize,
-    /// Index of the field in the schema.
-    field: usize,
+    /// Index of the field in the schema; `None` for the `removed` codes.
+    field: Option<usize>,
     crc: crc32fast::Hasher,
 }
 
@@ -97,8 +99,8 @@ impl FileKind {
 pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     refuse_special_output(args.out)?;
     let mut source = Source::open(args.dir, args.snapshot, args.lane)?;
-    let runs = source.runs(&args.span)?;
-    let n: u64 = runs.iter().map(|r| r.end - r.start).sum();
+    let plan = source.plan(&args.span, args.include_removed)?;
+    let n = plan.items;
     let schema = source.schema().clone();
     let selection = select_fields(&schema, args.fields)?;
     let kind = args.format.unwrap_or_else(|| FileKind::of(args.out));
@@ -114,7 +116,7 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
     let mut job = Job {
         path: &tmp,
         source: &mut source,
-        runs: &runs,
+        plan: &plan,
         schema: &schema,
         chosen: &selection,
         n,
@@ -139,6 +141,9 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
         selection.fixed.len() + selection.var.len(),
         args.out.display()
     );
+    if let Some(note) = plan.skipped_note() {
+        eprintln!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -164,8 +169,8 @@ struct Job<'a> {
     /// The file being written.
     path: &'a Path,
     source: &'a mut Source,
-    /// Positions to read, one run per part (`Source::runs`).
-    runs: &'a [std::ops::Range<u64>],
+    /// What to read (`Source::plan`).
+    plan: &'a crate::source::Plan,
     schema: &'a Schema,
     chosen: &'a Selection,
     /// Items in all.
@@ -182,10 +187,10 @@ impl Job<'_> {
         let bar = progress::bar(self.n, "export", self.quiet);
         let chunk = export_chunk(schema, chosen);
         let file = if kind == FileKind::Parquet {
-            let mut out = ParquetOut::new(file, schema, chosen)?;
+            let mut out = ParquetOut::new(file, schema, chosen, self.plan.include_removed)?;
             self.source
-                .read_chunks(self.runs, chunk, "export", |indices, batch| {
-                    out.write(schema, chosen, batch, path)?;
+                .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
+                    out.write(schema, chosen, batch, removed, path)?;
                     bar.inc(indices.len() as u64);
                     Ok(())
                 })?;
@@ -196,10 +201,13 @@ impl Job<'_> {
             let mut printer = Printer::new(out, Format::Jsonl, chosen.fields(schema), false)
                 .with_values(var.clone(), true)
                 .without_index();
+            if self.plan.include_removed {
+                printer = printer.with_removed();
+            }
             self.source
-                .read_chunks(self.runs, chunk, "export", |indices, batch| {
+                .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
                     let vals = values_of(batch, &var)?;
-                    printer.rows(indices, None, &chosen.columns(batch), &vals)?;
+                    printer.rows(indices, None, &chosen.columns(batch), &vals, removed)?;
                     bar.inc(indices.len() as u64);
                     Ok(())
                 })?;
@@ -237,7 +245,27 @@ impl Job<'_> {
                 data_at: data_at + header.len() as u64,
                 header,
                 item_bytes: field.bytes(),
-                field: f,
+                field: Some(f),
+                crc,
+            });
+            offset = data_at + size;
+        }
+        if self.plan.include_removed {
+            // Why each item was removed, as a code: 0 live, else the cause's number in
+            // the item states (docs/FORMAT.md): 1 explicit, 2 sampled, 3 used_up, 4
+            // stale, 5 consumed, 6 downsampled, 7 reservoir.
+            let header = npz::npy_header(DType::U8, &[n]);
+            let size = header.len() as u64 + n;
+            let name = "removed.npy";
+            let data_at = offset + npz::Entry::local_len(name, size, offset) as u64;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&header);
+            arrays.push(Array {
+                entry: Entry::stored(name, size, offset),
+                data_at: data_at + header.len() as u64,
+                header,
+                item_bytes: 1,
+                field: None,
                 crc,
             });
             offset = data_at + size;
@@ -266,10 +294,16 @@ impl Job<'_> {
         let chunk = (CHUNK_BYTES / row_bytes.max(1)).clamp(1, 1 << 16) as u64;
         let bar = progress::bar(self.n, "export", self.quiet);
         let mut row = 0u64;
+        let mut codes = Vec::new();
         self.source
-            .read_chunks(self.runs, chunk, "export", |indices, batch| {
+            .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
+                codes.clear();
+                codes.extend(removed.unwrap_or(&[]).iter().map(|&name| cause_code(name)));
                 for a in arrays.iter_mut() {
-                    let bytes = batch.fields().get(a.field).map_or(&[][..], |f| f.bytes());
+                    let bytes = match a.field {
+                        Some(f) => batch.fields().get(f).map_or(&[][..], |f| f.bytes()),
+                        None => &codes[..],
+                    };
                     a.crc.update(bytes);
                     write(a.data_at + row * a.item_bytes as u64, bytes)?;
                 }
@@ -286,6 +320,14 @@ impl Job<'_> {
         }
         write(directory_at, &npz::directory(&entries, directory_at))
     }
+}
+
+/// The number of the cause named `name` in the item states (0: live, `""`).
+fn cause_code(name: &str) -> u8 {
+    replaystore::Cause::ALL
+        .iter()
+        .position(|c| c.name() == name)
+        .map_or(0, |p| p as u8 + 1)
 }
 
 /// A sibling of `path` to write under before renaming into place.

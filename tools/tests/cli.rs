@@ -1328,3 +1328,40 @@ fn the_documents_and_help_name_only_files_in_the_repository() {
         );
     }
 }
+
+/// Promise: `dump` refuses a stored text value that is not UTF-8 (its checksums made to
+/// hold, as a crafted file would) as damage, exit 6, naming the item and field, rather
+/// than printing U+FFFD with exit 0.
+#[test]
+fn dump_refuses_a_crafted_text_value_as_damage() {
+    use replaystore::internal::format::row::item_crc;
+    use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let schema = Schema::builder()
+        .field("x", DType::I64, &[])
+        .variable("t", VarKind::Str, None)
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 8).heap_bytes(1 << 16)).unwrap();
+    buf.add(&[Column::scalar("x", &0i64), Column::text("t", "hello")])
+        .unwrap();
+    buf.close().unwrap();
+    // Chunk 0 of the chunk ring: its row at 4096, payload from 16 (1008 bytes), crc at 8.
+    let heap = replaystore::internal::storage::heap_segment_path(&dir, 0);
+    let mut bytes = std::fs::read(&heap).unwrap();
+    let (row, payload) = (4096, 1008);
+    let crc = |b: &[u8]| item_crc(0, &b[row + 16..row + 16 + payload]);
+    assert_eq!(crc(&bytes).to_le_bytes(), bytes[row + 8..row + 12]);
+    bytes[row + 16] = 0xff;
+    let fixed = crc(&bytes).to_le_bytes();
+    bytes[row + 8..row + 12].copy_from_slice(&fixed);
+    std::fs::write(&heap, &bytes).unwrap();
+    let o = run(&["dump", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("item 0") && said.contains("\"t\"") && said.contains("UTF-8"),
+        "{said}"
+    );
+}

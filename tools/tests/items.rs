@@ -764,3 +764,115 @@ fn info_verify_and_snapshots_into_a_closed_pipe_end_quietly() {
         assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out));
     }
 }
+
+/// Promise: `dump` and `export` leave removed items out by default, saying how many,
+/// and keep them with `--include-removed`, each with why it was removed (a `removed`
+/// column; in an `.npz`, `removed.npy` of cause codes). A buffer an UnstableBaselines
+/// `get_batch` has drawn from (sample-and-remove) exports.
+#[test]
+fn dump_and_export_skip_removed_items_unless_asked_and_then_name_their_cause() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let schema = Schema::builder()
+        .field("x", DType::I64, &[])
+        .variable("t", replaystore::VarKind::Str, None)
+        .build()
+        .unwrap();
+    let mut buf =
+        ReplayBuffer::create(&dir, Config::new(schema, 64).item_states().seed(3)).unwrap();
+    for i in 0..10i64 {
+        buf.add(&[Column::scalar("x", &i), Column::text("t", &format!("s{i}"))])
+            .unwrap();
+    }
+    buf.remove(&[2, 5]).unwrap();
+    let popped = buf.sample(replaystore::Request::rows(1).remove()).unwrap();
+    let sampled = popped.indices()[0];
+    buf.close().unwrap();
+    let kept: Vec<u64> = (0..10).filter(|i| ![2, 5, sampled].contains(i)).collect();
+    // Dump: the 7 live items only, and a note of the 3 left out.
+    let o = run(&["dump", s(&dir), "--format", "jsonl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let shown: Vec<u64> = lines.iter().map(|v| v["index"].as_u64().unwrap()).collect();
+    assert_eq!(shown, kept);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("left out 3 removed items"),
+        "{}",
+        text(&o)
+    );
+    // --include-removed: all 10, each with its cause.
+    let o = run(&["dump", s(&dir), "--format", "jsonl", "--include-removed"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 10);
+    for v in &lines {
+        let i = v["index"].as_u64().unwrap();
+        let want = match i {
+            2 | 5 => serde_json::json!("explicit"),
+            i if i == sampled => serde_json::json!("sampled"),
+            _ => serde_json::Value::Null,
+        };
+        assert_eq!(v["removed"], want, "item {i}");
+        assert_eq!(v["t"], format!("s{i}"));
+    }
+    // Export to JSON lines: the same two ways.
+    let out = d.path().join("a.jsonl");
+    let o = run(&["export", s(&dir), s(&out)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().lines().count(),
+        kept.len()
+    );
+    assert!(
+        text(&o).contains("left out 3 removed items"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["export", s(&dir), s(&out), "--include-removed"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let all = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(all.lines().count(), 10);
+    assert_eq!(all.matches("\"removed\": \"explicit\"").count(), 2, "{all}");
+    // Export to .npz: x of the kept items; with removed items, removed.npy's codes.
+    let npz = d.path().join("a.npz");
+    let o = run(&["export", s(&dir), s(&npz), "--fields", "x"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let members = unzip_stored(&std::fs::read(&npz).unwrap());
+    let x = npyz::NpyFile::new(&members[0].1[..])
+        .unwrap()
+        .into_vec::<i64>()
+        .unwrap();
+    assert_eq!(x, kept.iter().map(|&i| i as i64).collect::<Vec<_>>());
+    assert_eq!(members.len(), 1);
+    let o = run(&[
+        "export",
+        s(&dir),
+        s(&npz),
+        "--fields",
+        "x",
+        "--include-removed",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let members = unzip_stored(&std::fs::read(&npz).unwrap());
+    assert_eq!(members[1].0, "removed.npy");
+    let codes = npyz::NpyFile::new(&members[1].1[..])
+        .unwrap()
+        .into_vec::<u8>()
+        .unwrap();
+    let want: Vec<u8> = (0..10)
+        .map(|i| match i {
+            2 | 5 => 1,
+            i if i == sampled => 2,
+            _ => 0,
+        })
+        .collect();
+    assert_eq!(codes, want);
+}

@@ -496,3 +496,48 @@ fn a_parquet_file_with_a_null_or_a_type_without_a_field_is_refused_by_column() {
     let o = run(&["import", s(&ok), s(&d.path().join("b"))]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// Promise: a Parquet export leaves removed items out unless `--include-removed`, which
+/// adds a nullable `removed` column naming each removed item's cause.
+#[test]
+fn a_parquet_export_keeps_removed_items_only_when_asked_with_their_cause() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("b");
+    let schema = Schema::builder()
+        .field("x", DType::I64, &[])
+        .build()
+        .unwrap();
+    let mut buf = ReplayBuffer::create(&dir, Config::new(schema, 16).item_states()).unwrap();
+    buf.add_batch(&[Column::new("x", &(0..6i64).collect::<Vec<_>>())])
+        .unwrap();
+    buf.remove(&[1, 4]).unwrap();
+    buf.close().unwrap();
+    let out = d.path().join("a.parquet");
+    let read = |path: &Path| -> RecordBatch {
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap()).unwrap();
+        let batches: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+        arrow_select_concat(&batches)
+    };
+    let o = run(&["export", s(&dir), s(&out)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rb = read(&out);
+    assert_eq!(rb.num_rows(), 4);
+    assert!(rb.column_by_name("removed").is_none());
+    let o = run(&["export", s(&dir), s(&out), "--include-removed"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rb = read(&out);
+    assert_eq!(rb.num_rows(), 6);
+    let removed = rb.column_by_name("removed").unwrap().as_string::<i32>();
+    let got: Vec<Option<&str>> = removed.iter().collect();
+    assert_eq!(
+        got,
+        [None, Some("explicit"), None, None, Some("explicit"), None]
+    );
+}
+
+/// The rows of `batches`, one after another, as one batch (a small file has one).
+fn arrow_select_concat(batches: &[RecordBatch]) -> RecordBatch {
+    assert_eq!(batches.len(), 1, "a small export is one row group");
+    batches[0].clone()
+}
