@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 from collections import OrderedDict, deque
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from .._confined import Confined
+from .._native import ForeignFileError
 from .._native import ReplayBuffer as _Buffer
 from ._folder import read_sidecar, write_sidecar
 
@@ -107,11 +108,31 @@ class ChunkStore:
             self.gen = int(saved["gen"])
             self.buf = _Buffer.open(self._ring(self.gen))
             self._index()
+        if saved is not None:
+            self._drop_recorded(saved)
 
     # -- the ring ------------------------------------------------------------------------
 
     def _ring(self, gen: int) -> str:
-        return os.path.join(self.folder, f"gen-{gen}")
+        """The path of generation ``gen``'s ring, to hand to the engine; refused if
+        anything but a folder (a link) stands there."""
+        return Confined(self.folder).subdir(f"gen-{gen}")
+
+    def _drop_recorded(self, saved: Dict[str, Any]) -> None:
+        """Removes the generations the settings record as made by this store but no
+        longer kept: one a kill left half-copied (``making``), the one a growth retired
+        (``retired``). Nothing else in the folder is ever removed."""
+        dropped = [int(saved[k]) for k in ("making", "retired") if saved.get(k) is not None]
+        for gen in dropped:
+            if gen != self.gen:
+                Confined(self.folder).remove_tree(f"gen-{gen}")
+        if dropped:
+            self._write({})
+
+    def _write(self, record: Dict[str, int]) -> None:
+        """The settings, the current generation and ``record`` (generations made and
+        not current) in the sidecar."""
+        write_sidecar(self.folder, self.sidecar, {**self.settings, "gen": self.gen, **record})
 
     def _index(self) -> None:
         """Rebuilds ``where`` from the ring's live items (seq and size; nothing decoded)."""
@@ -140,10 +161,15 @@ class ChunkStore:
                 yield live, self.buf.get(live)
 
     def _create(self, gen: int, items: int, heap: int) -> _Buffer:
-        path = self._ring(gen)
-        if os.path.exists(path):
-            shutil.rmtree(path)  # a generation a kill left half-copied
-        return _Buffer.create(path, {**SCHEMA, **self.codec.fields}, items, heap_bytes=heap,
+        name = f"gen-{gen}"
+        found = Confined(self.folder).kind(name)
+        if found is not None:
+            # An open removed every generation the record named: this one is not ours.
+            raise ForeignFileError(
+                f"{os.path.join(self.folder, name)}: {found} this buffer did not make stands "
+                f"where it keeps its next ring generation; move it away")
+        self._write({"making": gen})
+        return _Buffer.create(self._ring(gen), {**SCHEMA, **self.codec.fields}, items, heap_bytes=heap,
                               chunk_bytes=self.codec.chunk_bytes, item_states=True)
 
     def _cost(self, size: int) -> int:
@@ -195,8 +221,10 @@ class ChunkStore:
         self._order = deque((seq, self._cost(size)) for seq, (_, size) in where.items())
         self._span = sum(size for _, size in self._order)
         # The generation before the old one goes: the old one's snapshots stay.
-        if os.path.exists(self._ring(old - 1)):
-            shutil.rmtree(self._ring(old - 1))
+        if old > 1:
+            self._write({"retired": old - 1})
+            Confined(self.folder).remove_tree(f"gen-{old - 1}")
+            self._write({})
 
     def _switch(self, gen: int, buf: _Buffer) -> None:
         self.buf = buf
@@ -205,7 +233,7 @@ class ChunkStore:
         self.settings["heap"] = self.settings.get("heaps", {}).get(str(gen), self.settings["heap"])
         self.settings["items"] = buf.capacity
         self._tail = int(buf.stats()["tail"])
-        write_sidecar(self.folder, self.sidecar, {**self.settings, "gen": gen})
+        self._write({})
 
     #: Bytes from the oldest live chunk to the tail: live chunks, and removed ones the
     #: ring has not passed yet (as they were put, plus a row's rounding).
@@ -351,7 +379,7 @@ class ChunkStore:
             self.clear()
             return
         if gen != self.gen:
-            if not os.path.exists(self._ring(gen)):
+            if not Confined(self.folder).exists(f"gen-{gen}"):
                 raise ValueError(
                     f"{self.folder}: the state names ring generation {gen}, which is no longer "
                     f"kept (the buffer has grown its ring since; generation {self.gen} is current)")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import weakref
 from typing import Any, Optional
+
+from .._confined import Confined
 
 
 class Folder:
@@ -25,7 +26,7 @@ class Folder:
         self._path = path or tempfile.mkdtemp(prefix=prefix)
         # Holds the path, not the adapter: it runs once, at close, collection or exit.
         self._remove_dir = (
-            weakref.finalize(self, shutil.rmtree, self._path, True) if self._own_dir else None
+            weakref.finalize(self, _remove_folder, self._path) if self._own_dir else None
         )
         return self._path
 
@@ -56,35 +57,36 @@ class Folder:
 
 
 def write_sidecar(folder: str, name: str, config: dict) -> None:
-    """Writes an adapter's settings beside its buffer, atomically: a temporary file,
-    fsynced, renamed over the old one, the folder fsynced. A kill leaves the old file or
-    the new one, never half of one."""
-    target = os.path.join(folder, name)
-    tmp = target + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(config, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Writes an adapter's settings beside its buffer, atomically and inside the folder
+    (``Confined.replace``): a kill leaves the old file or the new one, never half of one."""
+    Confined(folder).replace(name, json.dumps(config, sort_keys=True).encode())
 
 
 def read_sidecar(folder: str, name: str) -> Optional[dict]:
-    """The settings an adapter wrote beside its buffer, or ``None`` if it wrote none."""
-    target = os.path.join(folder, name)
-    if not os.path.exists(target):
+    """The settings an adapter wrote beside its buffer, or ``None`` if it wrote none. A
+    link, a FIFO or a folder at the name is refused (``ForeignFileError``)."""
+    data = Confined(folder).read(name)
+    if data is None:
         return None
-    with open(target) as f:
-        try:
-            return json.load(f)
-        except ValueError as e:
-            raise ValueError(f"{target}: not the JSON an adapter writes ({e})") from None
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{os.path.join(folder, name)}: not the JSON an adapter writes ({e})") from None
 
 
 def holds_buffer(folder: str) -> bool:
-    """Whether ``folder`` already holds a replaystore buffer or set of lanes."""
-    return any(os.path.exists(os.path.join(folder, f)) for f in ("MANIFEST", "LANES"))
+    """Whether ``folder`` already holds a replaystore buffer or set of lanes (anything at
+    the name, a link included: the engine's open then refuses what it did not make)."""
+    d = Confined(folder)
+    try:
+        return any(d.exists(f) for f in ("MANIFEST", "LANES"))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _remove_folder(path: str) -> None:
+    """Removes a temporary folder the adapter made, following no link inside it."""
+    try:
+        Confined(path).remove_self()
+    except OSError:
+        pass  # already gone, or in use elsewhere: a temporary folder, never the user's

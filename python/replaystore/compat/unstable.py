@@ -76,6 +76,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 import replaystore as rs
+from replaystore._confined import Confined
 
 
 @dataclasses.dataclass
@@ -169,12 +170,12 @@ class _Buffer:
         if path is None:
             if train_dir is None:
                 raise ValueError(f"{type(self).__name__}: give a tracker or path=")
-            path = os.path.join(train_dir, f"replaystore-{self.KIND}-buffer")
+            path = Confined(train_dir).subdir(f"replaystore-{self.KIND}-buffer")
         self.local_storage_dir = train_dir
         self.logger = _logger(f"{self.KIND}_buffer", log_dir)
         capacity = capacity or max(2 * int(max_buffer_size), 1024)
         self.heap_bytes = heap_bytes or capacity * 8192
-        reopened = os.path.isdir(path) and bool(os.listdir(path))
+        reopened = bool(Confined(path).names())
         self.buf = rs.ReplayBuffer.open_or_create(
             path, SCHEMA, capacity, item_states=True, max_size=int(max_buffer_size),
             fragments=self.KIND == "episode", heap_bytes=self.heap_bytes,

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import replaystore as rs
+from replaystore._confined import Confined
 
 #: What a shard serves: a ``ReplayBuffer`` or a ``BufferGroup``.
 KINDS = ("buffer", "group")
@@ -33,7 +34,7 @@ class ShardCore:
         started = time.perf_counter()
         self.index, self.path, self.kind = index, path, kind
         if kind == "group":
-            made = os.path.isdir(path) and bool(os.listdir(path))
+            made = bool(Confined(path).names())
             self.buf = (
                 rs.BufferGroup.open(path)
                 if made

@@ -3,11 +3,11 @@ then stored once with its own goal and again with goals relabelled from its stat
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, Iterable, Optional
 
 import numpy as np
 
+from ..._confined import Confined
 from .._folder import Folder
 from ._buffer import PrioritizedReplayBuffer, ReplayBuffer
 
@@ -71,9 +71,9 @@ class HindsightReplayBuffer(Folder):
         self._take_folder(path, "replaystore-cpprb-her-")
         main = PrioritizedReplayBuffer if self.prioritized else ReplayBuffer
         self.rb = main(size, {**env_dict, "rew": {}, "goal": goal_dict},
-                       path=os.path.join(self._path, "main"), **kwargs)
+                       path=Confined(self._path).subdir("main"), **kwargs)
         self.episode_rb = ReplayBuffer(self.max_episode_len, env_dict,
-                                       path=os.path.join(self._path, "episode"))
+                                       path=Confined(self._path).subdir("episode"))
         self.rng = np.random.default_rng()
 
     def add(self, **kwargs: Any) -> None:

@@ -2,20 +2,23 @@
 that can be read back and deleted one by one, the later ones moving up, as in
 self-imitation learning. Once full, further steps are dropped, as cpprb drops them.
 
-The steps live in a replaystore buffer in ``path/gen-N``. Deleting an episode writes
-the kept steps to ``gen-N+1`` and then names it in ``cpprb.json`` (an atomic rename), so
-a kill during a delete leaves the old episodes or the new ones, never a mix; cpprb's
-delete moves memory too, O(stored) either way.
+The steps live in a replaystore buffer in ``path/gen-N``. Deleting an episode first
+records ``gen-N+1`` in ``cpprb.json`` as the one being made, writes the kept steps there
+and then names it current (an atomic rename), so a kill during a delete leaves the old
+episodes or the new ones, never a mix; cpprb's delete moves memory too, O(stored) either
+way. Only generations the settings file records are ever removed: a folder of the
+user's beside them (``gen-backup``) is left alone.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from ..._confined import Confined
+from ..._native import ForeignFileError
 from ..._native import ReplayBuffer as _Buffer
 from .._folder import Folder
 from ._layout import check_same, load_settings, save_settings
@@ -61,38 +64,60 @@ class SelectiveReplayBuffer(Folder):
             self._gen = 0
         self._buf = self._open_generation(self._gen)
         if saved is None:
-            save_settings(self._path, _KIND, {**settings, "generation": self._gen})
-        self._drop_other_generations()
+            self._save()
+        else:
+            self._drop_recorded(saved)
         self._closed = self._closed_ends()
 
     # -- the folder's generations -----------------------------------------------------------
 
-    def _gen_path(self, gen: int) -> str:
-        return os.path.join(self._path, f"gen-{gen}")
+    @staticmethod
+    def _gen_name(gen: int) -> str:
+        return f"gen-{gen}"
 
     def _open_generation(self, gen: int):
         schema = {k: ("<f8", (d,)) for k, d in self._dims.items()}
-        return _Buffer.open_or_create(self._gen_path(gen), schema, self._size)
+        path = Confined(self._path).subdir(self._gen_name(gen))
+        return _Buffer.open_or_create(path, schema, self._size)
 
-    def _drop_other_generations(self) -> None:
-        """Removes what a kill left of a generation that was never named (or one that no
-        longer is)."""
-        for name in os.listdir(self._path):
-            if name.startswith("gen-") and name != f"gen-{self._gen}":
-                shutil.rmtree(os.path.join(self._path, name), ignore_errors=True)
+    def _save(self, **record: int) -> None:
+        """Writes the settings, naming the current generation and, in ``record``, the
+        ones this buffer made that are not (or not yet) current."""
+        save_settings(self._path, _KIND, {"size": self._size, "dims": self._dims,
+                                          "generation": self._gen, **record})
+
+    def _drop_recorded(self, saved: Dict[str, Any]) -> None:
+        """Removes the generations the settings record as made but not current: one a
+        kill left half-written (``making``), or the one a delete replaced (``retired``)."""
+        dropped = [saved[k] for k in ("making", "retired") if saved.get(k) is not None]
+        for gen in dropped:
+            if int(gen) != self._gen:
+                Confined(self._path).remove_tree(self._gen_name(int(gen)))
+        if dropped:
+            self._save()
 
     def _switch_to(self, batch: Optional[Dict[str, np.ndarray]]) -> None:
         """Writes ``batch`` as the next generation and names it: the atomic step."""
         new = self._gen + 1
-        shutil.rmtree(self._gen_path(new), ignore_errors=True)
+        folder = Confined(self._path)
+        found = folder.kind(self._gen_name(new))
+        if found is not None:
+            # An open removed every generation its record named: this one is not ours.
+            raise ForeignFileError(
+                f"{os.path.join(self._path, self._gen_name(new))}: {found} this buffer did not "
+                f"make stands where it keeps its next generation; move it away")
+        self._save(making=new)
         buf = self._open_generation(new)
         if batch is not None and len(batch["done"]):
             buf.add_batch(batch)
         buf.flush()
-        save_settings(self._path, _KIND, {"size": self._size, "dims": self._dims, "generation": new})
+        old = self._gen
+        self._gen = new
+        self._save(retired=old)
         self._buf.close()
-        self._buf, old, self._gen = buf, self._gen, new
-        shutil.rmtree(self._gen_path(old), ignore_errors=True)
+        self._buf = buf
+        folder.remove_tree(self._gen_name(old))
+        self._save()
 
     # -- episodes ----------------------------------------------------------------------------
 

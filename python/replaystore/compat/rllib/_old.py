@@ -42,6 +42,7 @@ from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
     ReservoirReplayBuffer as _ReservoirReplayBuffer,
 )
 
+from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 from .._chunks import ChunkStore
 from .._folder import Folder, write_sidecar
@@ -398,7 +399,7 @@ class ReservoirReplayBuffer(_Slotted, _ReservoirReplayBuffer):
         # Most adds past capacity store nothing (the item is not drawn into the
         # reservoir) yet count: each add call's counters go to a two-row ring of their
         # own, so a reopen counts every call, stored or not.
-        self._tally = _Buffer.open_or_create(os.path.join(self._path, "tally"), TALLY, 2)
+        self._tally = _Buffer.open_or_create(Confined(self._path).subdir("tally"), TALLY, 2)
         if len(self._tally):
             row = self._tally.get(np.array([self._tally.stats()["tail"] - 1]))
             calls = int(row["calls"][0])
@@ -526,7 +527,7 @@ class _MultiAgent(Folder):
         self._one_row = self.storage_unit is StorageUnit.TIMESTEPS
 
         def make(policy_id: Any) -> Any:
-            folder = os.path.join(self._path, _folder_name(policy_id))
+            folder = Confined(self._path).subdir(_folder_name(policy_id))
             if not config:
                 buf = ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder)
             else:

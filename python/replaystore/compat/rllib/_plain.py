@@ -31,11 +31,11 @@ What differs, on purpose:
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 from .._folder import Folder
 
@@ -90,7 +90,7 @@ class ReplayBuffer(Folder):
             schema = {k: (v.dtype.str, v.shape[1:]) for k, v in batch.items()}
             create = {"alpha": self._alpha} if self._alpha is not None else {}
             self._buf = _Buffer.create(
-                os.path.join(self._path, "ring"), schema, self.capacity,
+                Confined(self._path).subdir("ring"), schema, self.capacity,
                 fragments=self.storage_unit != StorageUnit.TIMESTEPS, **create,
             )
         return self._buf

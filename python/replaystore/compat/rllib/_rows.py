@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 from ray.rllib.policy.sample_batch import SampleBatch, concat_samples
 
+from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 
 #: Columns are fields ``c.NAME`` (the engine keeps ``indices``, ``weights`` and
@@ -64,6 +64,7 @@ class Rows:
     """The ring of rows and RLlib's slot count over it."""
 
     def __init__(self, folder: str, capacity: int, columns: Optional[Dict[str, Any]] = None) -> None:
+        self.folder = folder
         self.path = os.path.join(folder, "rows")
         self.capacity = capacity
         self.buf: Optional[_Buffer] = None
@@ -72,9 +73,9 @@ class Rows:
         self.tail = 0  # the ring's next index: this is its only writer
         self.row_size = 0
         self._header = Header(0)
-        if columns is not None and os.path.exists(self.path):
+        if columns is not None and Confined(folder).exists("rows"):
             self.columns = columns
-            self.buf = _Buffer.open(self.path)
+            self.buf = _Buffer.open(Confined(folder).subdir("rows"))
             self._sized()
             self.tail = int(self.buf.stats()["tail"])
             self.n = min(self.tail, capacity)
@@ -103,7 +104,7 @@ class Rows:
                 schema[COLUMN + name] = (value.dtype.str, tuple(value.shape[1:]))
         schema[NGU] = "float64"
         schema[REST] = "bytes"
-        self.buf = _Buffer.create(self.path, schema, self.capacity)
+        self.buf = _Buffer.create(Confined(self.folder).subdir("rows"), schema, self.capacity)
         self._sized()
 
     def check(self, batch: SampleBatch) -> None:
@@ -172,9 +173,10 @@ class Rows:
         ``capacity`` and the tail is ``next_idx`` modulo it. A full ring starts with the
         slots before ``next_idx`` once more, which the ring then evicts."""
         if self.buf is not None:
+            # Only a ring this object holds is removed: nothing else at the name is ours.
             self.buf.close()
             self.buf = None
-        shutil.rmtree(self.path, ignore_errors=True)
+            Confined(self.folder).remove_tree("rows")
         self.tail = 0
         self.n = len(items)
         if not items:

@@ -26,11 +26,11 @@ What differs, on purpose or not yet:
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 from .._folder import Folder
 
@@ -99,7 +99,7 @@ class ReplayBuffer(Folder):
     def _layout(self, row: Dict[str, np.ndarray]) -> None:
         """Creates the ring from the first transition's fields."""
         schema = {k: (v.dtype.str, v.shape) for k, v in row.items()}
-        self._buf = _Buffer.create(os.path.join(self._path, "ring"), schema, self.maxsize, **self._ring_options())
+        self._buf = _Buffer.create(Confined(self._path).subdir("ring"), schema, self.maxsize, **self._ring_options())
         self._base = 0
 
     def _ring_options(self) -> Dict[str, Any]:
@@ -202,7 +202,7 @@ class VectorReplayBuffer(Folder):
         self._take_folder(path, "replaystore-tianshou-")
         self.buffer_num = buffer_num
         self.buffers = [
-            ReplayBuffer(size, path=os.path.join(self._path, f"sub-{k}"), **kwargs) for k in range(buffer_num)
+            ReplayBuffer(size, path=Confined(self._path).subdir(f"sub-{k}"), **kwargs) for k in range(buffer_num)
         ]
         self._offset = np.arange(buffer_num) * size
         self._extend_offset = np.append(self._offset, buffer_num * size)

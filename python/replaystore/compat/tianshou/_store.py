@@ -14,13 +14,13 @@ also kept in memory, as Tianshou keeps them: its n-step returns and ``prev``/``n
 from __future__ import annotations
 
 import copy
-import os
 import pickle
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from tianshou.data import Batch
 
+from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 
 #: Keys stored as fields of their own; the rest ride pickled in ``REST``.
@@ -363,8 +363,7 @@ class Store:
                 raise TypeError(
                     f"Cannot create a sequence of dtype {seq.dtype} with default value {default_value}. "
                     "Pass an array with the right dtype or another default value.") from e
-            column = np.lib.format.open_memmap(extra_path(self.folder, key), mode="w+",
-                                               dtype=seq.dtype, shape=(total, *seq.shape[1:]))
+            column = create_extra(self.folder, key, seq.dtype, (total, *seq.shape[1:]))
             column[:] = fill[0]
             self.extras[key] = column
         column = self.extras[key]
@@ -451,17 +450,42 @@ def _stack_rest(values: List[Any]) -> Any:
 
 
 def ring_path(folder: str, k: int) -> str:
-    return os.path.join(folder, f"ring-{k}")
+    return Confined(folder).subdir(f"ring-{k}")
 
 
-def extra_path(folder: str, key: str) -> str:
-    return os.path.join(folder, f"extra-{key}.npy")
+def _extra_name(key: str) -> str:
+    return f"extra-{key}.npy"
+
+
+def create_extra(folder: str, key: str, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
+    """A new ``.npy`` column mapped for writing, made inside ``folder`` only (``Confined``:
+    a link or a FIFO at its name is refused, never written through)."""
+    if dtype.hasobject:
+        raise ValueError("Array can't be memory-mapped: Python objects in dtype.")
+    with Confined(folder).open_in_place(_extra_name(key), create=True) as fh:
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": tuple(shape)}
+        np.lib.format.write_array_header_2_0(fh, header)
+        fh.flush()
+        return np.memmap(fh, dtype=dtype, mode="r+", offset=fh.tell(), shape=tuple(shape))
+
+
+def _map_extra(folder: str, name: str) -> np.ndarray:
+    with Confined(folder).open_in_place(name) as fh:
+        try:
+            major, _ = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(fh)
+        except ValueError as e:
+            raise ValueError(f"{folder}/{name}: not the .npy column set_array_at_key writes ({e})") from None
+        return np.memmap(fh, dtype=dtype, mode="r+", offset=fh.tell(), shape=shape,
+                         order="F" if fortran else "C")
 
 
 def open_extras(folder: str) -> Dict[str, np.ndarray]:
     """The columns ``set_array_at_key`` added, mapped again."""
     out = {}
-    for name in sorted(os.listdir(folder)):
+    for name in Confined(folder).names():
         if name.startswith("extra-") and name.endswith(".npy"):
-            out[name[len("extra-"):-len(".npy")]] = np.load(os.path.join(folder, name), mmap_mode="r+")
+            out[name[len("extra-"):-len(".npy")]] = _map_extra(folder, name)
     return out
