@@ -620,3 +620,115 @@ fn verify_finds_crafted_values_whose_checksums_hold_text_not_utf8_and_part_eleme
         report.problems
     );
 }
+
+/// A sink that lets the writer add `adds` items (one call each) while a reader's draw is
+/// between reading an item's slots and copying its values: the interleaving of a writer
+/// in another process, made exact.
+struct WriterMidRead<'w> {
+    inner: replaystore::Batch,
+    writer: &'w mut ReplayBuffer,
+    adds: std::ops::Range<u64>,
+}
+
+impl WriterMidRead<'_> {
+    fn meddle(&mut self) {
+        for i in std::mem::take(&mut self.adds) {
+            self.writer
+                .add(&[
+                    Column::scalar("i", &i),
+                    Column::text("t", &format!("{i:0>100}")),
+                ])
+                .unwrap();
+        }
+    }
+}
+
+impl replaystore::Sink for WriterMidRead<'_> {
+    fn arrays(&mut self, layout: &replaystore::Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+        replaystore::Sink::arrays(&mut self.inner, layout)
+    }
+    fn values(
+        &mut self,
+        field: &replaystore::VarField,
+        lengths: &[u64],
+    ) -> replaystore::Result<replaystore::ValuesOut<'_>> {
+        self.meddle();
+        replaystore::Sink::values(&mut self.inner, field, lengths)
+    }
+    fn all_values(
+        &mut self,
+        fields: &[&replaystore::VarField],
+        lengths: &[Vec<u64>],
+    ) -> replaystore::Result<Option<Vec<replaystore::ValuesOut<'_>>>> {
+        self.meddle();
+        replaystore::Sink::all_values(&mut self.inner, fields, lengths)
+    }
+}
+
+/// Promise: a reader never takes a race with the writer for damage. After a checkpoint
+/// the reader may read an old item's row from a segment the snapshot still links (the
+/// writer copies it before it changes it, so the reader's copy keeps its stamps) while
+/// the item's value chunk, in a chunk segment already copied, is evicted and rewritten
+/// in place. The trial saw this as `CorruptError`s ("chunk N holds ..., expected stamp")
+/// from readers of text buffers whose writer called `get_state`.
+#[test]
+fn a_value_rewritten_while_a_reader_reads_a_row_a_snapshot_froze_is_a_race_not_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let schema = Schema::builder()
+        .field("i", DType::U64, &[])
+        .variable("t", VarKind::Str, None)
+        .build()
+        .unwrap();
+    // 4 rows a segment, 8 one-call chunks in the chunk ring: it laps long before the rows,
+    // and the oldest live item lies two segments behind the tail.
+    let config = Config::new(schema, 256)
+        .segment_slots(4)
+        .heap_bytes(8 * 1008)
+        .chunk_bytes(1008);
+    let mut writer = ReplayBuffer::create(&dir, config).unwrap();
+    let add = |w: &mut ReplayBuffer, i: u64| {
+        w.add(&[
+            Column::scalar("i", &i),
+            Column::text("t", &format!("{i:0>100}")),
+        ])
+        .unwrap();
+    };
+    // 7 chunks: items 19..26 live, item 19 the last of its row segment.
+    for i in 0..26 {
+        add(&mut writer, i);
+    }
+    writer.get_state().unwrap();
+    // One more add evicts item 19: its row segment, the tail's and the chunk segment get
+    // copies of their own; the segment of the oldest live item, 20, stays the snapshot's.
+    add(&mut writer, 26);
+    let mut reader = replaystore::Reader::open(&dir).unwrap();
+    reader.refresh().unwrap();
+    let oldest = reader.live().start;
+    assert_eq!(oldest, 20);
+    // Read the oldest item while the writer adds 8 more: it is evicted, its chunk reused.
+    let mut sink = WriterMidRead {
+        inner: replaystore::Batch::default(),
+        writer: &mut writer,
+        adds: 27..35,
+    };
+    let got = reader.sample_into(Request::at(&[oldest]), &mut sink);
+    assert!(
+        matches!(got, Err(Error::Evicted { index, .. }) if index == oldest),
+        "{got:?}"
+    );
+    // A draw in the same position draws again from what is live then, and gets values
+    // that are its items'.
+    let mut sink = WriterMidRead {
+        inner: replaystore::Batch::default(),
+        writer: &mut writer,
+        adds: 35..43,
+    };
+    reader.reseed(1);
+    reader.sample_into(Request::rows(64), &mut sink).unwrap();
+    let batch = sink.inner;
+    let ids: &[u64] = batch.get("i").unwrap();
+    for (r, &i) in ids.iter().enumerate() {
+        assert_eq!(batch.text("t", r).unwrap(), format!("{i:0>100}"));
+    }
+}

@@ -220,6 +220,10 @@ impl DrawsRows for PriorityOwner {
         self.reader.len()
     }
 
+    fn value_race(&mut self, index: u64) -> Result<bool> {
+        self.reader.value_race(index)
+    }
+
     fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
         self.reader.ready_to_draw(request, n)
     }

@@ -885,6 +885,10 @@ impl DrawsRows for Reader {
         self.len()
     }
 
+    fn value_race(&mut self, index: u64) -> Result<bool> {
+        self.lost_race(index)
+    }
+
     fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
         if request.remove {
             return Err(Error::ReadOnly {

@@ -551,6 +551,15 @@ pub trait DrawsRows {
     fn drawn(&mut self, _request: &Request<'_>, _indices: &[u64]) -> Result<()> {
         Ok(())
     }
+    /// After the values of item `index` failed their check: whether a writer in another
+    /// process took the item meanwhile rather than the bytes being damaged. The row's
+    /// own stamp cannot always tell: a reader may read the row from a segment a snapshot
+    /// froze (the writer copies it before it stores there again, so its stamps never
+    /// move) while the item's chunks, already copied, are rewritten in place. A reader
+    /// looks at where the writer is; a handle that is the writer never races.
+    fn value_race(&mut self, _index: u64) -> Result<bool> {
+        Ok(false)
+    }
     /// Gathers the rows `pick_rows` picked into `outs` (one slice per field,
     /// `indices.len()` rows each): only picked rows, whose given indices the pick has
     /// checked are live. A reader picks again, the same way, a row the writer took
@@ -591,6 +600,12 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
         tries += 1;
         match done {
             Err(Error::Evicted { .. }) if request.draws() && tries < VALUE_TRIES => continue,
+            // A race the row's stamp did not show: drawn (or read, if still live) again.
+            Err(Error::BadItem { index, .. })
+                if tries < VALUE_TRIES && handle.value_race(index)? =>
+            {
+                continue;
+            }
             Err(Error::Evicted { .. }) if request.draws() => {
                 break Err(Error::InvalidSample(format!(
                     "the writer evicted an item drawn while its values were read {VALUE_TRIES} \
