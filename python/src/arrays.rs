@@ -97,9 +97,24 @@ fn borrow_as<'py>(array: &Bound<'py, PyUntypedArray>, dtype: DType) -> Option<Ty
     }
 }
 
+/// Allocations at least this large are tried before they are made (`Owned::zeroed`).
+const PROBE_BYTES: usize = 1 << 20;
+
+/// Makes room for `n` more bytes in `out`, or says `MemoryError` where the process
+/// cannot have them (a failed allocation would abort the interpreter).
+pub fn reserve(out: &mut Vec<u8>, n: usize, what: &str) -> PyResult<()> {
+    out.try_reserve(n).map_err(|_| {
+        crate::errors::to_py(replaystore::Error::OutOfMemory {
+            what: what.to_owned(),
+            bytes: n as u64,
+        })
+    })
+}
+
 /// Appends the elements of `value` to `out` when it is a 1-D C-contiguous NumPy array
 /// of `dtype` (a ragged field's value as trainers hand it: no conversion, one copy);
-/// `false` for anything else, which the caller converts.
+/// `false` for anything else, which the caller converts. The caller has checked its
+/// size.
 pub fn append_array(value: &Bound<'_, PyAny>, dtype: DType, out: &mut Vec<u8>) -> PyResult<bool> {
     let Ok(array) = value.cast::<PyUntypedArray>() else {
         return Ok(false);
@@ -114,7 +129,9 @@ pub fn append_array(value: &Bound<'_, PyAny>, dtype: DType, out: &mut Vec<u8>) -
         held: Held::Array(typed),
         shape: vec![array.len()],
     };
-    out.extend_from_slice(input.bytes()?);
+    let raw = input.bytes()?;
+    reserve(out, raw.len(), "a variable-length value")?;
+    out.extend_from_slice(raw);
     Ok(true)
 }
 
@@ -366,7 +383,21 @@ macro_rules! owned {
 impl Owned {
     /// `n` zeroed elements of `dtype` (calloc'd: pages are touched only when the engine
     /// fills them).
-    fn zeroed(dtype: DType, n: usize) -> Owned {
+    /// `n` zeroed elements (calloc'd: pages are touched only as they are filled), or
+    /// `OutOfMemory` where the process cannot have them (a memory cap): checked first
+    /// for a large array, since a failed allocation would abort the interpreter.
+    fn zeroed(dtype: DType, n: usize) -> replaystore::Result<Owned> {
+        let bytes = n.saturating_mul(dtype.size());
+        if bytes >= PROBE_BYTES && Vec::<u8>::new().try_reserve_exact(bytes).is_err() {
+            return Err(replaystore::Error::OutOfMemory {
+                what: format!("an array of {n} {} elements", dtype.name()),
+                bytes: bytes as u64,
+            });
+        }
+        Ok(Owned::zeroed_unchecked(dtype, n))
+    }
+
+    fn zeroed_unchecked(dtype: DType, n: usize) -> Owned {
         match dtype {
             DType::Bool | DType::U8 => Owned::U8(vec![0; n]),
             DType::I8 => Owned::I8(vec![0; n]),
@@ -407,7 +438,7 @@ pub fn numpy_of(py: Python<'_>, a: replaystore::FieldArray) -> PyResult<Bound<'_
     let shape = a.shape();
     let elements: usize = shape.iter().product();
     if a.bytes().len() < HAND_OVER {
-        let mut owned = Owned::zeroed(dtype, elements);
+        let mut owned = Owned::zeroed_unchecked(dtype, elements);
         if let Some(dst) = owned.bytes().get_mut(..a.bytes().len()) {
             dst.copy_from_slice(a.bytes());
         }
@@ -453,15 +484,15 @@ impl Sink for NumpySink {
                 let mut name = String::with_capacity(a.prefix.len() + a.name.len());
                 name.push_str(a.prefix);
                 name.push_str(a.name);
-                (name, a.dtype, shape_of(a), Owned::zeroed(a.dtype, n))
+                Ok((name, a.dtype, shape_of(a), Owned::zeroed(a.dtype, n)?))
             })
-            .collect();
+            .collect::<replaystore::Result<_>>()?;
         self.values.clear();
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
     }
 
     fn values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<ValuesOut<'_>> {
-        self.push_values(field, lengths);
+        self.push_values(field, lengths)?;
         let v = self.values.last_mut().ok_or(replaystore::Error::Empty)?;
         Ok(v.out())
     }
@@ -472,7 +503,7 @@ impl Sink for NumpySink {
         lengths: &[Vec<u64>],
     ) -> replaystore::Result<Option<Vec<ValuesOut<'_>>>> {
         for (field, l) in fields.iter().zip(lengths) {
-            self.push_values(field, l);
+            self.push_values(field, l)?;
         }
         Ok(Some(self.values.iter_mut().map(VarValues::out).collect()))
     }
@@ -498,13 +529,13 @@ impl NumpySink {
     /// Storage for one field's values of `lengths` bytes each, in this sink's layout:
     /// zeroed (calloc'd, so pages are touched only as the draw fills them), padding
     /// set to the pad value when it is not zero.
-    fn push_values(&mut self, field: &VarField, lengths: &[u64]) {
+    fn push_values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<()> {
         let dtype = field.kind().dtype();
         let size = dtype.size() as u64;
         let (owned, width) = match self.layout {
             VarLayout::Padded(pad) => {
                 let width = lengths.iter().map(|&n| n / size).max().unwrap_or(0) as usize;
-                let mut owned = Owned::zeroed(dtype, lengths.len() * width);
+                let mut owned = Owned::zeroed(dtype, lengths.len() * width)?;
                 if pad != 0.0 {
                     let word = dtype.encode_f64(pad);
                     let pattern = word.get(..size as usize).unwrap_or(&[]);
@@ -515,7 +546,7 @@ impl NumpySink {
                 (owned, Some(width))
             }
             _ => (
-                Owned::zeroed(dtype, (lengths.iter().sum::<u64>() / size) as usize),
+                Owned::zeroed(dtype, (lengths.iter().sum::<u64>() / size) as usize)?,
                 None,
             ),
         };
@@ -526,6 +557,7 @@ impl NumpySink {
             lengths: lengths.to_vec(),
             width,
         });
+        Ok(())
     }
 }
 
@@ -633,7 +665,7 @@ fn put_values(
                     VarKind::Bytes => list.append(PyBytes::new(py, value))?,
                     VarKind::Ragged(_) => {
                         let k = n as usize / size as usize;
-                        let mut one = Owned::zeroed(dtype, k);
+                        let mut one = Owned::zeroed(dtype, k).map_err(crate::errors::to_py)?;
                         one.bytes().copy_from_slice(value);
                         list.append(one.into_array(py, IxDyn(&[k]))?)?;
                     }

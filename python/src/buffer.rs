@@ -40,6 +40,10 @@ impl Handle {
         either!(self, b => b.schema())
     }
 
+    fn value_room(&self) -> u64 {
+        either!(self, b => b.value_room())
+    }
+
     fn dir(&self) -> &std::path::Path {
         either!(self, b => b.dir())
     }
@@ -150,6 +154,9 @@ pub struct PyBuffer {
     /// The buffer's schema (it never changes): arrays are checked against it before
     /// the lock is taken, so no Python conversion runs while other threads wait.
     schema: Schema,
+    /// The most bytes of variable-length values one add can bring (the chunk ring's
+    /// payload): a larger value is refused before it is copied.
+    value_room: u64,
     /// How adds take arrays of another dtype (`cast`): true for NumPy's same_kind.
     same_kind: std::sync::atomic::AtomicBool,
 }
@@ -230,9 +237,11 @@ impl PyBuffer {
     /// The Python handle of an engine handle (created, opened, or a lane of `Lanes`).
     pub(crate) fn of(handle: Handle) -> PyBuffer {
         let schema = handle.schema().clone();
+        let value_room = handle.value_room();
         PyBuffer {
             inner: Shared::new(Some(handle)),
             schema,
+            value_room,
             same_kind: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -468,7 +477,7 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs_cast(&self.schema, fields, true, self.cast_mode())?;
-        let var = var_inputs(&self.schema, fields, false)?;
+        let var = var_inputs(&self.schema, fields, false, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -491,7 +500,7 @@ impl PyBuffer {
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
         let inputs = inputs_cast(&self.schema, batch, true, self.cast_mode())?;
-        let var = var_inputs(&self.schema, batch, true)?;
+        let var = var_inputs(&self.schema, batch, true, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -972,7 +981,7 @@ impl PyBuffer {
         truncated: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let inputs = inputs_cast(&self.schema, batch, false, self.cast_mode())?;
-        let var = var_inputs(&self.schema, batch, false)?;
+        let var = var_inputs(&self.schema, batch, false, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);

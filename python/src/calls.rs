@@ -101,16 +101,25 @@ pub(crate) struct VarInput {
 /// takes any bytes-like object, a ragged field a 1-D array-like of its dtype (converted
 /// only where no value changes, as fixed fields are). Every value is copied once here;
 /// the engine checks lengths and UTF-8 before anything is written.
+///
+/// `room` is the most bytes of values one call may bring (the chunk ring's payload,
+/// `ReplayBuffer::value_room`): a value longer than that or than its field's bound, or
+/// values adding up past it, are refused as the engine refuses them (`ValueTooLong`)
+/// before they are copied, and memory that cannot be had is `MemoryError`, never an
+/// abort.
 pub(crate) fn var_inputs(
     schema: &Schema,
     values: &Bound<'_, PyDict>,
     batch: bool,
+    room: u64,
 ) -> PyResult<Vec<VarInput>> {
     if schema.var_fields().is_empty() {
         return Ok(Vec::new());
     }
     let values = &spread_nested(schema, values)?;
     let mut out = Vec::with_capacity(schema.var_fields().len());
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
+    let mut total = 0usize;
     for f in schema.var_fields() {
         let Some(v) = values.get_item(f.name())? else {
             return Err(to_py(Error::MissingField {
@@ -134,12 +143,22 @@ pub(crate) fn var_inputs(
                     v.get_type().name()?
                 )));
             }
-            for item in v.try_iter()? {
-                append_value(f, &item?, &mut input.bytes)?;
+            for (row, item) in v.try_iter()?.enumerate() {
+                let bound = ValueBound {
+                    room,
+                    used: total,
+                    row,
+                };
+                total += append_value(f, &item?, &mut input.bytes, &bound)?;
                 input.offsets.push(input.bytes.len() as u64);
             }
         } else {
-            append_value(f, &v, &mut input.bytes)?;
+            let bound = ValueBound {
+                room,
+                used: total,
+                row: 0,
+            };
+            total += append_value(f, &v, &mut input.bytes, &bound)?;
             input.offsets.push(input.bytes.len() as u64);
         }
         out.push(input);
@@ -147,20 +166,65 @@ pub(crate) fn var_inputs(
     Ok(out)
 }
 
-/// Appends one value of variable-length field `f` to `out`.
+/// Where a value of an add stands against the call's bound on value bytes.
+struct ValueBound {
+    /// The most bytes of values the call may bring.
+    room: usize,
+    /// Bytes the call's values before this one take.
+    used: usize,
+    /// The value's row in the batch.
+    row: usize,
+}
+
+impl ValueBound {
+    /// Refuses a value of `bytes` bytes (at least: a `str` is measured in characters
+    /// before it is encoded) of field `f`, before a byte of it is copied: longer than
+    /// the field's bound or the chunk ring, or past what the call has left.
+    fn check(&self, f: &replaystore::VarField, bytes: usize) -> PyResult<()> {
+        let size = f.kind().dtype().size();
+        let max = f.max_bytes().unwrap_or(usize::MAX).min(self.room);
+        if bytes > max {
+            return Err(to_py(Error::ValueTooLong {
+                field: f.name().to_owned(),
+                row: self.row,
+                len: bytes / size,
+                max: max / size,
+            }));
+        }
+        if self.used.saturating_add(bytes) > self.room {
+            return Err(to_py(Error::ValueTooLong {
+                field: "(the variable-length values of one call)".into(),
+                row: self.row,
+                len: self.used.saturating_add(bytes),
+                max: self.room,
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// Appends one value of variable-length field `f` to `out`, its size checked against
+/// `bound` first; returns its length in bytes.
 fn append_value(
     f: &replaystore::VarField,
     v: &Bound<'_, PyAny>,
     out: &mut Vec<u8>,
-) -> PyResult<()> {
+    bound: &ValueBound,
+) -> PyResult<usize> {
     use pyo3::types::{PyByteArray, PyBytes, PyString};
     use replaystore::VarKind;
-    let wrong = |expected: &str| -> PyResult<()> {
+    let wrong = |expected: &str| -> PyResult<usize> {
         Err(SchemaError::new_err(format!(
             "field {:?}: expected {expected}, got {}",
             f.name(),
             v.get_type().name()?
         )))
+    };
+    let copy = |out: &mut Vec<u8>, bytes: &[u8]| -> PyResult<usize> {
+        bound.check(f, bytes.len())?;
+        arrays::reserve(out, bytes.len(), "a variable-length value")?;
+        out.extend_from_slice(bytes);
+        Ok(bytes.len())
     };
     match f.kind() {
         VarKind::Str | VarKind::Bytes => {
@@ -168,24 +232,34 @@ fn append_value(
                 if f.kind() == VarKind::Bytes {
                     return wrong("bytes (encode text, or declare the field \"str\")");
                 }
-                out.extend_from_slice(s.to_cow()?.as_bytes());
+                // Characters first: UTF-8 takes at least a byte each, and encoding a
+                // string too long to store would copy it for nothing.
+                bound.check(f, s.len()?)?;
+                copy(out, s.to_cow()?.as_bytes())
             } else if let Ok(b) = v.cast::<PyBytes>() {
-                out.extend_from_slice(b.as_bytes());
+                copy(out, b.as_bytes())
             } else if let Ok(b) = v.cast::<PyByteArray>() {
-                out.extend_from_slice(&b.to_vec());
+                bound.check(f, b.len())?;
+                copy(out, &b.to_vec())
             } else if let Ok(view) = v.cast::<pyo3::types::PyMemoryView>() {
+                bound.check(f, view.getattr("nbytes")?.extract()?)?;
                 let raw = view.call_method0("tobytes")?;
-                out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
+                copy(out, raw.cast::<PyBytes>()?.as_bytes())
             } else {
-                return wrong(match f.kind() {
+                wrong(match f.kind() {
                     VarKind::Str => "str",
                     _ => "bytes",
-                });
+                })
             }
         }
         VarKind::Ragged(dtype) => {
+            // An array's (or a sequence's) elements, each `dtype` once stored.
+            if let Ok(n) = v.len() {
+                bound.check(f, n.saturating_mul(dtype.size()))?;
+            }
+            let before = out.len();
             if arrays::append_array(v, dtype, out)? {
-                return Ok(());
+                return Ok(out.len() - before);
             }
             let a = v
                 .py()
@@ -195,10 +269,9 @@ fn append_value(
                 .cast_into::<numpy::PyUntypedArray>()
                 .map_err(PyErr::from)?;
             let raw = a.call_method0("tobytes")?;
-            out.extend_from_slice(raw.cast::<PyBytes>()?.as_bytes());
+            copy(out, raw.cast::<PyBytes>()?.as_bytes())
         }
     }
-    Ok(())
 }
 
 /// The engine configuration the Python `create` calls share.
@@ -693,7 +766,18 @@ pub(crate) fn rows_removing(
 
 /// The indices a Python `get(indices)` reads (an int or an array-like).
 pub(crate) fn get_indices<'py>(py: Python<'py>, indices: &Bound<'py, PyAny>) -> PyResult<Vec<u64>> {
-    Ok(index_array(py, indices, "indices")?.as_slice()?.to_vec())
+    let array = index_array(py, indices, "indices")?;
+    let given = array.as_slice()?;
+    let mut out = Vec::new();
+    // A failed allocation would abort the interpreter: a capped process says MemoryError.
+    out.try_reserve_exact(given.len()).map_err(|_| {
+        to_py(Error::OutOfMemory {
+            what: format!("{} indices", given.len()),
+            bytes: (given.len() as u64).saturating_mul(8),
+        })
+    })?;
+    out.extend_from_slice(given);
+    Ok(out)
 }
 
 /// A count from Python (`n`, `capacity`): a negative one is a `ValueError`, as Python's

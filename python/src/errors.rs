@@ -155,7 +155,7 @@ pub fn to_py(e: E) -> PyErr {
         | E::BadSnapshot { .. } => CorruptError::new_err(msg),
         E::ForeignFile { .. } => ForeignFileError::new_err(msg),
         // As NumPy answers np.empty(2**45): the size, not the buffer, is at fault.
-        E::TooLarge { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
+        E::TooLarge { .. } | E::OutOfMemory { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
         E::InvalidSchema(_)
         | E::MissingField { .. }
         | E::UnknownField { .. }

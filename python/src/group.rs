@@ -179,11 +179,13 @@ impl PyGroup {
         Ok(out.into_any())
     }
 
-    fn member_schema(&self, py: Python<'_>, member: &str) -> PyResult<replaystore::Schema> {
+    /// `member`'s schema and the most bytes of variable-length values one of its adds
+    /// can bring (created from the template if new).
+    fn member_schema(&self, py: Python<'_>, member: &str) -> PyResult<(replaystore::Schema, u64)> {
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         let m = py.detach(|| w.member_or_create(member)).map_err(to_py)?;
-        Ok(m.schema().clone())
+        Ok((m.schema().clone(), m.value_room()))
     }
 }
 
@@ -309,9 +311,9 @@ impl PyGroup {
     ) -> PyResult<u64> {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
-        let schema = self.member_schema(py, member)?;
+        let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, fields, true)?;
-        let var = var_inputs(&schema, fields, false)?;
+        let var = var_inputs(&schema, fields, false, room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
@@ -327,9 +329,9 @@ impl PyGroup {
         batch: BatchDict<'py>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let batch = &batch.0;
-        let schema = self.member_schema(py, member)?;
+        let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, true)?;
-        let var = var_inputs(&schema, batch, true)?;
+        let var = var_inputs(&schema, batch, true, room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
@@ -349,9 +351,9 @@ impl PyGroup {
         terminated: bool,
         truncated: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let schema = self.member_schema(py, member)?;
+        let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, false)?;
-        let var = var_inputs(&schema, batch, false)?;
+        let var = var_inputs(&schema, batch, false, room)?;
         let cols = columns(&inputs, &var)?;
         let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);

@@ -175,3 +175,68 @@ def test_numpy_scalars_of_the_fields_dtype_are_stored_bit_for_bit(tmp_path):
         with pytest.raises(rs.SchemaError, match="too large for float32"):
             buf.add(**{**rows[0], "float32": np.float64(1e300)})
         assert len(buf) == 3
+
+
+GIANT = r'''
+import resource, sys
+import numpy as np
+import replaystore as rs
+
+path = sys.argv[1]
+buf = rs.ReplayBuffer.create(path + "/t", {"t": "str", "tok": ("int32", (None,))}, 16,
+                             heap_bytes=1 << 20)
+buf.add(t="ok", tok=np.arange(3, dtype=np.int32))
+buf.flush()
+# The address space this process has now, and 1.5 GiB more: room for a 1 GiB argument,
+# none for a copy of it.
+with open("/proc/self/status") as f:
+    vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+cap = vm + (3 << 29)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+said = []
+giant = "a" * (1 << 30)
+try:
+    buf.add(t=giant, tok=np.arange(3, dtype=np.int32))
+except ValueError as e:
+    said.append("str: " + type(e).__name__)
+try:
+    buf.add_batch({"t": ["x", giant], "tok": [np.arange(2, dtype=np.int32)] * 2})
+except ValueError as e:
+    said.append("batch: " + type(e).__name__)
+del giant
+tokens = np.zeros(1 << 28, np.int32)  # 1 GiB of token ids
+try:
+    buf.add(t="x", tok=tokens)
+except ValueError as e:
+    said.append("ragged: " + type(e).__name__)
+del tokens
+reader = rs.Reader.open(path + "/t")
+idx = np.arange(1 << 27, dtype=np.uint64)  # 1 GiB of indices
+try:
+    reader.get(idx)
+except MemoryError as e:
+    said.append("get: MemoryError")
+except rs.EvictedError:
+    said.append("get: EvictedError")
+del idx
+assert buf.get(np.array([0], np.uint64))["t"] == ["ok"] and len(buf) == 1
+print(";".join(said))
+'''
+
+
+def test_giant_values_and_reads_are_refused_before_they_are_copied_under_a_memory_cap(tmp_path):
+    """A 1 GiB string for a 1 MiB chunk ring, 1 GiB of token ids, and 2^27 indices to a
+    reader, in a process whose address space leaves no room for a copy of either: each
+    is an exception (ValueError for a value too long, MemoryError or EvictedError for the
+    read), never an abort, and the buffer goes on. Before, the add copied the string
+    twice over before its bound was checked, and the read copied the indices: both
+    aborted the interpreter."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GIANT, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    said = done.stdout.strip().split(";")
+    assert said[:3] == ["str: ValueError", "batch: ValueError", "ragged: ValueError"], said
+    assert said[3] in ("get: MemoryError", "get: EvictedError"), said

@@ -647,6 +647,16 @@ pub enum Error {
         limit: u64,
     },
 
+    /// Memory the process could not have (a cap such as `ulimit -v` or a container's):
+    /// refused as an error, never an abort.
+    #[error("could not allocate {bytes} bytes for {what}: the process's memory is capped below it")]
+    OutOfMemory {
+        /// What the memory was for.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+
     /// A path inside a buffer names something the engine did not make: a symbolic link
     /// (anywhere on the way), a FIFO, a device, a socket, or a folder where a file
     /// belongs. Refused before anything is read, written or removed through it.

@@ -212,6 +212,12 @@ impl Rows {
                 if !request.include_removed {
                     check_not_removed(life, given)?;
                 }
+                indices
+                    .try_reserve(given.len())
+                    .map_err(|_| Error::OutOfMemory {
+                        what: format!("the {} indices of a read", given.len()),
+                        bytes: (given.len() as u64).saturating_mul(8),
+                    })?;
                 indices.extend_from_slice(given);
             }
             Pick::Oldest => {

@@ -147,6 +147,25 @@ impl<R: Role> ReplayBuffer<R> {
         self.rows.superblock.capacity
     }
 
+    /// The most bytes of variable-length values one `add` or `add_batch` call can hold:
+    /// the chunk ring's payload (0 for a schema without such fields). More is refused
+    /// with `ValueTooLong`; a binding checks a value against it before copying it.
+    ///
+    /// ```
+    /// use replaystore::{Config, ReplayBuffer, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().variable("t", VarKind::Str, None).build()?;
+    /// let buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).heap_bytes(4 * 1008))?;
+    /// assert_eq!(buf.value_room(), 4 * 1008);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn value_room(&self) -> u64 {
+        self.rows
+            .heap
+            .as_ref()
+            .map_or(0, |h| h.capacity().saturating_mul(h.chunk_bytes()))
+    }
+
     /// The live logical indices, `head..tail`.
     pub fn live(&self) -> Range<u64> {
         self.rows.live()
