@@ -704,3 +704,46 @@ fn a_failure_at_any_file_operation_of_a_group_step_loses_nothing() {
         "only {failed} of {points} injected failures surfaced"
     );
 }
+
+#[test]
+fn an_unlisted_member_folder_with_a_foreign_entry_is_refused_with_nothing_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let mut group = BufferGroup::create(&dir, Some(template())).unwrap();
+    add_step(&mut group, &["a"], 0);
+    drop(group);
+    // A member folder GROUP does not list (a creation a kill cut short, as far as the
+    // open can tell), with a snapshot, and a file of someone's beside its own.
+    let lane7 = dir.join("lane-7");
+    let mut stray = ReplayBuffer::create(&lane7, template()).unwrap();
+    stray
+        .add(&[
+            Column::scalar("step", &1u64),
+            Column::new("obs", &[0f32; 3]),
+        ])
+        .unwrap();
+    stray.get_state_named("keep").unwrap();
+    stray.close().unwrap();
+    std::fs::write(lane7.join("notes.txt"), b"mine").unwrap();
+    let snapshot: Vec<_> = std::fs::read_dir(lane7.join("snapshots/keep"))
+        .unwrap()
+        .collect();
+    assert!(!snapshot.is_empty());
+    let refused = BufferGroup::open(&dir);
+    assert!(
+        matches!(&refused, Err(Error::ForeignFile { path, .. }) if path.ends_with("notes.txt")),
+        "{:?}",
+        refused.err()
+    );
+    // Nothing was removed before the refusal: the snapshot is whole.
+    let after: Vec<_> = std::fs::read_dir(lane7.join("snapshots/keep"))
+        .unwrap()
+        .collect();
+    assert_eq!(after.len(), snapshot.len());
+    assert!(lane7.join("MANIFEST").exists());
+    // Without the foreign file the open removes the stray member whole.
+    std::fs::remove_file(lane7.join("notes.txt")).unwrap();
+    let group = BufferGroup::open(&dir).unwrap();
+    assert_eq!(group.members(), ["a"]);
+    assert!(!lane7.exists());
+}

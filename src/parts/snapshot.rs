@@ -249,11 +249,13 @@ fn engine_entry(depth: usize, name: &str, kind: Kind) -> bool {
 }
 
 /// Every entry under `dir` in the order to remove them (contents before their folder),
-/// or an error naming the first entry the engine did not write.
+/// or an error naming the first entry the engine did not write. At depth 0 an entry
+/// named `skip` is left out (a buffer's `snapshots/`, planned folder by folder).
 fn removal_plan(
     io: &dyn Io,
     dir: &Path,
     depth: usize,
+    skip: Option<&str>,
     out: &mut Vec<(PathBuf, Kind)>,
 ) -> Result<()> {
     let entries = io
@@ -261,6 +263,9 @@ fn removal_plan(
         .map_err(|e| Error::io("read directory", dir, e))?;
     for (name, kind) in entries {
         let path = dir.join(&name);
+        if depth == 0 && kind == Kind::Dir && skip.is_some_and(|s| name == s) {
+            continue;
+        }
         if !name.to_str().is_some_and(|n| engine_entry(depth, n, kind)) {
             return Err(Error::ForeignFile {
                 path,
@@ -270,25 +275,26 @@ fn removal_plan(
             });
         }
         if kind == Kind::Dir {
-            removal_plan(io, &path, depth + 1, out)?;
+            removal_plan(io, &path, depth + 1, None, out)?;
         }
         out.push((path, kind));
     }
     Ok(())
 }
 
-/// Removes a folder written by the engine (files, then one level of folders). Nothing
-/// is removed unless every entry is one the engine writes (see [`engine_entry`]); a
-/// link is never followed, and a folder that is itself a link is refused.
-pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+/// Whether `dir` is a folder to remove: `false` when nothing is there; a link or
+/// anything but a folder is refused.
+fn is_folder(io: &dyn Io, dir: &Path) -> Result<bool> {
     match io.kind(dir) {
-        Ok(Kind::Dir) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Ok(found) => return Err(refused(dir.to_path_buf(), "remove", found, Kind::Dir)),
-        Err(e) => return Err(Error::io("inspect", dir, e)),
+        Ok(Kind::Dir) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Ok(found) => Err(refused(dir.to_path_buf(), "remove", found, Kind::Dir)),
+        Err(e) => Err(Error::io("inspect", dir, e)),
     }
-    let mut plan = Vec::new();
-    removal_plan(io, dir, 0, &mut plan)?;
+}
+
+/// Removes what `plan` lists, in its order.
+fn carry_out(io: &dyn Io, plan: Vec<(PathBuf, Kind)>) -> Result<()> {
     for (path, kind) in plan {
         let done = if kind == Kind::Dir {
             io.remove_dir(&path)
@@ -297,35 +303,50 @@ pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
         };
         done.map_err(|e| Error::io("remove", &path, e))?;
     }
-    io.remove_dir(dir)
-        .map_err(|e| Error::io("remove directory", dir, e))
+    Ok(())
 }
 
-/// Removes a whole buffer folder the engine made, snapshots included: each snapshot
-/// folder as [`remove_tree`] removes it, then `snapshots/`, then the rest. A group's
-/// member whose creation a kill cut short is removed so.
-pub(crate) fn remove_buffer(io: &dyn Io, dir: &Path) -> Result<()> {
-    let snaps = dir.join(SNAPSHOTS_DIR);
-    match io.kind(&snaps) {
-        Ok(Kind::Dir) => {
-            let entries = io
-                .list_dir(&snaps)
-                .map_err(|e| Error::io("read directory", &snaps, e))?;
-            for (name, kind) in entries {
-                let path = snaps.join(&name);
-                if kind != Kind::Dir {
-                    return Err(refused(path, "remove", kind, Kind::Dir));
-                }
-                remove_tree(io, &path)?;
-            }
-            io.remove_dir(&snaps)
-                .map_err(|e| Error::io("remove directory", &snaps, e))?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Ok(found) => return Err(refused(snaps, "remove", found, Kind::Dir)),
-        Err(e) => return Err(Error::io("inspect", &snaps, e)),
+/// Removes a folder written by the engine (files, then one level of folders). Nothing
+/// is removed unless every entry is one the engine writes (see [`engine_entry`]); a
+/// link is never followed, and a folder that is itself a link is refused.
+pub(crate) fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+    if !is_folder(io, dir)? {
+        return Ok(());
     }
-    remove_tree(io, dir)
+    let mut plan = Vec::new();
+    removal_plan(io, dir, 0, None, &mut plan)?;
+    plan.push((dir.to_path_buf(), Kind::Dir));
+    carry_out(io, plan)
+}
+
+/// Removes a whole buffer folder the engine made, snapshots included. The whole tree
+/// is planned first (each snapshot folder as [`remove_tree`] would remove it, then
+/// `snapshots/`, then the rest), so a foreign entry anywhere refuses the folder with
+/// nothing removed. A group's member whose creation a kill cut short is removed so.
+pub(crate) fn remove_buffer(io: &dyn Io, dir: &Path) -> Result<()> {
+    if !is_folder(io, dir)? {
+        return Ok(());
+    }
+    let mut plan = Vec::new();
+    let snaps = dir.join(SNAPSHOTS_DIR);
+    if is_folder(io, &snaps)? {
+        let entries = io
+            .list_dir(&snaps)
+            .map_err(|e| Error::io("read directory", &snaps, e))?;
+        for (name, kind) in entries {
+            let path = snaps.join(&name);
+            if kind != Kind::Dir {
+                return Err(refused(path, "remove", kind, Kind::Dir));
+            }
+            removal_plan(io, &path, 0, None, &mut plan)?;
+            plan.push((path, Kind::Dir));
+        }
+        plan.push((snaps, Kind::Dir));
+    }
+    // The rest after the snapshots, `snapshots/` itself left out: it is planned above.
+    removal_plan(io, dir, 0, Some(SNAPSHOTS_DIR), &mut plan)?;
+    plan.push((dir.to_path_buf(), Kind::Dir));
+    carry_out(io, plan)
 }
 
 /// Whether snapshot `name` of the buffer in `dir` exists: a folder, which is its
@@ -708,7 +729,7 @@ pub(crate) fn delete(io: &dyn Io, dir: &Path, name: &str) -> Result<()> {
         });
     }
     // Refused before anything moves if the folder holds what the engine did not write.
-    removal_plan(io, &snap, 0, &mut Vec::new())?;
+    removal_plan(io, &snap, 0, None, &mut Vec::new())?;
     let doomed = root.join(format!("{DEL_PREFIX}{name}"));
     remove_tree(io, &doomed)?;
     io.rename(&snap, &doomed)
