@@ -145,6 +145,16 @@ fn a_commit_generation_at_the_end_of_its_range_is_a_typed_error_never_a_wrap() {
         "{e}"
     );
     drop(buf);
+    // verify names it (it said sound before: a buffer no writer can write again).
+    let report = replaystore::verify(&path).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.what.contains("commit generation") && p.file.ends_with("MANIFEST")),
+        "{:?}",
+        report.problems
+    );
     // Nothing acknowledged was lost: the items are all there.
     let r = Reader::open(&path).unwrap();
     assert_eq!(r.live(), 0..20);

@@ -724,6 +724,20 @@ fn verify_live(
         }
     };
     report.commit = Some(commit);
+    // No writer reaches 2^63 commits (a million a second for 292,000 years): a
+    // generation past it was crafted or damaged, and the writer could soon number no
+    // further commit (at 2^64 - 1 it can write nothing at all).
+    if commit.generation > MAX_GENERATION {
+        report.problems.push(Finding {
+            file: manifest_path.clone(),
+            offset: COMMIT_SLOT_OFFSET.get(commit.slot()).copied().unwrap_or(0) as u64,
+            what: format!(
+                "commit generation {} is past any a writer reaches (2^63): no commit can \
+                 follow it for long, or at all",
+                commit.generation
+            ),
+        });
+    }
     let sb = &m.superblock;
     // The count is the superblock's word: before looping over it, hold it against the
     // files there are (a crafted 2^26 segments made verify run for an hour). A few
@@ -829,6 +843,9 @@ fn verify_live(
     Parts::verify(&at, &mut found);
     Ok(report)
 }
+
+/// The largest commit generation `verify` takes for a real one.
+const MAX_GENERATION: u64 = 1 << 63;
 
 /// Checks every value of every item in `live`: its slot decodes and lies in the chunk
 /// ring's live chunks within its field's bound, every chunk it lies in holds that chunk,
