@@ -747,3 +747,26 @@ fn an_unlisted_member_folder_with_a_foreign_entry_is_refused_with_nothing_remove
     assert_eq!(group.members(), ["a"]);
     assert!(!lane7.exists());
 }
+
+#[test]
+fn a_member_folder_that_is_a_link_is_refused_by_readers_as_by_the_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let mut group = BufferGroup::create(&dir, Some(template())).unwrap();
+    add_step(&mut group, &["a", "b"], 0);
+    drop(group);
+    // Member b's folder moved elsewhere, a link left in its place.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::rename(dir.join("lane-1"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("lane-1")).unwrap();
+    let is_link_refusal = |e: &Error| {
+        matches!(e, Error::ForeignFile { path, found, .. }
+            if path.ends_with("lane-1") && found.contains("link"))
+    };
+    let w = BufferGroup::open(&dir).err().unwrap();
+    assert!(is_link_refusal(&w), "{w}");
+    let r = BufferGroup::open_reader(&dir).err().unwrap();
+    assert!(is_link_refusal(&r), "{r}");
+    let l = Lanes::open_reader(&dir).err().unwrap();
+    assert!(is_link_refusal(&l), "{l}");
+}

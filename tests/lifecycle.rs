@@ -1973,3 +1973,21 @@ fn verify_finds_a_flipped_uses_bit_in_the_item_states() {
         report.problems
     );
 }
+
+#[test]
+fn a_rate_limiter_waiting_for_more_items_than_the_ring_holds_is_refused_at_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let config = Config::new(schema(), 100).rate_limit(replaystore::RateLimit::min_size(1 << 63));
+    let e = ReplayBuffer::create(&path, config).map(drop).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig { field: "min_size_to_sample", problem } if problem.contains("capacity 100")),
+        "{e}"
+    );
+    assert!(!path.exists());
+    let at_capacity = Config::new(schema(), 100).rate_limit(replaystore::RateLimit::min_size(100));
+    ReplayBuffer::create(&path, at_capacity)
+        .unwrap()
+        .close()
+        .unwrap();
+}

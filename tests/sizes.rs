@@ -175,12 +175,12 @@ fn a_buffer_the_disk_cannot_hold_is_refused_before_a_byte_is_reserved() {
         Err(Error::DiskFull { bytes, .. }) => assert!(bytes > free),
         other => panic!("{other:?}"),
     }
-    // Nothing reserved, nothing left: the folder is empty and a sane create succeeds.
-    let left: Vec<_> = std::fs::read_dir(&path).map_or(Vec::new(), |d| d.flatten().collect());
+    // Nothing reserved, nothing left: not even the folder (a refused create left an
+    // empty one), and a sane create succeeds.
     assert!(
-        left.iter().all(|e| e.file_name() == "LOCK"),
+        !path.exists(),
         "{:?}",
-        left.iter().map(|e| e.file_name()).collect::<Vec<_>>()
+        std::fs::read_dir(&path).map(|d| d.count())
     );
     // More than any process can map: refused as a capacity, at once.
     let e = ReplayBuffer::create(dir.path().join("h2"), Config::new(schema.clone(), 1 << 40))
@@ -196,6 +196,12 @@ fn a_buffer_the_disk_cannot_hold_is_refused_before_a_byte_is_reserved() {
         ),
         "{e}"
     );
+    assert!(!dir.path().join("h2").exists());
+    // A folder that was there before a refused create stays, empty as it was.
+    let there = dir.path().join("there");
+    std::fs::create_dir(&there).unwrap();
+    assert!(ReplayBuffer::create(&there, Config::new(schema.clone(), 1 << 40)).is_err());
+    assert_eq!(std::fs::read_dir(&there).unwrap().count(), 0);
     ReplayBuffer::create(&path, Config::new(schema, 16))
         .unwrap()
         .close()

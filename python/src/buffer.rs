@@ -411,7 +411,7 @@ impl PyBuffer {
             samples_per_insert,
             error_buffer,
         };
-        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots));
+        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots))?;
         if let Some(b) = heap_bytes {
             config = config.heap_bytes(b);
         }

@@ -330,7 +330,15 @@ impl LifeArgs {
     /// downsampling past `max_size`, a reservoir, and Reverb's rate limiters
     /// (SampleToInsertRatio with `samples_per_insert` and `error_buffer`, else MinSize
     /// with `min_size_to_sample` alone).
-    pub(crate) fn apply(&self, mut config: Config) -> Config {
+    /// `max_size` and `reservoir` are two ways to bound the items: both is a
+    /// `ValueError`, not one silently taking the other's place.
+    pub(crate) fn apply(&self, mut config: Config) -> PyResult<Config> {
+        if let (Some(m), Some(r)) = (self.max_size, self.reservoir) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "max_size={m} (random downsampling) and reservoir={r} (reservoir sampling) \
+                 are two ways to bound the items kept: give one"
+            )));
+        }
         config = match (self.max_use, self.item_states) {
             (Some(n), _) => config.max_use(n),
             (None, true) => config.item_states(),
@@ -353,7 +361,7 @@ impl LifeArgs {
             (None, Some(n)) => config = config.rate_limit(replaystore::RateLimit::min_size(n)),
             (None, None) => {}
         }
-        config
+        Ok(config)
     }
 }
 

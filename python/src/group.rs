@@ -127,7 +127,7 @@ fn member_config(
         samples_per_insert: get(options, "samples_per_insert")?,
         error_buffer: get(options, "error_buffer")?,
     }
-    .apply(c);
+    .apply(c)?;
     if flag("episodic")? {
         c = c.episodic();
     }

@@ -141,7 +141,7 @@ impl PyLanes {
             samples_per_insert,
             error_buffer,
         };
-        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots));
+        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots))?;
         if episodic {
             config = config.episodic();
         }

@@ -375,3 +375,14 @@ def test_sample_groups_draws_whole_groups_and_windows_as_di_engine_groupby(tmp_p
     assert popped["env"][0] not in set(left["env"])
     with pytest.raises(rs.Error, match="groups"):
         buf.sample_groups(4, "env", replace=False)
+
+
+def test_max_size_and_reservoir_together_are_refused_not_one_silently_replacing_the_other(tmp_path):
+    with pytest.raises(ValueError, match="give one"):
+        rs.ReplayBuffer.create(str(tmp_path / "b"), {"x": "int64"}, 100, max_size=10, reservoir=10)
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="give one"):
+        rs.BufferGroup.create(str(tmp_path / "g"), {"x": "int64"}, 100, max_size=10, reservoir=10)
+    with pytest.raises(rs.Error, match="min_size_to_sample"):
+        rs.ReplayBuffer.create(str(tmp_path / "c"), {"x": "int64"}, 100, min_size_to_sample=2**63)
+    assert not (tmp_path / "c").exists()

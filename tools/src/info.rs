@@ -587,7 +587,42 @@ pub fn run_snapshots(
 ) -> Result<ExitCode, Failure> {
     // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
     let mut deleted = Vec::new();
-    if delete.is_some() || keep_last.is_some() {
+    let set = members_of(dir)?;
+    if let Some((kind, _, _)) = &set
+        && (delete.is_some() || keep_last.is_some())
+    {
+        // A group's or lane set's checkpoint is one snapshot in every member, deleted
+        // from all of them by the set's writer.
+        let names = match kind {
+            SetKind::Group => {
+                let mut g = replaystore::BufferGroup::open(dir)?;
+                let mut names = Vec::new();
+                if let Some(name) = delete {
+                    g.delete_snapshot(name)?;
+                    names.push(name.to_owned());
+                }
+                if let Some(k) = keep_last {
+                    names.extend(g.keep_last(k)?);
+                }
+                names
+            }
+            SetKind::Lanes => {
+                let mut l = replaystore::Lanes::open(dir)?;
+                let mut names = Vec::new();
+                if let Some(name) = delete {
+                    l.delete_snapshot(name)?;
+                    names.push(name.to_owned());
+                }
+                if let Some(k) = keep_last {
+                    names.extend(l.keep_last(k)?);
+                }
+                names
+            }
+        };
+        deleted.extend(names);
+    } else if set.is_some() {
+        // Listed below, member by member.
+    } else if delete.is_some() || keep_last.is_some() {
         let mut buf = ReplayBuffer::open(dir)?;
         if let Some(name) = delete {
             buf.delete_snapshot(name)?;
@@ -601,17 +636,17 @@ pub fn run_snapshots(
         // Fails as "not a buffer" rather than listing nothing.
         inspect(dir)?;
     }
-    let list = snapshots(dir)?;
+    let list = set_snapshots(dir)?;
     if as_json {
         let items: Vec<_> = list
             .iter()
-            .map(|s| {
+            .map(|(s, len)| {
                 json!({
                     "name": s.name,
                     "generation": s.commit.map(|c| c.generation),
                     "head": s.commit.map(|c| c.head),
                     "tail": s.commit.map(|c| c.tail),
-                    "len": s.len(),
+                    "len": len,
                     "bytes_shared": s.bytes_shared,
                     "bytes_owned": s.bytes_owned,
                     "created_unix": s.created
@@ -639,18 +674,98 @@ pub fn run_snapshots(
         "shared",
         "owned"
     );
-    for s in &list {
+    for (s, len) in &list {
         say!(
             "{:<24} {:>10} {:>12} {:>12} {:>12}  {}",
             s.name,
             s.commit.map_or("-".into(), |c| c.generation.to_string()),
-            s.len(),
+            len,
             human(s.bytes_shared),
             human(s.bytes_owned),
             s.problem.as_deref().unwrap_or("ok")
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a folder of several rings is a group or a lane set.
+enum SetKind {
+    Group,
+    Lanes,
+}
+
+/// For a group or a lane set: what it is, its member (lane) folders in lane order, and
+/// the checkpoints a group took while it had no member. `None` for a buffer.
+fn members_of(
+    dir: &Path,
+) -> Result<Option<(SetKind, Vec<std::path::PathBuf>, Vec<String>)>, Failure> {
+    if let Some(doc) = storage::read_group(&OsIo, dir)? {
+        let mut lanes: Vec<u32> = doc.members.iter().map(|m| m.lane).collect();
+        lanes.sort_unstable();
+        let dirs = lanes
+            .into_iter()
+            .map(|k| storage::lane_dir(dir, k))
+            .collect();
+        return Ok(Some((SetKind::Group, dirs, doc.empty_snapshots)));
+    }
+    if let Some(l) = storage::read_lanes(&OsIo, dir)? {
+        let dirs = (0..l.lanes).map(|k| storage::lane_dir(dir, k)).collect();
+        return Ok(Some((SetKind::Lanes, dirs, Vec::new())));
+    }
+    Ok(None)
+}
+
+/// The checkpoints of the group or lane set in `dir`: the snapshots every member holds,
+/// in the first member's order, each with its bytes and (beside it) its items summed
+/// over the members, and the first problem any member's copy has. Generations, heads
+/// and tails are each member's own: the first member's are shown.
+fn set_snapshots(dir: &Path) -> Result<Vec<(replaystore::SnapshotInfo, u64)>, Failure> {
+    let Some((_, dirs, empty)) = members_of(dir)? else {
+        return Ok(snapshots(dir)?
+            .into_iter()
+            .map(|s| {
+                let n = s.len();
+                (s, n)
+            })
+            .collect());
+    };
+    let Some((first, rest)) = dirs.split_first() else {
+        return Ok(empty
+            .into_iter()
+            .map(|name| replaystore::SnapshotInfo {
+                path: dir.to_path_buf(),
+                name,
+                commit: None,
+                bytes_shared: 0,
+                bytes_owned: 0,
+                created: None,
+                problem: None,
+            })
+            .map(|s| (s, 0))
+            .collect());
+    };
+    let others: Vec<Vec<replaystore::SnapshotInfo>> =
+        rest.iter().map(snapshots).collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for mut s in snapshots(first)? {
+        let copies: Vec<&replaystore::SnapshotInfo> = others
+            .iter()
+            .filter_map(|l| l.iter().find(|o| o.name == s.name))
+            .collect();
+        if copies.len() != others.len() {
+            continue; // not held by every member: not the set's checkpoint
+        }
+        let mut len = s.len();
+        for c in &copies {
+            s.bytes_shared += c.bytes_shared;
+            s.bytes_owned += c.bytes_owned;
+            len += c.len();
+            s.problem = s.problem.take().or_else(|| c.problem.clone());
+        }
+        s.path = dir.to_path_buf();
+        out.push((s, len));
+    }
+    Ok(out)
 }
 
 /// Bytes in binary units, for people.

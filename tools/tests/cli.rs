@@ -1365,3 +1365,43 @@ fn dump_refuses_a_crafted_text_value_as_damage() {
         "{said}"
     );
 }
+
+/// Promise: `snapshots` of a group lists the group's checkpoints (held by every
+/// member), items summed over the members, and deletes one from every member; it used
+/// to say "not a buffer" (exit 3).
+#[test]
+fn snapshots_of_a_group_lists_and_deletes_its_checkpoints() {
+    use replaystore::{BufferGroup, Column, Config, DType, Schema};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("g");
+    let dir_s = dir.to_str().unwrap();
+    let schema = Schema::builder()
+        .field("x", DType::U32, &[])
+        .build()
+        .unwrap();
+    let mut g = BufferGroup::create(&dir, Some(Config::new(schema, 32))).unwrap();
+    for k in 0..3u32 {
+        g.add("a", &[Column::scalar("x", &k)]).unwrap();
+    }
+    g.add("b", &[Column::scalar("x", &9u32)]).unwrap();
+    g.get_state_named("one").unwrap();
+    g.add("b", &[Column::scalar("x", &10u32)]).unwrap();
+    g.get_state_named("two").unwrap();
+    drop(g);
+    let o = run(&["snapshots", dir_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let list = v["snapshots"].as_array().unwrap();
+    let named: Vec<(&str, u64)> = list
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["len"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(named, [("one", 4), ("two", 5)]);
+    let o = run(&["snapshots", dir_s, "--delete", "one"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("deleted one"), "{}", text(&o));
+    for lane in ["lane-0", "lane-1"] {
+        assert!(!dir.join(lane).join("snapshots/one").exists());
+        assert!(dir.join(lane).join("snapshots/two").exists());
+    }
+}

@@ -122,6 +122,9 @@ impl BufferGroup<ReplayBuffer> {
         let doc = read_doc(&io, &dir)?;
         remove_unlisted_members(&io, &dir, &doc)?;
         let dirs = member_dirs(&dir, &doc);
+        for d in &dirs {
+            super::own_lane_dir(&io, d)?;
+        }
         let set = match dirs.is_empty() {
             true => None,
             false => {
@@ -461,6 +464,7 @@ impl BufferGroup<Reader> {
         let doc = read_doc(&self.io, &self.dir)?;
         let have = self.set.as_ref().map_or(0, |s| s.lanes.len());
         for (k, d) in member_dirs(&self.dir, &doc).iter().enumerate().skip(have) {
+            super::own_lane_dir(&self.io, d)?;
             let r = Reader::open_with(d, self.io.clone())?;
             check_lane_range(&r.rows, k)?;
             // A member new to this reader: everything it holds is new to it.

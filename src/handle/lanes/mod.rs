@@ -32,6 +32,7 @@ use super::rows::{DrawsRows, Rows};
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
+use crate::error::foreign::Kind;
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
 use crate::parts::priorities::{Priority, PrioritySpec, PriorityUpdate, check_update_lengths};
@@ -918,14 +919,35 @@ fn no_such_lane(dir: PathBuf, lane: u64, index: Option<u64>, lanes: usize) -> Er
 /// The lane folders of `dir` and their count: `lane-K/` after a `LANES` file, or `dir`
 /// itself for a buffer of one ring.
 fn lane_dirs(io: &IoRef, dir: &Path) -> Result<Vec<PathBuf>> {
-    if let Some(f) = storage::read_lanes(&**io, dir)? {
-        return Ok((0..f.lanes).map(|k| storage::lane_dir(dir, k)).collect());
+    let dirs = if let Some(f) = storage::read_lanes(&**io, dir)? {
+        (0..f.lanes).map(|k| storage::lane_dir(dir, k)).collect()
+    } else if let Some(doc) = storage::read_group(&**io, dir)? {
+        group::member_dirs(dir, &doc)
+    } else {
+        Manifest::load(&**io, dir)?;
+        return Ok(vec![dir.to_path_buf()]);
+    };
+    for d in &dirs {
+        own_lane_dir(io, d)?;
     }
-    if let Some(doc) = storage::read_group(&**io, dir)? {
-        return Ok(group::member_dirs(dir, &doc));
+    Ok(dirs)
+}
+
+/// Refuses a lane or member folder that is not one: the engine makes them, so a link
+/// there (to a buffer elsewhere) is someone else's, and a reader follows it no more than
+/// the writer does. A missing one is left for the open to name.
+pub(super) fn own_lane_dir(io: &IoRef, d: &Path) -> Result<()> {
+    match io.kind(d) {
+        Ok(Kind::Dir) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(found) => Err(Error::ForeignFile {
+            path: d.to_path_buf(),
+            op: "open",
+            found: found.describe(),
+            expected: Kind::Dir.describe(),
+        }),
+        Err(e) => Err(Error::io("inspect", d, e)),
     }
-    Manifest::load(&**io, dir)?;
-    Ok(vec![dir.to_path_buf()])
 }
 
 fn open_all<L: Lane>(

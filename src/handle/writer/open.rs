@@ -107,6 +107,15 @@ impl ReplayBuffer<Writer> {
                 });
             }
             if let Some(rl) = life.rate_limit {
+                if rl.min_size_to_sample > config.capacity {
+                    return Err(Error::InvalidConfig {
+                        field: "min_size_to_sample",
+                        problem: format!(
+                            "{} is more than the capacity {}: no draw could ever go ahead",
+                            rl.min_size_to_sample, config.capacity
+                        ),
+                    });
+                }
                 let spi = rl.samples_per_insert;
                 let sound = spi.is_finite() && spi > 0.0 && rl.min_diff <= rl.max_diff;
                 if !sound {
@@ -151,9 +160,6 @@ impl ReplayBuffer<Writer> {
                     .into(),
             });
         }
-        storage::refuse_network_fs(&*io, &dir)?;
-        create_empty_dir(&*io, &dir)?;
-        let lock = storage::lock(&*io, &dir)?;
         let layout = RowLayout::with_steps(&config.schema, config.is_episodic())
             .with_fragments(config.fragments);
         let stride = layout.stride as u64;
@@ -176,24 +182,37 @@ impl ReplayBuffer<Writer> {
             heap,
             lifecycle: config.lifecycle.is_some(),
         };
-        let result = refuse_what_cannot_fit(&dir, &sb).and_then(|()| {
-            write_new_buffer(
-                &*io,
-                &dir,
-                &sb,
-                &archive,
-                config.seed.unwrap_or_else(crate::algo::entropy::seed),
-                &config,
-            )
-        });
+        // Every refusal of the configuration comes before the folder is made: a create
+        // refused leaves nothing behind.
+        refuse_what_cannot_fit(&dir, &sb)?;
+        storage::refuse_network_fs(&*io, &dir)?;
+        let made = matches!(io.kind(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        create_empty_dir(&*io, &dir)?;
+        let lock = match storage::lock(&*io, &dir) {
+            Ok(lock) => lock,
+            Err(e) => {
+                if made {
+                    let _ = io.remove_dir(&dir);
+                }
+                return Err(e);
+            }
+        };
+        let result = write_new_buffer(
+            &*io,
+            &dir,
+            &sb,
+            &archive,
+            config.seed.unwrap_or_else(crate::algo::entropy::seed),
+            &config,
+        );
         if let Err(e) = result {
-            remove_new_buffer(&*io, &dir, &sb);
+            remove_new_buffer(&*io, &dir, &sb, made);
             return Err(e);
         }
         // A buffer that cannot be opened (its mappings refused: ENOMEM) is removed too:
         // it holds nothing yet, and its reserved files would only fill the disk.
         ReplayBuffer::open_as(dir.clone(), io.clone(), Some(lock), false).inspect_err(|_| {
-            remove_new_buffer(&*io, &dir, &sb);
+            remove_new_buffer(&*io, &dir, &sb, made);
         })
     }
     /// Opens an existing buffer for writing. After an unclean shutdown (a killed writer,
@@ -672,10 +691,11 @@ fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
     }
 }
 
-/// Best-effort removal of a buffer whose creation failed (the error is what matters).
-/// Segments are made in order, so the first missing one ends the walk: a refused
-/// `capacity=2**40` does not try 2^40 / slots names.
-fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
+/// Best-effort removal of a buffer whose creation failed (the error is what matters),
+/// and of its folder when the create `made` it. Segments are made in order, so the
+/// first missing one ends the walk: a refused `capacity=2**40` does not try
+/// 2^40 / slots names.
+fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock, made: bool) {
     // MANIFEST first: a kill during the removal leaves no buffer rather than a MANIFEST
     // over missing segments.
     let _ = io.remove_file(&dir.join(MANIFEST));
@@ -693,6 +713,10 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock) {
     let _ = io.remove_file(&storage::tree_path(dir));
     let _ = io.remove_file(&storage::life_path(dir));
     let _ = io.remove_file(&dir.join(storage::LOCK));
+    if made {
+        // Only if empty: a folder the create made holds nothing else.
+        let _ = io.remove_dir(dir);
+    }
 }
 
 /// The slots of item `index`'s variable-length values, as its row holds them (empty
