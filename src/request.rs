@@ -608,7 +608,7 @@ impl<'a> Request<'a> {
                 self.how()
             ));
         }
-        if self.include_removed && !(given_rows && !self.remove) {
+        if self.include_removed && (self.remove || !given_rows) {
             return bad(format!(
                 "including_removed reads rows at given indices, not {name} {}, nor with \
                  remove()",

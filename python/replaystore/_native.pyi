@@ -375,6 +375,19 @@ class ReplayBuffer:
         """Makes everything added so far survive power loss."""
     def close(self) -> None:
         """Flushes and closes (twice is fine)."""
+    def export(
+        self,
+        out: str,
+        format: Optional[str] = None,
+        *,
+        fields: Optional[Sequence[str]] = None,
+        include_removed: bool = False,
+        snapshot: Optional[str] = None,
+        progress: bool = True,
+    ) -> Dict[str, Any]:
+        """Writes the live items to ``out`` (``.npz``, Parquet or JSON lines), as
+        ``replaystore export`` does; removed items are left out unless
+        ``include_removed``."""
     @property
     def schema(self) -> Schema: ...
     @property

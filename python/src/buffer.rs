@@ -1362,6 +1362,52 @@ impl PyBuffer {
         })
     }
 
+    /// Writes the live items to the file `out`, as `replaystore export` does: NumPy's
+    /// `.npz` (fixed fields), Apache Parquet or JSON lines, by `format` (`"npz"`,
+    /// `"parquet"`, `"jsonl"`) or else by the file's extension. Streams a chunk at a
+    /// time (memory stays at one chunk), writes under a temporary name and renames, and
+    /// draws a progress bar on standard error when it is a terminal (`progress=False`:
+    /// none). Items a draw, `remove` or `max_use` removed are left out and counted;
+    /// `include_removed=True` keeps them, with a `removed` column naming why (in an
+    /// `.npz`, `removed` of cause codes). `fields` picks fields; `snapshot` exports a
+    /// snapshot instead. Read beside this handle through a reader: nothing is locked.
+    /// Returns `{"path", "items", "fields", "skipped_removed"}`.
+    ///
+    /// >>> import os, tempfile, numpy as np, replaystore as rs
+    /// >>> d = tempfile.mkdtemp()
+    /// >>> buf = rs.ReplayBuffer.create(d + "/b", {"x": "int64"}, 8, item_states=True)
+    /// >>> _ = buf.add_batch({"x": np.arange(4)})
+    /// >>> _ = buf.remove([1])
+    /// >>> done = buf.export(d + "/x.npz", progress=False)
+    /// >>> done["items"], done["skipped_removed"], np.load(d + "/x.npz")["x"].tolist()
+    /// (3, 1, [0, 2, 3])
+    /// >>> buf.export(d + "/all.jsonl", include_removed=True, progress=False)["items"]
+    /// 4
+    /// >>> buf.close()
+    #[pyo3(signature = (out, format=None, *, fields=None, include_removed=false, snapshot=None, progress=true))]
+    #[allow(clippy::too_many_arguments, reason = "Python keywords")]
+    fn export<'py>(
+        &self,
+        py: Python<'py>,
+        out: PathBuf,
+        format: Option<&str>,
+        fields: Option<Vec<String>>,
+        include_removed: bool,
+        snapshot: Option<String>,
+        progress: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dir = open_buf(&mut self.inner.lock(py))?.dir().to_path_buf();
+        let call = crate::export::ExportCall {
+            out,
+            format,
+            fields,
+            include_removed,
+            snapshot,
+            progress,
+        };
+        crate::export::export(py, &dir, call)
+    }
+
     /// The buffer's folder.
     #[getter]
     fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {

@@ -7,6 +7,7 @@ mod buffer;
 mod calls;
 mod episode;
 mod errors;
+mod export;
 mod group;
 mod lanes;
 mod owner;

@@ -11,21 +11,15 @@ macro_rules! say {
     };
 }
 
+use replaystore_cli::{fail, progress, show, source, transfer};
+
 mod bench;
 mod check;
 mod ckpt;
-mod columnar;
 mod demo;
-mod fail;
 mod floor;
 mod info;
-mod jsonl;
-mod npz;
-mod progress;
 mod row;
-mod show;
-mod source;
-mod transfer;
 mod w3;
 mod w3e;
 mod w4;
@@ -388,7 +382,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Export { dir, out, pick, to } => pick.lane_in(&dir).and_then(|lane| {
-            transfer::export(&transfer::ExportArgs {
+            let done = transfer::export(&transfer::ExportArgs {
                 dir: &dir,
                 out: &out,
                 snapshot: pick.snapshot.as_deref(),
@@ -398,7 +392,11 @@ fn main() -> ExitCode {
                 fields: pick.fields.as_deref(),
                 format: to,
                 quiet: false,
-            })
+            })?;
+            for line in done.report(&out) {
+                eprintln!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
         }),
         Command::Import {
             input,

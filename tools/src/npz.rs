@@ -41,6 +41,7 @@ const VERSION_45: u16 = 45;
 /// The compression methods a reader meets in `.npz` files: `np.savez` stores,
 /// `np.savez_compressed` deflates.
 pub const STORED: u16 = 0;
+/// The ZIP method number of deflated members (`np.savez_compressed`).
 pub const DEFLATED: u16 = 8;
 
 /// What an `.npy` header says.

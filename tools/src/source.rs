@@ -286,14 +286,18 @@ pub struct Plan {
 impl Plan {
     /// What a command says of the removed items it left out, if it left any.
     pub fn skipped_note(&self) -> Option<String> {
-        (self.skipped > 0).then(|| {
-            format!(
-                "left out {} removed items (--include-removed keeps them, with a \"removed\" \
-                 column naming why each was removed)",
-                self.skipped
-            )
-        })
+        skipped_note(self.skipped)
     }
+}
+
+/// What is said of `skipped` removed items left out, if there were any.
+pub fn skipped_note(skipped: u64) -> Option<String> {
+    (skipped > 0).then(|| {
+        format!(
+            "left out {skipped} removed items (--include-removed keeps them, with a \"removed\" \
+             column naming why each was removed)"
+        )
+    })
 }
 
 /// Items per look at the item states when a plan cuts removed items out.

@@ -94,9 +94,35 @@ impl FileKind {
     }
 }
 
+/// What an export wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exported {
+    /// Items written.
+    pub items: u64,
+    /// Fields written per item (a `removed` column not counted).
+    pub fields: usize,
+    /// Removed items left out (`include_removed` keeps them).
+    pub skipped_removed: u64,
+}
+
+impl Exported {
+    /// What the command says of it, a line each: the items written and, if any were,
+    /// the removed ones left out.
+    pub fn report(&self, out: &Path) -> Vec<String> {
+        let mut lines = vec![format!(
+            "exported {} items x {} fields to {}",
+            self.items,
+            self.fields,
+            out.display()
+        )];
+        lines.extend(crate::source::skipped_note(self.skipped_removed));
+        lines
+    }
+}
+
 /// Writes the chosen items of `args.dir` to `args.out`: one `.npy` per field, or a
 /// Parquet or JSON-lines file.
-pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
+pub fn export(args: &ExportArgs<'_>) -> Result<Exported, Failure> {
     refuse_special_output(args.out)?;
     let mut source = Source::open(args.dir, args.snapshot, args.lane)?;
     let plan = source.plan(&args.span, args.include_removed)?;
@@ -136,15 +162,11 @@ pub fn export(args: &ExportArgs<'_>) -> Result<ExitCode, Failure> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    eprintln!(
-        "exported {n} items x {} fields to {}",
-        selection.fixed.len() + selection.var.len(),
-        args.out.display()
-    );
-    if let Some(note) = plan.skipped_note() {
-        eprintln!("{note}");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exported {
+        items: n,
+        fields: selection.fixed.len() + selection.var.len(),
+        skipped_removed: plan.skipped,
+    })
 }
 
 /// Rows per chunk read for export: `CHUNK_BYTES` of fixed fields, at most 1024 items
