@@ -242,15 +242,19 @@ fn what_is_not_built_yet_is_refused_by_name() {
     assert!(matches!(lanes, Err(Error::Unsupported(m)) if m.contains("issue 29")));
 }
 
+/// Items 0..12 in a new buffer at `dir`, closed (every chunk sealed), verify sound.
+fn twelve_sealed(dir: &Path) {
+    let mut buf = ReplayBuffer::create(dir, Config::new(schema(), 50).heap_bytes(1 << 20)).unwrap();
+    add_batch(&mut buf, 0, 12);
+    buf.close().unwrap();
+    assert!(replaystore::verify(dir).unwrap().is_sound());
+}
+
 #[test]
 fn a_damaged_chunk_is_found_by_verify_and_refused_by_reads_naming_the_item() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let mut buf =
-        ReplayBuffer::create(&dir, Config::new(schema(), 50).heap_bytes(1 << 20)).unwrap();
-    add_batch(&mut buf, 0, 12);
-    buf.close().unwrap();
-    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    twelve_sealed(&dir);
     // Item 3's obs: its first byte, in a sealed chunk (row 0 of the first heap file is
     // chunk 0; the chunk stride is 1024, the payload starts 16 bytes into the row).
     let buf = ReplayBuffer::open(&dir).unwrap();
@@ -575,11 +579,7 @@ fn verify_finds_crafted_values_whose_checksums_hold_text_not_utf8_and_part_eleme
     use replaystore::internal::storage::{heap_segment_path, segment_path};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let mut buf =
-        ReplayBuffer::create(&dir, Config::new(schema(), 50).heap_bytes(1 << 20)).unwrap();
-    add_batch(&mut buf, 0, 12);
-    buf.close().unwrap();
-    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    twelve_sealed(&dir);
     // Item 1's obs starts at byte 0 of chunk 0 (item 0's obs and tokens are empty, its
     // info too): a 0xff there, with chunk 0's checksum made to hold.
     assert!(obs(0).is_empty() && tokens(0).is_empty() && info(0).is_empty());

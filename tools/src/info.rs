@@ -596,27 +596,23 @@ pub fn run_snapshots(
         let names = match kind {
             SetKind::Group => {
                 let mut g = replaystore::BufferGroup::open(dir)?;
-                let mut names = Vec::new();
-                if let Some(name) = delete {
-                    g.delete_snapshot(name)?;
-                    names.push(name.to_owned());
-                }
-                if let Some(k) = keep_last {
-                    names.extend(g.keep_last(k)?);
-                }
-                names
+                prune(
+                    &mut g,
+                    delete,
+                    keep_last,
+                    |g, n| g.delete_snapshot(n),
+                    |g, k| g.keep_last(k),
+                )?
             }
             SetKind::Lanes => {
                 let mut l = replaystore::Lanes::open(dir)?;
-                let mut names = Vec::new();
-                if let Some(name) = delete {
-                    l.delete_snapshot(name)?;
-                    names.push(name.to_owned());
-                }
-                if let Some(k) = keep_last {
-                    names.extend(l.keep_last(k)?);
-                }
-                names
+                prune(
+                    &mut l,
+                    delete,
+                    keep_last,
+                    |l, n| l.delete_snapshot(n),
+                    |l, k| l.keep_last(k),
+                )?
             }
         };
         deleted.extend(names);
@@ -686,6 +682,26 @@ pub fn run_snapshots(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes snapshot `delete` and all but the `keep_last` newest from a group or lane
+/// set `set` (through its own calls); returns the names deleted.
+fn prune<S>(
+    set: &mut S,
+    delete: Option<&str>,
+    keep_last: Option<usize>,
+    delete_one: impl Fn(&mut S, &str) -> replaystore::Result<()>,
+    keep: impl Fn(&mut S, usize) -> replaystore::Result<Vec<String>>,
+) -> Result<Vec<String>, Failure> {
+    let mut names = Vec::new();
+    if let Some(name) = delete {
+        delete_one(set, name)?;
+        names.push(name.to_owned());
+    }
+    if let Some(k) = keep_last {
+        names.extend(keep(set, k)?);
+    }
+    Ok(names)
 }
 
 /// Whether a folder of several rings is a group or a lane set.
