@@ -588,7 +588,7 @@ pub fn run_snapshots(
     // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
     let mut deleted = Vec::new();
     let set = members_of(dir)?;
-    if let Some((kind, _, _)) = &set
+    if let Some(Members { kind, .. }) = &set
         && (delete.is_some() || keep_last.is_some())
     {
         // A group's or lane set's checkpoint is one snapshot in every member, deleted
@@ -710,11 +710,16 @@ enum SetKind {
     Lanes,
 }
 
-/// For a group or a lane set: what it is, its member (lane) folders in lane order, and
-/// the checkpoints a group took while it had no member. `None` for a buffer.
-fn members_of(
-    dir: &Path,
-) -> Result<Option<(SetKind, Vec<std::path::PathBuf>, Vec<String>)>, Failure> {
+/// A group or a lane set: what it is, its member (lane) folders in lane order, and the
+/// checkpoints a group took while it had no member.
+struct Members {
+    kind: SetKind,
+    dirs: Vec<std::path::PathBuf>,
+    empty: Vec<String>,
+}
+
+/// The members of the group or lane set in `dir`; `None` for a buffer.
+fn members_of(dir: &Path) -> Result<Option<Members>, Failure> {
     if let Some(doc) = storage::read_group(&OsIo, dir)? {
         let mut lanes: Vec<u32> = doc.members.iter().map(|m| m.lane).collect();
         lanes.sort_unstable();
@@ -722,11 +727,20 @@ fn members_of(
             .into_iter()
             .map(|k| storage::lane_dir(dir, k))
             .collect();
-        return Ok(Some((SetKind::Group, dirs, doc.empty_snapshots)));
+        let empty = doc.empty_snapshots;
+        return Ok(Some(Members {
+            kind: SetKind::Group,
+            dirs,
+            empty,
+        }));
     }
     if let Some(l) = storage::read_lanes(&OsIo, dir)? {
         let dirs = (0..l.lanes).map(|k| storage::lane_dir(dir, k)).collect();
-        return Ok(Some((SetKind::Lanes, dirs, Vec::new())));
+        return Ok(Some(Members {
+            kind: SetKind::Lanes,
+            dirs,
+            empty: Vec::new(),
+        }));
     }
     Ok(None)
 }
@@ -736,7 +750,7 @@ fn members_of(
 /// over the members, and the first problem any member's copy has. Generations, heads
 /// and tails are each member's own: the first member's are shown.
 fn set_snapshots(dir: &Path) -> Result<Vec<(replaystore::SnapshotInfo, u64)>, Failure> {
-    let Some((_, dirs, empty)) = members_of(dir)? else {
+    let Some(Members { dirs, empty, .. }) = members_of(dir)? else {
         return Ok(snapshots(dir)?
             .into_iter()
             .map(|s| {
