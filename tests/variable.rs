@@ -680,11 +680,11 @@ fn a_value_rewritten_while_a_reader_reads_a_row_a_snapshot_froze_is_a_race_not_d
         .variable("t", VarKind::Str, None)
         .build()
         .unwrap();
-    // 4 rows a segment, 8 one-call chunks in the chunk ring: it laps long before the rows,
-    // and the oldest live item lies two segments behind the tail.
+    // 4 rows a segment, 7 chunk rows of 1 KiB (one a call): the chunk ring laps long
+    // before the rows, and the oldest live item lies two segments behind the tail.
     let config = Config::new(schema, 256)
         .segment_slots(4)
-        .heap_bytes(8 * 1008)
+        .heap_bytes(7 * 1024)
         .chunk_bytes(1008);
     let mut writer = ReplayBuffer::create(&dir, config).unwrap();
     let add = |w: &mut ReplayBuffer, i: u64| {

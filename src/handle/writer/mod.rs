@@ -155,7 +155,8 @@ impl<R: Role> ReplayBuffer<R> {
     /// use replaystore::{Config, ReplayBuffer, Schema, VarKind};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::builder().variable("t", VarKind::Str, None).build()?;
-    /// let buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).heap_bytes(4 * 1008))?;
+    /// // 4 chunk rows of 1 KiB (a 16-byte header and 1,008 bytes of payload each).
+    /// let buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8).heap_bytes(4 * 1024))?;
     /// assert_eq!(buf.value_room(), 4 * 1008);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
