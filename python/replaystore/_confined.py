@@ -177,13 +177,15 @@ class Confined:
         os.unlink(name, dir_fd=fd)
 
     def open_in_place(self, name: str, create: bool = False) -> IO[bytes]:
-        """``name`` opened for reading and writing in place (a memory map over it), made
-        when ``create`` (and emptied if it was there). A file with other names (a hard
-        link to a file elsewhere) is first given bytes of its own, as the engine does with
-        the files it writes in place, so a write reaches no other name."""
+        """``name`` opened for reading and writing in place (a memory map over it); with
+        ``create``, a new empty file put there first by ``replace`` (never a truncation,
+        which would empty every other name of a hard-linked file). A file with other
+        names (a hard link to a file elsewhere) is first given bytes of its own, as the
+        engine does with the files it writes in place, so a write reaches no other name."""
+        if create:
+            self.replace(name, b"")
         with self._dir() as fd:
-            flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
-            f = self._open_file(fd, name, flags)
+            f = self._open_file(fd, name, os.O_RDWR)
             if os.fstat(f).st_nlink > 1:
                 os.close(f)
                 self._own_copy(fd, name)

@@ -329,3 +329,20 @@ def test_a_killed_generation_switch_leaves_only_recorded_generations_removed(tmp
     rb.close()
     assert not os.path.exists(os.path.join(f, f"gen-{gen + 1}"))
     assert os.path.isdir(os.path.join(f, f"gen-{gen + 7}"))
+
+
+def test_a_new_tianshou_column_at_a_hard_linked_name_leaves_the_other_name_whole(tmp_path):
+    """``set_array_at_key`` makes ``extra-KEY.npy``: a hard link planted at that name
+    (to a file outside) must be replaced, never truncated or written through."""
+    peer("tianshou")
+    from replaystore.compat import tianshou
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious" * 1000)
+    folder = tmp_path / "b"
+    tianshou_rings(str(folder))
+    buf = tianshou.ReplayBuffer(8, path=str(folder))
+    os.link(victim, folder / "extra-fresh.npy")  # planted while the buffer is open
+    buf.set_array_at_key(np.ones(3), "fresh", index=np.arange(3), default_value=0.0)
+    buf.close()
+    assert victim.read_bytes() == b"precious" * 1000
+    assert os.stat(folder / "extra-fresh.npy").st_nlink == 1
