@@ -792,11 +792,7 @@ fn dump_and_export_skip_removed_items_unless_asked_and_then_name_their_cause() {
     // Dump: the 7 live items only, and a note of the 3 left out.
     let o = run(&["dump", s(&dir), "--format", "jsonl"]);
     assert!(o.status.success(), "{}", text(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o);
     let shown: Vec<u64> = lines.iter().map(|v| v["index"].as_u64().unwrap()).collect();
     assert_eq!(shown, kept);
     assert!(
@@ -807,11 +803,7 @@ fn dump_and_export_skip_removed_items_unless_asked_and_then_name_their_cause() {
     // --include-removed: all 10, each with its cause.
     let o = run(&["dump", s(&dir), "--format", "jsonl", "--include-removed"]);
     assert!(o.status.success(), "{}", text(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o);
     assert_eq!(lines.len(), 10);
     for v in &lines {
         let i = v["index"].as_u64().unwrap();
