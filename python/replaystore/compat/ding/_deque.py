@@ -228,6 +228,8 @@ class DequeBuffer(Folder, _DequeBuffer):
             os.makedirs(os.path.dirname(file_name), exist_ok=True)
         state = {"path": os.path.realpath(self._path), "ring": self.storage.store.get_state(),
                  "records": self.storage.describe(), "pushed": self.storage._pushed}
+        # confined: not the buffer's folder but the file the caller names, as DI-engine's
+        # save_data writes where it is told (following the caller's links, as open does).
         with open(file_name, "wb") as f:
             f.write(MAGIC)
             pickle.dump(state, f)
@@ -235,6 +237,7 @@ class DequeBuffer(Folder, _DequeBuffer):
     def load_data(self, file_name: str) -> None:
         """Loads a ``save_data`` of this folder, or DI-engine's own file (its records are
         pushed into the ring)."""
+        # confined: the caller's file, as DI-engine's load_data reads it.
         with open(file_name, "rb") as f:
             head = f.read(len(MAGIC))
             if head == MAGIC:

@@ -228,6 +228,7 @@ class _Slotted(Folder):
 
         if os.path.dirname(file_name):
             os.makedirs(os.path.dirname(file_name), exist_ok=True)
+        # confined: the file the caller names (DI-engine's save_data), not the folder's.
         hickle.dump(py_obj=[None if x is None else (dict(x) if isinstance(x, Item) else x) for x in self._data],
                     file_obj=file_name)
 
