@@ -18,7 +18,6 @@ the current one is kept, so the states ``get_state`` named there stay restorable
 
 from __future__ import annotations
 
-import os
 import pickle
 from collections import OrderedDict, deque
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
@@ -26,9 +25,9 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 import numpy as np
 
 from .._confined import Confined
-from .._native import ForeignFileError
 from .._native import ReplayBuffer as _Buffer
-from ._folder import read_sidecar, write_sidecar
+from ._folder import (drop_recorded_generations, generation_name, read_sidecar,
+                      refuse_unrecorded_generation, write_sidecar)
 
 SCHEMA = {"key": "str", "chunk": "bytes", "seq": "uint64", "added": "uint64", "ordinal": "uint64",
           "state": "bytes"}
@@ -108,26 +107,15 @@ class ChunkStore:
             self.gen = int(saved["gen"])
             self.buf = _Buffer.open(self._ring(self.gen))
             self._index()
-        if saved is not None:
-            self._drop_recorded(saved)
+        if saved is not None and drop_recorded_generations(folder, saved, self.gen):
+            self._write({})
 
     # -- the ring ------------------------------------------------------------------------
 
     def _ring(self, gen: int) -> str:
         """The path of generation ``gen``'s ring, to hand to the engine; refused if
         anything but a folder (a link) stands there."""
-        return Confined(self.folder).subdir(f"gen-{gen}")
-
-    def _drop_recorded(self, saved: Dict[str, Any]) -> None:
-        """Removes the generations the settings record as made by this store but no
-        longer kept: one a kill left half-copied (``making``), the one a growth retired
-        (``retired``). Nothing else in the folder is ever removed."""
-        dropped = [int(saved[k]) for k in ("making", "retired") if saved.get(k) is not None]
-        for gen in dropped:
-            if gen != self.gen:
-                Confined(self.folder).remove_tree(f"gen-{gen}")
-        if dropped:
-            self._write({})
+        return Confined(self.folder).subdir(generation_name(gen))
 
     def _write(self, record: Dict[str, int]) -> None:
         """The settings, the current generation and ``record`` (generations made and
@@ -161,13 +149,7 @@ class ChunkStore:
                 yield live, self.buf.get(live)
 
     def _create(self, gen: int, items: int, heap: int) -> _Buffer:
-        name = f"gen-{gen}"
-        found = Confined(self.folder).kind(name)
-        if found is not None:
-            # An open removed every generation the record named: this one is not ours.
-            raise ForeignFileError(
-                f"{os.path.join(self.folder, name)}: {found} this buffer did not make stands "
-                f"where it keeps its next ring generation; move it away")
+        refuse_unrecorded_generation(self.folder, gen)
         self._write({"making": gen})
         return _Buffer.create(self._ring(gen), {**SCHEMA, **self.codec.fields}, items, heap_bytes=heap,
                               chunk_bytes=self.codec.chunk_bytes, item_states=True)
@@ -223,7 +205,7 @@ class ChunkStore:
         # The generation before the old one goes: the old one's snapshots stay.
         if old > 1:
             self._write({"retired": old - 1})
-            Confined(self.folder).remove_tree(f"gen-{old - 1}")
+            Confined(self.folder).remove_tree(generation_name(old - 1))
             self._write({})
 
     def _switch(self, gen: int, buf: _Buffer) -> None:
@@ -379,7 +361,7 @@ class ChunkStore:
             self.clear()
             return
         if gen != self.gen:
-            if not Confined(self.folder).exists(f"gen-{gen}"):
+            if not Confined(self.folder).exists(generation_name(gen)):
                 raise ValueError(
                     f"{self.folder}: the state names ring generation {gen}, which is no longer "
                     f"kept (the buffer has grown its ring since; generation {self.gen} is current)")

@@ -13,6 +13,7 @@ import weakref
 from typing import Any, Optional
 
 from .._confined import Confined
+from .._native import ForeignFileError
 
 
 class Folder:
@@ -90,3 +91,33 @@ def _remove_folder(path: str) -> None:
         Confined(path).remove_self()
     except OSError:
         pass  # already gone, or in use elsewhere: a temporary folder, never the user's
+
+
+# -- generations (gen-K/ folders a buffer replaces whole) -------------------------------------
+# A generation is removed only when the adapter's settings record it: ``making`` (written
+# before it is created, so a kill mid-copy leaves it named) or ``retired`` (written before
+# the one it replaced is removed). Nothing is ever removed by its name alone.
+
+
+def generation_name(gen: int) -> str:
+    return f"gen-{gen}"
+
+
+def drop_recorded_generations(folder: str, saved: dict, current: int) -> bool:
+    """Removes the generations ``saved`` records as made but not ``current``; whether it
+    recorded any (the caller then writes its settings again without them)."""
+    recorded = [int(saved[k]) for k in ("making", "retired") if saved.get(k) is not None]
+    for gen in recorded:
+        if gen != current:
+            Confined(folder).remove_tree(generation_name(gen))
+    return bool(recorded)
+
+
+def refuse_unrecorded_generation(folder: str, gen: int) -> None:
+    """Refuses to make generation ``gen`` where something already stands at its name: an
+    open removed every generation the record named, so this one is not the buffer's."""
+    found = Confined(folder).kind(generation_name(gen))
+    if found is not None:
+        raise ForeignFileError(
+            f"{os.path.join(folder, generation_name(gen))}: {found} this buffer did not make "
+            f"stands where it keeps its next generation; move it away")

@@ -12,15 +12,14 @@ user's beside them (``gen-backup``) is left alone.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from ..._confined import Confined
-from ..._native import ForeignFileError
 from ..._native import ReplayBuffer as _Buffer
-from .._folder import Folder
+from .._folder import (Folder, drop_recorded_generations, generation_name,
+                       refuse_unrecorded_generation)
 from ._layout import check_same, load_settings, save_settings
 
 _KIND = "SelectiveReplayBuffer"
@@ -63,21 +62,15 @@ class SelectiveReplayBuffer(Folder):
         else:
             self._gen = 0
         self._buf = self._open_generation(self._gen)
-        if saved is None:
+        if saved is None or drop_recorded_generations(self._path, saved, self._gen):
             self._save()
-        else:
-            self._drop_recorded(saved)
         self._closed = self._closed_ends()
 
     # -- the folder's generations -----------------------------------------------------------
 
-    @staticmethod
-    def _gen_name(gen: int) -> str:
-        return f"gen-{gen}"
-
     def _open_generation(self, gen: int):
         schema = {k: ("<f8", (d,)) for k, d in self._dims.items()}
-        path = Confined(self._path).subdir(self._gen_name(gen))
+        path = Confined(self._path).subdir(generation_name(gen))
         return _Buffer.open_or_create(path, schema, self._size)
 
     def _save(self, **record: int) -> None:
@@ -86,26 +79,10 @@ class SelectiveReplayBuffer(Folder):
         save_settings(self._path, _KIND, {"size": self._size, "dims": self._dims,
                                           "generation": self._gen, **record})
 
-    def _drop_recorded(self, saved: Dict[str, Any]) -> None:
-        """Removes the generations the settings record as made but not current: one a
-        kill left half-written (``making``), or the one a delete replaced (``retired``)."""
-        dropped = [saved[k] for k in ("making", "retired") if saved.get(k) is not None]
-        for gen in dropped:
-            if int(gen) != self._gen:
-                Confined(self._path).remove_tree(self._gen_name(int(gen)))
-        if dropped:
-            self._save()
-
     def _switch_to(self, batch: Optional[Dict[str, np.ndarray]]) -> None:
         """Writes ``batch`` as the next generation and names it: the atomic step."""
         new = self._gen + 1
-        folder = Confined(self._path)
-        found = folder.kind(self._gen_name(new))
-        if found is not None:
-            # An open removed every generation its record named: this one is not ours.
-            raise ForeignFileError(
-                f"{os.path.join(self._path, self._gen_name(new))}: {found} this buffer did not "
-                f"make stands where it keeps its next generation; move it away")
+        refuse_unrecorded_generation(self._path, new)
         self._save(making=new)
         buf = self._open_generation(new)
         if batch is not None and len(batch["done"]):
@@ -116,7 +93,7 @@ class SelectiveReplayBuffer(Folder):
         self._save(retired=old)
         self._buf.close()
         self._buf = buf
-        folder.remove_tree(self._gen_name(old))
+        Confined(self._path).remove_tree(generation_name(old))
         self._save()
 
     # -- episodes ----------------------------------------------------------------------------
