@@ -97,8 +97,10 @@ fn borrow_as<'py>(array: &Bound<'py, PyUntypedArray>, dtype: DType) -> Option<Ty
     }
 }
 
-/// Allocations at least this large are tried before they are made (`Owned::zeroed`).
-const PROBE_BYTES: usize = 1 << 20;
+/// Allocations at least this large are tried before they are made (`Owned::zeroed`):
+/// the giant ones a capped process cannot have. Below it no draw pays for the try (a
+/// W2 batch's arrays are a few MiB).
+const PROBE_BYTES: usize = 64 << 20;
 
 /// Makes room for `n` more bytes in `out`, or says `MemoryError` where the process
 /// cannot have them (a failed allocation would abort the interpreter).

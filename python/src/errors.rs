@@ -108,8 +108,8 @@ create_exception!(
     "A write through a read-only handle (a Reader, a snapshot), or after a failed sync."
 );
 
-/// The Python exception for an engine error.
-/// The engine's Rust names in a message, and what a Python caller writes instead.
+/// The engine's Rust names (and the command's options) in a message, and what a Python
+/// caller writes instead.
 const PYTHON_NAMES: &[(&str, &str)] = &[
     (
         "Config::prioritized",
@@ -122,6 +122,11 @@ const PYTHON_NAMES: &[(&str, &str)] = &[
         "Config::item_states() (Python: item_states=True)",
         "item_states=True or max_use=N",
     ),
+    // The command's options, in the messages of the export both fronts share.
+    ("--include-removed", "include_removed=True"),
+    ("--fields", "fields="),
+    ("--snapshot NAME", "snapshot=NAME"),
+    (" or the newest items (--last N)", ""),
 ];
 
 /// `message` with every Rust name a Python caller cannot write replaced by its Python
@@ -132,6 +137,7 @@ pub fn in_python(message: &str) -> String {
         .fold(message.to_owned(), |m, (rust, py)| m.replace(rust, py))
 }
 
+/// The Python exception for an engine error, its message in Python's words.
 pub fn to_py(e: E) -> PyErr {
     let msg = in_python(&e.to_string());
     if e.is_disk_full() {

@@ -11,21 +11,9 @@ use replaystore_cli::transfer::{self, ExportArgs, FileKind};
 
 use crate::errors::to_py;
 
-/// The command's option names in a message, and what a Python caller writes instead.
-const PYTHON_WORDS: &[(&str, &str)] = &[
-    ("--include-removed", "include_removed=True"),
-    ("--fields", "fields="),
-    ("--snapshot NAME", "snapshot=NAME"),
-    (" or the newest items (--last N)", ""),
-];
-
 /// A failure of the export as the Python exception a caller can act on.
 fn to_python(f: Failure) -> PyErr {
-    let said = |m: String| {
-        PYTHON_WORDS
-            .iter()
-            .fold(m, |m, (cli, py)| m.replace(cli, py))
-    };
+    let said = |m: String| crate::errors::in_python(&m);
     match f {
         Failure::Engine(e) => to_py(e),
         Failure::File { path, op, source } => pyo3::exceptions::PyOSError::new_err((
