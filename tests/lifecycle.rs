@@ -675,15 +675,16 @@ fn verify_finds_a_damaged_state_word_and_a_wrong_count() {
     };
     let word = |slot: usize| BODY_OFFSET + slot * 8;
     // A word of a later lap than its item (index 21 in slot 5, which holds item 5).
-    let ahead = Word::new(21, 16, 0, None).0.to_le_bytes();
+    let ahead = Word::new(21, 16, 0, None).in_form(true).0.to_le_bytes();
     let p = damaged(&|b| b[word(5)..word(5) + 8].copy_from_slice(&ahead));
     assert!(
         p.iter()
             .any(|f| f.what.contains("ahead") && f.offset == word(5) as u64),
         "{p:?}"
     );
-    // Impossible bits: removed with no cause.
-    let p = damaged(&|b| b[word(6)] = 1);
+    // Impossible bits with a matching check: removed with no cause.
+    let no_cause = Word(1).in_form(true).0.to_le_bytes();
+    let p = damaged(&|b| b[word(6)..word(6) + 8].copy_from_slice(&no_cause));
     assert!(p.iter().any(|f| f.what.contains("no cause")), "{p:?}");
     // The count of removed live items is wrong after a clean close.
     let p = damaged(&|b| b[REMOVED_LIVE_OFF] = 2);
@@ -1950,28 +1951,127 @@ fn a_distinct_draw_of_nearly_every_live_item_succeeds_at_every_seed_and_is_unifo
 
 #[test]
 fn verify_finds_a_flipped_uses_bit_in_the_item_states() {
-    use replaystore::internal::format::lifecycle::{BODY_OFFSET, FILE_NAME};
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, FILE_NAME, Word};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b");
     let mut buf = filled(&path, Config::new(schema(), 32).max_use(3).seed(4), 20);
     buf.sample(Request::rows(10)).unwrap();
     buf.close().unwrap();
     assert!(verify(&path).unwrap().is_sound());
-    // Item 5's word (slot 5): bit 15 of its uses (bits 8..24 of the word) set, so a live
-    // item holds 32,768+ uses under max_use 3.
+    // Item 5's word (slot 5): bit 15 of its uses (bits 8..24 of the word) set. The
+    // word's check finds the flip; with the check made to match (a crafted word), the
+    // rule of max_use still finds a live item holding 32,768+ uses under max_use 3.
+    let file = path.join(FILE_NAME);
+    let clean = std::fs::read(&file).unwrap();
+    let at = BODY_OFFSET + 5 * 8;
+    let word = |b: &[u8]| Word(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()));
+    let mut bytes = clean.clone();
+    bytes[at + 2] ^= 0x80;
+    for (bytes, finding) in [
+        (bytes.clone(), "flipped bit"),
+        (
+            {
+                let crafted = word(&bytes).in_form(true).0.to_le_bytes();
+                bytes[at..at + 8].copy_from_slice(&crafted);
+                bytes
+            },
+            "max_use 3",
+        ),
+    ] {
+        std::fs::write(&file, &bytes).unwrap();
+        let report = verify(&path).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.what.contains("slot 5") && p.what.contains(finding)),
+            "{finding}: {:?}",
+            report.problems
+        );
+    }
+    assert!(word(&clean).uses() < 3);
+}
+
+/// Issue 52: without `max_use` no rule bounds a use count, so only the word's check
+/// can tell a flipped bit: every bit of a drawn item's word, flipped alone, is found by
+/// `verify` at that word's offset, and the buffer is sound again once it is put back.
+#[test]
+fn verify_finds_every_flipped_bit_of_a_word_without_max_use() {
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, FILE_NAME};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut buf = filled(&path, Config::new(schema(), 32).item_states().seed(4), 40);
+    for _ in 0..20 {
+        buf.sample(Request::rows(8)).unwrap();
+    }
+    buf.remove(&[20]).unwrap();
+    buf.close().unwrap();
+    assert!(verify(&path).unwrap().is_sound());
+    let file = path.join(FILE_NAME);
+    let original = std::fs::read(&file).unwrap();
+    // Item 37 in slot 5 (drawn, live), item 20 in slot 20 (removed), and slot 3's word
+    // of item 35, all in their checked form.
+    for slot in [5usize, 20, 3] {
+        let at = BODY_OFFSET + slot * 8;
+        for bit in 0..64 {
+            let mut bytes = original.clone();
+            bytes[at + bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&file, &bytes).unwrap();
+            let report = verify(&path).unwrap();
+            assert!(
+                report.problems.iter().any(|p| p.offset == at as u64),
+                "slot {slot} bit {bit}: {:?}",
+                report.problems
+            );
+        }
+    }
+    std::fs::write(&file, &original).unwrap();
+    assert!(verify(&path).unwrap().is_sound());
+}
+
+/// Item state files made before words carried a check (version 1, zeros in bits
+/// 4..8) open, draw, remove and close as before and stay version 1: the words this
+/// build writes into them carry no check, and `verify` judges them as version 1.
+#[test]
+fn an_item_state_file_from_before_the_check_is_written_in_its_own_form() {
+    use replaystore::internal::format::crc32;
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, FILE_NAME, HEADER_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    // max_use 8: the 160 draws below leave items live (32 x 8 uses).
+    let mut buf = filled(&path, Config::new(schema(), 32).max_use(8).seed(2), 40);
+    for _ in 0..10 {
+        buf.sample(Request::rows(8)).unwrap();
+    }
+    buf.close().unwrap();
+    // What a build before the check left: version 1 and words without it.
     let file = path.join(FILE_NAME);
     let mut bytes = std::fs::read(&file).unwrap();
-    bytes[BODY_OFFSET + 5 * 8 + 2] ^= 0x80;
+    let version = |b: &[u8]| u32::from_le_bytes(b[8..12].try_into().unwrap());
+    assert_eq!(version(&bytes), 2);
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32(&bytes[..HEADER_LEN - 4]);
+    bytes[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    for word in bytes[BODY_OFFSET..].chunks_exact_mut(8) {
+        word[0] &= 0x0F;
+    }
     std::fs::write(&file, &bytes).unwrap();
-    let report = verify(&path).unwrap();
-    assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.what.contains("slot 5") && p.what.contains("max_use 3")),
-        "{:?}",
-        report.problems
-    );
+    assert!(verify(&path).unwrap().is_sound());
+    let mut buf = ReplayBuffer::open(&path).unwrap();
+    let before = buf.item_states(&[36, 37]).unwrap();
+    for _ in 0..10 {
+        buf.sample(Request::rows(8)).unwrap();
+    }
+    buf.remove(&[30]).unwrap();
+    let after = buf.item_states(&[36, 37]).unwrap();
+    assert!(before.iter().zip(&after).all(|(b, a)| a.uses >= b.uses));
+    buf.close().unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(version(&bytes), 1);
+    let words = bytes[BODY_OFFSET..].chunks_exact(8);
+    assert!(words.clone().any(|w| w != [0; 8]));
+    assert!(words.into_iter().all(|w| w[0] & 0xF0 == 0));
+    assert!(verify(&path).unwrap().is_sound());
 }
 
 #[test]

@@ -412,7 +412,7 @@ fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
 /// restore from a damaged copy changes nothing.
 #[test]
 fn every_bit_flip_and_cut_of_a_version_3_buffers_metadata_is_detected() {
-    use replaystore::internal::format::lifecycle::{HEADER_LEN, REMOVED_LIVE_OFF};
+    use replaystore::internal::format::lifecycle::{BODY_OFFSET, HEADER_LEN, REMOVED_LIVE_OFF};
     use replaystore::internal::format::manifest::SUPERBLOCK_V2_LEN;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("l");
@@ -463,6 +463,17 @@ fn every_bit_flip_and_cut_of_a_version_3_buffers_metadata_is_detected() {
             flips.count(found, || format!("removed_live byte {byte} bit {bit}"));
         },
     );
+    // Every bit of every word (uses of live and used-up items, removals, unwritten
+    // slots): the word's check makes each flip a finding at its offset.
+    each_flip(&items, BODY_OFFSET..BODY_OFFSET + 24 * 8, |byte, bit| {
+        let at = (byte - (byte - BODY_OFFSET) % 8) as u64;
+        let report = replaystore::verify(&dir).unwrap();
+        let found = report
+            .problems
+            .iter()
+            .any(|p| p.file == items && p.offset == at);
+        flips.count(found, || format!("items.state word byte {byte} bit {bit}"));
+    });
     let original = std::fs::read(&items).unwrap();
     for cut in (0..original.len()).step_by(61) {
         std::fs::write(&items, &original[..cut]).unwrap();

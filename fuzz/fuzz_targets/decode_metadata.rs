@@ -32,7 +32,13 @@ fuzz_target!(|data: &[u8]| {
     if let Some(w) = data.first_chunk::<8>() {
         let word = Word(u64::from_le_bytes(*w));
         let lap = data.get(8).map(|&l| u64::from(l));
-        let _ = (word.problem(lap), word.cause(), word.uses(), word.is_of(u64::MAX, 7));
+        let checked = data.get(9).is_some_and(|b| b & 1 == 1);
+        let _ = (word.problem(lap, checked), word.cause(), word.uses(), word.is_of(u64::MAX, 7));
+        // Putting a word in either form keeps its fields, and a word in its file's form
+        // never fails its check.
+        let formed = word.in_form(checked);
+        assert_eq!((formed.uses(), formed.removed(), formed.lap()), (word.uses(), word.removed(), word.lap()));
+        assert!(formed.problem(None, checked).is_none_or(|p| !p.contains("bits 4..8")));
     }
     if let Ok((h, _)) = TreeHeader::decode(data) {
         let _ = h.shape();

@@ -10,7 +10,7 @@
 //! Header:
 //! ```text
 //! 0   8  magic "RPLYLIFE"
-//! 8   4  format version (1)
+//! 8   4  format version: 2 (words carry a check), 1 (files made before the check)
 //! 12  4  reserved, 0
 //! 16  16 buffer uuid (as in the manifest)
 //! 32  8  capacity: words (= the ring's capacity)
@@ -40,15 +40,19 @@
 //! ```
 //! Word of slot `s`, for the item `lap * capacity + s`:
 //! ```text
-//! bits 0..8   flags: bit 0 removed; bits 1..4 its cause (1..=7); bits 4..8 zero
+//! bits 0..4   flags: bit 0 removed; bits 1..4 its cause (1..=7)
+//! bits 4..8   check (version 2): the XOR of the word's other 15 nibbles; 0 in version 1
 //! bits 8..24  uses: draws that returned the item, saturating at 65,535
 //! bits 24..64 lap: (index / capacity) mod 2^40
 //! ```
 //! A word whose lap is not the lap of the item its slot holds describes an item that is
 //! gone: it reads as "live, never drawn". So an add writes nothing here, and a word is
-//! bound to one item by the same index its row's stamp proves.
+//! bound to one item by the same index its row's stamp proves. The check is what lets
+//! `verify` see a flipped bit where no rule of the fields can (a use count without
+//! `max_use` has no bound): every single flip, and every odd count of flips among bits
+//! at the same place of their nibbles. The zero word checks, so unwritten slots do.
 
-use super::{Bytes, BytesMut, Problem, crc32, preamble};
+use super::{Bytes, BytesMut, Problem, crc32, sealed_version};
 
 /// Magic of the item state file.
 pub const MAGIC: [u8; 8] = *b"RPLYLIFE";
@@ -94,6 +98,13 @@ pub const WAITING_OFF: usize = WAKE_OFF + 4;
 pub const RENAMED_OFF: usize = WAITING_OFF + 4;
 /// Offset of the first slot's word.
 pub const BODY_OFFSET: usize = 4096;
+/// The version of files made now: every word carries its check in bits 4..8.
+pub const VERSION: u32 = 2;
+/// The version of files made before the check (their words hold 0 in bits 4..8): read
+/// and written as they are, so a build from before still opens them.
+pub const VERSION_UNCHECKED: u32 = 1;
+/// Bits 4..8 of a word: its check (version 2), zero (version 1).
+const CHECK_BITS: u64 = 0xF0;
 /// The largest `max_use`: uses are counted in 16 bits.
 pub const MAX_USES: u64 = 0xFFFF;
 /// Laps are kept modulo this.
@@ -274,6 +285,25 @@ impl Word {
         Word(flags | (uses.min(MAX_USES) << 8) | (Word::lap_of(index, capacity) << 24))
     }
 
+    /// The check of its other bits: the XOR of its nibbles but the check's own.
+    #[inline(always)]
+    fn check_of(self) -> u64 {
+        let mut x = self.0 & !CHECK_BITS;
+        x ^= x >> 32;
+        x ^= x >> 16;
+        x ^= x >> 8;
+        x ^= x >> 4;
+        x & 0xF
+    }
+
+    /// The same fields, in the form of a file whose words are `checked` (version 2)
+    /// or not (version 1): the check in bits 4..8, or zeros there.
+    #[inline(always)]
+    pub fn in_form(self, checked: bool) -> Word {
+        let check = if checked { self.check_of() << 4 } else { 0 };
+        Word((self.0 & !CHECK_BITS) | check)
+    }
+
     /// The lap it names.
     #[inline(always)]
     pub fn lap(self) -> u64 {
@@ -331,14 +361,25 @@ impl Word {
     }
 
     /// What is wrong with it as the word of a slot whose item has lap `item_lap` (the
-    /// lap of the live item in the slot, if one is): bits that must be zero, cause bits
-    /// that do not fit the removed bit, a lap ahead of the item. `None` when sound.
-    pub fn problem(self, item_lap: Option<u64>) -> Option<String> {
-        let flags = self.0 & 0xFF;
-        if flags & 0xF0 != 0 {
-            return Some(format!("flag bits 4..8 set ({flags:#04x})"));
+    /// lap of the live item in the slot, if one is), in a file whose words are
+    /// `checked` (version 2): a check that does not match (version 1: bits 4..8 not
+    /// zero), cause bits that do not fit the removed bit, a lap ahead of the item.
+    /// `None` when sound.
+    pub fn problem(self, item_lap: Option<u64>, checked: bool) -> Option<String> {
+        let stored = (self.0 & CHECK_BITS) >> 4;
+        match checked {
+            true if stored != self.check_of() => {
+                return Some(format!(
+                    "check bits 4..8 hold {stored:#x}, the word's bits give {:#x} (a flipped bit)",
+                    self.check_of()
+                ));
+            }
+            false if stored != 0 => {
+                return Some(format!("bits 4..8 set ({stored:#x}) in a version-1 word"));
+            }
+            _ => {}
         }
-        let cause = (flags >> 1) & 7;
+        let cause = (self.0 >> 1) & 7;
         match (self.removed(), cause) {
             (true, 0) => return Some("removed with no cause".into()),
             (false, c) if c != 0 => return Some(format!("cause {c} on a live item")),
@@ -374,6 +415,9 @@ pub struct LifeHeader {
     pub seed: u64,
     /// Reverb's rate limiter, if the buffer has one.
     pub rate_limit: Option<RateLimit>,
+    /// Whether every word carries its check (version 2; files made before, version 1,
+    /// hold zeros there and are written so).
+    pub checked: bool,
 }
 
 impl LifeHeader {
@@ -382,7 +426,14 @@ impl LifeHeader {
         let mut page = vec![0u8; BODY_OFFSET];
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, &MAGIC);
-        w.u32(VERSION_OFF, super::FORMAT_VERSION);
+        w.u32(
+            VERSION_OFF,
+            if self.checked {
+                VERSION
+            } else {
+                VERSION_UNCHECKED
+            },
+        );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
         w.u64(MAX_USE_OFF, self.max_use);
@@ -403,7 +454,16 @@ impl LifeHeader {
 
     /// Decodes and checks a header: magic, crc, version, then each field's range.
     pub fn decode(bytes: &[u8]) -> Result<LifeHeader, Problem> {
-        preamble(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)?;
+        let checked = match sealed_version(bytes, &MAGIC, HEADER_LEN, CRC_OFF, VERSION_OFF)? {
+            VERSION => true,
+            VERSION_UNCHECKED => false,
+            found => {
+                return Err(Problem::VersionOf {
+                    found,
+                    supported: VERSION,
+                });
+            }
+        };
         let r = Bytes(bytes);
         let policy = r.u32(POLICY_OFF).unwrap_or(u32::MAX);
         let Some(known) = Policy::of(policy) else {
@@ -422,6 +482,7 @@ impl LifeHeader {
             policy: known,
             seed: r.u64(SEED_OFF).unwrap_or(0),
             rate_limit: None,
+            checked,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -515,6 +576,7 @@ mod tests {
             policy: Policy::Downsample,
             seed: 99,
             rate_limit: Some(RateLimit::sample_to_insert_ratio(4.0, 100, 50.0)),
+            checked: true,
         }
     }
 
@@ -528,6 +590,26 @@ mod tests {
             assert!(LifeHeader::decode(&bad).is_err(), "byte {at} flipped");
         }
         assert!(LifeHeader::decode(&page[..HEADER_LEN - 1]).is_err());
+        let unchecked = LifeHeader {
+            checked: false,
+            ..header()
+        };
+        assert_eq!(LifeHeader::decode(&unchecked.encode()), Ok(unchecked));
+    }
+
+    #[test]
+    fn a_version_past_this_builds_is_refused_by_name() {
+        let mut page = header().encode();
+        BytesMut(&mut page).u32(VERSION_OFF, 3);
+        let crc = crc32(&page[..CRC_OFF]);
+        BytesMut(&mut page).u32(CRC_OFF, crc);
+        assert_eq!(
+            LifeHeader::decode(&page),
+            Err(Problem::VersionOf {
+                found: 3,
+                supported: VERSION
+            })
+        );
     }
 
     #[test]
@@ -591,16 +673,49 @@ mod tests {
     #[test]
     fn a_word_with_impossible_bits_or_a_lap_ahead_is_a_problem() {
         let cap = 10;
-        assert_eq!(Word::new(23, cap, 1, None).problem(Some(2)), None);
-        assert_eq!(Word::new(13, cap, 1, None).problem(Some(2)), None);
-        assert!(Word::new(33, cap, 1, None).problem(Some(2)).is_some());
-        assert!(Word(1).problem(None).is_some());
-        assert!(Word(2).problem(None).is_some());
-        assert!(Word(0x10).problem(None).is_some());
-        assert!(Word(0x20).problem(None).is_some());
-        // Laps wrap: the live item at lap 0 after 2^40 laps, a word from the lap before.
-        let old = Word((LAP_MOD - 1) << 24);
-        assert_eq!(old.problem(Some(0)), None);
+        for checked in [true, false] {
+            let word = |i, uses, cause| Word::new(i, cap, uses, cause).in_form(checked);
+            assert_eq!(word(23, 1, None).problem(Some(2), checked), None);
+            assert_eq!(word(13, 1, None).problem(Some(2), checked), None);
+            assert!(word(33, 1, None).problem(Some(2), checked).is_some());
+            assert!(Word(1).in_form(checked).problem(None, checked).is_some());
+            assert!(Word(2).in_form(checked).problem(None, checked).is_some());
+            // Laps wrap: the live item at lap 0 after 2^40 laps, a word from the lap
+            // before.
+            let old = Word((LAP_MOD - 1) << 24).in_form(checked);
+            assert_eq!(old.problem(Some(0), checked), None);
+            // The unwritten slot's word is sound in both forms.
+            assert_eq!(Word(0).problem(Some(0), checked), None);
+        }
+        assert!(Word(0x10).problem(None, false).is_some());
+        assert!(Word(0x20).problem(None, false).is_some());
+    }
+
+    #[test]
+    fn every_single_flipped_bit_of_a_checked_word_is_a_problem() {
+        let cap = 1000;
+        let words = [
+            Word(0),
+            Word::new(7, cap, 0, None),
+            Word::new(123_456, cap, 1, None),
+            Word::new(5_000, cap, 300, Some(Cause::Stale)),
+            Word::new(u64::MAX / 2, cap, MAX_USES, Some(Cause::UsedUp)),
+        ];
+        for w in words.map(|w| w.in_form(true)) {
+            assert_eq!(w.problem(None, true), None, "{w:?}");
+            for bit in 0..64 {
+                let flipped = Word(w.0 ^ (1 << bit));
+                assert!(
+                    flipped.problem(None, true).is_some(),
+                    "{w:?}: bit {bit} flipped passes"
+                );
+            }
+        }
+        // A version-1 word read as version 2 (and a checked one as version 1) is refused
+        // unless both forms agree, as for the zero word.
+        let plain = Word::new(8, cap, 2, None);
+        assert!(plain.problem(None, true).is_some());
+        assert!(plain.in_form(true).problem(None, false).is_some());
     }
 
     #[test]

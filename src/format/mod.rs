@@ -99,6 +99,14 @@ pub enum Problem {
     Version(u32),
     /// A MANIFEST version this build does not read (it reads 1, 2 and 3).
     ManifestVersion(u32),
+    /// A version of a file whose versions count on their own (`items.state`): `found`,
+    /// where this build reads up to `supported`.
+    VersionOf {
+        /// The version in the file.
+        found: u32,
+        /// The newest this build reads.
+        supported: u32,
+    },
     /// A checksum mismatch.
     Checksum {
         /// Offset of the covered region.
@@ -152,6 +160,11 @@ impl Problem {
                 found,
                 supported: LIFECYCLE_VERSION,
             },
+            Problem::VersionOf { found, supported } => Error::UnsupportedVersion {
+                file,
+                found,
+                supported,
+            },
             Problem::Checksum {
                 offset,
                 stored,
@@ -184,9 +197,9 @@ impl std::fmt::Display for Problem {
         match self {
             Problem::Short { need, have } => write!(f, "truncated: need {need} bytes, have {have}"),
             Problem::Magic { offset, .. } => write!(f, "bad magic at offset {offset}"),
-            Problem::Version(v) | Problem::ManifestVersion(v) => {
-                write!(f, "unsupported version {v}")
-            }
+            Problem::Version(v)
+            | Problem::ManifestVersion(v)
+            | Problem::VersionOf { found: v, .. } => write!(f, "unsupported version {v}"),
             Problem::Checksum {
                 offset,
                 stored,
@@ -243,15 +256,27 @@ pub(crate) fn preamble(
     crc_off: usize,
     version_off: usize,
 ) -> Result<(), Problem> {
-    need(bytes, expected_magic.len())?;
-    magic(bytes, 0, expected_magic)?;
-    need(bytes, len)?;
-    checksum(bytes, 0, crc_off, crc_off)?;
-    let version = Bytes(bytes).u32(version_off).unwrap_or(0);
+    let version = sealed_version(bytes, expected_magic, len, crc_off, version_off)?;
     if version != FORMAT_VERSION {
         return Err(Problem::Version(version));
     }
     Ok(())
+}
+
+/// The preamble's checks but the last: the version at `version_off`, for a file whose
+/// versions count on their own and are judged by its decoder.
+pub(crate) fn sealed_version(
+    bytes: &[u8],
+    expected_magic: &[u8],
+    len: usize,
+    crc_off: usize,
+    version_off: usize,
+) -> Result<u32, Problem> {
+    need(bytes, expected_magic.len())?;
+    magic(bytes, 0, expected_magic)?;
+    need(bytes, len)?;
+    checksum(bytes, 0, crc_off, crc_off)?;
+    Ok(Bytes(bytes).u32(version_off).unwrap_or(0))
 }
 
 /// Checks a stored CRC over `bytes[start..end]` found at `crc_off`.

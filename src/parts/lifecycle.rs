@@ -430,7 +430,8 @@ impl Lifecycle {
         let slot = index % self.capacity();
         let mut raw = self.map.load(slot);
         loop {
-            let next = new(self.as_item(index, raw))?;
+            // In the file's form: checked words in version 2, plain in version 1.
+            let next = new(self.as_item(index, raw))?.in_form(self.header.checked);
             match self.map.exchange(slot, raw, next.0) {
                 Ok(_) => return Some(next),
                 Err(now) => raw = now,
@@ -481,8 +482,8 @@ impl Lifecycle {
     pub fn renamed(&mut self, from: u64, to: u64) {
         let cap = self.capacity();
         let w = self.word(from);
-        self.map
-            .store(to % cap, Word::new(to, cap, w.uses(), w.cause()).0);
+        let moved = Word::new(to, cap, w.uses(), w.cause()).in_form(self.header.checked);
+        self.map.store(to % cap, moved.0);
         self.map.add_counter(RENAMED_OFF, 1);
     }
 
@@ -571,7 +572,7 @@ impl Part for Lifecycle {
             let offset = (BODY_OFFSET as u64) + slot * 8;
             let of_item = item.is_some_and(|i| w.is_of(i, cap));
             let problem = w
-                .problem(lap)
+                .problem(lap, header.checked)
                 .or_else(|| of_item.then(|| w.uses_problem(header.max_use)).flatten());
             if let Some(what) = problem {
                 bad += 1;

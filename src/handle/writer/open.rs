@@ -589,6 +589,7 @@ fn write_new_buffer(
                 .unwrap_or(crate::format::lifecycle::Policy::Fifo),
             seed,
             rate_limit: life.rate_limit,
+            checked: true,
         };
         Lifecycle::create(io, dir, &header)?;
     }
