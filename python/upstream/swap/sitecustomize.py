@@ -1,0 +1,84 @@
+"""Swaps a library's buffer classes for replaystore's drop-ins in every Python process
+started with this folder on ``PYTHONPATH``: what a user who changes one import gets,
+here without editing the code that imports (a library's own tests, run by
+``python/upstream/run.py``).
+
+``REPLAYSTORE_UPSTREAM_SWAP=<lib>:<module>,<module>...`` names the adapter
+(``replaystore.compat.<lib>``) and the library modules whose names it replaces: each
+name in the adapter's ``__all__`` that the module also has. A module is changed only
+once no module of the list is still executing, so the library's own modules, which
+import and subclass each other while a package loads, keep the library's classes; only
+code importing from the listed modules afterwards (the tests) gets the adapter's.
+Child processes inherit the environment, so worker processes swap the same way."""
+
+import importlib
+import importlib.abc
+import os
+import sys
+
+
+class _Swap(importlib.abc.MetaPathFinder):
+    def __init__(self, lib, modules):
+        self.lib = lib
+        self.modules = modules
+        self.executing = set()
+        self.swapped = set()
+        self.busy = False
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.modules or self.busy:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, self)
+                return spec
+        return None
+
+    def swap_ready(self):
+        """Replaces the names of every listed module loaded and no longer executing."""
+        if self.executing or self.busy:
+            return
+        self.busy = True
+        try:
+            adapter = importlib.import_module(f"replaystore.compat.{self.lib}")
+            for name in self.modules - self.swapped:
+                module = sys.modules.get(name)
+                if module is None:
+                    continue
+                for attr in getattr(adapter, "__all__", ()):
+                    if hasattr(module, attr):
+                        setattr(module, attr, getattr(adapter, attr))
+                self.swapped.add(name)
+        finally:
+            self.busy = False
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, swap):
+        self.inner = inner
+        self.swap = swap
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.swap.executing.add(module.__name__)
+        try:
+            self.inner.exec_module(module)
+        finally:
+            self.swap.executing.discard(module.__name__)
+        self.swap.swap_ready()
+
+
+def _install():
+    spec = os.environ.get("REPLAYSTORE_UPSTREAM_SWAP", "")
+    lib, _, modules = spec.partition(":")
+    if lib and modules:
+        sys.meta_path.insert(0, _Swap(lib, set(modules.split(","))))
+
+
+_install()
