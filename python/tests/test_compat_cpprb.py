@@ -120,3 +120,97 @@ def test_check_for_update_skips_positions_written_since_the_sample(tmp_path):
         counts = np.bincount(rb.sample(4000)["indexes"].astype(int), minlength=4)
         assert counts[1] == counts[2] == 0
         assert abs(counts[0] - counts[3]) < 400, counts
+
+
+def test_unknown_constructor_keywords_are_ignored_as_cpprb_ignores_them_with_a_warning(tmp_path):
+    # cpprb's own tests call create_buffer(size, obs_shape=..., act_dim=...,
+    # is_discrete_action=...), which cpprb passes on to constructors that ignore them.
+    with pytest.warns(UserWarning, match="act_dim, is_discrete_action, obs_shape"):
+        rb = cpprb.create_buffer(8, {"x": {}}, obs_shape=(2, 3), act_dim=4,
+                                 is_discrete_action=True, prioritized=True)
+    assert isinstance(rb, cpprb.PrioritizedReplayBuffer)
+    rb.close()
+
+
+def test_positions_never_written_read_as_zeros_as_in_cpprbs_zeroed_ring(tmp_path):
+    with cpprb.ReplayBuffer(6, ENV, path=str(tmp_path / "b")) as rb:
+        rb.add(**transition(3))
+        got = rb._encode_sample([0, 1, 5])
+        assert got["obs"].tolist() == [[3, 3, 3], [0, 0, 0], [0, 0, 0]]
+        assert got["act"].dtype == np.int16 and got["act"].ravel().tolist() == [3, 0, 0]
+
+
+def test_the_largest_priority_is_cpprbs_without_eps_and_at_least_one(tmp_path):
+    with cpprb.PrioritizedReplayBuffer(4, {"x": {}}, eps=0.25, path=str(tmp_path / "b")) as rb:
+        rb.add(x=1.0)
+        assert rb.get_max_priority() == 1.0
+        rb.update_priorities([0], [0.5])
+        assert rb.get_max_priority() == 1.0
+        rb.update_priorities([0], [2.0])
+        assert rb.get_max_priority() == 2.0
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.complex64, np.complex128, np.longdouble,
+                                   np.dtype(">f4"), np.dtype(">i2")])
+def test_dtypes_the_engine_lacks_are_kept_as_their_bytes_and_read_back_as_the_dtype(tmp_path, dtype):
+    path = str(tmp_path / "b")
+    values = (np.arange(6).reshape(3, 2) * 1.5).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * values.astype(dtype)
+    with cpprb.ReplayBuffer(4, {"v": {"dtype": dtype, "shape": 2}}, path=path) as rb:
+        rb.add(v=values)
+    with cpprb.ReplayBuffer(4, {"v": {"dtype": dtype, "shape": 2}}, path=path) as rb:
+        got = rb.get_all_transitions()["v"]
+        assert got.dtype == np.dtype(dtype) and got.shape == (3, 2)
+        np.testing.assert_array_equal(got, values)
+
+
+def test_train_runs_cpprbs_loop_on_these_buffers_and_updates_priorities(tmp_path):
+    class Env:
+        def __init__(self):
+            self.t = 0
+
+        def reset(self):
+            return np.zeros(2)
+
+        def step(self, action):
+            self.t += 1
+            return np.full(2, self.t), 1.0, float(self.t % 4 == 0), {}
+
+    rb = cpprb.PrioritizedReplayBuffer(32, {"obs": {"shape": 2}, "act": {}, "rew": {},
+                                            "next_obs": {"shape": 2}, "done": {}},
+                                       path=str(tmp_path / "b"))
+    episodes = []
+    cpprb.train(rb, Env(), lambda obs, step, episode, warmup: 0.0,
+                lambda sample, step, episode: np.full(len(sample["indexes"]), 3.0),
+                max_steps=20, batch_size=4, n_warmups=3,
+                episode_callback=lambda e, s, r: episodes.append((e, s)))
+    assert rb.get_stored_size() == 20
+    assert episodes == [(e, 3) for e in range(5)]
+    assert rb.get_max_priority() == 3.0
+    with pytest.raises(ValueError, match="too big"):
+        cpprb.train(rb, Env(), None, None, max_steps=2**64)
+    rb.close()
+
+
+def test_a_prioritized_draw_from_an_empty_buffer_returns_what_cpprb_returns(tmp_path):
+    # cpprb 11: PrioritizedReplayBuffer(8, ...).sample(3) gives indexes [7, 7, 7] and
+    # NaN weights.
+    with cpprb.PrioritizedReplayBuffer(8, {"x": {}}, path=str(tmp_path / "b")) as rb:
+        s = rb.sample(3)
+        assert s["indexes"].tolist() == [7, 7, 7]
+        assert np.isnan(s["weights"]).all() and s["x"].shape == (3, 1)
+
+
+def test_one_priority_is_given_to_every_index_of_the_update(tmp_path):
+    with cpprb.PrioritizedReplayBuffer(8, {"x": {}}, path=str(tmp_path / "b")) as rb:
+        rb.add(x=np.arange(4.0))
+        rb.update_priorities([0, 1, 2, 3], 5.0)
+        assert rb.get_max_priority() == 5.0
+        with pytest.raises(ValueError, match="4 indexes and 2 priorities"):
+            rb.update_priorities([0, 1, 2, 3], [1.0, 2.0])
+
+
+def test_a_buffer_without_fields_is_made_as_cpprb_makes_it(tmp_path):
+    with cpprb.ReplayBuffer(8, {}, path=str(tmp_path / "b")) as rb:
+        assert rb.get_stored_size() == 0 and rb.get_buffer_size() == 8

@@ -31,7 +31,8 @@ Where it differs from cpprb, and why:
 - ``next_of`` and ``stack_compress`` store the values whole: the memory cpprb saves by
   sharing rows is disk here (pages of a file, not RAM). Sampled values are the same.
 - float16 fields are stored as their 16 bits (dtype ``u16`` to the ``replaystore``
-  command); the adapter views them back as float16.
+  command), other dtypes the engine lacks (complex, extended precision, big-endian) as
+  their bytes (``u8`` with one more axis); the adapter views them back as the dtype.
 - ``add`` with a key missing raises ``KeyError`` and stores nothing; cpprb has already
   taken the positions and keeps whatever they held as new transitions.
 - ``update_priorities`` at a position that holds no transition yet is skipped (cpprb sets
@@ -50,6 +51,10 @@ Where it differs from cpprb, and why:
 - ``SelectiveReplayBuffer`` closes an episode at every ``done``; cpprb closes one at the
   first ``done`` of each ``add`` call only, so steps after a second ``done`` in one call
   join the episode before (its episodes then depend on how steps were batched).
+- Constructor keywords a class does not know are ignored, as cpprb ignores them, with a
+  ``UserWarning`` naming them (a misspelt argument would otherwise be lost unseen).
+- ``train`` is cpprb's loop, taking any of these buffers (cpprb's refuses all but its
+  own class); it does not warn that it is a beta, as cpprb's does.
 - The LaBER buffers (``LaBERmean``/``LaBERlazy``/``LaBERmax``) are not provided: they
   re-rank a batch the caller already drew and hold no data, so cpprb's own work on
   batches this module returns.
@@ -60,6 +65,7 @@ from ._her import HindsightReplayBuffer
 from ._mp import MPPrioritizedReplayBuffer, MPReplayBuffer
 from ._selective import SelectiveReplayBuffer
 from ._spaces import create_before_add_func, create_env_dict
+from ._train import train
 
 __all__ = [
     "ReplayBuffer",
@@ -72,4 +78,5 @@ __all__ = [
     "create_buffer",
     "create_env_dict",
     "create_before_add_func",
+    "train",
 ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..._native import ReplayBuffer as _Buffer
 from .._folder import Folder, holds_buffer
-from ._layout import Fields, check_same, load_settings, names, save_settings
+from ._layout import Fields, check_same, ignore_unknown, load_settings, names, save_settings
 from ._nstep import NstepQueue
 
 #: The column that carries each transition's given priority through the n-step queue.
@@ -52,8 +52,7 @@ class ReplayBuffer(Folder):
         logger: Any = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}() got unexpected arguments {sorted(kwargs)}")
+        ignore_unknown(type(self).__name__, kwargs)
         self._size = int(size)
         if self._size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
@@ -121,8 +120,18 @@ class ReplayBuffer(Folder):
         positions = np.asarray(positions, dtype=np.int64).ravel()
         if len(positions) == 0:
             return self._fields.empty()
-        head, _ = self._live()
-        return self._fields.from_stored(self._buf.get(self._to_logical(positions, head)))
+        head, tail = self._live()
+        logical = self._to_logical(positions, head)
+        held = logical < tail
+        if held.all():
+            return self._fields.from_stored(self._buf.get(logical))
+        # cpprb's ring starts zeroed: a position no transition was written to reads as
+        # zeros there, not as an error.
+        out = {n: np.zeros((len(positions), *s), d) for n, (d, s) in self._fields.spec.items()}
+        if held.any():
+            for name, values in self._fields.from_stored(self._buf.get(logical[held])).items():
+                out[name][held] = values
+        return out
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -329,9 +338,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self._add(batch, priorities)
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Dict[str, np.ndarray]:
-        """Transitions drawn by priority, with ``weights`` and ``indexes`` (positions)."""
+        """Transitions drawn by priority, with ``weights`` and ``indexes`` (positions).
+        From an empty buffer (an n-step one before its window fills, say), what cpprb
+        returns rather than an error: ``batch_size`` times the last position, as its
+        empty tree draws, with NaN weights (its values: zeros here, its fill there)."""
         if len(self._buf) == 0:
-            raise ValueError("high <= 0: the buffer stores no transition")
+            last = np.full(int(batch_size), self._size - 1, np.uint64)
+            out = self._encode_sample(last.astype(np.int64))
+            out["weights"] = np.full(int(batch_size), np.nan, np.float32)
+            out["indexes"] = last
+            return out
         got = self._buf.sample(int(batch_size), beta=beta)
         out = self._fields.from_stored(got)
         out["weights"] = got["weights"]
@@ -346,6 +362,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise TypeError("``properties`` must not be ``None``")
         pos = np.asarray(indexes, dtype=np.int64).ravel()
         p = np.ravel(np.asarray(priorities, dtype=np.float32)).astype(np.float64)
+        if p.shape[0] == 1 and len(pos) != 1:
+            # One priority for the batch (cpprb reads past its one value; it is meant
+            # for every position).
+            p = np.full(len(pos), p[0])
+        elif p.shape[0] != len(pos):
+            raise ValueError(f"{len(pos)} indexes and {p.shape[0]} priorities")
         head, tail = self._live()
         logical = self._to_logical(pos, head)
         if self._check and self._sampled_at is not None:
@@ -360,8 +382,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self._buf.update_priorities(logical, p)
 
     def get_max_priority(self) -> float:
-        """The largest priority so far (``priority + eps``, as replaystore keeps it)."""
-        return float(self._buf.max_priority or 1.0)
+        """The largest priority given so far, at least 1.0, without ``eps`` (cpprb's:
+        its maximum starts at 1.0; replaystore's keeps ``priority + eps``)."""
+        return max(1.0, float(self._buf.max_priority or 1.0) - self._eps)
 
 
 class ReverseReplayBuffer(ReplayBuffer):

@@ -3,6 +3,7 @@ reopened through the same adapter class after a crash."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -23,10 +24,30 @@ def names(value: Any) -> List[str]:
     return [str(v) for v in value]
 
 
+def ignore_unknown(kind: str, kwargs: Dict[str, Any]) -> None:
+    """cpprb's constructors take any keyword and ignore those they do not know (its
+    ``create_buffer`` passes its callers' ``obs_shape=``/``act_dim=`` on to them): so do
+    these, with a warning naming them, since a misspelt argument is then lost."""
+    if kwargs:
+        warnings.warn(f"cpprb.{kind} ignores arguments it does not know (as cpprb does): "
+                      f"{', '.join(sorted(kwargs))}", stacklevel=3)
+
+
 class Fields:
     """The fields of an ``env_dict``: each name's NumPy dtype and per-item shape, with
-    cpprb's defaults (shape ``1``, dtype ``default_dtype``). float16, which the engine
-    does not store as such, is kept as its 16 bits (``<u2``) and viewed back."""
+    cpprb's defaults (shape ``1``, dtype ``default_dtype``). A dtype the engine does not
+    store as such is kept as its bytes and viewed back: float16 as its 16 bits
+    (``<u2``), others (complex, extended precision, big-endian) as ``itemsize`` bytes
+    (``u1``, one more axis).
+
+    >>> f = Fields({"z": {"dtype": np.complex64, "shape": 2}}, None)
+    >>> f.schema()
+    {'z': ('|u1', (2, 8))}
+    >>> v = np.array([[1 + 2j, 3 - 4j]], np.complex64)
+    >>> back = f.from_stored({"z": f.to_stored("z", v)})["z"]
+    >>> back.dtype, bool((back == v).all())
+    (dtype('complex64'), True)
+    """
 
     def __init__(self, env_dict: Optional[Dict[str, Dict[str, Any]]], default_dtype: Any,
                  next_of: Iterable[str] = ()) -> None:
@@ -51,32 +72,51 @@ class Fields:
         return {n: [d.str, list(s)] for n, (d, s) in self.spec.items()}
 
     def schema(self) -> Dict[str, Tuple[str, Tuple[int, ...]]]:
-        """The engine's schema: float16 stored as ``<u2``."""
-        return {n: (_stored(d).str, s) for n, (d, s) in self.spec.items()}
+        """The engine's schema: each field in the dtype and shape it is stored as (a
+        placeholder byte when ``env_dict`` has none: cpprb makes such buffers, the
+        engine needs a field)."""
+        return {n: _stored(d, s) for n, (d, s) in self.spec.items()} or {_NO_FIELD: ("|u1", (1,))}
 
     def to_stored(self, name: str, values: Any, n: Optional[int] = None) -> np.ndarray:
         """``values`` as ``n`` (or however many) items of field ``name``, cast as cpprb's
         assignment casts, in the dtype the engine stores."""
         dtype, shape = self.spec[name]
-        a = np.asarray(values, dtype=dtype).reshape((-1, *shape))
+        a = np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape((-1, *shape)))
+        stored, _ = _stored(dtype, shape)
+        if stored == dtype.str:
+            return a
         if dtype == np.float16:
-            a = a.view("<u2")
-        return np.ascontiguousarray(a)
+            return a.view("<u2")
+        return a.view(np.uint8).reshape((len(a), *shape, dtype.itemsize))
 
     def from_stored(self, got: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """The engine's arrays as cpprb returns them (float16 viewed back)."""
+        """The engine's arrays as cpprb returns them (bytes viewed back as the dtype)."""
         out = {}
-        for name, (dtype, _) in self.spec.items():
+        for name, (dtype, shape) in self.spec.items():
             a = got[name]
-            out[name] = a.view(np.float16) if dtype == np.float16 else a
+            if a.dtype != dtype:
+                a = np.ascontiguousarray(a).view(dtype).reshape((len(a), *shape))
+            out[name] = a
         return out
 
     def empty(self) -> Dict[str, np.ndarray]:
         return {n: np.zeros((0, *s), d) for n, (d, s) in self.spec.items()}
 
 
-def _stored(dtype: np.dtype) -> np.dtype:
-    return np.dtype("<u2") if dtype == np.float16 else dtype
+#: The one field of a buffer whose ``env_dict`` names none; never returned.
+_NO_FIELD = "__no_field__"
+#: The dtypes the engine stores as such (replaystore.Schema's), little-endian.
+_ENGINE = {np.dtype(t).str for t in ("?", "u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8", "<f4",
+                                      "<f8")}
+
+
+def _stored(dtype: np.dtype, shape: Tuple[int, ...]) -> Tuple[str, Tuple[int, ...]]:
+    """The engine dtype and shape a field of ``dtype`` and ``shape`` is stored as."""
+    if dtype.str in _ENGINE:
+        return dtype.str, shape
+    if dtype == np.float16:
+        return "<u2", shape
+    return "|u1", (*shape, dtype.itemsize)
 
 
 def load_settings(folder: str, kind: str) -> Optional[Dict[str, Any]]:

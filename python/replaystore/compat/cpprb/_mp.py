@@ -21,7 +21,7 @@ import numpy as np
 from ..._native import Lanes as _Lanes
 from ..._native import LockedError
 from .._folder import Folder, holds_buffer
-from ._layout import Fields, check_same, load_settings, save_settings
+from ._layout import Fields, check_same, ignore_unknown, load_settings, save_settings
 
 #: Each transition's priority as the explorer gave it (NaN: none given), which the
 #: learner applies when it catches up with the lane.
@@ -57,8 +57,7 @@ class MPReplayBuffer(Folder):
                  default_dtype: Any = None, logger: Any = None, ctx: Any = None,
                  backend: str = "sharedctypes", path: Optional[str] = None,
                  writers: Optional[int] = None, **kwargs: Any) -> None:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}() got unexpected arguments {sorted(kwargs)}")
+        ignore_unknown(type(self).__name__, kwargs)
         size = int(size)
         writers = int(writers or os.cpu_count() or 1)
         if size < writers:

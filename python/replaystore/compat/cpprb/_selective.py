@@ -20,7 +20,7 @@ from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
 from .._folder import (Folder, drop_recorded_generations, generation_name,
                        refuse_unrecorded_generation)
-from ._layout import check_same, load_settings, save_settings
+from ._layout import check_same, ignore_unknown, load_settings, save_settings
 
 _KIND = "SelectiveReplayBuffer"
 
@@ -50,8 +50,7 @@ class SelectiveReplayBuffer(Folder):
                       "next_obs": int(obs_dim), "done": 1}
         self._size = int(episode_len) * int(Nepisodes)
         self._obs_shape = kwargs.pop("obs_shape", None)
-        if kwargs:
-            raise TypeError(f"SelectiveReplayBuffer() got unexpected arguments {sorted(kwargs)}")
+        ignore_unknown("SelectiveReplayBuffer", kwargs)
         self._take_folder(path, "replaystore-cpprb-selective-")
         settings = {"size": self._size, "dims": self._dims}
         saved = load_settings(self._path, _KIND)
