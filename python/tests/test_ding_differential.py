@@ -310,6 +310,15 @@ def test_legacy_buffers_are_di_engines(tmp_path, theirs_cls, ours_cls, over):
     if theirs_cls is TheirEpisode:
         assert a.episode_len == b.episode_len
     same(list(a._data), list(b._data))
+    # A copy of _data is a list of the items, as DI-engine's list copies (its own tests
+    # deepcopy it), and changing the copy changes nothing stored.
+    copied = copy.deepcopy(b._data)
+    assert type(copied) is list and type(copy.copy(b._data)) is list
+    same(copy.deepcopy(a._data), copied)
+    for d in copied:
+        if d is not None:
+            d["r"] = -1
+    same(list(a._data), list(b._data))
     state = b.state_dict()
     assert "replaystore" in state["data"]
     b.close()

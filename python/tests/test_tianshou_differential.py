@@ -538,3 +538,20 @@ def test_a_pickled_prioritized_buffer_keeps_its_priorities(tmp_path, vector):
     same(io, ia)
     same(o, a)
     back.close()
+
+
+def test_a_stored_column_reads_as_tianshous_array_does(tmp_path):
+    # buf.act.dtype, buf.obs[:4, 0], buf.act == 2 and np.allclose(buf.rew, ...) are what
+    # Tianshou's own tests ask of its buffers' columns (the arrays of every position).
+    bufs = [tsd.ReplayBuffer(6), ad.ReplayBuffer(6, path=str(tmp_path / "b"))]
+    for buf in bufs:
+        for i in range(4):
+            buf.add(Batch(obs=np.full(3, i, np.float32), act=i, rew=float(i), terminated=False,
+                          truncated=False, obs_next=np.zeros(3, np.float32), info={}))
+    theirs, ours = bufs
+    assert ours.act.dtype == theirs.act.dtype and ours.obs.shape == theirs.obs.shape
+    np.testing.assert_array_equal(ours.obs[:4, 0], theirs.obs[:4, 0])
+    np.testing.assert_array_equal(ours.obs[2, 1:], theirs.obs[2, 1:])
+    np.testing.assert_array_equal(ours.act == 2, theirs.act == 2)
+    np.testing.assert_array_equal(ours.rew + 1, theirs.rew + 1)
+    assert np.allclose(ours.rew, theirs.rew) and ours.rew.tolist() == theirs.rew.tolist()

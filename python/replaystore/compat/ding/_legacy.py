@@ -115,6 +115,15 @@ class Slots:
     def __iter__(self) -> Iterator[Any]:
         return (self[i] for i in range(len(self.seqs)))
 
+    def __copy__(self) -> List[Any]:
+        """DI-engine's ``_data`` is a list: a copy of it is the list of the slots' items
+        (``copy.deepcopy(buffer._data)`` in its tests and users' code), not a second
+        handle on the store."""
+        return self[:]
+
+    def __deepcopy__(self, memo: dict) -> List[Any]:
+        return copy.deepcopy(self[:], memo)
+
     def describe(self) -> Dict[str, Any]:
         return {"seqs": list(self.seqs), "overlay": copy.deepcopy(self.overlay), "puts": self.puts}
 

@@ -381,14 +381,33 @@ class Store:
         return copy.deepcopy(value) if isinstance(value, Batch) else np.array(value, copy=True)
 
 
-class Column:
-    """``store[key]`` for a key kept in the rings: indexing reads the positions."""
+class Column(np.lib.mixins.NDArrayOperatorsMixin):
+    """``store[key]`` for a key kept in the rings: indexing reads the positions, and
+    everything else an array does (``dtype``, ``shape``, ``==``, ``np.allclose``) is
+    the array of every position, as Tianshou's ``buf.obs`` is its stored array."""
 
     def __init__(self, store: Store, key: str) -> None:
         self.store, self.key = store, key
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, tuple) and index:
+            # buf.obs[rows, ...]: the rows read, the rest applied to what they give.
+            rows, rest = index[0], index[1:]
+            got = self.store.column(self.key, rows)
+            if isinstance(got, Batch) or not rest:
+                return got
+            lead = () if np.ndim(rows) == 0 and not isinstance(rows, slice) else (slice(None),)
+            return got[lead + rest]
         return self.store.column(self.key, index)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("store", "key"):
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        inputs = tuple(np.asarray(x) if isinstance(x, Column) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __len__(self) -> int:
         return len(self.store)
