@@ -180,16 +180,19 @@ def nstep_same(theirs, ours, groups, next_fields, dones, ends, size, one_by_one)
     a, b = theirs.get_all_transitions(), ours.get_all_transitions()
     flushed = [p for group in groups for p in group]
     keep = np.setdiff1d(np.arange(len(a["obs"])), flushed).astype(int)
-    # done, the documented difference: replaystore's is the sum of the window's dones
-    # (the window cut where on_episode_end cut the episode). cpprb 11 sums the first
-    # size - 1 when transitions come one by one, so a window ending on the terminal step
-    # is not done there (its learner bootstraps from the terminal state); in batches it
-    # also adds values its staging buffer was filled with (1), so done can be 1 with no
-    # terminal step at all. At on_episode_end it sums the waiting rows' dones in place
-    # (each pass adds sums already made), so a flushed row can count a done twice.
+    # done: cpprb's rule for transitions fed one by one, whichever way they come here: a
+    # window that filled sums the dones of its first size - 1 steps (one ending on the
+    # terminal step is not done), a window on_episode_end flushed sums all it has. The
+    # documented differences: in batches cpprb also adds values its staging buffer was
+    # filled with (1), so done can be 1 with no terminal step at all; at on_episode_end
+    # it sums the waiting rows' dones in place (each pass adds sums already made), so a
+    # flushed row can count a done twice.
     obs = b["obs"].ravel().astype(int)
-    want = np.array([dones[i:min(i + size, end)].sum() for i, end in zip(obs, ends[obs])])
+    want = np.array([dones[i:min(i + size - 1, end)].sum() for i, end in zip(obs, ends[obs])])
+    want[flushed] = [dones[i:end].sum() for i, end in zip(obs[flushed], ends[obs[flushed]])]
     np.testing.assert_array_equal(b["done"].ravel(), want)
+    if one_by_one:
+        np.testing.assert_array_equal(b["done"].ravel()[keep], a["done"].ravel()[keep])
     if one_by_one:
         short = np.array([dones[i:min(i + size - 1, end)].sum() for i, end in zip(obs, ends[obs])])
         expected = short.astype(float)

@@ -18,13 +18,13 @@ Where it differs from cpprb, and why:
 - ``sample`` of the prioritized buffers draws with replaystore's seeded generator, not
   cpprb's (the uniform buffers draw with ``np.random`` as cpprb does, so a seeded NumPy
   reproduces cpprb's draw position for position). Distributions match (chi-square tests).
-- ``Nstep`` ``done``: the sum of the dones of the whole window. cpprb 11, fed one
-  transition at a time, sums the first ``size - 1`` of them, so a transition whose window
-  ends on the terminal step is not done and its learner bootstraps from the terminal
-  state; fed several at a time it also adds the fill value (1) of its staging buffer, so
-  ``done`` can be 1 with no terminal step in the window; at ``on_episode_end`` it sums
-  the waiting transitions' dones in place, so one can count a done twice (2). Rewards
-  and ``next`` values match.
+- ``Nstep`` ``done``, fed one transition at a time, is cpprb's: a window that fills sums
+  the dones of its first ``size - 1`` steps (one ending on the terminal step is not
+  done), a window the episode's end flushes sums all of them. Fed several at a time,
+  cpprb also adds the fill value (1) of its staging buffer, so ``done`` can be 1 with no
+  terminal step in the window; at ``on_episode_end`` it sums the waiting transitions'
+  dones in place, so one can count a done twice (2): those two are cpprb's bugs, not
+  kept. Rewards and ``next`` values match.
 - ``Nstep``: on ``on_episode_end`` the waiting transitions get the episode's last ``next``
   values; cpprb 11 gives them its buffer's fill value (1), which is a bug there.
   Waiting transitions are in memory in both: a crash loses them (they were never stored).

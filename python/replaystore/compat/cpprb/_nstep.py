@@ -2,8 +2,10 @@
 
 A transition reaches the buffer once the ``size - 1`` after it have been added (or the
 episode ends): its reward fields become ``sum_k gamma^k r_{t+k}``, each term cut off
-after the first ``done`` in the window; its ``done`` the sum of the window's dones; its
-``next`` fields those of the window's last step. The ``size - 1`` waiting transitions
+after the first ``done`` in the window; its ``done`` cpprb's: the sum of the dones of
+the window's first ``size - 1`` steps when the window filled (so a window whose last
+step ends the episode is not done, as cpprb's own tests assert), of all of them when
+the episode's end flushed it; its ``next`` fields those of the window's last step. The ``size - 1`` waiting transitions
 are held in memory, as cpprb holds them: a crash loses them (they were never stored),
 and they are saved in ``get_state``.
 """
@@ -78,7 +80,8 @@ class NstepQueue:
             for name in self.rew:
                 r = rows[name][at].astype(np.float32)
                 sums[name] += live.reshape((count,) + (1,) * (r.ndim - 1)) * r
-            dones += np.where(reach, done[at], 0.0).astype(np.float32)
+            if k < self.size - 1 or not complete:
+                dones += np.where(reach, done[at], 0.0).astype(np.float32)
         for name in self.rew:
             out[name] = sums[name].astype(rows[name].dtype)
         out["done"] = dones.reshape(rows["done"][:count].shape).astype(rows["done"].dtype)
