@@ -90,7 +90,8 @@ def _run_suite(lib, entry, python, swap):
     paths = [str(HERE)]
     if swap:
         paths.insert(0, str(HERE / "swap"))
-        env["REPLAYSTORE_UPSTREAM_SWAP"] = f"{lib}:{','.join(entry['swap'])}"
+        adapter = entry.get("adapter", f"replaystore.compat.{lib}")
+        env["REPLAYSTORE_UPSTREAM_SWAP"] = f"{adapter}:{','.join(entry['swap'])}"
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     # -P: the suite's folder is not put first on sys.path by Python (a fetched
     # ``ding/`` would hide the installed package); pytest adds what the tests import.

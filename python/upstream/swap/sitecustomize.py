@@ -3,7 +3,7 @@ started with this folder on ``PYTHONPATH``: what a user who changes one import g
 here without editing the code that imports (a library's own tests, run by
 ``python/upstream/run.py``).
 
-``REPLAYSTORE_UPSTREAM_SWAP=<lib>:<module>,<module>...`` names the adapter
+``REPLAYSTORE_UPSTREAM_SWAP=<adapter module>:<module>,<module>...`` names the adapter
 (``replaystore.compat.<lib>``) and the library modules whose names it replaces: each
 name in the adapter's ``__all__`` that the module also has. A module is changed only
 once no module of the list is still executing, so the library's own modules, which
@@ -18,8 +18,8 @@ import sys
 
 
 class _Swap(importlib.abc.MetaPathFinder):
-    def __init__(self, lib, modules):
-        self.lib = lib
+    def __init__(self, adapter, modules):
+        self.adapter = adapter
         self.modules = modules
         self.executing = set()
         self.swapped = set()
@@ -44,7 +44,7 @@ class _Swap(importlib.abc.MetaPathFinder):
             return
         self.busy = True
         try:
-            adapter = importlib.import_module(f"replaystore.compat.{self.lib}")
+            adapter = importlib.import_module(self.adapter)
             for name in self.modules - self.swapped:
                 module = sys.modules.get(name)
                 if module is None:
@@ -74,11 +74,25 @@ class _Loader(importlib.abc.Loader):
         self.swap.swap_ready()
 
 
+def _chain():
+    """Runs the ``sitecustomize`` this one hides, if the interpreter has one (some
+    distributions ship theirs)."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
 def _install():
     spec = os.environ.get("REPLAYSTORE_UPSTREAM_SWAP", "")
-    lib, _, modules = spec.partition(":")
-    if lib and modules:
-        sys.meta_path.insert(0, _Swap(lib, set(modules.split(","))))
+    adapter, _, modules = spec.partition(":")
+    if adapter and modules:
+        sys.meta_path.insert(0, _Swap(adapter, set(modules.split(","))))
 
 
+_chain()
 _install()
