@@ -555,3 +555,33 @@ def test_a_stored_column_reads_as_tianshous_array_does(tmp_path):
     np.testing.assert_array_equal(ours.act == 2, theirs.act == 2)
     np.testing.assert_array_equal(ours.rew + 1, theirs.rew + 1)
     assert np.allclose(ours.rew, theirs.rew) and ours.rew.tolist() == theirs.rew.tolist()
+
+
+@pytest.mark.parametrize("filled", [0, 2])
+def test_update_moves_another_buffers_transitions_in_as_tianshou_does(tmp_path, filled):
+    # Into an empty buffer too (Tianshou's own test_update): the rings take the other
+    # buffer's layout. Managers refuse update, as Tianshou's do.
+    def row(i):
+        return Batch(obs=np.array([i]), act=float(i), rew=i * i, terminated=i % 2 == 0,
+                     truncated=False, info={"incident": "found"})
+
+    pairs = []
+    for k, lib in enumerate((tsd, ad)):
+        kw = {"path": str(tmp_path / f"b{k}")} if lib is ad else {}
+        src, dst = lib.ReplayBuffer(4, stack_num=2, **kw), lib.ReplayBuffer(
+            4, stack_num=2, **({"path": str(tmp_path / f"d{k}")} if lib is ad else {}))
+        for i in range(5):
+            src.add(row(i))
+        for i in range(filled):
+            dst.add(row(100 + i))
+        moved = dst.update(src)
+        pairs.append((moved, dst))
+    (moved_a, a), (moved_b, b) = pairs
+    np.testing.assert_array_equal(moved_a, moved_b)
+    assert len(a) == len(b)
+    np.testing.assert_array_equal(np.asarray(a.obs), np.asarray(b.obs))
+    np.testing.assert_array_equal(np.asarray(a.rew), np.asarray(b.rew))
+    cached = ad.CachedReplayBuffer(ad.ReplayBuffer(10, path=str(tmp_path / "m")), 4, 5,
+                                   path=str(tmp_path / "c"))
+    with pytest.raises(NotImplementedError):
+        cached.update(cached)

@@ -101,6 +101,22 @@ class _Rings(Folder):
             self._first(batch if isinstance(batch, Batch) else Batch(batch), buffer_ids)
         return super().add(batch, buffer_ids)
 
+    def update(self, buffer: Any) -> np.ndarray:
+        """Tianshou's ``update`` (moves ``buffer``'s transitions in, oldest first); into a
+        buffer that holds nothing yet, the rings first take the layout of ``buffer``'s
+        rows, where Tianshou would allocate a ``Batch`` from its ``_meta``."""
+        meta = buffer.__dict__.get("_meta")
+        # Managers (vector, cached) refuse update, as Tianshou's do: nothing to lay out.
+        fresh = not isinstance(self.__dict__.get("_meta"), Store) and not hasattr(self, "buffers")
+        if fresh and len(buffer) and meta is not None:
+            stack_num, buffer.stack_num = buffer.stack_num, 1
+            first = buffer.sample_indices(0)[:1]
+            buffer.stack_num = stack_num
+            if len(first):
+                row = meta[first]
+                self._meta = create_value(row[0], 1, stack=True)
+        return super().update(buffer)
+
     def _first(self, batch: Batch, buffer_ids: Any) -> None:
         keys = set(batch.get_keys())
         if not {"obs", "act", "rew", "terminated", "truncated"} <= keys:
