@@ -585,3 +585,25 @@ def test_update_moves_another_buffers_transitions_in_as_tianshou_does(tmp_path, 
                                    path=str(tmp_path / "c"))
     with pytest.raises(NotImplementedError):
         cached.update(cached)
+
+
+def test_nested_info_reads_as_tianshous_batch_of_columns_with_zeros_where_nothing_was_written(tmp_path):
+    # buf.info.a[0], buf.info.b.c.dtype, np.all(buf.info.a[1:] == 0): Tianshou's own
+    # test_replaybuffer; positions never written read as zeros of the first row's layout
+    # (text as None).
+    bufs = [tsd.ReplayBuffer(6), ad.ReplayBuffer(6, path=str(tmp_path / "b"))]
+    for buf in bufs:
+        buf.add(Batch(obs=1, act=1, rew=1, terminated=1, truncated=0, obs_next="str",
+                      info={"a": 3, "b": {"c": 5.0}}))
+    for buf in bufs:
+        assert buf.info.a[0] == 3 and buf.info.a.dtype == int and np.all(buf.info.a[1:] == 0)
+        assert buf.info.b.c[0] == 5.0 and buf.info.b.c.dtype == float
+        assert np.all(buf.info.b.c[1:] == 0.0) and np.all(buf.obs_next[1:] == np.array(None))
+    for buf in bufs:
+        buf.add(Batch(obs=2, act=1, rew=1, terminated=0, truncated=0, obs_next="s2",
+                      info={"a": 4, "b": {"c": 6.0}}))
+    theirs, ours = bufs
+    assert ours.info.a[:].tolist() == theirs.info.a[:].tolist()
+    assert ours.info.b.c[:].tolist() == theirs.info.b.c[:].tolist()
+    assert ours.obs_next[:].tolist() == theirs.obs_next[:].tolist()
+    assert ours[np.array([0, 3])].info.a.tolist() == theirs[np.array([0, 3])].info.a.tolist()

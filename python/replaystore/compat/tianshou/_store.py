@@ -337,13 +337,28 @@ class Store:
             out[key] = column[positions + self.lo]
         for key in self.rest_keys:
             values = [r.get(key) for r in rest]
-            stacked = _stack_rest(values)
+            like = None if any(v is not None for v in values) else self._template(key)
+            stacked = _stack_rest(values, like)
             out[key] = stacked.reshape((*lead, *stacked.shape[1:])) \
                 if len(lead) > 1 and isinstance(stacked, np.ndarray) else stacked
         for key, column in self.extras.items():
             out[key] = np.asarray(column[positions + self.lo])
         b = Batch(out)
         return b[0] if scalar_index else b
+
+    def _template(self, key: str) -> Any:
+        """A stored value of pickled key ``key`` (the first stored row's), whose layout
+        rows without it take: Tianshou allocates every position from the first row, so
+        a position never written reads as zeros of that layout."""
+        templates = self.shared.setdefault("templates", {})
+        if key not in templates:
+            for ring in self.rings:
+                if len(ring):
+                    row = pickle.loads(ring.buf.get(ring.logical(np.zeros(1, np.int64)))[REST][0])
+                    if key in row:
+                        templates[key] = row[key]
+                        break
+        return templates.get(key)
 
     def set_array_at_key(self, seq: np.ndarray, key: str, index: Any = None,
                          default_value: Optional[float] = None) -> None:
@@ -374,10 +389,13 @@ class Store:
         column.flush()
 
     def column(self, key: str, index: Any) -> Any:
-        b = self._cached(index)
-        if key not in b.get_keys():
-            return Batch()
-        value = b[key]
+        """Key ``key`` of the rows at ``index`` (a dotted key digs into nested ones:
+        ``info.env_id``), a copy."""
+        value = self._cached(index)
+        for part in key.split("."):
+            if not isinstance(value, Batch) or part not in value.get_keys():
+                return Batch()
+            value = value[part]
         return copy.deepcopy(value) if isinstance(value, Batch) else np.array(value, copy=True)
 
 
@@ -403,7 +421,13 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("store", "key"):
             raise AttributeError(name)
-        return getattr(np.asarray(self), name)
+        whole = self.store.column(self.key, slice(None))
+        if isinstance(whole, Batch):
+            # A nested key (buf.info.env_id): its own column, as Tianshou's Batch has.
+            if name in whole.get_keys():
+                return Column(self.store, f"{self.key}.{name}")
+            return getattr(whole, name)
+        return getattr(np.asarray(whole), name)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         inputs = tuple(np.asarray(x) if isinstance(x, Column) else x for x in inputs)
@@ -446,18 +470,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _stack_rest(values: List[Any]) -> Any:
+def _stack_rest(values: List[Any], template: Any = None) -> Any:
     """One key's pickled values of several rows, as Tianshou's column would hold them:
     dicts as a ``Batch`` of stacked leaves, arrays stacked, anything else an object
-    array."""
+    array. Rows without the key take zeros of the first value's layout (or of
+    ``template``'s, when no row has it), as positions Tianshou never wrote; text and
+    objects, ``None``."""
     present = [v for v in values if v is not None]
-    if present and all(isinstance(v, dict) for v in present):
+    like = present[0] if present else template
+    if isinstance(like, dict) and all(isinstance(v, dict) for v in present):
         keys: List[str] = []
-        for v in present:
+        for v in present or [like]:
             keys += [k for k in v if k not in keys]
-        return Batch({k: _stack_rest([(v or {}).get(k) for v in values]) for k in keys})
+        return Batch({k: _stack_rest([(v or {}).get(k) for v in values], like.get(k)) for k in keys})
+    numeric = like is not None and np.asarray(like).dtype.kind in "biufc"
     try:
-        filled = [np.zeros_like(np.asarray(present[0])) if v is None else v for v in values] if present else values
+        filled = [np.zeros_like(np.asarray(like)) if v is None else v for v in values] if numeric else values
         arr = np.asarray(filled)
         if arr.dtype != object:
             return arr
