@@ -253,6 +253,10 @@ class Store:
                 self.rest_keys.append(key)
         rows = ([{k: _plain(batch[k][i]) for k in rest_keys} for i in at.tolist()] if stacked
                 else [{k: _plain(batch[k]) for k in rest_keys}])
+        templates = self.shared.setdefault("templates", {})
+        for row in rows:
+            for k, v in row.items():
+                templates[k] = _merged(templates.get(k), v)
         out[REST] = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in rows]
         return out
 
@@ -337,8 +341,7 @@ class Store:
             out[key] = column[positions + self.lo]
         for key in self.rest_keys:
             values = [r.get(key) for r in rest]
-            like = None if any(v is not None for v in values) else self._template(key)
-            stacked = _stack_rest(values, like)
+            stacked = _stack_rest(values, self._template(key))
             out[key] = stacked.reshape((*lead, *stacked.shape[1:])) \
                 if len(lead) > 1 and isinstance(stacked, np.ndarray) else stacked
         for key, column in self.extras.items():
@@ -347,9 +350,10 @@ class Store:
         return b[0] if scalar_index else b
 
     def _template(self, key: str) -> Any:
-        """A stored value of pickled key ``key`` (the first stored row's), whose layout
-        rows without it take: Tianshou allocates every position from the first row, so
-        a position never written reads as zeros of that layout."""
+        """The layout of pickled key ``key``: every nested key any row added through
+        this store had (after a reopen, the first stored row's), each with its first
+        value. Tianshou's storage grows a key for every position when one row brings
+        it, so rows without it read as zeros of that layout."""
         templates = self.shared.setdefault("templates", {})
         if key not in templates:
             for ring in self.rings:
@@ -480,9 +484,14 @@ def _stack_rest(values: List[Any], template: Any = None) -> Any:
     like = present[0] if present else template
     if isinstance(like, dict) and all(isinstance(v, dict) for v in present):
         keys: List[str] = []
-        for v in present or [like]:
+        layouts = [template] if isinstance(template, dict) else []
+        for v in present + layouts:
             keys += [k for k in v if k not in keys]
-        return Batch({k: _stack_rest([(v or {}).get(k) for v in values], like.get(k)) for k in keys})
+
+        def layout(k: str) -> Any:
+            return next((v[k] for v in present + layouts if k in v), None)
+
+        return Batch({k: _stack_rest([(v or {}).get(k) for v in values], layout(k)) for k in keys})
     numeric = like is not None and np.asarray(like).dtype.kind in "biufc"
     try:
         filled = [np.zeros_like(np.asarray(like)) if v is None else v for v in values] if numeric else values
@@ -494,6 +503,25 @@ def _stack_rest(values: List[Any], template: Any = None) -> Any:
     out = np.empty(len(values), object)
     out[:] = values
     return out
+
+
+def _merged(layout: Any, value: Any) -> Any:
+    """``layout`` with the keys of ``value`` it lacks (dicts, at every depth); a leaf
+    keeps the first value it had."""
+    if layout is None:
+        return value
+    if isinstance(layout, dict) and isinstance(value, dict):
+        missing = [k for k in value if k not in layout]
+        nested = [k for k in value if k in layout and isinstance(layout[k], dict)]
+        if not missing and not nested:
+            return layout
+        out = dict(layout)
+        for k in missing:
+            out[k] = value[k]
+        for k in nested:
+            out[k] = _merged(layout[k], value[k])
+        return out
+    return layout
 
 
 def ring_path(folder: str, k: int) -> str:
