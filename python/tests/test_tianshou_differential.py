@@ -607,3 +607,17 @@ def test_nested_info_reads_as_tianshous_batch_of_columns_with_zeros_where_nothin
     assert ours.info.b.c[:].tolist() == theirs.info.b.c[:].tolist()
     assert ours.obs_next[:].tolist() == theirs.obs_next[:].tolist()
     assert ours[np.array([0, 3])].info.a.tolist() == theirs[np.array([0, 3])].info.a.tolist()
+
+
+def test_stored_keys_named_like_the_columns_own_attributes_read_as_stored(tmp_path):
+    # Tianshou's test_prioritized_replaybuffer reads buf.info.key (its env's info has a
+    # "key").
+    bufs = [tsd.ReplayBuffer(5), ad.ReplayBuffer(5, path=str(tmp_path / "b"))]
+    for buf in bufs:
+        for i in range(3):
+            buf.add(Batch(obs=i, act=1, rew=1.0, terminated=False, truncated=False, obs_next=i + 1,
+                          info={"key": i, "store": 2.0}))
+    theirs, ours = bufs
+    assert ours.info.key.shape == theirs.info.key.shape == (5,)
+    assert ours.info.key[:].tolist() == theirs.info.key[:].tolist()
+    assert ours.info.store[:].tolist() == theirs.info.store[:].tolist()

@@ -409,27 +409,29 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
     the array of every position, as Tianshou's ``buf.obs`` is its stored array."""
 
     def __init__(self, store: Store, key: str) -> None:
-        self.store, self.key = store, key
+        # Underscored: a stored key may be named "store" or "key" (Tianshou's own tests
+        # keep info["key"]), and attribute access gives stored keys.
+        self._store, self._key = store, key
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, tuple) and index:
             # buf.obs[rows, ...]: the rows read, the rest applied to what they give.
             rows, rest = index[0], index[1:]
-            got = self.store.column(self.key, rows)
+            got = self._store.column(self._key, rows)
             if isinstance(got, Batch) or not rest:
                 return got
             lead = () if np.ndim(rows) == 0 and not isinstance(rows, slice) else (slice(None),)
             return got[lead + rest]
-        return self.store.column(self.key, index)
+        return self._store.column(self._key, index)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("store", "key"):
+        if name.startswith("__") or name in ("_store", "_key"):
             raise AttributeError(name)
-        whole = self.store.column(self.key, slice(None))
+        whole = self._store.column(self._key, slice(None))
         if isinstance(whole, Batch):
             # A nested key (buf.info.env_id): its own column, as Tianshou's Batch has.
             if name in whole.get_keys():
-                return Column(self.store, f"{self.key}.{name}")
+                return Column(self._store, f"{self._key}.{name}")
             return getattr(whole, name)
         return getattr(np.asarray(whole), name)
 
@@ -438,10 +440,10 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
         return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __len__(self) -> int:
-        return len(self.store)
+        return len(self._store)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        a = np.asarray(self.store.column(self.key, slice(None)))
+        a = np.asarray(self._store.column(self._key, slice(None)))
         return a if dtype is None else a.astype(dtype)
 
 
