@@ -621,3 +621,31 @@ def test_stored_keys_named_like_the_columns_own_attributes_read_as_stored(tmp_pa
     assert ours.info.key.shape == theirs.info.key.shape == (5,)
     assert ours.info.key[:].tolist() == theirs.info.key[:].tolist()
     assert ours.info.store[:].tolist() == theirs.info.store[:].tolist()
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_set_batch_again_with_a_new_key_takes_the_batch_as_tianshou_does(tmp_path, vector):
+    # Tianshou's test_replaybuffermanager: set_batch of its own _meta with a new info
+    # column. The second set_batch once met the first's rings still open (LockedError).
+    bufs = [tsd.VectorReplayBuffer(20, 4) if vector else tsd.ReplayBuffer(20),
+            ad.VectorReplayBuffer(20, 4, path=str(tmp_path / "v")) if vector
+            else ad.ReplayBuffer(20, path=str(tmp_path / "r"))]
+    for buf in bufs:
+        for i in range(7):
+            if vector:
+                buf.add(Batch(obs=[i], act=[i], rew=[i], terminated=[0], truncated=[0]),
+                        buffer_ids=[i % 4])
+            else:
+                buf.add(Batch(obs=i, act=i, rew=i, terminated=0, truncated=0))
+    theirs, ours = bufs
+    rows = theirs[np.arange(theirs.maxsize)]
+    batch = Batch({k: np.asarray(rows[k]) for k in ("obs", "act", "rew", "terminated", "truncated",
+                                                   "done")})
+    batch.obs = np.asarray(theirs.obs)
+    batch.info = np.ones(theirs.maxsize)
+    for buf in bufs:
+        buf.set_batch(batch)
+        buf.set_batch(batch)
+    assert np.asarray(ours.info).tolist() == np.asarray(theirs.info).tolist()
+    assert np.asarray(ours.obs).tolist() == np.asarray(theirs.obs).tolist()
+    assert len(ours) == len(theirs)

@@ -187,8 +187,12 @@ class ReplayBuffer(Folder):
         return self._encode_sample(np.random.randint(0, stored, int(batch_size)))
 
     def get_all_transitions(self, shuffle: bool = False) -> Dict[str, np.ndarray]:
-        """Every stored transition, in position order (shuffled with NumPy's generator)."""
-        pos = np.arange(len(self._buf))
+        """Every stored transition, in position order (shuffled with NumPy's generator).
+        cpprb's are positions ``0..stored``; here, the positions the stored transitions
+        hold, which are those, except after a kill cut an add into a full ring (the
+        slots it had begun overwriting are empty then)."""
+        head, tail = self._live()
+        pos = np.sort((np.arange(head, tail, dtype=np.int64) - self._base) % self._size)
         if shuffle:
             np.random.shuffle(pos)
         return self._encode_sample(pos)

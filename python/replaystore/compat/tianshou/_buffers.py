@@ -22,6 +22,7 @@ from tianshou.data import ReplayBuffer as _TSReplayBuffer
 from tianshou.data import VectorReplayBuffer as _TSVectorReplayBuffer
 from tianshou.data.batch import create_value
 
+from ..._confined import Confined
 from .._folder import Folder, read_sidecar, write_sidecar
 from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, schema_of
 
@@ -147,19 +148,30 @@ class _Rings(Folder):
     def set_batch(self, batch: Any) -> None:
         """Tianshou's ``set_batch``: the buffer manages ``batch`` (``maxsize`` rows, one per
         position) from now on: what the rings held is dropped, then the batch's rows are
-        written position by position (the rings must take its layout)."""
+        written position by position. A batch of another layout (a new key) gets its
+        rings made again in that layout; a kill between leaves them empty in the old
+        one, as before the call (nothing of the batch was acknowledged)."""
         assert len(batch) == self.maxsize and set(batch.get_keys()).issubset(self._reserved_keys), \
             "Input batch doesn't meet ReplayBuffer's data form requirement."
         old = self.__dict__.get("_meta")
+        fields = schema_of(batch[:1])
+        bases = [0] * len(self._ring_sizes)
         if isinstance(old, Store):
             for ring in old.rings:
                 ring.base = ring.tail
                 ring.clear()
             bases = [r.base for r in old.rings]
-        else:
-            bases = [0] * len(self._ring_sizes)
-        template = batch[:1]
-        store = self._make_store(schema_of(template), [], bases)
+            # The old rings let go of their folders before the new store opens them (a
+            # second writer of a folder is refused); rings of another layout are
+            # emptied already, and are made again in the batch's.
+            for ring in old.rings:
+                ring.buf.close()
+            if fields != old.fields:
+                folder = Confined(self._path)
+                for k in range(len(old.rings)):
+                    folder.remove_tree(f"ring-{k}")
+                bases = [0] * len(old.rings)
+        store = self._make_store(fields, [], bases)
         self.__dict__["_meta"] = store
         self._save()
         store.write(np.arange(self.maxsize), batch)
