@@ -649,3 +649,19 @@ def test_set_batch_again_with_a_new_key_takes_the_batch_as_tianshou_does(tmp_pat
     assert np.asarray(ours.info).tolist() == np.asarray(theirs.info).tolist()
     assert np.asarray(ours.obs).tolist() == np.asarray(theirs.obs).tolist()
     assert len(ours) == len(theirs)
+
+
+def test_a_key_set_on_the_buffers_own_storage_then_set_batch_as_tianshou_does(tmp_path):
+    # Tianshou's test_replaybuffermanager: batch = buf._meta; batch.info = ...;
+    # buf.set_batch(batch).
+    bufs = [tsd.VectorReplayBuffer(20, 4), ad.VectorReplayBuffer(20, 4, path=str(tmp_path / "v"))]
+    for buf in bufs:
+        buf.add(Batch(obs=[1, 2, 3], act=[1, 2, 3], rew=[1, 2, 3], terminated=[0, 0, 1],
+                      truncated=[0, 0, 0]), buffer_ids=[0, 1, 2])
+        batch = buf._meta
+        batch.info = np.arange(buf.maxsize) * 0.5
+        buf.set_batch(batch)
+    theirs, ours = bufs
+    assert np.asarray(ours.buffers[-1].info).tolist() == np.asarray(theirs.buffers[-1].info).tolist()
+    assert np.asarray(ours.obs).tolist() == np.asarray(theirs.obs).tolist() and len(ours) == len(theirs)
+    assert ours.sample_indices(0).tolist() == theirs.sample_indices(0).tolist()

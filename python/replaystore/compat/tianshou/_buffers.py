@@ -154,6 +154,12 @@ class _Rings(Folder):
         assert len(batch) == self.maxsize and set(batch.get_keys()).issubset(self._reserved_keys), \
             "Input batch doesn't meet ReplayBuffer's data form requirement."
         old = self.__dict__.get("_meta")
+        if isinstance(old, Store) and isinstance(batch, Store) and batch.rings is old.rings:
+            # Its own store (Tianshou's tests set a key on buf._meta, then hand it back):
+            # it holds the batch already.
+            if hasattr(self, "_set_batch_for_children"):
+                self._set_batch_for_children()
+            return
         fields = schema_of(batch[:1])
         bases = [0] * len(self._ring_sizes)
         if isinstance(old, Store):

@@ -128,6 +128,16 @@ class Store:
         #: Called after a ring restarts at position 0 (its buffer was reset), so the
         #: owner can save the ring's new base.
         self.on_restart: Any = None
+        self.__dict__["_ready"] = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``buf._meta.info = np.ones(buf.maxsize)`` adds a key to Tianshou's Batch (its
+        # own tests do, before set_batch): here, a column of its own, as
+        # set_array_at_key makes. The store's own attributes are set as usual.
+        if self.__dict__.get("_ready") and name not in self.__dict__ and not name.startswith("_"):
+            self.set_array_at_key(np.asarray(value), name)
+            return
+        object.__setattr__(self, name, value)
 
     # -- Batch's surface ------------------------------------------------------------------
 
