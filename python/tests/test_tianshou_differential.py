@@ -665,3 +665,19 @@ def test_a_key_set_on_the_buffers_own_storage_then_set_batch_as_tianshou_does(tm
     assert np.asarray(ours.buffers[-1].info).tolist() == np.asarray(theirs.buffers[-1].info).tolist()
     assert np.asarray(ours.obs).tolist() == np.asarray(theirs.obs).tolist() and len(ours) == len(theirs)
     assert ours.sample_indices(0).tolist() == theirs.sample_indices(0).tolist()
+
+
+def test_a_columns_layout_is_tianshous_and_keys_first_seen_later_read_as_zeros_before(tmp_path):
+    # dtype/shape/ndim of a ring field come from its layout (no read of every position);
+    # a nested key that rows bring only later reads zeros at the positions before.
+    bufs = [tsd.ReplayBuffer(6), ad.ReplayBuffer(6, path=str(tmp_path / "b"))]
+    for buf in bufs:
+        for i in range(8):
+            buf.add(Batch(obs=np.full((2, 3), i, np.float32), act=i, rew=float(i), terminated=False,
+                          truncated=False, obs_next=np.zeros((2, 3), np.float32),
+                          info={"x": {"y": i}} if i > 3 else {}))
+    theirs, ours = bufs
+    for key in ("obs", "act"):
+        a, b = getattr(theirs, key), getattr(ours, key)
+        assert (b.dtype, b.shape, b.ndim) == (a.dtype, a.shape, a.ndim)
+    assert ours.info.x.y[:].tolist() == theirs.info.x.y[:].tolist()

@@ -368,7 +368,8 @@ class Store:
         if key not in templates:
             for ring in self.rings:
                 if len(ring):
-                    row = pickle.loads(ring.buf.get(ring.logical(np.zeros(1, np.int64)))[REST][0])
+                    oldest = np.array([ring.tail - len(ring)], np.uint64)
+                    row = pickle.loads(ring.buf.get(oldest)[REST][0])
                     if key in row:
                         templates[key] = row[key]
                         break
@@ -437,6 +438,11 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_store", "_key"):
             raise AttributeError(name)
+        fixed = self._store.fields.get(self._key)
+        if fixed is not None and name in ("dtype", "shape", "ndim"):
+            # A ring field's layout is known: no read of every position for it.
+            shape = (len(self._store), *fixed[1])
+            return {"dtype": fixed[0], "shape": shape, "ndim": len(shape)}[name]
         whole = self._store.column(self._key, slice(None))
         if isinstance(whole, Batch):
             # A nested key (buf.info.env_id): its own column, as Tianshou's Batch has.
