@@ -242,7 +242,10 @@ impl Superblock {
             HEAP_VERSION | LIFECYCLE_VERSION => SUPERBLOCK_V2_CRC_OFF,
             _ => {
                 checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
-                return Err(Problem::ManifestVersion(version));
+                return Err(Problem::VersionOf {
+                    found: version,
+                    supported: LIFECYCLE_VERSION,
+                });
             }
         };
         need(bytes, crc_off + 4)?;
@@ -664,7 +667,13 @@ mod tests {
             match (off, value) {
                 // The control: a legal value, resealed, still decodes.
                 (CAPACITY_OFF, 1000) => assert_eq!(got, Ok(sb())),
-                (VERSION_OFF, v) => assert_eq!(got, Err(Problem::ManifestVersion(v as u32))),
+                (VERSION_OFF, v) => assert_eq!(
+                    got,
+                    Err(Problem::VersionOf {
+                        found: v as u32,
+                        supported: LIFECYCLE_VERSION
+                    })
+                ),
                 _ => assert!(
                     matches!(&got, Err(Problem::Field { offset, .. }) if *offset == off as u64),
                     "offset {off} value {value}: {got:?}"

@@ -97,10 +97,9 @@ pub enum Problem {
     },
     /// A version this build does not read.
     Version(u32),
-    /// A MANIFEST version this build does not read (it reads 1, 2 and 3).
-    ManifestVersion(u32),
-    /// A version of a file whose versions count on their own (`items.state`): `found`,
-    /// where this build reads up to `supported`.
+    /// A version of a file whose versions count on their own (MANIFEST, which this
+    /// build reads in 1, 2 and 3; `items.state`): `found`, where this build reads up to
+    /// `supported`.
     VersionOf {
         /// The version in the file.
         found: u32,
@@ -155,11 +154,6 @@ impl Problem {
                 found,
                 supported: FORMAT_VERSION,
             },
-            Problem::ManifestVersion(found) => Error::UnsupportedVersion {
-                file,
-                found,
-                supported: LIFECYCLE_VERSION,
-            },
             Problem::VersionOf { found, supported } => Error::UnsupportedVersion {
                 file,
                 found,
@@ -197,9 +191,9 @@ impl std::fmt::Display for Problem {
         match self {
             Problem::Short { need, have } => write!(f, "truncated: need {need} bytes, have {have}"),
             Problem::Magic { offset, .. } => write!(f, "bad magic at offset {offset}"),
-            Problem::Version(v)
-            | Problem::ManifestVersion(v)
-            | Problem::VersionOf { found: v, .. } => write!(f, "unsupported version {v}"),
+            Problem::Version(v) | Problem::VersionOf { found: v, .. } => {
+                write!(f, "unsupported version {v}")
+            }
             Problem::Checksum {
                 offset,
                 stored,
