@@ -82,8 +82,7 @@ class Fields:
         assignment casts, in the dtype the engine stores."""
         dtype, shape = self.spec[name]
         a = np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape((-1, *shape)))
-        stored, _ = _stored(dtype, shape)
-        if stored == dtype.str:
+        if dtype.str in _ENGINE:  # every add: one set lookup for the common dtypes
             return a
         if dtype == np.float16:
             return a.view("<u2")

@@ -366,6 +366,8 @@ class Store:
         it, so rows without it read as zeros of that layout."""
         templates = self.shared.setdefault("templates", {})
         if key not in templates:
+            # Read once per key and store, a miss too (None): this runs on every draw.
+            templates[key] = None
             for ring in self.rings:
                 if len(ring):
                     oldest = np.array([ring.tail - len(ring)], np.uint64)
@@ -373,7 +375,7 @@ class Store:
                     if key in row:
                         templates[key] = row[key]
                         break
-        return templates.get(key)
+        return templates[key]
 
     def set_array_at_key(self, seq: np.ndarray, key: str, index: Any = None,
                          default_value: Optional[float] = None) -> None:
