@@ -350,8 +350,9 @@ class LocalEpisodeBuffer(_Buffer):
 
 def write_training_data_to_file(batch, filename):
     """The CSV UnstableBaselines writes per ``StepBuffer.get_batch``, the same bytes."""
-    # confined: the CSV goes to the tracker's train folder, as the library writes it there,
-    # not into the buffer's folder; the name is the library's per-batch file.
+    # The CSV goes to the tracker's train folder, as the library writes it there, not
+    # into the buffer's folder; the name is the library's per-batch file.
+    # confined: the tracker's file, outside the buffer's folder.
     with open(filename, mode="w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["pid", "obs", "act", "reward", "env_id", "step_info"])

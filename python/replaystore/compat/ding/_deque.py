@@ -228,8 +228,9 @@ class DequeBuffer(Folder, _DequeBuffer):
             os.makedirs(os.path.dirname(file_name), exist_ok=True)
         state = {"path": os.path.realpath(self._path), "ring": self.storage.store.get_state(),
                  "records": self.storage.describe(), "pushed": self.storage._pushed}
-        # confined: not the buffer's folder but the file the caller names, as DI-engine's
-        # save_data writes where it is told (following the caller's links, as open does).
+        # Not the buffer's folder but the file the caller names, as DI-engine's save_data
+        # writes where it is told (following the caller's links, as open does).
+        # confined: the caller's file, outside the buffer's folder.
         with open(file_name, "wb") as f:
             f.write(MAGIC)
             pickle.dump(state, f)
