@@ -54,9 +54,9 @@ DI_VENV="$PWD/target/di-venv"
   python/replaystore/compat/ding python/tests/test_ding_differential.py \
   "python/tests/test_adapter_folders.py::test_every_adapter_file_ignores_links_fifos_and_the_users_folders[ding_deque]"
 
-# The libraries' own buffer tests (python/upstream/sources.toml), where fetched into
-# target/upstream/ (`python python/upstream/run.py fetch`; CI has no network for it):
+# The libraries' own buffer tests (python/conformance/sources.toml), where fetched into
+# target/upstream/ (`python python/conformance/run.py fetch`; CI has no network for it):
 # each suite runs on the library and on the adapter, and the share of the library's
 # passing cases that pass on the adapter is printed. Absent suites are named, skipped.
-"$VENV/bin/python" python/upstream/run.py run --python main="$VENV/bin/python" \
+"$VENV/bin/python" python/conformance/run.py run --python main="$VENV/bin/python" \
   --python ding="$DI_VENV/bin/python"

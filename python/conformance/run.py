@@ -9,8 +9,8 @@ the release tag of the pinned version, its commit and the paths; ``fetch`` puts 
 is named and skipped. ``by_design.toml`` lists cases that cannot pass by design, with
 the reason: they still count as failing.
 
-    python python/upstream/run.py fetch [--git LIB=GITDIR ...] [LIB ...]
-    python python/upstream/run.py run [--python VENV=PYTHON ...] [--min PERCENT] [LIB ...]
+    python python/conformance/run.py fetch [--git LIB=GITDIR ...] [LIB ...]
+    python python/conformance/run.py run [--python VENV=PYTHON ...] [--min PERCENT] [LIB ...]
 
 ``--git`` takes the files from a clone already on the machine instead of the network;
 ``--python main=... --python ding=...`` names the interpreter of each virtualenv a
@@ -159,7 +159,7 @@ def main(argv=None):
         entry = known[lib]
         if not (UPSTREAM / lib / ".commit").exists():
             print(f"{lib}: upstream suite ABSENT (no target/upstream/{lib}/): skipped; "
-                  f"`python python/upstream/run.py fetch {lib}` brings it")
+                  f"`python python/conformance/run.py fetch {lib}` brings it")
             continue
         python = pythons.get(entry["venv"])
         if python is None:

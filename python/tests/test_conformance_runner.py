@@ -1,4 +1,4 @@
-"""Promise: the runner of the libraries' own tests (python/upstream/) counts what it
+"""Promise: the runner of the libraries' own tests (python/conformance/) counts what it
 says. The swap gives code importing from a listed module the adapter's classes, in
 worker processes too, while the library's own modules keep subclassing the library's;
 a case passes only when it passes on both runs; a hanging case fails alone; a suite
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-UPSTREAM = Path(__file__).resolve().parents[1] / "upstream"
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("upstream_run", UPSTREAM / "run.py")
+    spec = importlib.util.spec_from_file_location("upstream_run", CONFORMANCE / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -66,7 +66,7 @@ def test_the_swap_reaches_importers_and_workers_but_not_the_librarys_own_modules
                 worker = pool.map(origin, [0])[0]
             print(Buffer.origin, Special.__mro__[1].origin, worker)
         """})
-    env = {"PYTHONPATH": f"{UPSTREAM / 'swap'}:{tmp_path}",
+    env = {"PYTHONPATH": f"{CONFORMANCE / 'swap'}:{tmp_path}",
            "REPLAYSTORE_UPSTREAM_SWAP": "fakeadapter:fakelib"}
     out = subprocess.run([sys.executable, str(tmp_path / "probe.py")], env=env, check=True,
                          capture_output=True, text=True, cwd=tmp_path).stdout.split()

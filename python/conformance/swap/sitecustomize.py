@@ -1,7 +1,7 @@
 """Swaps a library's buffer classes for replaystore's drop-ins in every Python process
 started with this folder on ``PYTHONPATH``: what a user who changes one import gets,
 here without editing the code that imports (a library's own tests, run by
-``python/upstream/run.py``).
+``python/conformance/run.py``).
 
 ``REPLAYSTORE_UPSTREAM_SWAP=<adapter module>:<module>,<module>...`` names the adapter
 (``replaystore.compat.<lib>``) and the library modules whose names it replaces: each
