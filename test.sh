@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 cargo test --workspace --lib --bins --tests
 cargo test --workspace --doc
 # Kills at named points between steps (src/killpoint.rs): a build with the feature.
-cargo test --features kill-points --test kill_loop --test variable_crash --test lifecycle --test lanes --test buffer_groups -- kill_at_ a_create_killed_before_its_manifest
+cargo test --features kill-points --test kill_loop --test variable_crash --test lifecycle --test lanes --test buffer_groups --test restore_elsewhere -- kill_at_ a_create_killed_before_its_manifest
 
 # Python: a virtualenv that sees the machine's packages, numpy, pytest and maturin in it
 # (installed only when missing), the extension built in place, then pytest. torch (a few

@@ -10,6 +10,9 @@
 //! `eviction-written` (an eviction record written, not yet fdatasynced),
 //! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
 //! `restore-mid-links` (a restore's first segment replaced, the others not),
+//! `bring-mid-links` (a snapshot of another buffer being brought in: its first segment
+//! linked or copied into the temporary folder, the others not), `bring-before-rename`
+//! (that folder whole and synced, not yet renamed into `snapshots/`),
 //! `own-copy-made` (a file written in place that had other names, such as a tree a
 //! restore linked, copied durably, the copy not yet renamed over its name),
 //! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published),

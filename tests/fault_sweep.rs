@@ -1,5 +1,5 @@
 //! Promise: whichever file operation fails, at whatever point of open, add, flush,
-//! get_state, set_state, snapshot delete or close, the call returns a typed error (or
+//! get_state, set_state (in place, and of another buffer's state), snapshot delete or close, the call returns a typed error (or
 //! succeeds, when the failure hit something it can do without), nothing already stored
 //! is lost or mixed, and a handle whose sync failed refuses every later write (the
 //! kernel had already marked those pages clean: a retry that "succeeds" would lie).
@@ -55,6 +55,25 @@ fn base(dir: &Path) -> State {
     s
 }
 
+/// Another buffer of the same layout beside `dir` (`<dir>.origin`), whose snapshot `o`
+/// holds what the base's `s` holds: the state `SetStateFrom` restores, brought into
+/// the base buffer's folder first.
+fn origin(dir: &Path) -> State {
+    let config = Config::new(common::schema(), CAPACITY)
+        .segment_slots(8)
+        .prioritized(0.6, 1e-6)
+        .item_states()
+        .seed(4);
+    let mut buf = ReplayBuffer::create(dir.with_extension("origin"), config).unwrap();
+    add_range(&mut buf, 0, 30);
+    buf.update_priorities(&[3, 7, 29], &[2.0, 0.5, 9.0])
+        .unwrap();
+    buf.remove(&[5]).unwrap();
+    let s = buf.get_state_named("o").unwrap();
+    buf.close().unwrap();
+    s
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Step {
     Open,
@@ -62,6 +81,7 @@ enum Step {
     Flush,
     GetState,
     SetState,
+    SetStateFrom,
     Delete,
     Close,
     Remove,
@@ -77,7 +97,7 @@ impl Step {
         match self {
             Step::Add => 20..60,
             Step::Flush => 15..55,
-            Step::SetState => 0..30,
+            Step::SetState | Step::SetStateFrom => 0..30,
             _ => 10..50,
         }
     }
@@ -86,7 +106,7 @@ impl Step {
     fn run(
         self,
         buf: &mut Option<ReplayBuffer>,
-        s: &State,
+        (s, o): (&State, &State),
         added: &mut u64,
     ) -> replaystore::Result<()> {
         let Some(b) = buf.as_mut() else {
@@ -108,6 +128,7 @@ impl Step {
             }
             Step::GetState => b.get_state_named("t").map(drop),
             Step::SetState => b.set_state(s),
+            Step::SetStateFrom => b.set_state(o),
             Step::Delete => b.delete_snapshot("s"),
             Step::Close => buf.take().unwrap().close(),
             Step::Remove => {
@@ -121,7 +142,7 @@ impl Step {
     /// The removed items of the live range once the step has happened.
     fn removed_after(self) -> BTreeSet<u64> {
         match self {
-            Step::SetState => [5].into(),
+            Step::SetState | Step::SetStateFrom => [5].into(),
             Step::Remove => BASE_REMOVED.iter().chain(&STEP_REMOVES).copied().collect(),
             _ => BASE_REMOVED.into(),
         }
@@ -160,6 +181,7 @@ struct Case {
 fn run_case(root: &Path, case: &Case) -> bool {
     let dir = root.join(format!("{:?}-{}-{}", case.step, case.fail_at, case.sticky));
     let s = base(&dir);
+    let o = origin(&dir);
     let io = Arc::new(match case.sticky {
         true => FaultyIo::fail_from(case.fail_at),
         false => FaultyIo::fail_once(case.fail_at),
@@ -180,7 +202,7 @@ fn run_case(root: &Path, case: &Case) -> bool {
         Ok(mut b) => {
             b.set_write_behind(common::SMALL_WRITE_BEHIND);
             buf = Some(b);
-            case.step.run(&mut buf, &s, &mut added)
+            case.step.run(&mut buf, (&s, &o), &mut added)
         }
         Err(e) => Err(e),
     };
@@ -264,7 +286,13 @@ fn run_case(root: &Path, case: &Case) -> bool {
             "{ctx}: acknowledged snapshot t is missing"
         );
     }
+    // The origin is never changed by a restore from it.
+    let from = ReplayBuffer::open_snapshot(dir.with_extension("origin"), "o").unwrap();
+    assert_eq!(from.live(), 0..30, "{ctx}: the origin");
+    assert_live_items_intact(&from);
+    drop(from);
     std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir.with_extension("origin")).unwrap();
     result.is_err()
 }
 
@@ -272,16 +300,18 @@ fn run_case(root: &Path, case: &Case) -> bool {
 fn count(root: &Path, step: Step) -> (u64, u64) {
     let dir = root.join(format!("count-{step:?}"));
     let s = base(&dir);
+    let o = origin(&dir);
     let io = Arc::new(FaultyIo::fail_once(u64::MAX));
     let mut buf = Some(ReplayBuffer::open_with(&dir, io.clone()).unwrap());
     if let Some(b) = buf.as_mut() {
         b.set_write_behind(common::SMALL_WRITE_BEHIND);
     }
     let opened = io.ops();
-    step.run(&mut buf, &s, &mut 0).unwrap();
+    step.run(&mut buf, (&s, &o), &mut 0).unwrap();
     let done = io.ops();
     drop(buf);
     std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir.with_extension("origin")).unwrap();
     match step {
         Step::Open => (0, opened),
         _ => (opened, done - opened),
@@ -299,6 +329,7 @@ fn a_failure_at_any_file_operation_of_any_step_is_a_typed_error_and_loses_nothin
         Step::Flush,
         Step::GetState,
         Step::SetState,
+        Step::SetStateFrom,
         Step::Delete,
         Step::Close,
         Step::Remove,

@@ -43,6 +43,8 @@ enum Op {
     Flush,
     GetState(String),
     SetState(String),
+    /// A restore of the state of another buffer (`Driver::foreign`).
+    SetStateFrom(String),
     Delete(String),
     Close,
     Open,
@@ -57,7 +59,10 @@ impl Op {
     /// Whether the live priorities are durable when it returns. `get_state` copies the
     /// tree into the snapshot but leaves the live one as of the last flush.
     fn syncs_tree(&self) -> bool {
-        matches!(self, Op::Create | Op::Flush | Op::SetState(_) | Op::Close)
+        matches!(
+            self,
+            Op::Create | Op::Flush | Op::SetState(_) | Op::SetStateFrom(_) | Op::Close
+        )
     }
 }
 
@@ -133,6 +138,11 @@ struct Driver {
     scratch: tempfile::TempDir,
     /// The most kept items downsampling had moved to the tail, seen after an op.
     moved: u64,
+    /// States of another buffer of the same layout (outside the seam's folder, made
+    /// durable before the workload), with what they hold.
+    foreign: BTreeMap<String, (State, Seen)>,
+    /// Images taken while a `SetStateFrom` was in flight.
+    foreign_images: u64,
 }
 
 impl Driver {
@@ -203,6 +213,7 @@ impl Driver {
                     );
                 }
                 Op::SetState(name) => b.set_state(&self.snaps[name].state.clone()).unwrap(),
+                Op::SetStateFrom(name) => b.set_state(&self.foreign[name].0.clone()).unwrap(),
                 Op::Delete(name) => {
                     b.delete_snapshot(name).unwrap();
                     self.snaps.get_mut(name).unwrap().deleted = Some(phase);
@@ -227,6 +238,9 @@ impl Driver {
     fn check(&mut self, image: &Image) {
         let p = image.phase;
         let ctx = format!("operation {p} ({:?}), {}", self.history[p].op, image.what);
+        if matches!(self.history[p].op, Op::SetStateFrom(_)) {
+            self.foreign_images += 1;
+        }
         let dir = self.scratch.path().join(format!("image-{}", self.checked));
         self.checked += 1;
         sim::materialize(image, &dir);
@@ -251,6 +265,7 @@ impl Driver {
         let live = buf.live();
         let restored = match &self.history[p].op {
             Op::SetState(name) => self.snaps.get(name.as_str()).map(|s| &s.at),
+            Op::SetStateFrom(name) => self.foreign.get(name.as_str()).map(|f| &f.1),
             _ => None,
         };
         // The tail is that of the last commit or of the one in flight. The head may be
@@ -404,10 +419,31 @@ fn workload() -> Vec<Op> {
         Pop,
         Add(20),
         Remove,
+        SetStateFrom(s("far")),
+        Add(4),
+        Remove,
         Flush,
         Update,
         Close,
     ]
+}
+
+/// Another buffer of the workload's layout, outside the seam's folder: 26 items with
+/// priorities and removals, checkpointed as `far` (the state `SetStateFrom` restores).
+fn foreign(dir: &Path) -> BTreeMap<String, (State, Seen)> {
+    let config = Config::new(schema(), CAPACITY)
+        .segment_slots(8)
+        .prioritized(0.6, 1e-6)
+        .downsample(34)
+        .seed(8);
+    let mut b = ReplayBuffer::create(dir, config).unwrap();
+    add_range(&mut b, 0, 26);
+    b.update_priorities(&[2, 9, 25], &[3.0, 0.25, 7.5]).unwrap();
+    b.remove(&[4, 17]).unwrap();
+    let state = b.get_state_named("far").unwrap();
+    let at = seen(Op::SetStateFrom("far".into()), &b);
+    b.close().unwrap();
+    [("far".to_string(), (state, at))].into()
 }
 
 #[test]
@@ -423,6 +459,8 @@ fn every_crash_image_at_every_sync_point_opens_verifies_and_holds_an_acknowledge
         checked: 0,
         scratch: tempfile::tempdir().unwrap(),
         moved: 0,
+        foreign: foreign(&tmp.path().join("far")),
+        foreign_images: 0,
     };
     let mut buf = None;
     let mut rng = 99u64;
@@ -433,6 +471,14 @@ fn every_crash_image_at_every_sync_point_opens_verifies_and_holds_an_acknowledge
         }
     }
     assert!(driver.moved > 0, "downsampling never moved a kept item");
+    println!(
+        "images during the restore from another buffer: {}",
+        driver.foreign_images
+    );
+    assert!(
+        driver.foreign_images > 0,
+        "no image during the restore from another buffer"
+    );
     // And a cut after everything returned: the closed state, whatever was written back.
     io.capture("after the last operation");
     for image in io.take_images() {

@@ -423,7 +423,7 @@ fn a_damaged_snapshot_is_an_error_naming_it_and_changes_nothing() {
 }
 
 #[test]
-fn a_state_only_applies_to_its_own_buffer_and_snapshot() {
+fn a_state_only_applies_to_the_snapshot_it_names() {
     let tmp = tempfile::tempdir().unwrap();
     let mut a = new_buffer(&tmp.path().join("a"));
     let mut b = new_buffer(&tmp.path().join("b"));
@@ -431,7 +431,13 @@ fn a_state_only_applies_to_its_own_buffer_and_snapshot() {
     add_range(&mut b, 0, 10);
     let state_a = a.get_state_named("same").unwrap();
     b.get_state_named("same").unwrap();
-    let e = b.set_state(&state_a).unwrap_err();
+    // A state without its origin (version 1) names a snapshot of this folder: b's
+    // "same" is another buffer's line (another uuid), so it is refused.
+    let unplaced = State {
+        origin: PathBuf::new(),
+        ..state_a.clone()
+    };
+    let e = b.set_state(&unplaced).unwrap_err();
     assert!(
         matches!(e, Error::StateMismatch { field: "uuid", .. }),
         "{e}"

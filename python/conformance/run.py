@@ -149,9 +149,18 @@ def main(argv=None):
         parser.error(f"no library {', '.join(unknown)} in sources.toml (it has {', '.join(known)})")
     if args.command == "fetch":
         gits = dict(g.split("=", 1) for g in args.git)
+        failed = []
         for lib in libs:
-            fetch(lib, known[lib], Path(gits[lib]) if lib in gits else None)
-        return 0
+            # One library out of reach (no network, a repository too large to clone)
+            # does not keep the others from being fetched.
+            try:
+                fetch(lib, known[lib], Path(gits[lib]) if lib in gits else None)
+            except (subprocess.CalledProcessError, OSError) as e:
+                detail = getattr(e, "stderr", b"") or b""
+                print(f"{lib}: NOT FETCHED from {known[lib]['repo']} at {known[lib]['tag']}: {e}"
+                      + (f": {detail.decode(errors='replace').strip()}" if detail else ""))
+                failed.append(lib)
+        return 1 if failed else 0
     pythons = dict(p.split("=", 1) for p in args.python)
     reasons = by_design()
     low = []

@@ -62,7 +62,7 @@ class NoItemStatesError(Error):
     """A call on item states on a buffer created without ``item_states`` / ``max_use``."""
 
 class StateError(Error):
-    """A state that does not belong to this buffer, or names a snapshot it no longer has."""
+    """A state of another schema or geometry, or naming a snapshot that is no longer kept."""
 
 class ClosedError(Error):
     """A call on a handle after its close()."""
@@ -368,7 +368,9 @@ class ReplayBuffer:
     ) -> Dict[str, Any]:
         """A small picklable checkpoint of the buffer, taken in milliseconds."""
     def set_state(self, state: Union[Mapping[str, Any], bytes]) -> None:
-        """Puts the buffer back to a state from ``get_state``."""
+        """Puts the buffer back to a state from ``get_state``: of this buffer, or of
+        another of the same schema and geometry (a buffer built fresh resuming from a
+        checkpoint), whose snapshot is first brought into this buffer's folder."""
     def stats(self) -> Dict[str, int]:
         """Counters and sizes."""
     def flush(self) -> None:

@@ -1272,7 +1272,9 @@ impl PyBuffer {
     }
 
     /// Puts the buffer back to a state from `get_state`: the same items, priorities,
-    /// counters and RNG position.
+    /// counters and RNG position. The state may be another buffer's of the same schema
+    /// and geometry (a buffer built fresh resuming from a checkpoint): its snapshot is
+    /// brought into this buffer's folder first (linked, or copied across file systems).
     fn set_state(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
         let bytes: Vec<u8> = match state.cast::<PyDict>() {
             Ok(d) => d

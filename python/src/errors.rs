@@ -93,7 +93,7 @@ create_exception!(
     replaystore,
     StateError,
     Error,
-    "A state that does not belong to this buffer, or names a snapshot it no longer has."
+    "A state of another schema or geometry, or naming a snapshot that is no longer kept."
 );
 create_exception!(
     replaystore,

@@ -239,9 +239,16 @@ def test_save_data_is_a_snapshot_and_di_engines_files_load(tmp_path):
     other.load_data(str(tmp_path / "theirs.hkl"))
     same(records(theirs), records(other))
     assert other.get_by_index(theirs.get(2).index).meta == {"m": 2}
-    with pytest.raises(ValueError, match="open that folder"):
-        other.load_data(str(tmp_path / "state.bin"))
+    # A snapshot of another folder loads into this one (DI-engine's load_data on a new
+    # buffer): the records of the state, and the buffer goes on from them.
+    other.load_data(str(tmp_path / "state.bin"))
+    same(before, records(other))
+    other.push({"i": torch.tensor([9])})
+    assert other.count() == 8
     other.close()
+    reopened = ours.DequeBuffer(size=8, path=str(tmp_path / "o"))
+    assert records(reopened)[-1][0]["i"].item() == 9
+    reopened.close()
 
 
 def test_a_reopened_buffer_gives_a_new_priority_middleware_its_priorities(tmp_path):

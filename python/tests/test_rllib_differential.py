@@ -671,19 +671,22 @@ def test_a_state_restores_in_another_process(tmp_path):
         old.add(batch(rng, 12, eps0=1000 + 100 * i))
     old.close()
     new.close()
-    code = textwrap.dedent(f"""
-        import pickle, random, numpy as np
-        from replaystore.compat import rllib
-        state = pickle.load(open({str(tmp_path / "state.pkl")!r}, "rb"))
-        old = rllib.PrioritizedReplayBuffer(capacity=50, alpha=0.6, path={str(tmp_path / "old")!r})
-        new = rllib.EpisodeReplayBuffer(capacity=200, path={str(tmp_path / "new")!r})
-        old.set_state(state["old"]); new.set_state(state["new"])
-        random.seed(3)
-        new.rng = np.random.default_rng(3)
-        there = (old.sample(8, beta=0.4), new.sample(num_items=8, n_step=2, sample_episodes=True))
-        pickle.dump(there, open({str(tmp_path / "there.pkl")!r}, "wb"))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    with open(tmp_path / "there.pkl", "rb") as f:
-        same(here, pickle.load(f))
+    # Into the same folders, then into fresh ones (RLlib's Algorithm.restore builds new
+    # buffers): the snapshots are brought into those.
+    for old_dir, new_dir in [("old", "new"), ("old-fresh", "new-fresh")]:
+        code = textwrap.dedent(f"""
+            import pickle, random, numpy as np
+            from replaystore.compat import rllib
+            state = pickle.load(open({str(tmp_path / "state.pkl")!r}, "rb"))
+            old = rllib.PrioritizedReplayBuffer(capacity=50, alpha=0.6, path={str(tmp_path / old_dir)!r})
+            new = rllib.EpisodeReplayBuffer(capacity=200, path={str(tmp_path / new_dir)!r})
+            old.set_state(state["old"]); new.set_state(state["new"])
+            random.seed(3)
+            new.rng = np.random.default_rng(3)
+            there = (old.sample(8, beta=0.4), new.sample(num_items=8, n_step=2, sample_episodes=True))
+            pickle.dump(there, open({str(tmp_path / "there.pkl")!r}, "wb"))
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        with open(tmp_path / "there.pkl", "rb") as f:
+            same(here, pickle.load(f))

@@ -473,19 +473,228 @@ fn write_snapshot(
     sync_dir(io, &root)
 }
 
-/// Checks that `state` is of the buffer described by `sb` and that its snapshot exists,
-/// froze exactly `state`, and has every file with a sound header. Cheap: no item is
-/// read (`verify` reads them all).
-pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> Result<()> {
-    if state.uuid != sb.uuid {
+/// The [`State`] of snapshot `name` of the buffer in `dir`, whose superblock is `sb`
+/// and whose frozen commit is `commit`.
+pub(crate) fn state_of(dir: &Path, name: &str, sb: &Superblock, commit: &Commit) -> State {
+    State {
+        name: name.to_owned(),
+        uuid: sb.uuid,
+        generation: commit.generation,
+        head: commit.head,
+        tail: commit.tail,
+        cleared: commit.cleared,
+        sampled: commit.sampled,
+        rng_seed: commit.rng_seed,
+        rng_word_pos: commit.rng_word_pos,
+        origin: dir.to_path_buf(),
+        schema_crc: sb.schema_crc,
+    }
+}
+
+/// The first field in which two superblocks differ, other than the uuid (the
+/// identity of a line of snapshots, not of a layout): `(field, expected, got)`.
+fn layout_difference(
+    want: &Superblock,
+    got: &Superblock,
+) -> Option<(&'static str, String, String)> {
+    let heap = |h: &Option<crate::format::manifest::HeapGeometry>| match h {
+        Some(h) => format!(
+            "{} chunks of {} bytes in {} segments of {}",
+            h.capacity, h.stride, h.segment_count, h.segment_slots
+        ),
+        None => "none".into(),
+    };
+    let fields: [(&'static str, String, String); 12] = [
+        (
+            "schema crc",
+            format!("{:#010x}", want.schema_crc),
+            format!("{:#010x}", got.schema_crc),
+        ),
+        (
+            "schema length",
+            want.schema_len.to_string(),
+            got.schema_len.to_string(),
+        ),
+        (
+            "capacity",
+            want.capacity.to_string(),
+            got.capacity.to_string(),
+        ),
+        (
+            "item bytes",
+            want.item_bytes.to_string(),
+            got.item_bytes.to_string(),
+        ),
+        (
+            "row stride",
+            want.row_stride.to_string(),
+            got.row_stride.to_string(),
+        ),
+        (
+            "segment slots",
+            want.segment_slots.to_string(),
+            got.segment_slots.to_string(),
+        ),
+        (
+            "segment count",
+            want.segment_count.to_string(),
+            got.segment_count.to_string(),
+        ),
+        (
+            "prioritized",
+            want.prioritized.to_string(),
+            got.prioritized.to_string(),
+        ),
+        (
+            "episodic",
+            want.episodic.to_string(),
+            got.episodic.to_string(),
+        ),
+        (
+            "whole episodes",
+            want.whole_episodes.to_string(),
+            got.whole_episodes.to_string(),
+        ),
+        (
+            "fragments",
+            want.fragments.to_string(),
+            got.fragments.to_string(),
+        ),
+        (
+            "item states",
+            want.lifecycle.to_string(),
+            got.lifecycle.to_string(),
+        ),
+    ];
+    let chunk_ring = ("chunk ring", heap(&want.heap), heap(&got.heap));
+    fields
+        .into_iter()
+        .chain(std::iter::once(chunk_ring))
+        .find(|(_, a, b)| a != b)
+}
+
+/// Whether `a` and `b` are the same folder (device and inode; names not compared, so
+/// a folder reached by another path is still itself).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    same_file(a, b)
+}
+
+/// The state to restore in this buffer for `state`: itself when its snapshot is this
+/// folder's (its origin is this folder, or names none, or no longer holds it: a folder
+/// moved since); otherwise the snapshot of the buffer at `state.origin` is first
+/// checked against this buffer's layout (`sb`: the same schema and geometry; the uuid
+/// may differ) and brought into this folder's `snapshots/`, and the state of that copy
+/// is returned. Bringing it is making a snapshot: in a temporary folder, published by
+/// one rename, so a kill leaves it whole or absent and nothing live changes. Segments
+/// are hard links (O(1), as taking a snapshot) where the two folders share a file
+/// system, copies otherwise; the small files are copies.
+pub(crate) fn bring_home(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> Result<State> {
+    if state.schema_crc != 0 && state.schema_crc != sb.schema_crc {
         return Err(Error::StateMismatch {
             name: state.name.clone(),
             what: "this buffer",
-            field: "uuid",
-            expected: crate::format::segment::hex(&sb.uuid),
-            got: crate::format::segment::hex(&state.uuid),
+            field: "schema crc",
+            expected: format!("{:#010x}", sb.schema_crc),
+            got: format!("{:#010x}", state.schema_crc),
         });
     }
+    let origin = &state.origin;
+    if origin.as_os_str().is_empty() || same_folder(origin, dir) {
+        return Ok(state.clone());
+    }
+    let origin = &storage::resolve_root(origin);
+    valid_name(&state.name)
+        .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
+    if !exists(io, origin, &state.name)? {
+        return Ok(state.clone());
+    }
+    check(io, origin, sb, state)?;
+    let mut name = state.name.clone();
+    for k in 1u32.. {
+        if !exists(io, dir, &name)? {
+            break;
+        }
+        // A copy an earlier `set_state` of this state brought (and then, maybe, a kill
+        // stopped): the same snapshot, used again.
+        let here = State {
+            name: name.clone(),
+            origin: dir.to_path_buf(),
+            ..state.clone()
+        };
+        if check(io, dir, sb, &here).is_ok() {
+            return Ok(here);
+        }
+        let suffix = format!(".{k}");
+        let keep = state
+            .name
+            .len()
+            .min(crate::format::state::MAX_NAME_LEN - suffix.len());
+        name = format!("{}{suffix}", state.name.get(..keep).unwrap_or("s"));
+    }
+    let root = dir.join(SNAPSHOTS_DIR);
+    let tmp = root.join(format!("{TMP_PREFIX}{name}"));
+    remove_tree(io, &tmp)?;
+    let made = copy_in(
+        io,
+        sb,
+        &snapshot_dir(origin, &state.name),
+        &tmp,
+        &root.join(&name),
+    );
+    if made.is_err() {
+        // As in `create`: the partial folder goes now; the error is the one to report.
+        let _ = remove_tree(io, &tmp);
+    }
+    made?;
+    Ok(State {
+        name,
+        origin: dir.to_path_buf(),
+        ..state.clone()
+    })
+}
+
+/// Writes the snapshot folder `from` (of another buffer) as `tmp`, then renames it to
+/// `to`: segments linked where the file system allows, copied where it does not.
+fn copy_in(io: &dyn Io, sb: &Superblock, from: &Path, tmp: &Path, to: &Path) -> Result<()> {
+    let lane = tmp.join(LANE_DIR);
+    io.create_dir_all(&lane)
+        .map_err(|e| Error::io("create directory", &lane, e))?;
+    for set in storage::SegmentSet::all(sb) {
+        for n in 0..set.segment_count {
+            let (src, dst) = (set.path(from, n), set.path(tmp, n));
+            match io.hard_link(&src, &dst) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => io
+                    .copy_file(&src, &dst)
+                    .map_err(|e| Error::io("copy", &dst, e))?,
+                Err(e) => return Err(Error::io("hard link", &dst, e)),
+            }
+            crate::killpoint::hit("bring-mid-links");
+        }
+    }
+    for file in Parts::files(sb) {
+        let (src, dst) = ((file.path)(from), (file.path)(tmp));
+        io.copy_file(&src, &dst)
+            .map_err(|e| Error::io("copy", &dst, e))?;
+    }
+    let manifest = from.join(MANIFEST);
+    let bytes = io
+        .read(&manifest)
+        .map_err(|e| Error::io("read", &manifest, e))?;
+    write_durable(io, &tmp.join(MANIFEST), &bytes)?;
+    sync_dir(io, &lane)?;
+    sync_dir(io, tmp)?;
+    crate::killpoint::hit("bring-before-rename");
+    io.rename(tmp, to).map_err(|e| Error::io("rename", to, e))?;
+    let root = to.parent().unwrap_or(to);
+    sync_dir(io, root)
+}
+
+/// Checks that snapshot `state.name` of the buffer in `dir` can be restored into a
+/// buffer laid out as `sb`: the same schema and geometry (the uuid is the snapshot's
+/// own, and the state's), and that it froze exactly `state` and has every file with a
+/// sound header. Cheap: no item is read (`verify` reads them all).
+pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> Result<()> {
     valid_name(&state.name)
         .map_err(|_| Error::BadState(format!("snapshot name {:?}", state.name)))?;
     let snap = snapshot_dir(dir, &state.name);
@@ -508,14 +717,21 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
         expected,
         got,
     };
-    if m.superblock != *sb {
-        return Err(bad(Error::Corrupt {
-            file: m.path,
-            offset: 0,
-            field: "superblock".into(),
-            expected: "the live buffer's superblock".into(),
-            got: "another".into(),
-        }));
+    if let Some((field, expected, got)) = layout_difference(sb, &m.superblock) {
+        return Err(Error::StateMismatch {
+            name: state.name.clone(),
+            what: "this buffer's layout",
+            field,
+            expected,
+            got,
+        });
+    }
+    if state.uuid != m.superblock.uuid {
+        return Err(mismatch(
+            "uuid",
+            crate::format::segment::hex(&m.superblock.uuid),
+            crate::format::segment::hex(&state.uuid),
+        ));
     }
     let c = m.newest_commit().map_err(bad)?;
     let pairs = [
@@ -547,13 +763,13 @@ pub(crate) fn check(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State) -> 
             got: format!("{:#x}", c.flags),
         }));
     }
-    for set in storage::SegmentSet::all(sb) {
+    for set in storage::SegmentSet::all(&m.superblock) {
         for n in 0..set.segment_count {
             storage::check_segment_file(io, &snap, &set, n).map_err(bad)?;
         }
     }
-    for file in Parts::files(sb) {
-        (file.check)(io, &snap, sb).map_err(bad)?;
+    for file in Parts::files(&m.superblock) {
+        (file.check)(io, &snap, &m.superblock).map_err(bad)?;
     }
     Ok(())
 }
@@ -639,8 +855,8 @@ pub(crate) fn restore(
     name: &str,
 ) -> Result<Vec<std::fs::File>> {
     let snap = snapshot_dir(dir, name);
-    let frozen = Manifest::load(io, &snap)
-        .and_then(|m| m.newest_commit())
+    let (frozen, uuid) = Manifest::load(io, &snap)
+        .and_then(|m| Ok((m.newest_commit()?, m.superblock.uuid)))
         .map_err(|e| Error::BadSnapshot {
             dir: dir.to_path_buf(),
             name: name.to_owned(),
@@ -693,6 +909,9 @@ pub(crate) fn restore(
             relink(io, &frozen, &live)?;
         }
     }
+    if uuid != sb.uuid {
+        renamed_progress(io, dir, &uuid)?;
+    }
     sync_dir(io, &dir.join(LANE_DIR))?;
     let manifest = frozen_manifest(io, &snap, &renumbered)?;
     let live = dir.join(MANIFEST);
@@ -704,6 +923,34 @@ pub(crate) fn restore(
     sync_dir(io, dir)?;
     drop_intent(io, dir)?;
     Ok(replaced)
+}
+
+/// Gives the progress page the uuid of a snapshot of another line (one brought from
+/// another buffer), which readers check it against: its header rewritten in place and
+/// synced, before the MANIFEST naming that uuid is. A page with other names (never the
+/// engine's doing) is removed instead, so no write reaches them; the writer's open
+/// makes a new one, as it does when the page is missing.
+fn renamed_progress(io: &dyn Io, dir: &Path, uuid: &[u8; 16]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let path = storage::progress_path(dir);
+    let file = match io.open_rw(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("open", &path, e)),
+    };
+    let meta = file.metadata().map_err(|e| Error::io("stat", &path, e))?;
+    if meta.nlink() > 1 {
+        drop(file);
+        return remove_if_present(io, &path);
+    }
+    let page = crate::format::progress::encode(uuid);
+    let header = page
+        .get(..crate::format::progress::HEADER_LEN)
+        .unwrap_or(&[]);
+    io.write_at(&file, 0, header)
+        .map_err(|e| Error::io("write header", &path, e))?;
+    io.sync_data(&file)
+        .map_err(|e| Error::io("fdatasync", &path, e))
 }
 
 /// Finishes a restore a kill interrupted. The snapshot it names must still be sound.

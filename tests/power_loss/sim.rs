@@ -431,12 +431,17 @@ impl Io for SimIo {
     }
     fn map(&self, file: &File, len: u64, access: Access) -> io::Result<MmapRaw> {
         let map = self.inner.map(file, len, access)?;
-        let ino = self.known(file);
-        self.sim
-            .lock()
-            .unwrap()
-            .maps
-            .insert(map.as_ptr() as usize, ino);
+        let ino = ino_of(file);
+        let mut s = self.sim.lock().unwrap();
+        // A file of another folder (a snapshot being brought from another buffer is
+        // checked in place, read-only) is not the model's; every other must be known.
+        let outside = access == Access::Read && !s.handles.contains_key(&ino);
+        if !outside {
+            drop(s);
+            let ino = self.known(file);
+            s = self.sim.lock().unwrap();
+            s.maps.insert(map.as_ptr() as usize, ino);
+        }
         Ok(map)
     }
     fn flush_map(&self, map: &MmapRaw, offset: usize, len: usize) -> io::Result<()> {
@@ -489,6 +494,14 @@ impl Io for SimIo {
         self.inner.hard_link(original, link)?;
         if let Some(rel) = self.inside(link) {
             let ino = std::fs::metadata(link)?.ino();
+            if self.inside(original).is_none() {
+                // A file of another folder (a snapshot brought from another buffer),
+                // durable there before it was linked here: its bytes are the durable ones.
+                let ino = self.seen(&File::open(link)?, link);
+                let mut s = self.sim.lock().unwrap();
+                let len = s.current(ino).len();
+                s.make_durable(ino, 0, len);
+            }
             self.name(Name::Put(rel, ino));
         }
         Ok(())

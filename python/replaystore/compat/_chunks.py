@@ -18,6 +18,7 @@ the current one is kept, so the states ``get_state`` named there stay restorable
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections import OrderedDict, deque
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
@@ -351,27 +352,68 @@ class ChunkStore:
     # -- checkpoints ---------------------------------------------------------------------
 
     def get_state(self) -> Dict[str, Any]:
+        """The ring's checkpoint, with what a store elsewhere needs to make a ring it
+        restores into: its size, heap and codec."""
         if self.buf is None:
             return {"gen": 0}
-        return {"gen": self.gen, "ring": self.buf.get_state()}
+        return {"gen": self.gen, "ring": self.buf.get_state(), "items": self.buf.capacity,
+                "heap": int(self.settings["heap"]), "codec": self.codec.describe()}
 
     def set_state(self, state: Dict[str, Any]) -> None:
+        """Restores a ``get_state``: of this folder (its generation, if still kept), or
+        of another store's (a buffer built fresh resuming from a checkpoint): then a new
+        generation of the same size is made here and the engine brings the snapshot
+        into it."""
         gen = int(state["gen"])
         if gen == 0:
             self.clear()
             return
-        if gen != self.gen:
-            if not Confined(self.folder).exists(generation_name(gen)):
-                raise ValueError(
-                    f"{self.folder}: the state names ring generation {gen}, which is no longer "
-                    f"kept (the buffer has grown its ring since; generation {self.gen} is current)")
-            if self.buf is not None:
-                self.buf.close()
-            self._switch(gen, _Buffer.open(self._ring(gen)))
-        self.buf.set_state(state["ring"])
+        ring = state["ring"]
+        if os.path.realpath(ring["path"]) != os.path.realpath(os.path.join(self.folder, generation_name(gen))):
+            self._restore_elsewhere(state)
+        else:
+            if gen != self.gen:
+                if not Confined(self.folder).exists(generation_name(gen)):
+                    raise ValueError(
+                        f"{self.folder}: the state names ring generation {gen}, which is no longer "
+                        f"kept (the buffer has grown its ring since; generation {self.gen} is current)")
+                if self.buf is not None:
+                    self.buf.close()
+                self._switch(gen, _Buffer.open(self._ring(gen)))
+            self.buf.set_state(ring)
         self._cache.clear()
         self._cached = 0
         self._index()
+
+    def _restore_elsewhere(self, state: Dict[str, Any]) -> None:
+        """A state of another folder's ring: a new generation of its size, restored
+        from it (the engine links or copies its snapshot in), then made current as a
+        grown ring is."""
+        if "items" not in state:
+            raise ValueError(
+                f"{self.folder}: the state is of {state['ring']['path']} and was taken before "
+                "states named their ring's size; restore it on a buffer of that folder")
+        if self.buf is None and state.get("codec") and hasattr(self.codec, "restore"):
+            self.codec.restore(state["codec"])
+            self.settings["codec"] = state["codec"]
+        gen, heap = self.gen + 1, int(state["heap"])
+        new = self._create(gen, int(state["items"]), heap)
+        try:
+            new.set_state(state["ring"])
+        except BaseException:
+            new.close()
+            raise
+        old = self.gen
+        heaps = self.settings.setdefault("heaps", {})
+        heaps[str(gen)] = heap
+        if self.buf is not None:
+            self.buf.close()
+        self._switch(gen, new)
+        if old > 1:
+            heaps.pop(str(old - 1), None)
+            self._write({"retired": old - 1})
+            Confined(self.folder).remove_tree(generation_name(old - 1))
+            self._write({})
 
     def flush(self) -> None:
         if self.buf is not None:

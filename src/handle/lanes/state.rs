@@ -165,14 +165,15 @@ impl Lanes<ReplayBuffer> {
                 got: state.lanes.len().to_string(),
             });
         }
+        let mut here = Vec::with_capacity(self.lanes.len());
         for (lane, s) in self.lanes.iter().zip(&state.lanes) {
-            lane.check_state(s)?;
+            here.push(lane.check_state(s)?);
         }
-        for (lane, s) in self.lanes.iter().zip(&state.lanes) {
+        for (lane, s) in self.lanes.iter().zip(&here) {
             snapshot::write_intent(&*lane.rows.io, &lane.rows.dir, s)?;
             crate::killpoint::hit("lanes-intent-between");
         }
-        for (lane, s) in self.lanes.iter_mut().zip(&state.lanes) {
+        for (lane, s) in self.lanes.iter_mut().zip(&here) {
             lane.restore_state(s, false)?;
             crate::killpoint::hit("lanes-restore-between");
         }

@@ -131,24 +131,20 @@ impl<R: Role> ReplayBuffer<R> {
                 name: name.to_owned(),
             });
         }
-        let c = Manifest::load(&*self.rows.io, &snap)
-            .and_then(|m| m.newest_commit())
+        Manifest::load(&*self.rows.io, &snap)
+            .and_then(|m| {
+                Ok(snapshot::state_of(
+                    &self.rows.dir,
+                    name,
+                    &m.superblock,
+                    &m.newest_commit()?,
+                ))
+            })
             .map_err(|e| Error::BadSnapshot {
                 dir: self.rows.dir.clone(),
                 name: name.to_owned(),
                 source: Box::new(e),
-            })?;
-        Ok(State {
-            name: name.to_owned(),
-            uuid: self.rows.superblock.uuid,
-            generation: c.generation,
-            head: c.head,
-            tail: c.tail,
-            cleared: c.cleared,
-            sampled: c.sampled,
-            rng_seed: c.rng_seed,
-            rng_word_pos: c.rng_word_pos,
-        })
+            })
     }
     /// This buffer's snapshots, oldest first (see [`crate::snapshots`]).
     pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
@@ -366,17 +362,12 @@ impl<R: Writes> ReplayBuffer<R> {
             Err(_) => self.rows.refresh_shared(),
         }
         made?;
-        Ok(State {
-            name: name.to_owned(),
-            uuid: self.rows.superblock.uuid,
-            generation: frozen.generation,
-            head: frozen.head,
-            tail: frozen.tail,
-            cleared: frozen.cleared,
-            sampled: frozen.sampled,
-            rng_seed: frozen.rng_seed,
-            rng_word_pos: frozen.rng_word_pos,
-        })
+        Ok(snapshot::state_of(
+            &self.rows.dir,
+            name,
+            &self.rows.superblock,
+            &frozen,
+        ))
     }
     /// Returns the buffer to `state`: the same items, priorities, counters and RNG
     /// position as when [`ReplayBuffer::get_state`] made it. Everything added since is
@@ -387,15 +378,21 @@ impl<R: Writes> ReplayBuffer<R> {
     /// equal to `state`): a problem is an error naming it and nothing changes. Then an
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
-        self.check_state(state)?;
-        self.restore_state(state, true)
+        let state = self.check_state(state)?;
+        self.restore_state(&state, true)
     }
 
-    /// What `set_state` checks before anything changes: a handle that writes, and a
-    /// snapshot that is whole and froze exactly `state`.
-    pub(crate) fn check_state(&self, state: &State) -> Result<()> {
+    /// What `set_state` does before anything live changes: a handle that writes; the
+    /// snapshot brought into this folder when it is another buffer's of the same
+    /// schema and geometry (a fresh buffer resuming from a checkpoint of another); and
+    /// that snapshot whole and frozen exactly at `state`. Returns the state to restore
+    /// (of the snapshot in this folder).
+    pub(crate) fn check_state(&self, state: &State) -> Result<State> {
         self.writable()?;
-        snapshot::check(&*self.rows.io, &self.rows.dir, &self.rows.superblock, state)
+        let (io, dir, sb) = (&*self.rows.io, &self.rows.dir, &self.rows.superblock);
+        let state = snapshot::bring_home(io, dir, sb, state)?;
+        snapshot::check(io, dir, sb, &state)?;
+        Ok(state)
     }
 
     /// `set_state` after its checks: the intent (unless the caller wrote it: a lane

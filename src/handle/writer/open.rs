@@ -335,6 +335,7 @@ impl ReplayBuffer<Writer> {
         let lock = storage::lock(&*io, &dir)?;
         snapshot::finish_restore(&*io, &dir)?;
         snapshot::clean_leftovers(&*io, &dir, &sb)?;
+        let state = &snapshot::bring_home(&*io, &dir, &sb, state)?;
         snapshot::check(&*io, &dir, &sb, state)?;
         files_changing(&*io, &dir, &sb)?;
         snapshot::write_intent(&*io, &dir, state)?;

@@ -254,9 +254,6 @@ class DequeBuffer(Folder, _DequeBuffer):
                 self.storage.append(record)
             self._reindex()
             return
-        if state["path"] != os.path.realpath(self._path):
-            raise ValueError(f"{file_name}: a snapshot of {state['path']}, not of this buffer's folder "
-                             f"{self._path}: open that folder (path=) to load it")
         self.storage.store.set_state(state["ring"])
         self.storage.restore(state["records"], state["pushed"])
         self._reindex()

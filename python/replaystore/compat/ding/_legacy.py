@@ -210,7 +210,8 @@ class _Slotted(Folder):
         return copy.deepcopy(state)
 
     def load_state_dict(self, _state_dict: dict, *args: Any, **kwargs: Any) -> None:
-        """Restores a ``state_dict``: of this folder (the snapshot), or DI-engine's (its
+        """Restores a ``state_dict``: of this folder or another (the snapshot, brought
+        into this folder), or DI-engine's (its
         items are stored into the slots; ``{"data": [...]}`` alone is pushed, as
         DI-engine's does)."""
         data = _state_dict.get("data")
@@ -224,9 +225,6 @@ class _Slotted(Folder):
         if mine is None:
             slots.reset(list(data))
             return
-        if mine["path"] != os.path.realpath(self._path):
-            raise ValueError(f"the state names a snapshot of {mine['path']}, not of this buffer's folder "
-                             f"{self._path}: open that folder (path=) to restore it")
         slots.store.set_state(mine["ring"])
         slots.restore(mine["slots"])
 

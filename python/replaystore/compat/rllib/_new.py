@@ -128,8 +128,8 @@ class _Stored(Folder):
     def get_state(self) -> Dict[str, Any]:
         """RLlib's state, in milliseconds: with a folder of the caller's (``path=``),
         its episodes are an O(1) snapshot of the ring plus a few numbers per episode,
-        restored by ``set_state`` on a buffer opened on that folder (in this process or
-        another). With a temporary folder (it ends with the process), the episodes
+        restored by ``set_state`` on this buffer or one built fresh (in this process or
+        another; the snapshot is brought into its folder). With a temporary folder (it ends with the process), the episodes
         themselves, as RLlib's state holds them."""
         kept = self.episodes
         self.episodes = deque()
@@ -154,10 +154,6 @@ class _Stored(Folder):
             for data in state["episodes"]:
                 self.episodes.append(self._episode_class.from_state(data))
             return
-        if mine["path"] != os.path.realpath(self._path):
-            raise ValueError(
-                f"the state names a snapshot of {mine['path']}, not of this buffer's folder "
-                f"{self._path}: open that folder (path=) to restore it")
         self.episodes.store.set_state(mine["ring"])
         self.episodes.restore(mine["episodes"])
 

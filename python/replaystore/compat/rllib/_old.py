@@ -307,7 +307,8 @@ class _Slotted(Folder):
     def get_state(self) -> Dict[str, Any]:
         """RLlib's state, in milliseconds: with a folder of the caller's (``path=``), the
         items are an O(1) snapshot of the ring plus each slot's header, restored by
-        ``set_state`` on a buffer opened on that folder (here or in another process).
+        ``set_state`` on this buffer or on one built fresh (here or in another process;
+        the snapshot is brought into its folder).
         With a temporary folder (it ends with the process), the items themselves, as
         RLlib's state holds them."""
         storage = self._storage
@@ -324,6 +325,7 @@ class _Slotted(Folder):
         if self._rows is not None:
             mine["rows"] = self._rows.buf.get_state() if self._rows.buf is not None else None
             mine["n"] = len(self._rows)
+            mine["columns"] = dict(self._rows.columns)
         else:
             mine["ring"] = storage.store.get_state()
             mine["slots"] = storage.describe()
@@ -331,12 +333,9 @@ class _Slotted(Folder):
         return state
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        """Restores a ``get_state`` (of this folder, or one that holds its items)."""
+        """Restores a ``get_state``: of this folder, of another folder (its snapshot is
+        brought into this one), or one that holds its items."""
         mine = state.get("replaystore")
-        if mine is not None and mine["path"] != os.path.realpath(self._path):
-            raise ValueError(
-                f"the state names a snapshot of {mine['path']}, not of this buffer's "
-                f"folder {self._path}: open that folder (path=) to restore it")
         if mine is None:
             items = list(state["_storage"])
             if self._rows is not None:
@@ -344,10 +343,22 @@ class _Slotted(Folder):
             else:
                 self._storage.reset(items)
         elif "rows" in mine:
-            if self._rows is None or mine["rows"] is None:
-                raise ValueError(f"{self._path}: the state is of a timesteps buffer of rows; this "
-                                 "buffer holds chunks")
-            self._rows.restore(mine["rows"], mine["n"])
+            if self._rows is None:
+                empty = len(self._storage) == 0 and self._storage.store.buf is None
+                if not (self._rows_allowed and empty):
+                    raise ValueError(f"{self._path}: the state is of a timesteps buffer of rows; "
+                                     "this buffer holds chunks")
+                # A buffer built fresh takes rows as its first add of timesteps would.
+                self._rows = Rows(self._path, int(self.capacity))
+                self._storage = self._rows
+            if mine["rows"] is None:
+                self._rows.reset([], 0)
+            else:
+                first = self._rows.buf is None
+                self._rows.restore(mine["rows"], mine["n"], mine.get("columns"))
+                if first:
+                    write_sidecar(self._path, SIDECAR,
+                                  {**self._settings, "mode": "rows", "columns": self._rows.columns})
         else:
             self._storage.store.set_state(mine["ring"])
             self._storage.restore(mine["slots"])

@@ -95,13 +95,14 @@ class Rows:
         self._header = Header(size)
 
     def _create(self, batch: SampleBatch) -> None:
-        schema: Dict[str, Any] = {}
-        for name, value in batch.items():
-            if value.dtype == object:
-                self.columns[name] = "object"
-            else:
-                self.columns[name] = [value.dtype.str, list(value.shape[1:])]
-                schema[COLUMN + name] = (value.dtype.str, tuple(value.shape[1:]))
+        self._make({name: "object" if value.dtype == object else [value.dtype.str, list(value.shape[1:])]
+                    for name, value in batch.items()})
+
+    def _make(self, columns: Dict[str, Any]) -> None:
+        """The ring for ``columns`` (name -> ``[dtype str, shape]`` or ``"object"``)."""
+        self.columns = dict(columns)
+        schema: Dict[str, Any] = {COLUMN + name: (spec[0], tuple(spec[1]))
+                                  for name, spec in columns.items() if spec != "object"}
         schema[NGU] = "float64"
         schema[REST] = "bytes"
         self.buf = _Buffer.create(Confined(self.folder).subdir("rows"), schema, self.capacity)
@@ -184,8 +185,16 @@ class Rows:
         order = items if len(items) < self.capacity else items[:next_idx] + items[next_idx:] + items[:next_idx]
         self.write(concat_samples(order))
 
-    def restore(self, ring_state: Any, n: int) -> None:
-        """Restores a snapshot of the ring holding RLlib's ``n`` items."""
+    def restore(self, ring_state: Any, n: int, columns: Optional[Dict[str, Any]] = None) -> None:
+        """Restores a snapshot of a ring holding RLlib's ``n`` items: this folder's, or
+        another's of the same ``columns`` (a buffer built fresh makes its ring of them;
+        the engine brings the snapshot in)."""
+        if self.buf is None:
+            if columns is None:
+                raise ValueError(f"{self.path}: the state was taken before states named their "
+                                 "columns, and this buffer has no ring yet: restore it on a buffer "
+                                 "of the folder it names")
+            self._make(columns)
         self.buf.set_state(ring_state)
         self.tail = int(self.buf.stats()["tail"])
         self.n = n
