@@ -161,7 +161,8 @@ def main(argv=None):
                       + (f": {detail.decode(errors='replace').strip()}" if detail else ""))
                 failed.append(lib)
         return 1 if failed else 0
-    pythons = dict(p.split("=", 1) for p in args.python)
+    # Absolute: each suite runs in its own folder.
+    pythons = {venv: os.path.abspath(py) for venv, py in (p.split("=", 1) for p in args.python)}
     reasons = by_design()
     low = []
     for lib in libs:
