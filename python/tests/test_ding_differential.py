@@ -456,3 +456,36 @@ def test_save_data_restores_in_another_process(tmp_path):
         there = pickle.load(f)
     same([(r.data, r.meta) for r in here[0]], there[0])
     same(here[1], there[1])
+
+
+def test_drawn_records_read_their_data_once_used_and_keep_what_they_held(tmp_path):
+    """A draw hands out records whose data is read from the ring when first used (a
+    group draw of thousands costs no read until then): the data is what the records
+    held when drawn, even after pushes evict them, and each is an object of its own."""
+    import pickle
+
+    b = ours.DequeBuffer(size=4, path=str(tmp_path / "d"))
+    for i in range(4):
+        b.push({"i": torch.tensor([i])}, {"m": i})
+    random.seed(5)
+    drawn = b.sample(3, replace=True)
+    kept = [r.meta["m"] for r in drawn]
+    for i in range(4, 9):  # every drawn record is evicted before its data is used
+        b.push({"i": torch.tensor([i])}, {"m": i})
+    assert [r.data["i"].item() for r in drawn] == kept
+    # Each drawn record's data is its own: changing it changes nothing stored, and a
+    # record drawn twice is two objects (DI-engine copies repeats).
+    twice = b.sample(6, replace=True)
+    assert len({id(r.data) for r in twice}) == 6
+    twice[0].data["i"] += 100
+    assert sorted(r.data["i"].item() for r in b.storage) == [5, 6, 7, 8]
+    # Pickled or deep-copied, a drawn record is DI-engine's own BufferedData.
+    back = pickle.loads(pickle.dumps(twice[1]))
+    assert type(back) is BufferedData and back.index == twice[1].index
+    assert type(copy.deepcopy(twice[2])) is BufferedData
+    # With clone_object, each draw's data is a copy too.
+    b.use(clone_object())
+    x, y = b.sample(2, replace=False)
+    x.data["i"] += 1
+    assert sorted(r.data["i"].item() for r in b.storage) == [5, 6, 7, 8]
+    b.close()

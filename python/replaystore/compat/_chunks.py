@@ -346,8 +346,13 @@ class ChunkStore:
         """Fresh copies of the objects under ``seqs``, read in one call."""
         if not len(seqs):
             return []
-        got = self.buf.get(np.array([self.where[s][0] for s in seqs], dtype=np.uint64))
+        got = self.rows(seqs)
         return [self.codec.decode(got, i) for i in range(len(seqs))]
+
+    def rows(self, seqs: List[int]) -> Dict[str, Any]:
+        """The stored rows of ``seqs``, read in one call, not decoded (``codec.decode``
+        makes row ``i`` an object)."""
+        return self.buf.get(np.array([self.where[s][0] for s in seqs], dtype=np.uint64))
 
     # -- checkpoints ---------------------------------------------------------------------
 

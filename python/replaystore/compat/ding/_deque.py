@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections.abc
 import os
 import pickle
+import weakref
 from collections import deque
 from typing import Any, Iterator, List, Optional
 
@@ -21,6 +22,7 @@ from ding.data.buffer import BufferedData, apply_middleware
 from ding.data.buffer.deque_buffer import BufferIndex
 from ding.data.buffer.deque_buffer import DequeBuffer as _DequeBuffer
 from ding.data.buffer.middleware import PriorityExperienceReplay
+from ding.utils import fastcopy
 
 from .._chunks import ChunkStore
 from .._folder import Folder, read_sidecar
@@ -60,12 +62,64 @@ class Record(BufferedData):
         # save_data every current one.
         self.__dict__["_meta"] = value
 
-    def plain(self, data: Any) -> BufferedData:
-        """DI-engine's own record, with ``data`` (read already) and this record's meta."""
-        return BufferedData(data=data, index=self.index, meta=self._meta)
-
     def __repr__(self) -> str:
         return f"Record(index={self.index!r}, meta={self._meta!r})"
+
+
+class _Pending:
+    """The rows of one draw's records, read from the ring in one call when the first of
+    their data is asked for, or before anything changes the ring (``Records.settle``):
+    a draw that nobody reads (a benchmark's, a group draw of thousands) costs no read,
+    and what is read is what the records held when drawn."""
+
+    def __init__(self, store: ChunkStore, seqs: List[int]) -> None:
+        self.store = store
+        self.seqs = seqs
+        self.rows: Optional[dict] = None
+
+    def fetch(self) -> dict:
+        if self.rows is None:
+            self.rows = self.store.rows(self.seqs)
+        return self.rows
+
+
+class Drawn(BufferedData):
+    """A drawn record as DI-engine hands it out: its ``index`` and ``meta`` (the stored
+    record's meta, which middleware change in place), and ``data`` decoded on first use
+    into an object of its own (changing it changes nothing stored, as with DI-engine's
+    ``clone_object``). Copies, pickles and ``fastcopy`` give DI-engine's own
+    ``BufferedData``, or, before the data was read, another lazy record decoding a
+    copy of its own."""
+
+    def __init__(self, pending: _Pending, k: int, index: str, meta: dict) -> None:
+        self.__dict__.update(_pending=pending, _k=k, index=index, meta=meta)
+
+    @property
+    def data(self) -> Any:
+        mine = self.__dict__
+        if "_data" not in mine:
+            pending = mine["_pending"]
+            mine["_data"] = pending.store.codec.decode(pending.fetch(), mine["_k"])
+        return mine["_data"]
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self.__dict__["_data"] = value
+
+    def __reduce__(self) -> Any:
+        return (BufferedData, (self.data, self.index, self.meta))
+
+
+def _fastcopy_drawn(d: Drawn) -> BufferedData:
+    # DI-engine's copy of a record (``_independence`` for a record drawn twice, and
+    # ``clone_object``): its data copied, or, not read yet, decoded afresh.
+    if "_data" in d.__dict__:
+        return BufferedData(data=fastcopy.copy(d.__dict__["_data"]), index=d.index, meta=fastcopy.copy(d.meta))
+    return Drawn(d.__dict__["_pending"], d.__dict__["_k"], d.index, fastcopy.copy(d.meta))
+
+
+# DI-engine registers its BufferedData the same way; fastcopy dispatches on the exact type.
+fastcopy.dispatch[Drawn] = _fastcopy_drawn
 
 
 class Records(collections.abc.Sequence):
@@ -77,6 +131,8 @@ class Records(collections.abc.Sequence):
         self._maxlen = maxlen
         self._items: "deque[Record]" = deque()
         self._pushed = 0
+        #: Draws whose rows are not read yet: read before anything changes the ring.
+        self._pending: "weakref.WeakSet[_Pending]" = weakref.WeakSet()
         if store.buf is not None:  # a reopened folder: the records in push order
             found = []
             for seq, index, _obj, _added, ordinal, meta in store.items(objects=False):
@@ -94,9 +150,22 @@ class Records(collections.abc.Sequence):
         # The chunk's key is the record's index; its state the meta it is stored with.
         return self.store.put(index, data, ordinal=ordinal, state=pickle.dumps(meta))
 
+    def drawn(self, records: List[Record]) -> List[Drawn]:
+        """Lazy copies of ``records`` for a draw, their rows read together."""
+        pending = _Pending(self.store, [r._seq for r in records])
+        self._pending.add(pending)
+        return [Drawn(pending, k, r.index, r._meta) for k, r in enumerate(records)]
+
+    def settle(self) -> None:
+        """Reads the rows of every draw not read yet: the ring is about to change."""
+        for pending in list(self._pending):
+            pending.fetch()
+        self._pending.clear()
+
     def append(self, buffered: BufferedData) -> None:
         # The new record is stored before the oldest is removed: a kill between the two
         # leaves one record too many, which the reopen drops, never one too few.
+        self.settle()
         ordinal = self._pushed
         self._pushed += 1
         seq = self._put(buffered.data, buffered.index, buffered.meta, ordinal)
@@ -109,6 +178,7 @@ class Records(collections.abc.Sequence):
             self.store.remove([gone._seq])
 
     def _store_again(self, record: Record, data: Any, meta: dict) -> None:
+        self.settle()
         old = record._seq
         record.__dict__.update(_seq=self._put(data, record.index, meta, record._ordinal), _meta=meta)
         self.store.remove([old])
@@ -117,6 +187,7 @@ class Records(collections.abc.Sequence):
         return self._items[i]
 
     def __delitem__(self, i: int) -> None:
+        self.settle()
         gone = self._items[i]
         del self._items[i]
         self.store.remove([gone._seq])
@@ -128,6 +199,7 @@ class Records(collections.abc.Sequence):
         return iter(self._items)
 
     def clear(self) -> None:
+        self.settle()
         self._items.clear()
         self.store.clear()
 
@@ -192,14 +264,15 @@ class DequeBuffer(Folder, _DequeBuffer):
         return found
 
     def _independence(self, sampled: Any) -> Any:
-        # The drawn records become DI-engine's own, their data read in one call; then
-        # DI-engine copies the repeated ones, as it does.
+        # The drawn records become lazy ones whose data is read in one call when first
+        # used (a group draw hands out thousands); then DI-engine copies the repeated
+        # ones, as it does.
         flat = [r for item in sampled for r in (item if isinstance(item, list) else [item])]
         stored = [r for r in flat if isinstance(r, Record)]
-        data = dict(zip(map(id, stored), self.storage.load(stored)))
+        drawn = dict(zip(map(id, stored), self.storage.drawn(stored)))
 
         def plain(r: Any) -> Any:
-            return r.plain(data[id(r)]) if isinstance(r, Record) else r
+            return drawn[id(r)] if isinstance(r, Record) else r
 
         sampled = [[plain(r) for r in item] if isinstance(item, list) else plain(item) for item in sampled]
         return super()._independence(sampled)
@@ -254,6 +327,7 @@ class DequeBuffer(Folder, _DequeBuffer):
                 self.storage.append(record)
             self._reindex()
             return
+        self.storage.settle()
         self.storage.store.set_state(state["ring"])
         self.storage.restore(state["records"], state["pushed"])
         self._reindex()
