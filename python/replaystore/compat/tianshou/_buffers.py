@@ -184,6 +184,42 @@ class _Rings(Folder):
         if hasattr(self, "_set_batch_for_children"):
             self._set_batch_for_children()
 
+    def dropnull(self) -> None:
+        """Tianshou's ``dropnull``: every position that holds a null (NaN or ``None``) in
+        any key, written or not, is dropped; the rest are kept in order at positions 0
+        on, and the buffer holds them alone (Tianshou's ``_meta`` becomes the shorter
+        batch). Here the rings are emptied and the kept rows written again, columns
+        added by ``set_array_at_key`` included. Unlike Tianshou's, a field of more than
+        one value per row keeps its shape (Tianshou's ``cat`` of the kept rows
+        flattens it into one axis)."""
+        store = self.__dict__.get("_meta")
+        if not isinstance(store, Store) or len(store.rings) > 1:
+            return super().dropnull()
+        kept = store[np.arange(self.maxsize)].dropnull()
+        n = len(kept)
+        extras = {key: np.asarray(kept[key]) for key in store.extras if n}
+        rows = Batch({key: kept[key] for key in kept.get_keys() if key not in store.extras}) if n else None
+        for name, (_, shape) in store.fields.items() if n else ():
+            # Tianshou joins the kept one-row batches with ``cat``, which flattens a
+            # field of more than one value per row; the rows keep their shape here.
+            *outer, last = name.split(".")
+            parent = rows
+            for part in outer:
+                parent = parent[part]
+            parent[last] = np.asarray(parent[last]).reshape((n, *shape))
+        # Tianshou's dropnull changes the size and the next position only.
+        kept_state = {k: self.__dict__[k] for k in ("last_index", "_ep_start_idx", "_ep_return", "_ep_len")
+                      if k in self.__dict__}
+        self.reset()
+        self.__dict__.update(kept_state)
+        if n:
+            store.write(np.arange(n), rows)
+            for key, values in extras.items():
+                column = store.extras[key]
+                column[:n] = values
+                column.flush()
+        self._size = self._insertion_idx = n
+
     def _rebuild(self) -> None:
         """Tianshou's counters and the in-memory columns, from the rings."""
         store: Store = self.__dict__["_meta"]
