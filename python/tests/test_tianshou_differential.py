@@ -722,3 +722,22 @@ def test_dropnull_keeps_what_tianshou_keeps_and_a_reopen_holds_it(tmp_path, mark
     if marked:
         same(again[:], theirs[:])
     again.close()
+
+
+def test_a_nested_info_with_a_none_leaf_reads_back_as_tianshous_batch(tmp_path):
+    """An info whose nested dict has a None leaf is pickled whole; its column, a row
+    of it and ``get`` give the Batch Tianshou's storage gives."""
+    theirs = tsd.ReplayBuffer(8)
+    ours = ad.ReplayBuffer(8, path=str(tmp_path / "n"))
+    for i in range(3):
+        b = Batch(obs=np.array([i, i]), act=i, rew=1.0, terminated=i == 2, truncated=False,
+                  info={"number": {"n": i, "t": np.array([1.0])}, "extra": None})
+        theirs.add(b)
+        ours.add(b)
+    for i in range(3):
+        got, want = ours.get(i, "info"), theirs.get(i, "info")
+        assert isinstance(got, Batch) and isinstance(want, Batch)
+        same(got.number, want.number)
+        assert got.extra is None and want.extra is None
+    same(ours[:].info.number, theirs[:].info.number)
+    ours.close()
