@@ -489,3 +489,22 @@ def test_drawn_records_read_their_data_once_used_and_keep_what_they_held(tmp_pat
     x.data["i"] += 1
     assert sorted(r.data["i"].item() for r in b.storage) == [5, 6, 7, 8]
     b.close()
+
+
+def test_a_legacy_slot_read_twice_while_held_is_the_same_dict_as_in_di_engine(tmp_path):
+    """DI-engine's NaiveReplayBuffer hands out its stored dicts: a draw and ``_data[i]``
+    are the same object (its own test compares them with ``==``, which holds by
+    identity for array values). While the adapter's item is held, so is it."""
+    theirs = TheirNaive(config(TheirNaive, replay_buffer_size=8), exp_name=str(tmp_path / "t"))
+    ours_buf = ours.NaiveReplayBuffer(config(TheirNaive, replay_buffer_size=8), exp_name=str(tmp_path / "o"),
+                                      path=str(tmp_path / "n"))
+    for buf in (theirs, ours_buf):
+        for i in range(8):
+            buf.push({"obs": np.arange(4) + i, "data_id": str(i)}, 0)
+        last = buf.sample(1, 0, sample_range=slice(-1, None))
+        assert last[0] == buf._data[-1]
+        assert last[0] is buf._data[-1]
+        # A new item in that slot is another object.
+        buf.push({"obs": np.zeros(4), "data_id": "new"}, 0)
+        assert buf._data[0] is not last[0]
+    ours_buf.close()

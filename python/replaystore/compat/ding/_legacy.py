@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import weakref
 from typing import Any, Dict, Iterator, List, Optional
 
 from ding.worker.replay_buffer.advanced_buffer import AdvancedReplayBuffer as _AdvancedReplayBuffer
@@ -31,9 +32,10 @@ from ._leaves import LeafCodec
 class Item(dict):
     """What reading a dict slot gives: the stored dict with the slot's overlay; keys set
     on it are kept in the overlay, as DI-engine's writes into its stored dicts are
-    kept. Copies and pickles of it are plain dicts."""
+    kept. Copies and pickles of it are plain dicts. While one is held, reading its
+    slot again gives the same object, as DI-engine's list gives its stored dict."""
 
-    __slots__ = ("_slots", "_slot")
+    __slots__ = ("_slots", "_slot", "_seq", "__weakref__")
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dict.__setitem__(self, key, value)
@@ -61,6 +63,8 @@ class Slots:
         self.store = store
         self.seqs: List[Optional[int]] = [None] * size
         self.overlay: Dict[int, dict] = {}
+        #: The dict items handed out and still held by someone, per slot.
+        self._handed: "weakref.WeakValueDictionary[int, Item]" = weakref.WeakValueDictionary()
         self.puts = 0
         if store.buf is not None:  # a reopened folder: each slot's newest chunk
             for seq, _key, _obj, added, slot, _state in store.items(objects=False):
@@ -73,19 +77,30 @@ class Slots:
         if isinstance(obj, dict):
             item = Item(obj)
             dict.update(item, self.overlay.get(slot, {}))
-            item._slots, item._slot = self, slot
+            item._slots, item._slot, item._seq = self, slot, self.seqs[slot]
+            self._handed[slot] = item
             return item
         return obj
+
+    def _held(self, slot: int) -> Optional[Item]:
+        """The item of ``slot`` handed out and still held, if it is of the slot's chunk."""
+        item = self._handed.get(slot)
+        return item if item is not None and item._seq == self.seqs[slot] else None
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             slots = range(len(self.seqs))[i]
-            held = [s for s in slots if self.seqs[s] is not None]
-            got = dict(zip(held, self.store.load([self.seqs[s] for s in held])))
-            return [self._item(s, got[s]) if s in got else None for s in slots]
+            held = {s: self._held(s) for s in slots if self.seqs[s] is not None}
+            missing = [s for s, item in held.items() if item is None]
+            got = dict(zip(missing, self.store.load([self.seqs[s] for s in missing])))
+            return [None if s not in held else held[s] if held[s] is not None else self._item(s, got[s])
+                    for s in slots]
         slot = range(len(self.seqs))[i]
         seq = self.seqs[slot]
-        return None if seq is None else self._item(slot, self.store.load([seq])[0])
+        if seq is None:
+            return None
+        item = self._held(slot)
+        return item if item is not None else self._item(slot, self.store.load([seq])[0])
 
     def _set(self, slot: int, obj: Any) -> None:
         old = self.seqs[slot]
@@ -128,11 +143,13 @@ class Slots:
         return {"seqs": list(self.seqs), "overlay": copy.deepcopy(self.overlay), "puts": self.puts}
 
     def restore(self, described: Dict[str, Any]) -> None:
+        self._handed.clear()
         self.seqs = list(described["seqs"])
         self.overlay = copy.deepcopy(described["overlay"])
         self.puts = described["puts"]
 
     def reset(self, items: List[Any]) -> None:
+        self._handed.clear()
         self.store.clear()
         self.seqs = [None] * len(self.seqs)
         self.overlay = {}
