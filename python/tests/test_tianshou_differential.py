@@ -741,3 +741,23 @@ def test_a_nested_info_with_a_none_leaf_reads_back_as_tianshous_batch(tmp_path):
         assert got.extra is None and want.extra is None
     same(ours[:].info.number, theirs[:].info.number)
     ours.close()
+
+
+def test_frames_of_a_dict_observation_stack_as_tianshous(tmp_path):
+    """A nested observation with stack_num > 1: Tianshou's get() stacks its frames with
+    Batch.stack because its column is a Batch; the adapter's column is one too, so the
+    stacked obs and obs_next (ignore_obs_next) are Batches of the same values."""
+    theirs = tsd.ReplayBuffer(9, stack_num=3, ignore_obs_next=True)
+    ours = ad.ReplayBuffer(9, stack_num=3, ignore_obs_next=True, path=str(tmp_path / "f"))
+    for t in range(12):
+        b = Batch(obs={"mask": t, "pos": np.array([t, -t])}, act=t % 2, rew=float(t), terminated=t % 5 == 4,
+                  truncated=False, info={})
+        theirs.add(b)
+        ours.add(b)
+    assert isinstance(ours.obs, Batch) and isinstance(theirs.obs, Batch)
+    idx = np.array([0, 3, 4, 8])
+    for got, want in [(ours.get(idx, "obs"), theirs.get(idx, "obs")), (ours[idx].obs_next, theirs[idx].obs_next),
+                      (ours[idx].obs, theirs[idx].obs)]:
+        assert isinstance(got, Batch) and isinstance(want, Batch)
+        same(got, want)
+    ours.close()

@@ -175,7 +175,7 @@ class Store:
                 return self.extras[index][self.lo:self.hi]
             if index not in self.get_keys():
                 raise KeyError(index)
-            return Column(self, index)
+            return (NestedColumn if self._nested(index) else Column)(self, index)
         if isinstance(index, slice) and index.step in (None, 1):
             start, stop, _ = index.indices(len(self))
             view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys,
@@ -186,6 +186,13 @@ class Store:
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
         return self.rows(index)
+
+    def _nested(self, key: str) -> bool:
+        """Whether ``key``'s values are nested (a dict observation, an info): its
+        column is then a ``Batch`` to Tianshou, as its storage's is."""
+        if any(name.startswith(key + ".") for name in self.fields):
+            return True
+        return key in self.rest_keys and isinstance(self._template(key), (dict, Batch))
 
     def __setitem__(self, index: Any, batch: Any) -> None:
         if isinstance(index, str):
@@ -463,6 +470,19 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = np.asarray(self._store.column(self._key, slice(None)))
         return a if dtype is None else a.astype(dtype)
+
+
+class NestedColumn(Column, Batch):
+    """``store[key]`` for a nested key: a :class:`Column` that is also a ``Batch`` to
+    Tianshou's type checks (its ``get`` stacks frames of a nested observation with
+    ``Batch.stack`` only when the column is one). Its rows are read when indexed; its
+    own keys stay empty (the store and key are slots, not Batch keys)."""
+
+    __slots__ = ("_store", "_key")
+
+    def __init__(self, store: Store, key: str) -> None:  # no Batch.__init__: it holds no keys
+        object.__setattr__(self, "_store", store)
+        object.__setattr__(self, "_key", key)
 
 
 def _is_stacked(batch: Batch, fields: Dict[str, Any]) -> bool:
