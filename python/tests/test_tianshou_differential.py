@@ -761,3 +761,31 @@ def test_frames_of_a_dict_observation_stack_as_tianshous(tmp_path):
         assert isinstance(got, Batch) and isinstance(want, Batch)
         same(got, want)
     ours.close()
+
+
+@pytest.mark.parametrize("main_size", [10, 0], ids=["main-10", "main-0"])
+def test_a_reset_cache_keeps_its_old_rows_until_rewritten_as_tianshous(tmp_path, main_size):
+    """Tianshou's reset of a sub-buffer (a CachedReplayBuffer's cache once its episode
+    moved to the main buffer, or reset()) leaves the rows where they are: the full
+    columns show them until new steps overwrite them. A main buffer of size 0 (only
+    caching) holds nothing and is taken as Tianshou takes it."""
+    theirs = tsd.CachedReplayBuffer(tsd.ReplayBuffer(main_size), 2, 5)
+    ours = ad.CachedReplayBuffer(tsd.ReplayBuffer(main_size), 2, 5, path=str(tmp_path / "c"))
+    plan = [(0, 1, False), (0, 2, False), (1, 3, False), (0, 4, True), (0, 5, False), (1, 6, True), (1, 7, False)]
+    for env, value, done in plan:
+        b = Batch(obs=[value], act=[value], rew=[float(value)], terminated=[done], truncated=[False])
+        got = ours.add(b, buffer_ids=[env])
+        want = theirs.add(b, buffer_ids=[env])
+        same(got, want)
+        same(np.asarray(ours.obs), theirs.obs)
+        same(np.asarray(ours.act), theirs.act)
+        assert len(ours) == len(theirs)
+    plain_theirs, plain_ours = tsd.ReplayBuffer(4), ad.ReplayBuffer(4, path=str(tmp_path / "p"))
+    for buf in (plain_theirs, plain_ours):
+        for t in range(3):
+            buf.add(Batch(obs=t + 1, act=t, rew=1.0, terminated=False, truncated=False))
+        buf.reset()
+        buf.add(Batch(obs=9, act=9, rew=1.0, terminated=False, truncated=False))
+    same(np.asarray(plain_ours.obs), plain_theirs.obs)
+    ours.close()
+    plain_ours.close()

@@ -251,6 +251,8 @@ class _Rings(Folder):
     def reset(self, keep_statistics: bool = False) -> None:
         store = self.__dict__.get("_meta")
         if isinstance(store, Store):
+            for r in range(len(store.rings)):
+                store.keep_stale(r)  # Tianshou's reset leaves the rows where they are
             for ring in store.rings:
                 ring.base = ring.tail  # saved before the rings are cleared (a kill between
             self._save()               # leaves the transitions, renumbered)
@@ -585,6 +587,8 @@ class CachedReplayBuffer(_Rings, _TSCachedReplayBuffer):
         if isinstance(store, Store):
             emptied = [r for b, r in zip(self.buffers, store.rings) if len(b) == 0 and len(r)]
             if emptied:
+                for ring in emptied:
+                    store.keep_stale(store.rings.index(ring))
                 for ring in emptied:
                     ring.base = ring.tail
                 self._save()

@@ -67,6 +67,44 @@ def schema_of(template: Batch) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
     return fields
 
 
+class _NoRows:
+    """The rows of a ring of size 0: none, ever (what Tianshou's ``ReplayBuffer(0)``
+    stores)."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def stats(self) -> Dict[str, int]:
+        return {"head": 0, "tail": 0}
+
+    def get(self, indices: Any) -> Dict[str, Any]:
+        if len(np.atleast_1d(indices)):
+            raise IndexError("a ring of size 0 holds no transition")
+        return {}
+
+    def add_batch(self, rows: Dict[str, Any]) -> np.ndarray:
+        raise ValueError("a ring of size 0 holds no transition")
+
+    def get_state(self) -> None:
+        return None
+
+    def set_state(self, state: Any) -> None:
+        """Nothing to restore: the ring holds nothing."""
+
+    def clear(self) -> None:
+        """Nothing to drop."""
+
+    def flush(self) -> None:
+        """Nothing to make durable."""
+
+    def close(self) -> None:
+        """Nothing to let go of."""
+
+
+#: The largest ring whose rows a reset keeps readable in memory (``Store.keep_stale``).
+STALE_ROWS = 1 << 16
+
+
 class Ring:
     """One sub-buffer's replaystore ring: ring positions ``[0, size)`` to logical indices,
     as the adapter is its only writer."""
@@ -76,7 +114,9 @@ class Ring:
         schema: Dict[str, Any] = {k: (d.str, s) for k, (d, s) in fields.items()}
         schema[REST] = "bytes"
         self.size = size
-        self.buf = _Buffer.open_or_create(path, schema, size)
+        # Tianshou takes a main buffer of size 0 (a CachedReplayBuffer that only caches):
+        # no folder is made for a ring that holds nothing.
+        self.buf = _Buffer.open_or_create(path, schema, size) if size else _NoRows()
         self.tail = int(self.buf.stats()["tail"])
         self.base = base
 
@@ -187,6 +227,32 @@ class Store:
             return view
         return self.rows(index)
 
+    def keep_stale(self, r: int) -> None:
+        """Before ring ``r`` is emptied by a reset: keeps what its positions hold, in
+        memory, to read until they are written again, as Tianshou's storage keeps a
+        reset sub-buffer's rows (a CachedReplayBuffer's cache after each episode).
+        Rings of more than ``STALE_ROWS`` positions keep nothing (their positions read
+        as never written)."""
+        stales = self.shared.setdefault("stale", {})
+        ring = self.rings[r]
+        if ring.size > STALE_ROWS:
+            stales.pop(r, None)
+            return
+        held, fixed, rest = stales.get(r) or (
+            np.zeros(ring.size, bool),
+            {k: np.zeros((ring.size, *shape), dtype) for k, (dtype, shape) in self.fields.items()},
+            [{} for _ in range(ring.size)])
+        now = np.arange(min(len(ring), ring.size))
+        if len(now):
+            got = ring.buf.get(ring.logical(now))
+            held[now] = True
+            for k in self.fields:
+                fixed[k][now] = got[k]
+            if self.rest_keys:
+                for p, blob in zip(now.tolist(), got[REST]):
+                    rest[p] = pickle.loads(blob)
+        stales[r] = (held, fixed, rest)
+
     def _nested(self, key: str) -> bool:
         """Whether ``key``'s values are nested (a dict observation, an info): its
         column is then a ``Batch`` to Tianshou, as its storage's is."""
@@ -225,6 +291,7 @@ class Store:
             if first == 0 and ring.next_position() != 0 and len(ring):
                 # Tianshou reset this sub-buffer (a CachedReplayBuffer does after each
                 # episode it moves): positions start again, so does the ring.
+                self.keep_stale(r)
                 ring.base = ring.tail
                 if self.on_restart is not None:
                     self.on_restart()
@@ -288,6 +355,18 @@ class Store:
             at = np.flatnonzero(ring_no == r)
             ring = self.rings[r]
             stored = local[at] < len(ring)
+            stale = self.shared.get("stale", {}).get(r)
+            if stale is not None and not stored.all():
+                # Positions a reset emptied and nothing rewrote since: what they held,
+                # as Tianshou's storage still holds it.
+                held, old_fixed, old_rest = stale
+                miss = at[~stored]
+                pos = local[miss]
+                keep = held[pos]
+                for k in self.fields:
+                    fixed[k][miss[keep]] = old_fixed[k][pos[keep]]
+                for j, p in zip(miss[keep].tolist(), pos[keep].tolist()):
+                    rest[j] = old_rest[p]
             if not stored.any():
                 continue
             sel = at[stored]
