@@ -399,3 +399,42 @@ fn restore_elsewhere_kill_child() {
     b.close().unwrap();
     println!("finished");
 }
+
+/// A lane set's state restores into a fresh lane set of the same layout: every lane's
+/// snapshot is brought into the same lane of the new set, all lanes restored.
+#[test]
+fn a_lane_sets_state_restores_into_a_fresh_lane_set() {
+    use replaystore::Lanes;
+    let tmp = tempfile::tempdir().unwrap();
+    let lane_config = || Config::new(schema(), 30).segment_slots(8).seed(2);
+    let mut a = Lanes::create(tmp.path().join("a"), lane_config(), 3).unwrap();
+    for i in 0..20u64 {
+        let it = common::item(i);
+        a.add((i % 3) as usize, &common::columns(&it)).unwrap();
+    }
+    let state = a.get_state_named("set").unwrap();
+    let edges = a.lane_edges();
+    for i in 20..26u64 {
+        let it = common::item(i);
+        a.add(0, &common::columns(&it)).unwrap();
+    }
+    let mut b = Lanes::create(tmp.path().join("b"), lane_config(), 3).unwrap();
+    b.set_state(&state).unwrap();
+    assert_eq!(b.lane_edges(), edges);
+    let names: Vec<String> = b.snapshots().unwrap();
+    assert_eq!(names, ["set"]);
+    b.close().unwrap();
+    let b = Lanes::open(tmp.path().join("b")).unwrap();
+    assert_eq!(b.lane_edges(), edges);
+    for k in 0..3 {
+        let report = verify(tmp.path().join("b").join(format!("lane-{k}"))).unwrap();
+        assert!(report.is_sound(), "lane {k}: {:?}", report.problems);
+    }
+    // A lane set of another lane count is refused by name.
+    let mut c = Lanes::create(tmp.path().join("c"), lane_config(), 2).unwrap();
+    let e = c.set_state(&state).unwrap_err();
+    assert!(
+        matches!(e, Error::StateMismatch { field: "lanes", .. }),
+        "{e}"
+    );
+}
