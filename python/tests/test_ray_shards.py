@@ -279,10 +279,11 @@ def test_a_restore_failing_on_one_shard_puts_the_others_back(cluster, tmp_path):
     state = buf.get_state("cp")
     for s in range(3):
         buf.add_batch(batch_of(s * 1000 + 100 + np.arange(5)), shard=s)
-    # Shard 2 has a snapshot "cp" (it passes the check), but the state handed to it is
-    # another buffer's: its restore fails after shards 0 and 1 restored theirs.
-    other = rs.ReplayBuffer.create(str(tmp_path / "other"), SCHEMA, 1000)
-    other.add_batch(batch_of(np.arange(3)))
+    # The state handed to shard 2 is another buffer's, of the shard's capacity (it
+    # passes the check) but of another schema (one of the same layout would restore:
+    # its snapshot is brought in): its restore fails after shards 0 and 1 restored theirs.
+    other = rs.ReplayBuffer.create(str(tmp_path / "other"), {"other": "float64"}, 1000)
+    other.add_batch({"other": np.arange(3, dtype=np.float64)})
     forged = {**state, "shards": list(state["shards"])}
     forged["shards"][2] = {**state["shards"][2], "state": other.get_state("cp")}
     draw = buf.sample(100, seed=3)
@@ -435,3 +436,26 @@ def test_single_adds_hash_routing_reads_by_index_and_snapshot_deletion(cluster, 
     buf.delete_snapshot("keep")
     assert buf._call_all("snapshot_names") == [[], [], []]
     buf.close()
+
+
+def test_a_sharded_state_restores_into_a_fresh_sharded_buffer(cluster, tmp_path):
+    """Each shard's snapshot is brought into the same shard of a buffer built fresh
+    elsewhere (a trainer resuming into a new folder): same items, same draws."""
+    a = ShardedBuffer.create("from", SCHEMA, 1000, root=str(tmp_path / "a"), seed=4)
+    for s in range(3):
+        a.add_batch(batch_of(s * 1000 + np.arange(10 + s)), shard=s)
+    state = a.get_state("cp")
+    b = ShardedBuffer.create("into", SCHEMA, 1000, root=str(tmp_path / "b"), seed=4)
+    b.set_state(state)
+    assert [f["len"] for f in b.figures()] == [10, 11, 12]
+    a.set_state(state)
+    np.testing.assert_array_equal(b.sample(50, seed=7)["id"], a.sample(50, seed=7)["id"])
+    # One of another capacity is refused before any shard changes.
+    c = ShardedBuffer.create("small", SCHEMA, 500, root=str(tmp_path / "c"), seed=4)
+    c.add_batch(batch_of(np.arange(4)), shard=0)
+    with pytest.raises(rs.StateError, match="nothing was changed.*holds a ring of 1000"):
+        c.set_state(state)
+    assert [f["len"] for f in c.figures()] == [4, 0, 0]
+    a.close()
+    b.close()
+    c.close()

@@ -159,6 +159,22 @@ class ShardCore:
         name = state.get("name")
         if self.kind == "group":
             return None if name in self.buf.snapshots() else f"no snapshot {name!r}"
+        origin = state.get("path")
+        if origin and os.path.realpath(origin) != os.path.realpath(self.path):
+            # Another buffer's checkpoint (a sharded buffer built fresh resuming): its
+            # snapshot is checked where it is; set_state brings it into this folder.
+            try:
+                frozen = rs.Reader.open(origin, snapshot=name)
+            except rs.Error as e:
+                return f"snapshot {name!r} in {origin} does not open: {e}"
+            try:
+                theirs = int(frozen.stats()["capacity"])
+                if theirs != self.buf.capacity:
+                    return (f"snapshot {name!r} in {origin} holds a ring of {theirs}, "
+                            f"this shard's holds {self.buf.capacity}")
+            finally:
+                frozen.close()
+            return None
         found = [s for s in self.buf.snapshots() if s["name"] == name]
         if not found:
             return f"no snapshot {name!r} in {self.path}"
