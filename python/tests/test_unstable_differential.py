@@ -252,9 +252,28 @@ def test_episode_buffer_drops_and_draws_whole_episodes_as_the_library_does(tmp_p
     peers.chi_square_two(drawn["ours"], drawn["theirs"])
 
 
-def test_stratified_strategies_take_an_even_share_of_each_env_first(tmp_path):
-    buf = ours.LocalStepBuffer(1_000, None, None, None, None, "stratified_env",
-                               path=str(tmp_path / "env"))
+def test_buffer_strategy_is_ignored_as_0_2_2_ignores_it(tmp_path):
+    """UnstableBaselines 0.2.2 keeps buffer_strategy and always draws at random (and
+    raises when asked for more than it holds): so does the drop-in."""
+    drawn = {"ours": [], "theirs": []}
+    for name, cls in (("ours", ours.LocalStepBuffer), ("theirs", THEIR_STEP)):
+        for rep in range(40):
+            buf = cls(1_000, Tracker(tmp_path / f"{name}-{rep}"), None, None, None, "stratified_env")
+            assert buf.buffer_strategy == "stratified_env"
+            for i in range(20):
+                buf.add_player_trajectory(PlayerTrajectory(obs=[f"a{i}"], actions=["x"]), "A")
+            for i in range(4):
+                buf.add_player_trajectory(PlayerTrajectory(obs=[f"b{i}"], actions=["x"]), "B")
+            # Stratified would take all 4 of B in 8; random takes 8 * 4/24 on average.
+            drawn[name].append(sum(s.env_id == "B" for s in buf.get_batch(8)))
+            with pytest.raises(ValueError):
+                buf.get_batch(500)
+    assert np.mean(drawn["ours"]) < 2.5 and np.mean(drawn["theirs"]) < 2.5, drawn
+    peers.chi_square_two(np.bincount(drawn["ours"], minlength=9), np.bincount(drawn["theirs"], minlength=9))
+
+
+def test_stratify_takes_an_even_share_of_each_env_first(tmp_path):
+    buf = ours.LocalStepBuffer(1_000, None, None, None, None, path=str(tmp_path / "env"), stratify="env")
     for i in range(100):
         buf.add_player_trajectory(PlayerTrajectory(obs=[f"a{i}"], actions=["x"]), "A")
     for i in range(10):
@@ -262,14 +281,18 @@ def test_stratified_strategies_take_an_even_share_of_each_env_first(tmp_path):
     batch = buf.get_batch(40)  # 20 each, B has 10: all of B, then 30 of A
     assert sorted(s.env_id for s in batch).count("B") == 10 and len(batch) == 40
     assert buf.size() == 70
-    assert len(buf.get_batch(500)) == 70  # at most what is stored, as the library
-    roles = ours.LocalStepBuffer(1_000, None, None, None, None, "stratified_env_role",
-                                 path=str(tmp_path / "roles"))
+    with pytest.raises(ValueError, match="larger than population"):
+        buf.get_batch(500)  # as the random draw
+    assert buf.size() == 70
+    roles = ours.LocalStepBuffer(1_000, None, None, None, None, path=str(tmp_path / "roles"),
+                                 stratify="env_role")
     for pid, n in ((0, 50), (1, 5)):
         roles.add_player_trajectory(PlayerTrajectory(pid=pid, obs=["o"] * n,
                                                      actions=["x"] * n), "A")
     batch = roles.get_batch(20)
     assert sum(s.pid == 1 for s in batch) == 5 and len(batch) == 20
+    with pytest.raises(ValueError, match="stratify"):
+        ours.LocalStepBuffer(10, None, None, None, None, path=str(tmp_path / "bad"), stratify="stratified_env")
 
 
 #: What a call to an actor killed under it raises (it may or may not have run).

@@ -35,9 +35,11 @@ What each call does, as UnstableBaselines does it:
   removed, the new ones among the candidates: the engine's downsampling.
 - ``StepBuffer.get_batch(n)``: ``n`` distinct steps drawn uniformly and removed, the
   sampling transform applied to the list of ``Step`` objects, the batch written to
-  ``train_data_step_<k>.csv`` in the tracker's train dir. ``buffer_strategy``
-  ``"stratified_env"`` / ``"stratified_env_role"`` draw an even share of every env (or
-  env and player) first, then the rest uniformly, and return at most what is stored.
+  ``train_data_step_<k>.csv`` in the tracker's train dir. ``buffer_strategy`` is
+  taken and ignored, as 0.2.2 ignores it (it always draws at random). Stratified draws
+  are this module's option: ``stratify="env"`` / ``"env_role"`` draws an even share of
+  every env (or env and player) first, then the rest uniformly; asked for more than it
+  holds, it raises as the random draw does.
 - ``EpisodeBuffer.get_batch(n)``: whole episodes in random order until they hold ``n``
   steps, removed; a list of lists of ``Step``.
 
@@ -132,9 +134,9 @@ SCHEMA = {
     "step_index": "int32",
 }
 
-#: UnstableBaselines' strategies, and the fields each draws an even share of.
-STRATEGIES = {"random": None, "stratified_env": ["env_id"],
-              "stratified_env_role": ["env_id", "pid"]}
+#: ``stratify=``: the fields each draws an even share of (UnstableBaselines names the
+#: strategies "stratified_env" / "stratified_env_role" but 0.2.2 never applies them).
+STRATIFY = {None: None, "env": ["env_id"], "env_role": ["env_id", "pid"]}
 
 
 def _number(value, what):
@@ -150,8 +152,13 @@ class _Buffer:
 
     def __init__(self, max_buffer_size, tracker, final_reward_transformation,
                  step_reward_transformation, sampling_reward_transformation,
-                 buffer_strategy="random", *, path=None, capacity=None, heap_bytes=None):
+                 buffer_strategy="random", *, path=None, capacity=None, heap_bytes=None,
+                 stratify=None):
+        # Kept, and ignored, as UnstableBaselines 0.2.2 keeps and ignores it.
         self.max_buffer_size, self.buffer_strategy = max_buffer_size, buffer_strategy
+        if stratify not in STRATIFY:
+            raise ValueError(f"stratify={stratify!r}: one of {sorted(k for k in STRATIFY if k)} or None")
+        self.stratify = stratify
         self.final_reward_transformation = final_reward_transformation
         self.step_reward_transformation = step_reward_transformation
         self.sampling_reward_transformation = sampling_reward_transformation
@@ -302,15 +309,16 @@ class LocalStepBuffer(_Buffer):
     KIND = "step"
 
     def get_batch(self, batch_size: int):
-        by = STRATEGIES.get(self.buffer_strategy)
-        if by is None:
-            if not 0 <= batch_size <= len(self.buf):
-                # As `random.sample` over the library's list.
-                raise ValueError("Sample larger than population or is negative")
-            rows = self.buf.sample(batch_size, remove=True) if batch_size else None
+        if not 0 <= batch_size <= len(self.buf):
+            # As `random.sample` over the library's list.
+            raise ValueError("Sample larger than population or is negative")
+        by = STRATIFY[self.stratify]
+        if not batch_size:
+            rows = None
+        elif by is None:
+            rows = self.buf.sample(batch_size, remove=True)
         else:
-            n = min(batch_size, len(self.buf))
-            rows = self.buf.sample(n, remove=True, by_group=by) if n else None
+            rows = self.buf.sample(batch_size, remove=True, by_group=by)
         batch = self._steps(rows) if rows is not None else []
         if self.sampling_reward_transformation is not None:
             batch = self.sampling_reward_transformation(batch)
