@@ -425,3 +425,14 @@ def test_a_ring_too_small_for_the_kept_steps_says_so(tmp_path):
         for _ in range(40):  # downsampling alone: no warning
             roomy.add_player_trajectory(long, "E")
     assert roomy.size() == 50
+
+
+def test_a_float32_reward_keeps_its_value_and_repr_as_the_library_keeps_the_object(tmp_path):
+    their = THEIR_STEP(1_000, Tracker(tmp_path / "theirs"), None, None, None)
+    mine = ours.LocalStepBuffer(1_000, Tracker(tmp_path / "ours"), None, None, None)
+    for buf in (their, mine):
+        buf.add_player_trajectory(PlayerTrajectory(final_reward=np.float32(0.1), obs=["a", "b"],
+                                                   actions=["x", "y"]), "A")
+        buf.add_player_trajectory(PlayerTrajectory(final_reward=np.float32(-1.0), obs=["c"],
+                                                   actions=["z"]), "B")
+    assert drained(their) == drained(mine)

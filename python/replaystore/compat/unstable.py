@@ -209,8 +209,12 @@ class _Buffer:
                              f"{len(player_traj.actions)} actions")
         reward, steps = self.transforms.apply(raw, pid=player_traj.pid, env_id=env_id,
                                               steps=n, trajectory=player_traj)
-        ints = raw_int | (_number(reward, "final transform") << 1)
-        step_ints = [_number(s, f"step transform (step {i})") << 2 for i, s in enumerate(steps)]
+        # Bits 0-2: the reward was an int; bits 3-5: a np.float32 (its value and repr kept,
+        # as the library keeps the object it was given).
+        ints = (raw_int | (_number(reward, "final transform") << 1)
+                | (_f32(raw) << 3) | (_f32(reward) << 4))
+        step_ints = [(_number(s, f"step transform (step {i})") << 2) | (_f32(s) << 5)
+                     for i, s in enumerate(steps)]
         return {
             "pid": np.full(n, player_traj.pid, np.int64),
             "obs": list(player_traj.obs),
@@ -229,9 +233,9 @@ class _Buffer:
         out = []
         for j in range(lo, hi):
             ints = int(rows["ints"][j])
-            raw = _as(rows["raw_reward"][j], ints & 1)
-            env = _as(rows["env_reward"][j], ints & 2)
-            step = _as(rows["reward"][j], ints & 4)
+            raw = _as(rows["raw_reward"][j], ints & 1, ints & 8)
+            env = _as(rows["env_reward"][j], ints & 2, ints & 16)
+            step = _as(rows["reward"][j], ints & 4, ints & 32)
             out.append(self.Step(
                 pid=int(rows["pid"][j]), obs=rows["obs"][j], act=rows["act"][j], reward=step,
                 env_id=rows["env_id"][j],
@@ -285,8 +289,14 @@ class _Buffer:
         self.buf.close()
 
 
-def _as(value, was_int):
-    return int(value) if was_int else float(value)
+def _as(value, was_int, was_f32=False):
+    if was_int:
+        return int(value)
+    return np.float32(value) if was_f32 else float(value)
+
+
+def _f32(value):
+    return int(isinstance(value, np.float32))
 
 
 def _logger(name, log_dir):
