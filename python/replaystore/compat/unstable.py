@@ -50,7 +50,11 @@ Differences, each deliberate:
   chi-square against the library), not the same items for the same ``random.seed``.
 - ``Step`` is UnstableBaselines' own class when ``unstable._types`` imports in the
   actor, else a dataclass of the same fields (``replaystore.compat.unstable.Step``).
-- A reward is kept as a float or an int (as given); other types raise ``TypeError``.
+- A reward is kept as a float, an int or a ``np.float32`` (as given, value and repr);
+  ``None``, a ``bool``, a ``str`` or any other type raises ``TypeError`` naming it, where
+  the library keeps the object (and its sampling transforms or CSV then see it as is).
+- Observations and actions are text (``str``): another type raises ``SchemaError``
+  naming the field, where the library keeps any object.
 - An empty trajectory stores nothing (the library's ``EpisodeBuffer`` keeps an empty
   episode, which a later ``get_batch`` may return as ``[]``).
 - ``stop()`` is a flag in the actor's memory, as in the library: a restarted actor
