@@ -102,3 +102,47 @@ def test_a_learner_reopens_the_lanes_after_a_crash(tmp_path):
     with pytest.raises(ValueError, match="writers"):
         ad.MPReplayBuffer(16, ENV, writers=4, path=path)
     again.close()
+
+
+def test_contexts_backends_and_a_one_transition_buffer_are_taken_as_cpprb_takes_them(tmp_path):
+    """cpprb's checks of ctx and backend, and size=1 with the default lane count (one
+    lane per CPU, never more than transitions)."""
+    from multiprocessing.context import ProcessError
+    from multiprocessing.managers import SyncManager
+
+    with SyncManager() as m:
+        pass
+    for cls in (ad.MPReplayBuffer, ad.MPPrioritizedReplayBuffer):
+        with pytest.raises(ProcessError):
+            cls(10, {"done": {}}, ctx=m)
+        with pytest.raises(ValueError, match="Unknown backend"):
+            cls(10, {"done": {}}, backend="UNKNOWN_BACKEND")
+        cls(10, {"done": {}}, ctx=SyncManager()).close()  # unstarted: fine, as cpprb
+        one = cls(1, {"done": {}})
+        one.add(done=1.0)
+        assert one.get_stored_size() == 1
+        one.close()
+
+
+def test_only_drawn_transitions_take_new_priorities_and_the_max_follows_them():
+    """cpprb's unsampled mask: update_priorities of a transition never drawn is
+    ignored; get_max_priority is the largest priority given or set so far."""
+    rb = ad.MPPrioritizedReplayBuffer(4, {"done": {}}, writers=1)
+    rb.add(done=[0.0, 1.0])
+    assert rb.get_max_priority() == 1.0
+    rb.update_priorities([0], [2.0])
+    assert rb.get_max_priority() == 1.0
+    drawn = rb.sample(8)["indexes"]
+    rb.update_priorities(drawn[:1], [3.0])
+    assert rb.get_max_priority() == 3.0
+    rb.add(done=[1.0], priorities=[5.0])
+    assert rb.get_max_priority() == 5.0
+    rb.close()
+
+
+def test_encode_sample_reads_ring_positions_and_zeros_where_nothing_was_written():
+    rb = ad.MPReplayBuffer(8, {"obs": {"dtype": np.int64}}, writers=2)  # 4 positions a lane
+    rb.add(obs=np.arange(6))  # lane 0 wraps: positions 0, 1 hold 4, 5; 2, 3 hold 2, 3
+    got = rb._encode_sample(range(8))["obs"].ravel().tolist()
+    assert got == [4, 5, 2, 3, 0, 0, 0, 0]
+    rb.close()

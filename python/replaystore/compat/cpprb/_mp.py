@@ -28,6 +28,17 @@ from ._layout import Fields, check_same, ignore_unknown, load_settings, save_set
 _GIVEN = "__given_priority__"
 
 
+def _check_context(ctx: Any) -> None:
+    """cpprb's check of ``ctx``: a multiprocessing manager that was shut down cannot
+    share a buffer (``ProcessError``, as cpprb raises when it starts one); an unstarted
+    one is fine (cpprb starts it; the lanes need no manager at all)."""
+    from multiprocessing.context import ProcessError
+    from multiprocessing.managers import BaseManager, State
+
+    if isinstance(ctx, BaseManager) and ctx._state.value == State.SHUTDOWN:
+        raise ProcessError("the multiprocessing manager given as ctx has been shut down")
+
+
 def _reopen(cls, path: str) -> "MPReplayBuffer":
     obj = cls.__new__(cls)
     obj._attach(path, creator=False)
@@ -58,8 +69,15 @@ class MPReplayBuffer(Folder):
                  backend: str = "sharedctypes", path: Optional[str] = None,
                  writers: Optional[int] = None, **kwargs: Any) -> None:
         ignore_unknown(type(self).__name__, kwargs)
+        _check_context(ctx)
+        if backend not in ("sharedctypes", "SharedMemory"):
+            # cpprb's two (both mean one ring every process sees; here, the lanes).
+            raise ValueError(f"Unknown backend: {backend}")
         size = int(size)
-        writers = int(writers or os.cpu_count() or 1)
+        if writers is None:
+            # One lane per CPU, but never more lanes than transitions (cpprb takes size=1).
+            writers = max(1, min(os.cpu_count() or 1, size))
+        writers = int(writers)
         if size < writers:
             raise ValueError(f"size {size} is less than one transition per writer ({writers} writers)")
         fields = Fields(env_dict, default_dtype)
@@ -95,6 +113,10 @@ class MPReplayBuffer(Folder):
         self._lane_no: Optional[int] = None
         self._sampler: Optional[Any] = None
         self._seen: Dict[int, int] = {}
+        #: Indices this learner drew: only those take new priorities (cpprb's mask).
+        self._drawn: set = set()
+        #: cpprb's max_priority as this process has seen the priorities.
+        self._max_priority = 1.0
         self._pid = os.getpid()
 
     def __reduce__(self):
@@ -168,6 +190,31 @@ class MPReplayBuffer(Folder):
         if len(idx) == 0:
             return self._fields.empty()
         return self._fields.from_stored(lanes.get(idx))
+
+    def _encode_sample(self, idx: Any) -> Dict[str, np.ndarray]:
+        """The transitions at ring positions ``idx`` (lane ``k`` holds positions
+        ``k * size // writers`` on), as cpprb's: a position never written reads as zeros."""
+        lanes = self._lanes()
+        pos = np.asarray(list(idx) if not isinstance(idx, np.ndarray) else idx, np.int64).ravel()
+        per_lane = self._size // self._writers
+        out = {k: np.zeros((len(pos), *v.shape[1:]), v.dtype) for k, v in self._fields.empty().items()}
+        edges = lanes.lane_edges()
+        at, found = [], []
+        for j, p in enumerate(pos.tolist()):
+            k, local = divmod(p % (per_lane * self._writers), per_lane)
+            start, stop = edges[k]
+            base = k << 56
+            # The live item of lane k at that slot: the one of the last per_lane indices.
+            for i in range(max(start, stop - per_lane), stop):
+                if ((i - base) % per_lane) == local:
+                    at.append(j)
+                    found.append(i)
+                    break
+        if found:
+            got = self._fields.from_stored(lanes.get(np.asarray(found, np.uint64)))
+            for k in out:
+                out[k][at] = got[k]
+        return out
 
     def get_stored_size(self) -> int:
         return len(self._lanes())
@@ -246,8 +293,12 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
 
     def _catch_up(self, lanes) -> None:
         """Applies the priorities explorers gave to the transitions added since the last
-        call (the owner gave them the largest priority meanwhile)."""
-        for k, (start, stop) in enumerate(lanes.lane_edges()):
+        call (the owner gave them the largest priority meanwhile), and forgets draws of
+        transitions the lanes no longer hold."""
+        edges = lanes.lane_edges()
+        if self._drawn:
+            self._drawn = {i for i in self._drawn if edges[i >> 56][0] <= i < edges[i >> 56][1]}
+        for k, (start, stop) in enumerate(edges):
             begin = max(start, self._seen.get(k, 0))
             if begin < stop:
                 idx = np.arange(begin, stop, dtype=np.uint64)
@@ -255,6 +306,7 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
                 has = ~np.isnan(given)
                 if has.any():
                     lanes.update_priorities(idx[has], given[has])
+                    self._max_priority = max(self._max_priority, float(given[has].max()))
             self._seen[k] = stop
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Dict[str, np.ndarray]:
@@ -268,19 +320,29 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
         out = self._fields.from_stored(got)
         out["weights"] = got["weights"]
         out["indexes"] = got["indices"]
+        self._drawn.update(int(i) for i in got["indices"])
         return out
 
     def update_priorities(self, indexes: Any, priorities: Any) -> None:
-        """Sets priorities of drawn transitions; those an explorer overwrote since the
-        draw are skipped (cpprb's ``check_for_update``, always on here)."""
+        """Sets priorities of transitions drawn by this learner; the others (never
+        drawn, or overwritten by an explorer since the draw) are skipped: cpprb's
+        unsampled mask (``check_for_update``), always on here."""
         if priorities is None or indexes is None:
             raise TypeError("``properties`` must not be ``None``")
         lanes = self._lanes()
         self._catch_up(lanes)
-        lanes.update_priorities(np.asarray(indexes, np.uint64).ravel(),
-                                np.ravel(np.asarray(priorities, np.float32)).astype(np.float64))
+        idx = np.asarray(indexes, np.uint64).ravel()
+        pri = np.ravel(np.asarray(priorities, np.float32)).astype(np.float64)
+        if len(pri) == 1 and len(idx) > 1:
+            pri = np.full(len(idx), pri[0])
+        keep = np.fromiter((int(i) in self._drawn for i in idx), bool, len(idx))
+        if keep.any():
+            lanes.update_priorities(idx[keep], pri[keep])
+            self._max_priority = max(self._max_priority, float(pri[keep].max()))
 
     def get_max_priority(self) -> float:
-        lanes = self._lanes()
-        self._catch_up(lanes)
-        return float(max((s.get("max_priority") or 0.0) for s in lanes.stats()) or 1.0)
+        """cpprb's: the largest priority given so far (1.0 before any), as this learner
+        has seen them: explorers' given priorities once it caught up with their lanes,
+        and its own updates of drawn transitions."""
+        self._catch_up(self._lanes())
+        return self._max_priority
