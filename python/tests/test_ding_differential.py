@@ -508,3 +508,30 @@ def test_a_legacy_slot_read_twice_while_held_is_the_same_dict_as_in_di_engine(tm
         buf.push({"obs": np.zeros(4), "data_id": "new"}, 0)
         assert buf._data[0] is not last[0]
     ours_buf.close()
+
+
+def test_a_state_of_other_records_is_refused_and_the_buffer_goes_on(tmp_path):
+    """load_data of a snapshot whose records have another layout (other leaves) is a
+    StateError naming it; the buffer keeps its records, pushes, grows and loads on."""
+    import replaystore as rs
+
+    a = ours.DequeBuffer(size=8, path=str(tmp_path / "a"))
+    for i in range(5):
+        a.push({"i": torch.tensor([i])}, {"m": i})
+    a.save_data(str(tmp_path / "a.bin"))
+    b = ours.DequeBuffer(size=8, path=str(tmp_path / "b"))
+    for i in range(3):
+        b.push({"x": np.zeros(3) + i}, {"m": i})
+    before = records(b)
+    with pytest.raises(rs.StateError, match="schema"):
+        b.load_data(str(tmp_path / "a.bin"))
+    same(before, records(b))
+    for i in range(3, 40):  # past the first ring's heap (1 MiB): a new generation is made
+        b.push({"x": np.zeros(3) + i, "big": np.zeros(20_000) + i}, {"m": i})
+    assert [r[1]["m"] for r in records(b)] == list(range(32, 40))
+    b.save_data(str(tmp_path / "b.bin"))
+    fresh = ours.DequeBuffer(size=8, path=str(tmp_path / "c"))
+    fresh.load_data(str(tmp_path / "b.bin"))
+    same(records(b), records(fresh))
+    for buf in (a, b, fresh):
+        buf.close()

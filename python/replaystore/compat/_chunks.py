@@ -406,7 +406,11 @@ class ChunkStore:
         try:
             new.set_state(state["ring"])
         except BaseException:
+            # Refused (another layout) or failed: the generation made for it goes, and
+            # the buffer stays as it was, its next generation free to make.
             new.close()
+            Confined(self.folder).remove_tree(generation_name(gen))
+            self._write({})
             raise
         old = self.gen
         heaps = self.settings.setdefault("heaps", {})
