@@ -146,3 +146,32 @@ def test_encode_sample_reads_ring_positions_and_zeros_where_nothing_was_written(
     got = rb._encode_sample(range(8))["obs"].ravel().tolist()
     assert got == [4, 5, 2, 3, 0, 0, 0, 0]
     rb.close()
+
+
+def _second_reader(rb, out):
+    s = rb.sample(4)
+    try:
+        rb.update_priorities(s["indexes"], np.ones(4))
+        err = ""
+    except RuntimeError as e:
+        err = str(e)
+    out.put((sorted(s.keys()), rb.get_all_transitions()["done"].ravel().tolist(), rb.get_stored_size(), err))
+
+
+def test_a_second_process_reads_and_draws_by_priority_while_the_learner_owns_them():
+    """cpprb lets any process sample a prioritized MP buffer (its Ray test samples in a
+    worker while the driver holds the buffer): here the first reader owns the
+    priorities and the others draw by them as they stand; updates belong to the owner."""
+    rb = ad.MPPrioritizedReplayBuffer(10, {"done": {}}, writers=2)
+    rb.add(done=[0.0, 1.0], priorities=[1.0, 0.1])
+    assert rb.get_stored_size() == 2  # this process now owns the priorities
+    out = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_second_reader, args=(rb, out))
+    p.start()
+    keys, done, stored, err = out.get(timeout=60)
+    p.join(60)
+    assert {"done", "weights", "indexes"} <= set(keys)
+    assert (done, stored) == ([0.0, 1.0], 2)
+    assert "owns this buffer's priorities" in err
+    rb.update_priorities(rb.sample(2)["indexes"], [0.5, 0.5])  # the owner may
+    rb.close()

@@ -117,6 +117,8 @@ class MPReplayBuffer(Folder):
         self._drawn: set = set()
         #: cpprb's max_priority as this process has seen the priorities.
         self._max_priority = 1.0
+        #: Whether this process owns the priorities (prioritized buffers' learner).
+        self._owner = False
         self._pid = os.getpid()
 
     def __reduce__(self):
@@ -169,8 +171,18 @@ class MPReplayBuffer(Folder):
             self._lane = self._sampler = None
             self._pid = os.getpid()
         if self._sampler is None:
-            self._sampler = (_Lanes.open(self._path, owner=True) if self._alpha is not None
-                             else _Lanes.open(self._path, reader=True))
+            self._owner = False
+            if self._alpha is not None:
+                # The first process that reads a prioritized buffer owns its priorities
+                # (the learner); any other (a Ray worker, another learner) reads and
+                # draws by them as they stand, as cpprb lets any process sample.
+                try:
+                    self._sampler = _Lanes.open(self._path, owner=True)
+                    self._owner = True
+                except LockedError:
+                    pass
+            if self._sampler is None:
+                self._sampler = _Lanes.open(self._path, reader=True)
         return self._sampler
 
     def sample(self, batch_size: int) -> Dict[str, np.ndarray]:
@@ -294,7 +306,9 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
     def _catch_up(self, lanes) -> None:
         """Applies the priorities explorers gave to the transitions added since the last
         call (the owner gave them the largest priority meanwhile), and forgets draws of
-        transitions the lanes no longer hold."""
+        transitions the lanes no longer hold. Only the owner sets priorities."""
+        if not self._owner:
+            return
         edges = lanes.lane_edges()
         if self._drawn:
             self._drawn = {i for i in self._drawn if edges[i >> 56][0] <= i < edges[i >> 56][1]}
@@ -330,6 +344,10 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
         if priorities is None or indexes is None:
             raise TypeError("``properties`` must not be ``None``")
         lanes = self._lanes()
+        if not self._owner:
+            raise RuntimeError(
+                f"{self._path}: another process owns this buffer's priorities (the first that "
+                "sampled or read it, the learner): update_priorities from that process")
         self._catch_up(lanes)
         idx = np.asarray(indexes, np.uint64).ravel()
         pri = np.ravel(np.asarray(priorities, np.float32)).astype(np.float64)
