@@ -207,11 +207,9 @@ class _Rings(Folder):
             for part in outer:
                 parent = parent[part]
             parent[last] = np.asarray(parent[last]).reshape((n, *shape))
-        # Tianshou's dropnull changes the size and the next position only.
-        kept_state = {k: self.__dict__[k] for k in ("last_index", "_ep_start_idx", "_ep_return", "_ep_len")
-                      if k in self.__dict__}
-        self.reset()
-        self.__dict__.update(kept_state)
+        # Tianshou's dropnull changes the size and the next position only: the rings
+        # are emptied, not the episode counters (no reset()).
+        store.restart([0])
         if n:
             store.write(np.arange(n), rows)
             for key, values in extras.items():
@@ -251,13 +249,7 @@ class _Rings(Folder):
     def reset(self, keep_statistics: bool = False) -> None:
         store = self.__dict__.get("_meta")
         if isinstance(store, Store):
-            for r in range(len(store.rings)):
-                store.keep_stale(r)  # Tianshou's reset leaves the rows where they are
-            for ring in store.rings:
-                ring.base = ring.tail  # saved before the rings are cleared (a kill between
-            self._save()               # leaves the transitions, renumbered)
-            for ring in store.rings:
-                ring.clear()
+            store.restart(list(range(len(store.rings))))
         super().reset(keep_statistics=keep_statistics)
 
     # -- pickling and HDF5 -----------------------------------------------------------------
@@ -585,15 +577,9 @@ class CachedReplayBuffer(_Rings, _TSCachedReplayBuffer):
         out = super().add(batch, buffer_ids)
         store = self.__dict__.get("_meta")
         if isinstance(store, Store):
-            emptied = [r for b, r in zip(self.buffers, store.rings) if len(b) == 0 and len(r)]
+            emptied = [k for k, (b, r) in enumerate(zip(self.buffers, store.rings)) if len(b) == 0 and len(r)]
             if emptied:
-                for ring in emptied:
-                    store.keep_stale(store.rings.index(ring))
-                for ring in emptied:
-                    ring.base = ring.tail
-                self._save()
-                for ring in emptied:
-                    ring.clear()
+                store.restart(emptied)
         return out
 
 

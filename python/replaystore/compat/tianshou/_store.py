@@ -227,6 +227,19 @@ class Store:
             return view
         return self.rows(index)
 
+    def restart(self, numbers: List[int]) -> None:
+        """Empties rings ``numbers`` as Tianshou's reset of their sub-buffers does: what
+        they hold stays readable until rewritten (``keep_stale``); their new bases are
+        saved (``on_restart``) before they are cleared, so a kill between leaves the
+        transitions renumbered, never a position that names nothing."""
+        for r in numbers:
+            self.keep_stale(r)
+            self.rings[r].base = self.rings[r].tail
+        if self.on_restart is not None:
+            self.on_restart()
+        for r in numbers:
+            self.rings[r].clear()
+
     def keep_stale(self, r: int) -> None:
         """Before ring ``r`` is emptied by a reset: keeps what its positions hold, in
         memory, to read until they are written again, as Tianshou's storage keeps a
@@ -291,11 +304,7 @@ class Store:
             if first == 0 and ring.next_position() != 0 and len(ring):
                 # Tianshou reset this sub-buffer (a CachedReplayBuffer does after each
                 # episode it moves): positions start again, so does the ring.
-                self.keep_stale(r)
-                ring.base = ring.tail
-                if self.on_restart is not None:
-                    self.on_restart()
-                ring.clear()
+                self.restart([r])
             nxt = ring.next_position()
             if len(at) == 1:
                 bad = None if first == nxt else 0
