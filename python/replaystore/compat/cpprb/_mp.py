@@ -210,20 +210,19 @@ class MPReplayBuffer(Folder):
         pos = np.asarray(list(idx) if not isinstance(idx, np.ndarray) else idx, np.int64).ravel()
         per_lane = self._size // self._writers
         out = {k: np.zeros((len(pos), *v.shape[1:]), v.dtype) for k, v in self._fields.empty().items()}
-        edges = lanes.lane_edges()
-        at, found = [], []
-        for j, p in enumerate(pos.tolist()):
-            k, local = divmod(p % (per_lane * self._writers), per_lane)
-            start, stop = edges[k]
-            base = k << 56
-            # The live item of lane k at that slot: the one of the last per_lane indices.
-            for i in range(max(start, stop - per_lane), stop):
-                if ((i - base) % per_lane) == local:
-                    at.append(j)
-                    found.append(i)
-                    break
-        if found:
-            got = self._fields.from_stored(lanes.get(np.asarray(found, np.uint64)))
+        lane, local = np.divmod(pos % (per_lane * self._writers), per_lane)
+        edges = np.asarray(lanes.lane_edges(), np.int64).reshape(-1, 2)
+        # Local offsets within each lane (its indices start at k << 56): the item at a
+        # slot is the newest index congruent to it, if the lane still holds it.
+        base = lane << 56
+        start, stop = edges[lane, 0] - base, edges[lane, 1] - base
+        last = stop - 1
+        item = last - (last - local) % per_lane
+        held = (stop > start) & (item >= np.maximum(start, stop - per_lane))
+        at = np.flatnonzero(held)
+        found = (item[held] + base[held]).astype(np.uint64)
+        if len(found):
+            got = self._fields.from_stored(lanes.get(found))
             for k in out:
                 out[k][at] = got[k]
         return out
@@ -305,12 +304,15 @@ class MPPrioritizedReplayBuffer(MPReplayBuffer):
 
     def _catch_up(self, lanes) -> None:
         """Applies the priorities explorers gave to the transitions added since the last
-        call (the owner gave them the largest priority meanwhile), and forgets draws of
-        transitions the lanes no longer hold. Only the owner sets priorities."""
+        call (the owner gave them the largest priority meanwhile). Only the owner sets
+        priorities."""
         if not self._owner:
             return
         edges = lanes.lane_edges()
-        if self._drawn:
+        if len(self._drawn) > 2 * self._size:
+            # Draws of transitions the lanes no longer hold take no update anyway (the
+            # engine skips stale indices); they are forgotten only to bound the set, not
+            # on every call (this runs before every draw and update).
             self._drawn = {i for i in self._drawn if edges[i >> 56][0] <= i < edges[i >> 56][1]}
         for k, (start, stop) in enumerate(edges):
             begin = max(start, self._seen.get(k, 0))
