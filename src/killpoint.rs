@@ -9,6 +9,7 @@
 //! tail, no commit covering them yet), `commit-written` (a commit slot written, not yet fdatasynced),
 //! `eviction-written` (an eviction record written, not yet fdatasynced),
 //! `snapshot-mid-links` (a snapshot's first segment linked, the others not),
+//! `snapshot-before-rename` (a snapshot's folder whole and synced, not yet renamed),
 //! `restore-mid-links` (a restore's first segment replaced, the others not),
 //! `bring-mid-links` (a snapshot of another buffer being brought in: its first segment
 //! linked or copied into the temporary folder, the others not), `bring-before-rename`

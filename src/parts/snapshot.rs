@@ -420,57 +420,76 @@ pub(crate) fn create(
     name: &str,
     parts: &mut Parts,
 ) -> Result<()> {
+    publish(io, dir, name, "snapshot-before-rename", |tmp| {
+        link_files(io, sb, dir, tmp, "snapshot-mid-links")?;
+        parts.checkpoint_copied(io, tmp)?;
+        frozen_manifest(io, dir, commit)
+    })
+}
+
+/// Makes snapshot folder `name` of the buffer in `dir`, the one way every snapshot is
+/// made (taken, or brought from another buffer): `fill` puts its files into a
+/// temporary folder (its lane folder made already) and returns its MANIFEST's bytes;
+/// then the MANIFEST is written durably, the folders synced, and the folder published
+/// by one rename. A kill leaves it whole or absent. A failure before the rename (a
+/// full disk mid-copy) removes the partial folder at once: its links would count
+/// against every segment until the next open cleans it (best effort: the error that
+/// stopped the snapshot is the one reported).
+fn publish(
+    io: &dyn Io,
+    dir: &Path,
+    name: &str,
+    before_rename: &'static str,
+    fill: impl FnOnce(&Path) -> Result<Vec<u8>>,
+) -> Result<()> {
     let root = dir.join(SNAPSHOTS_DIR);
     let tmp = root.join(format!("{TMP_PREFIX}{name}"));
     // A kill during an earlier attempt at this name may have left a partial folder.
     remove_tree(io, &tmp)?;
-    let made = write_snapshot(io, dir, sb, commit, &tmp, name, parts);
+    let made = (|| {
+        let lane = tmp.join(LANE_DIR);
+        io.create_dir_all(&lane)
+            .map_err(|e| Error::io("create directory", &lane, e))?;
+        let manifest = fill(&tmp)?;
+        write_durable(io, &tmp.join(MANIFEST), &manifest)?;
+        sync_dir(io, &lane)?;
+        sync_dir(io, &tmp)?;
+        crate::killpoint::hit(before_rename);
+        let target = root.join(name);
+        io.rename(&tmp, &target)
+            .map_err(|e| Error::io("rename", &target, e))?;
+        sync_dir(io, &root)
+    })();
     if made.is_err() {
-        // A failure before the rename (a full disk mid-copy) leaves the partial folder's
-        // links counting against every segment until the next open cleans it: remove
-        // it now. Best effort: the error that stopped the snapshot is the one to report.
         let _ = remove_tree(io, &tmp);
     }
     made
 }
 
-/// The steps of [`create`] after the temporary folder `tmp` is cleared.
-fn write_snapshot(
-    io: &dyn Io,
-    dir: &Path,
-    sb: &Superblock,
-    commit: &Commit,
-    tmp: &Path,
-    name: &str,
-    parts: &mut Parts,
-) -> Result<()> {
-    let root = dir.join(SNAPSHOTS_DIR);
-    let lane = tmp.join(LANE_DIR);
-    io.create_dir_all(&lane)
-        .map_err(|e| Error::io("create directory", &lane, e))?;
+/// Puts the segment files of the buffer (or snapshot) folder `from` into the folder
+/// `to` as hard links (copies where the two are on different file systems), and
+/// copies of the parts' files; `point` is the kill point after each segment.
+fn link_files(io: &dyn Io, sb: &Superblock, from: &Path, to: &Path, point: &str) -> Result<()> {
     // The rows' segments and the chunk ring's (values of variable-length fields).
     for set in storage::SegmentSet::all(sb) {
         for n in 0..set.segment_count {
-            let (from, to) = (set.path(dir, n), set.path(tmp, n));
-            io.hard_link(&from, &to)
-                .map_err(|e| Error::io("hard link", &to, e))?;
-            crate::killpoint::hit("snapshot-mid-links");
+            let (src, dst) = (set.path(from, n), set.path(to, n));
+            match io.hard_link(&src, &dst) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => io
+                    .copy_file(&src, &dst)
+                    .map_err(|e| Error::io("copy", &dst, e))?,
+                Err(e) => return Err(Error::io("hard link", &dst, e)),
+            }
+            crate::killpoint::hit(point);
         }
     }
     for file in Parts::files(sb) {
-        let (from, to) = ((file.path)(dir), (file.path)(tmp));
-        io.copy_file(&from, &to)
-            .map_err(|e| Error::io("copy", &to, e))?;
+        let (src, dst) = ((file.path)(from), (file.path)(to));
+        io.copy_file(&src, &dst)
+            .map_err(|e| Error::io("copy", &dst, e))?;
     }
-    parts.checkpoint_copied(io, tmp)?;
-    let manifest = frozen_manifest(io, dir, commit)?;
-    write_durable(io, &tmp.join(MANIFEST), &manifest)?;
-    sync_dir(io, &lane)?;
-    sync_dir(io, tmp)?;
-    let target = root.join(name);
-    io.rename(tmp, &target)
-        .map_err(|e| Error::io("rename", &target, e))?;
-    sync_dir(io, &root)
+    Ok(())
 }
 
 /// The [`State`] of snapshot `name` of the buffer in `dir`, whose superblock is `sb`
@@ -573,12 +592,6 @@ fn layout_difference(
         .find(|(_, a, b)| a != b)
 }
 
-/// Whether `a` and `b` are the same folder (device and inode; names not compared, so
-/// a folder reached by another path is still itself).
-fn same_folder(a: &Path, b: &Path) -> bool {
-    same_file(a, b)
-}
-
 /// The state to restore in this buffer for `state`: itself when its snapshot is this
 /// folder's (its origin is this folder, or names none, or no longer holds it: a folder
 /// moved since); otherwise the snapshot of the buffer at `state.origin` is first
@@ -599,7 +612,8 @@ pub(crate) fn bring_home(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State
         });
     }
     let origin = &state.origin;
-    if origin.as_os_str().is_empty() || same_folder(origin, dir) {
+    // The same folder by device and inode: one reached by another path is still this.
+    if origin.as_os_str().is_empty() || same_file(origin, dir) {
         return Ok(state.clone());
     }
     let origin = &storage::resolve_root(origin);
@@ -631,63 +645,19 @@ pub(crate) fn bring_home(io: &dyn Io, dir: &Path, sb: &Superblock, state: &State
             .min(crate::format::state::MAX_NAME_LEN - suffix.len());
         name = format!("{}{suffix}", state.name.get(..keep).unwrap_or("s"));
     }
-    let root = dir.join(SNAPSHOTS_DIR);
-    let tmp = root.join(format!("{TMP_PREFIX}{name}"));
-    remove_tree(io, &tmp)?;
-    let made = copy_in(
-        io,
-        sb,
-        &snapshot_dir(origin, &state.name),
-        &tmp,
-        &root.join(&name),
-    );
-    if made.is_err() {
-        // As in `create`: the partial folder goes now; the error is the one to report.
-        let _ = remove_tree(io, &tmp);
-    }
-    made?;
+    let from = snapshot_dir(origin, &state.name);
+    publish(io, dir, &name, "bring-before-rename", |tmp| {
+        link_files(io, sb, &from, tmp, "bring-mid-links")?;
+        // The origin's MANIFEST as it is: frozen and clean already.
+        let manifest = from.join(MANIFEST);
+        io.read(&manifest)
+            .map_err(|e| Error::io("read", &manifest, e))
+    })?;
     Ok(State {
         name,
         origin: dir.to_path_buf(),
         ..state.clone()
     })
-}
-
-/// Writes the snapshot folder `from` (of another buffer) as `tmp`, then renames it to
-/// `to`: segments linked where the file system allows, copied where it does not.
-fn copy_in(io: &dyn Io, sb: &Superblock, from: &Path, tmp: &Path, to: &Path) -> Result<()> {
-    let lane = tmp.join(LANE_DIR);
-    io.create_dir_all(&lane)
-        .map_err(|e| Error::io("create directory", &lane, e))?;
-    for set in storage::SegmentSet::all(sb) {
-        for n in 0..set.segment_count {
-            let (src, dst) = (set.path(from, n), set.path(tmp, n));
-            match io.hard_link(&src, &dst) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => io
-                    .copy_file(&src, &dst)
-                    .map_err(|e| Error::io("copy", &dst, e))?,
-                Err(e) => return Err(Error::io("hard link", &dst, e)),
-            }
-            crate::killpoint::hit("bring-mid-links");
-        }
-    }
-    for file in Parts::files(sb) {
-        let (src, dst) = ((file.path)(from), (file.path)(tmp));
-        io.copy_file(&src, &dst)
-            .map_err(|e| Error::io("copy", &dst, e))?;
-    }
-    let manifest = from.join(MANIFEST);
-    let bytes = io
-        .read(&manifest)
-        .map_err(|e| Error::io("read", &manifest, e))?;
-    write_durable(io, &tmp.join(MANIFEST), &bytes)?;
-    sync_dir(io, &lane)?;
-    sync_dir(io, tmp)?;
-    crate::killpoint::hit("bring-before-rename");
-    io.rename(tmp, to).map_err(|e| Error::io("rename", to, e))?;
-    let root = to.parent().unwrap_or(to);
-    sync_dir(io, root)
 }
 
 /// Checks that snapshot `state.name` of the buffer in `dir` can be restored into a
