@@ -1427,13 +1427,15 @@ fn a_reservoir_of_text_items_keeps_each_with_equal_chance_and_snapshots_keep_the
 const DOWNSAMPLE_CHILD: &str = "REPLAYSTORE_DOWNSAMPLE_CHILD";
 
 /// A buffer of text items whose downsampling (16 of 40) moves kept items, values and
-/// all, through a chunk ring of 64-byte chunks that laps often.
+/// all, through a chunk ring of 64-byte chunks that laps often (and evicts for room:
+/// the path where a move finds no room is part of what is tested).
 fn create_moving_text_buffer(path: &Path) {
     let config = Config::new(text_schema(), 40)
         .segment_slots(8)
         .heap_bytes(40 * 256)
         .chunk_bytes(64)
         .downsample(16)
+        .evict_for_room()
         .seed(12);
     ReplayBuffer::create(path, config).unwrap().close().unwrap();
 }

@@ -336,7 +336,9 @@ fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
         .segment_slots(8)
         .chunk_bytes(64)
         .heap_bytes(16 * 80)
-        .segment_bytes(8 * 80);
+        .segment_bytes(8 * 80)
+        // Flag bit 5 set, so its flips are swept too; the ring evicts for room.
+        .evict_for_room();
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     for i in 0..20u32 {
         let text = "v".repeat(i as usize * 5);

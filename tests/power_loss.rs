@@ -882,12 +882,14 @@ fn every_crash_image_of_a_buffer_with_values_holds_each_item_with_its_own_value(
         .build()
         .unwrap();
     // 24 chunks of 120 bytes: a few items' values, so the ring laps and evicts for
-    // room (with eviction records past commits) several times in the workload.
+    // room (with eviction records past commits) several times in the workload, and its
+    // three sparse segments are reserved as the writer first reaches each.
     let config = Config::new(schema, 64)
         .segment_slots(16)
         .chunk_bytes(120)
         .heap_bytes(24 * 136)
         .segment_bytes(8 * 136)
+        .evict_for_room()
         .seed(5)
         .io(io.clone());
     let mut buf = Some(ReplayBuffer::create(&dir, config).unwrap());

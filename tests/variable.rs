@@ -147,7 +147,9 @@ fn when_the_chunk_ring_laps_the_oldest_items_go_first_and_none_is_served_mixed()
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
     // 64 chunks of 1008 bytes: far fewer values than the 1,000 slots would hold.
-    let config = Config::new(schema(), 1000).heap_bytes(64 * 1024);
+    let config = Config::new(schema(), 1000)
+        .heap_bytes(64 * 1024)
+        .evict_for_room();
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     let mut next = 0;
     for round in 0..40 {
@@ -308,6 +310,7 @@ fn a_checkpoint_keeps_its_values_while_the_ring_laps_and_a_restore_brings_them_b
     // Chunk segments of 16 chunks: the laps below copy linked ones on write.
     let config = Config::new(schema(), 500)
         .heap_bytes(64 * 1024)
+        .evict_for_room()
         .segment_bytes(16 * 1024)
         .segment_slots(64);
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
@@ -351,7 +354,9 @@ fn a_reader_never_returns_a_torn_or_foreign_value_while_the_ring_laps() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
     // About 150 items' values: the writer below laps them every few hundred calls.
-    let config = Config::new(schema(), 400).heap_bytes(384 * 1024);
+    let config = Config::new(schema(), 400)
+        .heap_bytes(384 * 1024)
+        .evict_for_room();
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     add_batch(&mut buf, 0, 10);
     buf.flush().unwrap();
@@ -683,6 +688,7 @@ fn a_value_rewritten_while_a_reader_reads_a_row_a_snapshot_froze_is_a_race_not_d
     // 4 rows a segment, 7 chunk rows of 1 KiB (one a call): the chunk ring laps long
     // before the rows, and the oldest live item lies two segments behind the tail.
     let config = Config::new(schema, 256)
+        .evict_for_room()
         .segment_slots(4)
         .heap_bytes(7 * 1024)
         .chunk_bytes(1008);
@@ -731,4 +737,159 @@ fn a_value_rewritten_while_a_reader_reads_a_row_a_snapshot_froze_is_a_race_not_d
     for (r, &i) in ids.iter().enumerate() {
         assert_eq!(batch.text("t", r).unwrap(), format!("{i:0>100}"));
     }
+}
+
+#[test]
+fn an_add_the_value_space_cannot_hold_before_capacity_is_refused_and_nothing_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    // 64 chunk rows: a few adds fill them long before 1,000 items are held.
+    let config = Config::new(schema(), 1000).heap_bytes(64 * 1024);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    let mut next = 0;
+    let err = loop {
+        let (o, t, f, r) = (obs(next), tokens(next), info(next), next as f32);
+        let added = buf.add(&[
+            Column::scalar("reward", &r),
+            Column::text("obs", &o),
+            Column::ragged("tokens", &t),
+            Column::value("info", &f),
+        ]);
+        match added {
+            Ok(i) => assert_eq!(i, next),
+            Err(e) => break e,
+        }
+        next += 1;
+        assert!(next < 1000, "the value space never filled");
+    };
+    match err {
+        Error::ValueSpaceFull {
+            live,
+            capacity,
+            early,
+            limit,
+            ..
+        } => {
+            assert_eq!((live, capacity), (next, 1000));
+            assert!(early >= 1);
+            assert_eq!(limit, 64 * 1024 / 1024 * 1024);
+        }
+        e => panic!("expected ValueSpaceFull, got {e}"),
+    }
+    // Every item added before is held and whole; a batch is refused the same way.
+    let s = buf.stats();
+    assert_eq!((s.head, s.tail, s.evicted), (0, next, 0));
+    check_all(&buf);
+    let mut batch = ReplayBuffer::create(
+        tmp.path().join("c"),
+        Config::new(schema(), 1000).heap_bytes(8 * 1024),
+    )
+    .unwrap();
+    add_batch(&mut batch, 0, 3);
+    assert!(matches!(
+        batch.add_batch(&[
+            Column::new("reward", &[0f32; 2]),
+            Column::values("obs", DType::U8, &[b'x'; 7500], &[0, 3750, 7500]),
+            Column::values("tokens", DType::I32, &[], &[0, 0, 0]),
+            Column::values("info", DType::U8, &[], &[0, 0, 0]),
+        ]),
+        Err(Error::ValueSpaceFull { early: 3, .. })
+    ));
+    assert_eq!(batch.len(), 3);
+    // The refusal is the buffer's, not the handle's: a reopen refuses as well.
+    buf.close().unwrap();
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    let (o, t, f, r) = (obs(next), tokens(next), info(next), next as f32);
+    let cols = [
+        Column::scalar("reward", &r),
+        Column::text("obs", &o),
+        Column::ragged("tokens", &t),
+        Column::value("info", &f),
+    ];
+    assert!(matches!(buf.add(&cols), Err(Error::ValueSpaceFull { .. })));
+    assert_eq!(buf.stats().tail, next);
+    check_all(&buf);
+}
+
+#[test]
+fn a_full_ring_replaces_its_oldest_item_per_add_and_refuses_a_value_needing_more() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let schema = Schema::builder()
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap();
+    // 8 items of one chunk row each: the ring replaces one item per add, for ever.
+    let config = Config::new(schema, 8).heap_bytes(8 * 1024);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    for i in 0..100u64 {
+        let text = format!("item {i}");
+        assert_eq!(buf.add(&[Column::text("text", &text)]).unwrap(), i);
+        assert_eq!(buf.len(), (i + 1).min(8));
+    }
+    let s = buf.stats();
+    assert_eq!((s.head, s.tail), (92, 100));
+    for i in 92..100 {
+        assert_eq!(
+            buf.get(i).unwrap().text("text", 0).unwrap(),
+            format!("item {i}")
+        );
+    }
+    // A value of three chunk rows would take two items more than the ring replaces.
+    let long = "x".repeat(2500);
+    match buf.add(&[Column::text("text", &long)]) {
+        Err(Error::ValueSpaceFull {
+            early: 2,
+            live: 8,
+            capacity: 8,
+            ..
+        }) => {}
+        other => panic!("expected ValueSpaceFull, got {other:?}"),
+    }
+    assert_eq!((buf.stats().head, buf.stats().tail), (92, 100));
+}
+
+#[test]
+fn the_value_space_takes_disk_as_values_arrive_not_at_create() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let schema = Schema::builder()
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap();
+    // 256 MiB of value space in segments of 1 MiB.
+    let config = Config::new(schema, 1000)
+        .heap_bytes(256 << 20)
+        .segment_bytes(1 << 20);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    let heap_disk = |dir: &Path| -> (u64, u64) {
+        let lane = dir.join("lane-0");
+        let mut files = 0;
+        let mut bytes = 0;
+        for e in std::fs::read_dir(lane).unwrap() {
+            let e = e.unwrap();
+            if e.file_name().to_string_lossy().starts_with("heap-") {
+                files += 1;
+                bytes += e.metadata().unwrap().blocks() * 512;
+            }
+        }
+        (files, bytes)
+    };
+    let (files, at_create) = heap_disk(&dir);
+    assert_eq!(files, 256);
+    assert!(at_create <= 256 * 16 * 1024, "{at_create} bytes at create");
+    // 3 MiB of values: the segments written are reserved whole, the rest stay sparse.
+    let text = "y".repeat(100 * 1024);
+    for _ in 0..30 {
+        buf.add(&[Column::text("text", &text)]).unwrap();
+    }
+    buf.flush().unwrap();
+    let (_, used) = heap_disk(&dir);
+    assert!(used >= 3 << 20, "{used}");
+    assert!(
+        used <= at_create + (5 << 20),
+        "{used} bytes for 3 MiB of values"
+    );
+    assert_eq!(buf.get(29).unwrap().text("text", 0).unwrap(), text);
 }

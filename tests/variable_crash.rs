@@ -34,12 +34,14 @@ fn schema() -> Schema {
 
 fn create(dir: &Path) {
     // 48 chunks of 240 bytes: about a dozen items' values, so the chunk ring laps (and
-    // evicts for room) every few calls, and whole segments of it are passed.
+    // evicts for room) every few calls, and whole segments of it are passed; its three
+    // sparse segments are reserved again by each open's first adds into them.
     let config = Config::new(schema(), CAPACITY)
         .segment_slots(32)
         .chunk_bytes(240)
         .heap_bytes(48 * 256)
         .segment_bytes(16 * 256)
+        .evict_for_room()
         .seed(3);
     ReplayBuffer::create(dir, config).unwrap().close().unwrap();
 }

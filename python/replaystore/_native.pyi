@@ -40,7 +40,12 @@ class ForeignFileError(CorruptError):
     a stray folder): refused before anything is read, written or removed through it."""
 
 class DiskFullError(Error):
-    """The disk could not hold the buffer's files (reserved up front, never mid-write)."""
+    """The disk could not hold the buffer's files (reserved before any write, never mid-write)."""
+
+class ValueSpaceFullError(Error):
+    """An add whose values need room the value space (``heap_bytes=``) has not while the
+    buffer holds fewer than its capacity: refused, nothing stored (``evict_for_room=True``
+    at create lets such an add evict the oldest items instead)."""
 
 class SchemaError(Error):
     """Arrays that do not fit the schema: missing or unknown field, dtype, shape, length, layout."""
@@ -111,6 +116,7 @@ class ReplayBuffer:
         whole_episodes: bool = False,
         heap_bytes: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
+        evict_for_room: bool = False,
         item_states: bool = False,
         max_use: Optional[int] = None,
         max_size: Optional[int] = None,
@@ -121,8 +127,11 @@ class ReplayBuffer:
     ) -> "ReplayBuffer":
         """Creates a buffer of ``capacity`` items; ``alpha`` makes it prioritized;
         ``fragments`` keeps each ``add_batch`` call whole for ``sample_fragments``;
-        ``heap_bytes`` sizes the ring of variable-length values (``"str"``,
-        ``"bytes"``, ``(dtype, (None,))`` fields), ``chunk_bytes`` its rows.
+        ``heap_bytes`` is the most the values of variable-length fields (``"str"``,
+        ``"bytes"``, ``(dtype, (None,))``) may take, reserved on disk as they arrive;
+        ``chunk_bytes`` the rows of their ring. An add whose values need more while
+        fewer than ``capacity`` items are held raises ``ValueSpaceFullError`` with
+        nothing stored, unless ``evict_for_room=True`` lets it evict the oldest early.
         ``item_states`` keeps a state per item, so items can be removed (``remove``,
         ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
         does too and removes an item on its N-th draw; ``max_size=M`` does too and,

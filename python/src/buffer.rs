@@ -369,11 +369,13 @@ impl PyBuffer {
     /// `episodic=True` stores episodes step by step (`add_reset`, `add_step`) for
     /// `prev` / `next`, n-step and stacked transitions, sequences and whole episodes;
     /// `whole_episodes=True` also evicts whole episodes only. With variable-length
-    /// fields (`"str"`, `"bytes"`, `(dtype, (None,))`), `heap_bytes` sizes the ring
-    /// their values live in (default 4 KiB per item; when the values of the live items
-    /// would need more, the oldest items are evicted early) and `chunk_bytes` its rows.
+    /// fields (`"str"`, `"bytes"`, `(dtype, (None,))`), `heap_bytes` is the most
+    /// their values may take (default 4 KiB per item; disk is reserved as values
+    /// arrive) and `chunk_bytes` the rows of its ring. An add whose values need more
+    /// while fewer than `capacity` items are held raises `ValueSpaceFullError`, nothing
+    /// stored, unless `evict_for_room=True` lets it evict the oldest items early.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
+    #[pyo3(signature = (path, schema, capacity, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, fragments=false, episodic=false, whole_episodes=false, heap_bytes=None, chunk_bytes=None, evict_for_room=false, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -392,6 +394,7 @@ impl PyBuffer {
         whole_episodes: bool,
         heap_bytes: Option<u64>,
         chunk_bytes: Option<u64>,
+        evict_for_room: bool,
         item_states: bool,
         max_use: Option<u64>,
         max_size: Option<u64>,
@@ -417,6 +420,9 @@ impl PyBuffer {
         }
         if let Some(b) = chunk_bytes {
             config = config.chunk_bytes(b);
+        }
+        if evict_for_room {
+            config = config.evict_for_room();
         }
         if whole_episodes {
             config = config.whole_episodes();

@@ -52,6 +52,14 @@ create_exception!(
 );
 create_exception!(
     replaystore,
+    ValueSpaceFullError,
+    Error,
+    "An add whose values need room the value space (heap_bytes=) has not while the buffer \
+     holds fewer than its capacity: refused, nothing stored (evict_for_room=True at create \
+     lets such an add evict the oldest items instead)."
+);
+create_exception!(
+    replaystore,
     SchemaError,
     Error,
     "Arrays that do not fit the schema: missing or unknown field, dtype, shape, length, layout."
@@ -116,6 +124,8 @@ const PYTHON_NAMES: &[(&str, &str)] = &[
         "alpha=, e.g. ReplayBuffer.create(path, schema, capacity, alpha=0.6)",
     ),
     ("Config::episodic", "episodic=True"),
+    ("Config::heap_bytes", "heap_bytes="),
+    ("Config::evict_for_room", "evict_for_room=True"),
     ("Config::fragments", "fragments=True"),
     ("Config::downsample", "downsample="),
     (
@@ -177,6 +187,7 @@ pub fn to_py(e: E) -> PyErr {
         E::ValueTooLong { .. } | E::InvalidText { .. } => {
             pyo3::exceptions::PyValueError::new_err(msg)
         }
+        E::ValueSpaceFull { .. } => ValueSpaceFullError::new_err(msg),
         E::Empty | E::ZeroTotalPriority { .. } => EmptyError::new_err(msg),
         // A member is looked up by name, as a dict key is.
         E::NoSuchMember { .. } => pyo3::exceptions::PyKeyError::new_err(msg),

@@ -77,6 +77,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<errors::ForeignFileError>(),
     )?;
     m.add("DiskFullError", py.get_type::<errors::DiskFullError>())?;
+    m.add(
+        "ValueSpaceFullError",
+        py.get_type::<errors::ValueSpaceFullError>(),
+    )?;
     m.add("SchemaError", py.get_type::<errors::SchemaError>())?;
     m.add("EmptyError", py.get_type::<errors::EmptyError>())?;
     m.add("EvictedError", py.get_type::<errors::EvictedError>())?;

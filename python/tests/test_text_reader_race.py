@@ -49,7 +49,7 @@ def test_text_readers_in_other_processes_never_fail_while_the_writer_checkpoints
     # checkpoint the readers read old rows from segments the snapshot still links while
     # chunks, already copied, are rewritten in place.
     buf = rs.ReplayBuffer.create(path, {"i": "int64", "t": "str"}, 4096, segment_slots=256,
-                                 heap_bytes=64 * 1008)
+                                 heap_bytes=64 * 1008, evict_for_room=True)
     n = 0
 
     def add():

@@ -173,7 +173,8 @@ WRITER = textwrap.dedent(
 
 
 def test_self_play_steps_survive_a_kill_9_of_the_writer(path):
-    rs.ReplayBuffer.create(path, SCHEMA, capacity=2_000, heap_bytes=2 << 20).close()
+    # A value space that fills before the 2,000 rows do: the ring evicts for room.
+    rs.ReplayBuffer.create(path, SCHEMA, capacity=2_000, heap_bytes=2 << 20, evict_for_room=True).close()
     here = os.path.dirname(__file__)
     for _ in range(3):
         p = subprocess.Popen([sys.executable, "-c", WRITER, path, here], stdout=subprocess.PIPE, text=True)

@@ -341,6 +341,26 @@ pub enum Error {
         max: usize,
     },
 
+    /// The values of an add need room in the value space (the chunk ring) that only
+    /// evicting items early would make: the buffer holds fewer than its capacity would
+    /// after the add, and no item is dropped before capacity unless the buffer was
+    /// created with `Config::evict_for_room`. Nothing was stored.
+    #[error(
+        "the values of this add need {needed} bytes of value space, which holds {limit} bytes (Config::heap_bytes) and is full with the values of the {live} items held: making room would evict {early} of them before the capacity of {capacity} items is reached; raise Config::heap_bytes, or create the buffer with Config::evict_for_room to allow it"
+    )]
+    ValueSpaceFull {
+        /// Bytes of chunk rows the call's values take.
+        needed: u64,
+        /// Bytes of the value space (its chunk rows).
+        limit: u64,
+        /// Items held before the call.
+        live: u64,
+        /// Items the room would evict beyond those the ring replaces anyway.
+        early: u64,
+        /// The buffer's capacity in items.
+        capacity: u64,
+    },
+
     /// A `str` field's value is not UTF-8.
     #[error("field {field:?}, row {row} of the call: not UTF-8 after byte {valid_up_to}")]
     InvalidText {

@@ -114,6 +114,10 @@ pub struct Superblock {
     /// Each item has a state word in `items.state`: removed or live, and its uses
     /// (superblock flag bit 4, format version 3).
     pub lifecycle: bool,
+    /// When the chunk ring is full, an add evicts the oldest items for room even while
+    /// the buffer holds fewer than `capacity` (superblock flag bit 5; only with a chunk
+    /// ring). Without it such an add is refused (`ValueSpaceFull`).
+    pub evict_for_room: bool,
 }
 
 /// Where the chunk ring of a version-2 buffer keeps its rows: `lane-K/heap-N.dat`, in
@@ -154,11 +158,16 @@ pub const SB_FLAG_FRAGMENTS: u32 = 8;
 /// Superblock flag: the buffer has `items.state`, a state word per slot (format version
 /// 3, which builds before it refuse, so none of them draws a removed item).
 pub const SB_FLAG_LIFECYCLE: u32 = 16;
+/// Superblock flag: an add may evict items before capacity to make room in the chunk
+/// ring (without it, such an add is refused). Builds that predate it reject the flag;
+/// they evicted for room in every buffer.
+pub const SB_FLAG_EVICT_FOR_ROOM: u32 = 32;
 const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES
     | SB_FLAG_EPISODES
     | SB_FLAG_WHOLE_EPISODES
     | SB_FLAG_FRAGMENTS
-    | SB_FLAG_LIFECYCLE;
+    | SB_FLAG_LIFECYCLE
+    | SB_FLAG_EVICT_FOR_ROOM;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -179,7 +188,8 @@ impl Superblock {
                 | flag(self.episodic, SB_FLAG_EPISODES)
                 | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES)
                 | flag(self.fragments, SB_FLAG_FRAGMENTS)
-                | flag(self.lifecycle, SB_FLAG_LIFECYCLE),
+                | flag(self.lifecycle, SB_FLAG_LIFECYCLE)
+                | flag(self.evict_for_room, SB_FLAG_EVICT_FOR_ROOM),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -275,6 +285,7 @@ impl Superblock {
                     stride: field(HEAP_STRIDE_OFF),
                 }),
             lifecycle: false,
+            evict_for_room: false,
         };
         let bad = |offset: usize, name: &'static str, expected: String, got: u64| {
             Err(Problem::Field {
@@ -299,8 +310,17 @@ impl Superblock {
             whole_episodes: flags & SB_FLAG_WHOLE_EPISODES != 0,
             fragments: flags & SB_FLAG_FRAGMENTS != 0,
             lifecycle: flags & SB_FLAG_LIFECYCLE != 0,
+            evict_for_room: flags & SB_FLAG_EVICT_FOR_ROOM != 0,
             ..sb
         };
+        if sb.evict_for_room && sb.heap.is_none() {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 5 (evict for room) only with a chunk ring".into(),
+                flags.into(),
+            );
+        }
         if sb.lifecycle != (version == LIFECYCLE_VERSION) {
             return bad(
                 FLAGS_OFF,
@@ -743,6 +763,7 @@ mod tests {
             fragments: false,
             heap: None,
             lifecycle: false,
+            evict_for_room: false,
         }
     }
 

@@ -37,6 +37,8 @@ pub struct Config {
     pub(super) first_index: u64,
     pub(super) heap_bytes: Option<u64>,
     pub(super) chunk_bytes: u64,
+    /// An add may evict items before capacity to make room for its values.
+    pub(super) evict_for_room: bool,
     /// Item states, when kept: `max_use` and the eviction policy.
     pub(super) lifecycle: Option<LifeSettings>,
 }
@@ -71,6 +73,7 @@ impl Config {
             first_index: 0,
             heap_bytes: None,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            evict_for_room: false,
             lifecycle: None,
         }
     }
@@ -337,9 +340,13 @@ impl Config {
     }
 
     /// Bytes of the chunk ring that holds the values of variable-length fields (schemas
-    /// with `bytes`, `str` or ragged fields). Default: 4 KiB per item of capacity. When
-    /// the values of the live items would need more, the oldest items are evicted
-    /// early, so size it for `capacity` times the mean bytes of an item's values.
+    /// with `bytes`, `str` or ragged fields): the most the values may take on disk.
+    /// Default: 4 KiB per item of capacity. The ring's segment files are reserved on
+    /// disk as the writer first reaches each, so a large limit costs only what is
+    /// written. An add whose values would need the room of items the ring does not
+    /// replace anyway (the buffer is below capacity) is refused with
+    /// [`Error::ValueSpaceFull`], nothing stored, unless [`Config::evict_for_room`];
+    /// size it for `capacity` times the largest mean bytes of an item's values.
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema, VarKind};
@@ -353,6 +360,36 @@ impl Config {
     /// ```
     pub fn heap_bytes(mut self, bytes: u64) -> Config {
         self.heap_bytes = Some(bytes);
+        self
+    }
+
+    /// Lets an add evict the oldest items early, before the buffer holds `capacity`,
+    /// when the chunk ring has no room for its values (a byte budget for the values
+    /// rather than an item count). Without it such an add is refused, so no item is
+    /// ever dropped before capacity. Kept in the buffer's superblock (a group takes it
+    /// from `add_member`'s configuration, not as its template).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, ReplayBuffer, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().variable("text", VarKind::Str, None).build()?;
+    /// // Four chunk rows of 1 KiB: room for the values of four one-chunk adds.
+    /// let config = Config::new(schema, 100).heap_bytes(4 * 1024);
+    /// let mut refusing = ReplayBuffer::create(dir.path().join("a"), config.clone())?;
+    /// let mut evicting = ReplayBuffer::create(dir.path().join("b"), config.evict_for_room())?;
+    /// for _ in 0..4 {
+    ///     refusing.add(&[Column::text("text", "x")])?;
+    ///     evicting.add(&[Column::text("text", "x")])?;
+    /// }
+    /// let err = refusing.add(&[Column::text("text", "x")]).unwrap_err();
+    /// assert!(matches!(err, replaystore::Error::ValueSpaceFull { early: 1, .. }));
+    /// assert_eq!(refusing.len(), 4);
+    /// evicting.add(&[Column::text("text", "x")])?;
+    /// assert_eq!(evicting.len(), 4); // item 0 went to make room
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn evict_for_room(mut self) -> Config {
+        self.evict_for_room = true;
         self
     }
 
@@ -538,6 +575,7 @@ impl Config {
             first_index: 0,
             heap_bytes: (t.heap_bytes != 0).then_some(t.heap_bytes),
             chunk_bytes: t.chunk_bytes,
+            evict_for_room: false,
             lifecycle: t.life.as_ref().map(|l| LifeSettings {
                 max_use: l.max_use,
                 max_size: l.max_size,

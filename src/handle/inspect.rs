@@ -90,8 +90,13 @@ pub struct ValueStats {
     /// Bytes of the chunk ring from the oldest live value's chunk to the newest's end:
     /// what the live values occupy, packing and chunk tails included.
     pub chunk_bytes_used: u64,
-    /// Bytes the chunk ring holds in all.
+    /// Bytes the chunk ring holds in all: the most the values may take (`heap_bytes`).
     pub chunk_bytes_capacity: u64,
+    /// Bytes of disk the chunk segments take now (they are reserved as values arrive).
+    pub chunk_bytes_on_disk: u64,
+    /// When the ring is full before capacity, an add evicts the oldest items for room
+    /// (`Config::evict_for_room`) instead of being refused.
+    pub evict_for_room: bool,
     /// Why the slots could not be read, if they could not.
     pub problem: Option<String>,
 }
@@ -280,8 +285,18 @@ fn read_ring(dir: &Path, m: &Manifest) -> Result<Ring> {
 /// themselves are not read: `verify` checks them).
 fn value_stats(dir: &Path, m: &Manifest, heap: HeapGeometry, head: u64, tail: u64) -> ValueStats {
     let capacity = heap.capacity * heap.chunk_bytes();
+    let on_disk = crate::storage::SegmentSet::heap(&m.superblock).map_or(0, |set| {
+        use std::os::unix::fs::MetadataExt;
+        (0..set.segment_count)
+            .filter_map(|n| crate::storage::regular_file_meta(&set.path(dir, n)))
+            .map(|meta| meta.blocks() * 512)
+            .sum()
+    });
+    let evict_for_room = m.superblock.evict_for_room;
     let problem = |e: String| ValueStats {
         chunk_bytes_capacity: capacity,
+        chunk_bytes_on_disk: on_disk,
+        evict_for_room,
         problem: Some(e),
         ..ValueStats::default()
     };
@@ -329,6 +344,8 @@ fn value_stats(dir: &Path, m: &Manifest, heap: HeapGeometry, head: u64, tail: u6
             .collect(),
         chunk_bytes_used: used,
         chunk_bytes_capacity: capacity,
+        chunk_bytes_on_disk: on_disk,
+        evict_for_room,
         problem: None,
     }
 }

@@ -32,6 +32,9 @@ pub trait Io: Send + Sync + fmt::Debug {
     /// Reserves `len` bytes of disk for the file (fallocate), so writes through a
     /// mapping cannot fail for lack of space.
     fn allocate(&self, file: &File, len: u64) -> io::Result<()>;
+    /// Sets the file's length (ftruncate): bytes past the old end read as zeros and
+    /// take no disk until written or reserved.
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
     /// Writes all of `bytes` at `offset`.
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()>;
     /// fdatasync.
@@ -163,6 +166,9 @@ impl Io for OsIo {
     }
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
         reserve(file, len)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        file.set_len(len)
     }
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
@@ -447,6 +453,10 @@ impl Io for FaultyIo {
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
         self.tick("allocate")?;
         self.inner.allocate(file, len)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        self.tick("set_len")?;
+        self.inner.set_len(file, len)
     }
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.tick("write_at")?;

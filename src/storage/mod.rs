@@ -195,7 +195,15 @@ fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<
     let file = io
         .create_new(path)
         .map_err(|e| Error::io("create", path, e))?;
-    io.allocate(&file, len).map_err(|e| {
+    reserve(io, &file, path, len)?;
+    io.write_at(&file, 0, header)
+        .map_err(|e| Error::io("write header", path, e))?;
+    Ok(file)
+}
+
+/// Reserves the first `len` bytes of `file` on disk: a full disk is `DiskFull`.
+fn reserve(io: &dyn Io, file: &File, path: &Path, len: u64) -> Result<()> {
+    io.allocate(file, len).map_err(|e| {
         if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
             Error::DiskFull {
                 path: path.to_path_buf(),
@@ -204,20 +212,39 @@ fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<
         } else {
             Error::io("allocate", path, e)
         }
-    })?;
-    io.write_at(&file, 0, header)
-        .map_err(|e| Error::io("write header", path, e))?;
-    Ok(file)
+    })
 }
 
-/// Creates, reserves and stamps the header of segment file `n`.
+/// Creates segment file `n` and stamps its header. A row segment is reserved on disk
+/// whole; a chunk segment is made at its length but sparse, and reserved when the
+/// writer first stores into it ([`reserve_segment`]), so the value space takes disk
+/// as values arrive rather than all at create.
 pub(crate) fn create_segment(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
     let path = set.path(dir, n);
     let header = set.header(n);
-    let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
+    let file = if set.heap {
+        let file = io
+            .create_new(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        io.set_len(&file, header.file_len())
+            .map_err(|e| Error::io("set length", &path, e))?;
+        io.write_at(&file, 0, &header.encode())
+            .map_err(|e| Error::io("write header", &path, e))?;
+        file
+    } else {
+        create_reserved(io, &path, header.file_len(), &header.encode())?
+    };
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &path, e))?;
     Ok(())
+}
+
+/// Reserves the whole of segment file `n` on disk (writes through its mapping then
+/// cannot fault for lack of space). Idempotent: a reserved file is left as it is.
+pub(crate) fn reserve_segment(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
+    let path = set.path(dir, n);
+    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
+    reserve(io, &file, &path, set.header(n).file_len())
 }
 
 /// Opens and maps segment `n`, checking its length and header.

@@ -336,6 +336,7 @@ macro_rules! forward_io {
             read(path: &std::path::Path) -> std::io::Result<Vec<u8>>;
             read_at(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
             allocate(file: &std::fs::File, len: u64) -> std::io::Result<()>;
+            set_len(file: &std::fs::File, len: u64) -> std::io::Result<()>;
             write_at(file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
             sync_data(file: &std::fs::File) -> std::io::Result<()>;
             sync_dir(dir: &std::path::Path) -> std::io::Result<()>;

@@ -404,6 +404,9 @@ impl Io for SimIo {
     fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
         self.inner.allocate(file, len)
     }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        self.inner.set_len(file, len)
+    }
     fn write_at(&self, file: &File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.inner.write_at(file, offset, bytes)
     }

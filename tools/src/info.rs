@@ -106,6 +106,8 @@ fn values_json(v: &ValueStats) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "chunk_bytes_used": v.chunk_bytes_used,
         "chunk_bytes_capacity": v.chunk_bytes_capacity,
+        "chunk_bytes_on_disk": v.chunk_bytes_on_disk,
+        "evict_for_room": v.evict_for_room,
         "problem": v.problem,
     })
 }
@@ -118,10 +120,16 @@ fn print_values(v: &ValueStats) {
     }
     let total: u64 = v.fields.iter().map(|f| f.bytes).sum();
     say!(
-        "values     {} in live values; chunk ring {} used of {}",
+        "values     {} in live values; chunk ring {} used of {} (its limit), {} on disk; \
+         when full before capacity an add {}",
         human(total),
         human(v.chunk_bytes_used),
-        human(v.chunk_bytes_capacity)
+        human(v.chunk_bytes_capacity),
+        human(v.chunk_bytes_on_disk),
+        match v.evict_for_room {
+            true => "evicts the oldest items",
+            false => "is refused",
+        }
     );
     for f in &v.fields {
         match f.lengths {

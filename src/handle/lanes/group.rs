@@ -83,6 +83,16 @@ impl BufferGroup<ReplayBuffer> {
     /// configuration a member created by its first `add` gets (its capacity is the
     /// member's); without one, members are created by [`BufferGroup::add_member`] only.
     pub fn create(dir: impl AsRef<Path>, template: Option<Config>) -> Result<BufferGroup> {
+        if template.as_ref().is_some_and(|c| c.evict_for_room) {
+            // The group file's template has no place for it; a member made from it
+            // would refuse where this template said evict.
+            return Err(Error::InvalidConfig {
+                field: "evict_for_room",
+                problem: "a group's template does not keep it: create such a member with \
+                          add_member"
+                    .into(),
+            });
+        }
         let dir = storage::resolve_root(dir.as_ref());
         let io = template
             .as_ref()

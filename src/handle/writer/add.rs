@@ -458,9 +458,12 @@ impl<R: Writes> ReplayBuffer<R> {
                 max: usize::try_from(ring_bytes).unwrap_or(usize::MAX),
             })
         } else {
-            self.ensure_private(self.rows.tail_slot, rows)
+            // Disk for the chunks first: a full disk then fails the add before the
+            // room step evicts anything.
+            self.reserve_chunks(needed)
+                .and_then(|()| self.ensure_private(self.rows.tail_slot, rows))
                 .and_then(|()| self.guard_evictions(rows))
-                .and_then(|()| self.make_room_for_chunks(needed))
+                .and_then(|()| self.make_room_for_chunks(needed, rows - skip))
                 .and_then(|()| self.ensure_private_chunks(needed))
         };
         if let Err(e) = checked {
@@ -503,6 +506,16 @@ impl<R: Writes> ReplayBuffer<R> {
         self.scratch.order = order;
         Ok(first..first + rows)
     }
+    /// Reserves on disk the chunk segments the next `needed` chunks lie in (they are
+    /// sparse until the writer first stores there): a full disk is `DiskFull` here,
+    /// before anything is stored or evicted, never a fault through the mapping later.
+    pub(super) fn reserve_chunks(&mut self, needed: u64) -> Result<()> {
+        match &mut self.rows.heap {
+            Some(h) => h.reserve(&*self.rows.io, &self.rows.dir, needed),
+            None => Ok(()),
+        }
+    }
+
     /// Copy-on-write of the chunk segments a snapshot links that the next `needed`
     /// chunks would change (after `make_room_for_chunks`: only chunks live items still
     /// name are copied).
@@ -563,7 +576,11 @@ impl<R: Writes> ReplayBuffer<R> {
     /// (recovery after a kill must not bring them back over chunks rewritten since)
     /// and their priorities; readers see the new head before any chunk changes. The
     /// eviction record a committed item needs is made durable before anything moves.
-    fn make_room_for_chunks(&mut self, needed: u64) -> Result<()> {
+    /// Evicts the oldest items whose values lie in chunks the next `needed` would reuse.
+    /// Unless the buffer evicts for room, only items the add's `rows` replace in the
+    /// ring anyway (or removed ones) may go: needing another is `ValueSpaceFull`,
+    /// refused before anything changes, so no item is dropped before capacity.
+    fn make_room_for_chunks(&mut self, needed: u64, rows: u64) -> Result<()> {
         let Some(heap) = &self.rows.heap else {
             return Ok(());
         };
@@ -583,6 +600,21 @@ impl<R: Writes> ReplayBuffer<R> {
         }
         if to == head {
             return Ok(());
+        }
+        if !sb.evict_for_room {
+            let replaced = (tail - head + rows).saturating_sub(cap);
+            let life = self.parts.life.as_ref();
+            let removed = |i: u64| life.is_some_and(|l| l.is_removed(i));
+            let early = (head..to).filter(|&i| !removed(i)).count() as u64;
+            if early > replaced {
+                return Err(Error::ValueSpaceFull {
+                    needed: needed * heap.ring_stride(),
+                    limit: heap.capacity() * heap.ring_stride(),
+                    live: tail - head,
+                    early: early - replaced,
+                    capacity: cap,
+                });
+            }
         }
         self.pass_head(to)
     }

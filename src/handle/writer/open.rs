@@ -179,6 +179,7 @@ impl ReplayBuffer<Writer> {
             episodic: config.is_episodic(),
             whole_episodes: config.whole_episodes,
             fragments: config.fragments,
+            evict_for_room: config.evict_for_room && heap.is_some(),
             heap,
             lifecycle: config.lifecycle.is_some(),
         };
@@ -654,13 +655,19 @@ pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
 /// disk filled by fallocate and then emptied.
 fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
     let page = crate::format::segment::DATA_OFFSET as u64;
-    let (rows, headers) =
+    // Mapped: every segment of both rings. Reserved now: the row segments and the
+    // header pages; chunk segments are reserved as values arrive (each add checks).
+    let (mapped, reserved) =
         storage::SegmentSet::all(sb)
             .iter()
-            .fold((0u64, 0u64), |(rows, headers), set| {
+            .fold((0u64, 0u64), |(mapped, reserved), set| {
+                let rows = set.capacity.saturating_mul(set.stride);
+                let headers = set.segment_count.saturating_mul(page);
                 (
-                    rows.saturating_add(set.capacity.saturating_mul(set.stride)),
-                    headers.saturating_add(set.segment_count.saturating_mul(page)),
+                    mapped.saturating_add(rows).saturating_add(headers),
+                    reserved
+                        .saturating_add(if set.heap { 0 } else { rows })
+                        .saturating_add(headers),
                 )
             });
     // The tree: at most two f64 words per slot plus its header page.
@@ -669,7 +676,7 @@ fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
     } else {
         0
     };
-    let bytes = rows.saturating_add(headers).saturating_add(tree);
+    let bytes = mapped.saturating_add(tree);
     // 2^46: the user half of a 47-bit address space, where every segment is mapped.
     if bytes > 1 << 46 {
         return Err(Error::InvalidConfig {
@@ -684,6 +691,7 @@ fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
     let Some(existing) = storage::nearest_existing(dir) else {
         return Ok(());
     };
+    let bytes = reserved.saturating_add(tree);
     match fs2::available_space(existing) {
         Ok(free) if free < bytes => Err(Error::DiskFull {
             path: dir.to_path_buf(),

@@ -241,6 +241,7 @@ impl<R: Writes> ReplayBuffer<R> {
         if slots.iter().any(|s| s.pos / chunk < bound) {
             return Ok(None);
         }
+        self.reserve_chunks(needed)?;
         self.ensure_private_chunks(needed)?;
         Ok(Some(values))
     }
