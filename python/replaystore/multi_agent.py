@@ -115,8 +115,10 @@ class MultiAgentEpisodeBuffer:
             self._group.add_member(
                 ENV, {"env_t": "int64", "steps": ("uint64", (width,))},
                 int(env_capacity or 2 * capacity), seed=seed)
+            # A chunk row (1 KiB) or more per agent added, each add its own: room for all
+            # `width` of them, so none is refused (disk is taken only as names arrive).
             self._group.add_member(AGENTS, {"agent": "str", "module": "str"}, width,
-                                   heap_bytes=width * 512)
+                                   heap_bytes=max(width * 4096, 1 << 20))
             if per_module:
                 for m, fields in schema.items():
                     self._check_name(m)

@@ -352,7 +352,20 @@ def test_cached_buffer_moves_finished_episodes_as_tianshou(tmp_path):
         same(ours.add(b), theirs.add(b))
         compare(theirs, ours, theirs.sample_indices(0))
     same(ours.main_buffer[:], theirs.main_buffer[:])
-    ours.close()
+    # A pickle and an HDF5 file keep the cache whole: its main and cached buffers are
+    # its sub-buffers again after, as Tianshou binds them.
+    import pickle
+    h5 = str(tmp_path / "c.h5")
+    ours.save_hdf5(h5)
+    blob = pickle.dumps(ours)
+    ours.close()  # a folder has one writer: the pickle restores into it after this
+    for back in (pickle.loads(blob), ad.CachedReplayBuffer.load_hdf5(h5, folder=str(tmp_path / "h"))):
+        compare(theirs, back, theirs.sample_indices(0))
+        assert back.main_buffer is back.buffers[0]
+        assert [id(b) for b in back.cached_buffers] == [id(b) for b in back.buffers[1:]]
+        same(back.main_buffer[:], theirs.main_buffer[:])
+        back.close()
+    compare(theirs, tsd.CachedReplayBuffer.load_hdf5(h5), theirs.sample_indices(0))
     again = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8, path=path)
     compare(theirs, again, theirs.sample_indices(0))
     again.close()

@@ -34,6 +34,7 @@ from unstable.reward_transformations import (  # noqa: E402
     RoleAdvantageByEnvFormatter,
 )
 
+import replaystore as rs  # noqa: E402
 from replaystore.compat import unstable as ours  # noqa: E402
 
 THEIR_STEP = ub.StepBuffer.__ray_actor_class__
@@ -410,16 +411,28 @@ def test_buffer_actors_killed_lose_nothing_acknowledged_and_workers_no_partial_g
     assert [[dataclasses.astuple(s)[1:3] for s in e] for e in got] == [[("a", "x"), ("b", "y")]]
 
 
-def test_a_ring_too_small_for_the_kept_steps_says_so(tmp_path):
+def test_a_text_heap_too_small_for_the_kept_steps_refuses_the_add_whole(tmp_path):
+    long = PlayerTrajectory(final_reward=1.0, obs=["x" * 6000] * 4, actions=["a"] * 4)
+    # Too little text room: the add that would push a kept step out is refused whole.
     buf = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "small"),
                                heap_bytes=1 << 16)
-    long = PlayerTrajectory(final_reward=1.0, obs=["x" * 6000] * 4, actions=["a"] * 4)
-    with pytest.warns(RuntimeWarning, match="pushed out by the ring"):
+    with pytest.raises(rs.ValueSpaceFullError, match="heap_bytes=") as e:
         for _ in range(10):
+            held = buf.size()
             buf.add_player_trajectory(long, "E")
-    roomy = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "roomy"))
+    assert "Config::" not in str(e.value)
+    assert 0 < held == buf.size() < 50
+    # Rows as few as the kept steps plus one: the ring moves kept steps on, and neither
+    # refuses nor pushes any out.
+    tight = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "rows"), capacity=51)
     import warnings as w
 
+    with w.catch_warnings():
+        w.simplefilter("error")
+        for _ in range(20):
+            tight.add_player_trajectory(long, "E")
+    assert tight.size() == 50
+    roomy = ours.LocalStepBuffer(50, None, None, None, None, path=str(tmp_path / "roomy"))
     with w.catch_warnings():
         w.simplefilter("error")
         for _ in range(40):  # downsampling alone: no warning

@@ -21,9 +21,12 @@ steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act``
 The folder is ``<tracker's train dir>/replaystore-step-buffer`` (``-episode-buffer``)
 unless ``path=`` says where; ``capacity=`` and ``heap_bytes=`` size it (default: twice
 ``max_buffer_size`` rows, at least 1,024, and 8 KiB of text per row, so 16 KiB for
-each kept step; the heap is reserved on disk when the buffer is made). A ring too small for what ``max_buffer_size`` keeps would push stored steps
-out, which the library never does: each such add warns (``RuntimeWarning``) and logs
-how many.
+each kept step; disk is reserved as text arrives, not when the buffer is made). A
+trajectory whose text does not fit beside the steps held raises
+``replaystore.ValueSpaceFullError`` with nothing added, as the library never drops a
+step before it downsamples; a ring of too few rows for what ``max_buffer_size`` keeps
+would push stored steps out: each such add warns (``RuntimeWarning``) and logs how
+many.
 
 What each call does, as UnstableBaselines does it:
 
@@ -252,7 +255,15 @@ class _Buffer:
         n = len(rows["obs"])
         if n:
             before = len(self.buf)
-            self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+            try:
+                self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+            except rs.ValueSpaceFullError as e:
+                # The library keeps every step until it downsamples: refused, said why.
+                raise rs.ValueSpaceFullError(
+                    f"{self.path}: the text of this trajectory ({n} steps) does not fit beside "
+                    f"the {len(self.buf)} steps held, and nothing was added: give heap_bytes= "
+                    f"(text bytes, now {self.heap_bytes}) room for {self.max_buffer_size} steps "
+                    f"and a trajectory. {e}") from None
             self._check_kept(before, n)
         self.logger.info(f"Buffer size: {len(self.buf)}, added {n} steps")
 

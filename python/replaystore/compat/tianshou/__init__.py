@@ -18,7 +18,12 @@ Where the Tianshou-backed classes differ, and why:
   caller could ask otherwise).
 - Keys other than ``obs``, ``obs_next``, ``act`` and the four flags (``info``,
   ``policy``, ...) are pickled per transition: keys that appear mid-run are kept without
-  reallocating, and read back as Tianshou's column would hold them.
+  reallocating, and read back as Tianshou's column would hold them. Each sub-buffer's
+  pickled keys may take up to ``heap_bytes=`` (a keyword of every class; default 16 KiB
+  per transition and at least 256 MiB, reserved on disk only as they arrive); an add
+  past it raises ``replaystore.ValueSpaceFullError`` with nothing added and Tianshou's
+  counters as they were, where Tianshou would keep it in memory: no transition is
+  dropped before the buffer holds its size.
 - Positions not written since ``reset()`` read as zeros (Tianshou's arrays keep the old
   values there; no draw reaches them).
 - The prioritized buffers keep their priorities in Tianshou's segment tree in memory, as

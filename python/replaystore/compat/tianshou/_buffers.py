@@ -23,10 +23,16 @@ from tianshou.data import VectorReplayBuffer as _TSVectorReplayBuffer
 from tianshou.data.batch import create_value
 
 from ..._confined import Confined
+from ..._native import ValueSpaceFullError
 from .._folder import Folder, read_sidecar, write_sidecar
 from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, schema_of
 
 SIDECAR = "tianshou.json"
+
+#: What Tianshou's ``add`` moves before it stores a batch (a buffer's, and each
+#: sub-buffer's of a manager).
+_COUNTERS = ("last_index", "_insertion_idx", "_size", "_ep_return", "_ep_len", "_ep_start_idx",
+             "_lengths", "_ep_return", "_offset")
 
 
 class _Rings(Folder):
@@ -35,8 +41,10 @@ class _Rings(Folder):
 
     _kind = ""
 
-    def _start(self, path: Optional[str], sizes: List[int]) -> None:
+    def _start(self, path: Optional[str], sizes: List[int], heap_bytes: Optional[int]) -> None:
         self.__dict__["_ring_sizes"] = [int(s) for s in sizes]
+        # The most each ring's pickled keys may take (reserved on disk as they arrive).
+        self.__dict__["_heap_bytes"] = heap_bytes
         self._take_folder(path, "replaystore-tianshou-")
         os.makedirs(self._path, exist_ok=True)
         saved = read_sidecar(self._path, SIDECAR)
@@ -69,7 +77,7 @@ class _Rings(Folder):
         write_sidecar(self._path, SIDECAR, {**self._settings(), **extra})
 
     def _make_store(self, fields, rest_keys: List[str], bases: List[int]) -> Store:
-        rings = [Ring(ring_path(self._path, k), fields, size, base)
+        rings = [Ring(ring_path(self._path, k), fields, size, base, self.__dict__.get("_heap_bytes"))
                  for k, (size, base) in enumerate(zip(self._ring_sizes, bases))]
         offsets = np.concatenate([[0], np.cumsum(self._ring_sizes)])
         total = int(offsets[-1])
@@ -100,7 +108,21 @@ class _Rings(Folder):
         layout (Tianshou would allocate ``maxsize`` rows of it in memory)."""
         if not isinstance(self.__dict__.get("_meta"), Store):
             self._first(batch if isinstance(batch, Batch) else Batch(batch), buffer_ids)
-        return super().add(batch, buffer_ids)
+        # Tianshou moves its pointers before it stores the batch: a refused add puts
+        # them back, so the buffer still counts what it holds.
+        counters = [(b, {k: copy.copy(b.__dict__[k]) for k in _COUNTERS if k in b.__dict__})
+                    for b in [self, *self.__dict__.get("buffers", [])]]
+        try:
+            return super().add(batch, buffer_ids)
+        except ValueSpaceFullError as e:
+            for b, saved in counters:
+                b.__dict__.update(saved)
+            raise ValueSpaceFullError(
+                f"{type(self).__name__}: nothing was added: the pickled keys of this add (those "
+                f"not stored as arrays: info, nested objects) do not fit its value space, and "
+                f"Tianshou keeps every transition until it holds its size; give the buffer a "
+                f"larger heap_bytes= (now {self.__dict__.get('_heap_bytes') or 'the default'}, "
+                f"per sub-buffer). {e}") from None
 
     def update(self, buffer: Any) -> np.ndarray:
         """Tianshou's ``update`` (moves ``buffer``'s transitions in, oldest first); into a
@@ -266,7 +288,7 @@ class _Rings(Folder):
                 kid = copy.copy(b)
                 kid.__dict__["_meta"] = Batch()
                 kids.append(kid)
-            state["buffers"] = _objects(kids)
+            state.update(_named_kids(self, kids))
         store = self.__dict__.get("_meta")
         if isinstance(store, Store):
             if self._own_dir:
@@ -289,6 +311,7 @@ class _Rings(Folder):
         mirror = state.pop("_mirror", None)
         rest_keys = state.pop("_rest_keys", None)
         self.__dict__.update(state)
+        _rebind(self)
         self.__dict__["_meta"] = Batch()
         self.__dict__["_remove_dir"] = None
         if snapshots is not None:
@@ -369,7 +392,7 @@ class _Rings(Folder):
                 kid.__dict__ = {k: v for k, v in b.__dict__.items() if k != "_meta"}
                 kid.__dict__["_meta"] = meta[lo:hi] if isinstance(store, Store) else Batch()
                 kids.append(kid)
-            state["buffers"] = _objects(kids)
+            state.update(_named_kids(self, kids))
         with h5py.File(path, "w") as f:
             to_hdf5(state, f, compression=compression)
 
@@ -386,6 +409,7 @@ class _Rings(Folder):
         kids = state.get("buffers")
         buf = cls.__new__(cls)
         buf.__dict__.update(state)
+        _rebind(buf)
         buf.__dict__["_meta"] = Batch()
         sizes = [int(b.maxsize) for b in kids] if kids is not None else [int(state["maxsize"])]
         buf.__dict__["_ring_sizes"] = sizes
@@ -413,6 +437,24 @@ class _Rings(Folder):
         """Makes every transition added so far durable."""
         for buf in self._open_buffers():
             buf.flush()
+
+
+def _named_kids(buf: Any, kids: List[Any]) -> Dict[str, Any]:
+    """Where a manager's state names its sub-buffers, their stand-ins ``kids`` (for a
+    pickle or an HDF5 file): ``buffers``, and a cache's ``main_buffer`` and
+    ``cached_buffers``, which Tianshou binds to ``buffers[0]`` and ``buffers[1:]``."""
+    named: Dict[str, Any] = {"buffers": _objects(kids)}
+    if "main_buffer" in buf.__dict__:
+        named["main_buffer"], named["cached_buffers"] = kids[0], _objects(kids[1:])
+    return named
+
+
+def _rebind(buf: Any) -> None:
+    """A cache's ``main_buffer`` and ``cached_buffers`` are its ``buffers[0]`` and
+    ``buffers[1:]`` again after a pickle or an HDF5 file gave them as copies."""
+    if "main_buffer" in buf.__dict__ and "buffers" in buf.__dict__:
+        buf.__dict__["main_buffer"] = buf.buffers[0]
+        buf.__dict__["cached_buffers"] = list(buf.buffers[1:])
 
 
 def _objects(items: List[Any]) -> np.ndarray:
@@ -483,10 +525,11 @@ class ReplayBuffer(_Rings, _TSReplayBuffer):
 
     def __init__(self, size: int, stack_num: int = 1, ignore_obs_next: bool = False,
                  save_only_last_obs: bool = False, sample_avail: bool = False, *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _TSReplayBuffer.__init__(self, size, stack_num, ignore_obs_next, save_only_last_obs,
                                  sample_avail, **kwargs)
-        self._start(path, [self.maxsize])
+        self._start(path, [self.maxsize], heap_bytes)
 
 
 class VectorReplayBuffer(_Rings, _TSVectorReplayBuffer):
@@ -496,9 +539,9 @@ class VectorReplayBuffer(_Rings, _TSVectorReplayBuffer):
     _kind = "VectorReplayBuffer"
 
     def __init__(self, total_size: int, buffer_num: int, *, path: Optional[str] = None,
-                 **kwargs: Any) -> None:
+                 heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         _TSVectorReplayBuffer.__init__(self, total_size, buffer_num, **kwargs)
-        self._start(path, [b.maxsize for b in self.buffers])
+        self._start(path, [b.maxsize for b in self.buffers], heap_bytes)
 
     def _children(self) -> List[Any]:
         return list(self.buffers)
@@ -516,9 +559,10 @@ class PrioritizedReplayBuffer(_Rings, _TSPrioritizedReplayBuffer):
     _kind = "PrioritizedReplayBuffer"
 
     def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _TSPrioritizedReplayBuffer.__init__(self, size, alpha, beta, weight_norm, **kwargs)
-        self._start(path, [self.maxsize])
+        self._start(path, [self.maxsize], heap_bytes)
 
     def _after_rebuild(self) -> None:
         if len(self):
@@ -531,9 +575,9 @@ class PrioritizedVectorReplayBuffer(_Rings, _TSPrioritizedVectorReplayBuffer):
     _kind = "PrioritizedVectorReplayBuffer"
 
     def __init__(self, total_size: int, buffer_num: int, *, path: Optional[str] = None,
-                 **kwargs: Any) -> None:
+                 heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         _TSPrioritizedVectorReplayBuffer.__init__(self, total_size, buffer_num, **kwargs)
-        self._start(path, [b.maxsize for b in self.buffers])
+        self._start(path, [b.maxsize for b in self.buffers], heap_bytes)
 
     def _children(self) -> List[Any]:
         return list(self.buffers)
@@ -555,14 +599,14 @@ class CachedReplayBuffer(_Rings, _TSCachedReplayBuffer):
     _kind = "CachedReplayBuffer"
 
     def __init__(self, main_buffer: Any, cached_buffer_num: int, max_episode_length: int, *,
-                 path: Optional[str] = None) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None) -> None:
         if isinstance(main_buffer, _Rings):
             # Its own folder goes unused: the cache's rings hold everything.
             plain = _TSReplayBuffer(main_buffer.maxsize, **main_buffer.options)
             main_buffer.close()
             main_buffer = plain
         _TSCachedReplayBuffer.__init__(self, main_buffer, cached_buffer_num, max_episode_length)
-        self._start(path, [b.maxsize for b in self.buffers])
+        self._start(path, [b.maxsize for b in self.buffers], heap_bytes)
 
     def _children(self) -> List[Any]:
         return list(self.buffers)
@@ -650,9 +694,10 @@ class HERReplayBuffer(_Relabel, _Rings, _TSHERReplayBuffer):
     _kind = "HERReplayBuffer"
 
     def __init__(self, size: int, compute_reward_fn: Any, horizon: int, future_k: float = 8.0, *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _TSHERReplayBuffer.__init__(self, size, compute_reward_fn, horizon, future_k, **kwargs)
-        self._start(path, [self.maxsize])
+        self._start(path, [self.maxsize], heap_bytes)
 
 
 class _HERChild(_Relabel, _TSHERReplayBuffer):
@@ -667,11 +712,11 @@ class HERVectorReplayBuffer(_Rings, _TSHERVectorReplayBuffer):
     _kind = "HERVectorReplayBuffer"
 
     def __init__(self, total_size: int, buffer_num: int, *, path: Optional[str] = None,
-                 **kwargs: Any) -> None:
+                 heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         assert buffer_num > 0
         size = int(np.ceil(total_size / buffer_num))
         _TSHERReplayBufferManager.__init__(self, [_HERChild(size, **kwargs) for _ in range(buffer_num)])
-        self._start(path, [b.maxsize for b in self.buffers])
+        self._start(path, [b.maxsize for b in self.buffers], heap_bytes)
 
     def _children(self) -> List[Any]:
         return list(self.buffers)

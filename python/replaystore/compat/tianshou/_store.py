@@ -105,18 +105,26 @@ class _NoRows:
 STALE_ROWS = 1 << 16
 
 
+def value_space(size: int) -> int:
+    """The default most a ring's pickled keys may take: 16 KiB per transition, and at
+    least 256 MiB, so the env objects some envs put in ``info`` (hundreds of KiB a step)
+    fit a small buffer whole. Disk is reserved only as values arrive."""
+    return max(256 << 20, 16384 * int(size))
+
+
 class Ring:
     """One sub-buffer's replaystore ring: ring positions ``[0, size)`` to logical indices,
     as the adapter is its only writer."""
 
     def __init__(self, path: str, fields: Dict[str, Tuple[np.dtype, Tuple[int, ...]]], size: int,
-                 base: int) -> None:
+                 base: int, heap_bytes: Optional[int] = None) -> None:
         schema: Dict[str, Any] = {k: (d.str, s) for k, (d, s) in fields.items()}
         schema[REST] = "bytes"
         self.size = size
         # Tianshou takes a main buffer of size 0 (a CachedReplayBuffer that only caches):
         # no folder is made for a ring that holds nothing.
-        self.buf = _Buffer.open_or_create(path, schema, size) if size else _NoRows()
+        heap = heap_bytes or value_space(size)
+        self.buf = _Buffer.open_or_create(path, schema, size, heap_bytes=heap) if size else _NoRows()
         self.tail = int(self.buf.stats()["tail"])
         self.base = base
 
