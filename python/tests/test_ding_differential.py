@@ -41,6 +41,7 @@ from easydict import EasyDict  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+import replaystore  # noqa: E402
 from replaystore.compat import ding as ours  # noqa: E402
 from replaystore.compat.ding import _deque  # noqa: E402
 
@@ -535,3 +536,25 @@ def test_a_state_of_other_records_is_refused_and_the_buffer_goes_on(tmp_path):
     same(records(b), records(fresh))
     for buf in (a, b, fresh):
         buf.close()
+
+
+def test_records_larger_than_the_value_space_limit_are_refused_and_nothing_is_dropped(tmp_path):
+    # DI-engine keeps every record until size; so does the adapter, its ring growing,
+    # until heap_bytes: past it a push is refused with nothing added.
+    big = lambda k: {"obs": torch.full((64_000,), float(k)), "k": k}  # ~256 KB pickled
+    theirs, mine = TheirDeque(size=50), ours.DequeBuffer(size=50, path=str(tmp_path / "d"))
+    for k in range(20):
+        theirs.push(big(k))
+        mine.push(big(k))
+    assert mine.count() == theirs.count() == 20
+    assert [r.data["k"] for r in mine.export_data()] == list(range(20))
+    mine.close()
+    small = ours.DequeBuffer(size=50, path=str(tmp_path / "s"), heap_bytes=2 << 20)
+    with pytest.raises(replaystore.ValueSpaceFullError, match="heap_bytes=") as e:
+        for k in range(20):
+            held = small.count()
+            small.push(big(k))
+    assert 0 < held == small.count() < 20
+    assert [r.data["k"] for r in small.export_data()] == list(range(held))
+    assert "Config::" not in str(e.value)
+    small.close()

@@ -108,3 +108,35 @@ def test_a_tianshou_buffer_past_its_value_space_refuses_the_add_and_counts_what_
     assert (len(buf), buf._insertion_idx, buf.last_index.tolist(), buf._ep_len, buf._ep_return) == before
     assert [buf[i].info.env for i in range(4)] == [EnvLike(i) for i in range(4)]
     buf.close()
+
+
+def _infos_batch(start, n):
+    from ray.rllib.policy.sample_batch import SampleBatch
+    infos = np.empty(n, dtype=object)
+    infos[:] = [{"env": EnvLike(start + i)} for i in range(n)]
+    return SampleBatch({"obs": np.arange(start, start + n, dtype=np.float32)[:, None],
+                        "actions": np.arange(start, start + n), "infos": infos})
+
+
+@pytest.mark.parametrize("unit", ["timesteps", "fragments"])
+def test_rllib_keeps_every_item_whose_infos_hold_large_objects_until_its_limit(tmp_path, unit):
+    peer("ray")
+    from ray.rllib.utils.replay_buffers import ReplayBuffer as TheirBuffer
+    from replaystore.compat.rllib import ReplayBuffer
+    theirs = TheirBuffer(capacity=100, storage_unit=unit)
+    ours = ReplayBuffer(capacity=100, storage_unit=unit, path=str(tmp_path / "r"))
+    for k in range(6):
+        theirs.add(_infos_batch(3 * k, 3))
+        ours.add(_infos_batch(3 * k, 3))
+    assert len(ours) == len(theirs)
+    assert ours._num_timesteps_added == theirs._num_timesteps_added == 18
+    ours.close()
+    # A limit the user sets: past it, refused whole, RLlib's counts as they were.
+    small = ReplayBuffer(capacity=100, storage_unit=unit, path=str(tmp_path / "s"), heap_bytes=2 << 20)
+    with pytest.raises(rs.ValueSpaceFullError, match="heap_bytes=") as e:
+        for k in range(20):
+            held = (len(small), small._num_timesteps_added)
+            small.add(_infos_batch(3 * k, 3))
+    assert "Config::" not in str(e.value)
+    assert 0 < held[0] and (len(small), small._num_timesteps_added) == held
+    small.close()

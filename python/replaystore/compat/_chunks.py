@@ -27,6 +27,7 @@ import numpy as np
 
 from .._confined import Confined
 from .._native import ReplayBuffer as _Buffer
+from .._native import ValueSpaceFullError
 from ._folder import (drop_recorded_generations, generation_name, read_sidecar,
                       refuse_unrecorded_generation, write_sidecar)
 
@@ -72,11 +73,19 @@ class PickleCodec:
 
 class ChunkStore:
     """Chunks under ``folder/gen-K``: ``put`` returns a sequence number, ``get`` the
-    object (a small cache of recent ones in memory), ``remove`` drops chunks."""
+    object (a small cache of recent ones in memory), ``remove`` drops chunks.
+
+    The rings grow with what is held, up to ``max_heap`` bytes of value space (``None``:
+    as far as the disk allows): a put that would need more raises
+    ``ValueSpaceFullError`` with nothing stored, so no object is ever dropped for room."""
 
     def __init__(self, folder: str, settings: Dict[str, Any], sidecar: str,
-                 cache_bytes: int = 64 << 20, codec: Any = None, cache_puts: bool = True) -> None:
+                 cache_bytes: int = 64 << 20, codec: Any = None, cache_puts: bool = True,
+                 max_heap: Optional[int] = None) -> None:
         self.folder = folder
+        #: The most value space a ring may have (the owner's ``heap_bytes=``); a limit
+        #: of this process, not of the folder, so a reopen may give another.
+        self.max_heap = max_heap
         self.sidecar = sidecar
         #: How an object becomes a row: fixed fields beside the ``chunk`` blob.
         self.codec = codec if codec is not None else PickleCodec()
@@ -165,6 +174,9 @@ class ChunkStore:
         if self.buf is None:
             items = int(self.settings["items"])
             heap = max(MIN_HEAP, int(self.settings["heap"]))
+            if self.max_heap is not None:
+                self._within(self._cost(blob), 0)
+                heap = min(heap, max(MIN_HEAP, self.max_heap))
             self.settings["heap"] = heap
             self.settings.setdefault("heaps", {})["1"] = heap
             self._switch(1, self._create(1, items, heap))
@@ -180,7 +192,22 @@ class ChunkStore:
         # Twice what is live, so the next replacement is as far off as this one was.
         items = max(cap, 2 * (len(self.where) + 1) + 64)
         heap = max(heap, int(2 * live / FILL))
+        if self.max_heap is not None:
+            # At the limit, a ring that holds what is live as the fill rule wants.
+            self._within(live, len(self.where))
+            heap = max(min(heap, self.max_heap), int(live / FILL) + 1)
         self._grow(items, heap)
+
+    def _within(self, live: int, held: int) -> None:
+        """Refuses a put after which the ``live`` heap bytes (what is held and the put)
+        would not fit ``max_heap`` by the fill rule: nothing was stored."""
+        if self.max_heap is not None and live / FILL > self.max_heap:
+            raise ValueSpaceFullError(
+                f"{self.folder}: the {held} objects held and this one take {live} bytes of "
+                f"value space, more than heap_bytes={self.max_heap} leaves room for (the ring "
+                f"keeps {int(FILL * 100)}% of it in use at most); nothing was added and nothing "
+                f"was dropped: give the buffer a larger heap_bytes=, or None for no limit but "
+                f"the disk's")
 
     def _grow(self, items: int, heap: int) -> None:
         gen = self.gen + 1

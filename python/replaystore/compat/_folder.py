@@ -57,6 +57,18 @@ class Folder:
         return False
 
 
+def value_space(items: int) -> int:
+    """The default most the pickled objects of a ring of ``items`` may take (its
+    ``heap_bytes``): 16 KiB per item and at least 256 MiB, so the large objects some
+    libraries' users store per step (an env in Tianshou's ``info``, RLlib's ``infos``)
+    fit a small buffer whole. The engine reserves disk only as values arrive.
+
+    >>> value_space(100) == 256 << 20, value_space(1_000_000) == 16_384_000_000
+    (True, True)
+    """
+    return max(256 << 20, 16384 * int(items))
+
+
 def write_sidecar(folder: str, name: str, config: dict) -> None:
     """Writes an adapter's settings beside its buffer, atomically and inside the folder
     (``Confined.replace``): a kill leaves the old file or the new one, never half of one."""

@@ -14,7 +14,11 @@ same random state:
 
 The records' data live pickled in a replaystore ring in the folder ``path`` (a
 temporary one when ``None``); a folder that holds a buffer is reopened with every record
-it had, after a kill -9 too. Checked against DI-engine by
+it had, after a kill -9 too. The ring grows with what is held (never dropping a record
+DI-engine keeps) up to ``heap_bytes=`` bytes of value space (a keyword, or
+``cfg.heap_bytes`` for the legacy buffers; default ``None``: the disk's room); a push
+past it raises ``replaystore.ValueSpaceFullError`` with nothing added. Checked against
+DI-engine by
 ``python/tests/test_ding_differential.py`` (in DI-engine's own virtualenv).
 
 Where they differ from DI-engine, and why:

@@ -229,7 +229,8 @@ class DequeBuffer(Folder, _DequeBuffer):
     >>> buf.close()
     """
 
-    def __init__(self, size: int, sliced: bool = False, *, path: Optional[str] = None) -> None:
+    def __init__(self, size: int, sliced: bool = False, *, path: Optional[str] = None,
+                 heap_bytes: Optional[int] = None) -> None:
         _DequeBuffer.__init__(self, size=size, sliced=sliced)
         self._take_folder(path, "replaystore-ding-")
         saved = read_sidecar(self._path, SIDECAR)
@@ -238,7 +239,7 @@ class DequeBuffer(Folder, _DequeBuffer):
                              f"({SIDECAR} field 'size')")
         store = ChunkStore(self._path, {"class": "DequeBuffer", "size": size,
                                         "items": min(2 * size + 64, 4096), "heap": START_HEAP}, SIDECAR,
-                           codec=LeafCodec(), cache_puts=False)
+                           codec=LeafCodec(), cache_puts=False, max_heap=heap_bytes)
         self.storage = Records(store, size)
         self._reindex()
 

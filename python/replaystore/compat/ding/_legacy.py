@@ -161,8 +161,9 @@ class Slots:
 class _Slotted(Folder):
     """What the legacy adapters add to DI-engine's classes."""
 
-    def _attach(self, cfg: Any, path: Optional[str]) -> None:
+    def _attach(self, cfg: Any, path: Optional[str], heap_bytes: Optional[int]) -> None:
         path = path if path is not None else cfg.get("path")
+        heap_bytes = heap_bytes if heap_bytes is not None else cfg.get("heap_bytes")
         self._take_folder(path, "replaystore-ding-")
         name = type(self).__name__
         size = int(self._replay_buffer_size)
@@ -171,7 +172,8 @@ class _Slotted(Folder):
             raise ValueError(f"{self._path}: holds a {saved.get('class')} of size {saved.get('size')}, "
                              f"not a {name} of size {size} ({SIDECAR})")
         store = ChunkStore(self._path, {"class": name, "size": size, "items": min(2 * size + 64, 4096),
-                                        "heap": START_HEAP}, SIDECAR, codec=LeafCodec(), cache_puts=False)
+                                        "heap": START_HEAP}, SIDECAR, codec=LeafCodec(), cache_puts=False,
+                           max_heap=heap_bytes)
         store.counters_fn = lambda key: (self._data.puts if isinstance(self._data, Slots) else 0, 0)
         self._data = Slots(store, size)
         self._reopen()
@@ -268,17 +270,19 @@ class NaiveReplayBuffer(_Slotted, _NaiveReplayBuffer):
     """DI-engine's ``NaiveReplayBuffer(cfg, tb_logger=None, exp_name=..., instance_name=...)``
     with its items in the folder ``path`` (or ``cfg.path``)."""
 
-    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _NaiveReplayBuffer.__init__(self, cfg, *args, **kwargs)
-        self._attach(cfg, path)
+        self._attach(cfg, path, heap_bytes)
 
 
 class EpisodeReplayBuffer(_Slotted, _EpisodeReplayBuffer):
     """DI-engine's ``EpisodeReplayBuffer``: a ``NaiveReplayBuffer`` of whole episodes."""
 
-    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _EpisodeReplayBuffer.__init__(self, cfg, *args, **kwargs)
-        self._attach(cfg, path)
+        self._attach(cfg, path, heap_bytes)
 
 
 class AdvancedReplayBuffer(_Slotted, _AdvancedReplayBuffer):
@@ -286,9 +290,10 @@ class AdvancedReplayBuffer(_Slotted, _AdvancedReplayBuffer):
     throughput control) with its items in the folder ``path`` (or ``cfg.path``). A
     reopened folder starts each item at the priority it was pushed with."""
 
-    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, *args: Any, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _AdvancedReplayBuffer.__init__(self, cfg, *args, **kwargs)
-        self._attach(cfg, path)
+        self._attach(cfg, path, heap_bytes)
 
     def _reopen(self) -> None:
         super()._reopen()

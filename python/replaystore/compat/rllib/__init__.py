@@ -14,7 +14,11 @@ the same random state:
 
 Their items live pickled in a replaystore ring in the folder ``path`` (a temporary one
 when ``None``, removed at ``close``); a folder that holds a buffer is reopened with
-every item it had, after a kill -9 too. Checked against RLlib by
+every item it had, after a kill -9 too. The ring grows with what is held (never
+dropping an item RLlib keeps) up to ``heap_bytes=`` bytes of value space, a keyword of
+every class (each policy's, for the multi-agent ones; default ``None``: the disk's
+room); a put past it raises ``replaystore.ValueSpaceFullError`` with nothing added.
+Checked against RLlib by
 ``python/tests/test_rllib_differential.py``. Without Ray, ``ReplayBuffer`` and
 ``PrioritizedReplayBuffer`` are stand-ins on plain dicts of arrays (``_plain``).
 

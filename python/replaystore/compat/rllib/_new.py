@@ -69,7 +69,7 @@ class _Stored(Folder):
 
     _episode_class: Any = SingleAgentEpisode
 
-    def _attach(self, path: Optional[str], capacity: int) -> None:
+    def _attach(self, path: Optional[str], capacity: int, heap_bytes: Optional[int]) -> None:
         self._take_folder(path, "replaystore-rllib-")
         name = type(self).__name__
         saved = own_settings(self._path, name)
@@ -77,7 +77,7 @@ class _Stored(Folder):
                     "items": min(2 * int(capacity) + 64, 1024), "heap": START_HEAP}
         if saved is not None:
             settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
-        store = ChunkStore(self._path, settings, SIDECAR)
+        store = ChunkStore(self._path, settings, SIDECAR, max_heap=heap_bytes)
         store.counters_fn = self._counters
         self.episodes = EpisodeDeque(store)
         if store.buf is not None:
@@ -182,18 +182,20 @@ class EpisodeReplayBuffer(_Stored, _EpisodeReplayBuffer, metaclass=_ByName):
     """RLlib's ``EpisodeReplayBuffer(capacity=10000, *, batch_size_B=16,
     batch_length_T=64, ...)`` with its episodes in the folder ``path``."""
 
-    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _EpisodeReplayBuffer.__init__(self, capacity, **kwargs)
-        self._attach(path, capacity)
+        self._attach(path, capacity, heap_bytes)
 
 
 class PrioritizedEpisodeReplayBuffer(_Stored, _PrioritizedEpisodeReplayBuffer, metaclass=_ByName):
     """RLlib's ``PrioritizedEpisodeReplayBuffer(capacity=10000, *, batch_size_B=16,
     batch_length_T=1, alpha=1.0, ...)`` with its episodes in the folder ``path``."""
 
-    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _PrioritizedEpisodeReplayBuffer.__init__(self, capacity, **kwargs)
-        self._attach(path, capacity)
+        self._attach(path, capacity, heap_bytes)
 
 
 class MultiAgentEpisodeReplayBuffer(_Stored, _MultiAgentEpisodeReplayBuffer, metaclass=_ByName):
@@ -202,9 +204,10 @@ class MultiAgentEpisodeReplayBuffer(_Stored, _MultiAgentEpisodeReplayBuffer, met
 
     _episode_class = MultiAgentEpisode
 
-    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _MultiAgentEpisodeReplayBuffer.__init__(self, capacity, **kwargs)
-        self._attach(path, capacity)
+        self._attach(path, capacity, heap_bytes)
 
 
 class MultiAgentPrioritizedEpisodeReplayBuffer(_Stored, _MultiAgentPrioritizedEpisodeReplayBuffer, metaclass=_ByName):
@@ -213,6 +216,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(_Stored, _MultiAgentPrioritizedEp
 
     _episode_class = MultiAgentEpisode
 
-    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, capacity: int = 10000, *, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _MultiAgentPrioritizedEpisodeReplayBuffer.__init__(self, capacity, **kwargs)
-        self._attach(path, capacity)
+        self._attach(path, capacity, heap_bytes)

@@ -44,6 +44,7 @@ from ray.rllib.utils.replay_buffers.reservoir_replay_buffer import (
 
 from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
+from ..._native import ValueSpaceFullError
 from .._chunks import ChunkStore
 from .._folder import Folder, write_sidecar
 from ._new import SIDECAR, _detach, own_settings
@@ -171,8 +172,9 @@ class _Slotted(Folder):
     #: slots only; the reservoir overwrites random slots.
     _rows_allowed = True
 
-    def _attach(self, path: Optional[str]) -> None:
+    def _attach(self, path: Optional[str], heap_bytes: Optional[int] = None) -> None:
         self._take_folder(path, "replaystore-rllib-")
+        self._heap_bytes = heap_bytes
         name = type(self).__name__
         saved = own_settings(self._path, name)
         self._settings = {"class": name, "capacity": int(self.capacity),
@@ -182,11 +184,11 @@ class _Slotted(Folder):
             self._settings.update({k: saved[k] for k in ("items", "heap") if k in saved})
         self._rows: Optional[Rows] = None
         if saved is not None and saved.get("mode") == "rows":
-            self._rows = Rows(self._path, int(self.capacity), saved["columns"])
+            self._rows = Rows(self._path, int(self.capacity), saved["columns"], heap_bytes)
             self._storage = self._rows
             self._reopen_rows()
             return
-        store = ChunkStore(self._path, self._settings, SIDECAR)
+        store = ChunkStore(self._path, self._settings, SIDECAR, max_heap=heap_bytes)
         store.counters_fn = lambda key: (self._num_timesteps_added, 0)
         self._storage = Slots(self, store)
         if store.buf is not None:
@@ -207,7 +209,7 @@ class _Slotted(Folder):
                 and (self.storage_unit == StorageUnit.TIMESTEPS or self._one_row_items)
                 and isinstance(self._storage, Slots) and len(self._storage) == 0
                 and self._storage.store.buf is None and fits(batch)):
-            self._rows = Rows(self._path, int(self.capacity))
+            self._rows = Rows(self._path, int(self.capacity), heap_bytes=self._heap_bytes)
             self._storage = self._rows
             return True
         return False
@@ -254,6 +256,17 @@ class _Slotted(Folder):
         self._eviction_started = tail >= self.capacity
         self._est_size_bytes = len(self._rows) * self._rows.row_size
         self._restart_priorities()
+
+    def _add_single_batch(self, item: Any, **kwargs: Any) -> None:
+        # RLlib counts an item in before it stores it: a put refused for want of value
+        # space (heap_bytes=) puts the counts back, so RLlib counts only what is held.
+        counted = {k: getattr(self, k) for k in COUNTERS if hasattr(self, k)}
+        try:
+            super()._add_single_batch(item, **kwargs)
+        except ValueSpaceFullError:
+            for k, v in counted.items():
+                setattr(self, k, v)
+            raise
 
     def _restart_priorities(self) -> None:
         """After a reopen: what RLlib keeps beside the items only in memory (the
@@ -349,7 +362,7 @@ class _Slotted(Folder):
                     raise ValueError(f"{self._path}: the state is of a timesteps buffer of rows; "
                                      "this buffer holds chunks")
                 # A buffer built fresh takes rows as its first add of timesteps would.
-                self._rows = Rows(self._path, int(self.capacity))
+                self._rows = Rows(self._path, int(self.capacity), heap_bytes=self._heap_bytes)
                 self._storage = self._rows
             if mine["rows"] is None:
                 self._rows.reset([], 0)
@@ -372,9 +385,9 @@ class ReplayBuffer(_Slotted, _ReplayBuffer):
     the folder ``path``."""
 
     def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         _ReplayBuffer.__init__(self, capacity, storage_unit, **kwargs)
-        self._attach(path)
+        self._attach(path, heap_bytes)
 
 
 class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
@@ -383,9 +396,9 @@ class PrioritizedReplayBuffer(_Slotted, _PrioritizedReplayBuffer):
     trees, in memory (a reopened folder starts every item at the largest priority)."""
 
     def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", alpha: float = 1.0, *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         _PrioritizedReplayBuffer.__init__(self, capacity, storage_unit, alpha, **kwargs)
-        self._attach(path)
+        self._attach(path, heap_bytes)
 
     def _restart_priorities(self) -> None:
         top = self._max_priority ** self._alpha
@@ -401,12 +414,12 @@ class ReservoirReplayBuffer(_Slotted, _ReservoirReplayBuffer):
     _rows_allowed = False
 
     def __init__(self, capacity: int = 10000, storage_unit: Any = "timesteps", *,
-                 path: Optional[str] = None, **kwargs: Any) -> None:
+                 path: Optional[str] = None, heap_bytes: Optional[int] = None, **kwargs: Any) -> None:
         _ReservoirReplayBuffer.__init__(self, capacity, storage_unit, **kwargs)
-        self._attach(path)
+        self._attach(path, heap_bytes)
 
-    def _attach(self, path: Optional[str]) -> None:
-        super()._attach(path)
+    def _attach(self, path: Optional[str], heap_bytes: Optional[int] = None) -> None:
+        super()._attach(path, heap_bytes)
         # Most adds past capacity store nothing (the item is not drawn into the
         # reservoir) yet count: each add call's counters go to a two-row ring of their
         # own, so a reopen counts every call, stored or not.
@@ -470,11 +483,12 @@ class FifoReplayBuffer(Folder, _FifoReplayBuffer):
     """RLlib's ``FifoReplayBuffer``: batches returned one at a time in the order added,
     queued in the folder ``path``."""
 
-    def __init__(self, *args: Any, path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, path: Optional[str] = None, heap_bytes: Optional[int] = None,
+                 **kwargs: Any) -> None:
         _FifoReplayBuffer.__init__(self, *args, **kwargs)
         self._take_folder(path, "replaystore-rllib-")
         store = ChunkStore(self._path, {"class": type(self).__name__, "items": 1024, "heap": START_HEAP},
-                           SIDECAR)
+                           SIDECAR, max_heap=heap_bytes)
         self._queue = _Queue(store)
 
     def _open_buffers(self) -> list:
@@ -518,8 +532,10 @@ class _MultiAgent(Folder):
     _rllib_init: Any = None
 
     def _init(self, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
-        """Runs RLlib's ``__init__``; returns ``path``."""
+        """Runs RLlib's ``__init__``; returns ``path`` (and keeps ``heap_bytes``, each
+        policy's limit)."""
         path = kwargs.pop("path", None)
+        self._heap_bytes = kwargs.pop("heap_bytes", None)
         init = type(self)._rllib_init
         bound = inspect.signature(init).bind(self, *args, **kwargs)
         bound.apply_defaults()
@@ -540,7 +556,8 @@ class _MultiAgent(Folder):
         def make(policy_id: Any) -> Any:
             folder = Confined(self._path).subdir(_folder_name(policy_id))
             if not config:
-                buf = ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder)
+                buf = ReplayBuffer(self.capacity, storage_unit=StorageUnit.FRAGMENTS, path=folder,
+                                   heap_bytes=self._heap_bytes)
             else:
                 kind = config["type"]
                 stand_in = _STAND_INS.get(kind, kind if isinstance(kind, type) and issubclass(kind, _Slotted) else None)
@@ -548,7 +565,7 @@ class _MultiAgent(Folder):
                     return make_rllib()
                 args = {"capacity": self._shard_capacity, "storage_unit": StorageUnit.FRAGMENTS,
                         **{k: v for k, v in config.items() if k != "type"}}
-                buf = stand_in(path=folder, **args)
+                buf = stand_in(path=folder, heap_bytes=self._heap_bytes, **args)
             buf._one_row_items = self._one_row
             return buf
 

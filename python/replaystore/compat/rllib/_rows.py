@@ -25,6 +25,8 @@ from ray.rllib.policy.sample_batch import SampleBatch, concat_samples
 
 from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
+from ..._native import ValueSpaceFullError
+from .._folder import value_space
 
 #: Columns are fields ``c.NAME`` (the engine keeps ``indices``, ``weights`` and
 #: ``offsets`` for itself, and RLlib batches have a ``weights`` column).
@@ -63,10 +65,13 @@ class Header(SampleBatch):
 class Rows:
     """The ring of rows and RLlib's slot count over it."""
 
-    def __init__(self, folder: str, capacity: int, columns: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, folder: str, capacity: int, columns: Optional[Dict[str, Any]] = None,
+                 heap_bytes: Optional[int] = None) -> None:
         self.folder = folder
         self.path = os.path.join(folder, "rows")
         self.capacity = capacity
+        #: The most the pickled object columns (``infos``) of the rows may take.
+        self.heap_bytes = heap_bytes or value_space(capacity)
         self.buf: Optional[_Buffer] = None
         self.columns: Dict[str, Any] = {}  # name -> [dtype str, shape] or "object", in order
         self.n = 0  # RLlib's len(_storage)
@@ -105,7 +110,8 @@ class Rows:
                                   for name, spec in columns.items() if spec != "object"}
         schema[NGU] = "float64"
         schema[REST] = "bytes"
-        self.buf = _Buffer.create(Confined(self.folder).subdir("rows"), schema, self.capacity)
+        self.buf = _Buffer.create(Confined(self.folder).subdir("rows"), schema, self.capacity,
+                                  heap_bytes=self.heap_bytes)
         self._sized()
 
     def check(self, batch: SampleBatch) -> None:
@@ -138,7 +144,15 @@ class Rows:
                        for i in range(n)] if objects else [b""] * n)
         ngu = batch.num_grad_updates
         rows[NGU] = np.full(n, np.nan if ngu is None else float(ngu))
-        self.tail = int(self.buf.add_batch(rows)[-1]) + 1
+        try:
+            self.tail = int(self.buf.add_batch(rows)[-1]) + 1
+        except ValueSpaceFullError as e:
+            # RLlib counts the rows after they are written: nothing was counted either.
+            raise ValueSpaceFullError(
+                f"{self.path}: the object columns of this batch ({', '.join(objects)}) do not fit "
+                f"beside the {min(self.tail, self.capacity)} timesteps held, and RLlib keeps every "
+                f"timestep until capacity; nothing was added: give the buffer a larger heap_bytes= "
+                f"(now {self.heap_bytes}). {e}") from None
 
     def indices(self, slots: Sequence[int]) -> np.ndarray:
         """The ring index of the item in each slot (the ring holds RLlib's ``n`` items,

@@ -22,6 +22,7 @@ from tianshou.data import Batch
 
 from ..._confined import Confined
 from ..._native import ReplayBuffer as _Buffer
+from .._folder import value_space
 
 #: Keys stored as fields of their own; the rest ride pickled in ``REST``.
 FIXED = ("obs", "obs_next", "act")
@@ -103,13 +104,6 @@ class _NoRows:
 
 #: The largest ring whose rows a reset keeps readable in memory (``Store.keep_stale``).
 STALE_ROWS = 1 << 16
-
-
-def value_space(size: int) -> int:
-    """The default most a ring's pickled keys may take: 16 KiB per transition, and at
-    least 256 MiB, so the env objects some envs put in ``info`` (hundreds of KiB a step)
-    fit a small buffer whole. Disk is reserved only as values arrive."""
-    return max(256 << 20, 16384 * int(size))
 
 
 class Ring:
