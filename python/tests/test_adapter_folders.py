@@ -42,6 +42,16 @@ def cpprb_plain(path: str) -> None:
     rb.close()
 
 
+def cpprb_mp(path: str) -> None:
+    from replaystore.compat import cpprb
+    rb = cpprb.MPPrioritizedReplayBuffer(16, {"obs": {"shape": 2}}, writers=1, path=path)
+    rb.add(obs=np.ones((20, 2)), priorities=np.ones(20))
+    s = rb.sample(4)
+    rb.update_priorities(s["indexes"], np.full(4, 2.0))
+    rb.clear()
+    rb.close()
+
+
 def cpprb_selective(path: str) -> None:
     from replaystore.compat import cpprb
     rb = cpprb.SelectiveReplayBuffer(3, obs_dim=2, Nepisodes=4, path=path)
@@ -159,7 +169,7 @@ def unstable_steps(path: str) -> None:
 
 
 SCENARIOS: Dict[str, Callable[[str], None]] = {
-    f.__name__: f for f in (cpprb_plain, cpprb_selective, cpprb_her, sb3_plain, tianshou_rings,
+    f.__name__: f for f in (cpprb_plain, cpprb_mp, cpprb_selective, cpprb_her, sb3_plain, tianshou_rings,
                            tianshou_plain, rllib_fragments, rllib_rows, chunk_generations, ding_deque,
                            unstable_steps)
 }

@@ -1,8 +1,9 @@
-"""Promise (issue 34, cpprb): ``MPReplayBuffer`` and ``MPPrioritizedReplayBuffer`` are
-handed to explorer processes as cpprb's are (pickled by ``multiprocessing``), each
-explorer's adds land in a lane of its own, the learner samples and sets priorities
-meanwhile, nothing is lost or counted twice, and the priorities explorers give are the
-ones the learner draws by."""
+"""Promise (issues 34, 53, cpprb): ``MPReplayBuffer`` and ``MPPrioritizedReplayBuffer``
+are handed to explorer processes as cpprb's are (pickled by ``multiprocessing``), each
+explorer's adds land in a lane of its own but take positions of one ring every process
+sees (cpprb's counts, positions and clear), the learner samples and sets priorities
+meanwhile, nothing is lost or counted twice, a displaced transition is never drawn, and
+the priorities explorers give are the ones the learner draws by."""
 
 import multiprocessing as mp
 
@@ -141,10 +142,71 @@ def test_only_drawn_transitions_take_new_priorities_and_the_max_follows_them():
 
 
 def test_encode_sample_reads_ring_positions_and_zeros_where_nothing_was_written():
-    rb = ad.MPReplayBuffer(8, {"obs": {"dtype": np.int64}}, writers=2)  # 4 positions a lane
-    rb.add(obs=np.arange(6))  # lane 0 wraps: positions 0, 1 hold 4, 5; 2, 3 hold 2, 3
-    got = rb._encode_sample(range(8))["obs"].ravel().tolist()
-    assert got == [4, 5, 2, 3, 0, 0, 0, 0]
+    cp = peer("cpprb")
+    theirs = cp.MPReplayBuffer(8, {"obs": {"dtype": np.int64}})
+    ours = ad.MPReplayBuffer(8, {"obs": {"dtype": np.int64}}, writers=2)
+    for rb in (theirs, ours):
+        rb.add(obs=np.arange(6))
+    # cpprb's never-written positions hold whatever its memory held; ours read as zeros.
+    assert ours._encode_sample(range(8))["obs"].ravel().tolist() == [0, 1, 2, 3, 4, 5, 0, 0]
+    assert theirs._encode_sample(range(6))["obs"].ravel().tolist() == [0, 1, 2, 3, 4, 5]
+    for rb in (theirs, ours):
+        rb.add(obs=np.arange(6, 11))  # the ring wraps: positions 0..2 hold 8, 9, 10
+    assert ours._encode_sample(range(8))["obs"].ravel().tolist() == \
+        theirs._encode_sample(range(8))["obs"].ravel().tolist() == [8, 9, 10, 3, 4, 5, 6, 7]
+    ours.close()
+
+
+def _explore(rb, start, n):
+    for i in range(start, start + n):
+        rb.add(obs=np.array([i]))
+
+
+def test_explorers_share_one_ring_of_positions_as_in_cpprb():
+    """Two explorer processes fill one ring: the learner counts every add, the ring
+    wraps over both, and a clear empties it for all, as cpprb's shared ring does."""
+    ctx = mp.get_context("fork")
+    rb = ad.MPReplayBuffer(64, {"obs": {"dtype": np.int64}}, writers=2)
+    procs = [ctx.Process(target=_explore, args=(rb, k * 1000, 50)) for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert (rb.get_next_index(), rb.get_stored_size()) == (100 % 64, 64)
+    got = rb.get_all_transitions()["obs"].ravel()
+    # The 64 newest of the 100, each once; each explorer's in the order it added them.
+    assert len(set(got.tolist())) == 64
+    for k in range(2):
+        mine = got[(got >= k * 1000) & (got < k * 1000 + 50)]
+        assert sorted(mine.tolist()) == sorted(set(mine.tolist()))
+    # One explorer alone may fill the whole ring.
+    p = ctx.Process(target=_explore, args=(rb, 5000, 64))
+    p.start()
+    p.join()
+    assert sorted(rb.get_all_transitions()["obs"].ravel().tolist()) == list(range(5000, 5064))
+    rb.clear()
+    assert (rb.get_next_index(), rb.get_stored_size()) == (0, 0)
+    rb.add(obs=np.array([7]))
+    assert rb.get_all_transitions()["obs"].ravel().tolist() == [7]
+    rb.close()
+
+
+def test_a_displaced_transition_is_never_drawn_by_priority():
+    """Positions an add took again end the draws of what they held: the learner draws
+    only transitions at positions, with cpprb's priorities."""
+    rb = ad.MPPrioritizedReplayBuffer(8, {"obs": {"dtype": np.int64}}, alpha=1.0, eps=0.0, writers=2)
+    rb.add(obs=np.arange(8), priorities=np.full(8, 100.0))
+    rb.sample(1)  # this process owns the priorities from here
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=_explore, args=(rb, 100, 5))  # another lane displaces 0..4
+    p.start()
+    p.join()
+    s = rb.sample(2000)
+    obs = s["obs"].ravel()
+    assert set(obs.tolist()) <= set(range(5, 8)) | set(range(100, 105))
+    assert set(obs.tolist()) & set(range(100, 105))
+    assert (rb._encode_sample(s["indexes"])["obs"].ravel() == obs).all()
     rb.close()
 
 
@@ -164,7 +226,7 @@ def test_a_second_process_reads_and_draws_by_priority_while_the_learner_owns_the
     priorities and the others draw by them as they stand; updates belong to the owner."""
     rb = ad.MPPrioritizedReplayBuffer(10, {"done": {}}, writers=2)
     rb.add(done=[0.0, 1.0], priorities=[1.0, 0.1])
-    assert rb.get_stored_size() == 2  # this process now owns the priorities
+    assert rb.get_max_priority() == 1.0  # this process now owns the priorities
     out = mp.get_context("fork").Queue()
     p = mp.get_context("fork").Process(target=_second_reader, args=(rb, out))
     p.start()
@@ -175,3 +237,16 @@ def test_a_second_process_reads_and_draws_by_priority_while_the_learner_owns_the
     assert "owns this buffer's priorities" in err
     rb.update_priorities(rb.sample(2)["indexes"], [0.5, 0.5])  # the owner may
     rb.close()
+
+
+def test_a_folder_of_lanes_without_a_position_table_is_refused_by_name(tmp_path):
+    import json
+
+    path = tmp_path / "mp"
+    ad.MPReplayBuffer(16, ENV, writers=2, path=str(path)).close()
+    settings = json.loads((path / "cpprb.json").read_text())
+    del settings["layout"]
+    settings["version"] = 1
+    (path / "cpprb.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="earlier replaystore"):
+        ad.MPReplayBuffer(16, ENV, writers=2, path=str(path))

@@ -40,10 +40,13 @@ Where it differs from cpprb, and why:
 - ``save_transitions`` always writes cpprb's ``safe=True`` layout (cpprb reads it, and
   ``safe=False`` would save nothing here: the values are stored whole);
   ``load_transitions`` reads both of cpprb's layouts.
-- ``MPReplayBuffer``/``MPPrioritizedReplayBuffer`` keep one lane per adding process
-  (``writers=``, default the CPU count), each a ring of ``size // writers``: an explorer
-  that adds faster than the others overwrites its own oldest transitions, not theirs.
-  ``get_next_index`` is the calling process's lane's; ``clear`` clears that lane.
+- ``MPReplayBuffer``/``MPPrioritizedReplayBuffer`` are one ring of ``size`` positions,
+  as cpprb's: every process sees the same ``get_next_index``, ``get_stored_size`` and
+  positions (``indexes``), and ``clear`` empties the ring for all. The transitions live
+  in one lane per adding process (``writers=``, default the CPU count), each of ``size``
+  transitions so one explorer may fill the ring: the disk holds up to ``writers`` times
+  cpprb's memory. A shared table in the folder names the transition at each position;
+  adds take the next positions under a lock on it, as cpprb's adds take its lock.
   Explorer-given priorities reach the learner at its next ``sample``/``update_priorities``
   (until then those transitions have the largest priority so far). They have no
   ``get_state``: a checkpoint of lanes needs their writers, which are the explorer

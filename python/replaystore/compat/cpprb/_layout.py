@@ -12,7 +12,7 @@ from .._folder import read_sidecar, write_sidecar
 
 SIDECAR = "cpprb.json"
 #: Bumped when the settings file changes meaning; older files are read or refused.
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
 
 
 def names(value: Any) -> List[str]:
@@ -134,8 +134,10 @@ def load_settings(folder: str, kind: str) -> Optional[Dict[str, Any]]:
     return saved
 
 
-def save_settings(folder: str, kind: str, settings: Dict[str, Any]) -> None:
-    write_sidecar(folder, SIDECAR, {**settings, "kind": kind, "version": SIDECAR_VERSION})
+def save_settings(folder: str, kind: str, settings: Dict[str, Any], version: int = 1) -> None:
+    """Writes the settings; ``version`` 2 for a folder builds reading only 1 would misread
+    (MP buffers' one ring over lanes of ``size``), so they refuse it."""
+    write_sidecar(folder, SIDECAR, {**settings, "kind": kind, "version": version})
 
 
 def check_same(folder: str, what: str, saved: Any, given: Any) -> None:
