@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from alike import alike
-from peers import peer
+from peers import chi_square, peer
 
 peer("ray.rllib")
 
@@ -266,6 +266,59 @@ def test_old_stack_multi_agent_buffers_are_rllibs(tmp_path, rllib_cls, our_cls, 
         fresh.set_state(state_a)
     b.set_state(state_b)
     same(*both(fresh, b, lambda buf: buf.sample(5, **skw), 8))
+    b.close()
+
+
+@pytest.mark.parametrize("rllib_cls,our_cls,kw,skw", MULTI[:2] + MULTI[3:4], ids=["independent", "lockstep", "prioritized"])
+def test_a_temporary_multi_agent_state_restores_into_a_fresh_buffer_with_equal_policy_states(rllib_cls, our_cls, kw, skw):
+    """RLlib's own check of a multi-agent state: restored into a buffer built fresh,
+    each policy's state equals the original's (RLlib hands out its stored objects, so
+    the items compare as the same objects), and the counts too."""
+    rng = np.random.default_rng(3)
+    for cls in (rllib_cls, our_cls):
+        a = cls(capacity=15, **kw)
+        for i in range(3):
+            a.add(mab(rng, 2))
+        fresh = cls(capacity=15, **kw)
+        fresh.set_state(a.get_state())
+        assert sorted(a.replay_buffers) == sorted(fresh.replay_buffers)
+        for pid, buf in a.replay_buffers.items():
+            assert buf.get_state() == fresh.replay_buffers[pid].get_state(), (cls, pid)
+        assert a._num_added == fresh._num_added
+        fresh.sample(2, **skw)
+        for buf in (a, fresh):
+            if hasattr(buf, "close"):
+                buf.close()
+
+
+def test_sequences_of_each_policy_are_stored_and_drawn_whole_as_rllibs():
+    """storage_unit="sequences" in independent mode: each policy's batches with
+    seq_lens are stored as sequences and every draw is one whole sequence of each."""
+    def sequences(k):
+        out = {}
+        for pid in (0, 1):
+            out[pid] = SampleBatch({"t": [0, 1], "actions": [k, k], "rewards": [0.5, 0.5],
+                                    "obs": np.full((2, 4), k, np.float32), "terminateds": [False, True],
+                                    "eps_id": [10 * k + pid] * 2, "agent_index": [0, 0], "seq_lens": [2],
+                                    "batch_id": [k] * 2})
+        return MultiAgentBatch(out, 1)
+
+    kw = dict(capacity=15, replay_mode="independent", storage_unit="sequences", replay_sequence_length=2,
+              min_size_for_sampling=0, num_shards=1)
+    a, b = theirs.MultiAgentReplayBuffer(**kw), ours.MultiAgentReplayBuffer(**kw)
+    for k in range(3):
+        item = sequences(k)
+        a.add(item)
+        b.add(item)
+    assert len(a) == len(b)
+    counts = {k: 0 for k in range(3)}
+    for _ in range(300):
+        got = b.sample(1)
+        for pid in (0, 1):
+            pb = got.policy_batches[pid]
+            assert len(pb) == 2 and pb["batch_id"][0] == pb["batch_id"][1]
+        counts[int(got.policy_batches[0]["batch_id"][0])] += 1
+    chi_square(list(counts.values()), [1.0, 1.0, 1.0])
     b.close()
 
 

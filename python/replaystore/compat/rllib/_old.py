@@ -331,7 +331,7 @@ class _Slotted(Folder):
         finally:
             self._storage = storage
         if self._own_dir:
-            state["_storage"] = storage.items()
+            state["_storage"] = self._state_items()
             return state
         del state["_storage"]
         mine: Dict[str, Any] = {"path": os.path.realpath(self._path)}
@@ -378,6 +378,25 @@ class _Slotted(Folder):
         storage = self._storage
         super().set_state({**state, "_storage": storage})
         self._storage = storage
+        if mine is None:
+            # RLlib's state holds its items themselves: the same objects come back from
+            # this buffer's get_state until it changes (so two states compare equal).
+            self._handed = (self._items_mark(), items)
+
+    def _items_mark(self) -> tuple:
+        """What every change of the items changes (an add, a set_state, a clear)."""
+        return (id(self._storage), len(self._storage), self._num_timesteps_added, self._next_idx)
+
+    def _state_items(self) -> List[Any]:
+        """The items for a state that holds them: RLlib hands out its stored objects, so
+        two get_state calls with no change between give the same objects; here the
+        objects built (or given to set_state) last time, while nothing changed."""
+        handed = self.__dict__.get("_handed")
+        if handed is not None and handed[0] == self._items_mark():
+            return list(handed[1])
+        items = self._storage.items()
+        self._handed = (self._items_mark(), items)
+        return list(items)
 
 
 class ReplayBuffer(_Slotted, _ReplayBuffer):
@@ -567,6 +586,9 @@ class _MultiAgent(Folder):
                         **{k: v for k, v in config.items() if k != "type"}}
                 buf = stand_in(path=folder, heap_bytes=self._heap_bytes, **args)
             buf._one_row_items = self._one_row
+            # A policy's folder ends with a temporary parent's: its state holds its items,
+            # as a temporary buffer's does (the parent removes the folder).
+            buf._own_dir = self._own_dir
             return buf
 
         self.replay_buffers = _PerPolicy(make)
