@@ -43,9 +43,9 @@ Where it differs from cpprb, and why:
 - ``MPReplayBuffer``/``MPPrioritizedReplayBuffer`` are one ring of ``size`` positions,
   as cpprb's: every process sees the same ``get_next_index``, ``get_stored_size`` and
   positions (``indexes``), and ``clear`` empties the ring for all. The transitions live
-  in one lane per adding process (``writers=``, default the CPU count), each of ``size``
-  transitions so one explorer may fill the ring: the disk holds up to ``writers`` times
-  cpprb's memory. A shared table in the folder names the transition at each position;
+  in one lane per adding process (``writers=``, default the CPU count, at most 4), each
+  of ``size`` transitions so one explorer may fill the ring: the disk holds up to
+  ``writers`` times cpprb's memory. A shared table in the folder names the transition at each position;
   adds take the next positions under a lock on it, as cpprb's adds take its lock.
   Explorer-given priorities reach the learner at its next ``sample``/``update_priorities``
   (until then those transitions have the largest priority so far). They have no

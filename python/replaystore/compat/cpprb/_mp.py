@@ -119,8 +119,9 @@ def _reopen(cls, path: str) -> "MPReplayBuffer":
 
 class MPReplayBuffer(Folder):
     """cpprb's ``MPReplayBuffer(size, env_dict)``: one ring of ``size`` positions over
-    ``writers`` lanes (one per adding process, default one per CPU) of ``size``
-    transitions each, so any one explorer may fill the ring.
+    ``writers`` lanes (one per process adding at once; default one per CPU, at most 4)
+    of ``size`` transitions each, so any one explorer may fill the ring, and the disk
+    holds up to ``writers`` times ``size`` transitions.
 
     >>> from replaystore.compat import cpprb
     >>> rb = cpprb.MPReplayBuffer(8, {"obs": {}}, writers=2)
@@ -150,7 +151,9 @@ class MPReplayBuffer(Folder):
             raise ValueError(f"Unknown backend: {backend}")
         size = int(size)
         if writers is None:
-            writers = max(1, min(os.cpu_count() or 1, size))
+            # Each lane holds `size` transitions (one explorer may fill the ring), so the
+            # disk holds up to writers x size: one lane per CPU, but at most 4 by default.
+            writers = max(1, min(os.cpu_count() or 1, size, 4))
         writers = int(writers)
         if writers < 1:
             raise ValueError(f"writers={writers}: at least one lane is needed")
