@@ -140,3 +140,18 @@ def test_rllib_keeps_every_item_whose_infos_hold_large_objects_until_its_limit(t
     assert "Config::" not in str(e.value)
     assert 0 < held[0] and (len(small), small._num_timesteps_added) == held
     small.close()
+
+
+def test_a_first_object_larger_than_the_first_ring_is_stored(tmp_path):
+    # The chunk rings start small (1 MiB for RLlib's old stack) and grow; the first put
+    # of a larger object made a ring too small for it.
+    peer("ray")
+    from ray.rllib.policy.sample_batch import SampleBatch
+    from replaystore.compat.rllib import ReplayBuffer
+    big = np.empty(1, dtype=object)
+    big[0] = {"frames": np.zeros(3 << 20, np.uint8)}
+    buf = ReplayBuffer(capacity=10, storage_unit="fragments", path=str(tmp_path / "r"))
+    buf.add(SampleBatch({"obs": np.zeros((1, 2), np.float32), "infos": big}))
+    assert len(buf) == 1
+    assert buf.sample(1)["infos"][0]["frames"].nbytes == 3 << 20
+    buf.close()

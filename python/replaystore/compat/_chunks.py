@@ -173,10 +173,11 @@ class ChunkStore:
         """Makes sure a put of ``blob`` value bytes overwrites no live chunk."""
         if self.buf is None:
             items = int(self.settings["items"])
-            heap = max(MIN_HEAP, int(self.settings["heap"]))
+            # Room for the first put however large, twice over as a replacement gives.
+            heap = max(MIN_HEAP, int(self.settings["heap"]), int(2 * self._cost(blob) / FILL))
             if self.max_heap is not None:
                 self._within(self._cost(blob), 0)
-                heap = min(heap, max(MIN_HEAP, self.max_heap))
+                heap = max(min(heap, self.max_heap), int(self._cost(blob) / FILL) + 1)
             self.settings["heap"] = heap
             self.settings.setdefault("heaps", {})["1"] = heap
             self._switch(1, self._create(1, items, heap))
