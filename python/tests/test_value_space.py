@@ -155,3 +155,24 @@ def test_a_first_object_larger_than_the_first_ring_is_stored(tmp_path):
     assert len(buf) == 1
     assert buf.sample(1)["infos"][0]["frames"].nbytes == 3 << 20
     buf.close()
+
+
+def test_a_refused_add_leaves_a_tianshou_managers_counts_and_priorities_as_they_were(tmp_path):
+    peer("tianshou")
+    from tianshou.data import Batch
+    from replaystore.compat import tianshou as ad
+    vec = ad.PrioritizedVectorReplayBuffer(40, 2, alpha=0.6, beta=0.4, path=str(tmp_path / "v"),
+                                           heap_bytes=1 << 20)
+    for t in range(0, 4, 2):
+        vec.add(Batch.stack([_step(t), _step(t + 1)]), buffer_ids=[0, 1])
+    # Sub-buffer 0 holds positions 0, 1 and sub-buffer 1 positions 20, 21.
+    vec.update_weight(np.array([0, 1, 20, 21]), np.array([5.0, 1.0, 2.0, 3.0]))
+    seen = lambda: (len(vec), vec.last_index.tolist(), vec._lengths.tolist(),  # noqa: E731
+                    [b._insertion_idx for b in vec.buffers], vec.weight[np.arange(40)].tolist())
+    before = seen()
+    with pytest.raises(rs.ValueSpaceFullError, match="heap_bytes="):
+        for t in range(4, 40, 2):
+            before = seen()
+            vec.add(Batch.stack([_step(t), _step(t + 1)]), buffer_ids=[0, 1])
+    assert seen() == before
+    vec.close()

@@ -29,10 +29,6 @@ from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, 
 
 SIDECAR = "tianshou.json"
 
-#: What Tianshou's ``add`` moves before it stores a batch (a buffer's, and each
-#: sub-buffer's of a manager).
-_COUNTERS = ("last_index", "_insertion_idx", "_size", "_ep_return", "_ep_len", "_ep_start_idx",
-             "_lengths", "_ep_return", "_offset")
 
 
 class _Rings(Folder):
@@ -108,15 +104,12 @@ class _Rings(Folder):
         layout (Tianshou would allocate ``maxsize`` rows of it in memory)."""
         if not isinstance(self.__dict__.get("_meta"), Store):
             self._first(batch if isinstance(batch, Batch) else Batch(batch), buffer_ids)
-        # Tianshou moves its pointers before it stores the batch: a refused add puts
-        # them back, so the buffer still counts what it holds.
-        counters = [(b, {k: copy.copy(b.__dict__[k]) for k in _COUNTERS if k in b.__dict__})
-                    for b in [self, *self.__dict__.get("buffers", [])]]
         try:
             return super().add(batch, buffer_ids)
         except ValueSpaceFullError as e:
-            for b, saved in counters:
-                b.__dict__.update(saved)
+            # Tianshou moved its pointers before the rings refused the batch: they are
+            # counted again from what the rings hold (rare, so nothing is saved per add).
+            self._recount()
             raise ValueSpaceFullError(
                 f"{type(self).__name__}: nothing was added: the pickled keys of this add (those "
                 f"not stored as arrays: info, nested objects) do not fit its value space, and "
@@ -367,8 +360,13 @@ class _Rings(Folder):
             store.set_array_at_key(values, key)
         self.__dict__["_meta"] = store
         self._save()
-        # A prioritized buffer's tree came with the state (pickle or HDF5): the
-        # rebuild's fresh priorities must not replace it.
+        # A prioritized buffer's tree came with the state (pickle or HDF5).
+        self._recount()
+
+    def _recount(self) -> None:
+        """Tianshou's counters and in-memory columns again from the rings, keeping a
+        prioritized buffer's tree (the rebuild's fresh priorities must not replace one
+        a state brought, or one an add left as it was)."""
         weight = copy.deepcopy(self.__dict__.get("weight"))  # init_weight changes it in place
         self._rebuild()
         if weight is not None:
