@@ -90,6 +90,14 @@ fn check(batch: &replaystore::Batch, r: usize, index: u64) {
     );
 }
 
+/// A schema of one `str` field and nothing else.
+fn text_only() -> Schema {
+    Schema::builder()
+        .variable("text", VarKind::Str, None)
+        .build()
+        .unwrap()
+}
+
 fn check_all<R: replaystore::Role>(buf: &ReplayBuffer<R>) {
     let live: Vec<u64> = (buf.stats().head..buf.stats().tail).collect();
     let batch = buf.get_many(&live).unwrap();
@@ -815,10 +823,7 @@ fn an_add_the_value_space_cannot_hold_before_capacity_is_refused_and_nothing_is_
 fn a_full_ring_replaces_its_oldest_item_per_add_and_refuses_a_value_needing_more() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let schema = Schema::builder()
-        .variable("text", VarKind::Str, None)
-        .build()
-        .unwrap();
+    let schema = text_only();
     // 8 items of one chunk row each: the ring replaces one item per add, for ever.
     let config = Config::new(schema, 8).heap_bytes(8 * 1024);
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
@@ -854,10 +859,7 @@ fn the_value_space_takes_disk_as_values_arrive_not_at_create() {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    let schema = Schema::builder()
-        .variable("text", VarKind::Str, None)
-        .build()
-        .unwrap();
+    let schema = text_only();
     // 256 MiB of value space in segments of 1 MiB.
     let config = Config::new(schema, 1000)
         .heap_bytes(256 << 20)

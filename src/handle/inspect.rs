@@ -285,13 +285,8 @@ fn read_ring(dir: &Path, m: &Manifest) -> Result<Ring> {
 /// themselves are not read: `verify` checks them).
 fn value_stats(dir: &Path, m: &Manifest, heap: HeapGeometry, head: u64, tail: u64) -> ValueStats {
     let capacity = heap.capacity * heap.chunk_bytes();
-    let on_disk = crate::storage::SegmentSet::heap(&m.superblock).map_or(0, |set| {
-        use std::os::unix::fs::MetadataExt;
-        (0..set.segment_count)
-            .filter_map(|n| crate::storage::regular_file_meta(&set.path(dir, n)))
-            .map(|meta| meta.blocks() * 512)
-            .sum()
-    });
+    let on_disk =
+        crate::storage::SegmentSet::heap(&m.superblock).map_or(0, |set| set.bytes_on_disk(dir));
     let evict_for_room = m.superblock.evict_for_room;
     let problem = |e: String| ValueStats {
         chunk_bytes_capacity: capacity,

@@ -119,6 +119,14 @@ impl SegmentSet {
         })
     }
 
+    /// Allocated bytes of this set's segment files in `dir` (sparse chunk segments count
+    /// only what was reserved).
+    pub(crate) fn bytes_on_disk(&self, dir: &Path) -> u64 {
+        (0..self.segment_count)
+            .map(|n| file_bytes_on_disk(&self.path(dir, n)))
+            .sum()
+    }
+
     /// The rows' segments, then the chunk ring's if the buffer has one.
     pub(crate) fn all(sb: &Superblock) -> Vec<SegmentSet> {
         std::iter::once(SegmentSet::rows(sb))
@@ -555,15 +563,19 @@ pub(crate) fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
 /// Bytes the files of a buffer occupy on disk (allocated blocks): MANIFEST, the tree,
 /// and the segments of every ring (rows, and the chunk ring if there is one).
 pub(crate) fn bytes_on_disk(dir: &Path, sb: &Superblock) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let file = |p: PathBuf| regular_file_meta(&p).map_or(0, |m| m.blocks() * 512);
-    file(dir.join(MANIFEST))
-        + file(tree_path(dir))
-        + file(life_path(dir))
+    file_bytes_on_disk(&dir.join(MANIFEST))
+        + file_bytes_on_disk(&tree_path(dir))
+        + file_bytes_on_disk(&life_path(dir))
         + SegmentSet::all(sb)
             .iter()
-            .flat_map(|set| (0..set.segment_count).map(|n| file(set.path(dir, n))))
+            .map(|set| set.bytes_on_disk(dir))
             .sum::<u64>()
+}
+
+/// Allocated bytes of the regular file at `path` (0 if there is none).
+fn file_bytes_on_disk(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    regular_file_meta(path).map_or(0, |m| m.blocks() * 512)
 }
 
 /// Zeroes the owner word (and its check word) of the priorities file at `path` and seals
