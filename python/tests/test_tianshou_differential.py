@@ -371,6 +371,69 @@ def test_cached_buffer_moves_finished_episodes_as_tianshou(tmp_path):
     again.close()
 
 
+def test_columns_are_every_position_and_take_writes_as_tianshou_storage(tmp_path):
+    """Tianshou's columns are its storage: ``buf.KEY`` holds every position (a reset
+    cache's old rows included), a write into one (``buf.info.step[i] = v``) is what the
+    sub-buffers read until a transition lands there, and pickles and HDF5 files (either
+    library's) keep both."""
+    import pickle
+
+    theirs = tsd.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8)
+    ours = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8, path=str(tmp_path / "c"))
+    rng = np.random.default_rng(3)
+
+    def columns(buf):
+        return {"act": buf.act, "obs": buf.obs, "done": buf.done, "info.step": buf.info.step,
+                "info.x": buf.info.x, **{f"kid {k}": kid.info.step for k, kid in enumerate(buf.buffers)}}
+
+    def check(back):
+        want = {k: np.asarray(v) for k, v in columns(theirs).items()}
+        for k, v in columns(back).items():
+            np.testing.assert_array_equal(np.asarray(v), want[k], err_msg=k)
+
+    for t in range(14):
+        rows = [transition(3 * t + i, rng) for i in range(3)]
+        for r in rows:
+            r.terminated = t % 4 == 3  # the caches move to the main buffer and restart
+        b = Batch.stack(rows)
+        same(ours.add(b), theirs.add(b))
+        if t in (5, 9):
+            for buf in (theirs, ours):
+                buf.info.step[20] = -100 - t  # the first cache's position 0
+                buf.info.x[[21, 30]] = [7.5, -1.0]
+                buf.act[29] = 2
+                buf.obs[31, 1] = 9.5
+                buf.obs[3] = [4.0, 4.0]  # the main buffer's
+        check(ours)
+    blob = pickle.dumps(ours)  # snapshots of the rings, and what memory holds beside them
+    h5 = str(tmp_path / "ours.h5")
+    ours.save_hdf5(h5)
+    ours.close()  # a folder has one writer: the pickle restores into it after this
+    back = pickle.loads(blob)
+    check(back)
+    back.close()
+    check(tsd.CachedReplayBuffer.load_hdf5(h5))
+    theirs_h5 = str(tmp_path / "theirs.h5")
+    theirs.save_hdf5(theirs_h5)
+    back = ad.CachedReplayBuffer.load_hdf5(theirs_h5, folder=str(tmp_path / "h"))
+    check(back)
+    back.close()
+    # A buffer in a temporary folder pickles its rows, the kept and written ones too.
+    temp = ad.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8)
+    twin = tsd.CachedReplayBuffer(tsd.ReplayBuffer(20), 3, 8)
+    for t in range(6):
+        b = Batch.stack([transition(3 * t + i, rng) for i in range(3)])
+        b.terminated[:] = t == 2
+        same(temp.add(b), twin.add(b))
+    for buf in (temp, twin):
+        buf.info.step[21] = -7
+    theirs = twin
+    back = pickle.loads(pickle.dumps(temp))
+    check(back)
+    back.close()
+    temp.close()
+
+
 def goal_step(t, ep, rng):
     g = np.array([ep % 3, 1.0], np.float32)
     obs = {"observation": np.array([t, ep], np.float32), "achieved_goal": np.array([t % 4, ep % 2], np.float32),

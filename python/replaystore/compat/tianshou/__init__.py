@@ -24,8 +24,12 @@ Where the Tianshou-backed classes differ, and why:
   past it raises ``replaystore.ValueSpaceFullError`` with nothing added and Tianshou's
   counters as they were, where Tianshou would keep it in memory: no transition is
   dropped before the buffer holds its size.
-- Positions not written since ``reset()`` read as zeros (Tianshou's arrays keep the old
-  values there; no draw reaches them).
+- A column (``buf.act``, ``buf.info.env_id``) is every position, as Tianshou's storage
+  is: a sub-buffer's rows from before its reset read as they were until rewritten (kept
+  in memory for sub-buffers of up to 65,536 positions; larger ones read zeros there, where
+  no draw reaches). A write into a column (``buf.info.env_id[0] = 3``) is read by every
+  view of that position until a transition is written there; it lives in memory (and in
+  a pickle or HDF5 file), not in the rings, so a reopened folder reads what was added.
 - The prioritized buffers keep their priorities in Tianshou's segment tree in memory, as
   Tianshou does: a reopened folder starts every transition at the largest priority (a
   pickle or an HDF5 file keeps them, as Tianshou's does).

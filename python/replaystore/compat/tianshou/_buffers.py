@@ -25,7 +25,7 @@ from tianshou.data.batch import create_value
 from ..._confined import Confined
 from ..._native import ValueSpaceFullError
 from .._folder import Folder, read_sidecar, write_sidecar
-from ._store import REST, SCALARS, Ring, Store, _plain, open_extras, ring_path, schema_of
+from ._store import REST, SCALARS, STALE_ROWS, Ring, Store, _plain, open_extras, ring_path, schema_of
 
 SIDECAR = "tianshou.json"
 
@@ -294,6 +294,7 @@ class _Rings(Folder):
                 # so an unpickle needs no pass over the rings.
                 state["_mirror"] = {k: v.copy() for k, v in store.scalars.items()}
                 state["_rest_keys"] = list(store.rest_keys)
+            state["_in_memory"] = store.in_memory()
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -303,6 +304,7 @@ class _Rings(Folder):
         bases = state.pop("_bases", None)
         mirror = state.pop("_mirror", None)
         rest_keys = state.pop("_rest_keys", None)
+        in_memory = state.pop("_in_memory", {})
         self.__dict__.update(state)
         _rebind(self)
         self.__dict__["_meta"] = Batch()
@@ -323,6 +325,7 @@ class _Rings(Folder):
             self._save()
             if mirror is None:
                 self._rebuild()
+                store.take_in_memory(in_memory)
                 return
             # Tianshou's counters (and a prioritized buffer's tree) came in the pickle;
             # the flags too: the rings are not read.
@@ -335,6 +338,9 @@ class _Rings(Folder):
             self._take_folder(None, "replaystore-tianshou-")
             os.makedirs(self._path, exist_ok=True)
             self._fill(rows, extras)
+        store = self.__dict__.get("_meta")
+        if isinstance(store, Store):
+            store.take_in_memory(in_memory)
 
     def _fill(self, rows: List[Dict[str, Any]], extras: Dict[str, np.ndarray]) -> None:
         """A new folder holding ``rows`` (each ring's transitions in position order),
@@ -425,6 +431,29 @@ class _Rings(Folder):
             for kid in kids:
                 kid.__dict__["_meta"] = Batch()
         buf._fill(rows, {})
+        store = buf.__dict__.get("_meta")
+        if isinstance(store, Store) and len(meta):
+            # Positions past each sub-buffer's count (a cache's rows from before its
+            # reset): Tianshou's storage keeps them, so they read as they were saved.
+            for k, owner in enumerate(counters):
+                lo, n, hi = int(offsets[k]), int(owner._size), int(offsets[k + 1])
+                if not n < hi - lo <= STALE_ROWS:
+                    continue
+                values = _batch_rows(meta[lo + n:hi], hi - lo - n, 0)["values"]
+                # Only rows that were written: positions never written are zeros in
+                # Tianshou's storage and here (a row whose arrays and flags are all zero
+                # counts as never written).
+                used = np.zeros(hi - lo - n, bool)
+                for key, column in store.scalars.items():
+                    column[lo + n:hi] = np.asarray(meta[key][lo + n:hi])
+                    used |= column[lo + n:hi].reshape(len(used), -1).any(axis=1)
+                for key, v in values.items():
+                    if key != REST:
+                        used |= np.asarray(v).reshape(len(used), -1).any(axis=1)
+                if used.any():
+                    at = np.flatnonzero(used)
+                    store.hold_stale(k, n + at, {key: [v[i] for i in at] if key == REST else np.asarray(v)[at]
+                                                 for key, v in values.items()})
         return buf
 
     def _open_buffers(self) -> list:

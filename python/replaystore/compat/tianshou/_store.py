@@ -155,10 +155,14 @@ class Store:
         # Columns added to stored transitions afterwards (Collector's episode hooks, via
         # set_array_at_key): one NumPy file each, mapped, written in place.
         self.extras: Dict[str, np.ndarray] = extras if extras is not None else {}
-        #: Values laid over stored transitions in memory, ``{field: {position: value}}``:
-        #: Tianshou's HER relabels goals in place while it samples and restores them at
-        #: its next call; the rings keep what was added.
-        self.overlay: Dict[str, Dict[int, Any]] = {}
+        #: Values written into stored transitions in place (``buf.info.n[0] = v``, through
+        #: a :class:`Column`), ``{dotted key: {position: row}}``: Tianshou's columns are
+        #: its storage, so such a write is what later reads of that position give, until
+        #: a transition is written there. In memory only: the rings keep what was added.
+        self.written: Dict[str, Dict[int, Any]] = {}
+        #: HER's relabelled goals, laid over the above the same way while Tianshou's HER
+        #: samples, and lifted at its next call (Tianshou restores its storage then).
+        self.relabelled: Dict[str, Dict[int, Any]] = {}
         self.rings = rings
         self.offsets = np.asarray(offsets)  # start of each ring, and the total at the end
         self.fields = fields
@@ -223,7 +227,7 @@ class Store:
             view = Store(self.rings, self.offsets, self.fields, self.scalars, self.rest_keys,
                          self.folder, self.extras)
             view.on_restart = self.on_restart
-            view.overlay = self.overlay
+            view.written, view.relabelled = self.written, self.relabelled
             view.shared = self.shared
             view.lo, view.hi = self.lo + start, self.lo + stop
             return view
@@ -253,20 +257,46 @@ class Store:
         if ring.size > STALE_ROWS:
             stales.pop(r, None)
             return
+        now = np.arange(min(len(ring), ring.size))
+        self.hold_stale(r, now, ring.buf.get(ring.logical(now)) if len(now) else {})
+
+    def hold_stale(self, r: int, positions: np.ndarray, values: Dict[str, Any]) -> None:
+        """What ring ``r``'s ``positions`` read while nothing is stored there: ``values``
+        as a ring gives them (fixed fields, the pickled ``REST``). Besides a reset, a
+        pickle or an HDF5 file brings them (Tianshou's storage keeps every position)."""
+        ring = self.rings[r]
+        stales = self.shared.setdefault("stale", {})
         held, fixed, rest = stales.get(r) or (
             np.zeros(ring.size, bool),
             {k: np.zeros((ring.size, *shape), dtype) for k, (dtype, shape) in self.fields.items()},
             [{} for _ in range(ring.size)])
-        now = np.arange(min(len(ring), ring.size))
-        if len(now):
-            got = ring.buf.get(ring.logical(now))
-            held[now] = True
+        if len(positions):
+            held[positions] = True
             for k in self.fields:
-                fixed[k][now] = got[k]
-            if self.rest_keys:
-                for p, blob in zip(now.tolist(), got[REST]):
-                    rest[p] = pickle.loads(blob)
+                fixed[k][positions] = values[k]
+            for p, blob in zip(positions.tolist(), values.get(REST, [])):
+                rest[p] = pickle.loads(blob)
         stales[r] = (held, fixed, rest)
+
+    def in_memory(self) -> Dict[str, Any]:
+        """What this store holds beyond its rings, for a pickle: rows kept from resets,
+        values written in place, and the flag columns at the positions kept (nothing
+        stored there to rebuild them from)."""
+        stale = self.shared.get("stale", {})
+        return {"stale": stale, "written": self.written,
+                "scalars": {k: v.copy() for k, v in self.scalars.items()} if stale else {}}
+
+    def take_in_memory(self, state: Dict[str, Any]) -> None:
+        """``in_memory()``'s state, on a store rebuilt from the rings."""
+        self.shared["stale"] = dict(state.get("stale", {}))
+        self.written.clear()
+        self.written.update(state.get("written", {}))
+        held = [r for r, (kept, _, _) in self.shared["stale"].items() if kept.any()]
+        for key, column in state.get("scalars", {}).items():
+            for r in held:  # only the kept positions: the rings rebuilt the stored ones
+                lo, n = int(self.offsets[r]), len(self.rings[r])
+                self.scalars[key][lo + n:int(self.offsets[r + 1])] = column[lo + n:int(self.offsets[r + 1])]
+        self.shared["last"] = None
 
     def _nested(self, key: str) -> bool:
         """Whether ``key``'s values are nested (a dict observation, an info): its
@@ -291,6 +321,9 @@ class Store:
         next positions (``ValueError`` otherwise, as Tianshou's Batch raises when it
         cannot). One add per ring: ``update`` and ``set_batch`` write many rows at once."""
         self.shared["last"] = None
+        for laid in self.written.values():
+            for p in positions.tolist() if laid else ():
+                laid.pop(p, None)  # a new transition there: what was written in place goes
         batch = batch if isinstance(batch, Batch) else Batch(batch)
         # One row without a leading axis (Tianshou's single add): read as row 0, not
         # stacked into a copy (a Batch.stack per add cost two thirds of add's time).
@@ -387,11 +420,18 @@ class Store:
             if self.rest_keys:
                 for j, blob in zip(sel.tolist(), got[REST]):
                     rest[j] = pickle.loads(blob)
-        for name, laid in self.overlay.items():
-            if laid and name in fixed:
-                for j, p in enumerate(positions.tolist()):
-                    if p in laid:
+        for layer in (self.written, self.relabelled):  # HER's goals over what was written
+            for name, laid in layer.items():
+                if not laid:
+                    continue
+                at = [(j, p) for j, p in enumerate(positions.tolist()) if p in laid]
+                if name in fixed:
+                    for j, p in at:
                         fixed[name][j] = laid[p]
+                else:  # a leaf of a pickled key (info.number.n)
+                    path = name.split(".")
+                    for j, p in at:
+                        rest[j] = _with(rest[j], path, laid[p])
         return fixed, rest
 
     def lay_over(self, positions: np.ndarray, values: Dict[str, np.ndarray]) -> None:
@@ -405,17 +445,36 @@ class Store:
             if name in self.scalars:
                 self.scalars[name][flat] = rows
                 continue
-            laid = self.overlay.setdefault(name, {})
+            laid = self.relabelled.setdefault(name, {})
             for p, row in zip(flat.tolist(), rows):
                 laid[p] = np.array(row)
 
     def lift(self) -> None:
-        """Drops the values overlaid on this view's positions (the stored ones show
-        again); other sub-buffers' overlays stay."""
+        """Drops the values laid over this view's positions (what was stored or written
+        in place shows again); other sub-buffers' stay."""
         self.shared["last"] = None
-        for laid in self.overlay.values():
+        for laid in self.relabelled.values():
             for p in [p for p in laid if self.lo <= p < self.hi]:
                 del laid[p]
+
+    def write_in_place(self, key: str, index: Any, value: Any) -> None:
+        """``buf.KEY[index] = value`` for a key the rings hold (``index`` may go into each
+        row: ``buf.obs[0, 1] = v``): the rows' values with ``value`` written into them,
+        laid over those positions in memory (``written``). Nested keys are written
+        through their leaves (``buf.info.env_id[0] = 3``), as in Tianshou's ``Batch``."""
+        rows, inner = (index[0], index[1:]) if isinstance(index, tuple) and index else (index, ())
+        positions = np.arange(len(self))[rows]
+        current = self.column(key, rows)
+        if isinstance(current, Batch):
+            raise TypeError(f"{key!r} holds nested keys {sorted(current.get_keys())}: write into "
+                            f"one of them (buf.{key}.<key>[i] = value)")
+        current = np.array(current)
+        current[(slice(None),) * np.ndim(positions) + inner] = value
+        laid = self.written.setdefault(key, {})
+        for p, row in zip((np.ravel(positions) + self.lo).tolist(),
+                          current.reshape((-1, *current.shape[np.ndim(positions):]))):
+            laid[p] = row
+        self.shared["last"] = None
 
     def rows(self, index: Any) -> Batch:
         """The transitions at ``index`` as a ``Batch`` of their own (the caller may
@@ -534,6 +593,11 @@ class Column(np.lib.mixins.NDArrayOperatorsMixin):
             return got[lead + rest]
         return self._store.column(self._key, index)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        # Tianshou's buf.info.env_id[0] = 3 writes its storage: here, in memory over the
+        # stored transition until one is written at that position (Store.written).
+        self._store.write_in_place(self._key, index, value)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_store", "_key"):
             raise AttributeError(name)
@@ -588,6 +652,18 @@ def _dig(batch: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         batch = batch[part]
     return batch
+
+
+def _with(row: Dict[str, Any], path: List[str], value: Any) -> Dict[str, Any]:
+    """``row`` (a pickled key's dicts) with ``value`` at ``path``, copied along the path:
+    the stored dict may be a reset ring's kept row, read again later."""
+    out = dict(row)
+    if len(path) == 1:
+        out[path[0]] = value
+    else:
+        inner = out.get(path[0])
+        out[path[0]] = _with(inner if isinstance(inner, dict) else {}, path[1:], value)
+    return out
 
 
 def _put(out: Dict[str, Any], dotted: str, value: Any) -> None:
