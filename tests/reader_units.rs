@@ -2,7 +2,8 @@
 //! burn-in, episodes, fragments and groups as the writer draws them — the same units for
 //! the same rows and RNG stream, through mappings or `pread`, from a reader that follows
 //! the writer's adds or one opened afresh — and, while a writer laps a small ring under
-//! reader processes, never serves a unit with rows of two episodes or a torn row.
+//! reader processes, never serves a unit with rows of two episodes or a torn row, nor
+//! reports too few units because the writer evicted what one look read.
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
@@ -480,4 +481,52 @@ fn reader_processes_never_draw_a_torn_unit_while_the_writer_laps_a_small_ring() 
         );
     }
     drop(writer);
+}
+
+/// A reader whose look at a small ring the writer mostly evicts before it draws (a
+/// slow look while the writer laps) looks again, rather than report too few units: a
+/// ring of 64 rows always holds a whole episode of at most 20 steps, and episode draws
+/// racing a writer thread all succeed, with no unit mixing two episodes.
+#[test]
+fn a_reader_lapped_during_its_look_looks_again_rather_than_finding_no_episode() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    let config = Config::new(schema(), 64)
+        .segment_slots(16)
+        .episodic()
+        .seed(2);
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    let mut s = 9;
+    for tag in 0..10 {
+        add_episode(&mut buf, tag, 1 + xorshift(&mut s) % 20, tag % 2);
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut tag = 10;
+            while !stop.load(Ordering::Relaxed) {
+                add_episode(&mut buf, tag, 1 + xorshift(&mut s) % 20, tag % 2);
+                tag += 1;
+            }
+            tag
+        });
+        let mut reader = Reader::open(&path).unwrap();
+        let first_tail = reader.live().end;
+        let mut bad = 0;
+        for draw in 0..50_000 {
+            match reader.sample(Request::episodes(4)) {
+                Ok(e) => bad += bad_episodes(&e),
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    panic!("draw {draw}: {e}");
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let laps = (reader.live().end - first_tail) / 64;
+        writer.join().unwrap();
+        assert_eq!(bad, 0, "units mixing two episodes");
+        assert!(laps >= 10, "the writer lapped the ring only {laps} times");
+    });
 }

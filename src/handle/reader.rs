@@ -561,10 +561,16 @@ impl Reader {
     /// reader follows. A transition or sequence the writer overwrites mid-copy is drawn
     /// again alone (`unit_lost`); any other lost race makes the whole draw start again
     /// from where the writer is then. A unit is never served with rows of two items;
-    /// the RNG goes on from where a lost draw left it.
+    /// the RNG goes on from where a lost draw left it. A draw that finds too few units
+    /// (`Empty`, `InvalidSample`) while the writer's head moved during that look is also
+    /// started again: the writer evicted most of what the look had read (a slow look at
+    /// a small ring can be left with part of one episode), so what it holds now is
+    /// looked at; after `RACE_TRIES` such looks the last one's error is returned.
     fn sample_units_racing(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()> {
+        let mut too_few = None;
         for _ in 0..RACE_TRIES {
             self.refresh_files()?;
+            let head_before = self.rows.head;
             let suspect = self.followed.read_new_rows(&self.rows, self.epoch);
             if !self.head_moved_on() {
                 continue;
@@ -578,10 +584,14 @@ impl Reader {
                 {
                     self.rows.draws.sampled = sampled;
                 }
+                Err(e @ (Error::Empty | Error::InvalidSample(_))) if head > head_before => {
+                    self.rows.draws.sampled = sampled;
+                    too_few = Some(e);
+                }
                 done => return done,
             }
         }
-        Err(self.lapped())
+        Err(too_few.unwrap_or_else(|| self.lapped()))
     }
 
     /// Loads the writer's head again and takes it as this reader's (the tail stays as
