@@ -449,3 +449,78 @@ def test_a_float32_reward_keeps_its_value_and_repr_as_the_library_keeps_the_obje
         buf.add_player_trajectory(PlayerTrajectory(final_reward=np.float32(-1.0), obs=["c"],
                                                    actions=["z"]), "B")
     assert drained(their) == drained(mine)
+
+
+def _episode_pair(tmp_path, max_size):
+    their = THEIR_EPISODE(max_size, Tracker(tmp_path / "theirs"), None, None, None)
+    mine = ours.LocalEpisodeBuffer(max_size, None, None, None, None, path=str(tmp_path / "ours"),
+                                   heap_bytes=1 << 16)
+    return their, mine
+
+
+def _traj(n, tag="t"):
+    return PlayerTrajectory(final_reward=1.0, obs=[f"{tag}/{i}" for i in range(n)], actions=["a"] * n)
+
+
+def test_an_empty_trajectory_is_an_episode_of_no_steps_as_the_library_keeps_it(tmp_path):
+    """0.2.2's EpisodeBuffer keeps an empty trajectory as an episode: ``size()`` does not
+    count it, ``get_batch`` shuffles it in with the others (``[]`` in the batch, and
+    ``get_batch(0)`` of a buffer holding only it is ``[[]]``), downsampling may drop it;
+    a reopened folder still holds it. Which ones a draw takes follows the library's
+    distribution (chi-square over 400 rounds)."""
+    random.seed(11)
+    their, mine = _episode_pair(tmp_path, 1_000)
+    for buf in (their, mine):
+        buf.add_player_trajectory(_traj(0), "e")
+        assert buf.size() == 0
+    assert mine.get_batch(0) == their.get_batch(0) == [[]]
+    assert mine.get_batch(0) == their.get_batch(0) == []
+    with pytest.raises(AssertionError):
+        mine.get_batch(1)
+    # Kept across a restart of the actor (its folder reopened).
+    mine.add_player_trajectory(_traj(0), "e")
+    mine.close()
+    mine = ours.LocalEpisodeBuffer(1_000, None, None, None, None, path=str(tmp_path / "ours"))
+    assert mine.get_batch(0) == [[]]
+
+    def shape(batch):
+        return "|".join(str(len(ep)) for ep in batch)
+
+    cells = {"theirs": {}, "ours": {}}
+    for name, buf in (("theirs", their), ("ours", mine)):
+        for _ in range(400):
+            buf.clear()
+            for n in (2, 0, 3, 0, 1):
+                buf.add_player_trajectory(_traj(n), "e")
+            first = shape(buf.get_batch(4))
+            rest = shape(buf.get_batch(0))
+            c = cells[name]
+            c[first] = c.get(first, 0) + 1
+            c["0:" + rest] = c.get("0:" + rest, 0) + 1
+    keys = sorted(set(cells["theirs"]) | set(cells["ours"]))
+    assert len(keys) > 10
+    peers.chi_square_two([cells["ours"].get(k, 0) for k in keys],
+                         [cells["theirs"].get(k, 0) for k in keys])
+    mine.close()
+
+
+def test_downsampling_drops_empty_episodes_as_the_library_does(tmp_path):
+    random.seed(12)
+    their, mine = _episode_pair(tmp_path, 5)
+    cells = {"theirs": {}, "ours": {}}
+    for name, buf in (("theirs", their), ("ours", mine)):
+        for _ in range(400):
+            buf.clear()
+            for n in (0, 3, 0, 2, 3):  # 8 steps into 5: whole episodes, empty ones among them
+                buf.add_player_trajectory(_traj(n), "e")
+            got = buf.get_batch(buf.size())
+            empties = sum(1 for ep in got if not ep) + (mine.empties if buf is mine else
+                                                         sum(1 for ep in their.episodes if not ep))
+            cell = (empties, shape := "|".join(sorted(str(len(ep)) for ep in got if ep)))
+            cells[name][cell] = cells[name].get(cell, 0) + 1
+            assert shape
+    keys = sorted(set(cells["theirs"]) | set(cells["ours"]))
+    assert len({e for e, _ in keys}) == 3  # 0, 1 or 2 empty episodes survive
+    peers.chi_square_two([cells["ours"].get(k, 0) for k in keys],
+                         [cells["theirs"].get(k, 0) for k in keys])
+    mine.close()

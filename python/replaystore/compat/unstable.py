@@ -58,8 +58,12 @@ Differences, each deliberate:
   the library keeps the object (and its sampling transforms or CSV then see it as is).
 - Observations and actions are text (``str``): another type raises ``SchemaError``
   naming the field, where the library keeps any object.
-- An empty trajectory stores nothing (the library's ``EpisodeBuffer`` keeps an empty
-  episode, which a later ``get_batch`` may return as ``[]``).
+- An empty trajectory: ``StepBuffer`` keeps nothing of it, as the library; an
+  ``EpisodeBuffer`` keeps it as the library does, an episode of no steps that
+  ``get_batch`` returns as ``[]`` where the shuffle puts it (``get_batch(0)`` of a buffer
+  holding only that returns ``[[]]``) and downsampling may drop. While empty episodes are
+  held, the first draw after a downsampling or a restart reads every step once to count
+  the episodes (O(steps)).
 - ``stop()`` is a flag in the actor's memory, as in the library: a restarted actor
   collects again.
 
@@ -86,6 +90,7 @@ import numpy as np
 
 import replaystore as rs
 from replaystore._confined import Confined
+from replaystore.compat._folder import read_sidecar, write_sidecar
 
 
 @dataclasses.dataclass
@@ -254,18 +259,27 @@ class _Buffer:
         rows = self._rows(player_traj, env_id)
         n = len(rows["obs"])
         if n:
-            before = len(self.buf)
-            try:
-                self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
-            except rs.ValueSpaceFullError as e:
-                # The library keeps every step until it downsamples: refused, said why.
-                raise rs.ValueSpaceFullError(
-                    f"{self.path}: the text of this trajectory ({n} steps) does not fit beside "
-                    f"the {len(self.buf)} steps held, and nothing was added: give heap_bytes= "
-                    f"(text bytes, now {self.heap_bytes}) room for {self.max_buffer_size} steps "
-                    f"and a trajectory. {e}") from None
-            self._check_kept(before, n)
+            self._add(rows, n)
+        else:
+            self._add_empty()
         self.logger.info(f"Buffer size: {len(self.buf)}, added {n} steps")
+
+    def _add(self, rows, n):
+        """Stores a trajectory's ``n`` steps as one ``add_batch``."""
+        before = len(self.buf)
+        try:
+            self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+        except rs.ValueSpaceFullError as e:
+            # The library keeps every step until it downsamples: refused, said why.
+            raise rs.ValueSpaceFullError(
+                f"{self.path}: the text of this trajectory ({n} steps) does not fit beside "
+                f"the {len(self.buf)} steps held, and nothing was added: give heap_bytes= "
+                f"(text bytes, now {self.heap_bytes}) room for {self.max_buffer_size} steps "
+                f"and a trajectory. {e}") from None
+        self._check_kept(before, n)
+
+    def _add_empty(self):
+        """A trajectory without steps: the library's ``StepBuffer`` keeps nothing of it."""
 
     def _check_kept(self, before, n):
         """Warns when the ring pushed out stored steps: the library only ever drops
@@ -358,27 +372,127 @@ class LocalStepBuffer(_Buffer):
         return batch
 
 
+#: Beside an ``EpisodeBuffer``'s steps: how many empty episodes it holds.
+EMPTIES = "unstable-empty-episodes.json"
+
+
 class LocalEpisodeBuffer(_Buffer):
-    """``EpisodeBuffer`` in this process (no Ray): the class the actor runs."""
+    """``EpisodeBuffer`` in this process (no Ray): the class the actor runs.
+
+    An empty trajectory is an episode of no steps, as the library keeps it: counted in
+    a file beside the steps (rows cannot hold it) and shuffled in with the others by
+    ``get_batch`` (which returns it as ``[]``) and by downsampling."""
 
     KIND = "episode"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        saved = read_sidecar(self.path, EMPTIES)
+        self.empties = int(saved["empty"]) if saved else 0
+        #: Episodes with steps held, when known (None: counted when next needed).
+        self.stored = None if len(self.buf) else 0
+        self._rng = np.random.default_rng()
+
+    def _set_empties(self, k):
+        if k != self.empties:
+            write_sidecar(self.path, EMPTIES, {"empty": k})
+            self.empties = k
+
+    def _episodes(self):
+        """Episodes with steps held (a trajectory a kill cut short is not one). Counted
+        by a read of every step when not known: only with empty episodes beside them."""
+        if self.stored is None:
+            self.stored = self._whole(len(self.buf))
+        return self.stored
+
+    def _whole(self, steps):
+        """How many whole episodes hold ``steps`` steps or fewer: all of them when the
+        rows are all whole episodes; else (a kill cut a trajectory short) the most steps
+        they cover is found by halving first."""
+        def covering(k):
+            try:
+                return len(self.buf.sample_fragments(covering=k, seed=0)["offsets"]) - 1
+            except rs.Error:
+                return None
+
+        if not steps:
+            return 0
+        every = covering(steps)
+        if every is not None:
+            return every
+        good, bad = 0, steps  # covering(good) works (0: none needed), covering(bad) does not
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if covering(mid) is not None else (good, mid)
+        return covering(good) or 0 if good else 0
+
+    def _mixed(self, stored, empties, taken):
+        """Where a shuffle of ``stored`` episodes with steps and ``empties`` empty ones
+        puts the empty ones (True) among the others (False), up to the ``taken``-th with
+        steps: the library walks its shuffled list (or draws from it) until then."""
+        order = []
+        while taken:
+            empty = self._rng.random() * (stored + empties) < empties
+            order.append(bool(empty))
+            if empty:
+                empties -= 1
+            else:
+                stored, taken = stored - 1, taken - 1
+        return order
+
+    def _add_empty(self):
+        self._set_empties(self.empties + 1)
+
+    def _add(self, rows, n):
+        downsamples = len(self.buf) + n > self.max_buffer_size
+        before = self._episodes() if downsamples and self.empties else None
+        super()._add(rows, n)
+        if not downsamples:
+            self.stored = None if self.stored is None else self.stored + 1
+            return
+        self.stored = None
+        if before is not None:
+            # The library removes random episodes until the steps fit, empty ones among
+            # them: the engine removed `gone` with steps; the empty ones drawn before.
+            gone = before + 1 - self._episodes()
+            self._set_empties(self.empties - sum(self._mixed(before + 1, self.empties, gone)))
+
+    def _draw(self, steps):
+        """Episodes with steps in random order until they hold ``steps``, removed."""
+        rows = self.buf.sample_fragments(covering=steps, remove=True)
+        off = rows["offsets"]
+        if self.stored is not None:
+            self.stored -= len(off) - 1
+        return [self._steps(rows, int(off[k]), int(off[k + 1])) for k in range(len(off) - 1)]
 
     def get_batch(self, batch_size: int):
         size = len(self.buf)
         if size < batch_size:
             raise AssertionError(f"get_batch({batch_size}): the buffer holds {size} steps")
-        if batch_size <= 0:
+        if not self.empties:
             # The library's loop takes the first shuffled episode before it compares.
-            batch_size = 1 if size else 0
-        if not size:
-            return []
-        rows = self.buf.sample_fragments(covering=batch_size, remove=True)
-        off = rows["offsets"]
-        episodes = [self._steps(rows, int(off[k]), int(off[k + 1]))
-                    for k in range(len(off) - 1)]
+            episodes = self._draw(max(batch_size, 1)) if size else []
+        elif batch_size <= 0:
+            # Only the first of the shuffled episodes: an empty one, or one with steps.
+            stored = self._episodes()
+            first_empty = self._rng.random() * (stored + self.empties) < self.empties
+            episodes = [[]] if first_empty else self._draw(1)
+            self._set_empties(self.empties - int(first_empty))
+        else:
+            stored = self._episodes()
+            drawn = self._draw(batch_size)
+            order = self._mixed(stored, self.empties, len(drawn))
+            it = iter(drawn)
+            episodes = [[] if empty else next(it) for empty in order]
+            self._set_empties(self.empties - sum(order))
         self.logger.info(f"Sampling {len(episodes)} episodes from buffer.")
         self.training_steps += 1
         return episodes
+
+    def clear(self):
+        super().clear()
+        self._set_empties(0)
+        self.stored = 0
 
 
 def write_training_data_to_file(batch, filename):
