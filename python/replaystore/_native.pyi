@@ -14,6 +14,8 @@ def set_index_dtype(dtype: str) -> None:
 def index_dtype() -> str: ...
 def nest(batch: Mapping[str, Any]) -> Dict[str, Any]:
     """``{"obs.pos": a}`` as ``{"obs": {"pos": a}}``, the same arrays."""
+def cli(argv: Sequence[Union[str, bytes]]) -> int:
+    """Runs the ``replaystore`` command on ``argv`` (program name first); its exit status."""
 
 _Path = Union[str, PathLike[str]]
 _DTypeLike = Any

@@ -53,6 +53,18 @@ fn index_dtype() -> &'static str {
     }
 }
 
+/// Runs the `replaystore` command on `argv` (the program's name first) and returns its
+/// exit status: the package's console script and `python -m replaystore`
+/// (`replaystore/__main__.py`). The command writes to the process's standard output and
+/// error itself, with the GIL released; a process it starts (the W3 bench's readers) is
+/// this interpreter with `-m replaystore`.
+#[pyfunction]
+fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
+    let python: std::ffi::OsString = py.import("sys")?.getattr("executable")?.extract()?;
+    let again = vec![python, "-m".into(), "replaystore".into()];
+    Ok(py.detach(|| replaystore_cli::cli::run(again, argv)).0)
+}
+
 /// The module `replaystore._native`; `replaystore/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -67,6 +79,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nest, m)?)?;
     m.add_function(wrap_pyfunction!(set_index_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(index_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("NotABufferError", py.get_type::<errors::NotABufferError>())?;
     m.add("VersionError", py.get_type::<errors::VersionError>())?;

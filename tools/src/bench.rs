@@ -13,8 +13,8 @@
 //!
 //! `--quick` divides capacities and iteration counts by 16.
 
+use crate::fail::Status;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::workloads::{Chunk, Workload, random_priority, written_bytes};
@@ -235,7 +235,7 @@ pub fn run(
     as_json: bool,
     baseline: Option<PathBuf>,
     floors_only: bool,
-) -> Result<ExitCode, Error> {
+) -> Result<Status, Error> {
     let name = workload.to_ascii_lowercase();
     let (workloads, w3): (Vec<Workload>, bool) = match name.as_str() {
         "w1" => (vec![Workload::W1], false),
@@ -385,7 +385,7 @@ pub fn run(
             })
             .collect();
         say!("{:#}", json!({"quick": quick, "results": items}));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     say!(
         "{:<24} {:>10} {:>21} {:>9} {:<12} {:>12} {:>12} {:>10} {:>8} {:>8}",
@@ -424,7 +424,7 @@ pub fn run(
         "floor: the best run of the same work by a plain Rust kernel over memory of the same size on this \
          host, this run (bench --help); vs base: times better than --baseline"
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// Figures of an earlier `bench --json`, to compare a run against.

@@ -1,7 +1,7 @@
 //! `verify`: every checksum, stamp and tree node, with a progress bar.
 
+use crate::fail::Status;
 use std::path::Path;
-use std::process::ExitCode;
 
 use replaystore::internal::format::lanes::MAX_LANES;
 use replaystore::internal::storage::{self, Manifest};
@@ -14,7 +14,7 @@ use crate::progress;
 
 /// `replaystore verify`: every check `VerifyOptions` names, with a progress bar over the
 /// items; exit 1 when anything is damaged. Reads only: a damaged buffer stays as it is.
-pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Failure> {
+pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<Status, Failure> {
     let quiet = as_json || !progress::visible();
     let bar = progress::bar(
         if quiet { 0 } else { items_to_check(dir, deep) },
@@ -84,9 +84,9 @@ pub fn run_verify(dir: &Path, deep: bool, as_json: bool) -> Result<ExitCode, Fai
         );
     }
     Ok(if report.is_sound() {
-        ExitCode::SUCCESS
+        Status::SUCCESS
     } else {
-        ExitCode::from(1)
+        Status::from(1)
     })
 }
 

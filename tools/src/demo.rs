@@ -1,8 +1,8 @@
 //! `replaystore demo`: a point-mass environment of our own fills a buffer; the demo
 //! samples, closes, reopens, checks every item against the environment, and verifies.
 
+use crate::fail::Status;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use replaystore::{Column, Config, DType, Error, ReplayBuffer, Request, Schema, verify};
@@ -151,7 +151,7 @@ fn expected_bytes(s: &Step) -> Vec<u8> {
 const ENV_SEED: u64 = 2024;
 const BATCH: usize = 256;
 
-pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
+pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<Status, Error> {
     let dir = dir.unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -333,9 +333,9 @@ pub fn run(dir: Option<PathBuf>, steps: u64) -> Result<ExitCode, Error> {
         dir.display()
     );
     Ok(if ok && same_priorities && resumed && report.is_sound() {
-        ExitCode::SUCCESS
+        Status::SUCCESS
     } else {
-        ExitCode::from(1)
+        Status::from(1)
     })
 }
 

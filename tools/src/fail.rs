@@ -2,9 +2,30 @@
 //! it was (the table is in `--help`).
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use replaystore::Error;
+
+/// A command's exit status (`EXIT_HELP`): a number, so the Python package's entry point
+/// hands it to `sys.exit` as the binary hands it to the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status(pub u8);
+
+impl Status {
+    /// Status 0.
+    pub const SUCCESS: Status = Status(0);
+}
+
+impl From<u8> for Status {
+    fn from(code: u8) -> Status {
+        Status(code)
+    }
+}
+
+impl From<Status> for std::process::ExitCode {
+    fn from(status: Status) -> std::process::ExitCode {
+        std::process::ExitCode::from(status.0)
+    }
+}
 
 /// The exit statuses, as `--help` lists them.
 pub const EXIT_HELP: &str = "\
@@ -84,15 +105,15 @@ impl Failure {
     }
 
     /// Prints the message (nothing for a closed output pipe) and gives the exit status.
-    pub fn report(&self) -> ExitCode {
+    pub fn report(&self) -> Status {
         if let Failure::Stdout(e) = self
             && e.kind() == std::io::ErrorKind::BrokenPipe
         {
             // `dump | head`: the reader has what it wanted.
-            return ExitCode::SUCCESS;
+            return Status::SUCCESS;
         }
         eprintln!("error: {self}");
-        ExitCode::from(self.code())
+        Status(self.code())
     }
 }
 

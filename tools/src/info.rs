@@ -1,7 +1,7 @@
 //! `info` and `snapshots`: what a buffer's files say, for people and for scripts.
 
+use crate::fail::Status;
 use std::path::Path;
-use std::process::ExitCode;
 
 use replaystore::internal::PriorityInfo;
 use replaystore::internal::format::group::GroupDoc;
@@ -237,7 +237,7 @@ fn print_priorities(p: &PriorityInfo) {
 }
 
 /// `replaystore info`: a buffer, or a lane set lane by lane.
-pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failure> {
+pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<Status, Failure> {
     if let Some(lanes) = storage::read_lanes(&OsIo, dir)? {
         return lanes_info(dir, &lanes, as_json);
     }
@@ -262,7 +262,7 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failur
             map.insert("groups".into(), json!({"by": by, "groups": rows}));
         }
         say!("{v:#}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     let c = &info.commit;
     say!("buffer     {}", info.dir.display());
@@ -394,11 +394,11 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<ExitCode, Failur
     if let Some(p) = &info.priorities {
         print_priorities(p);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// A lane set: the schema once, then each lane's fill, counters and priorities.
-fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, Failure> {
+fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<Status, Failure> {
     let infos = (0..file.lanes)
         .map(|k| inspect(storage::lane_dir(dir, k)))
         .collect::<Result<Vec<Info>, _>>()?;
@@ -435,7 +435,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
                 "lane": lanes,
             })
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     say!("lane set   {}", dir.display());
     say!(
@@ -480,11 +480,11 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<ExitCode, F
         human(on_disk),
         human(data)
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// A buffer group: each member by name, with its own schema, fill and counters.
-fn group_info(dir: &Path, doc: &GroupDoc, as_json: bool) -> Result<ExitCode, Failure> {
+fn group_info(dir: &Path, doc: &GroupDoc, as_json: bool) -> Result<Status, Failure> {
     let mut members: Vec<_> = doc.members.iter().collect();
     members.sort_by_key(|m| m.lane);
     let infos = members
@@ -515,7 +515,7 @@ fn group_info(dir: &Path, doc: &GroupDoc, as_json: bool) -> Result<ExitCode, Fai
                 "snapshots_before_members": doc.empty_snapshots,
             })
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     say!("group      {}", dir.display());
     say!(
@@ -547,7 +547,7 @@ fn group_info(dir: &Path, doc: &GroupDoc, as_json: bool) -> Result<ExitCode, Fai
             fields.join(", ")
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 fn schema_json(info: &Info) -> serde_json::Value {
@@ -592,7 +592,7 @@ pub fn run_snapshots(
     delete: Option<&str>,
     keep_last: Option<usize>,
     as_json: bool,
-) -> Result<ExitCode, Failure> {
+) -> Result<Status, Failure> {
     // Listing needs no lock; deleting is the writer's job, so it opens as the writer.
     let mut deleted = Vec::new();
     let set = members_of(dir)?;
@@ -661,14 +661,14 @@ pub fn run_snapshots(
             })
             .collect();
         say!("{:#}", json!({"snapshots": items, "deleted": deleted}));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     for name in &deleted {
         say!("deleted {name}");
     }
     if list.is_empty() {
         say!("no snapshots in {}", dir.display());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::SUCCESS);
     }
     say!(
         "{:<24} {:>10} {:>12} {:>12} {:>12}  status",
@@ -689,7 +689,7 @@ pub fn run_snapshots(
             s.problem.as_deref().unwrap_or("ok")
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// Deletes snapshot `delete` and all but the `keep_last` newest from a group or lane

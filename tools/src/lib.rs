@@ -1,8 +1,20 @@
 //! What the `replaystore` command and the Python package share: reading a buffer's
 //! items out (`source`), writing them as `.npz`, Parquet or JSON lines and reading such
-//! files into a new buffer (`transfer`), and how a failure is said (`fail`). The
-//! command (`main.rs`) adds its subcommands; the Python extension calls `export`.
+//! files into a new buffer (`transfer`), and how a failure is said (`fail`); and the
+//! command itself (`cli::run`), which the binary (`main.rs`) and the Python package's
+//! `replaystore` console script both run. The Python extension also calls `export`.
 
+/// `println!` for the command's standard output: a closed pipe (`info | head`) ends
+/// the process quietly with status 0, as `dump` does through `Failure::Stdout`, instead
+/// of panicking mid-line. Every command that prints this way only reads or has
+/// finished writing, so exiting there loses nothing.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::fail::say(format_args!($($arg)*))
+    };
+}
+
+pub mod cli;
 pub mod columnar;
 pub mod fail;
 pub mod jsonl;
@@ -11,3 +23,19 @@ pub mod progress;
 pub mod show;
 pub mod source;
 pub mod transfer;
+
+mod bench;
+mod check;
+mod ckpt;
+mod demo;
+mod floor;
+mod info;
+mod row;
+mod w3;
+mod w3e;
+mod w4;
+mod w5;
+mod w67;
+mod workloads;
+#[cfg(test)]
+mod workloads_tests;

@@ -11,9 +11,9 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 
+use crate::fail::Status;
 use flate2::read::DeflateDecoder;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use replaystore::{
     Column, Config, DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DType, Error, ReplayBuffer,
@@ -638,7 +638,7 @@ fn read_inputs(file: &File, path: &Path) -> Result<(Vec<Input>, u64), Failure> {
 /// Creates a buffer in `args.dir` from `args.input`: the arrays of an `.npz` (the
 /// schema from their dtypes and shapes, in archive order), or the columns of a Parquet
 /// or JSON-lines file (see `columnar` and `jsonl` for how each maps to fields).
-pub fn import(args: &ImportArgs<'_>) -> Result<ExitCode, Failure> {
+pub fn import(args: &ImportArgs<'_>) -> Result<Status, Failure> {
     let path = args.input;
     match args.format.unwrap_or_else(|| FileKind::of(path)) {
         FileKind::Npz => {
@@ -694,7 +694,7 @@ fn create_from(
     n: u64,
     values: (u64, u64),
     fill: impl FnOnce(&mut ReplayBuffer, &mut dyn FnMut(u64)) -> Result<(), Failure>,
-) -> Result<ExitCode, Failure> {
+) -> Result<Status, Failure> {
     let capacity = match args.capacity {
         Some(c) => c,
         None if n > 0 => n,
@@ -754,7 +754,7 @@ fn create_from(
         "imported {n} items x {fields} fields into {} (capacity {capacity})",
         args.dir.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// Adds the arrays' rows, a chunk at a time, checking each member's CRC-32 at its end.

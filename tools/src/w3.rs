@@ -8,7 +8,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::Stdio;
+
+use crate::fail::Status;
 use std::time::{Duration, Instant};
 
 use crate::workloads::Workload;
@@ -71,7 +73,7 @@ pub(crate) fn rss_anon() -> u64 {
 /// The `w3-reader` child: opens `dir` as a reader, says `ready`, waits for a line on
 /// stdin, samples `unit` (see `crate::w3e::request`) for `seconds`, and prints
 /// `batches_per_s rss_anon_bytes`.
-pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<ExitCode, Error> {
+pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<Status, Error> {
     let request = crate::w3e::request(unit)?;
     let mut reader = Reader::open(dir)?;
     let mut batch = Batch::default();
@@ -83,7 +85,7 @@ pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<ExitCode, Error> {
     let _ = std::io::stdin().read_line(&mut line);
     let rate = sample_for(|b| reader.sample_into(request, b), &mut batch, seconds)?;
     say!("{rate} {}", rss_anon());
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::SUCCESS)
 }
 
 /// One timed run with `readers` reader processes: their batches/s and resident
@@ -107,22 +109,22 @@ pub(crate) fn run_readers(
     unit: &str,
     meanwhile: impl FnOnce() -> Result<f64, Error>,
 ) -> Result<(Vec<(f64, u64)>, f64), Error> {
-    let exe =
-        std::env::current_exe().map_err(|e| io_error("locate", Path::new("replaystore"), e))?;
     let mut children = Vec::new();
+    let command = crate::cli::again();
+    let exe = Path::new(command.get_program());
     for _ in 0..readers {
-        let mut child = Command::new(&exe)
+        let mut child = crate::cli::again()
             .arg("w3-reader")
             .arg(dir)
             .args(["--seconds", &seconds.to_string(), "--unit", unit])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| io_error("spawn", &exe, e))?;
+            .map_err(|e| io_error("spawn", exe, e))?;
         let mut out = BufReader::new(child.stdout.take().ok_or(Error::Unsupported("pipe"))?);
         let mut line = String::new();
         out.read_line(&mut line)
-            .map_err(|e| io_error("read", &exe, e))?;
+            .map_err(|e| io_error("read", exe, e))?;
         if line.trim() != "ready" {
             let _ = child.kill();
             return Err(Error::InvalidSample(format!(
@@ -142,7 +144,7 @@ pub(crate) fn run_readers(
     for (mut child, mut out) in children {
         let mut line = String::new();
         out.read_line(&mut line)
-            .map_err(|e| io_error("read", &exe, e))?;
+            .map_err(|e| io_error("read", exe, e))?;
         let _ = child.wait();
         let mut words = line.split_whitespace();
         let rate = words.next().and_then(|w| w.parse().ok());
