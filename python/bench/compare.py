@@ -37,7 +37,8 @@ next, sample_out draws into the arrays of one kept batch (replaystore's out=), a
 sample_kept keeps every batch alive (W2: ~9 GB of new memory per run); W2-sample_stack4
 is W2 stored one frame per step and stacked 4 at sample time (replaystore only). Beside
 replaystore's figures, the floor of this host (`replaystore bench --floors`, found as
-$REPLAYSTORE_BIN, target/release/replaystore or on PATH) and ours as a share of it.
+$REPLAYSTORE_BIN, target/dist/replaystore, target/release/replaystore or on PATH) and ours
+as a share of it.
 After each workload, the disk's write rate measured in the same run (the ring's bytes,
 written and fdatasynced in the scratch folder): a ring larger than the kernel's dirty
 thresholds cannot be added to durably faster than that, so the add figures are given
@@ -1188,9 +1189,11 @@ FLOOR_OF = {"add1": ("add1", 1e6), "addB": ("addB", 1e6), "addB_lap": ("addB", 1
 
 
 def replaystore_cli():
-    """The `replaystore` command: $REPLAYSTORE_BIN, the checkout's release build, or PATH."""
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "release", "replaystore")
-    for c in (os.environ.get("REPLAYSTORE_BIN"), here, shutil.which("replaystore")):
+    """The `replaystore` command: $REPLAYSTORE_BIN, the checkout's dist or release build, or
+    PATH."""
+    target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target")
+    builds = [os.path.join(target, p, "replaystore") for p in ("dist", "release")]
+    for c in (os.environ.get("REPLAYSTORE_BIN"), *builds, shutil.which("replaystore")):
         if c and os.access(c, os.X_OK):
             return c
     return None
@@ -1365,6 +1368,11 @@ def main():
     for (w, lib), why in failed.items():
         print(f"({lib} could not run {w}: {why})")
     print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
+    if "replaystore" in libs:
+        import replaystore._native as native
+
+        print(f"replaystore's extension built with Cargo profile {native.BUILD_PROFILE} "
+              "(the quoted figures: dist; `maturin develop --profile dist`)")
     if floor_cols:
         print("floor: the best of --runs runs of the same work by a plain Rust kernel over memory of the same size, this host, "
               "this run (replaystore bench --floors; W5's: memcpy_floor, a NumPy copy of the same payload bytes); "

@@ -8,6 +8,8 @@ import numpy.typing as npt
 
 FORMAT_VERSION: int
 __version__: str
+#: The Cargo profile that built the extension: "dist" (the wheel), "release" or "dev".
+BUILD_PROFILE: str
 
 def set_index_dtype(dtype: str) -> None:
     """``"uint64"`` (default) or ``"int64"``: the dtype every draw's ``indices`` have."""

@@ -112,5 +112,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;
     // The package's version, as `pip show replaystore` gives it (the crate's).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Which Cargo profile built this extension (benchmarks print it beside their figures).
+    m.add("BUILD_PROFILE", replaystore_cli::PROFILE)?;
     Ok(())
 }

@@ -384,7 +384,10 @@ pub fn run(
                 })
             })
             .collect();
-        say!("{:#}", json!({"quick": quick, "results": items}));
+        say!(
+            "{:#}",
+            json!({"quick": quick, "profile": crate::PROFILE, "results": items})
+        );
         return Ok(Status::SUCCESS);
     }
     say!(
@@ -423,6 +426,10 @@ pub fn run(
     say!(
         "floor: the best run of the same work by a plain Rust kernel over memory of the same size on this \
          host, this run (bench --help); vs base: times better than --baseline"
+    );
+    say!(
+        "built with Cargo profile {} (the quoted figures: dist)",
+        crate::PROFILE
     );
     Ok(Status::SUCCESS)
 }

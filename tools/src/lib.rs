@@ -14,6 +14,15 @@ macro_rules! say {
     };
 }
 
+/// The Cargo profile this build was made with: `release` (thin LTO, quick to build),
+/// `dist` (fat LTO: the wheel users get, and the figures benchmarks quote) or `dev`.
+/// Benchmarks print it beside their figures.
+///
+/// ```
+/// assert!(!replaystore_cli::PROFILE.is_empty());
+/// ```
+pub const PROFILE: &str = env!("REPLAYSTORE_PROFILE");
+
 pub mod cli;
 pub mod columnar;
 pub mod fail;

@@ -606,6 +606,8 @@ fn bench_quick_prints_every_w1_workload_with_median_and_range() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The figures say which build made them: the tests' build is the dev profile.
+    assert_eq!(v["profile"], "dev", "{v}");
     let rows = v["results"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()
