@@ -116,22 +116,8 @@ create_exception!(
     "A write through a read-only handle (a Reader, a snapshot), or after a failed sync."
 );
 
-/// The engine's Rust names (and the command's options) in a message, and what a Python
-/// caller writes instead.
+/// The command's options in a message, and what a Python caller writes instead.
 const PYTHON_NAMES: &[(&str, &str)] = &[
-    (
-        "Config::prioritized",
-        "alpha=, e.g. ReplayBuffer.create(path, schema, capacity, alpha=0.6)",
-    ),
-    ("Config::episodic", "episodic=True"),
-    ("Config::heap_bytes", "heap_bytes="),
-    ("Config::evict_for_room", "evict_for_room=True"),
-    ("Config::fragments", "fragments=True"),
-    ("Config::downsample", "downsample="),
-    (
-        "Config::item_states() (Python: item_states=True)",
-        "item_states=True or max_use=N",
-    ),
     // The command's options, in the messages of the export both fronts share.
     ("--include-removed", "include_removed=True"),
     ("--fields", "fields="),
@@ -140,10 +126,13 @@ const PYTHON_NAMES: &[(&str, &str)] = &[
 ];
 
 /// `message` with every Rust name a Python caller cannot write replaced by its Python
-/// spelling.
+/// spelling (`replaystore_cli::fail::CONFIG_NAMES`, then the command's options).
 pub fn in_python(message: &str) -> String {
-    PYTHON_NAMES
+    let config = replaystore_cli::fail::CONFIG_NAMES
         .iter()
+        .map(|(text, _, py)| (*text, *py));
+    config
+        .chain(PYTHON_NAMES.iter().copied())
         .fold(message.to_owned(), |m, (rust, py)| m.replace(rust, py))
 }
 

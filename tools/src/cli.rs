@@ -516,7 +516,18 @@ fn sample(
             // Sized by the draw itself, which checks the size first (an error, not an
             // abort, for `-n 2^45`).
             let mut out = Batch::default();
-            r.sample_into(request, &mut out)?;
+            match r.sample_into(request, &mut out) {
+                // The option asked for what the buffer lacks: say which option.
+                Err(replaystore::Error::NotPrioritized { dir }) => {
+                    return Err(Failure::Usage(format!(
+                        "{}: the buffer keeps no priorities to draw by: leave out \
+                         --prioritized (a buffer has them when a program creates it with \
+                         alpha= in Python, Config::prioritized in Rust)",
+                        dir.display()
+                    )));
+                }
+                drawn => drawn?,
+            }
             (r.schema().clone(), out)
         }};
     }

@@ -117,10 +117,51 @@ impl Failure {
     }
 }
 
+/// What an engine message names by the Rust `Config` call that asks for it, as
+/// `(text in the message, the Rust call, the Python keyword)`. A buffer is made by a
+/// program in either language: the Python package's messages give the Python keyword
+/// (`in_python` in the extension), the command's both (`for_command`).
+pub const CONFIG_NAMES: &[(&str, &str, &str)] = &[
+    (
+        "Config::prioritized",
+        "Config::prioritized",
+        "alpha=, e.g. ReplayBuffer.create(path, schema, capacity, alpha=0.6)",
+    ),
+    ("Config::episodic", "Config::episodic", "episodic=True"),
+    ("Config::heap_bytes", "Config::heap_bytes", "heap_bytes="),
+    (
+        "Config::evict_for_room",
+        "Config::evict_for_room",
+        "evict_for_room=True",
+    ),
+    ("Config::fragments", "Config::fragments", "fragments=True"),
+    ("Config::downsample", "Config::downsample", "downsample="),
+    (
+        "Config::item_states() (Python: item_states=True)",
+        "Config::item_states()",
+        "item_states=True or max_use=N",
+    ),
+];
+
+/// An engine message as the command says it: each Rust `Config` call named with its
+/// Python keyword beside it.
+///
+/// ```
+/// let said = replaystore_cli::fail::for_command("no priorities (create it with Config::prioritized)");
+/// assert!(said.contains("alpha=") && said.contains("in Python") && said.contains("Config::prioritized in Rust"));
+/// ```
+pub fn for_command(message: &str) -> String {
+    CONFIG_NAMES
+        .iter()
+        .fold(message.to_owned(), |m, (text, rust, py)| {
+            m.replace(text, &format!("{py} in Python, {rust} in Rust"))
+        })
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Engine(e) => write!(f, "{e}"),
+            Failure::Engine(e) => write!(f, "{}", for_command(&e.to_string())),
             Failure::File { path, op, source } if is_disk_full(source) => {
                 write!(f, "disk full: {op} {}: {source}", path.display())
             }

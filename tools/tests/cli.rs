@@ -174,6 +174,15 @@ fn each_kind_of_error_has_its_exit_status_and_a_message_a_person_can_act_on() {
         "names the writer's pid: {}",
         text(&o)
     );
+    // An option asking for what the buffer lacks is named, in the command's words
+    // (issue 54.6: no Rust name alone for a Python user).
+    let o = run(&["sample", dir_s, "-n", "4", "--prioritized"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("leave out --prioritized") && said.contains("alpha= in Python"),
+        "{said}"
+    );
     // Reading commands work beside the writer.
     assert!(run(&["dump", dir_s, "--last", "1"]).status.success());
     buf.close().unwrap();
