@@ -171,6 +171,12 @@ def test_errors_are_sb3s(tmp_path):
     with pytest.raises(TypeError, match="not rewritten"):
         ours.rewards[0] = 1.0
     ours.close()
+    # A Dict space given to ReplayBuffer: a TypeError in both (ours names the class to use).
+    dict_space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "id": spaces.Discrete(5)})
+    with pytest.raises(TypeError):
+        sb.ReplayBuffer(4, dict_space, act_space)
+    with pytest.raises(TypeError, match="use DictReplayBuffer"):
+        ad.ReplayBuffer(4, dict_space, act_space, path=str(tmp_path / "dict"))
 
 
 def test_the_one_write_sb3_makes_ends_the_last_trajectory_in_both(tmp_path):

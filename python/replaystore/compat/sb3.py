@@ -132,6 +132,12 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
     # -- layout and folder -------------------------------------------------------------------
 
     def _obs_fields(self) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+        if isinstance(self.obs_shape, dict):
+            # SB3's own ReplayBuffer fails here too, with a TypeError about a shape.
+            raise TypeError(
+                f"{type(self).__name__} takes one array observation (Box, Discrete, "
+                f"MultiDiscrete, MultiBinary), not a Dict space of keys {list(self.obs_shape)}: "
+                "use DictReplayBuffer (SB3's algorithms pick it for a Dict space)")
         return {"obs": (np.dtype(self.observation_space.dtype), tuple(self.obs_shape))}
 
     def _layout(self) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
