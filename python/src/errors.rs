@@ -126,9 +126,9 @@ const PYTHON_NAMES: &[(&str, &str)] = &[
 ];
 
 /// `message` with every Rust name a Python caller cannot write replaced by its Python
-/// spelling (`replaystore_cli::fail::CONFIG_NAMES`, then the command's options).
+/// spelling (`replaystore_cli::fail::RUST_CALLS`, then the command's options).
 pub fn in_python(message: &str) -> String {
-    let config = replaystore_cli::fail::CONFIG_NAMES
+    let config = replaystore_cli::fail::RUST_CALLS
         .iter()
         .map(|(text, _, py)| (*text, *py));
     config

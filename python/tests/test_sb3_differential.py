@@ -202,6 +202,43 @@ def sb3_logs_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-logs"))
 
 
+@pytest.mark.parametrize("keep", [None, 2])
+def test_every_buffer_a_checkpoint_callback_saves_loads_unless_told_to_keep_fewer(tmp_path, keep):
+    """Issue 54.4: SB3's CheckpointCallback with save_replay_buffer=True keeps every
+    file it writes; every one of them loads (the snapshots it names are all kept). With
+    keep_states=K only the newest K do, and an older one's error says the rule and the
+    setting."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3lib
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    import replaystore as rs
+
+    kwargs = {"path": str(tmp_path / "rb"), **({"keep_states": keep} if keep else {})}
+    model = sb3lib.DQN("MlpPolicy", gym.make("CartPole-v1"), buffer_size=300, learning_starts=50,
+                       batch_size=16, replay_buffer_class=ad.ReplayBuffer,
+                       replay_buffer_kwargs=kwargs, seed=0, device="cpu")
+    ckpt = CheckpointCallback(save_freq=100, save_path=str(tmp_path / "ckpt"), save_replay_buffer=True)
+    model.learn(500, callback=ckpt)  # 5 checkpoints; the ring laps after 300 steps
+    saved = sorted((tmp_path / "ckpt").glob("*replay_buffer_*.pkl"),
+                   key=lambda p: int(p.stem.rsplit("_", 2)[-2]))
+    assert len(saved) == 5
+    for k, pkl in enumerate(saved):
+        # SB3 calls the callback before it stores that step's transition.
+        held = 100 * (k + 1) - 1
+        if keep is None or k >= len(saved) - keep:
+            model.load_replay_buffer(str(pkl))
+            assert model.replay_buffer.size() == min(held, 300), pkl
+        else:
+            with pytest.raises(rs.StateError, match="keep_states") as e:
+                model.load_replay_buffer(str(pkl))
+            assert "buf.keep_states = None" in str(e.value), e.value
+    model.replay_buffer.close()
+    import gc
+
+    gc.collect()
+
+
 @pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3", "DDPG"])
 def test_algorithms_learn_save_and_load_through_the_adapter(tmp_path, algo):
     import gymnasium as gym

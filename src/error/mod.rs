@@ -586,8 +586,9 @@ pub enum Error {
         source: Box<Error>,
     },
 
-    /// No snapshot of that name.
-    #[error("buffer {} has no snapshot {name:?}", dir.display())]
+    /// No snapshot of that name. An unnamed checkpoint's (`gen-…`) says why it may be
+    /// gone: the newest `keep_states` of them are kept.
+    #[error("buffer {} has no snapshot {name:?}{}", dir.display(), pruned_note(name))]
     NoSuchSnapshot {
         /// The buffer directory.
         dir: PathBuf,
@@ -766,5 +767,17 @@ fn not_a_buffer(dir: &std::path::Path) -> String {
              short, creating the buffer again reuses the folder)",
             dir.display()
         ),
+    }
+}
+
+/// Why an unnamed checkpoint may be missing: the rule that removes them, and the
+/// settings that keep them.
+fn pruned_note(name: &str) -> &'static str {
+    if name.starts_with("gen-") {
+        ": an unnamed checkpoint is removed once keep_states newer ones exist (3 \
+         unless set); set_keep_states(None) keeps every one, and get_state_named keeps \
+         a checkpoint until it is deleted"
+    } else {
+        ""
     }
 }

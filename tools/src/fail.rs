@@ -117,11 +117,11 @@ impl Failure {
     }
 }
 
-/// What an engine message names by the Rust `Config` call that asks for it, as
-/// `(text in the message, the Rust call, the Python keyword)`. A buffer is made by a
+/// What an engine message names by the Rust call that asks for it (a `Config` option,
+/// a setting), as `(text in the message, the Rust call, the Python spelling)`. A buffer is made by a
 /// program in either language: the Python package's messages give the Python keyword
 /// (`in_python` in the extension), the command's both (`for_command`).
-pub const CONFIG_NAMES: &[(&str, &str, &str)] = &[
+pub const RUST_CALLS: &[(&str, &str, &str)] = &[
     (
         "Config::prioritized",
         "Config::prioritized",
@@ -141,17 +141,23 @@ pub const CONFIG_NAMES: &[(&str, &str, &str)] = &[
         "Config::item_states()",
         "item_states=True or max_use=N",
     ),
+    (
+        "set_keep_states(None)",
+        "set_keep_states(None)",
+        "buf.keep_states = None",
+    ),
+    ("get_state_named", "get_state_named", "get_state(name)"),
 ];
 
-/// An engine message as the command says it: each Rust `Config` call named with its
-/// Python keyword beside it.
+/// An engine message as the command says it: each Rust call named with its Python
+/// spelling beside it.
 ///
 /// ```
 /// let said = replaystore_cli::fail::for_command("no priorities (create it with Config::prioritized)");
 /// assert!(said.contains("alpha=") && said.contains("in Python") && said.contains("Config::prioritized in Rust"));
 /// ```
 pub fn for_command(message: &str) -> String {
-    CONFIG_NAMES
+    RUST_CALLS
         .iter()
         .fold(message.to_owned(), |m, (text, rust, py)| {
             m.replace(text, &format!("{py} in Python, {rust} in Rust"))

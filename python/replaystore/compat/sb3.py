@@ -22,7 +22,11 @@ What it gains: the buffer lives in the folder ``path`` (``replay_buffer_kwargs={
 ...}``); an existing one is reopened with everything it held, so a run killed with
 ``kill -9`` resumes. ``save_replay_buffer`` pickles the folder's name and an O(1)
 snapshot, and ``load_replay_buffer`` restores that snapshot, in this process or a fresh
-one: milliseconds at any size. Without ``path`` the buffer lives in a temporary folder
+one: milliseconds at any size. Every such snapshot is kept, as ``CheckpointCallback``
+keeps every file it writes, so each checkpoint's buffer loads (a snapshot holds only the
+segments written since it, where SB3's pickle holds the whole buffer);
+``keep_states=K`` (``replay_buffer_kwargs``) keeps the newest ``K``, and loading an
+older one then says that rule and setting. Without ``path`` the buffer lives in a temporary folder
 and the pickle carries the transitions themselves (O(n), as SB3's does), since the folder
 does not outlive the process.
 
@@ -116,8 +120,11 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
                  device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, *, path: Optional[str] = None) -> None:
+                 handle_timeout_termination: bool = True, *, path: Optional[str] = None,
+                 keep_states: Optional[int] = None) -> None:
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        #: Snapshots ``save_replay_buffer`` keeps: every one (``None``) or the newest K.
+        self.keep_states = keep_states
         self.buffer_size = max(buffer_size // n_envs, 1)
         if optimize_memory_usage and handle_timeout_termination:
             raise ValueError(
@@ -168,6 +175,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
                     raise ValueError(f"{path}: {key} is {saved.get(key)!r} on disk, {value!r} given")
         schema = {k: (d.str, s) for k, (d, s) in self._fields.items()}
         self._buf = _shared_open(path, lambda: _Buffer.open_or_create(path, schema, self.buffer_size))
+        self._buf.keep_states = self.keep_states
         self._release = weakref.finalize(self, _release, path)
         self._tail = int(self._buf.stats()["tail"])
         self._base = int(saved["base"]) if saved else self._tail - len(self._buf)
@@ -367,6 +375,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
                     f"{self._path}: the replay buffer's folder is gone; the pickle names it "
                     "and holds a snapshot of it, not the transitions")
             self._buf = _shared_open(self._path)
+            self._buf.keep_states = self.__dict__.get("keep_states")
             self._release = weakref.finalize(self, _release, self._path)
             self._buf.set_state(snapshot)
             self._save_settings()  # the snapshot's numbering (base, done overrides)
@@ -431,10 +440,12 @@ class DictReplayBuffer(ReplayBuffer, _SB3DictReplayBuffer):
 
     def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
                  device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, *, path: Optional[str] = None) -> None:
+                 handle_timeout_termination: bool = True, *, path: Optional[str] = None,
+                 keep_states: Optional[int] = None) -> None:
         assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
         super().__init__(buffer_size, observation_space, action_space, device, n_envs,
-                         optimize_memory_usage, handle_timeout_termination, path=path)
+                         optimize_memory_usage, handle_timeout_termination, path=path,
+                         keep_states=keep_states)
 
     def _obs_fields(self) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
         assert isinstance(self.obs_shape, dict), "DictReplayBuffer must be used with Dict obs space only"
@@ -533,10 +544,11 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
                  env: Any, device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
                  handle_timeout_termination: bool = True, n_sampled_goal: int = 4,
                  goal_selection_strategy: Any = "future", copy_info_dict: bool = False, *,
-                 path: Optional[str] = None) -> None:
+                 path: Optional[str] = None, keep_states: Optional[int] = None) -> None:
         super().__init__(buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
                          optimize_memory_usage=optimize_memory_usage,
-                         handle_timeout_termination=handle_timeout_termination, path=path)
+                         handle_timeout_termination=handle_timeout_termination, path=path,
+                         keep_states=keep_states)
         self.env = env
         self.copy_info_dict = copy_info_dict
         if isinstance(goal_selection_strategy, str):
