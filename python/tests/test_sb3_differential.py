@@ -239,6 +239,44 @@ def test_every_buffer_a_checkpoint_callback_saves_loads_unless_told_to_keep_fewe
     gc.collect()
 
 
+def test_an_evaluation_loads_the_model_while_training_holds_the_buffer(tmp_path, caplog):
+    """Issue 54.5: DQN.load of a saved model in a second process, while the trainer
+    holds the buffer's folder, opens the buffer to read (a warning, the trainer's steps
+    visible, adds refused) rather than failing with LockedError."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3lib
+
+    import replaystore as rs
+
+    path, zip_path = str(tmp_path / "rb"), str(tmp_path / "model.zip")
+    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, gymnasium as gym, stable_baselines3 as sb3lib
+        from replaystore.compat import sb3
+        model = sb3lib.DQN("MlpPolicy", gym.make("CartPole-v1"), buffer_size=500, learning_starts=50,
+                           replay_buffer_class=sb3.ReplayBuffer, replay_buffer_kwargs={{"path": {path!r}}},
+                           seed=0, device="cpu")
+        model.learn(120)
+        model.save({zip_path!r})
+        print("saved", flush=True)
+        sys.stdin.read()  # holds the folder until told
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ,
+                                                                        "SB3_LOGDIR": str(tmp_path)})
+    try:
+        assert trainer.stdout.readline().strip() == "saved"
+        with caplog.at_level("WARNING"):
+            model = sb3lib.DQN.load(zip_path, env=gym.make("CartPole-v1"), device="cpu")
+        assert "another process writes this replay buffer" in caplog.text
+        assert isinstance(model.replay_buffer, ad.ReplayBuffer)
+        assert model.replay_buffer.size() == 120
+        model.predict(np.zeros(4, np.float32))
+        with pytest.raises(rs.ReadOnlyError):
+            model.learn(10)
+        model.replay_buffer.close()
+    finally:
+        trainer.stdin.close()
+        assert trainer.wait(timeout=120) == 0
+
+
 @pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3", "DDPG"])
 def test_algorithms_learn_save_and_load_through_the_adapter(tmp_path, algo):
     import gymnasium as gym

@@ -43,6 +43,10 @@ Where it differs from SB3, and why:
   is disk pages here.
 - With ``n_envs > 1`` a draw reads each drawn step of every environment and keeps one:
   ``n_envs`` times the bytes SB3 copies.
+- A buffer whose folder another process writes (a trainer, while an evaluation
+  process runs ``DQN.load`` of its saved model) opens to read: it sees the steps as
+  they come, logs a warning, and refuses adds with ``ReadOnlyError`` (SB3's own buffer
+  is the evaluation's private copy; a second writer here would be a ``LockedError``).
 - ``HerReplayBuffer`` with ``copy_info_dict=True`` keeps the infos in memory, as SB3
   does: a reopened folder has empty infos for the steps before the reopen.
 - ``HerReplayBuffer.reset()`` forgets the episodes with the steps; SB3's keeps their
@@ -51,6 +55,7 @@ Where it differs from SB3, and why:
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -71,6 +76,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
         "replaystore.compat.sb3 subclasses Stable-Baselines3's buffers: "
         "pip install stable-baselines3") from e
 
+from .._native import LockedError, ReadOnlyError
+from .._native import Reader as _Reader
 from .._native import ReplayBuffer as _Buffer
 from ._folder import Folder, holds_buffer, read_sidecar, write_sidecar
 
@@ -174,8 +181,19 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
                 if saved.get(key) != value:
                     raise ValueError(f"{path}: {key} is {saved.get(key)!r} on disk, {value!r} given")
         schema = {k: (d.str, s) for k, (d, s) in self._fields.items()}
-        self._buf = _shared_open(path, lambda: _Buffer.open_or_create(path, schema, self.buffer_size))
-        self._buf.keep_states = self.keep_states
+        try:
+            self._buf = _shared_open(path, lambda: _Buffer.open_or_create(path, schema, self.buffer_size))
+            self._buf.keep_states = self.keep_states
+        except LockedError as e:
+            if saved is None:
+                raise
+            # Another process writes the folder: a trainer, while this one loads the saved
+            # model to evaluate it (DQN.load). This one reads the steps as they come;
+            # adding is refused (ReadOnlyError).
+            self._buf = _shared_open(path, lambda: _Reader.open(path))
+            logging.getLogger(__name__).warning(
+                "%s: another process writes this replay buffer (%s); this one reads it, "
+                "and refuses adds", path, e)
         self._release = weakref.finalize(self, _release, path)
         self._tail = int(self._buf.stats()["tail"])
         self._base = int(saved["base"]) if saved else self._tail - len(self._buf)
@@ -287,6 +305,10 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         self._add({"obs": obs}, {"obs": next_obs}, action, reward, done, infos)
 
     def _add(self, obs, next_obs, action, reward, done, infos) -> None:
+        if isinstance(self._buf, _Reader):
+            raise ReadOnlyError(
+                f"{self._path}: another process writes this replay buffer; this one was opened "
+                "while it did, to read it (an evaluation's DQN.load), and adds nothing")
         # This object is the folder's only writer: it tracks the tail (stats() costs
         # more than a draw).
         self._tail = int(self._buf.add_batch(self._step(obs, next_obs, action, reward, done, infos))[-1]) + 1
