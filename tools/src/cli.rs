@@ -520,7 +520,7 @@ fn sample(
                 // The option asked for what the buffer lacks: say which option.
                 Err(replaystore::Error::NotPrioritized { dir }) => {
                     return Err(Failure::Usage(format!(
-                        "{}: the buffer keeps no priorities to draw by: leave out \
+                        "{}: the buffer has no priorities to draw by: leave out \
                          --prioritized (a buffer has them when a program creates it with \
                          alpha= in Python, Config::prioritized in Rust)",
                         dir.display()

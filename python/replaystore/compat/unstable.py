@@ -48,8 +48,8 @@ What each call does, as UnstableBaselines does it:
 
 Differences, each deliberate:
 
-- Draws and downsampling use the engine's RNG, not Python's ``random``: the same
-  distributions (``python/tests/test_unstable_differential.py`` checks them by
+- Draws and downsampling use the engine's RNG (and NumPy's for where empty episodes
+  fall among them), not Python's ``random``: the same distributions (``python/tests/test_unstable_differential.py`` checks them by
   chi-square against the library), not the same items for the same ``random.seed``.
 - ``Step`` is UnstableBaselines' own class when ``unstable._types`` imports in the
   actor, else a dataclass of the same fields (``replaystore.compat.unstable.Step``).
