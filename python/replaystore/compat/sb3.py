@@ -183,7 +183,6 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         schema = {k: (d.str, s) for k, (d, s) in self._fields.items()}
         try:
             self._buf = _shared_open(path, lambda: _Buffer.open_or_create(path, schema, self.buffer_size))
-            self._buf.keep_states = self.keep_states
         except LockedError as e:
             if saved is None:
                 raise
@@ -194,6 +193,8 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
             logging.getLogger(__name__).warning(
                 "%s: another process writes this replay buffer (%s); this one reads it, "
                 "and refuses adds", path, e)
+        if not isinstance(self._buf, _Reader):
+            self._buf.keep_states = self.keep_states
         self._release = weakref.finalize(self, _release, path)
         self._tail = int(self._buf.stats()["tail"])
         self._base = int(saved["base"]) if saved else self._tail - len(self._buf)
@@ -397,7 +398,7 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
                     f"{self._path}: the replay buffer's folder is gone; the pickle names it "
                     "and holds a snapshot of it, not the transitions")
             self._buf = _shared_open(self._path)
-            self._buf.keep_states = self.__dict__.get("keep_states")
+            self._buf.keep_states = self.__dict__.get("keep_states")  # None in older pickles
             self._release = weakref.finalize(self, _release, self._path)
             self._buf.set_state(snapshot)
             self._save_settings()  # the snapshot's numbering (base, done overrides)

@@ -290,10 +290,11 @@ class _Rings(Folder):
             else:
                 state["_snapshots"] = [r.buf.get_state() for r in store.rings]
                 state["_bases"] = [r.base for r in store.rings]
-                # The in-memory flag columns (11 bytes a transition) and pickled keys,
-                # so an unpickle needs no pass over the rings.
-                state["_mirror"] = {k: v.copy() for k, v in store.scalars.items()}
+                # The pickled keys, so an unpickle needs no pass over the rings.
                 state["_rest_keys"] = list(store.rest_keys)
+            # The in-memory flag columns (11 bytes a transition): every position's, the
+            # ones no ring holds (a reset sub-buffer's kept rows) included.
+            state["_mirror"] = {k: v.copy() for k, v in store.scalars.items()}
             state["_in_memory"] = store.in_memory()
         return state
 
@@ -325,21 +326,20 @@ class _Rings(Folder):
             self._save()
             if mirror is None:
                 self._rebuild()
-                store.take_in_memory(in_memory)
-                return
-            # Tianshou's counters (and a prioritized buffer's tree) came in the pickle;
-            # the flags too: the rings are not read.
-            for key, column in mirror.items():
-                store.scalars[key][:] = column
-            for k, buf in enumerate(self._children()):
-                if buf is not self:
-                    buf.__dict__["_meta"] = store[int(store.offsets[k]):int(store.offsets[k + 1])]
+            else:
+                # Tianshou's counters (and a prioritized buffer's tree) came in the
+                # pickle; the flags too (below): the rings are not read.
+                for k, buf in enumerate(self._children()):
+                    if buf is not self:
+                        buf.__dict__["_meta"] = store[int(store.offsets[k]):int(store.offsets[k + 1])]
         elif rows is not None:
             self._take_folder(None, "replaystore-tianshou-")
             os.makedirs(self._path, exist_ok=True)
             self._fill(rows, extras)
         store = self.__dict__.get("_meta")
         if isinstance(store, Store):
+            for key, column in (mirror or {}).items():
+                store.scalars[key][:] = column
             store.take_in_memory(in_memory)
 
     def _fill(self, rows: List[Dict[str, Any]], extras: Dict[str, np.ndarray]) -> None:

@@ -274,28 +274,20 @@ class Store:
             held[positions] = True
             for k in self.fields:
                 fixed[k][positions] = values[k]
-            for p, blob in zip(positions.tolist(), values.get(REST, [])):
-                rest[p] = pickle.loads(blob)
+            for p, blob in zip(positions.tolist(), values.get(REST, []) if self.rest_keys else []):
+                rest[p] = pickle.loads(blob)  # (no pickled key: each row's blob is {})
         stales[r] = (held, fixed, rest)
 
     def in_memory(self) -> Dict[str, Any]:
-        """What this store holds beyond its rings, for a pickle: rows kept from resets,
-        values written in place, and the flag columns at the positions kept (nothing
-        stored there to rebuild them from)."""
-        stale = self.shared.get("stale", {})
-        return {"stale": stale, "written": self.written,
-                "scalars": {k: v.copy() for k, v in self.scalars.items()} if stale else {}}
+        """What this store holds beyond its rings and flag columns, for a pickle: rows
+        kept from resets and values written in place."""
+        return {"stale": self.shared.get("stale", {}), "written": self.written}
 
     def take_in_memory(self, state: Dict[str, Any]) -> None:
         """``in_memory()``'s state, on a store rebuilt from the rings."""
         self.shared["stale"] = dict(state.get("stale", {}))
         self.written.clear()
         self.written.update(state.get("written", {}))
-        held = [r for r, (kept, _, _) in self.shared["stale"].items() if kept.any()]
-        for key, column in state.get("scalars", {}).items():
-            for r in held:  # only the kept positions: the rings rebuilt the stored ones
-                lo, n = int(self.offsets[r]), len(self.rings[r])
-                self.scalars[key][lo + n:int(self.offsets[r + 1])] = column[lo + n:int(self.offsets[r + 1])]
         self.shared["last"] = None
 
     def _nested(self, key: str) -> bool:
