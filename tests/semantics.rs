@@ -268,29 +268,50 @@ fn create_refuses_a_directory_that_is_not_empty() {
     assert_eq!(std::fs::read(d.path().join("notes.txt")).unwrap(), b"mine");
 }
 
+/// Reservations a create with `config` makes (segments are sparse: they are reserved
+/// when first stored into, so these are the small files).
+fn allocations_at_create(config: impl Fn(Arc<FaultyIo>) -> Config) -> u64 {
+    let d = tempfile::tempdir().unwrap();
+    let io = Arc::new(FaultyIo::fail_once(u64::MAX).only("allocate"));
+    ReplayBuffer::create(d.path().join("buf"), config(io.clone())).unwrap();
+    io.ops()
+}
+
 #[test]
-fn a_full_disk_is_an_error_at_create_time_and_leaves_nothing_behind() {
+fn a_buffer_takes_disk_as_rows_arrive_and_a_full_disk_is_an_error_at_that_add_losing_nothing() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("buf");
-    // The third segment's reservation fails with ENOSPC.
-    let io = Arc::new(FaultyIo::fail_once(2).only("allocate").errno(28));
-    let e = ReplayBuffer::create(&path, Config::new(schema(), 1000).segment_slots(64).io(io))
-        .unwrap_err();
+    let config = |io: Arc<FaultyIo>| Config::new(schema(), 1000).segment_slots(64).io(io);
+    // The third segment's reservation fails with ENOSPC: the add of item 128.
+    let at_create = allocations_at_create(config);
+    let io = Arc::new(FaultyIo::fail_once(at_create + 2).only("allocate").errno(28));
+    let mut buf = ReplayBuffer::create(&path, config(io)).unwrap();
+    let on_disk = |path: &std::path::Path| replaystore::inspect(path).unwrap().bytes_on_disk;
+    let (at_first, at_most) = (on_disk(&path), replaystore::inspect(&path).unwrap().bytes_at_most);
+    add_range(&mut buf, 0, 128);
+    let e = buf.add(&columns(&item(128))).unwrap_err();
     assert!(
         matches!(&e, Error::DiskFull { path, .. } if path.ends_with("seg-00000002.dat")),
         "{e}"
     );
-    assert!(!path.join("MANIFEST").exists());
-    assert!(
-        !path.join("lane-0").exists(),
-        "partial segments are removed"
-    );
-    // The directory is reusable.
-    ReplayBuffer::create(&path, Config::new(schema(), 1000)).unwrap();
+    assert_eq!(buf.live(), 0..128, "nothing stored, nothing lost");
+    let two_segments = on_disk(&path);
+    assert!(two_segments > at_first, "{two_segments} after two segments, {at_first} at create");
+    // The disk has room again: the add goes in, and the buffer grows to at most its size.
+    assert_eq!(buf.add(&columns(&item(128))).unwrap(), 128);
+    add_range(&mut buf, 129, 1000);
+    buf.flush().unwrap();
+    let full = on_disk(&path);
+    assert!(full > two_segments && full <= at_most, "{two_segments} < {full} <= {at_most}");
+    drop(buf);
+    let buf = ReplayBuffer::open(&path).unwrap();
+    assert_eq!(buf.live(), 0..1000);
+    assert_eq!(buf.get(128).unwrap().item_bytes(0), common::item_bytes(128));
 }
 
 /// The real seam on a real full file system (a 64 KiB tmpfs, where the test may mount
-/// one): the reservation's error is ENOSPC itself, not a stale errno.
+/// one): the reservation's error is ENOSPC itself, not a stale errno, and it comes at
+/// the add that first needs the space, before anything is stored.
 #[test]
 fn a_really_full_disk_is_disk_full_through_the_os_seam() {
     let d = tempfile::tempdir().unwrap();
@@ -306,13 +327,26 @@ fn a_really_full_disk_is_disk_full_through_the_os_seam() {
         return;
     }
     let path = tiny.join("buf");
-    let e = ReplayBuffer::create(&path, Config::new(schema(), 100_000).segment_slots(1024));
-    let left = std::fs::read_dir(&tiny).map(Iterator::count).unwrap_or(0);
+    let outcome = (|| {
+        let mut buf = ReplayBuffer::create(&path, Config::new(schema(), 1024).segment_slots(256))?;
+        let mut added = 0u64;
+        let e = loop {
+            match buf.add(&columns(&item(added))) {
+                Ok(_) => added += 1,
+                Err(e) => break e,
+            }
+        };
+        let live = buf.live();
+        let intact = (0..added).all(|i| buf.get(i).unwrap().item_bytes(0) == common::item_bytes(i));
+        Ok::<_, Error>((e, added, live, intact))
+    })();
     let _ = std::process::Command::new("umount").arg(&tiny).status();
-    let e = e.unwrap_err();
+    let (e, added, live, intact) = outcome.unwrap();
     assert!(matches!(&e, Error::DiskFull { .. }), "{e}");
     assert!(e.to_string().starts_with("disk full"), "{e}");
-    assert!(left <= 1, "at most the empty buffer folder is left: {left}");
+    assert!(added >= 256, "the first segment fits in 64 KiB: {added} added");
+    assert_eq!(live, 0..added);
+    assert!(intact, "every item added before the full disk reads back");
 }
 
 #[test]

@@ -161,27 +161,32 @@ fn a_commit_generation_at_the_end_of_its_range_is_a_typed_error_never_a_wrap() {
 }
 
 #[test]
-fn a_buffer_the_disk_cannot_hold_is_refused_before_a_byte_is_reserved() {
+fn a_buffer_larger_than_the_free_disk_takes_disk_only_as_rows_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("huge");
     let free = fs2::available_space(dir.path()).unwrap();
-    // Rows of 4 KiB: enough of them to need twice the free space, but mappable.
+    // Rows of 4 KiB: enough of them to need twice the free space, but mappable; segments
+    // of 1 GiB, so the create makes tens of files, not thousands.
     let schema = Schema::builder()
         .field("x", DType::U8, &[4096])
         .build()
         .unwrap();
     let capacity = (free / 4096).saturating_mul(2).max(1 << 20);
-    match ReplayBuffer::create(&path, Config::new(schema.clone(), capacity)).map(drop) {
-        Err(Error::DiskFull { bytes, .. }) => assert!(bytes > free),
-        other => panic!("{other:?}"),
-    }
-    // Nothing reserved, nothing left: not even the folder (a refused create left an
-    // empty one), and a sane create succeeds.
+    let config = Config::new(schema.clone(), capacity).segment_bytes(1 << 30);
+    let mut buf = ReplayBuffer::create(&path, config).unwrap();
+    let made = buf.stats();
+    assert!(made.bytes_at_most > free, "{} > {free}", made.bytes_at_most);
+    assert!(made.bytes_on_disk < 16 << 20, "{} at create", made.bytes_on_disk);
+    // The first add reserves the first segment (at most 1 GiB: a power of two of rows
+    // that fits), not the buffer.
+    buf.add(&[replaystore::Column::new("x", &[7u8; 4096][..])]).unwrap();
+    let (before, one) = (made.bytes_on_disk, buf.stats().bytes_on_disk);
     assert!(
-        !path.exists(),
-        "{:?}",
-        std::fs::read_dir(&path).map(|d| d.count())
+        one > before + (256 << 20) && one <= before + (1 << 30) + 4096,
+        "{one} after one add, {before} before"
     );
+    drop(buf);
+    std::fs::remove_dir_all(&path).unwrap();
     // More than any process can map: refused as a capacity, at once.
     let e = ReplayBuffer::create(dir.path().join("h2"), Config::new(schema.clone(), 1 << 40))
         .map(drop)

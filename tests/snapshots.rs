@@ -554,9 +554,15 @@ fn a_failed_segment_copy_is_an_error_that_loses_nothing() {
     use std::sync::Arc;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
-    // Create reserves 4 segments, the tree and the progress page: the 7th reservation
-    // is the first copy.
-    let io = Arc::new(FaultyIo::fail_once(6).only("allocate").errno(28));
+    // The reservations before the first copy (the small files at create, then each
+    // segment as the first 20 items reach it), counted on a twin: the next is the copy.
+    let twin = tmp.path().join("twin");
+    let counting = Arc::new(FaultyIo::fail_once(u64::MAX).only("allocate"));
+    let mut buf = ReplayBuffer::create(&twin, config().io(counting.clone())).unwrap();
+    add_range(&mut buf, 0, 20);
+    buf.get_state_named("s").unwrap();
+    let before_copy = counting.ops();
+    let io = Arc::new(FaultyIo::fail_once(before_copy).only("allocate").errno(28));
     let mut buf = ReplayBuffer::create(&dir, config().io(io)).unwrap();
     add_range(&mut buf, 0, 20);
     buf.get_state_named("s").unwrap();

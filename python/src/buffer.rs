@@ -435,6 +435,35 @@ impl PyBuffer {
         let buf = py
             .detach(|| ReplayBuffer::create(path, config))
             .map_err(to_py)?;
+        // Segments take disk as data arrives: say what the buffer holds now and the
+        // most it may take, on the "replaystore" logger: INFO, or WARNING when that is
+        // more than the disk has free now (an add that finds it full raises then).
+        let stats = buf.stats();
+        let human = replaystore_cli::show::human;
+        let free: u64 = py
+            .import("shutil")?
+            .call_method1("disk_usage", (buf.dir(),))?
+            .getattr("free")?
+            .extract()?;
+        let mut message = format!(
+            "{}: created; {} on disk now, at most {} once every segment is written \
+             (disk is reserved as items arrive)",
+            buf.dir().display(),
+            human(stats.bytes_on_disk),
+            human(stats.bytes_at_most)
+        );
+        let level = if stats.bytes_at_most > stats.bytes_on_disk + free {
+            message += &format!(
+                "; the disk has {} free: an add that finds it full raises DiskFullError",
+                human(free)
+            );
+            "warning"
+        } else {
+            "info"
+        };
+        py.import("logging")?
+            .call_method1("getLogger", ("replaystore",))?
+            .call_method1(level, (message,))?;
         Ok(PyBuffer::of(Handle::Writer(buf)))
     }
 

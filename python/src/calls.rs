@@ -397,6 +397,7 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py,
     d.set_item("cleared", s.cleared)?;
     d.set_item("sampled", s.sampled)?;
     d.set_item("bytes_on_disk", s.bytes_on_disk)?;
+    d.set_item("bytes_at_most", s.bytes_at_most)?;
     d.set_item("generation", s.generation)?;
     d.set_item("priority_updates", s.priority_updates)?;
     d.set_item("stale_updates", s.stale_updates)?;

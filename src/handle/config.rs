@@ -479,8 +479,10 @@ pub struct Stats {
     pub cleared: u64,
     /// Items returned by samples.
     pub sampled: u64,
-    /// Bytes the buffer's files occupy on disk.
+    /// Bytes the buffer's files occupy on disk: they take disk as data arrives.
     pub bytes_on_disk: u64,
+    /// The most the buffer's files may take on disk, once every segment is written.
+    pub bytes_at_most: u64,
     /// Sequence number of the newest commit: one more per commit, never reused (a
     /// `set_state` continues past the highest number used).
     pub generation: u64,

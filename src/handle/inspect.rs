@@ -48,8 +48,10 @@ pub struct Info {
     pub live: std::ops::Range<u64>,
     /// Payload bytes of the live items.
     pub data_bytes: u64,
-    /// Bytes the files occupy on disk.
+    /// Bytes the files occupy on disk: they take disk as data arrives.
     pub bytes_on_disk: u64,
+    /// The most the files may take on disk, once every segment is written.
+    pub bytes_at_most: u64,
     /// Priorities of the live items, for a prioritized buffer.
     pub priorities: Option<PriorityInfo>,
     /// Episodes of the live items, for an episodic buffer.
@@ -233,6 +235,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         fragments: sb.fragments,
         data_bytes: (tail - head) * sb.item_bytes + value_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb),
+        bytes_at_most: storage::bytes_at_most(dir, sb),
         commit,
         live,
         schema: m.schema,

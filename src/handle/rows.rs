@@ -150,6 +150,7 @@ impl Rows {
             cleared: self.cleared,
             sampled: self.draws.sampled,
             bytes_on_disk: storage::bytes_on_disk(&self.dir, &self.superblock),
+            bytes_at_most: storage::bytes_at_most(&self.dir, &self.superblock),
             generation,
             priority_updates: tree.map_or(0, Priorities::updates),
             stale_updates: tree.map_or(0, Priorities::stale_updates),

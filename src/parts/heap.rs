@@ -33,12 +33,8 @@ pub(crate) struct Heap {
     /// chunks. A reader of a buffer another process writes knows only the ring's size,
     /// and relies on the chunks' stamps.
     bounded: bool,
-    /// The segment files, to reserve them on disk.
+    /// The segment files.
     set: SegmentSet,
-    /// Per segment: reserved on disk since this handle opened it. Chunk segments are
-    /// made sparse, and the writer reserves each before its first store there (again
-    /// after every open: reserving a reserved file changes nothing).
-    reserved: Vec<bool>,
 }
 
 /// Why a value could not be read.
@@ -77,7 +73,6 @@ impl Heap {
             next: 0,
             sealed: 0,
             bounded: false,
-            reserved: vec![false; set.segment_count as usize],
             set,
         }))
     }
@@ -116,10 +111,6 @@ impl Heap {
             };
             let seg = storage::copy_segment(io, dir, &set, s as u64, old, &rows)?;
             self.ring.replace_segment(s, seg);
-            // The copy is reserved whole when it is made.
-            if let Some(r) = self.reserved.get_mut(s) {
-                *r = true;
-            }
             copied = true;
         }
         Ok(copied)
@@ -131,24 +122,12 @@ impl Heap {
     }
 
     /// Reserves on disk each segment the next `count` chunks lie in that this handle
-    /// has not reserved yet (chunk segments are sparse until then). Fails with nothing
-    /// stored; a full disk is `DiskFull`.
-    pub(crate) fn reserve(&mut self, io: &dyn Io, dir: &Path, count: u64) -> Result<()> {
-        let (cap, per) = (self.capacity(), self.set.segment_slots.max(1));
-        let (mut at, end) = (self.next_chunk(), self.next_chunk() + count.min(cap));
-        while at < end {
-            let slot = at % cap;
-            let s = slot / per;
-            if self.reserved.get(s as usize) == Some(&false) {
-                storage::reserve_segment(io, dir, &self.set, s)?;
-                if let Some(r) = self.reserved.get_mut(s as usize) {
-                    *r = true;
-                }
-            }
-            // On to the first chunk of the next segment (the ring's start after the last).
-            at += ((s + 1) * per).min(cap) - slot;
-        }
-        Ok(())
+    /// has not reserved yet (segments are sparse until then; again after every open:
+    /// reserving a reserved file changes nothing). Fails with nothing stored; a full
+    /// disk is `DiskFull`.
+    pub(crate) fn reserve(&mut self, io: &dyn Io, count: u64) -> Result<()> {
+        let first = self.next_chunk() % self.capacity().max(1);
+        self.ring.reserve(io, first, count, |_, _| Ok(()))
     }
 
     /// Bytes of one chunk row (header and payload): the unit the value space is

@@ -29,9 +29,10 @@ pub trait Io: Send + Sync + fmt::Debug {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()>;
-    /// Reserves `len` bytes of disk for the file (fallocate), so writes through a
-    /// mapping cannot fail for lack of space.
-    fn allocate(&self, file: &File, len: u64) -> io::Result<()>;
+    /// Reserves disk for the `len` bytes of the file from `offset` (fallocate), so
+    /// writes through a mapping there cannot fail for lack of space. The file grows to
+    /// `offset + len` if it was shorter.
+    fn allocate(&self, file: &File, offset: u64, len: u64) -> io::Result<()>;
     /// Sets the file's length (ftruncate): bytes past the old end read as zeros and
     /// take no disk until written or reserved.
     fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
@@ -164,8 +165,8 @@ impl Io for OsIo {
     fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
     }
-    fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
-        reserve(file, len)
+    fn allocate(&self, file: &File, offset: u64, len: u64) -> io::Result<()> {
+        reserve(file, offset, len)
     }
     fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
         file.set_len(len)
@@ -311,18 +312,19 @@ fn statfs_magic(_dir: &Path) -> io::Result<i64> {
     Ok(0)
 }
 
-/// Reserves disk for the first `len` bytes of `file`. Not fs2's `allocate`: it reads
+/// Reserves disk for the `len` bytes of `file` from `offset`. Not fs2's `allocate`: it reads
 /// errno after `posix_fallocate`, which returns its error number and leaves errno
 /// alone (fs2-rs pull request 42, unmerged), so a full disk came back as whatever errno
 /// held before and never as `DiskFull`.
 #[expect(unsafe_code, reason = "posix_fallocate is a C call")]
-fn reserve(file: &File, len: u64) -> io::Result<()> {
+fn reserve(file: &File, offset: u64, len: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| io::Error::other("file length over the largest off_t"))?;
+    let too_long = |_| io::Error::other("file length over the largest off_t");
+    let offset = libc::off_t::try_from(offset).map_err(too_long)?;
+    let len = libc::off_t::try_from(len).map_err(too_long)?;
     // SAFETY: the descriptor stays open while `file` is borrowed, and the call touches no
     // memory of this process.
-    let ret = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    let ret = unsafe { libc::posix_fallocate(file.as_raw_fd(), offset, len) };
     if ret == 0 {
         Ok(())
     } else {
@@ -450,9 +452,9 @@ impl Io for FaultyIo {
         self.tick("read_at")?;
         self.inner.read_at(file, offset, buf)
     }
-    fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
+    fn allocate(&self, file: &File, offset: u64, len: u64) -> io::Result<()> {
         self.tick("allocate")?;
-        self.inner.allocate(file, len)
+        self.inner.allocate(file, offset, len)
     }
     fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
         self.tick("set_len")?;

@@ -203,15 +203,15 @@ fn create_reserved(io: &dyn Io, path: &Path, len: u64, header: &[u8]) -> Result<
     let file = io
         .create_new(path)
         .map_err(|e| Error::io("create", path, e))?;
-    reserve(io, &file, path, len)?;
+    reserve(io, &file, path, 0, len)?;
     io.write_at(&file, 0, header)
         .map_err(|e| Error::io("write header", path, e))?;
     Ok(file)
 }
 
-/// Reserves the first `len` bytes of `file` on disk: a full disk is `DiskFull`.
-fn reserve(io: &dyn Io, file: &File, path: &Path, len: u64) -> Result<()> {
-    io.allocate(file, len).map_err(|e| {
+/// Reserves `len` bytes of `file` from `offset` on disk: a full disk is `DiskFull`.
+fn reserve(io: &dyn Io, file: &File, path: &Path, offset: u64, len: u64) -> Result<()> {
+    io.allocate(file, offset, len).map_err(|e| {
         if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
             Error::DiskFull {
                 path: path.to_path_buf(),
@@ -223,36 +223,30 @@ fn reserve(io: &dyn Io, file: &File, path: &Path, len: u64) -> Result<()> {
     })
 }
 
-/// Creates segment file `n` and stamps its header. A row segment is reserved on disk
-/// whole; a chunk segment is made at its length but sparse, and reserved when the
-/// writer first stores into it ([`reserve_segment`]), so the value space takes disk
-/// as values arrive rather than all at create.
+/// Creates segment file `n` at its length, sparse, and stamps its header. A segment
+/// takes disk when the writer first stores into it ([`reserve_file`]): a buffer's rows
+/// and values take disk as they arrive, not all at create.
 pub(crate) fn create_segment(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
     let path = set.path(dir, n);
     let header = set.header(n);
-    let file = if set.heap {
-        let file = io
-            .create_new(&path)
-            .map_err(|e| Error::io("create", &path, e))?;
-        io.set_len(&file, header.file_len())
-            .map_err(|e| Error::io("set length", &path, e))?;
-        io.write_at(&file, 0, &header.encode())
-            .map_err(|e| Error::io("write header", &path, e))?;
-        file
-    } else {
-        create_reserved(io, &path, header.file_len(), &header.encode())?
-    };
+    let file = io
+        .create_new(&path)
+        .map_err(|e| Error::io("create", &path, e))?;
+    io.set_len(&file, header.file_len())
+        .map_err(|e| Error::io("set length", &path, e))?;
+    io.write_at(&file, 0, &header.encode())
+        .map_err(|e| Error::io("write header", &path, e))?;
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &path, e))?;
     Ok(())
 }
 
-/// Reserves the whole of segment file `n` on disk (writes through its mapping then
-/// cannot fault for lack of space). Idempotent: a reserved file is left as it is.
-pub(crate) fn reserve_segment(io: &dyn Io, dir: &Path, set: &SegmentSet, n: u64) -> Result<()> {
-    let path = set.path(dir, n);
-    let file = io.open_rw(&path).map_err(|e| Error::io("open", &path, e))?;
-    reserve(io, &file, &path, set.header(n).file_len())
+/// Reserves `len` bytes of the file at `path` from `offset` on disk (writes through its
+/// mapping there then cannot fault for lack of space); a full disk is `DiskFull`.
+/// Idempotent: reserved bytes are left as they are.
+pub(crate) fn reserve_file(io: &dyn Io, path: &Path, offset: u64, len: u64) -> Result<()> {
+    let file = io.open_rw(path).map_err(|e| Error::io("open", path, e))?;
+    reserve(io, &file, path, offset, len)
 }
 
 /// Opens and maps segment `n`, checking its length and header.
@@ -358,7 +352,9 @@ pub(crate) fn copy_segment(
     let raw = io
         .map(&file, header.file_len(), Access::Write)
         .map_err(|e| Error::io("mmap", &tmp, e))?;
-    let seg = SegmentMap::new(raw, &path, header.slots as usize, set.stride as usize, true)?;
+    let mut seg = SegmentMap::new(raw, &path, header.slots as usize, set.stride as usize, true)?;
+    // The copy was made reserved whole.
+    seg.set_reserved();
     io.rename(&tmp, &path)
         .map_err(|e| Error::io("rename", &path, e))?;
     Ok(seg)
@@ -561,15 +557,32 @@ pub(crate) fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
 }
 
 /// Bytes the files of a buffer occupy on disk (allocated blocks): MANIFEST, the tree,
-/// and the segments of every ring (rows, and the chunk ring if there is one).
+/// the item states, and the segments of every ring (rows, and the chunk ring if there
+/// is one). Segments take disk as they are first written, so this grows as data arrives.
 pub(crate) fn bytes_on_disk(dir: &Path, sb: &Superblock) -> u64 {
-    file_bytes_on_disk(&dir.join(MANIFEST))
-        + file_bytes_on_disk(&tree_path(dir))
-        + file_bytes_on_disk(&life_path(dir))
-        + SegmentSet::all(sb)
-            .iter()
-            .map(|set| set.bytes_on_disk(dir))
-            .sum::<u64>()
+    buffer_files(dir, sb).map(|p| file_bytes_on_disk(&p)).sum()
+}
+
+/// The most the same files may take on disk: their lengths in whole blocks of their
+/// file system, every segment written.
+pub(crate) fn bytes_at_most(dir: &Path, sb: &Superblock) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    buffer_files(dir, sb)
+        .filter_map(|p| regular_file_meta(&p))
+        .map(|m| m.len().next_multiple_of(m.blksize().max(1)).max(m.blocks() * 512))
+        .sum()
+}
+
+/// The files `bytes_on_disk` and `bytes_at_most` count.
+fn buffer_files(dir: &Path, sb: &Superblock) -> impl Iterator<Item = PathBuf> {
+    let sets = SegmentSet::all(sb);
+    let segments = sets
+        .into_iter()
+        .flat_map(move |set| (0..set.segment_count).map(move |n| (set.clone(), n)));
+    let dir2 = dir.to_path_buf();
+    [dir.join(MANIFEST), tree_path(dir), life_path(dir)]
+        .into_iter()
+        .chain(segments.map(move |(set, n)| set.path(&dir2, n)))
 }
 
 /// Allocated bytes of the regular file at `path` (0 if there is none).
@@ -702,17 +715,32 @@ pub(crate) fn life_path(dir: &Path) -> PathBuf {
     dir.join(crate::format::lifecycle::FILE_NAME)
 }
 
-/// Creates the item state file with its disk reserved: the header, then every word 0
-/// (every item live and never drawn), durable before it returns.
+/// Creates the item state file: the header, then every word 0 (every item live and
+/// never drawn), durable before it returns. Only the header page takes disk now; the
+/// words of a segment's slots are reserved with its rows ([`reserve_life`]).
 pub(crate) fn create_life(
     io: &dyn Io,
     dir: &Path,
     header: &crate::format::lifecycle::LifeHeader,
 ) -> Result<()> {
     let path = life_path(dir);
-    let file = create_reserved(io, &path, header.file_len(), &header.encode())?;
+    let file = create_reserved(
+        io,
+        &path,
+        crate::format::lifecycle::BODY_OFFSET as u64,
+        &header.encode(),
+    )?;
+    io.set_len(&file, header.file_len())
+        .map_err(|e| Error::io("set length", &path, e))?;
     io.sync_data(&file)
         .map_err(|e| Error::io("fdatasync", &path, e))
+}
+
+/// Reserves on disk the item state words of `count` slots from `first_slot` (before
+/// the writer first stores rows there, so no store to a word faults for lack of space).
+pub(crate) fn reserve_life(io: &dyn Io, dir: &Path, first_slot: u64, count: u64) -> Result<()> {
+    let offset = crate::format::lifecycle::BODY_OFFSET as u64 + first_slot * 8;
+    reserve_file(io, &life_path(dir), offset, count * 8)
 }
 
 /// Opens and maps the item state file, checking its header against the superblock. A
@@ -839,7 +867,7 @@ pub(crate) fn open_progress(
                 got: len,
             });
         }
-        io.allocate(&file, FILE_LEN as u64)
+        io.allocate(&file, 0, FILE_LEN as u64)
             .map_err(|e| Error::io("allocate", &path, e))?;
     }
     let raw = io

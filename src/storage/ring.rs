@@ -18,6 +18,8 @@ pub(crate) struct Ring {
     mask: u64,
     /// Segments another name links (copy before storing into them).
     shared: usize,
+    /// Segments this handle has not reserved on disk yet (reserve before storing).
+    unreserved: usize,
     /// Set: gathers copy rows with `pread` from these files instead of the mappings.
     files: Option<RowFiles>,
     /// The checksum routine for the layout's payload span (reads check sealed rows).
@@ -74,6 +76,7 @@ impl Ring {
         }
         Ok(Ring {
             shared: segments.iter().filter(|s| s.is_shared()).count(),
+            unreserved: segments.iter().filter(|s| !s.is_reserved()).count(),
             segments,
             capacity,
             shift: segment_slots.trailing_zeros(),
@@ -187,11 +190,50 @@ impl Ring {
     /// Puts a private copy of segment `s` in place of the shared one.
     pub(crate) fn replace_segment(&mut self, s: usize, seg: SegmentMap) {
         if let Some(old) = self.segments.get_mut(s) {
-            if old.is_shared() {
-                self.shared -= 1;
-            }
+            self.shared = self.shared - usize::from(old.is_shared()) + usize::from(seg.is_shared());
+            self.unreserved =
+                self.unreserved - usize::from(!old.is_reserved()) + usize::from(!seg.is_reserved());
             *old = seg;
         }
+    }
+
+    /// Whether some segment is not reserved on disk by this handle yet: then stores
+    /// must first call [`Ring::reserve`].
+    #[inline(always)]
+    pub(crate) fn any_unreserved(&self) -> bool {
+        self.unreserved > 0
+    }
+
+    /// Reserves on disk each segment holding the `count` slots from `first_slot`
+    /// (wrapping at the capacity) that this handle has not reserved yet; `with` runs
+    /// first for each such segment's slots (first slot, count), for what else takes disk
+    /// per slot. Segments are sparse until then, so disk is taken as rows arrive; a full
+    /// disk is `DiskFull` here, before anything is stored.
+    pub(crate) fn reserve(
+        &mut self,
+        io: &dyn Io,
+        first_slot: u64,
+        count: u64,
+        mut with: impl FnMut(u64, u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut slot = first_slot % self.capacity.max(1);
+        let mut left = count.min(self.capacity);
+        while left > 0 && self.unreserved > 0 {
+            let (s, k) = self.split(slot);
+            let Some(seg) = self.segments.get_mut(s) else {
+                break;
+            };
+            if !seg.is_reserved() {
+                with((s as u64) << self.shift, seg.slots() as u64)?;
+                super::reserve_file(io, seg.path(), 0, seg.file_len())?;
+                seg.set_reserved();
+                self.unreserved -= 1;
+            }
+            let n = left.min((seg.slots() - k) as u64);
+            left -= n;
+            slot = (slot + n) % self.capacity;
+        }
+        Ok(())
     }
 
     /// Records that every segment is now linked by another name (a snapshot was taken).

@@ -335,7 +335,7 @@ macro_rules! forward_io {
             open_ro(path: &std::path::Path) -> std::io::Result<std::fs::File>;
             read(path: &std::path::Path) -> std::io::Result<Vec<u8>>;
             read_at(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
-            allocate(file: &std::fs::File, len: u64) -> std::io::Result<()>;
+            allocate(file: &std::fs::File, offset: u64, len: u64) -> std::io::Result<()>;
             set_len(file: &std::fs::File, len: u64) -> std::io::Result<()>;
             write_at(file: &std::fs::File, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
             sync_data(file: &std::fs::File) -> std::io::Result<()>;

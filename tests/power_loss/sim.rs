@@ -401,8 +401,8 @@ impl Io for SimIo {
     fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.inner.read_at(file, offset, buf)
     }
-    fn allocate(&self, file: &File, len: u64) -> io::Result<()> {
-        self.inner.allocate(file, len)
+    fn allocate(&self, file: &File, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.allocate(file, offset, len)
     }
     fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
         self.inner.set_len(file, len)

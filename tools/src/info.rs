@@ -1,5 +1,6 @@
 //! `info` and `snapshots`: what a buffer's files say, for people and for scripts.
 
+pub(crate) use crate::show::human;
 use crate::fail::Status;
 use std::path::Path;
 
@@ -50,6 +51,7 @@ fn info_json_fields(info: &Info) -> serde_json::Value {
         "row_stride": info.row_stride,
         "data_bytes": info.data_bytes,
         "bytes_on_disk": info.bytes_on_disk,
+        "bytes_at_most": info.bytes_at_most,
         "whole_episodes": info.whole_episodes,
         "values": info.values.as_ref().map(values_json),
         "fragments": info.fragments,
@@ -328,8 +330,9 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<Status, Failure>
         }
     );
     say!(
-        "disk       {} on disk, {} of live item data",
+        "disk       {} on disk (at most {} when every segment is written), {} of live item data",
         human(info.bytes_on_disk),
+        human(info.bytes_at_most),
         human(info.data_bytes)
     );
     if let Some(v) = &info.values {
@@ -405,6 +408,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<Status, Fai
     let len: u64 = infos.iter().map(Info::len).sum();
     let capacity: u64 = infos.iter().map(|i| i.capacity).sum();
     let on_disk: u64 = infos.iter().map(|i| i.bytes_on_disk).sum();
+    let at_most: u64 = infos.iter().map(|i| i.bytes_at_most).sum();
     let data: u64 = infos.iter().map(|i| i.data_bytes).sum();
     if as_json {
         let lanes: Vec<_> = infos
@@ -431,6 +435,7 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<Status, Fai
                 "capacity": capacity,
                 "len": len,
                 "bytes_on_disk": on_disk,
+                "bytes_at_most": at_most,
                 "data_bytes": data,
                 "lane": lanes,
             })
@@ -476,8 +481,9 @@ fn lanes_info(dir: &Path, file: &LanesFile, as_json: bool) -> Result<Status, Fai
         );
     }
     say!(
-        "disk       {} on disk, {} of live item data",
+        "disk       {} on disk (at most {} when every segment is written), {} of live item data",
         human(on_disk),
+        human(at_most),
         human(data)
     );
     Ok(Status::SUCCESS)
@@ -806,14 +812,3 @@ fn set_snapshots(dir: &Path) -> Result<Vec<(replaystore::SnapshotInfo, u64)>, Fa
     Ok(out)
 }
 
-/// Bytes in binary units, for people.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS.get(u).unwrap_or(&"B"))
-}

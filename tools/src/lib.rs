@@ -4,6 +4,9 @@
 //! command itself (`cli::run`), which the binary (`main.rs`) and the Python package's
 //! `replaystore` console script both run. The Python extension also calls `export`.
 
+// `info --json` builds one `json!` object of every field a buffer reports.
+#![recursion_limit = "256"]
+
 /// `println!` for the command's standard output: a closed pipe (`info | head`) ends
 /// the process quietly with status 0, as `dump` does through `Failure::Stdout`, instead
 /// of panicking mid-line. Every command that prints this way only reads or has

@@ -21,7 +21,8 @@ steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act``
 The folder is ``<tracker's train dir>/replaystore-step-buffer`` (``-episode-buffer``)
 unless ``path=`` says where; ``capacity=`` and ``heap_bytes=`` size it (default: twice
 ``max_buffer_size`` rows, at least 1,024, and 8 KiB of text per row, so 16 KiB for
-each kept step; disk is reserved as text arrives, not when the buffer is made). A
+each kept step; disk is reserved as steps arrive, a segment at a time, not when
+the buffer is made: a million-step buffer holding a hundred takes under 64 MiB). A
 trajectory whose text does not fit beside the steps held raises
 ``replaystore.ValueSpaceFullError`` with nothing added, as the library never drops a
 step before it downsamples; a ring of too few rows for what ``max_buffer_size`` keeps
@@ -195,9 +196,13 @@ class _Buffer:
         capacity = capacity or max(2 * int(max_buffer_size), 1024)
         self.heap_bytes = heap_bytes or capacity * 8192
         reopened = bool(Confined(path).names())
+        # Row segments of 65,536 steps (6.5 MiB): disk is reserved a segment at a time
+        # as steps arrive, so a buffer made for a million steps holding a hundred takes
+        # one row segment and one 32 MiB text segment, not its 16 GB.
         self.buf = rs.ReplayBuffer.open_or_create(
             path, SCHEMA, capacity, item_states=True, max_size=int(max_buffer_size),
             fragments=self.KIND == "episode", heap_bytes=self.heap_bytes,
+            segment_slots=min(1 << 16, 1 << max(capacity - 1, 1).bit_length()),
         )
         self.path = path
         self.Step = _step_class()

@@ -131,17 +131,37 @@ impl<R: Role> ReplayBuffer<R> {
 }
 
 impl<R: Writes> ReplayBuffer<R> {
-    /// Copies each segment that a snapshot links and that the next `count` stores from
-    /// `first_slot` would change, so the snapshot keeps its bytes (copy-on-write). Only
-    /// live rows are copied. Fails before anything is stored, losing nothing.
-    pub(super) fn ensure_private(&mut self, first_slot: u64, count: u64) -> Result<()> {
+    /// Makes the next `count` stores from `first_slot` safe: copies each segment that a
+    /// snapshot links and that they would change, so the snapshot keeps its bytes
+    /// (copy-on-write; only live rows are copied), then reserves the disk of each segment
+    /// they reach that this handle has not reserved (with its slots' item state words),
+    /// so no store faults for lack of space. Fails before anything is stored, losing
+    /// nothing; a full disk is `DiskFull`.
+    pub(super) fn ensure_storable(&mut self, first_slot: u64, count: u64) -> Result<()> {
         // Adds write leaves (and evictions zero them): a linked tree is copied first.
         if self.parts.tree.is_shared() {
             self.private_tree()?;
         }
-        if !self.rows.ring.any_shared() {
-            return Ok(());
+        if self.rows.ring.any_shared() {
+            self.private_segments(first_slot, count)?;
         }
+        // Most adds: every segment reserved since the first lap, and nothing is asked.
+        if self.rows.ring.any_unreserved() {
+            let (io, dir) = (&*self.rows.io, &self.rows.dir);
+            let life = self.parts.life.is_some();
+            self.rows.ring.reserve(io, first_slot, count, |first, slots| {
+                if life {
+                    storage::reserve_life(io, dir, first, slots)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Copies each segment a snapshot links that `count` stores from `first_slot` would
+    /// change (`ensure_storable`).
+    fn private_segments(&mut self, first_slot: u64, count: u64) -> Result<()> {
         // Each copy leaves one shared segment fewer, so this ends.
         while let Some(s) = self.rows.ring.first_shared(first_slot, count) {
             let live =
@@ -241,7 +261,7 @@ impl<R: Writes> ReplayBuffer<R> {
         // The old head's slot is the one being written. The other rows passed over
         // lose their stamps, so that recovery after a kill finds the head where it is
         // now (it walks back from the tail over intact rows), not at the last commit's
-        // with these rows alive again (`ensure_private_for_push` made their segments
+        // with these rows alive again (`ensure_storable_for_push` made their segments
         // private first).
         self.publish(HEAD_OFF, to);
         for index in head + 1..to {
@@ -272,15 +292,15 @@ impl<R: Writes> ReplayBuffer<R> {
     }
     /// Copy-on-write before storing one row: the tail's segment, and with whole-episode
     /// eviction the segments of the rows the head will pass over (their stamps change).
-    fn ensure_private_for_push(&mut self) -> Result<()> {
-        self.ensure_private(self.rows.tail_slot, 1)?;
+    fn ensure_storable_for_push(&mut self) -> Result<()> {
+        self.ensure_storable(self.rows.tail_slot, 1)?;
         self.guard_evictions(1)?;
         let (sb, head, tail) = (&self.rows.superblock, self.rows.head, self.rows.tail);
         let cap = sb.capacity;
         if sb.whole_episodes && tail - head == cap {
             let passed = self.parts.eviction_target(sb, head, tail) - head;
             if passed > 1 {
-                self.ensure_private((self.rows.head_slot + 1) % cap, passed - 1)?;
+                self.ensure_storable((self.rows.head_slot + 1) % cap, passed - 1)?;
             }
         }
         Ok(())
@@ -344,7 +364,7 @@ impl<R: Writes> ReplayBuffer<R> {
             &mut order,
             &mut self.scratch.names,
         )
-        .and_then(|_| self.ensure_private(self.rows.tail_slot, 1))
+        .and_then(|_| self.ensure_storable(self.rows.tail_slot, 1))
         .and_then(|()| self.guard_evictions(1));
         let result = checked.map(|_| {
             let index = self.rows.tail;
@@ -384,7 +404,7 @@ impl<R: Writes> ReplayBuffer<R> {
             &mut self.scratch.names,
         )
         .and_then(|rows| {
-            self.ensure_private(self.rows.tail_slot, rows as u64)?;
+            self.ensure_storable(self.rows.tail_slot, rows as u64)?;
             self.guard_evictions(rows as u64)?;
             Ok(rows)
         });
@@ -461,7 +481,7 @@ impl<R: Writes> ReplayBuffer<R> {
             // Disk for the chunks first: a full disk then fails the add before the
             // room step evicts anything.
             self.reserve_chunks(needed)
-                .and_then(|()| self.ensure_private(self.rows.tail_slot, rows))
+                .and_then(|()| self.ensure_storable(self.rows.tail_slot, rows))
                 .and_then(|()| self.guard_evictions(rows))
                 .and_then(|()| self.make_room_for_chunks(needed, rows - skip))
                 .and_then(|()| self.ensure_private_chunks(needed))
@@ -511,7 +531,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// before anything is stored or evicted, never a fault through the mapping later.
     pub(super) fn reserve_chunks(&mut self, needed: u64) -> Result<()> {
         match &mut self.rows.heap {
-            Some(h) => h.reserve(&*self.rows.io, &self.rows.dir, needed),
+            Some(h) => h.reserve(&*self.rows.io, needed),
             None => Ok(()),
         }
     }
@@ -635,7 +655,7 @@ impl<R: Writes> ReplayBuffer<R> {
         if let Err(e) = self.parts.before_head_moves(sb, head, to, records) {
             return Err(self.poison(e));
         }
-        self.ensure_private(self.rows.head_slot, to - head)?;
+        self.ensure_storable(self.rows.head_slot, to - head)?;
         self.publish(HEAD_OFF, to);
         for index in head..to {
             self.rows.ring.clear_stamp(index % cap);
@@ -684,7 +704,7 @@ impl<R: Writes> ReplayBuffer<R> {
             &mut order,
             &mut self.scratch.names,
         )
-        .and_then(|_| self.ensure_private_for_push());
+        .and_then(|_| self.ensure_storable_for_push());
         let result = checked.map(|_| {
             let index = self.rows.tail;
             let header = match &mut self.parts.episodes {
@@ -814,7 +834,7 @@ impl<R: Writes> ReplayBuffer<R> {
             &mut order,
             &mut self.scratch.names,
         )
-        .and_then(|_| self.ensure_private_for_push());
+        .and_then(|_| self.ensure_storable_for_push());
         let result = checked.and_then(|_| {
             let reward = reward_field.map_or(0.0, |(f, dtype)| {
                 let pos = order.get(f).copied().unwrap_or(ABSENT);

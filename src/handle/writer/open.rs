@@ -650,13 +650,14 @@ pub(crate) fn create_empty_dir(io: &dyn io::Io, dir: &Path) -> Result<()> {
     })
 }
 
-/// Refuses, before a byte is reserved, a buffer whose files the disk cannot hold (or
-/// whose mappings no address space can): `capacity=2**40` is an error at once, not a
-/// disk filled by fallocate and then emptied.
+/// Refuses, before a byte is written, a buffer whose files' header pages the disk
+/// cannot hold now (or whose mappings no address space can): `capacity=2**40` is an
+/// error at once. Its segments take disk as data arrives, so a buffer larger than the
+/// free space is made, and an add that finds the disk full is `DiskFull` then.
 fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
     let page = crate::format::segment::DATA_OFFSET as u64;
-    // Mapped: every segment of both rings. Reserved now: the row segments and the
-    // header pages; chunk segments are reserved as values arrive (each add checks).
+    // Mapped: every segment of both rings. Written now: the header pages; segments are
+    // reserved as rows and values arrive (each add checks, `ensure_storable`).
     let (mapped, reserved) =
         storage::SegmentSet::all(sb)
             .iter()
@@ -665,9 +666,7 @@ fn refuse_what_cannot_fit(dir: &Path, sb: &Superblock) -> Result<()> {
                 let headers = set.segment_count.saturating_mul(page);
                 (
                     mapped.saturating_add(rows).saturating_add(headers),
-                    reserved
-                        .saturating_add(if set.heap { 0 } else { rows })
-                        .saturating_add(headers),
+                    reserved.saturating_add(headers),
                 )
             });
     // The tree: at most two f64 words per slot plus its header page.

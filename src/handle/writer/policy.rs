@@ -180,8 +180,8 @@ impl<R: Writes> ReplayBuffer<R> {
         let Some(values) = self.values_to_move(from)? else {
             return Ok(false);
         };
-        self.ensure_private(to_slot, 1)?;
-        self.ensure_private(slot, 1)?;
+        self.ensure_storable(to_slot, 1)?;
+        self.ensure_storable(slot, 1)?;
         self.guard_evictions(1)?;
         let mut fields: Vec<Vec<u8>> = (self.rows.schema.fields().iter().enumerate())
             .map(|(f, x)| {
@@ -277,7 +277,7 @@ impl<R: Writes> ReplayBuffer<R> {
         let cap = self.rows.superblock.capacity;
         let (from, to, slot) = (self.rows.head, self.rows.tail, self.rows.head_slot);
         debug_assert_eq!(to - from, cap);
-        self.ensure_private(slot, 1)?;
+        self.ensure_storable(slot, 1)?;
         self.guard_evictions(1)?;
         crate::killpoint::hit("rename-before-stamp");
         self.publish(crate::format::progress::HEAD_OFF, from + 1);

@@ -39,6 +39,9 @@ pub(crate) struct SegmentMap {
     /// The file has other names (a snapshot links it): it must be copied before any
     /// store (copy-on-write), so the snapshot keeps its bytes.
     shared: bool,
+    /// This handle reserved the file's disk (segments are made sparse; the writer
+    /// reserves one before its first store there, `Ring::reserve`).
+    reserved: bool,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; all access goes through
@@ -103,7 +106,24 @@ impl SegmentMap {
             stride,
             writable,
             shared: false,
+            reserved: false,
         })
+    }
+
+    /// Whether this handle reserved the file's disk, so stores cannot fault for space.
+    #[inline(always)]
+    pub(crate) fn is_reserved(&self) -> bool {
+        self.reserved
+    }
+
+    /// Records that the file's disk is reserved.
+    pub(crate) fn set_reserved(&mut self) {
+        self.reserved = true;
+    }
+
+    /// The file's length: the header and every row.
+    pub(crate) fn file_len(&self) -> u64 {
+        (DATA_OFFSET + self.slots * self.stride) as u64
     }
 
     /// Whether another name links the file, so it must be copied before a store.
