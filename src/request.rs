@@ -144,6 +144,9 @@ pub struct Request<'a> {
     /// Given rows: removed items are read too (an export or an inspection that keeps
     /// them with their state; see [`Request::including_removed`]).
     pub include_removed: bool,
+    /// Given rows: they are a draw the caller made with its own RNG, counted in
+    /// `Stats::sampled` as the engine's draws are (see [`Request::drawn`]).
+    pub drawn: bool,
     /// Fragments, uniformly: instead of `n`, distinct fragments in random order until
     /// their rows add up to at least this many (see [`Request::fragments_covering`]).
     pub covering: Option<u64>,
@@ -175,6 +178,7 @@ impl<'a> Request<'a> {
             burn_in: 0,
             remove: false,
             include_removed: false,
+            drawn: false,
             group_by: &[],
             unroll: 0,
             covering: None,
@@ -436,6 +440,27 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// Given rows are a draw the caller made by its own RNG (an adapter that keeps its
+    /// library's sampling): read as given, and counted in `Stats::sampled` (and so in
+    /// `replaystore info`) as the engine's own draws are.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::I64, &[]).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 8))?;
+    /// buf.add_batch(&[Column::new("x", &[10i64, 11, 12])])?;
+    /// buf.sample(Request::at(&[0, 2]))?;
+    /// assert_eq!(buf.stats().sampled, 0, "a read is not a draw");
+    /// buf.sample(Request::at(&[0, 2]).drawn())?;
+    /// assert_eq!(buf.stats().sampled, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drawn(mut self) -> Request<'a> {
+        self.drawn = true;
+        self
+    }
+
     /// From the newest `k` items only (uniform rows).
     pub fn newest(mut self, k: u64) -> Request<'a> {
         self.newest = Some(k);
@@ -605,6 +630,12 @@ impl<'a> Request<'a> {
                 "a draw that removes what it returns picks rows uniformly, oldest first or \
                  at given indices, or whole fragments or groups uniformly, not {name} {}: \
                  draw them, then remove(indices)",
+                self.how()
+            ));
+        }
+        if self.drawn && !given_rows {
+            return bad(format!(
+                "drawn() marks rows at given indices as the caller's draw, not {name} {}",
                 self.how()
             ));
         }

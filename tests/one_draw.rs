@@ -173,6 +173,8 @@ fn an_option_that_does_not_fit_the_unit_is_refused_by_name() {
             "stratified",
         ),
         (Request::rows(4).prioritized(f64::NAN), "beta"),
+        (Request::rows(4).drawn(), "drawn()"),
+        (Request::transitions(4, &obs).drawn(), "drawn()"),
         (
             Request {
                 obs: &obs,

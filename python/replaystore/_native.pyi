@@ -167,9 +167,12 @@ class ReplayBuffer:
         """Adds ``n`` items (batch dimension first), with initial priorities if given;
         returns their indices."""
     def get(
-        self, indices: npt.ArrayLike, *, values: str = "list", pad: float = 0.0
+        self, indices: npt.ArrayLike, *, values: str = "list", pad: float = 0.0,
+        drawn: bool = False
     ) -> _Batch:
         """The live items at ``indices`` (``EvictedError`` for one that is not).
+        ``drawn=True``: they are a draw the caller made with its own RNG, counted in
+        ``stats()["sampled"]`` and ``replaystore info``.
 
         Variable-length fields: ``values="list"`` (a list of str, bytes or 1-D arrays),
         ``"flat"`` (end to end, plus ``<name>_offsets``) or ``"padded"`` (2-D, padded with
@@ -558,8 +561,9 @@ class Reader:
         pad: float = 0.0,
     ) -> _Batch:
         """As ``ReplayBuffer.sample_groups``, without ``remove``."""
-    def get(self, indices: npt.ArrayLike) -> _Batch:
-        """The items at ``indices``, as ``ReplayBuffer.get``: for a worker fetching rows
+    def get(self, indices: npt.ArrayLike, *, drawn: bool = False) -> _Batch:
+        """The items at ``indices``, as ``ReplayBuffer.get`` (``drawn=True``: counted in
+        this reader's ``stats()["sampled"]``): for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was
         copied) raises ``EvictedError``; a returned row is always its index's item."""
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:

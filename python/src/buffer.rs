@@ -556,23 +556,27 @@ impl PyBuffer {
     /// Variable-length fields come back as `values` says: `"list"` (a list of `str`,
     /// `bytes` or 1-D arrays), `"flat"` (the values end to end, plus `<name>_offsets`),
     /// or `"padded"` (a 2-D array padded with `pad`, plus `<name>_lengths`).
-    #[pyo3(signature = (indices, *, values="list", pad=0.0))]
+    /// `drawn=True`: the indices are a draw the caller made with its own RNG (an adapter
+    /// keeping its library's sampling), counted in `stats()["sampled"]` and `info`.
+    #[pyo3(signature = (indices, *, values="list", pad=0.0, drawn=false))]
     fn get<'py>(
         &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
         values: &str,
         pad: f64,
+        drawn: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
+        let request = if drawn { Request::at(&idx).drawn() } else { Request::at(&idx) };
         draw_values(
             py,
             None,
             values,
             pad,
-            |sink| either!(buf, b => b.sample_into(Request::at(&idx), sink)),
+            |sink| either!(buf, b => b.sample_into(request, sink)),
         )
     }
 

@@ -316,16 +316,20 @@ impl PyReader {
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
     /// sampler elsewhere chose (a torch `Sampler` in the learner, say). An index the
     /// writer has evicted, or overwrites while it is copied, raises `EvictedError`; the
-    /// rows returned are always the items their indices name.
+    /// rows returned are always the items their indices name. `drawn=True`: the
+    /// indices are the caller's draw, counted in this reader's `stats()["sampled"]`.
+    #[pyo3(signature = (indices, *, drawn=false))]
     fn get<'py>(
         &self,
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
+        drawn: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let reader = opened(&mut held)?;
-        draw(py, None, |sink| reader.sample_into(Request::at(&idx), sink))
+        let request = if drawn { Request::at(&idx).drawn() } else { Request::at(&idx) };
+        draw(py, None, |sink| reader.sample_into(request, sink))
     }
 
     /// Items live now.

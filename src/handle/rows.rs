@@ -220,6 +220,9 @@ impl Rows {
                         bytes: (given.len() as u64).saturating_mul(8),
                     })?;
                 indices.extend_from_slice(given);
+                if request.drawn {
+                    self.draws.sampled += given.len() as u64;
+                }
             }
             Pick::Oldest => {
                 self.pick_oldest(request.n, life, indices)?;

@@ -226,17 +226,18 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
         k = newest - (newest - pos) % self.buffer_size
         return (k + self._base), k >= max(0, newest + 1 - self.buffer_size)
 
-    def _rows(self, positions: np.ndarray) -> Dict[str, np.ndarray]:
+    def _rows(self, positions: np.ndarray, drawn: bool = False) -> Dict[str, np.ndarray]:
         """The steps at ring positions ``positions``: zeros where none is stored yet, as
-        SB3's arrays hold there."""
+        SB3's arrays hold there. ``drawn``: they are a draw (SB3's RNG picked them), counted
+        in the buffer's ``sampled`` as the engine's own draws are."""
         logical, stored = self._logical(positions)
         if stored.all():
-            got = self._buf.get(logical.astype(np.uint64))
+            got = self._buf.get(logical.astype(np.uint64), drawn=drawn)
             got = {k: got[k] for k in self._fields}
         else:
             got = {k: np.zeros((len(logical), *s), d) for k, (d, s) in self._fields.items()}
             if stored.any():
-                part = self._buf.get(logical[stored].astype(np.uint64))
+                part = self._buf.get(logical[stored].astype(np.uint64), drawn=drawn)
                 for k in self._fields:
                     got[k][stored] = part[k]
         for field, rows in self._overrides.items():
@@ -338,11 +339,12 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
     def _pick(self, batch_inds: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         """SB3's env draw, then each drawn (step, env)'s values."""
         env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        return env_indices, self._at(batch_inds, env_indices)
+        return env_indices, self._at(batch_inds, env_indices, drawn=True)
 
-    def _at(self, batch_indices: np.ndarray, env_indices: np.ndarray) -> Dict[str, np.ndarray]:
+    def _at(self, batch_indices: np.ndarray, env_indices: np.ndarray,
+            drawn: bool = False) -> Dict[str, np.ndarray]:
         """The values of env ``env_indices[i]`` at ring position ``batch_indices[i]``."""
-        rows = self._rows(batch_indices)
+        rows = self._rows(batch_indices, drawn)
         at = np.arange(len(batch_indices))
         return {k: v[at, env_indices] for k, v in rows.items()}
 
@@ -521,7 +523,7 @@ class NStepReplayBuffer(ReplayBuffer, _SB3NStepReplayBuffer):
         env_indices = np.random.randint(0, self.n_envs, size=batch_inds.shape)
         steps = np.arange(self.n_steps).reshape(1, -1)
         indices = (batch_inds[:, None] + steps) % self.buffer_size
-        rows = self._rows(indices.ravel())
+        rows = self._rows(indices.ravel(), drawn=True)
         b, n = indices.shape
         pick = lambda field: rows[field].reshape(b, n, *rows[field].shape[1:])[  # noqa: E731
             np.arange(b)[:, None], np.arange(n)[None, :], env_indices[:, None]]
@@ -642,13 +644,13 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
 
     def _get_real_samples(self, batch_indices: np.ndarray, env_indices: np.ndarray,
                           env: Any = None) -> DictReplayBufferSamples:
-        return self._samples(self._at(batch_indices, env_indices), env)
+        return self._samples(self._at(batch_indices, env_indices, drawn=True), env)
 
     def _get_virtual_samples(self, batch_indices: np.ndarray, env_indices: np.ndarray,
                              env: Any = None) -> DictReplayBufferSamples:
         import copy
 
-        got = self._at(batch_indices, env_indices)
+        got = self._at(batch_indices, env_indices, drawn=True)
         keys = list(self.obs_shape)
         obs = {k: got[f"obs.{k}"] for k in keys}
         next_obs = {k: got[f"next_obs.{k}"] for k in keys}

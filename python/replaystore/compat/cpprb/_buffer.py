@@ -115,8 +115,9 @@ class ReplayBuffer(Folder):
     def _position(self, logical: int) -> int:
         return int((int(logical) - self._base) % self._size)
 
-    def _encode_sample(self, positions) -> Dict[str, np.ndarray]:
-        """The transitions at ring positions ``positions``, as cpprb returns them."""
+    def _encode_sample(self, positions, drawn: bool = False) -> Dict[str, np.ndarray]:
+        """The transitions at ring positions ``positions``, as cpprb returns them;
+        ``drawn``: cpprb's RNG drew them, and they count in the buffer's ``sampled``."""
         positions = np.asarray(positions, dtype=np.int64).ravel()
         if len(positions) == 0:
             return self._fields.empty()
@@ -124,12 +125,12 @@ class ReplayBuffer(Folder):
         logical = self._to_logical(positions, head)
         held = logical < tail
         if held.all():
-            return self._fields.from_stored(self._buf.get(logical))
+            return self._fields.from_stored(self._buf.get(logical, drawn=drawn))
         # cpprb's ring starts zeroed: a position no transition was written to reads as
         # zeros there, not as an error.
         out = {n: np.zeros((len(positions), *s), d) for n, (d, s) in self._fields.spec.items()}
         if held.any():
-            for name, values in self._fields.from_stored(self._buf.get(logical[held])).items():
+            for name, values in self._fields.from_stored(self._buf.get(logical[held], drawn=drawn)).items():
                 out[name][held] = values
         return out
 
@@ -184,7 +185,7 @@ class ReplayBuffer(Folder):
         stored = len(self._buf)
         if stored == 0:
             raise ValueError("high <= 0: the buffer stores no transition")
-        return self._encode_sample(np.random.randint(0, stored, int(batch_size)))
+        return self._encode_sample(np.random.randint(0, stored, int(batch_size)), drawn=True)
 
     def get_all_transitions(self, shuffle: bool = False) -> Dict[str, np.ndarray]:
         """Every stored transition, in position order (shuffled with NumPy's generator).
@@ -416,7 +417,7 @@ class ReverseReplayBuffer(ReplayBuffer):
         else:
             self._last = (self._last or stored) - 1
         pos = (self._last - self._stride * np.arange(int(batch_size))) % stored
-        return self._encode_sample(pos)
+        return self._encode_sample(pos, drawn=True)
 
 
 def create_buffer(size: int, env_dict: Optional[Dict[str, Dict[str, Any]]] = None, *,
