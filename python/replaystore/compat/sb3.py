@@ -420,6 +420,13 @@ class ReplayBuffer(Folder, _SB3ReplayBuffer):
     def _open_buffers(self) -> list:
         return []  # shared by the adapters of this process: _release closes it
 
+    @property
+    def replaystore(self):
+        """The replaystore handle under this buffer (a ``ReplayBuffer``, or a ``Reader``
+        while another process writes the folder): its ``stats()``, snapshots and draws,
+        and what ``replaystore.integrations`` reads."""
+        return self._buf
+
     def close(self) -> None:
         """Closes the folder's buffer unless another adapter of this process uses it."""
         release = getattr(self, "_release", None)
