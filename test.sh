@@ -19,8 +19,10 @@ VENV="$PWD/target/py-venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 export PATH="$VENV/bin:$PATH"
 # gymnasium: Schema.from_spaces is tested against real spaces, not skipped.
-"$VENV/bin/python" -c 'import numpy, pytest, gymnasium, pyarrow, pandas' 2>/dev/null \
-  || "$VENV/bin/python" -m pip install --quiet numpy pytest gymnasium pyarrow pandas
+# pytest-xdist: the suite runs on two workers (-n 2), most of its time being waits on
+# child processes, Ray and trainers.
+"$VENV/bin/python" -c 'import numpy, pytest, xdist, gymnasium, pyarrow, pandas' 2>/dev/null \
+  || "$VENV/bin/python" -m pip install --quiet numpy pytest pytest-xdist gymnasium pyarrow pandas
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
 "$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/python" -m pip install --quiet torch
 export REPLAYSTORE_REQUIRE_TORCH=1
@@ -33,14 +35,15 @@ PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0
 # buffers need only what is named here, so it is installed without its requirements
 # (python/tests/peers.py imports its buffer module past its package's __init__).
 "$VENV/bin/python" -m pip install --quiet --no-deps unstable-rl==0.2.2
-"$VENV/bin/python" -m pip install --quiet trueskill dm-tree rich wandb
+# wandb and tensorboard: replaystore.integrations is tested against both.
+"$VENV/bin/python" -m pip install --quiet trueskill dm-tree rich wandb tensorboard
 export REPLAYSTORE_REQUIRE_PEERS=1
 # SB3's logger makes a folder per learn() in the temporary directory unless told where.
 export SB3_LOGDIR="$PWD/target/sb3-logs"
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 # DI-engine pins numpy<2, which Ray's pyarrow cannot run with: its tests run in a
 # virtualenv of their own (below), and skip here saying so.
-REPLAYSTORE_PEERS_ELSEWHERE=ding "$VENV/bin/python" -m pytest -q -rs --doctest-modules \
+REPLAYSTORE_PEERS_ELSEWHERE=ding "$VENV/bin/python" -m pytest -q -rs -n 2 --doctest-modules \
   --ignore=python/replaystore/compat/ding python/replaystore python/tests
 
 # DI-engine's virtualenv (cached under target/ like the other): DI-engine, its torch and
