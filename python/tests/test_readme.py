@@ -31,7 +31,15 @@ def test_the_readme_quick_start_runs_and_resumes(tmp_path):
         out = subprocess.run([sys.executable, "-c", code + check], cwd=tmp_path,
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        runs.append(out.stdout.split())
+        *said, last = out.stdout.splitlines()
+        runs.append((said, last.split()))
     # First run: 2,000 steps, checkpoints every 500 (3 kept). Second: resumed at 2,000.
-    assert runs[0] == ["2000", "2000", "3", "None"]
-    assert runs[1] == ["4000", "4000", "3", "None"]
+    assert runs[0][1] == ["2000", "2000", "3", "None"]
+    assert runs[1][1] == ["4000", "4000", "3", "None"]
+    # One line per checkpoint, the resumed run's going on from the first's: draws begin
+    # at 256 items (1,745 steps of 256 draws by step 2,000).
+    for (said, _), first in zip(runs, (500, 2500)):
+        steps = [int(line.split(":")[0].split()[1]) for line in said]
+        assert steps == [first, first + 500, first + 1000, first + 1500], said
+        assert all("checkpoint" in line and "items" in line for line in said), said
+    assert runs[0][0][-1] == "step 2000: checkpoint; 2000 items, 446720 drawn"
