@@ -356,3 +356,18 @@ fn a_failure_at_any_file_operation_of_any_step_is_a_typed_error_and_loses_nothin
         "only {failed} of {points} injected failures surfaced"
     );
 }
+
+/// Segments are reserved as rows arrive, again after every open: the sweep's adds make
+/// such reservations, so each of them is among the operations failed above.
+#[test]
+fn the_adds_swept_reserve_the_segments_they_reach() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("b");
+    let s = base(&dir);
+    let o = origin(&dir);
+    let io = Arc::new(FaultyIo::fail_once(u64::MAX).only("allocate"));
+    let mut buf = Some(ReplayBuffer::open_with(&dir, io.clone()).unwrap());
+    let opened = io.ops();
+    Step::Add.run(&mut buf, (&s, &o), &mut 0).unwrap();
+    assert!(io.ops() > opened, "the adds reserved no segment");
+}
