@@ -12,7 +12,8 @@ __version__: str
 BUILD_PROFILE: str
 
 def set_index_dtype(dtype: str) -> None:
-    """``"uint64"`` (default) or ``"int64"``: the dtype every draw's ``indices`` have."""
+    """``"int64"`` (default: NumPy's, PyTorch's and JAX's index type; exact below 2**63)
+    or ``"uint64"``: the dtype every draw's ``indices`` have."""
 def index_dtype() -> str: ...
 def nest(batch: Mapping[str, Any]) -> Dict[str, Any]:
     """``{"obs.pos": a}`` as ``{"obs": {"pos": a}}``, the same arrays."""

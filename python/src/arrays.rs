@@ -296,10 +296,11 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>, cast: Cast) -> PyRes
     })
 }
 
-/// Whether draws return their indices as `int64` (`replaystore.set_index_dtype`):
-/// PyTorch, JAX and most index arithmetic take no `uint64`. Process-wide, as the
-/// dtype a program's code expects is.
-pub static INT64_INDICES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether draws return their indices as `int64` (the default; `uint64` by
+/// `replaystore.set_index_dtype`): NumPy indexes with `int64`, as PyTorch and JAX do,
+/// and NumPy arithmetic mixing `uint64` with `int64` gives `float64`. Exact: indices
+/// stay below 2**63. Process-wide, as the dtype a program's code expects is.
+pub static INT64_INDICES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// The arrays of one draw, allocated when the engine asks for them (`Sink::arrays`) as
 /// Rust vectors of each array's element type, filled in place by the engine with the GIL
@@ -891,14 +892,18 @@ impl Sink for OutSink<'_> {
         self.filled.clear();
         for a in layout.arrays() {
             let found = self.arrays.iter().enumerate().find(|(_, g)| a.is(g.0));
-            let Some((i, (_, dtype, shape, _))) = found else {
+            let Some((i, (out_name, dtype, shape, _))) = found else {
                 return Err(replaystore::Error::OutMismatch {
                     array: a.full_name(),
                     expected: format!("{} {:?}", a.dtype.numpy_str(), a.shape()),
                     got: "no such array".into(),
                 });
             };
-            if *dtype != a.dtype || !shape.iter().copied().eq(shape_dims(a)) {
+            // Indices may come back into int64 arrays (the default index dtype): the
+            // engine's u64 values stay below 2^63, so their bytes are the same.
+            let index = out_name.ends_with("indices") && a.dtype == DType::U64;
+            let same_dtype = *dtype == a.dtype || (index && *dtype == DType::I64);
+            if !same_dtype || !shape.iter().copied().eq(shape_dims(a)) {
                 return Err(replaystore::Error::OutMismatch {
                     array: a.full_name(),
                     expected: format!("{} {:?}", a.dtype.numpy_str(), a.shape()),

@@ -27,8 +27,9 @@ fn nest<'py>(batch: &Bound<'py, pyo3::types::PyDict>) -> PyResult<Bound<'py, pyo
 }
 
 /// Sets the dtype every draw returns its `indices` in, for the whole process:
-/// `"uint64"` (the default) or `"int64"` (what PyTorch and JAX index with; exact, as
-/// indices stay below 2**63). Every call that takes indices takes either.
+/// `"int64"` (the default: what NumPy, PyTorch and JAX index with; exact, as indices
+/// stay below 2**63) or `"uint64"` (the engine's own type). Every call that takes
+/// indices takes either.
 #[pyfunction]
 fn set_index_dtype(dtype: &str) -> PyResult<()> {
     let signed = match dtype {

@@ -58,7 +58,7 @@ def test_add_and_add_batch_store_exactly_what_sample_returns(path):
         batch = buf.sample(256)
         assert batch["obs"].shape == (256, 3) and batch["obs"].dtype == np.float32
         assert batch["frame"].shape == (256, 2, 2) and batch["done"].dtype == np.bool_
-        assert batch["indices"].dtype == np.uint64
+        assert batch["indices"].dtype == np.int64
         assert set(batch["indices"].tolist()) <= set(range(30, 80))
         check_batch(batch)
         every = buf.sample(50, replace=False)
@@ -533,25 +533,31 @@ def test_checkpoints_are_bounded_and_their_disk_counted(path):
     buf.close()
 
 
-def test_indices_can_come_as_int64_from_every_draw(path):
-    """No torch needed: set_index_dtype makes every draw's indices int64, and every
-    call that takes indices takes them back."""
+def test_indices_come_as_int64_from_every_draw_unless_set_to_uint64(path):
+    """No torch needed: every draw's indices are int64 (NumPy's index type; uint64 mixed
+    with int64 arithmetic would give float64), every call that takes indices takes them
+    back, and set_index_dtype("uint64") gives the engine's own type."""
     with rs.ReplayBuffer.create(path, SCHEMA, capacity=100, alpha=0.6) as buf:
         buf.add_batch(items(0, 50))
-    assert rs.index_dtype() == "uint64"
-    rs.set_index_dtype("int64")
+    assert rs.index_dtype() == "int64"
+    with rs.ReplayBuffer.open(path) as buf:
+        b = buf.sample(16, beta=0.4)
+        assert b["indices"].dtype == np.int64
+        assert (b["indices"] - np.int64(1)).dtype == np.int64
+        check_batch(buf.get(b["indices"]))
+        assert buf.update_priorities(b["indices"], np.ones(16))["applied"] == 16
+        r = rs.Reader.open(path)
+        assert r.sample(4)["indices"].dtype == np.int64
+        r.close()
+    rs.set_index_dtype("uint64")
     try:
         with rs.ReplayBuffer.open(path) as buf:
             b = buf.sample(16, beta=0.4)
-            assert b["indices"].dtype == np.int64
+            assert b["indices"].dtype == np.uint64
             check_batch(buf.get(b["indices"]))
-            assert buf.update_priorities(b["indices"], np.ones(16))["applied"] == 16
-            r = rs.Reader.open(path)
-            assert r.sample(4)["indices"].dtype == np.int64
-            r.close()
         with pytest.raises(ValueError, match="'uint64' or 'int64'"):
             rs.set_index_dtype("float64")
     finally:
-        rs.set_index_dtype("uint64")
+        rs.set_index_dtype("int64")
     with rs.ReplayBuffer.open(path) as buf:
-        assert buf.sample(2)["indices"].dtype == np.uint64
+        assert buf.sample(2)["indices"].dtype == np.int64

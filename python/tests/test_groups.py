@@ -34,7 +34,7 @@ def test_members_are_created_by_their_first_add_and_come_back(group, tmp_path):
     group.add("critic", v=1.5)
     assert group.members == ["p0", "p1", "p2", "critic"]
     b = group.sample(16, "p1")
-    assert (b["obs"][:, 1] == 1).all() and (b["indices"] >> np.uint64(56) == 1).all()
+    assert (b["obs"][:, 1] == 1).all() and (b["indices"] >> 56 == 1).all()
     each = group.sample(4)
     assert sorted(each) == ["critic", "p0", "p1", "p2"]
     assert all(len(v["indices"]) == 4 for v in each.values())
