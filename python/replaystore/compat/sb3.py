@@ -30,6 +30,10 @@ older one then says that rule and setting. Without ``path`` the buffer lives in 
 and the pickle carries the transitions themselves (O(n), as SB3's does), since the folder
 does not outlive the process.
 
+``model.replay_buffer.replaystore`` is the handle under it, whose ``stats()`` count SB3's
+draws; ``model.learn(..., callback=replaystore.integrations.sb3_callback())`` writes
+those figures with SB3's own (its stdout table, ``progress.csv``, TensorBoard).
+
 Where it differs from SB3, and why:
 
 - ``observations``, ``actions``, ``rewards``, ``dones``, ``timeouts`` and
