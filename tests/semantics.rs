@@ -284,10 +284,17 @@ fn a_buffer_takes_disk_as_rows_arrive_and_a_full_disk_is_an_error_at_that_add_lo
     let config = |io: Arc<FaultyIo>| Config::new(schema(), 1000).segment_slots(64).io(io);
     // The third segment's reservation fails with ENOSPC: the add of item 128.
     let at_create = allocations_at_create(config);
-    let io = Arc::new(FaultyIo::fail_once(at_create + 2).only("allocate").errno(28));
+    let io = Arc::new(
+        FaultyIo::fail_once(at_create + 2)
+            .only("allocate")
+            .errno(28),
+    );
     let mut buf = ReplayBuffer::create(&path, config(io)).unwrap();
     let on_disk = |path: &std::path::Path| replaystore::inspect(path).unwrap().bytes_on_disk;
-    let (at_first, at_most) = (on_disk(&path), replaystore::inspect(&path).unwrap().bytes_at_most);
+    let (at_first, at_most) = (
+        on_disk(&path),
+        replaystore::inspect(&path).unwrap().bytes_at_most,
+    );
     add_range(&mut buf, 0, 128);
     let e = buf.add(&columns(&item(128))).unwrap_err();
     assert!(
@@ -296,13 +303,19 @@ fn a_buffer_takes_disk_as_rows_arrive_and_a_full_disk_is_an_error_at_that_add_lo
     );
     assert_eq!(buf.live(), 0..128, "nothing stored, nothing lost");
     let two_segments = on_disk(&path);
-    assert!(two_segments > at_first, "{two_segments} after two segments, {at_first} at create");
+    assert!(
+        two_segments > at_first,
+        "{two_segments} after two segments, {at_first} at create"
+    );
     // The disk has room again: the add goes in, and the buffer grows to at most its size.
     assert_eq!(buf.add(&columns(&item(128))).unwrap(), 128);
     add_range(&mut buf, 129, 1000);
     buf.flush().unwrap();
     let full = on_disk(&path);
-    assert!(full > two_segments && full <= at_most, "{two_segments} < {full} <= {at_most}");
+    assert!(
+        full > two_segments && full <= at_most,
+        "{two_segments} < {full} <= {at_most}"
+    );
     drop(buf);
     let buf = ReplayBuffer::open(&path).unwrap();
     assert_eq!(buf.live(), 0..1000);
@@ -344,7 +357,10 @@ fn a_really_full_disk_is_disk_full_through_the_os_seam() {
     let (e, added, live, intact) = outcome.unwrap();
     assert!(matches!(&e, Error::DiskFull { .. }), "{e}");
     assert!(e.to_string().starts_with("disk full"), "{e}");
-    assert!(added >= 256, "the first segment fits in 64 KiB: {added} added");
+    assert!(
+        added >= 256,
+        "the first segment fits in 64 KiB: {added} added"
+    );
     assert_eq!(live, 0..added);
     assert!(intact, "every item added before the full disk reads back");
 }

@@ -176,10 +176,15 @@ fn a_buffer_larger_than_the_free_disk_takes_disk_only_as_rows_arrive() {
     let mut buf = ReplayBuffer::create(&path, config).unwrap();
     let made = buf.stats();
     assert!(made.bytes_at_most > free, "{} > {free}", made.bytes_at_most);
-    assert!(made.bytes_on_disk < 16 << 20, "{} at create", made.bytes_on_disk);
+    assert!(
+        made.bytes_on_disk < 16 << 20,
+        "{} at create",
+        made.bytes_on_disk
+    );
     // The first add reserves the first segment (at most 1 GiB: a power of two of rows
     // that fits), not the buffer.
-    buf.add(&[replaystore::Column::new("x", &[7u8; 4096][..])]).unwrap();
+    buf.add(&[replaystore::Column::new("x", &[7u8; 4096][..])])
+        .unwrap();
     let (before, one) = (made.bytes_on_disk, buf.stats().bytes_on_disk);
     assert!(
         one > before + (256 << 20) && one <= before + (1 << 30) + 4096,

@@ -570,7 +570,11 @@ impl PyBuffer {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        let request = if drawn { Request::at(&idx).drawn() } else { Request::at(&idx) };
+        let request = if drawn {
+            Request::at(&idx).drawn()
+        } else {
+            Request::at(&idx)
+        };
         draw_values(
             py,
             None,

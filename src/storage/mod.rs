@@ -569,7 +569,11 @@ pub(crate) fn bytes_at_most(dir: &Path, sb: &Superblock) -> u64 {
     use std::os::unix::fs::MetadataExt;
     buffer_files(dir, sb)
         .filter_map(|p| regular_file_meta(&p))
-        .map(|m| m.len().next_multiple_of(m.blksize().max(1)).max(m.blocks() * 512))
+        .map(|m| {
+            m.len()
+                .next_multiple_of(m.blksize().max(1))
+                .max(m.blocks() * 512)
+        })
         .sum()
 }
 
@@ -578,7 +582,7 @@ fn buffer_files(dir: &Path, sb: &Superblock) -> impl Iterator<Item = PathBuf> {
     let sets = SegmentSet::all(sb);
     let segments = sets
         .into_iter()
-        .flat_map(move |set| (0..set.segment_count).map(move |n| (set.clone(), n)));
+        .flat_map(move |set| (0..set.segment_count).map(move |n| (set, n)));
     let dir2 = dir.to_path_buf();
     [dir.join(MANIFEST), tree_path(dir), life_path(dir)]
         .into_iter()

@@ -1,7 +1,7 @@
 //! `info` and `snapshots`: what a buffer's files say, for people and for scripts.
 
-pub(crate) use crate::show::human;
 use crate::fail::Status;
+pub(crate) use crate::show::human;
 use std::path::Path;
 
 use replaystore::internal::PriorityInfo;
@@ -811,4 +811,3 @@ fn set_snapshots(dir: &Path) -> Result<Vec<(replaystore::SnapshotInfo, u64)>, Fa
     }
     Ok(out)
 }
-

@@ -413,6 +413,22 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
+/// Bytes in binary units, for people.
+///
+/// ```
+/// assert_eq!(replaystore_cli::show::human(3 << 20), "3.0 MiB");
+/// ```
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS.get(u).unwrap_or(&"B"))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -446,20 +462,4 @@ mod tests {
         assert_eq!(csv_cell("a,b"), "\"a,b\"");
         assert_eq!(csv_cell("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
-}
-
-/// Bytes in binary units, for people.
-///
-/// ```
-/// assert_eq!(replaystore_cli::show::human(3 << 20), "3.0 MiB");
-/// ```
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS.get(u).unwrap_or(&"B"))
 }

@@ -149,12 +149,14 @@ impl<R: Writes> ReplayBuffer<R> {
         if self.rows.ring.any_unreserved() {
             let (io, dir) = (&*self.rows.io, &self.rows.dir);
             let life = self.parts.life.is_some();
-            self.rows.ring.reserve(io, first_slot, count, |first, slots| {
-                if life {
-                    storage::reserve_life(io, dir, first, slots)?;
-                }
-                Ok(())
-            })?;
+            self.rows
+                .ring
+                .reserve(io, first_slot, count, |first, slots| {
+                    if life {
+                        storage::reserve_life(io, dir, first, slots)?;
+                    }
+                    Ok(())
+                })?;
         }
         Ok(())
     }
