@@ -292,8 +292,9 @@ impl<R: Writes> ReplayBuffer<R> {
             Err(e) => Err(self.poison(e)),
         }
     }
-    /// Copy-on-write before storing one row: the tail's segment, and with whole-episode
-    /// eviction the segments of the rows the head will pass over (their stamps change).
+    /// `ensure_storable` before storing one row: the tail's segment, and with
+    /// whole-episode eviction the segments of the rows the head will pass over (their
+    /// stamps change).
     fn ensure_storable_for_push(&mut self) -> Result<()> {
         self.ensure_storable(self.rows.tail_slot, 1)?;
         self.guard_evictions(1)?;
