@@ -451,3 +451,27 @@ fn schemas_are_checked_at_create() {
         }
     ));
 }
+
+/// The seam's copy (a snapshot brought from another file system, a private copy of a
+/// file with other names) keeps a sparse file's holes: a segment mostly unwritten does
+/// not become its whole length of zeros on disk, and every byte reads the same.
+#[test]
+fn a_copy_keeps_the_holes_of_a_sparse_file_and_every_byte() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let d = tempfile::tempdir().unwrap();
+    let (from, to) = (d.path().join("from"), d.path().join("to"));
+    let f = std::fs::File::create(&from).unwrap();
+    f.set_len(64 << 20).unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    f.write_all_at(&[7u8; 10_000], 32 << 20).unwrap();
+    f.write_all_at(b"tail", (64 << 20) - 4).unwrap();
+    drop(f);
+    replaystore::io::os().copy_file(&from, &to).unwrap();
+    let (a, b) = (std::fs::read(&from).unwrap(), std::fs::read(&to).unwrap());
+    assert!(a == b, "the copy reads differently");
+    let used = std::fs::metadata(&to).unwrap().blocks() * 512;
+    assert!(
+        used < 4 << 20,
+        "{used} bytes on disk for 10 KB of data in 64 MiB"
+    );
+}

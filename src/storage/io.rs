@@ -214,10 +214,9 @@ impl Io for OsIo {
         confined::hard_link(original, link)
     }
     fn copy_file(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut src = self.open_ro(from)?;
-        let mut dst = self.create_new(to)?;
-        // `io::copy` between two files uses copy_file_range on Linux: no user-space pass.
-        io::copy(&mut src, &mut dst)?;
+        let src = self.open_ro(from)?;
+        let dst = self.create_new(to)?;
+        copy_sparse(&src, &dst)?;
         dst.sync_data()
     }
     fn remove_dir(&self, dir: &Path) -> io::Result<()> {
@@ -329,6 +328,110 @@ fn reserve(file: &File, offset: u64, len: u64) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::from_raw_os_error(ret))
+    }
+}
+
+/// Copies `src` into the empty file `dst` keeping its holes: segments take disk only
+/// where they were written, and a copy (a snapshot brought from another file system)
+/// must not write their holes out as zeros, as one `copy_file_range` over the whole file
+/// does on a file system without reflinks. Each data range `SEEK_DATA` and `SEEK_HOLE`
+/// name is copied in the kernel (`copy_range`); a file system without them reports the
+/// whole file as one range, which is the copy as it was before. The rest is the length.
+fn copy_sparse(src: &File, dst: &File) -> io::Result<()> {
+    let len = src.metadata()?.len();
+    dst.set_len(len)?;
+    let mut at = 0;
+    while at < len {
+        let Some(start) = seek(src, at, libc::SEEK_DATA)? else {
+            break;
+        };
+        let end = seek(src, start, libc::SEEK_HOLE)?.unwrap_or(len).min(len);
+        copy_range(src, dst, start, end.saturating_sub(start))?;
+        at = end.max(start + 1);
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes at `offset` of `src` to the same offset of `dst`: with
+/// `copy_file_range` (no user-space pass, and the page cache fills as it did for the
+/// whole-file copy), or with `pread`/`pwrite` where the kernel cannot (another file
+/// system type, an old kernel).
+#[expect(unsafe_code, reason = "copy_file_range is a C call")]
+fn copy_range(src: &File, dst: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let too_far = |_| io::Error::other("offset over the largest off_t");
+    let (mut from, mut to) = (
+        libc::off64_t::try_from(offset).map_err(too_far)?,
+        libc::off64_t::try_from(offset).map_err(too_far)?,
+    );
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
+        // SAFETY: both descriptors stay open while `src` and `dst` are borrowed; the
+        // kernel reads and writes the two offsets, locals of this frame that outlive the
+        // call, and no other memory of this process.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut from,
+                dst.as_raw_fd(),
+                &mut to,
+                want,
+                0,
+            )
+        };
+        if n > 0 {
+            left -= n as u64;
+            continue;
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file shrank during its copy",
+            ));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EXDEV | libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL) => break,
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+    // What copy_file_range could not do, through this process's memory.
+    let mut pos = len - left + offset;
+    let end = offset + len;
+    let mut buf = vec![0u8; usize::try_from(left.min(1 << 20)).unwrap_or(1 << 20)];
+    while pos < end {
+        let n = buf
+            .len()
+            .min(usize::try_from(end - pos).unwrap_or(usize::MAX));
+        let chunk = buf.get_mut(..n).unwrap_or_default();
+        src.read_exact_at(chunk, pos)?;
+        dst.write_all_at(chunk, pos)?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// `lseek(fd, offset, whence)`: the offset found, or `None` where nothing lies past
+/// `offset` (ENXIO).
+#[expect(unsafe_code, reason = "lseek is a C call")]
+fn seek(file: &File, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::other("offset over the largest off_t"))?;
+    // SAFETY: the descriptor stays open while `file` is borrowed; the call moves only
+    // the file's offset (this code reads and writes by position, never by that offset)
+    // and touches no memory of this process.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if at >= 0 {
+        return Ok(Some(at as u64));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENXIO) => Ok(None),
+        _ => Err(e),
     }
 }
 
