@@ -61,8 +61,10 @@ class ReplayStats:
         self._last: Optional[tuple] = None
 
     def row(self) -> Dict[str, float]:
-        """The figures now, as ``{prefix + name: number}``."""
-        s = self.buffer.stats()
+        """The figures now, as ``{prefix + name: number}``. For ``Lanes`` (one dict per
+        lane) and a ``BufferGroup`` (one per member) the counts are summed and the
+        oldest age is the largest."""
+        s = _totals(self.buffer.stats())
         now = self.clock()
         adds_per_s = draws_per_s = 0.0
         if self._last is not None:
@@ -116,6 +118,19 @@ class ReplayStats:
         if run is not None:
             run.log(row, step=step)
         return row
+
+
+def _totals(stats: Any) -> Dict[str, Any]:
+    """One buffer's stats as they are; a lane set's list or a group's dict of per-member
+    stats as one: counts summed, ``head``/``tail`` spanning the oldest item's age."""
+    if isinstance(stats, dict) and "len" in stats:
+        return stats
+    parts = list(stats.values()) if isinstance(stats, dict) else list(stats)
+    keys = ("len", "capacity", "added", "sampled", "evicted", "removed", "stale_updates",
+            "bytes_on_disk", "bytes_at_most")
+    total = {k: sum(p.get(k, 0) for p in parts) for k in keys}
+    total["head"], total["tail"] = 0, max((p["tail"] - p["head"] for p in parts), default=0)
+    return total
 
 
 _callback_class = None

@@ -41,6 +41,20 @@ def test_rates_are_per_second_of_the_clock_since_the_last_row(tmp_path):
     assert second["rb/added"] == 40 and second["rb/sampled"] == 8
 
 
+def test_a_lane_set_is_one_row_of_its_lanes_summed(tmp_path):
+    lanes = rs.Lanes.create(tmp_path / "lanes", {"x": "int64"}, 100, 4)
+    for lane in range(4):
+        for i in range(lane + 1):
+            lanes.add(lane, x=i)
+    lanes.sample(6)
+    row = ReplayStats(lanes).row()
+    assert row["replay/size"] == 10 and row["replay/capacity"] == sum(s["capacity"] for s in lanes.stats()) == 100
+    assert row["replay/added"] == 10 and row["replay/sampled"] == 6
+    assert row["replay/oldest_age"] == 4
+    assert row["replay/bytes_on_disk"] == sum(s["bytes_on_disk"] for s in lanes.stats())
+    lanes.close()
+
+
 def test_a_read_is_not_a_draw_unless_the_caller_drew_it(tmp_path):
     buf = buffer(tmp_path)
     buf.get(np.array([1, 2, 3], np.uint64))
