@@ -302,6 +302,11 @@ pub fn input<'py>(field: &Field, value: &Bound<'py, PyAny>, cast: Cast) -> PyRes
 /// stay below 2**63. Process-wide, as the dtype a program's code expects is.
 pub static INT64_INDICES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether a draw's array `name` holds indices (returned as `int64` by default).
+fn is_index_array(name: &str) -> bool {
+    name == "indices" || name == "goal_indices"
+}
+
 /// The arrays of one draw, allocated when the engine asks for them (`Sink::arrays`) as
 /// Rust vectors of each array's element type, filled in place by the engine with the GIL
 /// released, then handed to NumPy without a copy ([`NumpySink::into_dict`]: each vector
@@ -573,13 +578,11 @@ impl NumpySink {
             let owned = match owned {
                 // Indices stay below 2^63 (lane 127's base is 127 << 56), so the
                 // conversion is exact; 256 of them cost nothing next to the draw.
-                Owned::U64(v) if signed && (name == "indices" || name == "goal_indices") => {
-                    Owned::I64(
-                        v.into_iter()
-                            .map(|i| i64::try_from(i).unwrap_or(i64::MAX))
-                            .collect(),
-                    )
-                }
+                Owned::U64(v) if signed && is_index_array(&name) => Owned::I64(
+                    v.into_iter()
+                        .map(|i| i64::try_from(i).unwrap_or(i64::MAX))
+                        .collect(),
+                ),
                 other => other,
             };
             let a = owned.into_array(py, shape)?;
@@ -901,7 +904,7 @@ impl Sink for OutSink<'_> {
             };
             // Indices may come back into int64 arrays (the default index dtype): the
             // engine's u64 values stay below 2^63, so their bytes are the same.
-            let index = out_name.ends_with("indices") && a.dtype == DType::U64;
+            let index = is_index_array(out_name) && a.dtype == DType::U64;
             let same_dtype = *dtype == a.dtype || (index && *dtype == DType::I64);
             if !same_dtype || !shape.iter().copied().eq(shape_dims(a)) {
                 return Err(replaystore::Error::OutMismatch {

@@ -306,6 +306,15 @@ impl PyBuffer {
     }
 }
 
+/// Says `message` on the "replaystore" logger at `level` (Python's logging decides
+/// where it goes).
+fn log(py: Python<'_>, level: &str, message: String) -> PyResult<()> {
+    py.import("logging")?
+        .call_method1("getLogger", ("replaystore",))?
+        .call_method1(level, (message,))?;
+    Ok(())
+}
+
 #[pymethods]
 impl PyBuffer {
     /// Refuses, naming the class methods that make a `ReplayBuffer`.
@@ -461,9 +470,7 @@ impl PyBuffer {
         } else {
             "info"
         };
-        py.import("logging")?
-            .call_method1("getLogger", ("replaystore",))?
-            .call_method1(level, (message,))?;
+        log(py, level, message)?;
         Ok(PyBuffer::of(Handle::Writer(buf)))
     }
 
@@ -497,10 +504,7 @@ impl PyBuffer {
                  loss); recovered items {}..{}: {} past the last commit kept, {} dropped",
                 r.head, r.tail, r.rolled_forward, r.dropped
             );
-            let logger = py
-                .import("logging")?
-                .call_method1("getLogger", ("replaystore",))?;
-            logger.call_method1("warning", (message,))?;
+            log(py, "warning", message)?;
         }
         Ok(PyBuffer::of(buf))
     }
@@ -570,10 +574,9 @@ impl PyBuffer {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        let request = if drawn {
-            Request::at(&idx).drawn()
-        } else {
-            Request::at(&idx)
+        let request = Request {
+            drawn,
+            ..Request::at(&idx)
         };
         draw_values(
             py,

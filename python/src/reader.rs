@@ -328,10 +328,9 @@ impl PyReader {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let reader = opened(&mut held)?;
-        let request = if drawn {
-            Request::at(&idx).drawn()
-        } else {
-            Request::at(&idx)
+        let request = Request {
+            drawn,
+            ..Request::at(&idx)
         };
         draw(py, None, |sink| reader.sample_into(request, sink))
     }

@@ -126,8 +126,8 @@ impl Heap {
     /// reserving a reserved file changes nothing). Fails with nothing stored; a full
     /// disk is `DiskFull`.
     pub(crate) fn reserve(&mut self, io: &dyn Io, count: u64) -> Result<()> {
-        let first = self.next_chunk() % self.capacity().max(1);
-        self.ring.reserve(io, first, count, |_, _| Ok(()))
+        self.ring
+            .reserve(io, self.next_chunk(), count, |_, _| Ok(()))
     }
 
     /// Bytes of one chunk row (header and payload): the unit the value space is
