@@ -16,6 +16,7 @@ copy in the page cache.
 
 from ._native import (
     FORMAT_VERSION,
+    HAS_PARQUET,
     __version__,
     BufferGroup,
     ClosedError,
@@ -51,6 +52,7 @@ from .spaces import schema_from_spaces
 
 __all__ = [
     "FORMAT_VERSION",
+    "HAS_PARQUET",
     "__version__",
     "BufferGroup",
     "ClosedError",

@@ -10,6 +10,9 @@ FORMAT_VERSION: int
 __version__: str
 #: The Cargo profile that built the extension: "dist" (the wheel), "release" or "dev".
 BUILD_PROFILE: str
+#: Whether ``export`` and the command read and write Parquet: the wheel does; built from
+#: source, only with ``MATURIN_PEP517_ARGS="--features parquet" pip install ./python``.
+HAS_PARQUET: bool
 
 def set_index_dtype(dtype: str) -> None:
     """``"int64"`` (default: NumPy's, PyTorch's and JAX's index type; exact below 2**63)

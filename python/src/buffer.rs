@@ -1419,7 +1419,9 @@ impl PyBuffer {
     /// `include_removed=True` keeps them, with a `removed` column naming why (in an
     /// `.npz`, `removed` of cause codes). `fields` picks fields; `snapshot` exports a
     /// snapshot instead. Read beside this handle through a reader: nothing is locked.
-    /// Returns `{"path", "items", "fields", "skipped_removed"}`.
+    /// Returns `{"path", "items", "fields", "skipped_removed"}`. Parquet is in the wheel;
+    /// a source build has it only with `--features parquet` (`replaystore.HAS_PARQUET`
+    /// says; without it, a `.parquet` file is a `ValueError` saying how to get it).
     ///
     /// >>> import os, tempfile, numpy as np, replaystore as rs
     /// >>> d = tempfile.mkdtemp()

@@ -70,3 +70,16 @@ def test_a_command_that_starts_processes_starts_this_interpreter(tmp_path):
     figures = json.loads(out.stdout)["results"]
     readers = [f for f in figures if f["workload"].endswith(" reader")]
     assert len(readers) == 3 and all(f["median"] > 0 for f in readers), figures
+
+
+def test_the_commands_parquet_is_the_builds_and_a_build_without_it_says_how_to_get_it(buffer, tmp_path):
+    out = tmp_path / "b.parquet"
+    done = run("console script", "export", buffer, out)
+    if rs.HAS_PARQUET:  # the wheel, or a source build with --features parquet
+        assert done.returncode == 0, done.stderr
+        pq = pytest.importorskip("pyarrow.parquet")
+        assert pq.read_table(out).column("note").to_pylist() == [f"step {i}" for i in range(10)]
+    else:  # `pip install ./python`: usage status, the remedy named, nothing written
+        assert done.returncode == 2, done
+        assert 'MATURIN_PEP517_ARGS="--features parquet" pip install ./python' in done.stderr
+        assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["b"]

@@ -196,7 +196,8 @@ enum Command {
     /// dimension first, for numpy.load), Apache Parquet (every field, variable-length
     /// ones as strings, binary and lists: pandas, pyarrow, polars, Hugging Face datasets)
     /// or JSON lines (one object per item). Streams: memory stays at one chunk whatever
-    /// the size.
+    /// the size. Parquet is in `cargo build` and the wheel, not in `pip install ./python`
+    /// unless built with `--features parquet`.
     #[command(after_help = fail::EXIT_HELP)]
     Export {
         /// The buffer (or lane set) directory.

@@ -26,7 +26,17 @@ macro_rules! say {
 /// ```
 pub const PROFILE: &str = env!("REPLAYSTORE_PROFILE");
 
+/// Whether this build reads and writes Apache Parquet (the `parquet` feature): the
+/// command built by Cargo and the wheel do; the Python package built from source leaves
+/// it out unless asked (`transfer::PARQUET_LEFT_OUT` says how), to build in minutes.
+///
+/// ```
+/// let _: bool = replaystore_cli::HAS_PARQUET;
+/// ```
+pub const HAS_PARQUET: bool = cfg!(feature = "parquet");
+
 pub mod cli;
+#[cfg(feature = "parquet")]
 pub mod columnar;
 pub mod fail;
 pub mod jsonl;

@@ -20,6 +20,7 @@ use replaystore::{
     Schema,
 };
 
+#[cfg(feature = "parquet")]
 use crate::columnar::{ParquetIn, ParquetOut};
 use crate::fail::Failure;
 use crate::jsonl::JsonlIn;
@@ -150,7 +151,8 @@ pub fn export(args: &ExportArgs<'_>) -> Result<Exported, Failure> {
     };
     let written = match kind {
         FileKind::Npz => job.write_npz(file),
-        FileKind::Parquet | FileKind::Jsonl => job.write_table(file, kind),
+        FileKind::Parquet => job.write_parquet(file),
+        FileKind::Jsonl => job.write_jsonl(file),
     };
     let result = written.and_then(|file| {
         file.sync_all()
@@ -202,42 +204,55 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Writes a Parquet or JSON-lines file of the chosen fields, a chunk of items at a
-    /// time.
-    fn write_table(&mut self, file: File, kind: FileKind) -> Result<File, Failure> {
+    /// Writes a Parquet file of the chosen fields, a chunk of items at a time.
+    #[cfg(feature = "parquet")]
+    fn write_parquet(&mut self, file: File) -> Result<File, Failure> {
         let (path, schema, chosen) = (self.path, self.schema, self.chosen);
         let bar = progress::bar(self.n, "export", self.quiet);
         let chunk = export_chunk(schema, chosen);
-        let file = if kind == FileKind::Parquet {
-            let mut out = ParquetOut::new(file, schema, chosen, self.plan.include_removed)?;
-            self.source
-                .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
-                    out.write(schema, chosen, batch, removed, path)?;
-                    bar.inc(indices.len() as u64);
-                    Ok(())
-                })?;
-            out.finish(path)?
-        } else {
-            let var = chosen.var_fields(schema);
-            let out = std::io::BufWriter::new(file);
-            let mut printer = Printer::new(out, Format::Jsonl, chosen.fields(schema), false)
-                .with_values(var.clone(), true)
-                .without_index();
-            if self.plan.include_removed {
-                printer = printer.with_removed();
-            }
-            self.source
-                .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
-                    let vals = values_of(batch, &var)?;
-                    printer.rows(indices, None, &chosen.columns(batch), &vals, removed)?;
-                    bar.inc(indices.len() as u64);
-                    Ok(())
-                })?;
-            printer
-                .into_inner()
-                .and_then(|w| w.into_inner().map_err(std::io::IntoInnerError::into_error))
-                .map_err(|e| Failure::file("write", path, e))?
-        };
+        let mut out = ParquetOut::new(file, schema, chosen, self.plan.include_removed)?;
+        self.source
+            .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
+                out.write(schema, chosen, batch, removed, path)?;
+                bar.inc(indices.len() as u64);
+                Ok(())
+            })?;
+        let file = out.finish(path)?;
+        bar.finish_and_clear();
+        Ok(file)
+    }
+
+    /// A build without the `parquet` feature writes none (`export` then removes the
+    /// empty temporary file, as after any failure).
+    #[cfg(not(feature = "parquet"))]
+    fn write_parquet(&mut self, _file: File) -> Result<File, Failure> {
+        Err(parquet_left_out())
+    }
+
+    /// Writes a JSON-lines file of the chosen fields, a chunk of items at a time.
+    fn write_jsonl(&mut self, file: File) -> Result<File, Failure> {
+        let (path, schema, chosen) = (self.path, self.schema, self.chosen);
+        let bar = progress::bar(self.n, "export", self.quiet);
+        let chunk = export_chunk(schema, chosen);
+        let var = chosen.var_fields(schema);
+        let out = std::io::BufWriter::new(file);
+        let mut printer = Printer::new(out, Format::Jsonl, chosen.fields(schema), false)
+            .with_values(var.clone(), true)
+            .without_index();
+        if self.plan.include_removed {
+            printer = printer.with_removed();
+        }
+        self.source
+            .read_chunks(self.plan, chunk, "export", |indices, batch, removed| {
+                let vals = values_of(batch, &var)?;
+                printer.rows(indices, None, &chosen.columns(batch), &vals, removed)?;
+                bar.inc(indices.len() as u64);
+                Ok(())
+            })?;
+        let file = printer
+            .into_inner()
+            .and_then(|w| w.into_inner().map_err(std::io::IntoInnerError::into_error))
+            .map_err(|e| Failure::file("write", path, e))?;
         bar.finish_and_clear();
         Ok(file)
     }
@@ -652,13 +667,7 @@ pub fn import(args: &ImportArgs<'_>) -> Result<Status, Failure> {
                 fill_npz(path, buf, &mut inputs, n, done)
             })
         }
-        FileKind::Parquet => {
-            let table = ParquetIn::open(path)?;
-            let values = table.value_bytes()?;
-            create_from(args, table.schema()?, table.rows, values, |buf, done| {
-                table.fill(buf, done)
-            })
-        }
+        FileKind::Parquet => import_parquet(args),
         FileKind::Jsonl => {
             let table = JsonlIn::open(path)?;
             create_from(
@@ -670,6 +679,36 @@ pub fn import(args: &ImportArgs<'_>) -> Result<Status, Failure> {
             )
         }
     }
+}
+
+/// Creates a buffer from the columns of a Parquet file (`columnar` maps them to fields).
+#[cfg(feature = "parquet")]
+fn import_parquet(args: &ImportArgs<'_>) -> Result<Status, Failure> {
+    let table = ParquetIn::open(args.input)?;
+    let values = table.value_bytes()?;
+    create_from(args, table.schema()?, table.rows, values, |buf, done| {
+        table.fill(buf, done)
+    })
+}
+
+/// A build without the `parquet` feature reads none.
+#[cfg(not(feature = "parquet"))]
+fn import_parquet(_args: &ImportArgs<'_>) -> Result<Status, Failure> {
+    Err(parquet_left_out())
+}
+
+/// How a build without Parquet refuses a Parquet file: what to use instead, and how
+/// to get a build that has it, from the shell and from pip.
+pub const PARQUET_LEFT_OUT: &str = "this build of replaystore has no Parquet (the Python \
+     package built from source leaves it out to build in minutes): use a .jsonl file (every \
+     field) or .npz (fixed fields), install the replaystore wheel, or rebuild with \
+     `MATURIN_PEP517_ARGS=\"--features parquet\" pip install ./python`; `cargo build --release` \
+     of the command has it";
+
+/// The refusal of a Parquet file by a build without it.
+#[cfg(not(feature = "parquet"))]
+fn parquet_left_out() -> Failure {
+    Failure::Usage(PARQUET_LEFT_OUT.to_owned())
 }
 
 /// Chunk-ring bytes for `n` items whose values take `value_bytes`, added in `calls`
