@@ -774,3 +774,131 @@ fn two_reader_processes_sample_a_million_items_while_the_writer_laps_the_ring() 
     let buf = ReplayBuffer::open(&path).unwrap();
     common::assert_live_items_intact(&buf);
 }
+
+/// Promise (issue 54): a reader's draws, in any process, reach `info` at once and the
+/// writer's count at its next commit; a writer opened after readers drew alone takes
+/// theirs in; a reader that may not write the progress page (one linked elsewhere)
+/// draws as before, counts only in its own stats, and writes nothing.
+#[test]
+fn readers_draws_reach_info_and_the_writers_count_from_every_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 4_096);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 0, 1_000);
+    writer.sample(100).unwrap();
+    writer.flush().unwrap();
+    let dir = path.to_str().unwrap();
+    // Two reader processes (one by priority through pread), each drawing 2 × 256 and
+    // a few reads at given indices, which are not draws.
+    let mut drawn = 0;
+    for r in 0..2u64 {
+        let role = format!(
+            "reader:{dir}:512:{r}:{r}:{}",
+            ["mapped", "pread"][r as usize]
+        );
+        let (child, out) = spawn_child("readers_child", CHILD_ENV, role.as_ref());
+        let mut child = KillOnDrop(child);
+        let result = reader_result(out);
+        assert!(child.0.wait().unwrap().success(), "{result:?}");
+        drawn += result["drawn"];
+    }
+    assert_eq!(drawn, 1_024);
+    // A reader here too: its draws count, its read at a given index does not.
+    let mut reader = Reader::open(&path).unwrap();
+    reader.sample(Request::rows(7)).unwrap();
+    reader.get(3).unwrap();
+    let readers = drawn + 7;
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.commit.sampled, info.reader_draws), (100, readers));
+    assert_eq!(info.sampled(), 100 + readers);
+    assert_eq!(writer.stats().sampled, 100 + readers);
+    writer.flush().unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.commit.sampled, info.reader_draws), (100 + readers, 0));
+    writer.close().unwrap();
+
+    // With no writer: the readers' draws wait in the page; the next writer's open takes
+    // them into the commit it writes.
+    reader.sample(5).unwrap();
+    assert_eq!(inspect(&path).unwrap().reader_draws, 5);
+    let writer = ReplayBuffer::open(&path).unwrap();
+    let info = inspect(&path).unwrap();
+    assert_eq!((info.commit.sampled, info.reader_draws), (105 + readers, 0));
+    assert_eq!(writer.stats().sampled, 105 + readers);
+
+    // A page with another name is not the reader's to write: drawn from, not counted.
+    let progress = path.join("lane-0").join("progress");
+    let elsewhere = tmp.path().join("progress-link");
+    std::fs::hard_link(&progress, &elsewhere).unwrap();
+    let before = std::fs::read(&elsewhere).unwrap();
+    let mut linked = Reader::open(&path).unwrap();
+    let own = linked.stats().unwrap().sampled;
+    linked.sample(9).unwrap();
+    assert_eq!(linked.stats().unwrap().sampled, own + 9);
+    assert_eq!(
+        std::fs::read(&elsewhere).unwrap(),
+        before,
+        "the reader wrote the page"
+    );
+    assert_eq!(inspect(&path).unwrap().reader_draws, 0);
+    drop((writer, reader, linked));
+}
+
+/// Promise: a lane set's readers count each lane's draws in that lane's page, so each
+/// lane's writer and `info` see them.
+#[test]
+fn a_lane_readers_draws_reach_each_lanes_count() {
+    use replaystore::Lanes;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("v");
+    let mut lanes = Lanes::create(&path, Config::new(schema(), 64).seed(3), 2).unwrap();
+    for k in 0..2 {
+        let lane = lanes.lane_mut(k).unwrap();
+        let base = lane.live().end;
+        add_range(lane, base, base + 20);
+    }
+    lanes.flush().unwrap();
+    let mut readers = Lanes::open_reader(&path).unwrap();
+    readers.sample(40).unwrap();
+    let per_lane: Vec<u64> = (0..2)
+        .map(|k| {
+            inspect(path.join(format!("lane-{k}")))
+                .unwrap()
+                .reader_draws
+        })
+        .collect();
+    assert_eq!(per_lane.iter().sum::<u64>(), 40, "{per_lane:?}");
+    assert!(per_lane.iter().all(|&n| n > 0), "{per_lane:?}");
+    let writers: u64 = lanes.stats().iter().map(|s| s.sampled).sum();
+    assert_eq!(writers, 40);
+}
+
+/// Promise: the reader draws word is a count and nothing more: any value there (a
+/// flipped bit, a stale page after a power cut) changes the count `info` and the next
+/// commit report, never an item, an open or `verify`.
+#[test]
+fn any_value_in_the_reader_draws_word_changes_only_the_count() {
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b");
+    create(&path, 512);
+    let mut writer = ReplayBuffer::open(&path).unwrap();
+    add_range(&mut writer, 0, 700);
+    writer.close().unwrap();
+    let page = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("lane-0").join("progress"))
+        .unwrap();
+    for junk in [1u64 << 40, u64::MAX, 0x0123_4567_89ab_cdef] {
+        page.write_all_at(&junk.to_le_bytes(), 128).unwrap();
+        let info = inspect(&path).unwrap();
+        assert_eq!(info.reader_draws, junk);
+        assert!(replaystore::verify(&path).unwrap().is_sound());
+        let buf = ReplayBuffer::open(&path).unwrap();
+        assert_eq!(inspect(&path).unwrap().reader_draws, 0);
+        assert!(buf.stats().sampled >= junk.min(1 << 40));
+        common::assert_live_items_intact(&buf);
+        buf.close().unwrap();
+    }
+}

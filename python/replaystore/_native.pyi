@@ -392,7 +392,8 @@ class ReplayBuffer:
         another of the same schema and geometry (a buffer built fresh resuming from a
         checkpoint), whose snapshot is first brought into this buffer's folder."""
     def stats(self) -> Dict[str, int]:
-        """Counters and sizes."""
+        """Counters and sizes; ``sampled`` counts this handle's draws and those of
+        readers in any process (``Reader``, DataLoader workers)."""
     def flush(self) -> None:
         """Makes everything added so far survive power loss."""
     def close(self) -> None:
@@ -567,7 +568,7 @@ class Reader:
         """As ``ReplayBuffer.sample_groups``, without ``remove``."""
     def get(self, indices: npt.ArrayLike, *, drawn: bool = False) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get`` (``drawn=True``: counted in
-        this reader's ``stats()["sampled"]``): for a worker fetching rows
+        this reader's ``stats()["sampled"]`` and ``replaystore info``): for a worker fetching rows
         that a sampler elsewhere chose. An index evicted (or overwritten while it was
         copied) raises ``EvictedError``; a returned row is always its index's item."""
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
@@ -575,7 +576,10 @@ class Reader:
     def priority_summary(self) -> Optional[Dict[str, float]]:
         """``total`` and ``min_leaf`` of the priorities as they read now; ``None``
         without priorities."""
-    def stats(self) -> Dict[str, int]: ...
+    def stats(self) -> Dict[str, int]:
+        """Counters and sizes as this reader sees them; ``sampled`` counts its own
+        draws (the commit's count when it opened, plus its draws since). Its draws also
+        reach the buffer's count: ``replaystore info`` and the writer's ``stats()``."""
     @property
     def schema(self) -> Schema: ...
     def __len__(self) -> int: ...

@@ -382,7 +382,8 @@ impl PyReader {
         Ok(Some(d))
     }
 
-    /// Counters and sizes as the reader sees them.
+    /// Counters and sizes as the reader sees them; `sampled` counts its own draws.
+    /// They also reach the buffer's count (`replaystore info`, the writer's `stats()`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = opened(&mut self.inner.lock(py))?.stats().map_err(to_py)?;
         stats_dict(py, &s)

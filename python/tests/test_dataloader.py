@@ -4,8 +4,11 @@ batches, episodic draws (n-step stacked transitions, whole episodes) included, a
 row is its episode's (issue 31). Skipped without torch, unless
 REPLAYSTORE_REQUIRE_TORCH=1 (test.sh sets it: there it must run)."""
 
+import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -49,6 +52,8 @@ class EpisodicStream(torch.utils.data.IterableDataset):
                 "next_obs": torch.from_numpy(t["next_obs"]),
                 "episode_obs": torch.from_numpy(e["obs"]),
                 "episode_offsets": torch.from_numpy(e["offsets"].astype(np.int64)),
+                # This worker's draws so far (its reader's own count).
+                "sampled": reader.stats()["sampled"],
             }
 
 
@@ -80,3 +85,13 @@ def test_the_dataloader_recipe_gives_each_worker_its_own_batches(episodic, conte
     assert all(check_batch(b) for b in batches)
     drawn = [tuple(b["indices"].tolist()) for b in batches]
     assert len(set(drawn)) == len(drawn), "two workers drew the same batch"
+    # The workers' draws reach `replaystore info` and the next writer (issue 54): each
+    # reader added its count to the buffer's progress page.
+    workers = sum(max(b["sampled"] for b in batches if b["worker"] == w) for w in (0, 1))
+    assert workers >= 12 * 32
+    info = subprocess.run([sys.executable, "-m", "replaystore", "info", path, "--json"],
+                          capture_output=True, text=True, check=True)
+    doc = json.loads(info.stdout)
+    assert (doc["sampled"], doc["sampled_by_readers_since_commit"]) == (workers, workers)
+    with rs.ReplayBuffer.open(path) as buf:
+        assert buf.stats()["sampled"] == workers

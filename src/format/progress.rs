@@ -17,8 +17,14 @@
 //! 88      8     epoch: bumped after a lane file is replaced (atomic)
 //! 96      8     writer pid: the process that opened the buffer for writing, 0 after
 //!               it closed                                  (atomic)
-//! 104     3992  reserved, 0
+//! 104     24    reserved, 0
+//! 128     8     reader draws: items readers drew that no commit counts yet; readers
+//!               add, the writer takes them into its count  (atomic)
+//! 136     3960  reserved, 0
 //! ```
+//!
+//! The reader draws sit on their own cache line: readers in other processes add to it
+//! at every draw, and sharing the line with head and tail would slow every add.
 
 use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, preamble};
 
@@ -44,11 +50,16 @@ pub const SEALED_OFF: usize = TAIL_OFF + 8;
 pub const EPOCH_OFF: usize = SEALED_OFF + 8;
 /// The writing process's id, 0 when no writer has the buffer open.
 pub const PID_OFF: usize = EPOCH_OFF + 8;
-const WORDS_END: usize = PID_OFF + 8;
+/// Items readers drew that no commit counts yet: each reader that may write the page
+/// adds its draws (`fetch_add`); the writer takes the word (`swap(0)`) into the count
+/// its next commit records.
+pub const READER_DRAWS_OFF: usize = 128;
+const WORDS_END: usize = READER_DRAWS_OFF + 8;
 /// Length of the file: one page.
 pub const FILE_LEN: usize = 4096;
 
 const _: () = assert!(HEADER_LEN <= HEAD_OFF && WORDS_END <= FILE_LEN);
+const _: () = assert!(READER_DRAWS_OFF >= PID_OFF + 8 && READER_DRAWS_OFF.is_multiple_of(64));
 const _: () = assert!(HEAD_OFF.is_multiple_of(8));
 
 /// The page a writer creates for the buffer `uuid`: the header, every word zero.
@@ -92,6 +103,12 @@ pub fn check(bytes: &[u8], uuid: &[u8; 16]) -> Result<(), Problem> {
 /// The writer pid stored in a page (0 when the page is too short).
 pub fn writer_pid(bytes: &[u8]) -> u64 {
     Bytes(bytes).u64(PID_OFF).unwrap_or(0)
+}
+
+/// The reader draws a page holds that no commit counts yet (0 when the page is too
+/// short).
+pub fn reader_draws(bytes: &[u8]) -> u64 {
+    Bytes(bytes).u64(READER_DRAWS_OFF).unwrap_or(0)
 }
 
 #[cfg(test)]

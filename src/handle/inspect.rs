@@ -42,6 +42,10 @@ pub struct Info {
     pub heap: Option<HeapGeometry>,
     /// The newest valid commit.
     pub commit: Commit,
+    /// Items readers drew that no commit counts yet (their progress page's count; 0
+    /// when the page is missing or its header unsound): the draws in all are
+    /// `commit.sampled + reader_draws` ([`Info::sampled`]).
+    pub reader_draws: u64,
     /// The live items' indices as readers and the next open see them: the commit's,
     /// plus what a running (or killed) writer added since, proved by their stamps on
     /// this boot (`verify` reports the same range).
@@ -179,6 +183,28 @@ impl Info {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Items drawn: every draw the newest commit counts (the writer's and, up to it,
+    /// readers'), and readers' draws since.
+    ///
+    /// ```
+    /// # use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema, inspect};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::builder().field("x", DType::U8, &[]).build()?;
+    /// let mut writer = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+    /// writer.add(&[Column::scalar("x", &1u8)])?;
+    /// writer.sample(3)?;
+    /// writer.flush()?;
+    /// Reader::open(dir.path().join("b"))?.sample(5)?; // usually another process
+    /// let info = inspect(dir.path().join("b"))?;
+    /// assert_eq!((info.commit.sampled, info.reader_draws, info.sampled()), (3, 5, 8));
+    /// writer.flush()?; // the next commit counts the reader's draws
+    /// assert_eq!(inspect(dir.path().join("b"))?.commit.sampled, 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sampled(&self) -> u64 {
+        self.commit.sampled.saturating_add(self.reader_draws)
+    }
 }
 
 /// Reads what a buffer's manifest says, without locking or changing anything.
@@ -236,10 +262,24 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Info> {
         data_bytes: (tail - head) * sb.item_bytes + value_bytes,
         bytes_on_disk: storage::bytes_on_disk(dir, sb),
         bytes_at_most: storage::bytes_at_most(dir, sb),
+        reader_draws: pending_reader_draws(dir, sb),
         commit,
         live,
         schema: m.schema,
     })
+}
+
+/// The reader draws the progress page holds that no commit counts yet; 0 when the
+/// page is missing or its header is not this buffer's (then its words mean nothing).
+fn pending_reader_draws(dir: &Path, sb: &crate::format::manifest::Superblock) -> u64 {
+    use crate::format::progress;
+    let Ok(bytes) = io::OsIo.read(&storage::progress_path(dir)) else {
+        return 0;
+    };
+    match progress::check(&bytes, &sb.uuid) {
+        Ok(()) => progress::reader_draws(&bytes),
+        Err(_) => 0,
+    }
 }
 
 /// The live range `inspect` reports: the commit's when the last writer closed the

@@ -2,8 +2,10 @@
 //!
 //! A reader maps the segment files shared and read-only, so every process reads the one
 //! copy in the page cache, and takes the live range from the progress page the writer
-//! keeps (`format::progress`). It never writes a byte and never takes a lock, so it
-//! cannot slow or block the writer. Each row is copied between two loads of its stamp;
+//! keeps (`format::progress`). It never writes a row, a priority or a commit and never
+//! takes a lock, so it cannot slow, block or damage the writer; the one word it adds to
+//! is the page's count of readers' draws (when it may write that file), which `info`
+//! and the writer's next commit count. Each row is copied between two loads of its stamp;
 //! when a stamp does not name the index drawn, the reader looks again at the progress
 //! page: an index the writer has since evicted (or files it has since replaced) means
 //! a lost race, and the draw is made again; an index still live means a damaged row,
@@ -72,7 +74,8 @@ const CHANGING_WAIT: Duration = Duration::from_secs(5);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// A reader never writes a byte of the buffer, and has no method that would: priorities
+/// A reader never writes an item, a row or a priority, and has no method that would
+/// (it adds only its count of draws to the progress page): priorities
 /// are updated by the writer or a [`crate::PriorityOwner`].
 ///
 /// ```compile_fail
@@ -111,6 +114,8 @@ pub struct Reader {
     followed: Followed,
     /// The arrays a transition or sequence draw fills, kept between draws.
     units: UnitArrays,
+    /// This reader's draws already added to the progress page's reader draws.
+    tallied: u64,
 }
 
 /// The priorities a reader draws from.
@@ -144,6 +149,8 @@ impl Reader {
         let mut rows = opened.rows;
         rows.reseed(crate::algo::entropy::seed());
         let tree = open_priorities(&rows)?;
+        // The count starts at the commit's, which already holds every draw before it.
+        let tallied = rows.draws.sampled;
         let mut reader = Reader {
             rows,
             tree,
@@ -155,6 +162,7 @@ impl Reader {
             seeded_in: Some(std::process::id()),
             followed: Followed::default(),
             units: UnitArrays::default(),
+            tallied,
         };
         reader.refresh()?;
         Ok(reader)
@@ -179,6 +187,8 @@ impl Reader {
             seeded_in: None,
             followed: Followed::default(),
             units: UnitArrays::default(),
+            // A snapshot's reader tells no page.
+            tallied: 0,
         })
     }
 
@@ -550,10 +560,27 @@ impl Reader {
     ) -> Result<()> {
         let request = request.into();
         request.check()?;
-        match request.unit {
+        let done = match request.unit {
             Unit::Rows => sample_rows(self, &request, sink),
             _ => self.sample_units_racing(&request, sink),
+        };
+        self.tally_draws();
+        done
+    }
+
+    /// Adds the draws this reader has not yet told the progress page to its reader
+    /// draws, which `info` and the writer's count include. A reader that may not write
+    /// the page (read-only file or mount, a page linked elsewhere) keeps them in its own
+    /// `stats()` only; a snapshot's reader has no page.
+    pub(in crate::handle) fn tally_draws(&mut self) {
+        let sampled = self.rows.draws.sampled;
+        let new = sampled.saturating_sub(self.tallied);
+        if let Some(p) = &self.progress
+            && new > 0
+        {
+            p.add_reader_draws(new);
         }
+        self.tallied = sampled;
     }
 
     /// Draws the units of `request` (transitions, sequences, episodes, fragments,

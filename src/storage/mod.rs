@@ -828,7 +828,8 @@ pub(crate) const PROGRESS: &str = "progress";
 
 /// Opens the progress page: the writer (`Access::Write`) creates it when missing and
 /// rewrites a damaged header (nothing ever trusts the page for recovery); a reader
-/// (`Access::Read`) maps it read-only and checks its header against the buffer's uuid.
+/// (`Access::Read`) checks its header against the buffer's uuid and maps it shared,
+/// writable only to add its draws (`reader_progress_file`).
 pub(crate) fn open_progress(
     io: &dyn Io,
     dir: &Path,
@@ -847,18 +848,24 @@ pub(crate) fn open_progress(
     }
     let file = if access.writes_file() {
         match io.open_rw(&path) {
-            Ok(file) => file,
+            Ok(file) => (file, true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let file = create_reserved(io, &path, FILE_LEN as u64, &page)?;
                 io.sync_data(&file)
                     .map_err(|e| Error::io("fdatasync", &path, e))?;
-                file
+                (file, true)
             }
             Err(e) => return Err(Error::io("open", &path, e)),
         }
     } else {
-        io.open_ro(&path).map_err(|e| Error::io("open", &path, e))?
+        reader_progress_file(io, &path)?
     };
+    let stores = match (access.writes_file(), &file) {
+        (true, _) => map::Stores::All,
+        (false, (_, true)) => map::Stores::ReaderDraws,
+        (false, (_, false)) => map::Stores::Nothing,
+    };
+    let file = file.0;
     let len = file
         .metadata()
         .map_err(|e| Error::io("stat", &path, e))?
@@ -874,10 +881,14 @@ pub(crate) fn open_progress(
         io.allocate(&file, 0, FILE_LEN as u64)
             .map_err(|e| Error::io("allocate", &path, e))?;
     }
+    let mapped = match stores {
+        map::Stores::Nothing => Access::Read,
+        map::Stores::All | map::Stores::ReaderDraws => Access::Write,
+    };
     let raw = io
-        .map(&file, FILE_LEN as u64, access)
+        .map(&file, FILE_LEN as u64, mapped)
         .map_err(|e| Error::io("mmap", &path, e))?;
-    let map = map::ProgressMap::new(raw, &path, access.writes_file())?;
+    let map = map::ProgressMap::new(raw, &path, stores)?;
     if let Err(p) = progress::check(&map.header(), &sb.uuid) {
         if !access.writes_file() {
             return Err(p.into_error(&path, "progress header"));
@@ -887,6 +898,26 @@ pub(crate) fn open_progress(
             .map_err(|e| Error::io("write header", &path, e))?;
     }
     Ok(map)
+}
+
+/// A reader's progress page and whether it may add its draws there: opened for
+/// writing when it can be, and then only if it has no other name (a page linked
+/// elsewhere is not this buffer's alone to write). A file the reader may not write
+/// (permissions, a read-only mount) is opened read-only: it draws, uncounted there.
+fn reader_progress_file(io: &dyn Io, path: &Path) -> Result<(File, bool)> {
+    use std::io::ErrorKind::{PermissionDenied, ReadOnlyFilesystem};
+    use std::os::unix::fs::MetadataExt;
+    match io.open_rw(path) {
+        Ok(file) => {
+            let alone = file.metadata().is_ok_and(|m| m.nlink() == 1);
+            Ok((file, alone))
+        }
+        Err(e) if matches!(e.kind(), PermissionDenied | ReadOnlyFilesystem) => {
+            let file = io.open_ro(path).map_err(|e| Error::io("open", path, e))?;
+            Ok((file, false))
+        }
+        Err(e) => Err(Error::io("open", path, e)),
+    }
 }
 
 /// The process that last opened the buffer in `dir` for writing, as its progress page

@@ -43,7 +43,8 @@ fn info_json_fields(info: &Info) -> serde_json::Value {
         "added": info.live.end,
         "evicted": info.live.start - c.cleared,
         "cleared": c.cleared,
-        "sampled": c.sampled,
+        "sampled": info.sampled(),
+        "sampled_by_readers_since_commit": info.reader_draws,
         "generation": c.generation,
         "clean": c.is_clean(),
         "segment_slots": info.segment_slots,
@@ -293,16 +294,26 @@ pub fn info(dir: &Path, as_json: bool, by: &[String]) -> Result<Status, Failure>
             c.tail
         ),
     }
-    let per_added = match live.end {
-        0 => String::new(),
-        added => format!(" ({:.2} per item added)", c.sampled as f64 / added as f64),
+    let sampled = info.sampled();
+    let mut notes = Vec::new();
+    if live.end > 0 {
+        notes.push(format!(
+            "{:.2} per item added",
+            sampled as f64 / live.end as f64
+        ));
+    }
+    if info.reader_draws > 0 {
+        notes.push(format!("{} by readers since the commit", info.reader_draws));
+    }
+    let notes = match notes.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", notes.join(", ")),
     };
     say!(
-        "counters   added {}  evicted {}  cleared {}  sampled {}{per_added}",
+        "counters   added {}  evicted {}  cleared {}  sampled {sampled}{notes}",
         live.end,
         live.start - c.cleared,
         c.cleared,
-        c.sampled
     );
     say!(
         "commit     generation {}, {}",

@@ -632,6 +632,7 @@ impl<L: Lane> BufferGroup<L> {
                 crate::handle::rows::sample_rows(lane, &Request::at(&indices), &mut sink)?;
             }
         }
+        lane.tally_lane_draws();
         if let Some(f) = self.new_from.get_mut(k) {
             *f = from + taken;
         }

@@ -41,6 +41,11 @@ pub trait Lane: DrawsRows {
     /// handle's own `sample_into` does: a group's draw from one member.
     #[doc(hidden)]
     fn sample_lane_into(&mut self, request: &Request<'_>, sink: &mut dyn Sink) -> Result<()>;
+    /// Tells the lane's progress page the draws counted into the lane's rows since the
+    /// last time (a reader's, for `info` and the writer's count); the writer's own
+    /// draws reach its commits without this.
+    #[doc(hidden)]
+    fn tally_lane_draws(&mut self) {}
 }
 
 /// A lane handle that may set priorities: a writer that owns its lane's tree, or the
@@ -126,6 +131,9 @@ impl Lane for Reader {
     fn lane_stats(&mut self) -> Result<crate::Stats> {
         self.stats()
     }
+    fn tally_lane_draws(&mut self) {
+        self.tally_draws();
+    }
 }
 
 impl Lane for PriorityOwner {
@@ -150,6 +158,9 @@ impl Lane for PriorityOwner {
     }
     fn lane_stats(&mut self) -> Result<crate::Stats> {
         self.reader().stats()
+    }
+    fn tally_lane_draws(&mut self) {
+        self.reader().tally_draws();
     }
 }
 

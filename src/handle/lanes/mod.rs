@@ -539,6 +539,8 @@ impl<L: Lane> Lanes<L> {
         let mut picked = std::mem::take(&mut self.picked);
         let done = self.sample_picked(&request, &mut picked, sink);
         self.picked = picked;
+        // Each lane's readers' draws go to that lane's progress page.
+        self.lanes.iter_mut().for_each(Lane::tally_lane_draws);
         done
     }
 

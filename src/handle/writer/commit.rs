@@ -98,6 +98,13 @@ impl<R: Role> ReplayBuffer<R> {
                 got: self.commits.generation.to_string(),
             });
         };
+        // Readers' draws since the last commit join this handle's count, which the
+        // commit records (a count for people: a crash before the commit drops them).
+        if let Some(p) = &mut self.progress {
+            // Saturating: the word is not checked (a flipped bit is a wrong count).
+            let taken = p.take_reader_draws();
+            self.rows.draws.sampled = self.rows.draws.sampled.saturating_add(taken);
+        }
         let c = self.commit_record(next, flags);
         match storage::write_commit(&*self.rows.io, manifest, &self.commits.path, &c, durable) {
             Ok(()) => {

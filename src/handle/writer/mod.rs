@@ -177,10 +177,17 @@ impl<R: Role> ReplayBuffer<R> {
         self.recovered
     }
 
-    /// Counters and sizes.
+    /// Counters and sizes. `sampled` counts this handle's draws and those of readers
+    /// that may write the progress page, in any process (theirs since the last commit
+    /// included).
     pub fn stats(&self) -> Stats {
         let (tree, life) = (self.parts.tree.tree(), self.parts.life.as_ref());
-        self.rows.stats_with(self.commits.generation, tree, life)
+        let mut stats = self.rows.stats_with(self.commits.generation, tree, life);
+        if let Some(p) = &self.progress {
+            let pending = p.load(crate::format::progress::READER_DRAWS_OFF);
+            stats.sampled = stats.sampled.saturating_add(pending);
+        }
+        stats
     }
 
     pub(super) fn writable(&self) -> Result<()> {

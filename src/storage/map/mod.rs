@@ -14,7 +14,7 @@ mod tree;
 
 pub(crate) use life::LifeMap;
 pub(crate) use limiter::LimiterMap;
-pub(crate) use progress::ProgressMap;
+pub(crate) use progress::{ProgressMap, Stores};
 pub(crate) use tree::TreeMap;
 
 use std::path::{Path, PathBuf};

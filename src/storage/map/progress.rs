@@ -15,12 +15,24 @@ use crate::error::{Error, Result};
 pub(crate) struct ProgressMap {
     map: MmapRaw,
     path: PathBuf,
-    writable: bool,
+    stores: Stores,
+}
+
+/// Which words a mapping of the progress page may store into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stores {
+    /// Every word: the writer's.
+    All,
+    /// Only the reader draws it adds to: a reader that may write the file.
+    ReaderDraws,
+    /// None: a reader on a file it may not write (its draws are then its own count).
+    Nothing,
 }
 
 impl ProgressMap {
-    /// Wraps a mapping of at least one progress page.
-    pub(crate) fn new(map: MmapRaw, path: &Path, writable: bool) -> Result<ProgressMap> {
+    /// Wraps a mapping of at least one progress page, writable unless `stores` is
+    /// `Nothing`.
+    pub(crate) fn new(map: MmapRaw, path: &Path, stores: Stores) -> Result<ProgressMap> {
         use crate::format::progress::FILE_LEN;
         if map.len() < FILE_LEN {
             return Err(Error::Truncated {
@@ -32,7 +44,7 @@ impl ProgressMap {
         Ok(ProgressMap {
             map,
             path: path.to_path_buf(),
-            writable,
+            stores,
         })
     }
 
@@ -71,10 +83,33 @@ impl ProgressMap {
     /// included, is visible to a reader that loads this value).
     #[inline(always)]
     pub(crate) fn store(&mut self, off: usize, value: u64) {
-        if self.writable {
+        if self.stores == Stores::All {
             self.word(off).store(value, Ordering::Release);
         } else {
             debug_assert!(false, "store into a read-only progress page");
         }
+    }
+
+    /// Adds a reader's `n` draws to the page's reader draws; false when this mapping
+    /// may not (the file is not the reader's to write). Relaxed: a count for people,
+    /// ordered with nothing.
+    pub(crate) fn add_reader_draws(&self, n: u64) -> bool {
+        if self.stores == Stores::Nothing {
+            return false;
+        }
+        let off = crate::format::progress::READER_DRAWS_OFF;
+        self.word(off).fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes the reader draws the page holds (the word goes to 0 in the same step, so
+    /// a reader's add lands either here or in the next take): the writer's.
+    pub(crate) fn take_reader_draws(&mut self) -> u64 {
+        if self.stores != Stores::All {
+            debug_assert!(false, "take from a reader's progress page");
+            return 0;
+        }
+        let off = crate::format::progress::READER_DRAWS_OFF;
+        self.word(off).swap(0, Ordering::Relaxed)
     }
 }
