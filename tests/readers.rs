@@ -842,6 +842,22 @@ fn readers_draws_reach_info_and_the_writers_count_from_every_process() {
         "the reader wrote the page"
     );
     assert_eq!(inspect(&path).unwrap().reader_draws, 0);
+
+    // A page the reader may not write (EACCES, EROFS): opened read-only, drawn from,
+    // not counted (the page has one name again, so only the errno stops the count).
+    std::fs::remove_file(&elsewhere).unwrap();
+    for errno in [libc::EACCES, libc::EROFS] {
+        let io = std::sync::Arc::new(
+            replaystore::io::FaultyIo::fail_from(0)
+                .only("open_rw")
+                .errno(errno),
+        );
+        let mut barred = Reader::open_with(&path, io).unwrap();
+        barred.sample(4).unwrap();
+        assert_eq!(inspect(&path).unwrap().reader_draws, 0, "errno {errno}");
+    }
+    Reader::open(&path).unwrap().sample(1).unwrap();
+    assert_eq!(inspect(&path).unwrap().reader_draws, 1);
     drop((writer, reader, linked));
 }
 

@@ -846,26 +846,20 @@ pub(crate) fn open_progress(
         io.remove_file(&path)
             .map_err(|e| Error::io("remove", &path, e))?;
     }
-    let file = if access.writes_file() {
+    let (file, stores) = if access.writes_file() {
         match io.open_rw(&path) {
-            Ok(file) => (file, true),
+            Ok(file) => (file, map::Stores::All),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let file = create_reserved(io, &path, FILE_LEN as u64, &page)?;
                 io.sync_data(&file)
                     .map_err(|e| Error::io("fdatasync", &path, e))?;
-                (file, true)
+                (file, map::Stores::All)
             }
             Err(e) => return Err(Error::io("open", &path, e)),
         }
     } else {
         reader_progress_file(io, &path)?
     };
-    let stores = match (access.writes_file(), &file) {
-        (true, _) => map::Stores::All,
-        (false, (_, true)) => map::Stores::ReaderDraws,
-        (false, (_, false)) => map::Stores::Nothing,
-    };
-    let file = file.0;
     let len = file
         .metadata()
         .map_err(|e| Error::io("stat", &path, e))?
@@ -900,21 +894,21 @@ pub(crate) fn open_progress(
     Ok(map)
 }
 
-/// A reader's progress page and whether it may add its draws there: opened for
-/// writing when it can be, and then only if it has no other name (a page linked
-/// elsewhere is not this buffer's alone to write). A file the reader may not write
-/// (permissions, a read-only mount) is opened read-only: it draws, uncounted there.
-fn reader_progress_file(io: &dyn Io, path: &Path) -> Result<(File, bool)> {
+/// A reader's progress page and what it may store there: its draws when the file
+/// opens for writing and has no other name (a page linked elsewhere is not this
+/// buffer's alone to write); nothing when the reader may not write it (permissions, a
+/// read-only mount), which it then opens read-only: it draws, uncounted there.
+fn reader_progress_file(io: &dyn Io, path: &Path) -> Result<(File, map::Stores)> {
     use std::io::ErrorKind::{PermissionDenied, ReadOnlyFilesystem};
     use std::os::unix::fs::MetadataExt;
     match io.open_rw(path) {
-        Ok(file) => {
-            let alone = file.metadata().is_ok_and(|m| m.nlink() == 1);
-            Ok((file, alone))
-        }
+        Ok(file) => match file.metadata().is_ok_and(|m| m.nlink() == 1) {
+            true => Ok((file, map::Stores::ReaderDraws)),
+            false => Ok((file, map::Stores::Nothing)),
+        },
         Err(e) if matches!(e.kind(), PermissionDenied | ReadOnlyFilesystem) => {
             let file = io.open_ro(path).map_err(|e| Error::io("open", path, e))?;
-            Ok((file, false))
+            Ok((file, map::Stores::Nothing))
         }
         Err(e) => Err(Error::io("open", path, e)),
     }

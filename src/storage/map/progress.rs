@@ -90,16 +90,14 @@ impl ProgressMap {
         }
     }
 
-    /// Adds a reader's `n` draws to the page's reader draws; false when this mapping
-    /// may not (the file is not the reader's to write). Relaxed: a count for people,
-    /// ordered with nothing.
-    pub(crate) fn add_reader_draws(&self, n: u64) -> bool {
-        if self.stores == Stores::Nothing {
-            return false;
+    /// Adds a reader's `n` draws to the page's reader draws, unless this mapping may
+    /// not (the file is not the reader's to write: the draws stay in its own count).
+    /// Relaxed: a count for people, ordered with nothing.
+    pub(crate) fn add_reader_draws(&self, n: u64) {
+        if self.stores != Stores::Nothing {
+            let off = crate::format::progress::READER_DRAWS_OFF;
+            self.word(off).fetch_add(n, Ordering::Relaxed);
         }
-        let off = crate::format::progress::READER_DRAWS_OFF;
-        self.word(off).fetch_add(n, Ordering::Relaxed);
-        true
     }
 
     /// Takes the reader draws the page holds (the word goes to 0 in the same step, so
