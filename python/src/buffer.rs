@@ -7,141 +7,16 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use replaystore::{Actor, ReplayBuffer, Request, Schema, State};
+use replaystore::{ReplayBuffer, Request, Schema, State};
 
 use crate::calls::*;
-use crate::errors::{ClosedError, StateError, to_py};
+use crate::errors::{StateError, to_py};
+use crate::held::{Handle, Held, either, held, open_buf};
 use crate::schema::PySchema;
-use crate::shared::Shared;
 use crate::units;
 
 /// The key a state dict carries its bytes under, with the format they follow.
 pub(crate) const STATE_KEY: &str = "replaystore_state";
-
-/// The engine handle behind a Python `ReplayBuffer`: the writer, or an actor opened with
-/// `actor=True` (another process owns its priorities, so it has no priority calls).
-pub(crate) enum Handle {
-    Writer(ReplayBuffer),
-    Actor(ReplayBuffer<Actor>),
-}
-
-/// Runs `$body` with `$b` bound to the engine handle, whichever role it has.
-macro_rules! either {
-    ($h:expr, $b:ident => $body:expr) => {
-        match $h {
-            Handle::Writer($b) => $body,
-            Handle::Actor($b) => $body,
-        }
-    };
-}
-
-impl Handle {
-    fn schema(&self) -> &Schema {
-        either!(self, b => b.schema())
-    }
-
-    fn value_room(&self) -> u64 {
-        either!(self, b => b.value_room())
-    }
-
-    fn dir(&self) -> &std::path::Path {
-        either!(self, b => b.dir())
-    }
-
-    fn reseed(&mut self, seed: u64) {
-        either!(self, b => b.reseed(seed))
-    }
-
-    fn len(&self) -> u64 {
-        either!(self, b => b.len())
-    }
-
-    fn capacity(&self) -> u64 {
-        either!(self, b => b.capacity())
-    }
-
-    fn stats(&self) -> replaystore::Stats {
-        either!(self, b => b.stats())
-    }
-
-    fn item_states(&self, indices: &[u64]) -> replaystore::Result<Vec<replaystore::ItemState>> {
-        either!(self, b => b.item_states(indices))
-    }
-
-    fn remove(&mut self, indices: &[u64]) -> replaystore::Result<u64> {
-        either!(self, b => b.remove(indices))
-    }
-
-    fn remove_stale(&mut self, field: &str, now: i64, max: u64) -> replaystore::Result<u64> {
-        either!(self, b => b.remove_stale(field, now, max))
-    }
-
-    fn rate_limit_wait(&self) -> Option<std::time::Duration> {
-        either!(self, b => b.rate_limit_wait())
-    }
-
-    fn set_rate_limit_wait(&mut self, wait: Option<std::time::Duration>) {
-        either!(self, b => b.set_rate_limit_wait(wait))
-    }
-
-    fn read_checks(&self) -> bool {
-        either!(self, b => b.read_checks())
-    }
-
-    fn set_read_checks(&mut self, on: bool) {
-        either!(self, b => b.set_read_checks(on))
-    }
-
-    fn write_behind(&self) -> u64 {
-        either!(self, b => b.write_behind())
-    }
-
-    fn set_write_behind(&mut self, window_bytes: u64) {
-        either!(self, b => b.set_write_behind(window_bytes))
-    }
-
-    fn episode(&self, index: u64) -> replaystore::Result<replaystore::EpisodeInfo> {
-        either!(self, b => b.episode(index))
-    }
-
-    fn episodes(&self) -> replaystore::Result<Vec<replaystore::EpisodeInfo>> {
-        either!(self, b => b.episodes())
-    }
-
-    fn unfinished_episodes(&self) -> replaystore::Result<Vec<replaystore::EpisodeInfo>> {
-        either!(self, b => b.unfinished_episodes())
-    }
-
-    fn prev(&self, index: u64) -> replaystore::Result<u64> {
-        either!(self, b => b.prev(index))
-    }
-
-    fn next(&self, index: u64) -> replaystore::Result<u64> {
-        either!(self, b => b.next(index))
-    }
-
-    fn snapshots(&self) -> replaystore::Result<Vec<replaystore::SnapshotInfo>> {
-        either!(self, b => b.snapshots())
-    }
-
-    /// Priority totals, for the writer of a prioritized buffer (an actor's are another
-    /// process's).
-    fn priority_summary(&mut self) -> Option<replaystore::PrioritySummary> {
-        match self {
-            Handle::Writer(b) => b.priority_summary(),
-            Handle::Actor(_) => None,
-        }
-    }
-
-    /// The writer, for the calls on priorities an actor does not have; an actor gets
-    /// the engine's `NotPriorityOwner` (a `LockedError` naming the owner).
-    fn owner(&mut self) -> PyResult<&mut ReplayBuffer> {
-        match self {
-            Handle::Writer(b) => Ok(b),
-            Handle::Actor(a) => Err(to_py(a.not_priority_owner())),
-        }
-    }
-}
 
 /// A replay buffer in the folder `path`, opened by the one process that writes it.
 ///
@@ -149,8 +24,9 @@ impl Handle {
 /// `ReplayBuffer.open(path)`; `with` closes it (and makes it durable).
 #[pyclass(module = "replaystore", name = "ReplayBuffer", frozen)]
 pub struct PyBuffer {
-    /// Taken by each call in turn (see `shared`); `None` once closed.
-    inner: Shared<Option<Handle>>,
+    /// Taken by each call in turn (see `shared`); `None` once closed. Shared with the
+    /// episode views this buffer hands out.
+    inner: Held,
     /// The buffer's schema (it never changes): arrays are checked against it before
     /// the lock is taken, so no Python conversion runs while other threads wait.
     schema: Schema,
@@ -161,85 +37,13 @@ pub struct PyBuffer {
     same_kind: std::sync::atomic::AtomicBool,
 }
 
-/// The open buffer behind a taken lock.
-fn open_buf(held: &mut Option<Handle>) -> PyResult<&mut Handle> {
-    held.as_mut()
-        .ok_or_else(|| ClosedError::new_err("the buffer is closed"))
-}
-
 impl PyBuffer {
-    /// Episode `id`'s record.
-    pub(crate) fn episode_by_id(
-        &self,
-        py: Python<'_>,
-        id: u64,
-    ) -> PyResult<replaystore::EpisodeInfo> {
-        let mut held = self.inner.lock(py);
-        either!(open_buf(&mut held)?, b => b.episode_by_id(id)).map_err(to_py)
-    }
-
-    /// Entries of `field` of `chunk`: step entries with `steps`, else observations.
-    pub(crate) fn episode_entries(
-        &self,
-        py: Python<'_>,
-        chunk: &replaystore::EpisodeChunk,
-        steps: bool,
-        field: &str,
-        indices: &replaystore::Indices,
-        options: replaystore::GetOptions,
-    ) -> PyResult<replaystore::FieldArray> {
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        py.detach(|| match steps {
-            true => either!(buf, b => b.get_steps(chunk, field, indices, options)),
-            false => either!(buf, b => b.get_observations(chunk, field, indices, options)),
-        })
-        .map_err(to_py)
-    }
-
-    /// RLlib's `cut` of `chunk`.
-    pub(crate) fn episode_cut(
-        &self,
-        py: Python<'_>,
-        chunk: &replaystore::EpisodeChunk,
-        lookback: u64,
-    ) -> PyResult<replaystore::EpisodeChunk> {
-        let mut held = self.inner.lock(py);
-        either!(open_buf(&mut held)?, b => b.cut(chunk, lookback)).map_err(to_py)
-    }
-
-    /// RLlib's `slice` of `chunk`: steps `start..stop` with `lookback` entries before.
-    pub(crate) fn episode_slice(
-        &self,
-        py: Python<'_>,
-        chunk: &replaystore::EpisodeChunk,
-        (start, stop): (u64, Option<u64>),
-        lookback: u64,
-    ) -> PyResult<replaystore::EpisodeChunk> {
-        let mut held = self.inner.lock(py);
-        either!(open_buf(&mut held)?, b => b.slice(chunk, start, stop, lookback)).map_err(to_py)
-    }
-
-    /// Each fixed field's name, and whether it is an observation (named `obs`, or a
-    /// key of a dict observation `obs.<key>`).
-    pub(crate) fn field_kinds(&self, _py: Python<'_>, obs: &str) -> PyResult<Vec<(String, bool)>> {
-        let prefix = format!("{obs}.");
-        Ok((self.schema.fields().iter())
-            .map(|f| {
-                (
-                    f.name().to_owned(),
-                    f.name() == obs || f.name().starts_with(&prefix),
-                )
-            })
-            .collect())
-    }
-
     /// The Python handle of an engine handle (created, opened, or a lane of `Lanes`).
     pub(crate) fn of(handle: Handle) -> PyBuffer {
         let schema = handle.schema().clone();
         let value_room = handle.value_room();
         PyBuffer {
-            inner: Shared::new(Some(handle)),
+            inner: held(handle),
             schema,
             value_room,
             same_kind: std::sync::atomic::AtomicBool::new(false),
@@ -984,7 +788,7 @@ impl PyBuffer {
         };
         let names = [obs, action, reward, info].map(str::to_owned);
         Ok(crate::episode::PyEpisode::new(
-            slf.clone().unbind(),
+            slf.get().inner.clone(),
             chunk,
             names,
         ))
@@ -1010,7 +814,7 @@ impl PyBuffer {
                 .map_err(to_py)?
         };
         let names = [obs, action, reward, info].map(str::to_owned);
-        crate::episode::views(py, slf, chunks, names)
+        crate::episode::views(py, &slf.get().inner, chunks, names)
     }
 
     /// Adds a whole episode in one call (how RLlib's new stack and UnstableBaselines

@@ -10,7 +10,8 @@ use pyo3::types::{PyDict, PyList, PySlice};
 use replaystore::{EpisodeChunk, EpisodeInfo, FieldArray, GetOptions, Indices};
 
 use crate::arrays::numpy_of;
-use crate::buffer::PyBuffer;
+use crate::errors::to_py;
+use crate::held::{Held, either, open_buf};
 
 /// One stored episode (or a chunk of it: `cut`, `slice`) of a `ReplayBuffer`, read as
 /// RLlib's `SingleAgentEpisode` reads: observation `k` is the `k`-th observation
@@ -19,7 +20,8 @@ use crate::buffer::PyBuffer;
 /// each time; it holds no copy.
 #[pyclass(module = "replaystore", name = "Episode", frozen)]
 pub struct PyEpisode {
-    buf: Py<PyBuffer>,
+    /// The buffer's engine handle (a closed buffer's views raise `ClosedError`).
+    held: Held,
     chunk: EpisodeChunk,
     /// The fields the getters read: observations, actions, rewards, infos.
     obs: String,
@@ -29,10 +31,10 @@ pub struct PyEpisode {
 }
 
 impl PyEpisode {
-    pub(crate) fn new(buf: Py<PyBuffer>, chunk: EpisodeChunk, names: [String; 4]) -> PyEpisode {
+    pub(crate) fn new(held: Held, chunk: EpisodeChunk, names: [String; 4]) -> PyEpisode {
         let [obs, action, reward, info] = names;
         PyEpisode {
-            buf,
+            held,
             chunk,
             obs,
             action,
@@ -41,9 +43,9 @@ impl PyEpisode {
         }
     }
 
-    fn with_chunk(&self, py: Python<'_>, chunk: EpisodeChunk) -> PyEpisode {
+    fn with_chunk(&self, chunk: EpisodeChunk) -> PyEpisode {
         PyEpisode {
-            buf: self.buf.clone_ref(py),
+            held: self.held.clone(),
             chunk,
             obs: self.obs.clone(),
             action: self.action.clone(),
@@ -53,7 +55,44 @@ impl PyEpisode {
     }
 
     fn record(&self, py: Python<'_>) -> PyResult<EpisodeInfo> {
-        self.buf.get().episode_by_id(py, self.chunk.id)
+        let mut held = self.held.lock(py);
+        either!(open_buf(&mut held)?, b => b.episode_by_id(self.chunk.id)).map_err(to_py)
+    }
+
+    /// Entries of `field` of this view: step entries with `steps`, else observations.
+    fn read(
+        &self,
+        py: Python<'_>,
+        steps: bool,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> PyResult<FieldArray> {
+        let mut held = self.held.lock(py);
+        let buf = open_buf(&mut held)?;
+        let chunk = &self.chunk;
+        py.detach(|| match steps {
+            true => either!(buf, b => b.get_steps(chunk, field, indices, options)),
+            false => either!(buf, b => b.get_observations(chunk, field, indices, options)),
+        })
+        .map_err(to_py)
+    }
+
+    /// Each fixed field's name, and whether it is an observation (named like the
+    /// view's observations, or a key of a dict observation `obs.<key>`).
+    fn field_kinds(&self, py: Python<'_>) -> PyResult<Vec<(String, bool)>> {
+        let obs = &self.obs;
+        let prefix = format!("{obs}.");
+        let mut held = self.held.lock(py);
+        let schema = either!(open_buf(&mut held)?, b => b.schema());
+        Ok((schema.fields().iter())
+            .map(|f| {
+                (
+                    f.name().to_owned(),
+                    f.name() == obs || f.name().starts_with(&prefix),
+                )
+            })
+            .collect())
     }
 
     /// Entries of `field` (observations or step entries) as a NumPy array.
@@ -71,10 +110,7 @@ impl PyEpisode {
             fill,
         };
         let lone = matches!(indices, Indices::At(_));
-        let a: FieldArray =
-            self.buf
-                .get()
-                .episode_entries(py, &self.chunk, steps, field, &indices, options)?;
+        let a: FieldArray = self.read(py, steps, field, &indices, options)?;
         let arr = numpy_of(py, a)?;
         match lone {
             // One index: the entry itself, not a batch of one.
@@ -264,11 +300,12 @@ impl PyEpisode {
     /// observation, with the `len_lookback_buffer` entries before it as lookback.
     #[pyo3(signature = (len_lookback_buffer=0))]
     fn cut(&self, py: Python<'_>, len_lookback_buffer: u64) -> PyResult<PyEpisode> {
-        let chunk = self
-            .buf
-            .get()
-            .episode_cut(py, &self.chunk, len_lookback_buffer)?;
-        Ok(self.with_chunk(py, chunk))
+        let chunk = {
+            let mut held = self.held.lock(py);
+            let buf = open_buf(&mut held)?;
+            either!(buf, b => b.cut(&self.chunk, len_lookback_buffer)).map_err(to_py)?
+        };
+        Ok(self.with_chunk(chunk))
     }
 
     /// RLlib's `slice`: steps `slice.start:slice.stop` of this view as a view of its
@@ -293,29 +330,22 @@ impl PyEpisode {
             return Err(PyValueError::new_err("an episode slice takes step 1"));
         }
         let start = get("start")?.unwrap_or(0);
-        let chunk = self.buf.get().episode_slice(
-            py,
-            &self.chunk,
-            (start, get("stop")?),
-            len_lookback_buffer,
-        )?;
-        Ok(self.with_chunk(py, chunk))
+        let stop = get("stop")?;
+        let chunk = {
+            let mut held = self.held.lock(py);
+            let buf = open_buf(&mut held)?;
+            either!(buf, b => b.slice(&self.chunk, start, stop, len_lookback_buffer))
+                .map_err(to_py)?
+        };
+        Ok(self.with_chunk(chunk))
     }
 
     /// Every field of this view as NumPy arrays: observation fields with `len + 1`
     /// entries, every other field with `len` (RLlib's `to_numpy` data).
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let buf = self.buf.get();
         let d = PyDict::new(py);
-        for (name, is_obs) in buf.field_kinds(py, &self.obs)? {
-            let a = buf.episode_entries(
-                py,
-                &self.chunk,
-                !is_obs,
-                &name,
-                &Indices::All,
-                GetOptions::default(),
-            )?;
+        for (name, is_obs) in self.field_kinds(py)? {
+            let a = self.read(py, !is_obs, &name, &Indices::All, GetOptions::default())?;
             d.set_item(name, numpy_of(py, a)?)?;
         }
         Ok(d)
@@ -336,13 +366,13 @@ impl PyEpisode {
 /// The episodes with a live row, as views.
 pub(crate) fn views<'py>(
     py: Python<'py>,
-    buf: &Bound<'py, PyBuffer>,
+    held: &Held,
     ids: Vec<EpisodeChunk>,
     names: [String; 4],
 ) -> PyResult<Bound<'py, PyList>> {
     let items = ids
         .into_iter()
-        .map(|c| Py::new(py, PyEpisode::new(buf.clone().unbind(), c, names.clone())))
+        .map(|c| Py::new(py, PyEpisode::new(held.clone(), c, names.clone())))
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
 }

@@ -10,12 +10,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, Request, State};
 
-use crate::buffer::{Handle, PyBuffer};
+use crate::buffer::PyBuffer;
 use crate::calls::{
     BatchDict, Count, LifeArgs, columns, config, draw, get_indices, index_array, inputs,
     rows_removing, states_dict, stats_dict, update_from_py,
 };
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
+use crate::held::Handle;
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
 use crate::shared::Shared;

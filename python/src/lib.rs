@@ -9,6 +9,7 @@ mod episode;
 mod errors;
 mod export;
 mod group;
+mod held;
 mod lanes;
 mod owner;
 mod reader;

@@ -239,29 +239,3 @@ pub(crate) fn rows(
     }
     Ok(rows)
 }
-
-/// The `q` quantile (0..=1) of `values`, nearest rank.
-pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v.get(rank - 1).copied().unwrap_or(f64::NAN)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quantile;
-
-    #[test]
-    fn quantile_is_the_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), 50.0);
-        assert_eq!(quantile(&v, 0.99), 99.0);
-        assert_eq!(quantile(&v, 1.0), 100.0);
-        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.99), 3.0);
-        assert!(quantile(&[], 0.5).is_nan());
-    }
-}

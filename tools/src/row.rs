@@ -33,7 +33,7 @@ impl Row {
     /// The 99th percentile (nearest rank), given only for 20 or more values: fewer say
     /// nothing about a tail.
     pub fn p99(&self) -> Option<f64> {
-        (self.values.len() >= 20).then(|| crate::ckpt::quantile(&self.values, 0.99))
+        (self.values.len() >= 20).then(|| quantile(&self.values, 0.99))
     }
 
     /// The median as a percentage of the floor (a rate: higher is better).
@@ -53,4 +53,30 @@ pub(crate) fn min_max(v: &[f64]) -> (f64, f64) {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
             (lo.min(x), hi.max(x))
         })
+}
+
+/// The `q` quantile (0..=1) of `values`, nearest rank.
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v.get(rank - 1).copied().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    #[test]
+    fn quantile_is_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.99), 3.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
 }

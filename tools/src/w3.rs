@@ -14,9 +14,24 @@ use crate::fail::Status;
 use std::time::{Duration, Instant};
 
 use crate::workloads::Workload;
-use replaystore::{Batch, Config, Error, Reader, ReplayBuffer};
+use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, Request};
 
 use crate::row::Row;
+
+/// The draw of `unit`: W1's rows (`rows`), or the episodic draws of W3e
+/// (`w3e`), which a reader process draws.
+pub(crate) fn request(unit: &str) -> Result<Request<'static>, Error> {
+    const OBS: &[&str] = &["obs"];
+    match unit {
+        "rows" => Ok(Request::rows(256)),
+        "w1e" => Ok(Request::transitions(256, OBS).nstep(3, 0.99).stack(4)),
+        "w2e" => Ok(Request::transitions(32, OBS).nstep(3, 0.99).stack(4)),
+        other => Err(Error::InvalidConfig {
+            field: "unit",
+            problem: format!("{other:?} is not rows, w1e or w2e"),
+        }),
+    }
+}
 
 /// An I/O error of this bench's own process handling, as the engine reports them.
 fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> Error {
@@ -71,10 +86,10 @@ pub(crate) fn rss_anon() -> u64 {
 }
 
 /// The `w3-reader` child: opens `dir` as a reader, says `ready`, waits for a line on
-/// stdin, samples `unit` (see `crate::w3e::request`) for `seconds`, and prints
+/// stdin, samples `unit` (see `request`) for `seconds`, and prints
 /// `batches_per_s rss_anon_bytes`.
 pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<Status, Error> {
-    let request = crate::w3e::request(unit)?;
+    let request = request(unit)?;
     let mut reader = Reader::open(dir)?;
     let mut batch = Batch::default();
     // Touch the outputs once so the batch's memory counts (and an episodic reader reads

@@ -12,25 +12,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use replaystore::{Batch, Config, Error, Reader, ReplayBuffer, Request};
+use replaystore::{Batch, Config, Error, Reader, ReplayBuffer};
 
 use crate::row::Row;
-use crate::w3::{run_readers, sample_for};
+use crate::w3::{request, run_readers, sample_for};
 use crate::workloads::{W1Episodes, W2Frames, Workload};
-
-/// The draw of `unit`: W1's rows (`rows`), or the episodic draws of this bench.
-pub(crate) fn request(unit: &str) -> Result<Request<'static>, Error> {
-    const OBS: &[&str] = &["obs"];
-    match unit {
-        "rows" => Ok(Request::rows(256)),
-        "w1e" => Ok(Request::transitions(256, OBS).nstep(3, 0.99).stack(4)),
-        "w2e" => Ok(Request::transitions(32, OBS).nstep(3, 0.99).stack(4)),
-        other => Err(Error::InvalidConfig {
-            field: "unit",
-            problem: format!("{other:?} is not rows, w1e or w2e"),
-        }),
-    }
-}
 
 /// Milliseconds `op` took.
 fn millis(op: impl FnOnce() -> Result<(), Error>) -> Result<f64, Error> {
