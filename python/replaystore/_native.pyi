@@ -6,6 +6,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
+#: The newest format version this package reads and writes (a buffer's MANIFEST is at 1,
+#: 2 with variable-length fields, or 3 with item states; ``replaystore info`` says which).
 FORMAT_VERSION: int
 __version__: str
 #: The Cargo profile that built the extension: "dist" (the wheel), "release" or "dev".

@@ -17,7 +17,7 @@
 
 use rkyv::rancor;
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32};
+use super::{BASE_VERSION, Bytes, BytesMut, Problem, crc32};
 
 /// Magic of the `GROUP` file.
 pub const MAGIC: [u8; 8] = *b"RPLYGRUP";
@@ -106,7 +106,7 @@ impl GroupDoc {
         let mut out = vec![0u8; BODY_OFF + body.len() + 4];
         let mut w = BytesMut(&mut out);
         w.put(0, &MAGIC);
-        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(VERSION_OFF, BASE_VERSION);
         w.u32(LEN_OFF, body.len() as u32);
         w.put(BODY_OFF, &body);
         let crc = crc32(out.get(..BODY_OFF + body.len()).unwrap_or(&[]));
@@ -120,7 +120,7 @@ impl GroupDoc {
         super::need(bytes, BODY_OFF)?;
         super::magic(bytes, 0, &MAGIC)?;
         let version = Bytes(bytes).u32(VERSION_OFF).unwrap_or(0);
-        if version != FORMAT_VERSION {
+        if version != BASE_VERSION {
             return Err(Problem::Version(version));
         }
         let len = Bytes(bytes).u32(LEN_OFF).unwrap_or(0) as usize;

@@ -15,7 +15,7 @@
 //! the one-ring layout unchanged. 2^56 indices per lane is 2,000 years at 10^6 adds/s;
 //! 128 lanes keep the stamp's top bit (`row::WRITING_BIT`) clear.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
+use super::{BASE_VERSION, Bytes, BytesMut, Problem, crc32, preamble};
 
 /// Magic of the `LANES` file.
 pub const MAGIC: [u8; 8] = *b"RPLYLANE";
@@ -74,7 +74,7 @@ impl LanesFile {
         let mut b = [0u8; LEN];
         let mut w = BytesMut(&mut b);
         w.put(MAGIC_OFF, &MAGIC);
-        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(VERSION_OFF, BASE_VERSION);
         w.u32(LANES_OFF, self.lanes);
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.lane_capacity);

@@ -11,7 +11,7 @@
 //! the other; the newer valid slot wins on open.
 
 use super::{
-    Bytes, BytesMut, FORMAT_VERSION, HEAP_VERSION, LIFECYCLE_VERSION, Problem, checksum, crc32,
+    BASE_VERSION, Bytes, BytesMut, HEAP_VERSION, LIFECYCLE_VERSION, Problem, checksum, crc32,
     magic, need,
 };
 
@@ -208,7 +208,7 @@ impl Superblock {
         }
         // Version 3 has version 2's layout, with zeros for a chunk ring it does not have.
         let crc_off = match self.version() {
-            FORMAT_VERSION => SUPERBLOCK_CRC_OFF,
+            BASE_VERSION => SUPERBLOCK_CRC_OFF,
             _ => SUPERBLOCK_V2_CRC_OFF,
         };
         let crc = crc32(page.get(..crc_off).unwrap_or(&[]));
@@ -224,7 +224,7 @@ impl Superblock {
         } else if self.heap.is_some() {
             HEAP_VERSION
         } else {
-            FORMAT_VERSION
+            BASE_VERSION
         }
     }
 
@@ -234,7 +234,7 @@ impl Superblock {
         if self.heap.is_some() {
             HEAP_VERSION
         } else {
-            FORMAT_VERSION
+            BASE_VERSION
         }
     }
 
@@ -248,7 +248,7 @@ impl Superblock {
         // The version says where the crc is: read before the crc is checked, and a
         // damaged version finds no matching crc where it points.
         let crc_off = match version {
-            FORMAT_VERSION => SUPERBLOCK_CRC_OFF,
+            BASE_VERSION => SUPERBLOCK_CRC_OFF,
             HEAP_VERSION | LIFECYCLE_VERSION => SUPERBLOCK_V2_CRC_OFF,
             _ => {
                 checksum(bytes, 0, SUPERBLOCK_CRC_OFF, SUPERBLOCK_CRC_OFF)?;
@@ -799,7 +799,7 @@ mod tests {
         assert_eq!(heap_sb().heap.map(|h| h.chunk_bytes()), Some(1008));
         // Without a heap: version 1, byte for byte what builds before wrote (crc at 92).
         let plain = sb().encode();
-        assert_eq!(Bytes(&plain).u32(VERSION_OFF), Some(FORMAT_VERSION));
+        assert_eq!(Bytes(&plain).u32(VERSION_OFF), Some(BASE_VERSION));
         assert!(plain[SUPERBLOCK_LEN..].iter().all(|&b| b == 0));
         let cases: [(usize, u64); 8] = [
             (HEAP_CAPACITY_OFF, 0),
@@ -825,7 +825,7 @@ mod tests {
         }
         // A version flipped between 1 and 2 finds no crc where it points.
         let mut flipped = good.clone();
-        BytesMut(&mut flipped).u32(VERSION_OFF, FORMAT_VERSION);
+        BytesMut(&mut flipped).u32(VERSION_OFF, BASE_VERSION);
         assert!(matches!(
             Superblock::decode(&flipped),
             Err(Problem::Checksum { .. })

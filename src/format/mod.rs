@@ -17,12 +17,23 @@ pub mod segment;
 pub mod state;
 pub mod tree;
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version this build reads and writes. A buffer's MANIFEST is at
+/// version 1, 2 (variable-length fields) or 3 (item states) by what the buffer has
+/// (FORMAT.md, version log): this build reads each, and creates a buffer at the one its
+/// configuration needs, so a build that cannot read what it has refuses it.
+///
+/// ```
+/// assert_eq!(replaystore::FORMAT_VERSION, 3);
+/// ```
+pub const FORMAT_VERSION: u32 = LIFECYCLE_VERSION;
+/// Version 1: the MANIFEST of a buffer with neither variable-length fields nor item
+/// states, and every other versioned file of any buffer (segment headers, the tree, the
+/// progress page, LANES, GROUP, a schema archive of fixed fields).
+pub const BASE_VERSION: u32 = 1;
 /// The MANIFEST version of a buffer whose items have variable-length fields: its
 /// superblock describes a chunk ring and its schema archive has the variable fields
 /// (FORMAT.md, version log). Every other file, and every buffer without such fields,
-/// stays at [`FORMAT_VERSION`].
+/// stays at [`BASE_VERSION`].
 pub const HEAP_VERSION: u32 = 2;
 /// The MANIFEST version of a buffer that keeps a state word per item (`items.state`):
 /// version 2's superblock layout, its chunk ring geometry zero when it has none
@@ -152,7 +163,7 @@ impl Problem {
             Problem::Version(found) => Error::UnsupportedVersion {
                 file,
                 found,
-                supported: FORMAT_VERSION,
+                supported: BASE_VERSION,
             },
             Problem::VersionOf { found, supported } => Error::UnsupportedVersion {
                 file,
@@ -251,7 +262,7 @@ pub(crate) fn preamble(
     version_off: usize,
 ) -> Result<(), Problem> {
     let version = sealed_version(bytes, expected_magic, len, crc_off, version_off)?;
-    if version != FORMAT_VERSION {
+    if version != BASE_VERSION {
         return Err(Problem::Version(version));
     }
     Ok(())

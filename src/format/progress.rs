@@ -26,7 +26,7 @@
 //! The reader draws sit on their own cache line: readers in other processes add to it
 //! at every draw, and sharing the line with head and tail would slow every add.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, preamble};
+use super::{BASE_VERSION, Bytes, BytesMut, Problem, preamble};
 
 /// Magic of the progress page.
 pub const MAGIC: [u8; 8] = *b"RPLYPRG\0";
@@ -67,7 +67,7 @@ pub fn encode(uuid: &[u8; 16]) -> Vec<u8> {
     let mut page = vec![0u8; FILE_LEN];
     let mut w = BytesMut(&mut page);
     w.put(MAGIC_OFF, &MAGIC);
-    w.u32(VERSION_OFF, FORMAT_VERSION);
+    w.u32(VERSION_OFF, BASE_VERSION);
     w.put(UUID_OFF, uuid);
     let crc = super::crc32(page.get(..CRC_OFF).unwrap_or(&[]));
     BytesMut(&mut page).u32(CRC_OFF, crc);

@@ -19,7 +19,7 @@
 //! 64  4  crc32 of bytes 0..64
 //! ```
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
+use super::{BASE_VERSION, Bytes, BytesMut, Problem, crc32, preamble};
 
 /// Magic of a segment file.
 pub const MAGIC: [u8; 8] = *b"RPLYSEG\0";
@@ -74,7 +74,7 @@ impl SegmentHeader {
         let mut page = vec![0u8; DATA_OFFSET];
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, self.magic());
-        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(VERSION_OFF, BASE_VERSION);
         w.put(UUID_OFF, &self.uuid);
         w.u64(SEGMENT_NO_OFF, self.segment_no);
         w.u64(FIRST_SLOT_OFF, self.first_slot);

@@ -45,7 +45,7 @@
 //! of the top node. In the min-tree a zero leaf counts as +infinity: it can never be
 //! drawn, so it bounds no importance weight.
 
-use super::{Bytes, BytesMut, FORMAT_VERSION, Problem, crc32, preamble};
+use super::{BASE_VERSION, Bytes, BytesMut, Problem, crc32, preamble};
 
 /// Magic of the priorities file.
 pub const MAGIC: [u8; 8] = *b"RPLYPRIO";
@@ -136,7 +136,7 @@ impl TreeHeader {
         let mut page = vec![0u8; BODY_OFFSET];
         let mut w = BytesMut(&mut page);
         w.put(MAGIC_OFF, &MAGIC);
-        w.u32(VERSION_OFF, FORMAT_VERSION);
+        w.u32(VERSION_OFF, BASE_VERSION);
         w.u32(ARITY_OFF, self.arity);
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);

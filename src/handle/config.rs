@@ -509,7 +509,7 @@ impl Config {
         use crate::format::group::{LifeDoc, TemplateDoc};
         let schema_version = match self.schema.has_var() {
             true => crate::format::HEAP_VERSION,
-            false => crate::format::FORMAT_VERSION,
+            false => crate::format::BASE_VERSION,
         };
         TemplateDoc {
             schema: crate::format::schema_doc::encode(&self.schema),
