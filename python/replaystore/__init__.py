@@ -48,7 +48,6 @@ from ._native import (
 )
 from . import rewards
 from .multi_agent import MultiAgentEpisodeBuffer
-from .spaces import schema_from_spaces
 
 __all__ = [
     "FORMAT_VERSION",
@@ -81,6 +80,5 @@ __all__ = [
     "VersionError",
     "index_dtype",
     "nest",
-    "schema_from_spaces",
     "set_index_dtype",
 ]

@@ -94,7 +94,7 @@ class Schema:
         self, fields: Union[Mapping[str, _FieldSpec], Iterable[Tuple[Any, ...]], "Schema"]
     ) -> None: ...
     @staticmethod
-    def from_spaces(observation_space: Any, action_space: Any) -> "Schema":
+    def from_spaces(observation_space: Any, action_space: Any = None) -> "Schema":
         """The schema of a transition for Gymnasium spaces."""
     @property
     def fields(self) -> list[Tuple[str, str, Tuple[int, ...]]]:

@@ -72,8 +72,9 @@ def _spaces_of(env: Any) -> Tuple[Any, Any]:
     return env.observation_space, env.action_space
 
 
-def schema_from_spaces(observation_space: Any, action_space: Any = None) -> Schema:
-    """The schema of a transition for an environment with these spaces, or for an env
+def _from_spaces(observation_space: Any, action_space: Any = None) -> Schema:
+    """``Schema.from_spaces``, which calls this (the one name callers use): the schema
+    of a transition for an environment with these spaces, or for an env
     given alone (``from_spaces(env)``; a vector env is refused with the single-env
     spaces to use instead).
 

@@ -165,7 +165,7 @@ impl PySchema {
         observation_space
             .py()
             .import("replaystore.spaces")?
-            .call_method1("schema_from_spaces", (observation_space, action_space))
+            .call_method1("_from_spaces", (observation_space, action_space))
     }
 
     /// `[(name, dtype str, shape tuple), ...]` in order.

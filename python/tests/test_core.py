@@ -349,7 +349,9 @@ def test_schema_from_gymnasium_like_spaces():
         ("terminated", "|b1", ()),
         ("truncated", "|b1", ()),
     ]
-    d = rs.schema_from_spaces(Dict({"pos": Box((2,), np.float32), "img": Box((3, 3), np.uint8)}), Box((6,), np.float32))
+    d = rs.Schema.from_spaces(Dict({"pos": Box((2,), np.float32), "img": Box((3, 3), np.uint8)}), Box((6,), np.float32))
+    # One name for it (issue 55): the module-level alias is gone.
+    assert not hasattr(rs, "schema_from_spaces") and "schema_from_spaces" not in rs.__all__
     assert d.names[:3] == ["obs.pos", "obs.img", "action"]
     assert pickle.loads(pickle.dumps(d)) == d
     gym = pytest.importorskip("gymnasium")
