@@ -84,7 +84,7 @@ impl PyEpisode {
         let obs = &self.obs;
         let prefix = format!("{obs}.");
         let mut held = self.held.lock(py);
-        let schema = either!(open_buf(&mut held)?, b => b.schema());
+        let schema = open_buf(&mut held)?.schema();
         Ok((schema.fields().iter())
             .map(|f| {
                 (
