@@ -38,8 +38,10 @@
 // below it (tests/layers.rs). The value types (dtype, error, schema, column, request,
 // sink, batch) sit under all of them.
 mod algo; // pure algorithms: recovery's decisions, the sum-tree, draws, windows
+mod draw; // the draw machinery the handles share: rows, units, transitions, groups
 mod format; // byte layouts of every file, as pure functions over byte slices
-mod handle; // what a program holds: writer, reader, priority owner, lanes, inspect
+mod handle; // what a program holds: writer, reader, priority owner, lanes
+mod inspect; // `inspect` and `verify`: a folder read without opening it for use
 mod parts; // what a buffer holds beyond its rows: priorities, episodes, fragments, snapshots
 mod storage; // files, mappings, the Io seam and the ring of rows: the only `unsafe`
 
@@ -62,16 +64,16 @@ pub use error::{Error, Finding, Result};
 pub use format::FORMAT_VERSION;
 pub use format::lifecycle::{Cause, RateLimit};
 pub use format::state::State;
-pub use handle::config::{DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DEFAULT_SEGMENT_BYTES};
-pub use handle::inspect::{
-    EpisodeStats, Info, Report, ValueLengths, ValueStats, VerifyOptions, inspect, verify,
-    verify_opts,
-};
 pub use handle::{
     Actor, BufferGroup, Config, EpisodeChunk, Frozen, GetOptions, GroupCount, GroupState,
     HoldsTree, Lane, Lanes, LanesState, PriorityLane, PriorityOwner, Reader, ReplayBuffer, Role,
     Stats, Writer, Writes,
 };
+pub use inspect::{
+    EpisodeStats, Info, Report, ValueLengths, ValueStats, VerifyOptions, inspect, verify,
+    verify_opts,
+};
+pub use parts::config::{DEFAULT_CHUNK_BYTES, DEFAULT_HEAP_BYTES_PER_ITEM, DEFAULT_SEGMENT_BYTES};
 pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::lifecycle::{ItemState, ItemStats, Removals};
 pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};

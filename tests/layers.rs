@@ -1,8 +1,9 @@
 //! The source tree is the layer diagram (docs/ARCHITECTURE.md, "Layers"): every `crate::`
 //! and `super::` path in `src/` is resolved to the file it names, and
 //! - no file names a file of a layer above its own: value types < `format/` < `algo/`
-//!   < `storage/` < `parts/` < `handle/` (the algorithms name no file or mapping: they
-//!   stay pure, and the mapped types implement their traits);
+//!   < `storage/` < `parts/` < `draw/` < `handle/` and `inspect.rs` (the algorithms name
+//!   no file or mapping: they stay pure, and the mapped types implement their traits;
+//!   the draws the handles share name no handle);
 //! - no two files name each other, directly or around a loop.
 //!
 //! The command's crate (`tools/src`) and the Python extension's (`python/src`) are held
@@ -27,8 +28,10 @@ fn layer(file: &str) -> (u8, &'static str) {
         "algo" => (2, "algo"),
         "storage" => (3, "storage"),
         "parts" => (4, "parts"),
-        "handle" => (5, "handle"),
-        "lib.rs" => (6, "lib"),
+        "draw" => (5, "draw"),
+        "handle" => (6, "handle"),
+        "inspect.rs" => (6, "inspect"),
+        "lib.rs" => (7, "lib"),
         _ => (0, "values"),
     }
 }

@@ -12,8 +12,8 @@ use std::fs::File;
 use std::path::Path;
 
 use super::Reader;
-use super::rows::{DrawsRows, Rows};
 use crate::batch::Batch;
+use crate::draw::{DrawsRows, Rows};
 use crate::error::{Error, Result};
 use crate::parts::priorities::{Priorities, Priority, PrioritySummary, PriorityUpdate};
 use crate::request::Request;

@@ -3,7 +3,7 @@
 //! `env.reset()` / `env.step()`, see `docs/design/episodes.md`), so an episode is its
 //! reset row's logical index and a row count. The writer keeps the table in memory; it
 //! reads it when it opens the buffer from the step header of each episode's last row
-//! (`walk_back`: O(episodes)), as a reader does to follow the writer (`handle/follow.rs`);
+//! (`walk_back`: O(episodes)), as a reader does to follow the writer (`draw/follow.rs`);
 //! `verify` rebuilds it from every row (`rebuild`).
 
 use std::collections::VecDeque;
@@ -515,7 +515,7 @@ impl Episodes {
 
 impl Episodes {
     /// The table an episodic buffer's writer or snapshot keeps (built by `ready`); a
-    /// reader keeps its own outside the parts (`handle/follow.rs`), read before each
+    /// reader keeps its own outside the parts (`draw/follow.rs`), read before each
     /// unit draw, since the rows change under it.
     pub(crate) fn for_holder(at: &Opening<'_>) -> Option<Episodes> {
         (at.sb.episodic && at.holder != Holder::Live).then(|| Episodes::new(at.schema))

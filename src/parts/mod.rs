@@ -4,6 +4,7 @@
 //! evictions: the records that let adds overwrite committed items). `hooks` is what
 //! each part answers; `set` calls every part at each hook, so the core names none.
 
+pub mod config;
 pub mod episodes;
 pub(crate) mod evictions;
 pub(crate) mod fragments;
@@ -11,6 +12,7 @@ pub(crate) mod heap;
 pub(crate) mod hooks;
 pub mod lifecycle;
 pub mod priorities;
+pub(crate) mod recovery;
 pub(crate) mod set;
 pub mod snapshot;
 pub(crate) mod tree_role;

@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::format::group::{GroupDoc, MAX_NAME, MemberDoc};
 use crate::format::lanes::{MAX_LANES, first_index};
 use crate::format::state::State;
-use crate::handle::{Config, Reader, ReplayBuffer, Stats};
+use crate::handle::{Reader, ReplayBuffer};
+use crate::parts::config::{Config, Stats};
 use crate::parts::snapshot;
 use crate::request::Request;
 use crate::sink::Sink;
@@ -618,7 +619,7 @@ impl<L: Lane> BufferGroup<L> {
             indices.extend(drawn);
         }
         match beta {
-            None => crate::handle::rows::sample_rows(lane, &Request::at(&indices), sink)?,
+            None => crate::draw::sample_rows(lane, &Request::at(&indices), sink)?,
             Some(beta) => {
                 let mut all = vec![1.0f32; indices.len() - weights.len()];
                 all.extend(weights);
@@ -629,7 +630,7 @@ impl<L: Lane> BufferGroup<L> {
                     beta,
                     weights: &all,
                 };
-                crate::handle::rows::sample_rows(lane, &Request::at(&indices), &mut sink)?;
+                crate::draw::sample_rows(lane, &Request::at(&indices), &mut sink)?;
             }
         }
         lane.tally_lane_draws();
@@ -705,7 +706,7 @@ impl<L: Lane> BufferGroup<L> {
             for (lane, sink) in set.lanes.iter_mut().zip(sinks.iter_mut()) {
                 let newest = lane.rows().live().end - 1;
                 let indices: Vec<u64> = rel.iter().map(|back| newest - back).collect();
-                match crate::handle::rows::sample_rows(lane, &Request::at(&indices), *sink) {
+                match crate::draw::sample_rows(lane, &Request::at(&indices), *sink) {
                     Ok(()) => {}
                     // A reader's member whose writer passed a position meanwhile.
                     Err(Error::Evicted { .. }) => {

@@ -4,8 +4,8 @@
 //! supertrait cannot be named outside the crate): the handles are the writer, the
 //! reader and the priority owner.
 
+use crate::draw::DrawsRows;
 use crate::error::Result;
-use crate::handle::rows::DrawsRows;
 use crate::handle::{PriorityOwner, Reader, ReplayBuffer};
 use crate::parts::priorities::PriorityUpdate;
 use crate::request::Request;

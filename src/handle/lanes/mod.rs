@@ -26,12 +26,10 @@ use std::path::{Path, PathBuf};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
-use super::core::Picked;
-use super::groups::{GroupIndex, pick_from_groups};
-use super::rows::{DrawsRows, Rows};
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
 use crate::column::{Column, NameCache, match_columns};
+use crate::draw::{DrawsRows, GroupIndex, Picked, Rows, pick_from_groups};
 use crate::error::foreign::Kind;
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
@@ -642,7 +640,7 @@ impl<L: Lane> Lanes<L> {
 
     /// Picks a draw by group over all lanes (UnstableBaselines' stratified strategies
     /// over a vector buffer): each lane's index of the key, extended to its tail, merged
-    /// into one and drawn as one buffer's (`handle/groups.rs`), so every group of all
+    /// into one and drawn as one buffer's (`draw/groups.rs`), so every group of all
     /// lanes gets its share; then the picks are grouped by lane for the gather. The
     /// merge costs O(live items) per draw.
     fn pick_by_group(&mut self, request: &Request<'_>, picked: &mut Picked) -> Result<Vec<Run>> {

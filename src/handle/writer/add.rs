@@ -555,7 +555,7 @@ impl<R: Writes> ReplayBuffer<R> {
         let chunk = heap.chunk_bytes();
         let next = heap.next_chunk();
         let live_from = if head < tail {
-            super::open::item_slots(&self.rows.ring, self.rows.ring.layout(), cap, head)
+            crate::parts::recovery::item_slots(&self.rows.ring, self.rows.ring.layout(), cap, head)
                 .iter()
                 .map(|s| s.pos / chunk)
                 .min()
@@ -613,7 +613,7 @@ impl<R: Writes> ReplayBuffer<R> {
         let cap = sb.capacity;
         let layout = self.rows.ring.layout();
         let names_below = |i: u64| {
-            super::open::item_slots(&self.rows.ring, layout, cap, i)
+            crate::parts::recovery::item_slots(&self.rows.ring, layout, cap, i)
                 .iter()
                 .any(|s| s.pos / chunk < bound)
         };

@@ -1,14 +1,11 @@
 //! The writer's draws and reads: `sample` / `sample_into` for every unit (rows here;
-//! transitions, sequences, episodes and fragments in `handle/transitions.rs` and
-//! `handle/units.rs`), reads by index, priority updates and the episode getters. Rows
+//! transitions, sequences, episodes and fragments in `draw/transitions.rs` and
+//! `draw/units.rs`), reads by index, priority updates and the episode getters. Rows
 //! are copied by `Rows`, as a reader copies them.
 
 use crate::batch::Batch;
+use crate::draw::{DrawsRows, DrawsUnits, Rows, UnitArrays, sample_units};
 use crate::error::{Error, Result};
-use crate::handle::core::UnitArrays;
-use crate::handle::draws_units::DrawsUnits;
-use crate::handle::rows::{DrawsRows, Rows};
-use crate::handle::units::sample_units;
 use crate::parts::episodes::{EpisodeInfo, Episodes};
 use crate::parts::fragments::Fragments;
 use crate::parts::priorities::{

@@ -8,6 +8,7 @@ mod life;
 pub(super) mod open;
 mod policy;
 mod role;
+mod state;
 
 pub use role::{Actor, Frozen, HoldsTree, Role, Writer, Writes};
 
@@ -15,17 +16,16 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::path::Path;
 
-use super::config::Stats;
-use super::core::{Commits, Scratch};
-use super::rows::Rows;
-use crate::algo::recovery::{Recovered, SlotProbe};
+use crate::algo::recovery::Recovered;
+use crate::draw::Rows;
 use crate::error::{Error, Result};
+use crate::parts::config::Stats;
 use crate::parts::episodes::Episodes;
 use crate::parts::set::Parts;
 use crate::schema::Schema;
 use crate::storage::map::ProgressMap;
-use crate::storage::ring::Ring;
 use crate::storage::{self};
+use state::{Commits, Scratch};
 
 /// A replay buffer handle: the one writer of its directory (`ReplayBuffer`, which is
 /// `ReplayBuffer<Writer>`), an actor adding beside a priority owner
@@ -83,15 +83,6 @@ impl<R: Role> ReplayBuffer<R> {
     #[cfg(test)]
     pub(crate) fn force_page_in(&mut self) {
         self.rows.ring.force_page_in();
-    }
-}
-
-impl SlotProbe for Ring {
-    fn stamp(&self, slot: u64) -> u64 {
-        Ring::stamp(self, slot)
-    }
-    fn crc_ok(&self, slot: u64) -> bool {
-        self.check(slot).is_some_and(|c| c.crc_ok)
     }
 }
 

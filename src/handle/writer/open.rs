@@ -7,19 +7,19 @@ use std::path::{Path, PathBuf};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
-use crate::algo::recovery::{self, SlotProbe};
+use super::state::Commits;
+use crate::algo::recovery;
+use crate::draw::{Draws, Picked, Rows};
 use crate::error::{Error, Result};
-use crate::format::heap::VarSlot;
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::row::{MAX_CAPACITY, RowLayout};
 use crate::format::schema_doc;
 use crate::format::state::State;
-use crate::handle::core::{Commits, Draws, Picked};
-use crate::handle::rows::Rows;
 use crate::parts::heap::Heap;
 use crate::parts::hooks::{Holder, Opening};
 use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{LiveRange, Priorities};
+use crate::parts::recovery::{item_slots, recover_range};
 use crate::parts::set::Parts;
 use crate::parts::snapshot::{self};
 use crate::storage::behind::{DEFAULT_WINDOW, WriteBehind};
@@ -30,7 +30,7 @@ use crate::storage::{self, LANE_DIR, MANIFEST, Manifest};
 use super::commit::{files_changing, release_in_background};
 use super::role::{Actor, Frozen, Role, Writer};
 use super::{Opened, ReplayBuffer};
-use crate::handle::config::Config;
+use crate::parts::config::Config;
 
 /// Names a field may not have: what every sample returns beside the fields.
 pub(crate) const RESERVED_NAMES: [&str; 2] = ["indices", "weights"];
@@ -725,74 +725,5 @@ fn remove_new_buffer(io: &dyn Io, dir: &Path, sb: &Superblock, made: bool) {
     if made {
         // Only if empty: a folder the create made holds nothing else.
         let _ = io.remove_dir(dir);
-    }
-}
-
-/// The slots of item `index`'s variable-length values, as its row holds them (empty
-/// for a schema without such fields, or a slot that does not decode).
-pub(in crate::handle) fn item_slots(
-    ring: &Ring,
-    layout: &crate::format::row::RowLayout,
-    capacity: u64,
-    index: u64,
-) -> Vec<VarSlot> {
-    (layout.fixed..layout.fields.len())
-        .filter_map(|f| {
-            let mut b = [0u8; crate::format::heap::SLOT_LEN];
-            ring.read_field(index % capacity, f, &mut b);
-            VarSlot::decode(&b).ok()
-        })
-        .collect()
-}
-
-/// The live range recovery settles on (`algo::recovery`), over the rows and, for a
-/// buffer with variable-length fields, the chunks their values lie in: what an open
-/// keeps and what `verify` predicts it keeps.
-pub(in crate::handle) fn recover_range(
-    m: &Manifest,
-    commit: &Commit,
-    ring: &Ring,
-    heap: Option<&Heap>,
-    trust_stamps: bool,
-) -> recovery::Recovered {
-    // In another boot, items an eviction record names may hold newer bytes on disk.
-    let head_c = match trust_stamps {
-        true => commit.head,
-        false => m.evicted_below(commit),
-    };
-    let (capacity, tail_c) = (m.superblock.capacity, commit.tail);
-    match heap {
-        Some(h) => {
-            let probe = WithValues {
-                rows: ring,
-                heap: h,
-                var: ring.layout().fixed..ring.layout().fields.len(),
-            };
-            recovery::recover(&probe, capacity, head_c, tail_c, trust_stamps)
-        }
-        None => recovery::recover(ring, capacity, head_c, tail_c, trust_stamps),
-    }
-}
-
-/// Recovery's view of a buffer with variable-length fields: an item is intact when its
-/// row is and (in another boot, where its crc is asked) every chunk its values lie in
-/// holds that chunk with a sound crc.
-struct WithValues<'a> {
-    rows: &'a Ring,
-    heap: &'a Heap,
-    var: std::ops::Range<usize>,
-}
-
-impl SlotProbe for WithValues<'_> {
-    fn stamp(&self, slot: u64) -> u64 {
-        self.rows.stamp(slot)
-    }
-    fn crc_ok(&self, slot: u64) -> bool {
-        self.rows.check(slot).is_some_and(|c| c.crc_ok)
-            && self.var.clone().all(|f| {
-                let mut b = [0u8; crate::format::heap::SLOT_LEN];
-                self.rows.read_field(slot, f, &mut b);
-                VarSlot::decode(&b).is_ok_and(|s| self.heap.intact(s, true))
-            })
     }
 }

@@ -225,7 +225,12 @@ impl<R: Writes> ReplayBuffer<R> {
             return Ok(Some(Vec::new()));
         };
         let cap = self.rows.superblock.capacity;
-        let slots = super::open::item_slots(&self.rows.ring, self.rows.ring.layout(), cap, index);
+        let slots = crate::parts::recovery::item_slots(
+            &self.rows.ring,
+            self.rows.ring.layout(),
+            cap,
+            index,
+        );
         let mut values = Vec::with_capacity(slots.len());
         for s in &slots {
             let mut v = vec![0u8; s.len as usize];

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use rand::RngExt;
 
-use super::core::UnitArrays;
 use super::draws_units::DrawsUnits;
+use super::stream::UnitArrays;
 use crate::algo::windows::{End, Span};
 use crate::error::{Error, Result};
 use crate::parts::episodes::EpisodeInfo;

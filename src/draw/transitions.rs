@@ -6,8 +6,8 @@
 
 use rand::RngExt;
 
-use super::core::UnitArrays;
 use super::draws_units::DrawsUnits;
+use super::stream::UnitArrays;
 use crate::algo::windows::End;
 use crate::algo::windows::Span;
 use crate::dtype::DType;

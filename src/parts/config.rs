@@ -24,23 +24,23 @@ pub const DEFAULT_HEAP_BYTES_PER_ITEM: u64 = 4096;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub(super) schema: Schema,
-    pub(super) capacity: u64,
-    pub(super) segment_bytes: u64,
-    pub(super) segment_slots: Option<u64>,
-    pub(super) seed: Option<u64>,
-    pub(super) io: Option<IoRef>,
-    pub(super) priorities: Option<PriorityConfig>,
-    pub(super) episodic: bool,
-    pub(super) whole_episodes: bool,
-    pub(super) fragments: bool,
-    pub(super) first_index: u64,
-    pub(super) heap_bytes: Option<u64>,
-    pub(super) chunk_bytes: u64,
+    pub(crate) schema: Schema,
+    pub(crate) capacity: u64,
+    pub(crate) segment_bytes: u64,
+    pub(crate) segment_slots: Option<u64>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) io: Option<IoRef>,
+    pub(crate) priorities: Option<PriorityConfig>,
+    pub(crate) episodic: bool,
+    pub(crate) whole_episodes: bool,
+    pub(crate) fragments: bool,
+    pub(crate) first_index: u64,
+    pub(crate) heap_bytes: Option<u64>,
+    pub(crate) chunk_bytes: u64,
     /// An add may evict items before capacity to make room for its values.
-    pub(super) evict_for_room: bool,
+    pub(crate) evict_for_room: bool,
     /// Item states, when kept: `max_use` and the eviction policy.
-    pub(super) lifecycle: Option<LifeSettings>,
+    pub(crate) lifecycle: Option<LifeSettings>,
 }
 
 /// What a buffer with item states keeps: the header of its `items.state`.
@@ -402,7 +402,7 @@ impl Config {
     }
 
     /// The chunk ring's geometry for a schema with variable-length fields.
-    pub(super) fn heap_geometry(&self) -> Result<Option<crate::format::manifest::HeapGeometry>> {
+    pub(crate) fn heap_geometry(&self) -> Result<Option<crate::format::manifest::HeapGeometry>> {
         use crate::format::manifest::{HeapGeometry, MAX_CHUNK_STRIDE};
         use crate::format::row::ROW_HEADER_LEN;
         if !self.schema.has_var() {
@@ -444,7 +444,7 @@ impl Config {
         }))
     }
 
-    pub(super) fn slots_per_segment(&self, stride: u64) -> Result<u64> {
+    pub(crate) fn slots_per_segment(&self, stride: u64) -> Result<u64> {
         if let Some(s) = self.segment_slots {
             if !s.is_power_of_two() {
                 return Err(Error::InvalidConfig {

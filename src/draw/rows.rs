@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 
-use super::Stats;
-use super::core::Draws;
 use super::groups::{GroupCount, GroupIndex, KeyField, pick_from_groups, pick_groups, render_key};
+use super::stream::Draws;
 use crate::algo::sample::{SampleSpec, draw_uniform, draw_uniform_skipping};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::format::heap::VarSlot;
 use crate::format::manifest::Superblock;
+use crate::parts::config::Stats;
 use crate::parts::heap::Heap;
 use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
@@ -660,7 +660,7 @@ fn out_len(out: &ValuesOut<'_>) -> usize {
 
 impl Rows {
     /// Picks `n` distinct live items stratified by the key `names` (see
-    /// `handle/groups.rs`): an even share of every group, then the rest uniformly.
+    /// `draw/groups.rs`): an even share of every group, then the rest uniformly.
     /// Removed items (item states) are never picked.
     pub(crate) fn pick_stratified(
         &mut self,
@@ -681,7 +681,7 @@ impl Rows {
     }
 
     /// Picks the groups of `request` ([`Request::groups`]): their items into `out`, one
-    /// end offset per group into `offsets` (see `handle/groups.rs`).
+    /// end offset per group into `offsets` (see `draw/groups.rs`).
     pub(crate) fn pick_groups(
         &mut self,
         request: &Request<'_>,

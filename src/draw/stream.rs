@@ -1,33 +1,8 @@
-//! The writer's core state beside its rows, grouped by what each group is for: the
-//! commit slots and locks (`Commits`), the sampling stream that commits persist
-//! (`Draws`), and buffers reused across calls so adds allocate nothing (`Scratch`).
-
-use std::fs::File;
-use std::path::PathBuf;
+//! The sampling stream every draw moves (`Draws`, whose position each commit records)
+//! and the arrays a draw fills, kept between draws so that a warm draw allocates
+//! nothing (`Picked`, `UnitArrays`).
 
 use rand_chacha::ChaCha8Rng;
-
-use crate::column::NameCache;
-use crate::storage::behind::WriteBehind;
-
-/// The MANIFEST's commit slots as this handle writes them, and the locks it holds.
-#[derive(Debug)]
-pub(crate) struct Commits {
-    pub path: PathBuf,
-    /// The MANIFEST, open for commits (`None` for a read-only snapshot or reader).
-    pub file: Option<File>,
-    /// The writer lock (`None` for a read-only snapshot or reader).
-    pub lock: Option<File>,
-    /// The newest commit's generation.
-    pub generation: u64,
-    /// This boot's id, written into each commit: recovery trusts stamps in the same boot.
-    pub boot_id: [u8; 16],
-    /// A segment was copied and renamed since the last commit: the lane folder must be
-    /// fsynced before the next commit.
-    pub lane_dirty: bool,
-    /// Rows sealed and sent to disk behind the tail (`storage::behind`).
-    pub behind: WriteBehind,
-}
 
 /// The sampling stream: a seeded RNG whose position each commit records, so the same
 /// seed and calls give the same samples across a restart, and the count of draws.
@@ -47,19 +22,6 @@ pub(crate) struct Draws {
 pub(crate) struct Picked {
     pub indices: Vec<u64>,
     pub weights: Vec<f32>,
-}
-
-/// Buffers reused across calls.
-#[derive(Debug, Default)]
-pub(crate) struct Scratch {
-    /// The order of the caller's columns in schema order.
-    pub order: Vec<usize>,
-    /// Field names already matched, so a repeated call does not compare strings.
-    pub names: NameCache,
-    /// Zero bytes for fields a reset row leaves out.
-    pub zeros: Vec<u8>,
-    /// The own arrays of a transition or sequence draw, filled unit by unit.
-    pub units: UnitArrays,
 }
 
 /// The own arrays of a transition or sequence draw (see `sink::Layout`), kept between

@@ -2,8 +2,8 @@
 //! episodes, fragments, groups): the draws in `units` and `transitions` are written
 //! once against it, for the writer and a reader alike.
 
-use super::core::UnitArrays;
 use super::rows::DrawsRows;
+use super::stream::UnitArrays;
 use crate::error::Result;
 use crate::parts::episodes::Episodes;
 use crate::parts::fragments::Fragments;
