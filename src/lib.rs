@@ -43,7 +43,8 @@ mod format; // byte layouts of every file, as pure functions over byte slices
 mod handle; // what a program holds: writer, reader, priority owner, lanes
 mod inspect; // `inspect` and `verify`: a folder read without opening it for use
 mod parts; // what a buffer holds beyond its rows: priorities, episodes, fragments, snapshots
-mod storage; // files, mappings, the Io seam and the ring of rows: the only `unsafe`
+mod storage;
+mod store; // a buffer as its writer holds it: open, recovery, add, commit, removals // files, mappings, the Io seam and the ring of rows: the only `unsafe`
 
 mod batch;
 mod column;

@@ -1,7 +1,7 @@
 //! The source tree is the layer diagram (docs/ARCHITECTURE.md, "Layers"): every `crate::`
 //! and `super::` path in `src/` is resolved to the file it names, and
 //! - no file names a file of a layer above its own: value types < `format/` < `algo/`
-//!   < `storage/` < `parts/` < `draw/` < `handle/` and `inspect.rs` (the algorithms name
+//!   < `storage/` < `parts/` < `draw/` < `store/` < `handle/` and `inspect.rs` (the algorithms name
 //!   no file or mapping: they stay pure, and the mapped types implement their traits;
 //!   the draws the handles share name no handle);
 //! - no two files name each other, directly or around a loop.
@@ -29,9 +29,10 @@ fn layer(file: &str) -> (u8, &'static str) {
         "storage" => (3, "storage"),
         "parts" => (4, "parts"),
         "draw" => (5, "draw"),
-        "handle" => (6, "handle"),
-        "inspect.rs" => (6, "inspect"),
-        "lib.rs" => (7, "lib"),
+        "store" => (6, "store"),
+        "handle" => (7, "handle"),
+        "inspect.rs" => (7, "inspect"),
+        "lib.rs" => (8, "lib"),
         _ => (0, "values"),
     }
 }

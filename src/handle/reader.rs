@@ -15,7 +15,6 @@ use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
-use super::writer::open::{open_parts, snapshot_parts};
 use crate::algo::sample::{SampleSpec, draw_one};
 use crate::batch::Batch;
 use crate::draw::{DrawsRows, DrawsUnits, Followed, Rows, UnitArrays, sample_rows, sample_units};
@@ -37,6 +36,7 @@ use crate::storage::map::{Found, ProgressMap};
 use crate::storage::pread::{Missed, RowAccess, RowFiles};
 use crate::storage::ring::Ring;
 use crate::storage::{self, Manifest};
+use crate::store::{open_parts, snapshot_parts};
 
 /// Draws made again after lost races before a call gives up: a writer that overwrites
 /// the drawn items this many times in a row is lapping the whole ring during one call.

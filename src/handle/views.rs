@@ -85,7 +85,7 @@ impl<R: Role> ReplayBuffer<R> {
         let e = self.episode_by_id(id)?;
         Ok(EpisodeChunk {
             id,
-            t0: self.rows.head.saturating_sub(e.start),
+            t0: self.store.rows.head.saturating_sub(e.start),
             lookback: 0,
             steps: None,
         })
@@ -161,7 +161,8 @@ impl<R: Role> ReplayBuffer<R> {
 
     /// The record of episode `id`, while a row of it is live (`NoSuchEpisode` after).
     pub fn episode_by_id(&self, id: u64) -> Result<EpisodeInfo> {
-        self.episodes_ref()?
+        self.store
+            .episodes_ref()?
             .by_id(id)
             .copied()
             .ok_or_else(|| Error::NoSuchEpisode {
@@ -180,6 +181,7 @@ impl<R: Role> ReplayBuffer<R> {
     ) -> Result<FieldArray> {
         let e = self.episode_by_id(chunk.id)?;
         let (f, spec) = self
+            .store
             .rows
             .schema
             .fields()
@@ -188,7 +190,7 @@ impl<R: Role> ReplayBuffer<R> {
             .find(|(_, x)| x.name() == field)
             .ok_or_else(|| Error::UnknownField {
                 field: field.to_owned(),
-                known: self.rows.schema.names(),
+                known: self.store.rows.schema.names(),
             })?;
         // Entry k lives at row start + k + shift; the chunk's entries run from t0 to
         // the episode's newest.
@@ -196,7 +198,7 @@ impl<R: Role> ReplayBuffer<R> {
             Entries::Observations => (0, e.steps() + 1),
             Entries::Steps => (1, e.steps()),
         };
-        let first_stored = (self.rows.head.max(e.start) - e.start).saturating_sub(shift);
+        let first_stored = (self.store.rows.head.max(e.start) - e.start).saturating_sub(shift);
         if chunk.t0 < first_stored || chunk.t0 > count {
             return Err(Error::NoSuchEpisode {
                 id: chunk.id,
@@ -226,9 +228,10 @@ impl<R: Role> ReplayBuffer<R> {
         let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
         let elem = spec.dtype().size();
         let first_entry = chunk.t0 - window.lookback;
-        let rows = self.rows.ring.reader(self.rows.live_rows());
+        let rows = self.store.rows.ring.reader(self.store.rows.live_rows());
         let read = [(
-            self.rows
+            self.store
+                .rows
                 .ring
                 .layout()
                 .fields
@@ -257,7 +260,7 @@ impl<R: Role> ReplayBuffer<R> {
                                 run.copy(row + k as u64, &read, &mut outs, i + k);
                             }
                         })
-                        .map_err(|(index, found)| self.rows.row_error(index, found))?;
+                        .map_err(|(index, found)| self.store.rows.row_error(index, found))?;
                     i += len;
                 }
                 Pos::Fill => {

@@ -99,7 +99,7 @@ impl BufferGroup<ReplayBuffer> {
             .as_ref()
             .and_then(|c| c.io.clone())
             .unwrap_or_else(io::os);
-        crate::handle::writer::open::create_empty_dir(&*io, &dir)?;
+        crate::store::create_empty_dir(&*io, &dir)?;
         let lock = storage::lock(&*io, &dir)?;
         let doc = GroupDoc {
             uuid: crate::algo::entropy::uuid(),

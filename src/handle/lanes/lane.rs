@@ -72,11 +72,12 @@ impl Lane for ReplayBuffer {
     fn priority_mass(&mut self) -> Result<(f64, f64)> {
         match self.priority_summary() {
             Some(s) => Ok((s.total, s.min_leaf)),
-            None => Err(self.no_priorities()),
+            None => Err(self.store.no_priorities()),
         }
     }
     fn removed(&self, index: u64) -> bool {
-        self.parts
+        self.store
+            .parts
             .life
             .as_ref()
             .is_some_and(|l| l.is_removed(index))
@@ -91,19 +92,19 @@ impl Lane for ReplayBuffer {
 
 impl PriorityLane for ReplayBuffer {
     fn check_priority(&self, position: usize, index: u64, p: f64) -> Result<()> {
-        match self.parts.tree.tree() {
-            Some(t) => t.check_update_one(position, index, self.rows.tail, p),
-            None => Err(self.no_priorities()),
+        match self.store.parts.tree.tree() {
+            Some(t) => t.check_update_one(position, index, self.store.rows.tail, p),
+            None => Err(self.store.no_priorities()),
         }
     }
     fn update_lane(&mut self, indices: &[u64], priorities: &[f64]) -> Result<PriorityUpdate> {
         self.update_priorities(indices, priorities)
     }
     fn max_priority(&self) -> Option<f64> {
-        self.parts.tree.tree().map(|p| p.max_priority())
+        self.store.parts.tree.tree().map(|p| p.max_priority())
     }
     fn raise_max(&mut self, q: f64) {
-        if let Some(p) = self.parts.tree.tree_mut() {
+        if let Some(p) = self.store.parts.tree.tree_mut() {
             p.raise_max(q);
         }
     }

@@ -129,7 +129,7 @@ impl Lanes<ReplayBuffer> {
             });
         }
         let io = config.io.clone().unwrap_or_else(io::os);
-        super::writer::open::create_empty_dir(&*io, &dir)?;
+        crate::store::create_empty_dir(&*io, &dir)?;
         let lane_capacity = config.capacity.div_ceil(u64::from(count));
         let mut made = Vec::with_capacity(lanes);
         for k in 0..count {
@@ -245,7 +245,7 @@ impl Lanes<ReplayBuffer> {
         }
         for &k in lanes {
             if let Some(b) = self.lanes.get(k) {
-                b.writable()?;
+                b.store.writable()?;
             }
         }
         let mut out = Vec::with_capacity(rows);
@@ -980,7 +980,7 @@ fn open_one<R: Role>(
         .get(lane)
         .ok_or_else(|| no_such_lane(dir.to_path_buf(), lane as u64, None, dirs.len()))?;
     let buf = open(d)?;
-    check_lane_range(&buf.rows, lane)?;
+    check_lane_range(&buf.store.rows, lane)?;
     Ok(buf)
 }
 

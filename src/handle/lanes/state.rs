@@ -167,14 +167,14 @@ impl Lanes<ReplayBuffer> {
         }
         let mut here = Vec::with_capacity(self.lanes.len());
         for (lane, s) in self.lanes.iter().zip(&state.lanes) {
-            here.push(lane.check_state(s)?);
+            here.push(lane.store.check_state(s)?);
         }
         for (lane, s) in self.lanes.iter().zip(&here) {
-            snapshot::write_intent(&*lane.rows.io, &lane.rows.dir, s)?;
+            snapshot::write_intent(&*lane.store.rows.io, &lane.store.rows.dir, s)?;
             crate::killpoint::hit("lanes-intent-between");
         }
         for (lane, s) in self.lanes.iter_mut().zip(&here) {
-            lane.restore_state(s, false)?;
+            lane.store.restore_state(s, false)?;
             crate::killpoint::hit("lanes-restore-between");
         }
         Ok(())

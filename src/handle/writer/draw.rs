@@ -1,19 +1,14 @@
-//! The writer's draws and reads: `sample` / `sample_into` for every unit (rows here;
-//! transitions, sequences, episodes and fragments in `draw/transitions.rs` and
-//! `draw/units.rs`), reads by index, priority updates and the episode getters. Rows
-//! are copied by `Rows`, as a reader copies them.
+//! The writer's draws and reads: `sample` / `sample_into` for every unit, reads by
+//! index, priorities (set only by the writer, read by the roles that hold the tree)
+//! and the episode getters; `store/draw.rs` and `draw/` do them.
 
 use crate::batch::Batch;
-use crate::draw::{DrawsRows, DrawsUnits, Rows, UnitArrays, sample_units};
+use crate::draw::{DrawsRows, Rows};
 use crate::error::{Error, Result};
-use crate::parts::episodes::{EpisodeInfo, Episodes};
-use crate::parts::fragments::Fragments;
-use crate::parts::priorities::{
-    LiveRange, Priorities, Priority, PrioritySpec, PrioritySummary, PriorityUpdate,
-};
+use crate::parts::episodes::EpisodeInfo;
+use crate::parts::priorities::{Priority, PrioritySummary, PriorityUpdate};
 use crate::request::Request;
 use crate::sink::Sink;
-use crate::storage::map::Found;
 
 use super::ReplayBuffer;
 use super::role::{Actor, HoldsTree, Role, Writer};
@@ -31,18 +26,7 @@ impl ReplayBuffer<Writer> {
         indices: &[u64],
         priorities: &[P],
     ) -> Result<PriorityUpdate> {
-        self.writable()?;
-        if self.parts.tree.is_shared() {
-            self.private_tree()?;
-        }
-        let Some(p) = self.parts.tree.tree_mut() else {
-            return Err(self.no_priorities());
-        };
-        let rows = &self.rows;
-        let life = self.parts.life.as_ref();
-        let removed = |i: u64| life.is_some_and(|l| l.is_removed(i)) || rows.is_cut_head(i);
-        let live = (rows.head, rows.head_slot, rows.tail);
-        p.update(live, indices, priorities, &removed)
+        self.store.update_priorities(indices, priorities)
     }
 }
 
@@ -62,7 +46,7 @@ impl ReplayBuffer<Actor> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn not_priority_owner(&self) -> Error {
-        self.no_priorities()
+        self.store.not_priority_owner()
     }
 }
 
@@ -70,14 +54,11 @@ impl<R: HoldsTree> ReplayBuffer<R> {
     /// The current `priority + eps` of each live item in `indices` (recovered from the
     /// stored `(priority + eps)^alpha`; with alpha 0 every item reads 1).
     pub fn priorities(&self, indices: &[u64]) -> Result<Vec<f64>> {
-        let Some(p) = self.parts.tree.tree() else {
-            return Err(self.no_priorities());
-        };
-        p.of_live(self.rows.head, self.rows.tail, indices)
+        self.store.priorities(indices)
     }
     /// Priority totals and counters, if the buffer keeps priorities.
     pub fn priority_summary(&mut self) -> Option<PrioritySummary> {
-        self.parts.tree.tree_mut().map(Priorities::summary)
+        self.store.priority_summary()
     }
 }
 
@@ -103,11 +84,8 @@ impl<R: Role> ReplayBuffer<R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
-        let mut batch = Batch::default();
-        self.sample_into(request, &mut batch)?;
-        Ok(batch)
+        self.store.sample(request)
     }
-
     /// Draws as `request` says into `sink`: a [`Batch`] to reuse, or the arrays a
     /// binding owns (the Python package's NumPy arrays). The sink is asked for its
     /// arrays once the draw knows their sizes, and every byte is written in place.
@@ -121,45 +99,19 @@ impl<R: Role> ReplayBuffer<R> {
         request: impl Into<Request<'r>>,
         sink: &mut dyn Sink,
     ) -> Result<()> {
-        let request = request.into();
-        request.check()?;
-        sample_units(self, &request, sink)
+        self.store.sample_into(request, sink)
     }
-
-    /// Draws `indices.len()` live indices by priority into `indices`, with their
-    /// importance weights into `weights`, advancing the RNG, without gathering.
-    pub(crate) fn draw_prioritized(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-    ) -> Result<()> {
-        let Some(p) = self.parts.tree.tree_mut() else {
-            return Err(self.no_priorities());
-        };
-        let live = LiveRange {
-            head: self.rows.head,
-            head_slot: self.rows.head_slot,
-            tail: self.rows.tail,
-        };
-        p.draw(&mut self.rows.draws.rng, spec, live, indices, weights)?;
-        self.rows.draws.sampled += indices.len() as u64;
-        Ok(())
-    }
-
     /// The items at `indices`, as a batch (as `sample(Request::at(indices))` reads
     /// them, without moving the RNG). Every read checks what it copies: each item's
     /// stamp, and the checksum of each item a flush has sealed, so a damaged item is an
     /// error naming its file and offset, never returned.
     pub fn get_many(&self, indices: &[u64]) -> Result<Batch> {
-        self.rows.get_many(indices, self.parts.life.as_ref())
+        self.store.get_many(indices)
     }
-
     /// The item at a logical index, as a batch of one.
     pub fn get(&self, index: u64) -> Result<Batch> {
-        self.get_many(&[index])
+        self.store.get(index)
     }
-
     /// Whether reads check each sealed item against its checksum (the default). Turning
     /// it off saves the checksum's cost on every sample and get (see the closing figures
     /// in ARCHITECTURE), and is unsafe on damaged media: a flipped bit in a row is then
@@ -177,162 +129,60 @@ impl<R: Role> ReplayBuffer<R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_read_checks(&mut self, on: bool) {
-        self.rows.read_checks = on;
+        self.store.set_read_checks(on)
     }
     /// Whether reads check sealed items against their checksums.
     pub fn read_checks(&self) -> bool {
-        self.rows.read_checks
+        self.store.read_checks()
     }
     /// Restarts the sampling RNG from a new seed (stored at the next commit).
     pub fn reseed(&mut self, seed: u64) {
-        self.rows.reseed(seed);
+        self.store.reseed(seed)
     }
     /// The episode holding live index `index`.
     pub fn episode(&self, index: u64) -> Result<EpisodeInfo> {
-        let e = self.episodes_ref()?;
-        if index < self.rows.head || index >= self.rows.tail {
-            return Err(Error::Evicted {
-                index,
-                head: self.rows.head,
-                tail: self.rows.tail,
-            });
-        }
-        let found = e.of(index).ok_or_else(|| {
-            Error::EpisodeOrder(format!("index {index} belongs to no episode in the table"))
-        })?;
-        Ok(self.with_return(found))
-    }
-
-    /// `e` with its return (read from its rows when the table has not kept it: an
-    /// episode that had ended when the buffer was opened).
-    fn with_return(&self, e: &EpisodeInfo) -> EpisodeInfo {
-        let Ok(table) = self.episodes_ref() else {
-            return *e;
-        };
-        let (ring, cap) = (&self.rows.ring, self.rows.superblock.capacity);
-        let reward = table.reward_field();
-        table.with_return(e, self.rows.head, |i| {
-            reward.map_or(0.0, |(f, dtype)| ring.field_f64(i % cap, f, dtype))
-        })
+        self.store.episode(index)
     }
     /// The index before `index` in its episode, or `index` itself at the episode's first
     /// live row (Tianshou's `prev`).
     pub fn prev(&self, index: u64) -> Result<u64> {
-        let e = self.episode(index)?;
-        Ok(if index > e.start.max(self.rows.head) {
-            index - 1
-        } else {
-            index
-        })
+        self.store.prev(index)
     }
     /// The index after `index` in its episode, or `index` itself at the episode's last
     /// row so far (Tianshou's `next`).
     pub fn next(&self, index: u64) -> Result<u64> {
-        let e = self.episode(index)?;
-        Ok(if index < e.last() { index + 1 } else { index })
+        self.store.next(index)
     }
     /// The episodes with a live row, oldest first.
     pub fn episodes(&self) -> Result<Vec<EpisodeInfo>> {
-        let table = self.episodes_ref()?;
-        Ok(table.iter().map(|e| self.with_return(e)).collect())
+        self.store.episodes()
     }
     /// The episode still being written, if any (at most one: episodes are contiguous).
     pub fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
-        let table = self.episodes_ref()?;
-        Ok(table
-            .open()
-            .map(|e| self.with_return(e))
-            .into_iter()
-            .collect())
+        self.store.unfinished_episodes()
     }
 }
 
-impl<R: Role> ReplayBuffer<R> {
-    /// The fragment table: built from the rows' positions (and, with item states, the
-    /// removed rows counted from their words) at the first draw after an open, then
-    /// kept by the adds and removals; fragments the head passed are forgotten.
-    pub(in crate::handle) fn fragment_table(&mut self) -> &Fragments {
-        let cap = self.rows.superblock.capacity;
-        let (head, tail, ring) = (self.rows.head, self.rows.tail, &self.rows.ring);
-        let life = self.parts.life.as_ref();
-        let table = self.parts.fragments.get_or_insert_with(|| {
-            let mut t =
-                Fragments::from_positions((head..tail).map(|i| (i, ring.fragment_pos(i % cap))));
-            if let Some(life) = life {
-                t.count_removed(head, |i| life.is_removed(i));
-            }
-            t
-        });
-        table.evict(head);
-        table
-    }
-}
-
-/// The writer's units draw, in every role: its own tables, kept as it adds.
-impl<R: Role> DrawsUnits for ReplayBuffer<R> {
-    fn episode_table(&self) -> Result<&Episodes> {
-        self.episodes_ref()
-    }
-
-    fn fragments(&mut self) -> Result<&Fragments> {
-        Ok(self.fragment_table())
-    }
-
-    fn draw_by_priority(
-        &mut self,
-        spec: &PrioritySpec,
-        indices: &mut [u64],
-        weights: &mut [f32],
-    ) -> Result<()> {
-        self.draw_prioritized(spec, indices, weights)
-    }
-
-    fn run_masses(&mut self, runs: &[(u64, u64)], masses: &mut Vec<f64>) -> Result<()> {
-        let Some(p) = self.parts.tree.tree_mut() else {
-            return Err(self.no_priorities());
-        };
-        masses.extend(runs.iter().map(|&(first, rows)| p.mass(first, rows)));
-        Ok(())
-    }
-
-    fn unit_scratch(&mut self) -> &mut UnitArrays {
-        &mut self.scratch.units
-    }
-
-    fn unit_lost(&mut self, index: u64, found: Found) -> Result<()> {
-        Err(self.rows.row_error(index, found))
-    }
-
-    fn pick_groups(
-        &mut self,
-        request: &Request<'_>,
-        indices: &mut Vec<u64>,
-        offsets: &mut Vec<u64>,
-    ) -> Result<()> {
-        let life = self.parts.life.as_ref();
-        self.rows.pick_groups(request, life, indices, offsets)
-    }
-}
-
-/// The writer's rows draw, in every role (an actor's draw by priority is
-/// `NotPriorityOwner`).
+/// The writer draws rows as its store does (what `Lanes` draws through).
 impl<R: Role> DrawsRows for ReplayBuffer<R> {
     fn rows(&self) -> &Rows {
-        &self.rows
+        self.store.rows()
     }
 
     fn rows_mut(&mut self) -> &mut Rows {
-        &mut self.rows
+        self.store.rows_mut()
+    }
+
+    fn drawable(&self) -> u64 {
+        self.store.drawable()
     }
 
     fn ready_to_draw(&mut self, request: &Request<'_>, n: u64) -> Result<()> {
-        if request.remove {
-            self.ready_to_remove()?;
-        }
-        if request.draws() && n > 0 {
-            self.admit(true, n)?;
-        }
-        Ok(())
+        self.store.ready_to_draw(request, n)
+    }
+
+    fn drawn(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
+        self.store.drawn(request, indices)
     }
 
     fn pick_rows(
@@ -341,33 +191,16 @@ impl<R: Role> DrawsRows for ReplayBuffer<R> {
         indices: &mut Vec<u64>,
         weights: &mut Vec<f32>,
     ) -> Result<()> {
-        self.ready_to_draw(request, request.n as u64)?;
-        let life = self.parts.life.as_ref();
-        match (self.rows).pick_unless_priority(request, life, indices, weights)? {
-            Some(spec) => self.draw_prioritized(&spec, indices, weights),
-            None => Ok(()),
-        }
-    }
-
-    fn drawn(&mut self, request: &Request<'_>, indices: &[u64]) -> Result<()> {
-        self.after_draw(request, indices)
-    }
-
-    fn drawable(&self) -> u64 {
-        self.len()
+        self.store.pick_rows(request, indices, weights)
     }
 
     fn gather_rows(
         &mut self,
-        _request: &Request<'_>,
+        request: &Request<'_>,
         indices: &mut [u64],
-        _weights: &mut [f32],
+        weights: &mut [f32],
         outs: &mut [&mut [u8]],
     ) -> Result<()> {
-        // Picked indices are live: drawn ones by construction, given ones checked by
-        // `pick_rows` (the writer's rows change only under `&mut self`).
-        let rows = &self.rows;
-        (rows.ring.gather(rows.live_rows(), indices, outs))
-            .map_err(|m| rows.stamp_error(indices, m))
+        self.store.gather_rows(request, indices, weights, outs)
     }
 }

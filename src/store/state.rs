@@ -1,4 +1,4 @@
-//! The writer's state beside its rows: the commit slots and locks (`Commits`) and the
+//! The store's state beside its rows: the commit slots and locks (`Commits`) and the
 //! buffers reused across adds so that an add allocates nothing (`Scratch`).
 
 use std::fs::File;

@@ -14,16 +14,15 @@ use crate::format::lifecycle::{Cause, Policy};
 use crate::parts::fragments::Fragment;
 use crate::parts::lifecycle::Lifecycle;
 
-use super::ReplayBuffer;
-use super::role::Writes;
+use super::Store;
 
-impl<R: Writes> ReplayBuffer<R> {
+impl Store {
     /// Past `max_size` live items (random downsampling), removes uniformly random live
     /// items until `max_size` are left. The draw comes from a stream that is a pure
     /// function of the policy's seed and the tail: a reopened or restored buffer
     /// removes what this one would have. A kill before it ran leaves more than
     /// `max_size` live, which the next add trims.
-    pub(super) fn downsample(&mut self) -> Result<()> {
+    pub(crate) fn downsample(&mut self) -> Result<()> {
         let Some(life) = &self.parts.life else {
             return Ok(());
         };
@@ -109,7 +108,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// such an add instead. For either policy, a kept item whose values cannot move (a
     /// chunk ring too small to take them again beside every kept item's, or a damaged
     /// value) is ended by the ring, as in a plain buffer with such fields.
-    pub(super) fn make_room_for_policy(&mut self, rows: u64) -> Result<()> {
+    pub(crate) fn make_room_for_policy(&mut self, rows: u64) -> Result<()> {
         let Some((policy, max_size)) = self.parts.life.as_ref().map(|l| l.policy()) else {
             return Ok(());
         };
@@ -307,7 +306,7 @@ impl<R: Writes> ReplayBuffer<R> {
     /// `max_size / n`, removing a uniformly random item kept before it; otherwise it is
     /// removed itself. Each decision's random stream is a pure function of the seed and
     /// the item's index.
-    pub(super) fn reservoir_decide(&mut self, added: Range<u64>) -> Result<()> {
+    pub(crate) fn reservoir_decide(&mut self, added: Range<u64>) -> Result<()> {
         let Some((Policy::Reservoir, max_size)) = self.parts.life.as_ref().map(|l| l.policy())
         else {
             return Ok(());
