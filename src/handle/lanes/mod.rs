@@ -7,8 +7,8 @@
 //! one buffer: rows routed to lanes by id, draws split over the lanes by their sizes
 //! (uniform) or their priority mass (prioritized), and updates routed back. Splitting
 //! `n` draws by a multinomial over the lanes and drawing within each lane gives exactly
-//! the distribution of `n` draws over all items at once. See docs/ARCHITECTURE.md,
-//! "Lanes".
+//! the distribution of `n` draws over all items at once. See
+//! docs/decisions/04-lanes.md.
 
 mod group;
 mod lane;

@@ -44,7 +44,7 @@ Where they differ from DI-engine, and why:
   ``close`` keeps the items in the folder (DI-engine's empties its list).
 - Cost: each record is pickled as it is pushed and unpickled when drawn, where
   DI-engine hands out the stored objects themselves: pushes and draws are slower than
-  DI-engine's (docs/ARCHITECTURE.md has the figures).
+  DI-engine's (docs/decisions/24-adapters-rllib-ding.md has the figures).
 - Without DI-engine there is no stand-in: its middleware and records are DI-engine's.
 """
 

@@ -59,8 +59,8 @@ Where they differ from RLlib, and why:
   multi-agent ones' policies) are rows of columns: written a batch at a time and drawn
   in one read, faster than RLlib's list. Every other item and episode chunk is pickled
   into the ring as it is added and unpickled when read: the old stack's other units
-  add and draw slower than RLlib, the new stack about as fast (docs/ARCHITECTURE.md
-  has the figures). A timesteps buffer keeps its first batch's columns: a batch with
+  add and draw slower than RLlib, the new stack about as fast
+  (docs/decisions/24-adapters-rllib-ding.md has the figures). A timesteps buffer keeps its first batch's columns: a batch with
   other columns or dtypes is refused with a ``ValueError`` naming them (RLlib would
   take it).
 """
