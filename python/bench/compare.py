@@ -21,7 +21,7 @@ sample_flat (values end to end with offsets) beside memcpy_floor: the same paylo
 per batch at this host's memcpy rate, the floor the issue sets "within 3x" of.
 W5-pop: sample-and-remove 256 (UnstableBaselines' get_batch: random.sample, then
 list.remove of each step) from a full buffer of 100,000 steps, in batches/s; replaystore
-pops until fewer than 256 are left (pop_batch, padded), the list's get_batch runs
+pops until fewer than 256 are left (sample(remove=True), padded), the list's get_batch runs
 $W5_POP_LIST_BATCHES times (default 3: each costs seconds, as it scans the list once per
 step removed), both from the same full state.
 
@@ -121,8 +121,8 @@ class Replaystore:
 
     def settle(self):
         # Sealed, as after a trainer's first checkpoint: every sampled row is then
-        # checked against its checksum, the cost a user pays (docs/ARCHITECTURE.md,
-        # "Checked reads"); rows added since the last flush are read on their stamps.
+        # checked against its checksum, the cost a user pays
+        # (docs/decisions/11-hostile-folders.md, "Checked reads"); rows added since the last flush are read on their stamps.
         self.buf.flush()
 
     def per(self, n, new):
@@ -767,7 +767,7 @@ class W5Replaystore:
         return b
 
     def pop(self, n):
-        return self.buf.pop_batch(n, values="padded")
+        return self.buf.sample(n, remove=True, values="padded")
 
     def left(self):
         return len(self.buf)

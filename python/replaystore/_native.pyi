@@ -67,8 +67,8 @@ class EvictedError(Error):
     """An index that is no longer (or not yet) live."""
 
 class RemovedError(EvictedError):
-    """An item removed before the ring overwrote it (``remove``, ``pop_batch``,
-    ``max_use``): no draw or read returns it."""
+    """An item removed before the ring overwrote it (``remove``,
+    ``sample(remove=True)``, ``max_use``): no draw or read returns it."""
 
 class RateLimitedError(Error):
     """The buffer's rate limiter holds the call back (Reverb's model)."""
@@ -143,7 +143,7 @@ class ReplayBuffer:
         fewer than ``capacity`` items are held raises ``ValueSpaceFullError`` with
         nothing stored, unless ``evict_for_room=True`` lets it evict the oldest early.
         ``item_states`` keeps a state per item, so items can be removed (``remove``,
-        ``pop_batch``, ``sample(remove=True)``) and their uses counted; ``max_use=N``
+        ``sample(remove=True)``) and their uses counted; ``max_use=N``
         does too and removes an item on its N-th draw; ``max_size=M`` does too and,
         past M live items, removes random ones after each add (UnstableBaselines'
         downsampling; whole fragments with ``fragments=True``, as its
@@ -162,9 +162,6 @@ class ReplayBuffer:
     @staticmethod
     def open(path: _Path, *, actor: bool = False) -> "ReplayBuffer":
         """Opens the buffer for writing (``actor=True``: beside a priority owner)."""
-    @staticmethod
-    def open_actor(path: _Path) -> "ReplayBuffer":
-        """``open(path, actor=True)``: adds beside a ``PriorityOwner``, sets no priority."""
     def add(self, **fields: Any) -> int:
         """Adds one item; returns its index."""
     def add_batch(
@@ -241,7 +238,7 @@ class ReplayBuffer:
         pad: float = 0.0,
         by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
-        """``n`` distinct items drawn uniformly (or by group) and removed."""
+        """Deprecated (a ``DeprecationWarning``; goes next release): ``sample(n, remove=True)``."""
     def remove(self, indices: npt.ArrayLike) -> int:
         """Removes the live items at ``indices``; returns how many were removed now."""
     @property
@@ -752,7 +749,7 @@ class Lanes:
         out: Optional[_Batch] = None,
         by_group: Optional[Sequence[str]] = None,
     ) -> _Batch:
-        """``n`` distinct items over all lanes, removed."""
+        """Deprecated (a ``DeprecationWarning``; goes next release): ``sample(n, remove=True)``."""
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
         """``removed``, ``cause`` and ``uses`` of the live items at ``indices``."""
     def remove(self, indices: npt.ArrayLike) -> int:

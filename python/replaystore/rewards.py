@@ -96,7 +96,7 @@ def add_trajectory(buf, steps, *, final_reward, pid, env_id, transforms, traject
 def sample(buf, n, transforms, *, remove=False, **kwargs):
     """Draws ``n`` steps (removing them with ``remove=True``, UnstableBaselines'
     ``get_batch``) and applies the sampling transform once to the batch."""
-    batch = buf.pop_batch(n, **kwargs) if remove else buf.sample(n, **kwargs)
+    batch = buf.sample(n, remove=remove, **kwargs)
     return transforms.on_batch(batch)
 
 

@@ -278,13 +278,6 @@ impl PyBuffer {
         Ok(PyBuffer::of(Handle::Writer(buf)))
     }
 
-    /// Opens the buffer in `path` as the actor beside its priority owner (Ape-X): adds,
-    /// sets no priority; `open(path, actor=True)`.
-    #[staticmethod]
-    fn open_actor(py: Python<'_>, path: PathBuf) -> PyResult<PyBuffer> {
-        PyBuffer::open(py, path, true)
-    }
-
     /// Opens the buffer in `path` for writing; `actor=True` adds beside a priority owner
     /// (Ape-X) without touching the priorities.
     #[staticmethod]
@@ -495,7 +488,7 @@ impl PyBuffer {
     /// raises `SchemaError` naming it; on any error its arrays may hold part of a draw.
     /// Variable-length fields come back as `values` says (see `get`); `out` takes
     /// fixed fields only. With item states, removed items are never drawn;
-    /// `remove=True` draws distinct items and removes them (`pop_batch`), and
+    /// `remove=True` draws distinct items and removes them, and
     /// `by_group=["env_id"]` draws distinct items, an even share of every group of that
     /// key first (UnstableBaselines' stratified strategies).
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None, nested=false))]
@@ -538,13 +531,8 @@ impl PyBuffer {
         if nested { nest(&d) } else { Ok(d) }
     }
 
-    /// Draws `n` distinct items uniformly and removes them in the same call
-    /// (`sample(n, remove=True)`; UnstableBaselines' `get_batch`): no later draw or read
-    /// returns them. Needs a buffer created with `item_states=True` (or `max_use`).
-    /// Asking for more items than are left raises `replaystore.Error` naming both.
-    /// `by_group=["env_id"]` (or `["env_id", "pid"]`) draws as UnstableBaselines'
-    /// `stratified_env` (`stratified_env_role`) strategy: an even share of every group,
-    /// then the rest uniformly.
+    /// Deprecated: `sample(n, remove=True)`, which this calls after a
+    /// `DeprecationWarning`. Kept one release because the README showed it.
     #[pyo3(signature = (n, *, seed=None, out=None, values="list", pad=0.0, by_group=None))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn pop_batch<'py>(
@@ -557,6 +545,7 @@ impl PyBuffer {
         pad: f64,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        deprecated(py, "ReplayBuffer.pop_batch(n) is sample(n, remove=True)")?;
         let n = n.get();
         self.sample(
             py,

@@ -967,3 +967,12 @@ pub(crate) fn on_host<'py>(values: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Py
     }
     values.call_method0("detach")?.call_method0("cpu")
 }
+
+/// Warns that a name is going (a `DeprecationWarning` pointing at the caller's line),
+/// for the one release an old spelling is kept after the README showed it.
+pub(crate) fn deprecated(py: Python<'_>, what: &str) -> PyResult<()> {
+    let category = py.get_type::<pyo3::exceptions::PyDeprecationWarning>();
+    let message = std::ffi::CString::new(format!("{what}; the old name goes in the next release"))
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    PyErr::warn(py, &category, &message, 1)
+}

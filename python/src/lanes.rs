@@ -12,8 +12,8 @@ use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, 
 
 use crate::buffer::PyBuffer;
 use crate::calls::{
-    BatchDict, Count, LifeArgs, columns, config, draw, get_indices, index_array, inputs,
-    rows_removing, states_dict, stats_dict, update_from_py,
+    BatchDict, Count, LifeArgs, columns, config, deprecated, draw, get_indices, index_array,
+    inputs, rows_removing, states_dict, stats_dict, update_from_py,
 };
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::held::Handle;
@@ -341,8 +341,8 @@ impl PyLanes {
         py.detach(|| w.remove(&idx)).map_err(to_py)
     }
 
-    /// Draws `n` distinct items over all lanes and removes them (`sample(n,
-    /// remove=True)`; UnstableBaselines' `get_batch`), optionally `by_group`.
+    /// Deprecated: `sample(n, remove=True)`, which this calls after a
+    /// `DeprecationWarning`. Kept one release because the README showed it.
     #[pyo3(signature = (n, *, seed=None, out=None, by_group=None))]
     fn pop_batch<'py>(
         &self,
@@ -352,6 +352,7 @@ impl PyLanes {
         out: Option<&Bound<'py, PyDict>>,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        deprecated(py, "Lanes.pop_batch(n) is sample(n, remove=True)")?;
         let n = n.get();
         self.sample(py, Count(n as u64), None, seed, false, out, true, by_group)
     }

@@ -24,7 +24,7 @@ def actor_code(path, lane, per_actor=PER_ACTOR, lanes=True):
     opener = (
         f"rs.Lanes.open_lane({path!r}, {lane}, actor=True)"
         if lanes
-        else f"rs.ReplayBuffer.open_actor({path!r})"
+        else f"rs.ReplayBuffer.open({path!r}, actor=True)"
     )
     return textwrap.dedent(
         f"""

@@ -1,5 +1,5 @@
 """Promise (issue 30): items can be removed before the ring overwrites them, from
-Python: ``remove``, ``pop_batch`` / ``sample(remove=True)`` (UnstableBaselines'
+Python: ``remove``, ``sample(remove=True)`` (UnstableBaselines'
 ``get_batch``), ``max_use`` (DI-engine's ``use_time_check``); removed items never come
 back from any draw or read of the writer or a Reader; ``len``, ``stats`` and
 ``item_states`` say so; and a removal survives a kill -9 of the writer."""
@@ -26,12 +26,12 @@ def steps(n, start=0):
     }
 
 
-def test_pop_batch_returns_distinct_items_once_and_removes_them(tmp_path):
+def test_sample_remove_returns_distinct_items_once_and_removes_them(tmp_path):
     buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 1000, item_states=True, seed=1)
     buf.add_batch(steps(100))
     seen = []
     while len(buf) > 0:
-        b = buf.pop_batch(min(32, len(buf)))
+        b = buf.sample(min(32, len(buf)), remove=True)
         assert [int(x) for x in b["x"]] == b["indices"].tolist()
         assert b["obs"] == [f"step {i}" for i in b["x"]]
         seen += b["indices"].tolist()
@@ -46,7 +46,7 @@ def test_pop_batch_returns_distinct_items_once_and_removes_them(tmp_path):
     assert issubclass(rs.RemovedError, rs.EvictedError)
     buf.add_batch(steps(3, 100))
     with pytest.raises(rs.Error, match="only 3 are in range"):
-        buf.pop_batch(4)
+        buf.sample(4, remove=True)
     assert len(buf) == 3
 
 
@@ -95,7 +95,7 @@ def test_a_reader_never_draws_what_the_writer_removed(tmp_path):
 def test_calls_on_item_states_are_refused_by_name(tmp_path):
     plain = rs.ReplayBuffer.create(tmp_path / "p", SCHEMA, 10)
     plain.add_batch(steps(2))
-    for call in (lambda: plain.remove([0]), lambda: plain.pop_batch(1),
+    for call in (lambda: plain.remove([0]), lambda: plain.sample(1, remove=True),
                  lambda: plain.item_states([0])):
         with pytest.raises(rs.NoItemStatesError, match="item_states=True or max_use=N"):
             call()
@@ -116,7 +116,7 @@ def test_a_pop_acknowledged_survives_kill_9_of_the_writer(tmp_path):
                         "obs": [str(i) for i in range(300)],
                         "reward": np.zeros(300, np.float32)}})
         for _ in range(20):
-            b = buf.pop_batch(7)
+            b = buf.sample(7, remove=True)
             print(" ".join(map(str, b["indices"].tolist())), flush=True)
         print("done", flush=True)
         time.sleep(600)
@@ -134,7 +134,7 @@ def test_a_pop_acknowledged_survives_kill_9_of_the_writer(tmp_path):
     buf = rs.ReplayBuffer.open(path)
     assert len(buf) == 300 - 140
     assert buf.item_states(popped)["removed"].all()
-    rest = buf.pop_batch(160)
+    rest = buf.sample(160, remove=True)
     assert sorted(rest["indices"].tolist() + popped) == list(range(300))
 
 
@@ -166,7 +166,7 @@ def test_lanes_take_every_item_state_option_and_draw_by_group_over_lanes(tmp_pat
     assert all(s["len"] == 30 for s in stats)
     assert sum(s["removals"]["downsampled"] for s in stats) == 140
     assert sum(s["moved"] for s in stats) > 0
-    b = lanes.pop_batch(12, by_group=["env"])
+    b = lanes.sample(12, by_group=["env"], remove=True)
     assert sorted(np.bincount(b["env"], minlength=3).tolist())[0] >= 4
     states = lanes.item_states(b["indices"])
     assert list(states["cause"]) == ["sampled"] * 12
@@ -208,13 +208,35 @@ def test_max_size_downsamples_at_random_past_it(tmp_path):
     assert len(kept) == 50 and min(kept) < 250
 
 
-def test_pop_batch_by_group_draws_every_env_evenly(tmp_path):
+def test_pop_batch_is_sample_remove_behind_a_deprecation_warning(tmp_path):
+    """``pop_batch`` is kept one release (the README showed it): it warns, naming the
+    call that replaces it, and draws as ``sample(n, remove=True)`` does."""
+    a = rs.ReplayBuffer.create(tmp_path / "a", SCHEMA, 100, item_states=True, seed=5)
+    b = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 100, item_states=True, seed=5)
+    for buf in (a, b):
+        buf.add_batch(steps(40))
+    with pytest.warns(DeprecationWarning, match=r"pop_batch\(n\) is sample\(n, remove=True\)"):
+        old = a.pop_batch(10, by_group=["obs"])
+    new = b.sample(10, remove=True, by_group=["obs"])
+    assert old["indices"].tolist() == new["indices"].tolist()
+    assert len(a) == len(b) == 30
+    fixed = {"x": "int64", "reward": "float32"}
+    lanes = rs.Lanes.create(tmp_path / "l", fixed, 64, 2, item_states=True, seed=2)
+    batch = {"x": np.arange(20, dtype=np.int64), "reward": np.ones(20, np.float32)}
+    lanes.add_batch(batch, lanes=np.arange(20) % 2)
+    with pytest.warns(DeprecationWarning, match=r"Lanes.pop_batch"):
+        assert len(lanes.pop_batch(6)["indices"]) == 6
+    assert len(lanes) == 14
+    assert not hasattr(rs.ReplayBuffer, "open_actor")
+
+
+def test_sample_remove_by_group_draws_every_env_evenly(tmp_path):
     """UnstableBaselines' stratified_env: an even share of every env, then the rest."""
     buf = rs.ReplayBuffer.create(tmp_path / "b", SCHEMA, 1000, item_states=True, seed=1)
     envs = ["chess"] * 300 + ["go"] * 40 + ["poker"] * 12
     buf.add_batch({"x": np.arange(352, dtype=np.int64), "obs": envs,
                    "reward": np.zeros(352, np.float32)})
-    b = buf.pop_batch(30, by_group=["obs"])
+    b = buf.sample(30, by_group=["obs"], remove=True)
     got = {e: b["obs"].count(e) for e in ("chess", "go", "poker")}
     assert got == {"chess": 10, "go": 10, "poker": 10}
     b = buf.sample(8, by_group=["obs"])
