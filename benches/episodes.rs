@@ -28,7 +28,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-#[path = "../tools/src/workloads.rs"]
+#[path = "../bench/src/workloads.rs"]
 #[allow(dead_code, reason = "each bench uses some of the workloads")]
 mod workloads;
 use replaystore::{Batch, Config, Reader, ReplayBuffer, Request};

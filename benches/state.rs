@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-#[path = "../tools/src/workloads.rs"]
+#[path = "../bench/src/workloads.rs"]
 #[allow(dead_code, reason = "each bench uses some of the workloads")]
 mod workloads;
 use replaystore::{Config, ReplayBuffer, State};

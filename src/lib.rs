@@ -85,6 +85,14 @@ pub use sink::{Array, Layout, Sink, ValuesOut};
 pub use storage::io;
 pub use storage::pread::RowAccess;
 
+/// The copy and prefetch the engine's gather uses, and the host's memory, in safe forms:
+/// what a benchmark's floor (the same work by the plainest code) is held to, so that it
+/// does the work by the same means as the engine it bounds (`replaystore-bench`).
+pub mod kernels {
+    pub use crate::storage::map::{copy_field, prefetch_bytes};
+    pub use crate::storage::mem_total;
+}
+
 /// What the CLI, the tests, the fuzz targets and the benches reach beyond the public
 /// API: byte layouts, file names and the pure algorithms they check the engine against.
 /// Not part of the API: no stability promise, and nothing here maps a file.
@@ -98,8 +106,8 @@ pub mod internal {
     pub mod storage {
         pub use crate::storage::crc::SpanCrc;
         pub use crate::storage::{
-            LANE_DIR, MANIFEST, Manifest, heap_segment_path, lane_dir, mem_total, read_group,
-            read_lanes, resolve_root, segment_path,
+            LANE_DIR, MANIFEST, Manifest, heap_segment_path, lane_dir, read_group, read_lanes,
+            resolve_root, segment_path,
         };
 
         /// Opens segment `n` of the buffer in `dir` read-only and lets it go: the checks
@@ -137,5 +145,4 @@ pub mod internal {
     pub use crate::parts::priorities::PriorityInfo;
     pub use crate::parts::snapshot::snapshot_dir;
     pub use crate::sink::check_rows;
-    pub use crate::storage::map::{copy_field, prefetch_bytes};
 }

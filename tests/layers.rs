@@ -6,8 +6,8 @@
 //!   the draws the handles share name no handle);
 //! - no two files name each other, directly or around a loop.
 //!
-//! The command's crate (`tools/src`) and the Python extension's (`python/src`) are held
-//! to the second rule too.
+//! The command's crate (`tools/src`), the benchmarks' (`bench/src`) and the Python
+//! extension's (`python/src`) are held to the second rule too.
 //!
 //! A path through a re-export (`crate::Column`, `super::Reader`) counts as naming the
 //! file that defines the item.
@@ -316,7 +316,7 @@ fn no_file_names_a_layer_above_it_and_no_files_name_each_other() {
 #[test]
 fn no_files_of_the_command_or_the_extension_name_each_other() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for krate in ["tools/src", "python/src"] {
+    for krate in ["tools/src", "bench/src", "python/src"] {
         let edges = names(&root.join(krate));
         assert!(
             edges.values().map(BTreeSet::len).sum::<usize>() > 10,

@@ -36,8 +36,8 @@ one more capacity's worth added to the full ring; sample drops each batch before
 next, sample_out draws into the arrays of one kept batch (replaystore's out=), and
 sample_kept keeps every batch alive (W2: ~9 GB of new memory per run); W2-sample_stack4
 is W2 stored one frame per step and stacked 4 at sample time (replaystore only). Beside
-replaystore's figures, the floor of this host (`replaystore bench --floors`, found as
-$REPLAYSTORE_BIN, target/dist/replaystore, target/release/replaystore or on PATH) and ours
+replaystore's figures, the floor of this host (`replaystore-bench --floors`, found as
+$REPLAYSTORE_BENCH_BIN, target/dist/replaystore-bench, target/release/replaystore-bench or on PATH) and ours
 as a share of it.
 After each workload, the disk's write rate measured in the same run (the ring's bytes,
 written and fdatasynced in the scratch folder): a ring larger than the kernel's dirty
@@ -1180,7 +1180,7 @@ UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "reader_mapped_sample": "batches/s", "reader_mapped_peak_mib": "MiB"}
 
 
-# Which floor (`replaystore bench --floors`) bounds each figure, and the factor from the
+# Which floor (`replaystore-bench --floors`) bounds each figure, and the factor from the
 # floor's unit (M items/s, k batches/s, k it/s) to this script's.
 FLOOR_OF = {"add1": ("add1", 1e6), "addB": ("addB", 1e6), "addB_lap": ("addB", 1e6),
             "sample": ("sample", 1e3), "sample_out": ("sample", 1e3), "sample_kept": ("sample", 1e3),
@@ -1188,32 +1188,34 @@ FLOOR_OF = {"add1": ("add1", 1e6), "addB": ("addB", 1e6), "addB_lap": ("addB", 1
             "reader_mapped_sample": ("sample", 1e3)}
 
 
-def replaystore_cli():
-    """The `replaystore` command: $REPLAYSTORE_BIN, the checkout's dist or release build, or
-    PATH."""
+def replaystore_bench():
+    """The benchmark workloads' binary: $REPLAYSTORE_BENCH_BIN, the checkout's dist or
+    release build (`cargo build --release -p replaystore-bench`), or PATH."""
     target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target")
-    builds = [os.path.join(target, p, "replaystore") for p in ("dist", "release")]
-    for c in (os.environ.get("REPLAYSTORE_BIN"), *builds, shutil.which("replaystore")):
+    builds = [os.path.join(target, p, "replaystore-bench") for p in ("dist", "release")]
+    for c in (os.environ.get("REPLAYSTORE_BENCH_BIN"), *builds, shutil.which("replaystore-bench")):
         if c and os.access(c, os.X_OK):
             return c
     return None
 
 
 def floors(workload, quick, runs):
-    """This host's floors for `workload`, measured now by `replaystore bench --floors`
+    """This host's floors for `workload`, measured now by `replaystore-bench --floors`
     (plain Rust kernels over memory of the buffer's size: docs/WORKLOADS.md, "Floors"),
     as {figure: [values in this script's units]}; {} without the command."""
-    cli = replaystore_cli()
-    if cli is None:
+    bench = replaystore_bench()
+    if bench is None:
+        print("floors: no replaystore-bench binary (cargo build --release -p replaystore-bench, "
+              "or REPLAYSTORE_BENCH_BIN): figures without their floors", file=sys.stderr)
         return {}
-    cmd = [cli, "bench", "--workload", workload, "--floors", "--json", "--runs", str(runs)]
+    cmd = [bench, "--workload", workload, "--floors", "--json", "--runs", str(runs)]
     if quick:
         cmd.append("--quick")
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         print(f"floors of {workload}: {out.stderr.strip()[-500:]}", file=sys.stderr)
         return {}
-    # The best run: a floor is what the host can do (`replaystore bench` takes the same).
+    # The best run: a floor is what the host can do (`replaystore-bench` takes the same).
     best = {r["workload"].split("-", 1)[1]: r["max"] for r in json.loads(out.stdout)["results"]}
     return {key: [best[f] * scale] for key, (f, scale) in FLOOR_OF.items() if f in best}
 
@@ -1375,7 +1377,7 @@ def main():
               "(the quoted figures: dist; `maturin develop --profile dist`)")
     if floor_cols:
         print("floor: the best of --runs runs of the same work by a plain Rust kernel over memory of the same size, this host, "
-              "this run (replaystore bench --floors; W5's: memcpy_floor, a NumPy copy of the same payload bytes); "
+              "this run (replaystore-bench --floors; W5's: memcpy_floor, a NumPy copy of the same payload bytes); "
               "ours/floor: replaystore's median as a share of it")
 
 

@@ -58,13 +58,10 @@ fn index_dtype() -> &'static str {
 /// Runs the `replaystore` command on `argv` (the program's name first) and returns its
 /// exit status: the package's console script and `python -m replaystore`
 /// (`replaystore/__main__.py`). The command writes to the process's standard output and
-/// error itself, with the GIL released; a process it starts (the W3 bench's readers) is
-/// this interpreter with `-m replaystore`.
+/// error itself, with the GIL released.
 #[pyfunction]
 fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
-    let python: std::ffi::OsString = py.import("sys")?.getattr("executable")?.extract()?;
-    let again = vec![python, "-m".into(), "replaystore".into()];
-    Ok(py.detach(|| replaystore_cli::cli::run(again, argv)).0)
+    Ok(py.detach(|| replaystore_cli::cli::run(argv)).0)
 }
 
 /// The module `replaystore._native`; `replaystore/__init__.py` re-exports it.

@@ -294,6 +294,10 @@ pub(crate) fn open_segment(
 }
 
 /// This machine's memory in bytes (`MemTotal`; `u64::MAX` where unknown), read once.
+///
+/// ```
+/// assert!(replaystore::kernels::mem_total() > 0);
+/// ```
 pub fn mem_total() -> u64 {
     use std::sync::OnceLock;
     static MEM_TOTAL: OnceLock<u64> = OnceLock::new();

@@ -3,13 +3,12 @@
 //! the Python package's entry points.
 
 use crate::fail::Status;
-use crate::{bench, check, demo, info, w3};
+use crate::{check, demo, info};
 use crate::{fail, transfer};
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use clap::{Parser, Subcommand};
 use replaystore::{Batch, Lanes, Reader, Request};
@@ -72,62 +71,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Time the standard workloads (docs/WORKLOADS.md) on this machine: W1/W2 add,
-    /// sample, prioritized, and save / load / set_state at 1/16, 1/4 and full; W3 one
-    /// writer with 1, 2 and 4 reader processes. Beside each add, sample and prioritized
-    /// figure, its floor: the same work by a plain Rust kernel over memory of the same
-    /// size and row shape, measured in the same run (no files, checks or crash safety).
+    /// Time the standard workloads (docs/WORKLOADS.md) on this machine, each figure
+    /// beside this host's floor: runs `replaystore-bench` (a developer's tool, built from
+    /// the source tree with `cargo build --release --workspace`) when it sits beside this
+    /// command, with these arguments (`replaystore-bench --help` lists them). The command
+    /// pip installs leaves the workloads out.
     #[command(after_help = fail::EXIT_HELP)]
     Bench {
-        /// W1, W2, W3, all (W1, W2 and W3), ckpt: checkpoint latency p50/p99 as a
-        /// training loop sees it (W1 at 100k, 1M and 4M items and W2, uniform and
-        /// prioritized; --runs is then the number of checkpoints per case, at least 100),
-        /// w4: a 36 GB W2 ring, larger than memory, beside the disk's random-read rate
-        /// (skipped when the disk lacks the space; --quick: 140 MB), w5: LLM
-        /// self-play steps of text and token arrays (add in batches of 64 and one at a
-        /// time, sample 256 padded and flat beside a memcpy of the same bytes), w3e:
-        /// episodic draws by reader processes against the writer's own (W1 and W2 as
-        /// episodes: n-step stacked transitions, the open of a million steps), w6:
-        /// 8 policies in a buffer group (independent and lockstep draws), or w7: HER
-        /// draws of Fetch-like episodes (their peers: python/bench/compare.py).
-        #[arg(long, default_value = "all")]
-        workload: String,
-        /// Capacities and iteration counts divided by 16: a quick look, not the standard
-        /// figures.
-        #[arg(long)]
-        quick: bool,
-        /// Timed runs per figure (median and min-max are reported).
-        #[arg(long, default_value_t = 7)]
-        runs: usize,
-        /// Where to put the scratch buffers (default: the system's temporary folder).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// An earlier `bench --json` output: each figure is also given as how many
-        /// times better it is than the same figure there.
-        #[arg(long)]
-        baseline: Option<PathBuf>,
-        /// Only the floors (the plain kernels' figures, as the rows they bound): for
-        /// another benchmark (python/bench/compare.py) to set its figures against.
-        #[arg(long)]
-        floors: bool,
-    },
-    /// W3's reader process (started by `bench`): samples `dir` for `seconds` once a
-    /// line arrives on stdin, then prints batches/s and its anonymous resident bytes.
-    #[command(hide = true)]
-    W3Reader {
-        /// The buffer directory.
-        dir: PathBuf,
-        /// How long to sample.
-        #[arg(long)]
-        seconds: f64,
-        /// What to draw: W1's batches of 256 rows (`rows`), or the episodic draws of
-        /// `bench w3e` (`w1e`: 256 transitions, `w2e`: 32 of W2's frames, both with
-        /// 3-step returns and 4 stacked frames).
-        #[arg(long, default_value = "rows")]
-        unit: String,
+        /// What `replaystore-bench` takes: `--workload W1 --quick --json` and the rest.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// Check the manifest, both commit slots, every segment header, every item's stamp
     /// and checksum, the priority tree, the episode chain and each snapshot's files;
@@ -291,38 +244,47 @@ impl Pick {
     }
 }
 
-/// How this command starts itself again in a new process (the W3 bench's reader
-/// processes): the binary's path, or the Python interpreter with `-m replaystore`.
-static AGAIN: OnceLock<Vec<OsString>> = OnceLock::new();
-
-/// A new process running this command, to which the caller adds the arguments.
-pub(crate) fn again() -> std::process::Command {
-    let line = AGAIN.get().map(Vec::as_slice).unwrap_or_default();
-    let (program, pre) = line
-        .split_first()
-        .map_or((OsStr::new("replaystore"), &[][..]), |(p, r)| {
-            (p.as_os_str(), r)
-        });
-    let mut command = std::process::Command::new(program);
-    command.args(pre);
-    command
+/// `replaystore bench ARGS`: `replaystore-bench ARGS`, the binary beside this one. The
+/// workloads are not compiled into the command users install; a build from the source
+/// tree has both binaries side by side.
+fn bench(args: &[OsString]) -> Result<Status, Failure> {
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|me| me.with_file_name(format!("replaystore-bench{}", std::env::consts::EXE_SUFFIX)))
+        .filter(|p| p.is_file());
+    let Some(program) = beside else {
+        return Err(Failure::Usage(
+            "bench: the benchmark workloads are not part of this build (the command pip \
+             installs leaves them out). From the source tree: cargo run --release -p \
+             replaystore-bench -- --workload W1 (or cargo build --release --workspace, then \
+             target/release/replaystore bench --workload W1)"
+                .into(),
+        ));
+    };
+    let status = std::process::Command::new(&program)
+        .args(args)
+        .status()
+        .map_err(|e| Failure::file("run", &program, e))?;
+    Ok(Status(
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(8),
+    ))
 }
 
 /// Runs the command line `args` (the program's name first, as `std::env::args_os`
 /// gives it) and returns its exit status: the `replaystore` binary's `main`, and the
-/// Python package's console script and `python -m replaystore`. `again` is how to start
-/// the same command in a new process (the program, then any arguments before the
-/// command's own).
+/// Python package's console script and `python -m replaystore`.
 ///
 /// ```
 /// use replaystore_cli::cli;
 /// let dir = tempfile::tempdir()?;
-/// let status = cli::run(vec![], ["replaystore", "info", dir.path().to_str().unwrap()].map(Into::into));
+/// let status = cli::run(["replaystore", "info", dir.path().to_str().unwrap()].map(Into::into));
 /// assert_eq!(status.0, 3); // not a buffer: no MANIFEST in the folder
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn run(again: Vec<OsString>, args: impl IntoIterator<Item = OsString>) -> Status {
-    let _first_caller_decides = AGAIN.set(again);
+pub fn run(args: impl IntoIterator<Item = OsString>) -> Status {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -429,18 +391,7 @@ pub fn run(again: Vec<OsString>, args: impl IntoIterator<Item = OsString>) -> St
             prioritized,
             quiet: false,
         }),
-        Command::Bench {
-            workload,
-            quick,
-            runs,
-            dir,
-            json,
-            baseline,
-            floors,
-        } => bench::run(&workload, quick, runs, dir, json, baseline, floors).map_err(Failure::from),
-        Command::W3Reader { dir, seconds, unit } => {
-            w3::reader(&dir, seconds, &unit).map_err(Failure::from)
-        }
+        Command::Bench { args } => bench(&args),
         Command::Snapshots {
             dir,
             delete,

@@ -46,18 +46,6 @@ pub mod show;
 pub mod source;
 pub mod transfer;
 
-mod bench;
 mod check;
-mod ckpt;
 mod demo;
-mod floor;
 mod info;
-mod row;
-mod w3;
-mod w3e;
-mod w4;
-mod w5;
-mod w67;
-mod workloads;
-#[cfg(test)]
-mod workloads_tests;

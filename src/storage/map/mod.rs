@@ -451,6 +451,12 @@ pub(crate) fn prefetch(p: *const u8) {
 /// Copies `src` into `dst` with the gather's small-field moves (`copy_small`), over
 /// the shorter of the two lengths: the safe form, for the bench's floor kernels, which
 /// are held to the same means as the engine.
+///
+/// ```
+/// let mut dst = [0u8; 4];
+/// replaystore::kernels::copy_field(&[1, 2, 3, 4, 5], &mut dst);
+/// assert_eq!(dst, [1, 2, 3, 4]);
+/// ```
 #[inline(always)]
 pub fn copy_field(src: &[u8], dst: &mut [u8]) {
     let len = src.len().min(dst.len());
@@ -460,7 +466,13 @@ pub fn copy_field(src: &[u8], dst: &mut [u8]) {
 
 /// Asks the CPU to bring in the cache lines of `bytes`' first [`PREFETCH_BYTES`], as a
 /// gather does for a row it copies soon: the safe form, for code outside `storage/`
-/// held to the same means (the bench's floor kernels).
+/// held to the same means (the bench's floor kernels). A hint: it changes no byte.
+///
+/// ```
+/// let row = vec![7u8; 4096];
+/// replaystore::kernels::prefetch_bytes(&row);
+/// assert!(row.iter().all(|&b| b == 7));
+/// ```
 #[inline(always)]
 pub fn prefetch_bytes(bytes: &[u8]) {
     let start = bytes.as_ptr() as usize;

@@ -169,7 +169,7 @@ pub(crate) fn rows(scratch: &Path, quick: bool) -> Result<Vec<Row>, Error> {
     let mut cached = Row::new("W4 memory / ring".into(), "ratio", data);
     cached
         .values
-        .push(replaystore::internal::storage::mem_total() as f64 / data as f64);
+        .push(replaystore::kernels::mem_total() as f64 / data as f64);
     buf.close()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(vec![

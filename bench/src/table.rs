@@ -1,5 +1,5 @@
-//! `replaystore bench`: the workloads of docs/WORKLOADS.md on this machine, one
-//! table, each figure the median of `--runs` runs with min–max:
+//! `replaystore-bench` (`replaystore bench`): the workloads of docs/WORKLOADS.md on
+//! this machine, one table, each figure the median of `--runs` runs with min–max:
 //! - add1 / addB (W1): a capacity's worth of items one at a time / in chunks of 1,000
 //!   (the first run fills an empty ring, later runs wrap it);
 //! - sample: 10,000 uniform batches (W1 256, W2 32) from the full, flushed buffer, every
@@ -13,7 +13,7 @@
 //!
 //! `--quick` divides capacities and iteration counts by 16.
 
-use crate::fail::Status;
+use replaystore_cli::fail::Status;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -227,6 +227,16 @@ fn checkpoints(w: Workload, capacity: u64, dir: &Path, runs: usize) -> Result<Ve
     Ok(rows)
 }
 
+/// Runs `workload` (`w1`, `w2`, `w3`, `all`, `ckpt`, `w3e`, `w4`, `w5`, `w6`, `w7`;
+/// `InvalidConfig` naming the choices otherwise) `runs` times per figure in `dir` (a
+/// temporary folder by default, removed after) and prints the table, or JSON; against
+/// `baseline` (an earlier JSON output) each figure also says how many times better it
+/// is; `floors_only` prints the floors alone.
+///
+/// ```no_run
+/// replaystore_bench::run("w1", true, 3, None, true, None, false)?;
+/// # Ok::<(), replaystore::Error>(())
+/// ```
 pub fn run(
     workload: &str,
     quick: bool,
@@ -259,7 +269,8 @@ pub fn run(
     let mut rows = Vec::new();
     let mut result = Ok(());
     // One step per workload: the bar redraws only between timed phases, never inside one.
-    let bar = crate::progress::bar(workloads.len() as u64 + u64::from(w3), "bench", as_json);
+    let bar =
+        replaystore_cli::progress::bar(workloads.len() as u64 + u64::from(w3), "bench", as_json);
     for &w in &workloads {
         // --quick: a sixteenth of the standard capacity.
         let capacity = w.capacity() / if quick { 16 } else { 1 };
@@ -386,7 +397,7 @@ pub fn run(
             .collect();
         say!(
             "{:#}",
-            json!({"quick": quick, "profile": crate::PROFILE, "results": items})
+            json!({"quick": quick, "profile": replaystore_cli::PROFILE, "results": items})
         );
         return Ok(Status::SUCCESS);
     }
@@ -412,12 +423,12 @@ pub fn run(
             format!("{lo:.2}-{hi:.2}"),
             r.p99().map_or("-".into(), |p| format!("{p:.2}")),
             r.unit,
-            crate::info::human(r.data_bytes),
+            replaystore_cli::show::human(r.data_bytes),
             r.written_bytes
                 .iter()
                 .copied()
                 .max()
-                .map_or("-".into(), crate::info::human),
+                .map_or("-".into(), replaystore_cli::show::human),
             r.floor.map_or("-".into(), |f| format!("{f:.2}")),
             r.of_floor().map_or("-".into(), |p| format!("{p:.0}%")),
             (base.as_ref().and_then(|b| b.better(r))).map_or("-".into(), |x| format!("{x:.2}x")),
@@ -429,7 +440,7 @@ pub fn run(
     );
     say!(
         "built with Cargo profile {} (the quoted figures: dist)",
-        crate::PROFILE
+        replaystore_cli::PROFILE
     );
     Ok(Status::SUCCESS)
 }

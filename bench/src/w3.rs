@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 
-use crate::fail::Status;
+use replaystore_cli::fail::Status;
 use std::time::{Duration, Instant};
 
 use crate::workloads::Workload;
@@ -88,6 +88,12 @@ pub(crate) fn rss_anon() -> u64 {
 /// The `w3-reader` child: opens `dir` as a reader, says `ready`, waits for a line on
 /// stdin, samples `unit` (see `request`) for `seconds`, and prints
 /// `batches_per_s rss_anon_bytes`.
+///
+/// ```no_run
+/// // In the process `replaystore-bench w3-reader DIR --seconds 2` starts:
+/// replaystore_bench::reader(std::path::Path::new("w1-buffer"), 2.0, "rows")?;
+/// # Ok::<(), replaystore::Error>(())
+/// ```
 pub fn reader(dir: &Path, seconds: f64, unit: &str) -> Result<Status, Error> {
     let request = request(unit)?;
     let mut reader = Reader::open(dir)?;
@@ -125,10 +131,10 @@ pub(crate) fn run_readers(
     meanwhile: impl FnOnce() -> Result<f64, Error>,
 ) -> Result<(Vec<(f64, u64)>, f64), Error> {
     let mut children = Vec::new();
-    let command = crate::cli::again();
+    let command = crate::again();
     let exe = Path::new(command.get_program());
     for _ in 0..readers {
-        let mut child = crate::cli::again()
+        let mut child = crate::again()
             .arg("w3-reader")
             .arg(dir)
             .args(["--seconds", &seconds.to_string(), "--unit", unit])

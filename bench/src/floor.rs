@@ -103,7 +103,7 @@ impl Arena {
             for (out, &w) in outs.iter_mut().zip(&self.widths) {
                 let (field, rest) = row.split_at(w);
                 if let Some(dst) = out.get_mut(r * w..(r + 1) * w) {
-                    replaystore::internal::copy_field(field, dst);
+                    replaystore::kernels::copy_field(field, dst);
                 }
                 row = rest;
             }
@@ -114,7 +114,7 @@ impl Arena {
     fn touch(&self, i: usize) {
         let at = i * self.item;
         if let Some(row) = self.rows.get(at..at + self.item) {
-            replaystore::internal::prefetch_bytes(row);
+            replaystore::kernels::prefetch_bytes(row);
         }
     }
 
