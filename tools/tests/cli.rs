@@ -1012,8 +1012,10 @@ fn the_documents_and_help_name_only_files_in_the_repository() {
     for dir in [
         "docs",
         "docs/design",
+        "docs/decisions",
         "src",
         "tools/src",
+        "bench/src",
         "python/replaystore",
         "python/src",
     ] {
