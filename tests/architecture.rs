@@ -49,23 +49,6 @@ fn quoted(text: &str) -> Vec<String> {
     out
 }
 
-fn files_under(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if p.is_dir() {
-            if !NOT_OURS.contains(&name.as_str()) {
-                files_under(&p, exts, out);
-            }
-        } else if exts.iter().any(|x| name.ends_with(x)) {
-            out.push(p);
-        }
-    }
-}
-
 /// A repository path the map names: a token with a slash or a source file's extension,
 /// of path characters only. Files of a buffer's folder (`lane-0/progress`,
 /// `snapshots/<name>/`, `seg-*.dat`) are not the repository's.
@@ -205,28 +188,20 @@ fn every_path_the_map_names_exists() {
 
 #[test]
 fn every_item_and_class_the_map_names_is_defined() {
-    let r = root();
-    let mut files = Vec::new();
-    for dir in [
-        "src",
-        "tools",
-        "python",
-        "tests",
-        "benches",
-        "fuzz/fuzz_targets",
-    ] {
-        files_under(&r.join(dir), &[".rs", ".py"], &mut files);
-    }
-    // A module is its file: `crash_kill::...` names `tests/crash_kill.rs`.
+    // Every Rust and Python source of the repository; a module is its file too
+    // (`crash_kill::...` names `tests/crash_kill.rs`).
+    let files: Vec<String> = repo_paths()
+        .into_iter()
+        .filter(|p| p.ends_with(".rs") || p.ends_with(".py"))
+        .collect();
     let mut sources: Vec<String> = files
         .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap())
+        .map(|f| std::fs::read_to_string(root().join(f)).unwrap())
         .collect();
-    sources.extend(
-        files
-            .iter()
-            .map(|f| format!("mod {};", f.file_stem().unwrap().to_string_lossy())),
-    );
+    sources.extend(files.iter().map(|f| {
+        let stem = Path::new(f).file_stem().unwrap().to_string_lossy();
+        format!("mod {stem};")
+    }));
     let defined = definitions(&sources);
     let undefined: BTreeSet<String> = quoted(&map())
         .iter()

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{Commit, FLAG_CLEAN, Superblock};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF};
 use crate::format::state::State;
+use crate::parts::hooks::Holder;
 use crate::parts::snapshot::{self, SnapshotInfo};
 use crate::storage::behind::WriteBehind;
 use crate::storage::io::{self, Access};
@@ -304,9 +305,9 @@ impl Store {
     }
     /// Returns the buffer to `state`: the same items, priorities, counters and RNG position
     /// as when `get_state` made it.
-    pub(crate) fn set_state(&mut self, state: &State) -> Result<()> {
+    pub(crate) fn set_state(&mut self, state: &State, holder: Holder) -> Result<()> {
         let state = self.check_state(state)?;
-        self.restore_state(&state, true)
+        self.restore_state(&state, true, holder)
     }
 
     /// What `set_state` does before anything live changes: a handle that writes; the
@@ -324,7 +325,12 @@ impl Store {
 
     /// `set_state` after its checks: the intent (unless the caller wrote it: a lane
     /// set writes every lane's before it restores any), then the restore and a reopen.
-    pub(crate) fn restore_state(&mut self, state: &State, write_intent: bool) -> Result<()> {
+    pub(crate) fn restore_state(
+        &mut self,
+        state: &State,
+        write_intent: bool,
+        holder: Holder,
+    ) -> Result<()> {
         // An actor replaces a tree another process may have mapped: only while no
         // PriorityOwner runs (it would go on writing the replaced file).
         let _owner = (self.parts.tree.is_actor() && self.rows.superblock.prioritized)
@@ -361,7 +367,7 @@ impl Store {
         // The new handle takes the priority lock again (flock is per open file).
         self.parts.tree.release_lock();
         let (dir, io) = (self.rows.dir.clone(), self.rows.io.clone());
-        match Store::open_as(dir, io, self.holder, lock, true) {
+        match Store::open_as(dir, io, holder, lock, true) {
             Ok(fresh) => {
                 let old = std::mem::replace(self, fresh);
                 self.set_write_behind(old.commits.behind.asked());

@@ -3,7 +3,7 @@
 //! and the rate limiter (`life`), downsampling and the reservoir (`policy`), and the
 //! writer's draws (`draw`). It knows no role: the handle wrapping it
 //! (`handle::ReplayBuffer<R>`) says by its type which of these a program may call, and
-//! how the files are held (`Holder`) is a field a restore reopens them with.
+//! passes how its role holds the files (`Holder`) to the calls that reopen them.
 
 mod add;
 mod commit;
@@ -23,7 +23,6 @@ use crate::draw::Rows;
 use crate::error::{Error, Result};
 use crate::parts::config::Stats;
 use crate::parts::episodes::Episodes;
-use crate::parts::hooks::Holder;
 use crate::parts::set::Parts;
 use crate::schema::Schema;
 use crate::storage::map::ProgressMap;
@@ -49,8 +48,6 @@ pub(crate) struct Store {
     pub parts: Parts,
     /// The progress page readers in other processes follow (the writer's only).
     pub progress: Option<ProgressMap>,
-    /// How the files are held: what a restore reopens them as.
-    pub holder: Holder,
 }
 
 /// Unnamed checkpoints a handle keeps unless told otherwise: enough to step back a
@@ -65,7 +62,7 @@ impl Store {
     }
 
     /// The state over files just opened.
-    fn from_opened(o: Opened, holder: Holder) -> Store {
+    fn from_opened(o: Opened) -> Store {
         Store {
             rows: o.rows,
             commits: o.commits,
@@ -76,7 +73,6 @@ impl Store {
             keep_states: Some(DEFAULT_KEEP_STATES),
             parts: o.parts,
             progress: o.progress,
-            holder,
         }
     }
 

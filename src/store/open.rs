@@ -256,7 +256,7 @@ impl Store {
     /// [`Frozen`]).
     pub(crate) fn open_snapshot(dir: impl AsRef<Path>, name: &str) -> Result<Store> {
         let o = snapshot_parts(dir.as_ref(), name)?;
-        Ok(Store::from_opened(o, Holder::Frozen))
+        Ok(Store::from_opened(o))
     }
 
     /// `open_at_state` through a given file-operation seam.
@@ -291,7 +291,7 @@ impl Store {
         restored: bool,
     ) -> Result<Store> {
         let o = open_parts(dir, io, holder, lock, restored)?;
-        let mut buf = Store::from_opened(o, holder);
+        let mut buf = Store::from_opened(o);
         if buf.commits.lock.is_some() && !restored {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.

@@ -174,7 +174,7 @@ impl Lanes<ReplayBuffer> {
             crate::killpoint::hit("lanes-intent-between");
         }
         for (lane, s) in self.lanes.iter_mut().zip(&here) {
-            lane.store.restore_state(s, false)?;
+            lane.restore_state(s, false)?;
             crate::killpoint::hit("lanes-restore-between");
         }
         Ok(())

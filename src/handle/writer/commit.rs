@@ -155,7 +155,12 @@ impl<R: Writes> ReplayBuffer<R> {
     /// equal to `state`): a problem is an error naming it and nothing changes. Then an
     /// intent file is written, and a kill after that point is finished by the next open.
     pub fn set_state(&mut self, state: &State) -> Result<()> {
-        self.store.set_state(state)
+        self.store.set_state(state, R::HOLDER)
+    }
+    /// Restores `state`, already checked, reopening the files as this role holds them
+    /// (a lane set's restore, which writes every lane's intent first).
+    pub(crate) fn restore_state(&mut self, state: &State, write_intent: bool) -> Result<()> {
+        self.store.restore_state(state, write_intent, R::HOLDER)
     }
     /// Lets go of the handle as `kill -9` would: no flush, no commit, nothing written;
     /// the page cache keeps what the calls so far stored, and the next open recovers
