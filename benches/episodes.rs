@@ -16,7 +16,7 @@
 //! - `w2_frames/stack4_32`: W2 with native frame stacking (`workloads::W2Frames`: one
 //!   84x84 frame per row), 32 transitions with `obs` and `next_obs` of 4 frames each;
 //! - `w2_frames/window4_32`: the same transitions as one window of 5 frames each
-//!   (`obs` and `next_obs` are its views; `Request::window`);
+//!   (`obs` and `next_obs` are its views; `Transitions::window`);
 //! - `w2_frames/nstep3_stack4_32` and `reader_nstep3_stack4_32`: 3-step returns with
 //!   4 stacked frames, by the writer and by a `Reader`.
 //!

@@ -139,8 +139,10 @@ fn w1_per(c: &mut Criterion) {
                 arity,
             });
         let mut buf = w1_fill(dir.path(), "w1per", config, &data);
-        let mut spec = Request::rows(256).prioritized(BETA);
-        spec.stratified = stratified;
+        let spec: Request = match stratified {
+            true => Request::rows(256).prioritized(BETA).stratified(),
+            false => Request::rows(256).prioritized(BETA).into(),
+        };
         let mut batch = Batch::default();
         let mut at = 0usize;
         let name = format!("{arity}-ary{}", if stratified { "_stratified" } else { "" });

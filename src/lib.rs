@@ -51,7 +51,7 @@ mod column;
 mod dtype;
 mod error;
 mod killpoint;
-mod request;
+pub mod request;
 mod schema;
 mod sink;
 

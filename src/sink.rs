@@ -14,7 +14,7 @@ use crate::schema::{Field, Schema, VarField};
 /// ```
 /// use replaystore::{DType, Layout, Request, Schema};
 /// let schema = Schema::builder().field("obs", DType::F32, &[4]).field("r", DType::F32, &[]).build()?;
-/// let layout = Layout::of(&schema, &Request::transitions(32, &["obs"]).stack(3), 32, 32)?;
+/// let layout = Layout::of(&schema, &Request::transitions(32, &["obs"]).stack(3).into(), 32, 32)?;
 /// let next = layout.arrays().iter().find(|a| a.is("next_obs")).unwrap();
 /// assert_eq!((next.shape(), next.dtype), (vec![32, 3, 4], DType::F32));
 /// # Ok::<(), replaystore::Error>(())

@@ -682,7 +682,7 @@ fn inspect_counts_episodes_and_their_lengths() {
     assert!((stats.mean_return.unwrap() - mean_return).abs() < 1e-9);
 }
 
-/// Promise: transitions read at given step rows (`Request::at_steps`) are the ones a
+/// Promise: transitions read at given step rows (`Request::transitions_at`) are the ones a
 /// draw returned at those rows, every array equal (n-step returns, discounts, flags,
 /// stacked frames), the RNG untouched; a row that ends no step (a reset row) or an
 /// evicted one is refused by name.
@@ -704,10 +704,11 @@ fn transitions_read_at_given_steps_equal_the_drawn_ones() {
     }
     let obs = ["obs"];
     let request = || Request::transitions(64, &obs).nstep(3, 0.9).stack(2);
+    let at_steps = |at| Request::transitions_at(at, &obs).nstep(3, 0.9).stack(2);
     let drawn = buf.sample(request()).unwrap();
     let again = buf.sample(request()).unwrap();
     let at = drawn.indices().to_vec();
-    let read = buf.sample(request().at_steps(&at)).unwrap();
+    let read = buf.sample(at_steps(&at)).unwrap();
     let arrays = |b: &replaystore::Batch| -> Vec<(String, Vec<u8>)> {
         (b.fields().iter())
             .filter(|f| f.name() != "weights")
@@ -718,21 +719,21 @@ fn transitions_read_at_given_steps_equal_the_drawn_ones() {
     // The read moved no RNG: the next draw is the one after `drawn`.
     buf.reseed(3);
     let first = buf.sample(request()).unwrap();
-    let _ = buf.sample(request().at_steps(&at)).unwrap();
+    let _ = buf.sample(at_steps(&at)).unwrap();
     let second = buf.sample(request()).unwrap();
     assert_eq!(arrays(&first), arrays(&drawn));
     assert_eq!(arrays(&second), arrays(&again));
     // A reset row ends no step; an evicted row is gone.
     let reset = buf.episodes().unwrap().last().unwrap().start;
-    let bad = buf.sample(request().at_steps(&[at[0], reset]));
+    let pair = [at[0], reset];
+    let bad = buf.sample(at_steps(&pair));
     assert!(
         matches!(&bad, Err(Error::InvalidSample(m)) if m.contains(&format!("index {reset}"))),
         "{bad:?}"
     );
-    let bad = buf.sample(request().at_steps(&[0]));
+    let bad = buf.sample(at_steps(&[0]));
     assert!(
         matches!(bad, Err(Error::Evicted { index: 0, .. })),
         "{bad:?}"
     );
-    assert!(buf.sample(Request::episodes(1).at_steps(&[1])).is_err());
 }

@@ -85,10 +85,10 @@ fn ring_wraps_and_batches_longer_than_capacity_keep_their_newest_rows() {
 fn draws(buf: &mut ReplayBuffer, rounds: std::ops::Range<usize>) -> Vec<Vec<u64>> {
     rounds
         .map(|r| {
-            let spec = if r % 3 == 2 {
-                Request::rows(64).without_replacement()
+            let spec: Request = if r % 3 == 2 {
+                Request::rows(64).without_replacement().into()
             } else {
-                Request::rows(64)
+                64.into()
             };
             let b = buf.sample(spec).unwrap();
             for (row, &i) in b.indices().iter().enumerate() {

@@ -60,8 +60,10 @@ fn sampling_frequencies_match_priorities_to_the_alpha_chi_square() {
             let p: Vec<f64> = indices.iter().map(|&i| shape(i)).collect();
             buf.update_priorities(&indices, &p).unwrap();
             let mut counts = vec![0u64; ITEMS as usize];
-            let mut spec = Request::rows(CALL).prioritized(0.4);
-            spec.stratified = stratified;
+            let spec: Request = match stratified {
+                true => Request::rows(CALL).prioritized(0.4).stratified(),
+                false => Request::rows(CALL).prioritized(0.4).into(),
+            };
             let mut batch = replaystore::Batch::default();
             for _ in 0..DRAWS / CALL {
                 buf.sample_into(spec, &mut batch).unwrap();

@@ -86,29 +86,42 @@ fn assert_same(what: &str, w: &Batch, r: &Batch) {
 fn episodic_requests() -> Vec<(&'static str, Request<'static>)> {
     const OBS: &[&str] = &["obs"];
     vec![
-        ("rows by priority", Request::rows(64).prioritized(0.4)),
-        ("transitions", Request::transitions(64, OBS)),
+        (
+            "rows by priority",
+            Request::rows(64).prioritized(0.4).into(),
+        ),
+        ("transitions", Request::transitions(64, OBS).into()),
         (
             "n-step 3, stack 4",
-            Request::transitions(64, OBS).nstep(3, 0.9).stack(4),
+            Request::transitions(64, OBS).nstep(3, 0.9).stack(4).into(),
         ),
         (
             "window",
             Request::transitions(32, OBS)
                 .nstep(2, 0.5)
                 .stack(3)
-                .window(),
+                .window()
+                .into(),
         ),
         (
             "transitions by priority",
-            Request::transitions(64, OBS).nstep(3, 0.9).prioritized(0.4),
+            Request::transitions(64, OBS)
+                .nstep(3, 0.9)
+                .prioritized(0.4)
+                .into(),
         ),
-        ("sequences", Request::sequences(16, 8, OBS).burn_in(4)),
+        (
+            "sequences",
+            Request::sequences(16, 8, OBS).burn_in(4).into(),
+        ),
         (
             "sequences by priority",
-            Request::sequences(16, 8, OBS).burn_in(2).prioritized(0.6),
+            Request::sequences(16, 8, OBS)
+                .burn_in(2)
+                .prioritized(0.6)
+                .into(),
         ),
-        ("episodes", Request::episodes(8)),
+        ("episodes", Request::episodes(8).into()),
         (
             "episodes by priority",
             Request::episodes(8).prioritized(0.5),
@@ -201,19 +214,22 @@ fn a_reader_draws_the_fragments_and_groups_the_writer_draws() {
             .unwrap();
         }
         shuffle_priorities(&mut buf, &mut s);
-        let requests = [
-            ("fragments", Request::fragments(6)),
+        let requests: [(&str, Request); 6] = [
+            ("fragments", Request::fragments(6).into()),
             (
                 "distinct fragments",
-                Request::fragments(3).without_replacement(),
+                Request::fragments(3).without_replacement().into(),
             ),
-            ("fragments covering", Request::fragments_covering(30)),
+            ("fragments covering", Request::fragments_covering(30).into()),
             (
                 "fragments by priority",
                 Request::fragments(6).prioritized(0.4),
             ),
-            ("groups", Request::groups(3, &["action"])),
-            ("group windows", Request::groups(3, &["action"]).unroll(2)),
+            ("groups", Request::groups(3, &["action"]).into()),
+            (
+                "group windows",
+                Request::groups(3, &["action"]).unroll(2).into(),
+            ),
         ];
         for (what, request) in requests {
             buf.reseed(round);

@@ -281,12 +281,12 @@ fn filling_caller_arrays_draws_and_copies_what_sample_into_does() {
         // The caller's own arrays (a binding's): the fields, the indices, the weights.
         let mut arrays: Vec<Vec<u8>> = sizes.iter().map(|s| vec![0; s * n]).collect();
         arrays.push(vec![0; 8 * n]);
-        let request = match per {
+        let request: Request = match per {
             true => {
                 arrays.push(vec![0; 4 * n]);
-                Request::rows(n).prioritized(0.4)
+                Request::rows(n).prioritized(0.4).into()
             }
-            false => Request::rows(n),
+            false => n.into(),
         };
         let mut arrays = common::Arrays(arrays);
         a.sample_into(request, &mut batch).unwrap();

@@ -241,10 +241,10 @@ fn stacked_nstep_transitions_match_the_reference_while_the_ring_wraps() {
             (1, 0.99, 4),
         ] {
             for window in [false, true] {
-                let mut spec = Request::transitions(200, &["obs"])
+                let spec = Request::transitions(200, &["obs"])
                     .nstep(n as u64, gamma)
                     .stack(k as u64);
-                spec.window = window;
+                let spec = if window { spec.window() } else { spec };
                 let t = buf.sample(spec).unwrap();
                 // Frame f of transition i's obs and next_obs, whichever mode.
                 let obs_frame = |i: usize, f: usize| {

@@ -23,9 +23,12 @@ use crate::row::Row;
 pub(crate) fn request(unit: &str) -> Result<Request<'static>, Error> {
     const OBS: &[&str] = &["obs"];
     match unit {
-        "rows" => Ok(Request::rows(256)),
-        "w1e" => Ok(Request::transitions(256, OBS).nstep(3, 0.99).stack(4)),
-        "w2e" => Ok(Request::transitions(32, OBS).nstep(3, 0.99).stack(4)),
+        "rows" => Ok(Request::rows(256).into()),
+        "w1e" => Ok(Request::transitions(256, OBS)
+            .nstep(3, 0.99)
+            .stack(4)
+            .into()),
+        "w2e" => Ok(Request::transitions(32, OBS).nstep(3, 0.99).stack(4).into()),
         other => Err(Error::InvalidConfig {
             field: "unit",
             problem: format!("{other:?} is not rows, w1e or w2e"),

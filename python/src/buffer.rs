@@ -78,23 +78,15 @@ impl PyBuffer {
 }
 
 impl PyBuffer {
-    /// Draws whole units (fragments, groups) as `request` says, distinct ones without
-    /// `replace` and removed with `remove`, after `seed` restarts the sampling RNG; the
-    /// output as `out`, `values` and `pad` say (see `sample`).
+    /// Draws whole units (fragments, groups) as `request` says, after `seed` restarts
+    /// the sampling RNG; the output as `out`, `values` and `pad` say (see `sample`).
     fn draw_units<'py>(
         &self,
         py: Python<'py>,
-        mut request: Request<'_>,
-        (replace, remove): (bool, bool),
+        request: Request<'_>,
         seed: Option<u64>,
         (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
     ) -> PyResult<Bound<'py, PyDict>> {
-        if !replace {
-            request = request.without_replacement();
-        }
-        if remove {
-            request = request.remove();
-        }
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
@@ -371,9 +363,9 @@ impl PyBuffer {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
-        let request = Request {
-            drawn,
-            ..Request::at(&idx)
+        let request = match drawn {
+            true => Request::at(&idx).drawn(),
+            false => Request::at(&idx).into(),
         };
         draw_values(
             py,
@@ -517,10 +509,7 @@ impl PyBuffer {
         }
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        let mut request = rows_removing(n, beta, replace, remove);
-        if !group.is_empty() {
-            request = request.by_group(&group);
-        }
+        let request = rows(n, beta, (replace, remove), &group)?;
         let d = draw_values(
             py,
             out,
@@ -670,8 +659,8 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = fragments(n, covering, beta, true)?;
-        self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
+        let request = fragments(n, covering, beta, (replace, remove))?;
+        self.draw_units(py, request, seed, (out, values, pad))
     }
 
     /// Draws `n` groups of the items sharing the values of `by` (a field name or a list
@@ -699,8 +688,8 @@ impl PyBuffer {
         let n = n.get();
         let names = group_key(by)?;
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
-        let request = Request::groups(n, &fields).unroll(unroll);
-        self.draw_units(py, request, (replace, remove), seed, (out, values, pad))
+        let request = groups(n, &fields, unroll, (replace, remove));
+        self.draw_units(py, request, seed, (out, values, pad))
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
@@ -915,7 +904,14 @@ impl PyBuffer {
             buf.reseed(s);
         }
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
+        let request = transitions(
+            n,
+            &obs_refs,
+            beta,
+            (stack, nstep, gamma),
+            her.as_ref(),
+            None,
+        )?;
         let d = draw(
             py,
             out,

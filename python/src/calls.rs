@@ -561,24 +561,46 @@ pub(crate) fn one_or_many<'py>(
     }
 }
 
-/// The transitions a Python `sample_transitions(n, obs, beta=, stack=, nstep=, gamma=)`
-/// asks for (the writer's and a reader's alike).
+/// `InvalidSample` (the engine's error, as Python sees it) for keywords of one draw
+/// that do not go together.
+fn refused<T>(why: &str) -> PyResult<T> {
+    Err(to_py(Error::InvalidSample(why.to_owned())))
+}
+
+/// The transitions a Python `sample_transitions(n, obs, beta=, stack=, nstep=, gamma=,
+/// goal=...)` asks for (the writer's and a reader's alike), or read at the step rows
+/// `at` (a group's `at=`).
 pub(crate) fn transitions<'a>(
     n: usize,
     obs: &'a [&'a str],
     beta: Option<f64>,
     (stack, nstep, gamma): (u64, u64, f64),
     her: Option<&'a Her>,
-) -> Request<'a> {
-    let mut request = Request::transitions(n, obs)
-        .stack(stack)
-        .nstep(nstep, gamma);
-    if let Some(h) = her {
-        request = request.relabel(h.relabel());
+    at: Option<&'a [u64]>,
+) -> PyResult<Request<'a>> {
+    if let Some(at) = at {
+        if beta.is_some() {
+            return refused(
+                "at= reads the transitions at given steps; beta= draws them by priority",
+            );
+        }
+        return Ok(Request::transitions_at(at, obs)
+            .stack(stack)
+            .nstep(nstep, gamma)
+            .into());
     }
-    match beta {
-        Some(b) => request.prioritized(b),
-        None => request,
+    let drawn = Request::transitions(n, obs);
+    let drawn = match beta {
+        Some(b) => drawn.prioritized(b),
+        None => drawn,
+    };
+    match her {
+        Some(_) if nstep != 1 || stack != 1 => refused(
+            "relabeling (goal=) draws transitions of one step without stacking (nstep=1, \
+             stack=1): a new goal changes every reward of an n-step return",
+        ),
+        Some(h) => Ok(drawn.relabel(h.relabel()).gamma(gamma).into()),
+        None => Ok(drawn.stack(stack).nstep(nstep, gamma).into()),
     }
 }
 
@@ -650,7 +672,7 @@ impl Her {
     /// Calls `compute_reward(next_<achieved>, <goal>, info)` once for the relabeled
     /// rows of draw `d` and writes what it returns into their `reward` (if the schema
     /// has one) and `returns`. The relabeled rows are the draw's first ones
-    /// (`Request::relabel`), so each array is passed as a view of its first rows, not
+    /// (`Transitions::relabel`), so each array is passed as a view of its first rows, not
     /// a masked copy.
     pub(crate) fn rewards(&self, py: Python<'_>, d: &Bound<'_, PyDict>, n: usize) -> PyResult<()> {
         let Some(f) = &self.compute_reward else {
@@ -660,7 +682,7 @@ impl Her {
             d.get_item(k)?
                 .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(k.to_owned()))
         };
-        // As the engine counts them (`Request::relabel`).
+        // As the engine counts them (`Transitions::relabel`).
         let relabeled = (self.fraction * n as f64).round() as isize;
         let rel = pyo3::types::PySlice::new(py, 0, relabeled, 1);
         let pick = |k: &str| item(k)?.get_item(&rel);
@@ -689,8 +711,8 @@ pub(crate) fn sequences<'a>(
 ) -> Request<'a> {
     let request = Request::sequences(n, length, obs).burn_in(burn_in);
     match beta {
-        Some(b) => request.prioritized(b),
-        None => request,
+        Some(b) => request.prioritized(b).into(),
+        None => request.into(),
     }
 }
 
@@ -711,35 +733,63 @@ pub(crate) fn split_episode(
 pub(crate) fn episodes(n: usize, beta: Option<f64>) -> Request<'static> {
     match beta {
         Some(b) => Request::episodes(n).prioritized(b),
-        None => Request::episodes(n),
+        None => Request::episodes(n).into(),
     }
 }
 
-/// The fragments a Python `sample_fragments(n | covering=, beta=, replace=)` asks for.
+/// The fragments a Python `sample_fragments(n | covering=, beta=, replace=, remove=)`
+/// asks for.
 pub(crate) fn fragments(
     n: Option<usize>,
     covering: Option<u64>,
     beta: Option<f64>,
-    replace: bool,
+    (replace, remove): (bool, bool),
 ) -> PyResult<Request<'static>> {
-    let request = match (n, covering) {
-        (Some(n), None) => Request::fragments(n),
-        (None, Some(rows)) => Request::fragments_covering(rows),
-        _ => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "sample_fragments takes n or covering=, not both nor neither",
-            ));
+    match (n, covering) {
+        (Some(n), None) => {
+            let fragments = Request::fragments(n);
+            match (beta, replace, remove) {
+                (Some(_), _, true) => refused(
+                    "remove=True draws fragments uniformly, not by priority (beta=): draw \
+                     them, then remove(indices)",
+                ),
+                (Some(_), false, _) => refused(
+                    "replace=False draws fragments uniformly; beta= draws them by priority, \
+                     with replacement",
+                ),
+                (Some(b), true, false) => Ok(fragments.prioritized(b)),
+                (None, _, true) => Ok(fragments.remove().into()),
+                (None, false, false) => Ok(fragments.without_replacement().into()),
+                (None, true, false) => Ok(fragments.into()),
+            }
         }
-    };
-    let request = match beta {
-        Some(b) => request.prioritized(b),
-        None => request,
-    };
-    Ok(if replace {
-        request
-    } else {
-        request.without_replacement()
-    })
+        // Distinct whatever `replace` says: fragments until their rows reach a count.
+        (None, Some(rows)) => match (beta, remove) {
+            (Some(_), _) => {
+                refused("covering= draws whole fragments uniformly, not by priority (beta=)")
+            }
+            (None, true) => Ok(Request::fragments_covering(rows).remove()),
+            (None, false) => Ok(Request::fragments_covering(rows).into()),
+        },
+        _ => Err(pyo3::exceptions::PyValueError::new_err(
+            "sample_fragments takes n or covering=, not both nor neither",
+        )),
+    }
+}
+
+/// The groups a Python `sample_groups(n, by, unroll=, replace=, remove=)` asks for.
+pub(crate) fn groups<'a>(
+    n: usize,
+    by: &'a [&'a str],
+    unroll: u64,
+    (replace, remove): (bool, bool),
+) -> Request<'a> {
+    let groups = Request::groups(n, by).unroll(unroll);
+    match (replace, remove) {
+        (_, true) => groups.remove().into(),
+        (false, false) => groups.without_replacement().into(),
+        (true, false) => groups.into(),
+    }
 }
 
 /// The group key of a Python `by=`: a field name or a list of them.
@@ -750,27 +800,38 @@ pub(crate) fn group_key(by: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     }
 }
 
-/// The rows a Python `sample(n, beta=None, replace=True)` asks for.
-pub(crate) fn rows(n: usize, beta: Option<f64>, replace: bool) -> Request<'static> {
-    match (beta, replace) {
-        (Some(b), _) => Request::rows(n).prioritized(b),
-        (None, true) => Request::rows(n),
-        (None, false) => Request::rows(n).without_replacement(),
-    }
-}
-
-/// `rows`, removing what it returns when `remove` (a draw by priority then refuses by
-/// name: the engine's `InvalidSample`).
-pub(crate) fn rows_removing(
+/// The rows a Python `sample(n, beta=, replace=, remove=, by_group=)` asks for
+/// (`by` empty: no `by_group`).
+pub(crate) fn rows<'a>(
     n: usize,
     beta: Option<f64>,
-    replace: bool,
-    remove: bool,
-) -> Request<'static> {
-    match remove {
-        true => rows(n, beta, false).remove(),
-        false => rows(n, beta, replace),
+    (replace, remove): (bool, bool),
+    by: &'a [&'a str],
+) -> PyResult<Request<'a>> {
+    let rows = Request::rows(n);
+    if let Some(b) = beta {
+        return match (replace, remove, by.is_empty()) {
+            (true, false, true) => Ok(rows.prioritized(b).into()),
+            (_, true, _) => refused(
+                "remove=True draws rows uniformly, oldest first or at given indices, not \
+                 rows drawn by priority (beta=): draw them, then remove(indices)",
+            ),
+            (false, _, _) => refused(
+                "replace=False draws rows uniformly; beta= draws them by priority, with \
+                 replacement",
+            ),
+            (_, _, false) => {
+                refused("by_group= draws uniform rows, not rows drawn by priority (beta=)")
+            }
+        };
     }
+    Ok(match (by.is_empty(), replace, remove) {
+        (false, _, true) => rows.by_group(by).remove(),
+        (false, _, false) => rows.by_group(by).into(),
+        (true, _, true) => rows.remove().into(),
+        (true, false, false) => rows.without_replacement().into(),
+        (true, true, false) => rows.into(),
+    })
 }
 
 /// The indices a Python `get(indices)` reads (an int or an array-like).

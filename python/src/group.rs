@@ -410,10 +410,7 @@ impl PyGroup {
         if let Some(s) = seed {
             any_group!(g, g => g.reseed(s));
         }
-        let mut request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), None);
-        if let Some(at) = given {
-            request = request.at_steps(at);
-        }
+        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), None, given)?;
         draw(
             py,
             None,
@@ -506,7 +503,7 @@ impl PyGroup {
         replay_ratio: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = n.get();
-        let request = rows(n, beta, replace);
+        let request = rows(n, beta, (replace, false), &[])?;
         self.draw_members(py, member, seed, |g, name, sink| match replay_ratio {
             Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
             None => any_group!(g, g => g.sample_into(name, request, sink)),

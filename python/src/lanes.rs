@@ -13,7 +13,7 @@ use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, 
 use crate::buffer::PyBuffer;
 use crate::calls::{
     BatchDict, Count, LifeArgs, columns, config, deprecated, draw, get_indices, index_array,
-    inputs, rows_removing, states_dict, stats_dict, update_from_py,
+    inputs, rows, states_dict, stats_dict, update_from_py,
 };
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::held::Handle;
@@ -289,10 +289,7 @@ impl PyLanes {
         let n = n.get();
         let names: Vec<String> = by_group.unwrap_or_default();
         let group: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut request = rows_removing(n, beta, replace, remove);
-        if !group.is_empty() {
-            request = request.by_group(&group);
-        }
+        let request = rows(n, beta, (replace, remove), &group)?;
         any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, seed, out))
     }
 
@@ -303,7 +300,7 @@ impl PyLanes {
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let idx = get_indices(py, indices)?;
-        let request = Request::at(&idx);
+        let request = Request::at(&idx).into();
         any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, None, None))
     }
 

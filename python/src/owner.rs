@@ -72,7 +72,7 @@ impl PyOwner {
         if let Some(s) = seed {
             owner.reader().reseed(s);
         }
-        let request: Request<'static> = rows(n, beta, replace);
+        let request: Request<'static> = rows(n, beta, (replace, false), &[])?;
         draw(py, out, |sink| owner.sample_into(request, sink))
     }
 

@@ -165,10 +165,7 @@ impl PyReader {
         }
         // The reader re-draws an item the writer overwrites mid-copy, straight into
         // the arrays returned: no batch in between.
-        let mut request = rows(n, beta, replace);
-        if !group.is_empty() {
-            request = request.by_group(&group);
-        }
+        let request = rows(n, beta, (replace, false), &group)?;
         let d = draw(py, out, |sink| reader.sample_into(request, sink))?;
         if nested { nest(&d) } else { Ok(d) }
     }
@@ -213,7 +210,14 @@ impl PyReader {
         let schema = opened(&mut self.inner.lock(py))?.schema().clone();
         let obs = expand_prefixes(&schema, names(obs)?);
         let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(n, &obs_refs, beta, (stack, nstep, gamma), her.as_ref());
+        let request = transitions(
+            n,
+            &obs_refs,
+            beta,
+            (stack, nstep, gamma),
+            her.as_ref(),
+            None,
+        )?;
         let d = self.draw_units(py, request, seed, (out, "list", 0.0))?;
         if let Some(h) = &her {
             h.rewards(py, &d, n)?;
@@ -278,7 +282,7 @@ impl PyReader {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = fragments(n, covering, beta, replace)?;
+        let request = fragments(n, covering, beta, (replace, false))?;
         self.draw_units(py, request, seed, (out, values, pad))
     }
 
@@ -304,12 +308,7 @@ impl PyReader {
         let n = n.get();
         let names = group_key(by)?;
         let fields: Vec<&str> = names.iter().map(String::as_str).collect();
-        let request = Request::groups(n, &fields).unroll(unroll);
-        let request = if replace {
-            request
-        } else {
-            request.without_replacement()
-        };
+        let request = groups(n, &fields, unroll, (replace, false));
         self.draw_units(py, request, seed, (out, values, pad))
     }
 
@@ -328,9 +327,9 @@ impl PyReader {
         let idx = get_indices(py, indices)?;
         let mut held = self.inner.lock(py);
         let reader = opened(&mut held)?;
-        let request = Request {
-            drawn,
-            ..Request::at(&idx)
+        let request = match drawn {
+            true => Request::at(&idx).drawn(),
+            false => Request::at(&idx).into(),
         };
         draw(py, None, |sink| reader.sample_into(request, sink))
     }

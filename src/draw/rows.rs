@@ -322,7 +322,7 @@ impl Rows {
         self.check_live(indices)?;
         check_not_removed(life, indices)?;
         let n = indices.len();
-        let mut f = self.open_sink(&Request::at(indices), n, n, sink)?;
+        let mut f = self.open_sink(&Request::at(indices).into(), n, n, sink)?;
         self.gather_into(indices, &mut f.row)?;
         f.put(Own::Indices, bytemuck::cast_slice(indices));
         drop(f);

@@ -217,7 +217,7 @@ impl Policy {
 pub enum Cause {
     /// `remove(indices)`.
     Explicit = 1,
-    /// A draw that removes what it returns (`Request::remove`).
+    /// A draw that removes what it returns (`Rows::remove`).
     Sampled = 2,
     /// Its `max_use`-th draw.
     UsedUp = 3,

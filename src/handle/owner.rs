@@ -108,7 +108,7 @@ impl PriorityOwner {
     }
 
     /// Draws as `request` says, after catching up (see [`PriorityOwner::catch_up`]):
-    /// by priority ([`Request::prioritized`]) from the tree this process keeps, or
+    /// by priority ([`Rows::prioritized`](crate::request::Rows::prioritized)) from the tree this process keeps, or
     /// uniformly and at given indices as a [`Reader`] draws.
     pub fn sample<'r>(&mut self, request: impl Into<Request<'r>>) -> Result<Batch> {
         let mut batch = Batch::default();

@@ -421,7 +421,7 @@ impl Reader {
     }
 
     /// How many live and removed items each group of the key `fields` holds now (see
-    /// `Request::by_group`): `replaystore info --by`.
+    /// `Rows::by_group`): `replaystore info --by`.
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, Reader, ReplayBuffer, Schema};

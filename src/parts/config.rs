@@ -193,7 +193,7 @@ impl Config {
 
     /// Keeps a state word per item (`items.state`): items can be removed before the
     /// ring overwrites them ([`crate::ReplayBuffer::remove`], draws that remove what
-    /// they return with [`crate::Request::remove`]) and every draw's uses are counted
+    /// they return with [`crate::request::Rows::remove`]) and every draw's uses are counted
     /// ([`crate::ReplayBuffer::item_states`]). Removed items are never drawn or read
     /// again, and `len` counts only the items not removed. Persisted, crash-safe and
     /// part of every snapshot like the rows. Not yet with episodes or fragments.

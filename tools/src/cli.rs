@@ -453,10 +453,10 @@ fn sample(
             "a lane set has no snapshots of its own: sample a lane's (lane-K/) instead".into(),
         ));
     }
-    let request = match (draw.beta, draw.without_replacement) {
-        (Some(beta), _) => Request::rows(draw.n).prioritized(beta),
-        (None, true) => Request::rows(draw.n).without_replacement(),
-        (None, false) => Request::rows(draw.n),
+    let request: Request = match (draw.beta, draw.without_replacement) {
+        (Some(beta), _) => Request::rows(draw.n).prioritized(beta).into(),
+        (None, true) => Request::rows(draw.n).without_replacement().into(),
+        (None, false) => Request::rows(draw.n).into(),
     };
     // `Reader` and `Lanes<Reader>` have these methods alike, through no common trait.
     macro_rules! draw_from {

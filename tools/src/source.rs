@@ -243,10 +243,9 @@ impl Source {
                     let take = (run.end - at).min(chunk);
                     indices.clear();
                     indices.extend(at..at + take);
-                    let request = Request::at(&indices);
                     let request = match plan.include_removed {
-                        true => request.including_removed(),
-                        false => request,
+                        true => Request::at(&indices).including_removed(),
+                        false => Request::at(&indices).into(),
                     };
                     // One batch reused chunk after chunk: the rows go straight into it.
                     part.reader

@@ -612,14 +612,14 @@ impl<L: Lane> BufferGroup<L> {
         let (mut drawn, mut weights) = (Vec::new(), Vec::new());
         if ready && old > 0 {
             let replay = match beta {
-                Some(beta) => Request::rows(old).prioritized(beta),
-                None => Request::rows(old),
+                Some(beta) => Request::rows(old).prioritized(beta).into(),
+                None => Request::from(old),
             };
             lane.pick_rows(&replay, &mut drawn, &mut weights)?;
             indices.extend(drawn);
         }
         match beta {
-            None => crate::draw::sample_rows(lane, &Request::at(&indices), sink)?,
+            None => crate::draw::sample_rows(lane, &Request::at(&indices).into(), sink)?,
             Some(beta) => {
                 let mut all = vec![1.0f32; indices.len() - weights.len()];
                 all.extend(weights);
@@ -630,7 +630,7 @@ impl<L: Lane> BufferGroup<L> {
                     beta,
                     weights: &all,
                 };
-                crate::draw::sample_rows(lane, &Request::at(&indices), &mut sink)?;
+                crate::draw::sample_rows(lane, &Request::at(&indices).into(), &mut sink)?;
             }
         }
         lane.tally_lane_draws();
@@ -706,7 +706,7 @@ impl<L: Lane> BufferGroup<L> {
             for (lane, sink) in set.lanes.iter_mut().zip(sinks.iter_mut()) {
                 let newest = lane.rows().live().end - 1;
                 let indices: Vec<u64> = rel.iter().map(|back| newest - back).collect();
-                match crate::draw::sample_rows(lane, &Request::at(&indices), *sink) {
+                match crate::draw::sample_rows(lane, &Request::at(&indices).into(), *sink) {
                     Ok(()) => {}
                     // A reader's member whose writer passed a position meanwhile.
                     Err(Error::Evicted { .. }) => {
@@ -823,7 +823,7 @@ struct Weighted<'s, 'w> {
 impl Sink for Weighted<'_, '_> {
     fn arrays(&mut self, layout: &crate::sink::Layout<'_>) -> Result<Vec<&mut [u8]>> {
         let n = self.weights.len();
-        let weighted = Request::rows(n).prioritized(self.beta);
+        let weighted = Request::rows(n).prioritized(self.beta).into();
         let with = crate::sink::Layout::of(&self.schema, &weighted, n, n)?;
         let mut arrays = self.inner.arrays(&with)?;
         let last = arrays.pop();

@@ -578,7 +578,7 @@ impl<L: Lane> Lanes<L> {
             let from = picked.indices.len();
             let one = match request.pick {
                 // The lane checks its share of given indices are live.
-                Pick::Given(given) => Request::at(given.get(from..from + c).unwrap_or(&[])),
+                Pick::Given(given) => Request::at(given.get(from..from + c).unwrap_or(&[])).into(),
                 _ => Request { n: c, ..*request },
             };
             let (i, w) = (&mut lane_picked.indices, &mut lane_picked.weights);
@@ -822,7 +822,7 @@ impl<L: Lane> Lanes<L> {
             let one = match request.pick {
                 Pick::Given(_) => {
                     given = idx.to_vec();
-                    Request::at(&given)
+                    Request::at(&given).into()
                 }
                 _ => Request { n: c, ..*request },
             };

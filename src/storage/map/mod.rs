@@ -464,7 +464,7 @@ pub fn copy_field(src: &[u8], dst: &mut [u8]) {
     unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), len) };
 }
 
-/// Asks the CPU to bring in the cache lines of `bytes`' first [`PREFETCH_BYTES`], as a
+/// Asks the CPU to bring in the cache lines of `bytes`' first `PREFETCH_BYTES` (256), as a
 /// gather does for a row it copies soon: the safe form, for code outside `storage/`
 /// held to the same means (the bench's floor kernels). A hint: it changes no byte.
 ///
