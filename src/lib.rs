@@ -79,7 +79,7 @@ pub use parts::episodes::{EpisodeInfo, StepInfo};
 pub use parts::lifecycle::{ItemState, ItemStats, Removals};
 pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityUpdate};
 pub use parts::snapshot::{SnapshotInfo, snapshots};
-pub use request::{GoalStrategy, Pick, Relabel, Request, Unit};
+pub use request::{GoalStrategy, GroupRequest, Pick, Relabel, Request, Unit};
 pub use schema::{Field, Schema, SchemaBuilder, ValueFault, VarField, VarKind};
 pub use sink::{Array, Layout, Sink, ValuesOut};
 pub use storage::io;

@@ -14,8 +14,19 @@
 mod common;
 
 use replaystore::{
-    BufferGroup, Column, Config, DType, Error, Lanes, Reader, ReplayBuffer, Request, Schema,
+    Batch, BufferGroup, Column, Config, DType, Error, GroupRequest, Lane, Lanes, Reader,
+    ReplayBuffer, Request, Schema,
 };
+
+/// The batch of a draw of `request` from member `name`.
+fn one<'r, L: Lane>(
+    group: &mut BufferGroup<L>,
+    name: &'r str,
+    request: impl Into<Request<'r>>,
+) -> replaystore::Result<Batch> {
+    let mut drawn = group.sample((name, request))?;
+    Ok(drawn.pop().map(|(_, b)| b).unwrap_or_default())
+}
 
 fn schema() -> Schema {
     Schema::builder()
@@ -78,11 +89,11 @@ fn members_are_created_by_their_first_add_and_survive_reopening() {
     let mut group = BufferGroup::open(&dir).unwrap();
     assert_eq!(group.members(), ["a", "b", "critic"]);
     assert_eq!(lens(&group), [10, 10, 1]);
-    let b = group.sample("b", Request::rows(16)).unwrap();
+    let b = one(&mut group, "b", Request::rows(16)).unwrap();
     assert!(b.get::<f32>("obs").unwrap().chunks(3).all(|o| o[1] == 1.0));
     // Each member's indices carry its lane, as a lane's do.
     assert!(b.indices().iter().all(|&i| Lanes::lane_of(i) == 1));
-    let x = group.sample("critic", 2).unwrap();
+    let x = one(&mut group, "critic", 2).unwrap();
     assert_eq!(x.get::<i32>("x").unwrap(), [7, 7]);
     // One writer: a second group writer, or a member's own writer, is refused.
     assert!(matches!(BufferGroup::open(&dir), Err(Error::Locked { .. })));
@@ -110,7 +121,7 @@ fn a_group_without_a_template_creates_members_only_when_told_how() {
     group.add_member("p", Some(template())).unwrap();
     group.add("p", &cols).unwrap();
     assert!(matches!(
-        group.sample("q", 1),
+        one(&mut group, "q", 1),
         Err(Error::NoSuchMember { .. })
     ));
     // A plain buffer is not a group, and says so.
@@ -142,7 +153,7 @@ fn a_checkpoint_restores_every_member_and_empties_those_created_since() {
     assert_eq!(group.snapshots().unwrap(), ["start", "mid"]);
     group.set_state(&mid).unwrap();
     assert_eq!(lens(&group), [5, 5, 0]);
-    let steps = group.sample("a", Request::rows(32)).unwrap();
+    let steps = one(&mut group, "a", Request::rows(32)).unwrap();
     assert!(steps.get::<u64>("step").unwrap().iter().all(|&s| s < 5));
     // In a fresh process the checkpoint comes back from its name alone.
     group.close().unwrap();
@@ -176,7 +187,7 @@ fn lockstep_draws_the_same_joint_steps_from_every_member() {
     for t in 0..200 {
         add_step(&mut group, &names, t);
     }
-    let drawn = group.sample_lockstep(128).unwrap();
+    let drawn = group.sample(GroupRequest::lockstep(128)).unwrap();
     assert_eq!(drawn.len(), 3);
     let steps: Vec<&[u64]> = drawn
         .iter()
@@ -200,7 +211,7 @@ fn lockstep_draws_the_same_joint_steps_from_every_member() {
         );
     }
     // Independent draws: n from each member.
-    let each = group.sample_each(Request::rows(10)).unwrap();
+    let each = group.sample(GroupRequest::each(10)).unwrap();
     assert_eq!(
         each.iter()
             .map(|(n, b)| (n.as_str(), b.len()))
@@ -212,7 +223,7 @@ fn lockstep_draws_the_same_joint_steps_from_every_member() {
     for t in 200..210 {
         add_step(&mut group, &["p0", "p1", "p2", "late"], t);
     }
-    let drawn = group.sample_lockstep(256).unwrap();
+    let drawn = group.sample(GroupRequest::lockstep(256)).unwrap();
     let steps: Vec<&[u64]> = drawn
         .iter()
         .map(|(_, b)| b.get::<u64>("step").unwrap())
@@ -235,14 +246,14 @@ fn readers_open_a_group_and_see_members_created_later() {
     assert_eq!(reader.members(), ["a"]);
     add_step(&mut group, &["a", "b"], 1);
     assert!(matches!(
-        reader.sample("b", 1),
+        one(&mut reader, "b", 1),
         Err(Error::NoSuchMember { .. })
     ));
     reader.refresh().unwrap();
     assert_eq!(reader.members(), ["a", "b"]);
-    let b = reader.sample("b", Request::rows(4)).unwrap();
+    let b = one(&mut reader, "b", Request::rows(4)).unwrap();
     assert_eq!(b.get::<u64>("step").unwrap(), [1, 1, 1, 1]);
-    let lock = reader.sample_lockstep(8).unwrap();
+    let lock = reader.sample(GroupRequest::lockstep(8)).unwrap();
     assert!(
         lock.iter()
             .all(|(_, b)| b.get::<u64>("step").unwrap().iter().all(|&s| s == 1))
@@ -391,54 +402,65 @@ fn check_group_after_kill(dir: &std::path::Path, lines: &[String], ctx: &str) {
     }
 }
 
-/// Promise (RLlib's `MultiAgentMixInReplayBuffer`): each mixed draw returns the items
-/// added since the last one, oldest first, once each, up to `n * (1 - replay_ratio)`,
-/// topped up with replayed items to that share; ratio 0 returns only new items, ratio
-/// 1 only replayed ones; nothing is returned when nothing new came (ratio below 1).
+/// Promise (the shape of RLlib's MultiAgentMixInReplayBuffer, with exact counts): a
+/// mixed draw returns up to `new` of the items the member got since this handle's last
+/// mixed draw, oldest first, once each, then `replayed` items drawn from all it holds;
+/// `new_items` says how many are waiting; new items the ring evicted first are skipped;
+/// a member that holds nothing returns nothing.
 #[test]
 fn mixed_draws_return_each_new_item_once_and_replay_the_rest() {
     let tmp = tempfile::tempdir().unwrap();
     let mut group = BufferGroup::create(tmp.path().join("g"), Some(template())).unwrap();
-    let steps = |b: &replaystore::Batch| b.get::<u64>("step").unwrap().to_vec();
-    let draw = |group: &mut BufferGroup, n, r| {
-        let mut b = replaystore::Batch::default();
-        group.sample_mixed_into("p", n, r, None, &mut b).unwrap();
-        b
+    let steps = |b: &Batch| b.get::<u64>("step").unwrap().to_vec();
+    let draw = |group: &mut BufferGroup, new, replayed| {
+        let mut drawn = group
+            .sample(GroupRequest::mixed("p", new, replayed))
+            .unwrap();
+        assert_eq!(drawn.len(), 1, "one member drawn");
+        drawn.pop().unwrap().1
     };
-    add_step(&mut group, &["p"], 0);
-    for t in 1..10 {
+    for t in 0..10 {
         add_step(&mut group, &["p"], t);
     }
-    // Ratio 0: the new items, oldest first, each once.
-    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [0, 1, 2, 3]);
-    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [4, 5, 6, 7]);
-    assert_eq!(steps(&draw(&mut group, 4, 0.0)), [8, 9]);
+    assert_eq!(group.new_items("p").unwrap(), 10);
+    // Only new: the oldest first, each once.
+    assert_eq!(steps(&draw(&mut group, 4, 0)), [0, 1, 2, 3]);
+    assert_eq!(steps(&draw(&mut group, 4, 0)), [4, 5, 6, 7]);
+    assert_eq!(steps(&draw(&mut group, 4, 0)), [8, 9]);
+    assert_eq!(group.new_items("p").unwrap(), 0);
     assert!(
-        steps(&draw(&mut group, 4, 0.0)).is_empty(),
+        steps(&draw(&mut group, 4, 0)).is_empty(),
         "nothing new: nothing"
     );
-    // Ratio 0.5 of 8: four new, then four replayed from what the member holds.
+    // Four new, then four replayed from what the member holds.
     for t in 10..20 {
         add_step(&mut group, &["p"], t);
     }
-    let b = steps(&draw(&mut group, 8, 0.5));
+    let b = steps(&draw(&mut group, 4, 4));
     assert_eq!(b[..4], [10, 11, 12, 13]);
     assert_eq!(b.len(), 8);
     assert!(b[4..].iter().all(|&s| s < 20));
-    // Fewer new items than the share: replayed ones in proportion, never more than n.
-    let b = steps(&draw(&mut group, 20, 0.5));
+    // Fewer new items than asked: those there are, then the replayed ones.
+    let b = steps(&draw(&mut group, 20, 6));
     assert_eq!(b[..6], [14, 15, 16, 17, 18, 19]);
     assert_eq!(b.len(), 12);
-    // Ratio 1: only replayed, whatever is new.
+    // Only replayed: the new item stays new.
     add_step(&mut group, &["p"], 20);
-    assert_eq!(draw(&mut group, 5, 1.0).len(), 5);
+    assert_eq!(draw(&mut group, 0, 5).len(), 5);
+    assert_eq!(group.new_items("p").unwrap(), 1);
     // New items the ring evicted before a draw returned them are skipped (capacity 64).
     for t in 21..200 {
         add_step(&mut group, &["p"], t);
     }
-    assert_eq!(steps(&draw(&mut group, 3, 0.0)), [136, 137, 138]);
-    let mut b = replaystore::Batch::default();
-    let bad = group.sample_mixed_into("p", 3, 1.5, None, &mut b);
+    assert_eq!(group.new_items("p").unwrap(), 64);
+    assert_eq!(steps(&draw(&mut group, 3, 0)), [136, 137, 138]);
+    // A member that holds nothing returns nothing, new or replayed.
+    group.add_member("empty", None).unwrap();
+    let drawn = group.sample(GroupRequest::mixed("empty", 2, 3)).unwrap();
+    assert_eq!(drawn[0].1.len(), 0);
+    // One sink per member drawn: a mixed draw fills one.
+    let (mut a, mut b) = (Batch::default(), Batch::default());
+    let bad = group.sample_into(GroupRequest::mixed("p", 1, 1), &mut [&mut a, &mut b]);
     assert!(matches!(bad, Err(Error::InvalidSample(_))), "{bad:?}");
 }
 
@@ -458,28 +480,24 @@ fn mixed_draws_with_beta_replay_by_priority() {
     let prios = [1.0f64, 2.0, 3.0, 4.0];
     let m = group.member_mut("p").unwrap();
     m.update_priorities(&[0, 1, 2, 3], &prios).unwrap();
-    let mixed = |group: &mut BufferGroup, n, r| {
-        let mut b = replaystore::Batch::default();
-        group
-            .sample_mixed_into("p", n, r, Some(0.5), &mut b)
-            .unwrap();
+    let mixed = |group: &mut BufferGroup, new, replayed| {
+        let request = GroupRequest::mixed("p", new, replayed).prioritized(0.5);
+        let b = group.sample(request).unwrap().pop().unwrap().1;
         let steps = b.get::<u64>("step").unwrap().to_vec();
         (steps, b.weights().to_vec())
     };
     // The plain prioritized draw's weight of each item, for comparison.
-    let plain = group
-        .sample("p", Request::rows(64).prioritized(0.5))
-        .unwrap();
+    let plain = one(&mut group, "p", Request::rows(64).prioritized(0.5)).unwrap();
     let mut weight_of = std::collections::BTreeMap::new();
     let steps = plain.get::<u64>("step").unwrap().to_vec();
     for (s, w) in steps.iter().zip(plain.weights()) {
         weight_of.insert(*s, *w);
     }
     assert_eq!(weight_of.len(), 4, "64 draws reach all four items");
-    // Ratio 1: only replayed, by priority.
+    // Only replayed, by priority.
     let mut seen = [0u64; 4];
     for _ in 0..200 {
-        let (steps, weights) = mixed(&mut group, 100, 1.0);
+        let (steps, weights) = mixed(&mut group, 0, 100);
         assert_eq!(steps.len(), 100);
         for (s, w) in steps.iter().zip(&weights) {
             seen[*s as usize] += 1;
@@ -497,19 +515,17 @@ fn mixed_draws_with_beta_replay_by_priority() {
         chi < 16.27,
         "chi-square {chi} over 3 degrees (p = 0.001): {seen:?}"
     );
-    // Ratio 0: the four items not returned as new yet, weighted 1.
-    assert_eq!(mixed(&mut group, 4, 0.0), (vec![0, 1, 2, 3], vec![1.0; 4]));
+    // Only new: the four items not returned as new yet, weighted 1.
+    assert_eq!(mixed(&mut group, 4, 0), (vec![0, 1, 2, 3], vec![1.0; 4]));
     // Half new, weighted 1, then replayed ones with their weights.
     add_step(&mut group, &["p"], 4);
     add_step(&mut group, &["p"], 5);
-    let (steps, weights) = mixed(&mut group, 4, 0.5);
+    let (steps, weights) = mixed(&mut group, 2, 2);
     assert_eq!(steps[..2], [4, 5]);
     assert_eq!(weights[..2], [1.0, 1.0]);
     assert_eq!(steps.len(), 4);
     // The new items' priority is the largest (4): the replayed weights follow it.
-    let plain = group
-        .sample("p", Request::rows(256).prioritized(0.5))
-        .unwrap();
+    let plain = one(&mut group, "p", Request::rows(256).prioritized(0.5)).unwrap();
     let steps_now = plain.get::<u64>("step").unwrap().to_vec();
     let now: std::collections::BTreeMap<u64, f32> = steps_now
         .iter()
@@ -521,8 +537,7 @@ fn mixed_draws_with_beta_replay_by_priority() {
     }
     // A member without priorities refuses a replay by priority, and keeps its items.
     add_step(&mut group, &["q"], 0);
-    let mut b = replaystore::Batch::default();
-    let bad = group.sample_mixed_into("q", 2, 0.5, Some(0.5), &mut b);
+    let bad = group.sample(GroupRequest::mixed("q", 1, 1).prioritized(0.5));
     assert!(bad.is_err(), "{bad:?}");
     assert_eq!(group.member("q").unwrap().len(), 1);
 }
@@ -550,9 +565,12 @@ fn a_group_draws_a_members_transitions() {
         false,
     )
     .unwrap();
-    let b = group
-        .sample("ep", Request::transitions(32, &["obs"]).nstep(2, 0.5))
-        .unwrap();
+    let b = one(
+        &mut group,
+        "ep",
+        Request::transitions(32, &["obs"]).nstep(2, 0.5),
+    )
+    .unwrap();
     let (o, next) = (
         b.get::<f32>("obs").unwrap(),
         b.get::<f32>("next_obs").unwrap(),
@@ -560,9 +578,7 @@ fn a_group_draws_a_members_transitions() {
     for (o, n) in o.iter().zip(next) {
         assert_eq!(*n, (o + 2.0).min(4.0));
     }
-    let at = group
-        .sample("ep", Request::transitions_at(&[4, 1], &["obs"]))
-        .unwrap();
+    let at = one(&mut group, "ep", Request::transitions_at(&[4, 1], &["obs"])).unwrap();
     assert_eq!(at.get::<f32>("obs").unwrap(), [3.0, 0.0]);
 }
 

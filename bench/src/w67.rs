@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use replaystore::{
-    Batch, BufferGroup, Column, Config, DType, Error, GoalStrategy, Relabel, ReplayBuffer, Request,
-    Schema,
+    Batch, BufferGroup, Column, Config, DType, Error, GoalStrategy, GroupRequest, Relabel,
+    ReplayBuffer, Request, Schema,
 };
 
 use crate::row::Row;
@@ -95,13 +95,13 @@ pub fn w6(dir: &Path, runs: usize, quick: bool) -> Result<Vec<Row>, Error> {
         let mut batch = Batch::default();
         independent.values.push(rate(draws, || {
             for name in &names {
-                group.sample_into(name, 256, &mut batch)?;
+                group.sample_into((name.as_str(), 256), &mut [&mut batch])?;
             }
             Ok(())
         })?);
-        lockstep
-            .values
-            .push(rate(draws, || group.sample_lockstep(256).map(drop))?);
+        lockstep.values.push(rate(draws, || {
+            group.sample(GroupRequest::lockstep(256)).map(drop)
+        })?);
         group.close()?;
         let _ = std::fs::remove_dir_all(&path);
     }

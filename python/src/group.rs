@@ -8,7 +8,9 @@ use numpy::PyArray1;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use replaystore::{BufferGroup, Config, GroupState, Reader, ReplayBuffer, State};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use replaystore::{BufferGroup, Config, GroupRequest, GroupState, Reader, ReplayBuffer, State};
 
 use crate::arrays::NumpySink;
 use crate::calls::*;
@@ -43,6 +45,47 @@ macro_rules! any_group {
 pub struct PyGroup {
     /// Taken by each call in turn (see `shared`); `None` once closed.
     inner: Shared<Option<Opened>>,
+    /// Rounds the counts of `sample(replay_ratio=)` as RLlib's MixIn does: the
+    /// engine's mixed draw takes exact counts. Seeded by the template's `seed`, and by
+    /// a draw's `seed=` as the members' RNGs are.
+    mix: std::sync::Mutex<ChaCha8Rng>,
+}
+
+/// A mixing RNG from `seed`, or from the OS without one.
+fn mix_rng(seed: Option<u64>) -> std::sync::Mutex<ChaCha8Rng> {
+    std::sync::Mutex::new(match seed {
+        Some(s) => ChaCha8Rng::seed_from_u64(s),
+        None => rand::make_rng(),
+    })
+}
+
+/// RLlib's `MultiAgentMixInReplayBuffer` counts for a draw of `n` at `ratio` from a
+/// member with `pending` items not yet returned by a mixed draw and `held` items in
+/// all: how many new items to take and how many to replay, each share rounded up or
+/// down at random so that its mean is exact (RLlib's `round_up_or_down`); `(0, 0)` when
+/// RLlib returns nothing (nothing new below ratio 1, an empty member above ratio 0).
+fn mix_counts(
+    rng: &mut ChaCha8Rng,
+    n: usize,
+    ratio: f64,
+    (pending, held): (u64, u64),
+) -> (usize, usize) {
+    let mut round = |x: f64| {
+        let floor = x.floor();
+        (floor + f64::from(u8::from(rng.random::<f64>() < x - floor))) as usize
+    };
+    let max_new = round(n as f64 * (1.0 - ratio));
+    let new = max_new.min(usize::try_from(pending).unwrap_or(usize::MAX));
+    let replayed = match ratio {
+        r if r <= 0.0 => 0,
+        r if r >= 1.0 => n,
+        r if (new as f64 - n as f64 * (1.0 - r)).abs() < 1e-9 => n - max_new,
+        r => (n - max_new).min(round(new as f64 * r / (1.0 - r))),
+    };
+    match held == 0 && ratio > 0.0 || new == 0 && ratio < 1.0 {
+        true => (0, 0),
+        false => (new, replayed),
+    }
 }
 
 fn opened(held: &mut Option<Opened>) -> PyResult<&mut Opened> {
@@ -216,6 +259,13 @@ impl PyGroup {
         capacity: Option<u64>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyGroup> {
+        let seed: Option<u64> = match options {
+            Some(o) => (o.get_item("seed")?)
+                .filter(|s| !s.is_none())
+                .map(|s| s.extract())
+                .transpose()?,
+            None => None,
+        };
         let template = match (schema, capacity) {
             (Some(s), Some(c)) => Some(member_config(s, c, options)?),
             (None, None) if options.is_none_or(|o| o.is_empty()) => None,
@@ -231,6 +281,7 @@ impl PyGroup {
             .map_err(to_py)?;
         Ok(PyGroup {
             inner: Shared::new(Some(Opened::Writer(made))),
+            mix: mix_rng(seed),
         })
     }
 
@@ -250,6 +301,7 @@ impl PyGroup {
             .map_err(to_py)?;
         Ok(PyGroup {
             inner: Shared::new(Some(opened)),
+            mix: mix_rng(None),
         })
     }
 
@@ -414,7 +466,7 @@ impl PyGroup {
         draw(
             py,
             None,
-            |sink| any_group!(g, g => g.sample_into(member, request, sink)),
+            |sink| any_group!(g, g => g.sample_into((member, request), &mut [sink])),
         )
     }
 
@@ -446,7 +498,7 @@ impl PyGroup {
             py,
             member,
             seed,
-            |g, name, sink| any_group!(g, g => g.sample_into(name, request, sink)),
+            |g, name, sink| any_group!(g, g => g.sample_into((name, request), &mut [sink])),
         )
     }
 
@@ -467,7 +519,7 @@ impl PyGroup {
             py,
             member,
             seed,
-            |g, name, sink| any_group!(g, g => g.sample_into(name, request, sink)),
+            |g, name, sink| any_group!(g, g => g.sample_into((name, request), &mut [sink])),
         )
     }
 
@@ -504,9 +556,37 @@ impl PyGroup {
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = n.get();
         let request = rows(n, beta, (replace, false), &[])?;
-        self.draw_members(py, member, seed, |g, name, sink| match replay_ratio {
-            Some(r) => any_group!(g, g => g.sample_mixed_into(name, n, r, beta, sink)),
-            None => any_group!(g, g => g.sample_into(name, request, sink)),
+        if let Some(r) = replay_ratio
+            && !(0.0..=1.0).contains(&r)
+        {
+            return Err(to_py(replaystore::Error::InvalidSample(format!(
+                "replay_ratio={r} is not in 0..=1"
+            ))));
+        }
+        // Taken inside each member's draw, where the group is held: a mixing RNG
+        // poisoned by a panic elsewhere still rounds.
+        let mix = || {
+            self.mix
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(s) = seed {
+            *mix() = ChaCha8Rng::seed_from_u64(s);
+        }
+        self.draw_members(py, member, seed, |g, name, sink| {
+            let Some(r) = replay_ratio else {
+                return any_group!(g, g => g.sample_into((name, request), &mut [sink]));
+            };
+            any_group!(g, g => {
+                let pending = g.new_items(name)?;
+                let held = g.member(name)?.len();
+                let (new, replayed) = mix_counts(&mut mix(), n, r, (pending, held));
+                let mixed = GroupRequest::mixed(name, new, replayed);
+                match beta {
+                    Some(b) => g.sample_into(mixed.prioritized(b), &mut [sink]),
+                    None => g.sample_into(mixed, &mut [sink]),
+                }
+            })
         })
     }
 
@@ -536,7 +616,7 @@ impl PyGroup {
                 if let Some(s) = seed {
                     g.reseed(s);
                 }
-                g.sample_lockstep_into(n, &mut refs)
+                g.sample_into(GroupRequest::lockstep(n), &mut refs)
             })
         })
         .map_err(to_py)?;

@@ -116,6 +116,34 @@ def test_replay_ratio_mixes_new_items_with_replayed_ones_as_rllib_mixin_does(gro
         group.sample(2, "p", replay_ratio=2.0)
 
 
+def test_a_share_of_new_items_that_is_not_whole_is_rounded_at_random_as_rllib_does(tmp_path):
+    """RLlib's round_up_or_down: 5 * (1 - 0.5) = 2.5 new items per draw is 2 or 3 at
+    random with mean 2.5 (the bindings round; the engine's mixed draw takes the counts),
+    and seed= repeats the rounding with the draws."""
+    g = rs.BufferGroup.create(str(tmp_path / "g"), SCHEMA, 4096, seed=1)
+    g.add_batch("p", {"step": np.arange(4000), "obs": np.zeros((4000, 2), np.float32)})
+
+    def consumed():
+        rest = g.sample(4000, "p", replay_ratio=0.0)["step"]  # every new item left
+        return 4000 - len(rest)
+
+    def draws(seed):
+        return [g.sample(5, "p", replay_ratio=0.5, seed=seed if k == 0 else None)["step"].tolist()
+                for k in range(400)]
+
+    first = draws(7)
+    # 400 draws of 2.5 new items: 1000 with a standard deviation of 10; floor or ceil
+    # every time would take 800 or 1200.
+    assert 940 <= consumed() <= 1060
+    assert {len(d) for d in first} <= {4, 5, 6}
+    g.add_batch("p", {"step": np.arange(4000), "obs": np.zeros((4000, 2), np.float32)})
+    g.sample(4000, "p", replay_ratio=0.0)  # start over: nothing new
+    g.add_batch("p", {"step": np.arange(4000), "obs": np.zeros((4000, 2), np.float32)})
+    again = draws(7)
+    assert [len(d) for d in again] == [len(d) for d in first]
+    g.close()
+
+
 def test_replay_by_priority_in_a_mixed_draw_weights_new_items_one(group):
     group.add_member("per", SCHEMA, 64, alpha=1.0, eps=0.0, seed=5)
     idx = group.add_batch("per", {"step": np.arange(4), "obs": np.zeros((4, 2), np.float32)})

@@ -89,11 +89,14 @@
 //! ```
 
 mod build;
+mod group;
 
 pub use build::{
     At, ByGroup, Covering, Episodes, Fragments, Groups, Oldest, PriorityRows, Relabeled, Rows,
     Sequences, Shaped, Transitions, TransitionsAt, Uniform, UniformFragments,
 };
+pub(crate) use group::GroupDraw;
+pub use group::{GroupRequest, Mixed};
 
 use crate::error::{Error, Result};
 

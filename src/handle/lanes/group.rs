@@ -27,7 +27,7 @@ use crate::format::state::State;
 use crate::handle::{Reader, ReplayBuffer};
 use crate::parts::config::{Config, Stats};
 use crate::parts::snapshot;
-use crate::request::Request;
+use crate::request::{GroupDraw, GroupRequest, Request};
 use crate::sink::Sink;
 use crate::storage::io::{self, IoRef};
 use crate::storage::{self, Manifest};
@@ -39,7 +39,7 @@ const LOCKSTEP_TRIES: usize = 64;
 /// Named member buffers in one folder, created on first use and checkpointed as one.
 ///
 /// ```
-/// use replaystore::{BufferGroup, Column, Config, DType, Request, Schema};
+/// use replaystore::{BufferGroup, Column, Config, DType, GroupRequest, Request, Schema};
 /// let dir = tempfile::tempdir()?;
 /// let schema = Schema::builder().field("obs", DType::F32, &[2]).build()?;
 /// // Every member gets this configuration unless it is created with its own.
@@ -47,8 +47,11 @@ const LOCKSTEP_TRIES: usize = 64;
 /// group.add("policy_0", &[Column::new("obs", &[1.0f32, 2.0])])?; // creates the member
 /// group.add("policy_1", &[Column::new("obs", &[3.0f32, 4.0])])?;
 /// assert_eq!(group.members(), ["policy_0", "policy_1"]);
-/// let batch = group.sample("policy_1", Request::rows(4))?;
-/// assert_eq!(batch.get::<f32>("obs")?, [3.0, 4.0].repeat(4));
+/// let drawn = group.sample(("policy_1", Request::rows(4)))?; // one member
+/// assert_eq!(drawn[0].1.get::<f32>("obs")?, [3.0, 4.0].repeat(4));
+/// let each = group.sample(GroupRequest::each(2))?; // every member, in member order
+/// assert_eq!(each.iter().map(|(name, b)| (name.as_str(), b.len())).collect::<Vec<_>>(),
+///            [("policy_0", 2), ("policy_1", 2)]);
 /// let state = group.get_state_named("step-1")?; // every member, one checkpoint
 /// group.add("policy_2", &[Column::new("obs", &[5.0f32, 6.0])])?;
 /// group.set_state(&state)?; // policy_2 is empty again, as at the checkpoint
@@ -66,7 +69,7 @@ pub struct BufferGroup<L: Lane = ReplayBuffer> {
     /// creation and the checkpoints of a group with no member yet need it.
     _lock: Option<std::fs::File>,
     /// Per member, the first index a mixed draw has not returned as new yet
-    /// ([`BufferGroup::sample_mixed_into`]): this handle's, not stored (see there).
+    /// ([`GroupRequest::mixed`]): this handle's, not stored (see there).
     new_from: Vec<u64>,
 }
 
@@ -509,27 +512,73 @@ impl<L: Lane> BufferGroup<L> {
             .ok_or_else(|| self.no_member(name, true))
     }
 
-    /// Draws from member `name` as `request` says (RLlib's
-    /// `sample(n, policy_id=...)` in independent mode).
-    pub fn sample<'r>(&mut self, name: &str, request: impl Into<Request<'r>>) -> Result<Batch> {
-        let mut batch = Batch::default();
-        self.sample_into(name, request, &mut batch)?;
-        Ok(batch)
+    /// Draws as `request` says (see [`GroupRequest`]): one batch per member drawn from,
+    /// with its name, in member order. A `(name, request)` pair draws from one member
+    /// (RLlib's `sample(n, policy_id=...)`).
+    pub fn sample<'r>(
+        &mut self,
+        request: impl Into<GroupRequest<'r>>,
+    ) -> Result<Vec<(String, Batch)>> {
+        let request = request.into();
+        let names: Vec<String> = match request.member() {
+            Some(name) => vec![name.to_owned()],
+            None => self.members().iter().map(|&n| n.to_owned()).collect(),
+        };
+        let mut batches: Vec<Batch> = names.iter().map(|_| Batch::default()).collect();
+        let mut sinks: Vec<&mut dyn Sink> =
+            batches.iter_mut().map(|b| b as &mut dyn Sink).collect();
+        self.sample_into(request, &mut sinks)?;
+        Ok(names.into_iter().zip(batches).collect())
     }
 
-    /// [`BufferGroup::sample`] into `sink`.
+    /// [`BufferGroup::sample`] into one sink per member drawn from, in member order
+    /// (one for a draw from one member; a sink may be asked again after a reader's
+    /// lost race).
     pub fn sample_into<'r>(
         &mut self,
-        name: &str,
-        request: impl Into<Request<'r>>,
-        sink: &mut dyn Sink,
+        request: impl Into<GroupRequest<'r>>,
+        sinks: &mut [&mut dyn Sink],
     ) -> Result<()> {
+        let request = request.into();
+        let members = match request.member() {
+            Some(_) => 1,
+            None => self.doc.members.len(),
+        };
+        if sinks.len() != members {
+            return Err(Error::InvalidSample(format!(
+                "{} sinks for a draw from {members} members",
+                sinks.len(),
+            )));
+        }
+        match request.0 {
+            GroupDraw::Member(name, request) => self.sample_member(name, &request, sinks),
+            GroupDraw::Each(request) => {
+                for (k, sink) in sinks.iter_mut().enumerate() {
+                    self.lane_mut(k)?.sample_lane_into(&request, *sink)?;
+                }
+                Ok(())
+            }
+            GroupDraw::Lockstep(n) => self.sample_lockstep(n, sinks),
+            GroupDraw::Mixed {
+                name,
+                new,
+                replayed,
+                beta,
+            } => self.sample_mixed(name, (new, replayed), beta, sinks),
+        }
+    }
+
+    /// How many items member `name` got since this handle's last mixed draw from it,
+    /// not evicted since: what a mixed draw's `new` can take
+    /// ([`GroupRequest::mixed`]).
+    pub fn new_items(&mut self, name: &str) -> Result<u64> {
         let k = self.position(name)?;
-        let lane = (self.set.as_mut()).and_then(|s| s.lanes.get_mut(k));
-        let lane = lane.ok_or_else(|| Error::NotABuffer {
-            dir: self.dir.clone(),
-        })?;
-        lane.sample_lane_into(&request.into(), sink)
+        let from = self.new_from.get(k).copied();
+        let lane = self.lane_mut(k)?;
+        lane.refresh_lane()?;
+        let live = lane.rows().live();
+        let from = from.unwrap_or(live.end).clamp(live.start, live.end);
+        Ok(live.end - from)
     }
 
     /// Restarts the sampling RNG of every member from `seed` (member `K` from a value
@@ -540,92 +589,77 @@ impl<L: Lane> BufferGroup<L> {
         }
     }
 
-    /// RLlib's `MultiAgentMixInReplayBuffer.sample(n, policy_id=name)` into `sink`: the
-    /// items member `name` got since this handle's last mixed draw (oldest first), up
-    /// to `n * (1 - replay_ratio)` of them (rounded up or down at random so that the
-    /// mean is that), returned once each, then older items drawn uniformly so that the
-    /// replayed share is `replay_ratio` (fewer when fewer new items came). With
-    /// `replay_ratio` 0 only new items, with 1 only replayed ones. When there is
-    /// nothing to return (no new item below ratio 1, an empty member above ratio 0)
-    /// the draw is empty, as RLlib's. New items the ring evicted before a draw returned
-    /// them are skipped. What counts as new starts at each member's tail when this
-    /// handle opens it (a member it created: from its first item) and is the handle's
-    /// alone: RLlib keeps its `last_added_batches` in memory too.
-    ///
-    /// With `beta` the replayed items are drawn by the member's priorities (a
-    /// prioritized member's, else `InvalidSample`), as RLlib's MixIn over its
-    /// prioritized buffers draws them, and the draw has `weights`: the replayed items'
-    /// importance weights, and 1 for each new item (returned once each, not drawn).
-    ///
-    /// ```
-    /// use replaystore::{Batch, BufferGroup, Column, Config, DType, Schema};
-    /// let dir = tempfile::tempdir()?;
-    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
-    /// let mut group = BufferGroup::create(dir.path().join("g"), Some(Config::new(schema, 100)))?;
-    /// group.add_batch("p", &[Column::new("x", &(0..10u32).collect::<Vec<_>>())])?;
-    /// let mut b = Batch::default();
-    /// group.sample_mixed_into("p", 4, 0.5, None, &mut b)?;
-    /// // Half new (the oldest two not returned yet), half replayed.
-    /// assert_eq!(&b.get::<u32>("x")?[..2], [0, 1]);
-    /// assert_eq!(b.len(), 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn sample_mixed_into(
+    /// Each member's name and counters.
+    pub fn stats(&mut self) -> Result<Vec<(String, Stats)>> {
+        let names: Vec<String> = self.members().iter().map(|&s| s.to_owned()).collect();
+        let Some(set) = &mut self.set else {
+            return Ok(Vec::new());
+        };
+        let stats = set.lane_stats()?;
+        Ok(names.into_iter().zip(stats).collect())
+    }
+
+    /// The lane of member `k` (its position), or `NotABuffer`.
+    fn lane_mut(&mut self, k: usize) -> Result<&mut L> {
+        let dir = self.dir.clone();
+        (self.set.as_mut())
+            .and_then(|s| s.lanes.get_mut(k))
+            .ok_or(Error::NotABuffer { dir })
+    }
+
+    /// `request` from member `name` into the one sink.
+    fn sample_member(
         &mut self,
         name: &str,
-        n: usize,
-        replay_ratio: f64,
-        beta: Option<f64>,
-        sink: &mut dyn Sink,
+        request: &Request<'_>,
+        sinks: &mut [&mut dyn Sink],
     ) -> Result<()> {
-        if !(0.0..=1.0).contains(&replay_ratio) {
-            return Err(Error::InvalidSample(format!(
-                "replay_ratio {replay_ratio} is not in 0..=1"
-            )));
-        }
         let k = self.position(name)?;
-        let dir = self.dir.clone();
-        let lane = (self.set.as_mut()).and_then(|s| s.lanes.get_mut(k));
-        let lane = lane.ok_or(Error::NotABuffer { dir })?;
+        let [sink] = sinks else {
+            return Err(Error::InvalidSample(
+                "a member's draw fills one sink".into(),
+            ));
+        };
+        self.lane_mut(k)?.sample_lane_into(request, *sink)
+    }
+
+    /// A mixed draw from member `name` (see [`GroupRequest::mixed`]): up to `new` items
+    /// not yet returned, oldest first, then `replayed` drawn, into the one sink.
+    fn sample_mixed(
+        &mut self,
+        name: &str,
+        (new, replayed): (usize, usize),
+        beta: Option<f64>,
+        sinks: &mut [&mut dyn Sink],
+    ) -> Result<()> {
+        let [sink] = sinks else {
+            return Err(Error::InvalidSample("a mixed draw fills one sink".into()));
+        };
+        let k = self.position(name)?;
+        let from = self.new_from.get(k).copied();
+        let lane = self.lane_mut(k)?;
         lane.refresh_lane()?;
         let live = lane.rows().live();
-        let from = self.new_from.get(k).copied().unwrap_or(live.end);
-        let from = from.clamp(live.start, live.end);
-        let rng = &mut lane.rows_mut().draws.rng;
-        // A count whose mean is `x` (RLlib's round_up_or_down).
-        let mut round = |x: f64| {
-            let floor = x.floor();
-            (floor + f64::from(u8::from(rng.random::<f64>() < x - floor))) as usize
-        };
-        let max_new = round(n as f64 * (1.0 - replay_ratio));
-        let new: Vec<u64> = (from..live.end).take(max_new).collect();
-        let old = match replay_ratio {
-            r if r <= 0.0 => 0,
-            r if r >= 1.0 => n,
-            r if (new.len() as f64 - n as f64 * (1.0 - r)).abs() < 1e-9 => n - max_new,
-            r => (n - max_new).min(round(new.len() as f64 * r / (1.0 - r))),
-        };
-        let ready =
-            !(live.is_empty() && replay_ratio > 0.0 || new.is_empty() && replay_ratio < 1.0);
-        let mut indices = if ready { new } else { Vec::new() };
+        let from = from.unwrap_or(live.end).clamp(live.start, live.end);
+        let mut indices: Vec<u64> = (from..live.end).take(new).collect();
         let taken = indices.len() as u64;
         let (mut drawn, mut weights) = (Vec::new(), Vec::new());
-        if ready && old > 0 {
-            let replay = match beta {
-                Some(beta) => Request::rows(old).prioritized(beta).into(),
-                None => Request::from(old),
+        if replayed > 0 && !live.is_empty() {
+            let replay: Request = match beta {
+                Some(beta) => Request::rows(replayed).prioritized(beta).into(),
+                None => replayed.into(),
             };
             lane.pick_rows(&replay, &mut drawn, &mut weights)?;
             indices.extend(drawn);
         }
         match beta {
-            None => crate::draw::sample_rows(lane, &Request::at(&indices).into(), sink)?,
+            None => crate::draw::sample_rows(lane, &Request::at(&indices).into(), *sink)?,
             Some(beta) => {
                 let mut all = vec![1.0f32; indices.len() - weights.len()];
                 all.extend(weights);
                 let schema = lane.rows().schema.clone();
                 let mut sink = Weighted {
-                    inner: sink,
+                    inner: *sink,
                     schema,
                     beta,
                     weights: &all,
@@ -640,48 +674,13 @@ impl<L: Lane> BufferGroup<L> {
         Ok(())
     }
 
-    /// Draws `request` from every member, each on its own (RLlib's `sample(n)` of a
-    /// multi-agent buffer in independent mode: `n` from each policy).
-    pub fn sample_each<'r>(
-        &mut self,
-        request: impl Into<Request<'r>>,
-    ) -> Result<Vec<(String, Batch)>> {
-        let request = request.into();
-        let names: Vec<String> = self.members().iter().map(|&n| n.to_owned()).collect();
-        names
-            .into_iter()
-            .map(|n| self.sample(&n, request).map(|b| (n, b)))
-            .collect()
-    }
-
-    /// Draws `n` joint steps in lockstep (RLlib's `replay_mode="lockstep"`): the same
-    /// positions in every member, counted back from each one's newest row, uniformly
-    /// over the positions every member holds now. For members added to in step (one
-    /// row each per joint step, from the joint step each was created at), row `i` of
-    /// every batch is one joint step.
-    pub fn sample_lockstep(&mut self, n: usize) -> Result<Vec<(String, Batch)>> {
-        let names: Vec<String> = self.members().iter().map(|&s| s.to_owned()).collect();
-        let mut batches: Vec<Batch> = names.iter().map(|_| Batch::default()).collect();
-        let mut sinks: Vec<&mut dyn Sink> =
-            batches.iter_mut().map(|b| b as &mut dyn Sink).collect();
-        self.sample_lockstep_into(n, &mut sinks)?;
-        Ok(names.into_iter().zip(batches).collect())
-    }
-
-    /// [`BufferGroup::sample_lockstep`] into one sink per member, in member order (a
-    /// sink may be asked again after a reader's lost race).
-    pub fn sample_lockstep_into(&mut self, n: usize, sinks: &mut [&mut dyn Sink]) -> Result<()> {
+    /// `n` joint steps in lockstep (see [`GroupRequest::lockstep`]), one sink per
+    /// member in member order.
+    fn sample_lockstep(&mut self, n: usize, sinks: &mut [&mut dyn Sink]) -> Result<()> {
         let dir = self.dir.clone();
         let Some(set) = &mut self.set else {
             return Err(Error::Empty);
         };
-        if sinks.len() != set.lanes.len() {
-            return Err(Error::InvalidSample(format!(
-                "{} sinks for {} members",
-                sinks.len(),
-                set.lanes.len()
-            )));
-        }
         for _ in 0..LOCKSTEP_TRIES {
             // Positions back from the newest row: 0 is each member's newest.
             let mut held = u64::MAX;
@@ -724,16 +723,6 @@ impl<L: Lane> BufferGroup<L> {
             "{}: the members' writers overwrote the positions drawn {LOCKSTEP_TRIES} times in a row",
             dir.display()
         )))
-    }
-
-    /// Each member's name and counters.
-    pub fn stats(&mut self) -> Result<Vec<(String, Stats)>> {
-        let names: Vec<String> = self.members().iter().map(|&s| s.to_owned()).collect();
-        let Some(set) = &mut self.set else {
-            return Ok(Vec::new());
-        };
-        let stats = set.lane_stats()?;
-        Ok(names.into_iter().zip(stats).collect())
     }
 
     /// The position (lane) of member `name`.
