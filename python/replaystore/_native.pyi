@@ -85,6 +85,46 @@ class ClosedError(Error):
 class ReadOnlyError(Error):
     """A write through a read-only handle, on a closed buffer, or after a failed sync."""
 
+class Request:
+    """What a draw asks for: which units, how they are picked, how many, with the options
+    of their unit. Built by one of the class methods; drawn by any handle's
+    ``sample(request, seed=..., out=...)``. It pickles (a Ray shard receives one), and
+    keywords that do not go together are refused where it is built."""
+    @staticmethod
+    def rows(n: int, *, beta: Optional[float] = None, replace: bool = True,
+             remove: bool = False, by_group: Optional[Sequence[str]] = None) -> Request: ...
+    @staticmethod
+    def oldest(n: int, *, remove: bool = False) -> Request: ...
+    @staticmethod
+    def at(indices: npt.ArrayLike, *, drawn: bool = False, remove: bool = False,
+           including_removed: bool = False) -> Request: ...
+    @staticmethod
+    def transitions(n: int, obs: Union[str, Sequence[str]], *, beta: Optional[float] = None,
+                    stack: int = 1, nstep: int = 1, gamma: float = 1.0,
+                    goal: Optional[str] = None, achieved: Optional[str] = None,
+                    strategy: str = "future", n_sampled_goal: int = 4,
+                    compute_reward: Optional[Any] = None, info: Optional[str] = None) -> Request: ...
+    @staticmethod
+    def transitions_at(indices: npt.ArrayLike, obs: Union[str, Sequence[str]], *, stack: int = 1,
+                       nstep: int = 1, gamma: float = 1.0) -> Request: ...
+    @staticmethod
+    def sequences(n: int, length: int, obs: Union[str, Sequence[str]], *, burn_in: int = 0,
+                  beta: Optional[float] = None) -> Request: ...
+    @staticmethod
+    def episodes(n: int, *, beta: Optional[float] = None) -> Request: ...
+    @staticmethod
+    def fragments(n: Optional[int] = None, *, covering: Optional[int] = None,
+                  beta: Optional[float] = None, replace: bool = True,
+                  remove: bool = False) -> Request: ...
+    @staticmethod
+    def groups(n: int, by: Union[str, Sequence[str]], *, unroll: int = 0, replace: bool = True,
+               remove: bool = False) -> Request: ...
+    @property
+    def n(self) -> Optional[int]:
+        """Units asked for (``None`` for ``fragments(covering=)``)."""
+    def with_n(self, n: int) -> Request:
+        """The same request for ``n`` units."""
+
 class Schema:
     """The fields every item has: ``Schema({"obs": ("float32", (17,)), "reward": "float32"})``
     or a list of ``(name, dtype, shape)``. ``indices``, ``weights`` and ``offsets`` are
@@ -209,7 +249,7 @@ class ReplayBuffer:
         """The ``priority + eps`` new items get (``None`` without priorities)."""
     def sample(
         self,
-        n: int,
+        n: Union[int, Request],
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
@@ -227,7 +267,11 @@ class ReplayBuffer:
         distinct items, an even share of every group of that key first.
 
         With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
-        those arrays in place and returns them: a training loop then allocates nothing."""
+        those arrays in place and returns them: a training loop then allocates nothing.
+
+        ``n`` may instead be a ``Request`` of any unit (``Request.transitions(32, "obs",
+        nstep=3)``): it then holds the draw's options, and only ``seed``, ``out``,
+        ``values``, ``pad`` and ``nested`` go beside it."""
     def pop_batch(
         self,
         n: int,
@@ -485,17 +529,20 @@ class Reader:
     def read_checks(self, on: bool) -> None: ...
     def sample(
         self,
-        n: int,
+        n: Union[int, Request],
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
         replace: bool = True,
         out: Optional[_Batch] = None,
+        values: str = "list",
+        pad: float = 0.0,
         by_group: Optional[Sequence[str]] = None,
         nested: bool = False,
     ) -> _Batch:
-        """``n`` of the items live now, as ``ReplayBuffer.sample`` (``out`` and
-        ``by_group`` too); never a removed one."""
+        """``n`` of the items live now (or a ``Request`` of any unit), as
+        ``ReplayBuffer.sample`` (``out``, ``values`` and ``by_group`` too); never a
+        removed one."""
     def sample_transitions(
         self,
         n: int,
@@ -616,7 +663,7 @@ class BufferGroup:
     def member_len(self, member: str) -> int: ...
     def sample(
         self,
-        n: int,
+        n: Union[int, Request],
         member: Optional[str] = None,
         *,
         beta: Optional[float] = None,
@@ -729,7 +776,7 @@ class Lanes:
         """Adds row r of `batch` to lane `lanes[r]`."""
     def sample(
         self,
-        n: int,
+        n: Union[int, Request],
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,
@@ -796,7 +843,7 @@ class PriorityOwner:
         """Opens the prioritized buffer in `path` as the owner of its priorities."""
     def sample(
         self,
-        n: int,
+        n: Union[int, Request],
         *,
         beta: Optional[float] = None,
         seed: Optional[int] = None,

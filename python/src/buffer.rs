@@ -7,9 +7,10 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use replaystore::{ReplayBuffer, Request, Schema, State};
+use replaystore::{ReplayBuffer, Schema, State};
 
 use crate::calls::*;
+use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 use crate::errors::{StateError, to_py};
 use crate::held::{Handle, Held, either, held, open_buf};
 use crate::schema::PySchema;
@@ -77,28 +78,21 @@ impl PyBuffer {
     }
 }
 
-impl PyBuffer {
-    /// Draws whole units (fragments, groups) as `request` says, after `seed` restarts
-    /// the sampling RNG; the output as `out`, `values` and `pad` say (see `sample`).
-    fn draw_units<'py>(
+impl Drawer for PyBuffer {
+    fn drawing<'py>(
         &self,
         py: Python<'py>,
-        request: Request<'_>,
         seed: Option<u64>,
-        (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
+        _schema: bool,
+        f: &mut Drawing<'_, 'py>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         if let Some(s) = seed {
             buf.reseed(s);
         }
-        draw_values(
-            py,
-            out,
-            values,
-            pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let schema = Some(&self.schema);
+        either!(buf, b => f(schema, &mut |r, sink| b.sample_into(r, sink)))
     }
 }
 
@@ -360,20 +354,8 @@ impl PyBuffer {
         pad: f64,
         drawn: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = get_indices(py, indices)?;
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        let request = match drawn {
-            true => Request::at(&idx).drawn(),
-            false => Request::at(&idx).into(),
-        };
-        draw_values(
-            py,
-            None,
-            values,
-            pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let request = PyRequest::at(py, indices, drawn, false, false)?;
+        draws::sample(py, self, &request, None, &Output::values(None, values, pad))
     }
 
     /// Drops every item (indices go on from where they were; priorities of new items
@@ -483,12 +465,16 @@ impl PyBuffer {
     /// `remove=True` draws distinct items and removes them, and
     /// `by_group=["env_id"]` draws distinct items, an even share of every group of that
     /// key first (UnstableBaselines' stratified strategies).
+    ///
+    /// `n` may instead be a `Request` (`Request.transitions(32, "obs", nstep=3)`, any
+    /// unit): then it holds the draw's options, and only `seed`, `out`, `values`, `pad`
+    /// and `nested` go beside it.
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None, nested=false))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: Count,
+        n: Asked<'py>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
@@ -499,25 +485,24 @@ impl PyBuffer {
         by_group: Option<Vec<String>>,
         nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let names: Vec<String> = by_group.unwrap_or_default();
-        let group: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
+        let set = [
+            ("beta", beta.is_some()),
+            ("replace", !replace),
+            ("remove", remove),
+            ("by_group", by_group.is_some()),
+        ];
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        let request = rows(n, beta, (replace, remove), &group)?;
-        let d = draw_values(
-            py,
+        let request = n.request(py, &set, |n| {
+            PyRequest::rows(n, beta, replace, remove, by_group)
+        })?;
+        let output = Output {
             out,
             values,
             pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )?;
-        if nested { nest(&d) } else { Ok(d) }
+            nested,
+        };
+        draws::sample(py, self, request.get(), seed, &output)
     }
 
     /// Deprecated: `sample(n, remove=True)`, which this calls after a
@@ -538,10 +523,10 @@ impl PyBuffer {
         let n = n.get();
         self.sample(
             py,
-            Count(n as u64),
+            Asked::Count(Count(n as u64)),
             None,
             seed,
-            false,
+            true,
             out,
             values,
             pad,
@@ -607,17 +592,8 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        let request = Request::rows(n).oldest().remove();
-        draw_values(
-            py,
-            out,
-            values,
-            pad,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let request = PyRequest::oldest(n, true)?;
+        draws::sample(py, self, &request, None, &Output::values(out, values, pad))
     }
 
     /// What each live item at `indices` is: a dict of `removed` (bool array), `cause`
@@ -659,8 +635,9 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = fragments(n, covering, beta, (replace, remove))?;
-        self.draw_units(py, request, seed, (out, values, pad))
+        let request =
+            PyRequest::fragments(n.map(|n| Count(n as u64)), covering, beta, replace, remove)?;
+        draws::sample(py, self, &request, seed, &Output::values(out, values, pad))
     }
 
     /// Draws `n` groups of the items sharing the values of `by` (a field name or a list
@@ -685,11 +662,8 @@ impl PyBuffer {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let names = group_key(by)?;
-        let fields: Vec<&str> = names.iter().map(String::as_str).collect();
-        let request = groups(n, &fields, unroll, (replace, remove));
-        self.draw_units(py, request, seed, (out, values, pad))
+        let request = PyRequest::groups(n, by, unroll, replace, remove)?;
+        draws::sample(py, self, &request, seed, &Output::values(out, values, pad))
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
@@ -888,8 +862,13 @@ impl PyBuffer {
         info: Option<String>,
         nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let her = Her::of(
+        let request = PyRequest::transitions(
+            n,
+            obs,
+            beta,
+            stack,
+            nstep,
+            gamma,
             goal,
             achieved,
             strategy,
@@ -897,32 +876,13 @@ impl PyBuffer {
             compute_reward,
             info,
         )?;
-        let obs = expand_prefixes(&self.schema, names(obs)?);
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
-        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(
-            n,
-            &obs_refs,
-            beta,
-            (stack, nstep, gamma),
-            her.as_ref(),
-            None,
-        )?;
-        let d = draw(
-            py,
+        let output = Output {
             out,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )?;
-        // The user's reward function runs with the GIL, after the handle's lock.
-        drop(held);
-        if let Some(h) = &her {
-            h.rewards(py, &d, n)?;
-        }
-        if nested { nest(&d) } else { Ok(d) }
+            values: "list",
+            pad: 0.0,
+            nested,
+        };
+        draws::sample(py, self, &request, seed, &output)
     }
 
     /// Draws `n` sequences of `length` steps (after `burn_in` steps to warm up a
@@ -945,20 +905,8 @@ impl PyBuffer {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let obs = names(obs)?;
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
-        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = sequences(n, (length, burn_in), &obs_refs, beta);
-        draw(
-            py,
-            out,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let request = PyRequest::sequences(n, length, obs, burn_in, beta)?;
+        draws::sample(py, self, &request, seed, &Output::arrays(out))
     }
 
     /// Draws `n` whole episodes (ended ones with every row live): uniformly, or by the
@@ -974,18 +922,8 @@ impl PyBuffer {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let mut held = self.inner.lock(py);
-        let buf = open_buf(&mut held)?;
-        if let Some(s) = seed {
-            buf.reseed(s);
-        }
-        let request = episodes(n, beta);
-        draw(
-            py,
-            out,
-            |sink| either!(buf, b => b.sample_into(request, sink)),
-        )
+        let request = PyRequest::episodes(n, beta)?;
+        draws::sample(py, self, &request, seed, &Output::arrays(out))
     }
 
     /// This buffer's snapshots (checkpoints), oldest first: `{"name", "path",

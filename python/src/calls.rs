@@ -608,10 +608,12 @@ pub(crate) fn transitions<'a>(
 /// n_sampled_goal=, compute_reward=, info=)` asks for it (SB3's `HerReplayBuffer`
 /// arguments): which fields, where new goals come from, the fraction `k / (k + 1)`,
 /// and the function that gives the relabeled transitions their rewards.
+#[derive(Debug)]
 pub(crate) struct Her {
     goal: String,
     achieved: String,
     strategy: replaystore::GoalStrategy,
+    n_sampled_goal: u64,
     fraction: f64,
     compute_reward: Option<Py<PyAny>>,
     info: Option<String>,
@@ -654,10 +656,32 @@ impl Her {
             goal,
             achieved,
             strategy,
+            n_sampled_goal,
             fraction: k / (k + 1.0),
             compute_reward,
             info,
         }))
+    }
+
+    /// The keywords that build it again, set in `kw`.
+    pub(crate) fn keywords(&self, py: Python<'_>, kw: &Bound<'_, PyDict>) -> PyResult<()> {
+        use replaystore::GoalStrategy as G;
+        let strategy = match self.strategy {
+            G::Future => "future",
+            G::Final => "final",
+            G::Episode => "episode",
+            G::Random => "random",
+        };
+        kw.set_item("goal", &self.goal)?;
+        kw.set_item("achieved", &self.achieved)?;
+        kw.set_item("strategy", strategy)?;
+        kw.set_item("n_sampled_goal", self.n_sampled_goal)?;
+        kw.set_item(
+            "compute_reward",
+            self.compute_reward.as_ref().map(|f| f.bind(py)),
+        )?;
+        kw.set_item("info", &self.info)?;
+        Ok(())
     }
 
     fn relabel(&self) -> replaystore::Relabel<'_> {

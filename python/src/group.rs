@@ -14,6 +14,7 @@ use replaystore::{BufferGroup, Config, GroupRequest, GroupState, Reader, ReplayB
 
 use crate::arrays::NumpySink;
 use crate::calls::*;
+use crate::draws::{Asked, PyRequest};
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::reader::reopen_later;
 use crate::schema::PySchema;
@@ -547,15 +548,31 @@ impl PyGroup {
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: Count,
+        n: Asked<'py>,
         member: Option<&str>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         replay_ratio: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let n = n.get();
-        let request = rows(n, beta, (replace, false), &[])?;
+        let set = [
+            ("beta", beta.is_some()),
+            ("replace", !replace),
+            ("replay_ratio", replay_ratio.is_some()),
+        ];
+        let asked = n.request(py, &set, |n| PyRequest::rows(n, beta, replace, false, None))?;
+        let asked = asked.get();
+        if replay_ratio.is_none() {
+            return asked.with(None, |request| {
+                self.draw_members(
+                    py,
+                    member,
+                    seed,
+                    |g, name, sink| any_group!(g, g => g.sample_into((name, request), &mut [sink])),
+                )
+            })?;
+        }
+        let n = asked.n().unwrap_or(0);
         if let Some(r) = replay_ratio
             && !(0.0..=1.0).contains(&r)
         {
@@ -573,10 +590,8 @@ impl PyGroup {
         if let Some(s) = seed {
             *mix() = ChaCha8Rng::seed_from_u64(s);
         }
+        let r = replay_ratio.unwrap_or(0.0);
         self.draw_members(py, member, seed, |g, name, sink| {
-            let Some(r) = replay_ratio else {
-                return any_group!(g, g => g.sample_into((name, request), &mut [sink]));
-            };
             any_group!(g, g => {
                 let pending = g.new_items(name)?;
                 let held = g.member(name)?.len();

@@ -8,13 +8,14 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use replaystore::{Lane, Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, Request, State};
+use replaystore::{Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, State};
 
 use crate::buffer::PyBuffer;
 use crate::calls::{
-    BatchDict, Count, LifeArgs, columns, config, deprecated, draw, get_indices, index_array,
-    inputs, rows, states_dict, stats_dict, update_from_py,
+    BatchDict, Count, LifeArgs, columns, config, deprecated, get_indices, index_array, inputs,
+    states_dict, stats_dict, update_from_py,
 };
+use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
 use crate::held::Handle;
 use crate::reader::reopen_later;
@@ -72,19 +73,23 @@ fn writer(held: &mut Option<Opened>) -> PyResult<&mut Lanes<ReplayBuffer>> {
     }
 }
 
-/// Draws `request` from any kind of lanes into a dict: each lane gathers its share of
-/// the rows straight into the arrays returned.
-fn draw_lanes<'py, L: Lane + Send>(
-    py: Python<'py>,
-    lanes: &mut Lanes<L>,
-    request: Request<'_>,
-    seed: Option<u64>,
-    out: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    if let Some(s) = seed {
-        lanes.reseed(s);
+/// Any kind of lanes draws rows: each lane gathers its share of the rows straight into
+/// the arrays returned.
+impl Drawer for PyLanes {
+    fn drawing<'py>(
+        &self,
+        py: Python<'py>,
+        seed: Option<u64>,
+        _schema: bool,
+        f: &mut Drawing<'_, 'py>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        any_lanes!(opened(&mut self.inner.lock(py))?, l => {
+            if let Some(s) = seed {
+                l.reseed(s);
+            }
+            f(None, &mut |r, sink| l.sample_into(r, sink))
+        })
     }
-    draw(py, out, |sink| lanes.sample_into(request, sink))
 }
 
 #[pymethods]
@@ -273,12 +278,13 @@ impl PyLanes {
     /// of arrays plus `indices`. `remove=True` draws distinct items and removes them
     /// (lanes with item states); `by_group=["env"]` draws distinct items, an even share
     /// of every group of all lanes first (UnstableBaselines' stratified strategies).
+    /// `n` may be a `Request` of rows (`Request.rows`, `.at`, `.oldest`).
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, remove=false, by_group=None))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: Count,
+        n: Asked<'py>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
@@ -286,11 +292,16 @@ impl PyLanes {
         remove: bool,
         by_group: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let names: Vec<String> = by_group.unwrap_or_default();
-        let group: Vec<&str> = names.iter().map(String::as_str).collect();
-        let request = rows(n, beta, (replace, remove), &group)?;
-        any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, seed, out))
+        let set = [
+            ("beta", beta.is_some()),
+            ("replace", !replace),
+            ("remove", remove),
+            ("by_group", by_group.is_some()),
+        ];
+        let request = n.request(py, &set, |n| {
+            PyRequest::rows(n, beta, replace, remove, by_group)
+        })?;
+        draws::sample(py, self, request.get(), seed, &Output::arrays(out))
     }
 
     /// The items at `indices`, in whichever lanes hold them.
@@ -299,9 +310,8 @@ impl PyLanes {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = get_indices(py, indices)?;
-        let request = Request::at(&idx).into();
-        any_lanes!(opened(&mut self.inner.lock(py))?, l => draw_lanes(py, l, request, None, None))
+        let request = PyRequest::at(py, indices, false, false, false)?;
+        draws::sample(py, self, &request, None, &Output::arrays(None))
     }
 
     /// Sets priorities in whichever lanes hold `indices`; returns `{"applied",
@@ -351,7 +361,16 @@ impl PyLanes {
     ) -> PyResult<Bound<'py, PyDict>> {
         deprecated(py, "Lanes.pop_batch(n) is sample(n, remove=True)")?;
         let n = n.get();
-        self.sample(py, Count(n as u64), None, seed, false, out, true, by_group)
+        self.sample(
+            py,
+            Asked::Count(Count(n as u64)),
+            None,
+            seed,
+            true,
+            out,
+            true,
+            by_group,
+        )
     }
 
     /// `{"removed", "cause", "uses"}` of the live items at `indices`, from whichever

@@ -5,6 +5,7 @@
 mod arrays;
 mod buffer;
 mod calls;
+mod draws;
 mod episode;
 mod errors;
 mod export;
@@ -69,6 +70,7 @@ fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<schema::PySchema>()?;
+    m.add_class::<draws::PyRequest>()?;
     m.add_class::<buffer::PyBuffer>()?;
     m.add_class::<reader::PyReader>()?;
     m.add_class::<lanes::PyLanes>()?;

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use replaystore::{PriorityOwner, Request};
+use replaystore::PriorityOwner;
 
 use crate::calls::*;
+use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 use crate::errors::{ClosedError, to_py};
 use crate::schema::PySchema;
 use crate::shared::Shared;
@@ -22,6 +23,24 @@ use crate::shared::Shared;
 pub struct PyOwner {
     /// Taken by each call in turn (see `shared`); `None` once closed.
     inner: Shared<Option<PriorityOwner>>,
+}
+
+impl Drawer for PyOwner {
+    fn drawing<'py>(
+        &self,
+        py: Python<'py>,
+        seed: Option<u64>,
+        schema: bool,
+        f: &mut Drawing<'_, 'py>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut held = self.inner.lock(py);
+        let owner = open_owner(&mut held)?;
+        if let Some(s) = seed {
+            owner.reader().reseed(s);
+        }
+        let schema = schema.then(|| owner.reader().schema().clone());
+        f(schema.as_ref(), &mut |r, sink| owner.sample_into(r, sink))
+    }
 }
 
 fn open_owner(held: &mut Option<PriorityOwner>) -> PyResult<&mut PriorityOwner> {
@@ -55,25 +74,20 @@ impl PyOwner {
 
     /// Draws `n` of the items the actors have added: by priority with `beta` (then
     /// `weights`), else uniformly (distinct with `replace=False`); as
-    /// `ReplayBuffer.sample` returns them.
+    /// `ReplayBuffer.sample` returns them. `n` may be a `Request` of any unit.
     #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None))]
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: Count,
+        n: Asked<'py>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let mut held = self.inner.lock(py);
-        let owner = open_owner(&mut held)?;
-        if let Some(s) = seed {
-            owner.reader().reseed(s);
-        }
-        let request: Request<'static> = rows(n, beta, (replace, false), &[])?;
-        draw(py, out, |sink| owner.sample_into(request, sink))
+        let set = [("beta", beta.is_some()), ("replace", !replace)];
+        let request = n.request(py, &set, |n| PyRequest::rows(n, beta, replace, false, None))?;
+        draws::sample(py, self, request.get(), seed, &Output::arrays(out))
     }
 
     /// Sets the priorities of `indices`; those the actors overwrote since they were

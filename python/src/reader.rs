@@ -5,13 +5,14 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use replaystore::{Reader, Request, RowAccess};
+use replaystore::{Reader, RowAccess};
 
 use crate::errors::to_py;
 use crate::schema::PySchema;
 use crate::shared::Shared;
 
 use crate::calls::*;
+use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 
 /// A read-only view of a buffer that another process writes: any number of readers
 /// sample the same files (one copy in the page cache); a reader takes no lock and
@@ -38,23 +39,25 @@ pub(crate) fn reopen_later<'py>(
     Ok((partial.call((open, path), Some(kwargs))?, ()))
 }
 
-impl PyReader {
-    /// A draw of any unit by this reader (reseeded first with `seed`), as `values` says.
-    fn draw_units<'py>(
+impl Drawer for PyReader {
+    fn drawing<'py>(
         &self,
         py: Python<'py>,
-        request: Request<'_>,
         seed: Option<u64>,
-        (out, values, pad): (Option<&Bound<'py, PyDict>>, &str, f64),
+        schema: bool,
+        f: &mut Drawing<'_, 'py>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut held = self.inner.lock(py);
         let reader = opened(&mut held)?;
         if let Some(s) = seed {
             reader.reseed(s);
         }
-        draw_values(py, out, values, pad, |sink| {
-            reader.sample_into(request, sink)
-        })
+        // Cloned only for a request that names observation prefixes: the draw needs
+        // the reader itself.
+        let schema = schema.then(|| reader.schema().clone());
+        // The reader re-draws an item the writer overwrites mid-copy, straight into
+        // the arrays returned: no batch in between.
+        f(schema.as_ref(), &mut |r, sink| reader.sample_into(r, sink))
     }
 }
 
@@ -142,32 +145,38 @@ impl PyReader {
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does (never a removed
     /// one); `by_group=["env_id"]` draws distinct items, an even share of every group
     /// first.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, by_group=None, nested=false))]
+    /// `n` may be a `Request` of any unit, as `ReplayBuffer.sample` takes (a reader
+    /// removes nothing: remove through the writer).
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, by_group=None, nested=false))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
         py: Python<'py>,
-        n: Count,
+        n: Asked<'py>,
         beta: Option<f64>,
         seed: Option<u64>,
         replace: bool,
         out: Option<&Bound<'py, PyDict>>,
+        values: &str,
+        pad: f64,
         by_group: Option<Vec<String>>,
         nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let names: Vec<String> = by_group.unwrap_or_default();
-        let group: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut held = self.inner.lock(py);
-        let reader = opened(&mut held)?;
-        if let Some(s) = seed {
-            reader.reseed(s);
-        }
-        // The reader re-draws an item the writer overwrites mid-copy, straight into
-        // the arrays returned: no batch in between.
-        let request = rows(n, beta, (replace, false), &group)?;
-        let d = draw(py, out, |sink| reader.sample_into(request, sink))?;
-        if nested { nest(&d) } else { Ok(d) }
+        let set = [
+            ("beta", beta.is_some()),
+            ("replace", !replace),
+            ("by_group", by_group.is_some()),
+        ];
+        let request = n.request(py, &set, |n| {
+            PyRequest::rows(n, beta, replace, false, by_group)
+        })?;
+        let output = Output {
+            out,
+            values,
+            pad,
+            nested,
+        };
+        draws::sample(py, self, request.get(), seed, &output)
     }
 
     /// Draws `n` transitions of an episodic buffer, as `ReplayBuffer.sample_transitions`
@@ -198,8 +207,13 @@ impl PyReader {
         info: Option<String>,
         nested: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let her = Her::of(
+        let request = PyRequest::transitions(
+            n,
+            obs,
+            beta,
+            stack,
+            nstep,
+            gamma,
             goal,
             achieved,
             strategy,
@@ -207,22 +221,11 @@ impl PyReader {
             compute_reward,
             info,
         )?;
-        let schema = opened(&mut self.inner.lock(py))?.schema().clone();
-        let obs = expand_prefixes(&schema, names(obs)?);
-        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = transitions(
-            n,
-            &obs_refs,
-            beta,
-            (stack, nstep, gamma),
-            her.as_ref(),
-            None,
-        )?;
-        let d = self.draw_units(py, request, seed, (out, "list", 0.0))?;
-        if let Some(h) = &her {
-            h.rewards(py, &d, n)?;
-        }
-        if nested { nest(&d) } else { Ok(d) }
+        let output = Output {
+            nested,
+            ..Output::arrays(out)
+        };
+        draws::sample(py, self, &request, seed, &output)
     }
 
     /// Draws `n` sequences with burn-in, as `ReplayBuffer.sample_sequences` does.
@@ -242,11 +245,8 @@ impl PyReader {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let obs = names(obs)?;
-        let obs_refs: Vec<&str> = obs.iter().map(String::as_str).collect();
-        let request = sequences(n, (length, burn_in), &obs_refs, beta);
-        self.draw_units(py, request, seed, (out, "list", 0.0))
+        let request = PyRequest::sequences(n, length, obs, burn_in, beta)?;
+        draws::sample(py, self, &request, seed, &Output::arrays(out))
     }
 
     /// Draws `n` whole episodes, as `ReplayBuffer.sample_episodes` does.
@@ -259,8 +259,8 @@ impl PyReader {
         seed: Option<u64>,
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        self.draw_units(py, episodes(n, beta), seed, (out, "list", 0.0))
+        let request = PyRequest::episodes(n, beta)?;
+        draws::sample(py, self, &request, seed, &Output::arrays(out))
     }
 
     /// Draws whole fragments, as `ReplayBuffer.sample_fragments` does (a reader removes
@@ -282,8 +282,9 @@ impl PyReader {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let request = fragments(n, covering, beta, (replace, false))?;
-        self.draw_units(py, request, seed, (out, values, pad))
+        let request =
+            PyRequest::fragments(n.map(|n| Count(n as u64)), covering, beta, replace, false)?;
+        draws::sample(py, self, &request, seed, &Output::values(out, values, pad))
     }
 
     /// Draws `n` groups of the items sharing the values of `by`, as
@@ -305,11 +306,8 @@ impl PyReader {
         values: &str,
         pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n = n.get();
-        let names = group_key(by)?;
-        let fields: Vec<&str> = names.iter().map(String::as_str).collect();
-        let request = groups(n, &fields, unroll, (replace, false));
-        self.draw_units(py, request, seed, (out, values, pad))
+        let request = PyRequest::groups(n, by, unroll, replace, false)?;
+        draws::sample(py, self, &request, seed, &Output::values(out, values, pad))
     }
 
     /// The items at `indices`, as `ReplayBuffer.get`: for a worker that fetches rows a
@@ -324,14 +322,8 @@ impl PyReader {
         indices: &Bound<'py, PyAny>,
         drawn: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let idx = get_indices(py, indices)?;
-        let mut held = self.inner.lock(py);
-        let reader = opened(&mut held)?;
-        let request = match drawn {
-            true => Request::at(&idx).drawn(),
-            false => Request::at(&idx).into(),
-        };
-        draw(py, None, |sink| reader.sample_into(request, sink))
+        let request = PyRequest::at(py, indices, drawn, false, false)?;
+        draws::sample(py, self, &request, None, &Output::arrays(None))
     }
 
     /// Items live now.

@@ -19,6 +19,22 @@ from . import _place
 
 #: Draw methods a client spreads over shards (each returns one row per item).
 DRAWS = ("sample", "sample_transitions")
+# A draw's keywords that say how its arrays come back, not what it draws.
+OUTPUT = ("values", "pad", "nested")
+
+
+def _request(method, n, beta, kwargs):
+    """The ``Request`` a client's ``sample(n, method=..., **kwargs)`` asks for: rows, or
+    transitions (``obs`` among the keywords); refused here, before any shard is asked,
+    when the keywords do not go together."""
+    if method == "sample":
+        return rs.Request.rows(n, beta=beta, **kwargs)
+    kwargs = dict(kwargs)
+    try:
+        obs = kwargs.pop("obs")
+    except KeyError:
+        raise TypeError("method='sample_transitions' needs obs=") from None
+    return rs.Request.transitions(n, obs, beta=beta, **kwargs)
 
 #: How long a call waits for a shard that is restarting before it gives up (seconds).
 DEFAULT_WAIT = 120.0
@@ -429,19 +445,20 @@ class ShardedBuffer:
         else:
             counts = rng.multinomial(n, mass / mass.sum())
         calls, local = {}, {}
+        output = {k: kwargs[k] for k in OUTPUT if k in kwargs}
+        asked = _request(method, n, beta, {k: v for k, v in kwargs.items() if k not in OUTPUT})
         for i, k in enumerate(counts):
             if k == 0:
                 continue
-            kw = dict(kwargs)
-            if beta is not None:
-                kw["beta"] = beta
+            shard_seed = None
             if seed is not None:
-                kw["seed"] = int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0])
+                shard_seed = int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0])
+            request = asked.with_n(int(k))
             reader = self._local_reader(i) if member is None else None
             if reader is not None:
-                local[i] = (reader, int(k), kw)
+                local[i] = (reader, request, shard_seed, output)
             else:
-                calls[i] = ("draw", (method, int(k), kw, member), {})
+                calls[i] = ("draw", (request, shard_seed, member), output)
         return {"counts": counts, "figures": figures, "calls": calls,
                 "refs": self._send(calls), "local": local, "beta": beta, "method": method}
 
@@ -449,8 +466,8 @@ class ShardedBuffer:
         """Waits for a draw ``_start`` sent and joins its parts into one batch."""
         beta = d["beta"]
         parts, figures = {}, list(self._figures or d["figures"])
-        for i, (reader, k, kw) in d["local"].items():
-            parts[i] = getattr(reader, d["method"])(k, **kw)
+        for i, (reader, request, seed, output) in d["local"].items():
+            parts[i] = reader.sample(request, seed=seed, **output)
             figures[i] = {**figures[i], "len": len(reader)}
             if beta is not None:
                 # Read right after the draw: the minimum its weights were taken against

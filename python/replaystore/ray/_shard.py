@@ -119,20 +119,21 @@ class ShardCore:
 
     # -- draws -----------------------------------------------------------------------
 
-    def draw(self, method, n, kwargs, member=None, updates=()):
-        """``n`` items drawn by ``method`` (``sample`` or ``sample_transitions``) with
-        ``kwargs``, plus ``__figures__``: this shard's figures after the draw, whose
-        ``min_leaf`` is the one its ``weights`` were computed against (this actor is
-        the folder's only writer), so the client can weigh them against every shard's
-        smallest leaf. ``updates`` are priority updates the client held back for this
-        call (``(indices, priorities)`` pairs): applied first, in order, so one actor
-        call carries both."""
+    def draw(self, request, seed=None, member=None, updates=(), **output):
+        """``request`` (a ``replaystore.Request``, pickled to this actor) drawn after
+        ``seed``, its arrays as ``output`` says (``values``, ``pad``, ``nested``), plus
+        ``__figures__``: this shard's figures after the draw, whose ``min_leaf`` is the
+        one its ``weights`` were computed against (this actor is the folder's only
+        writer), so the client can weigh them against every shard's smallest leaf.
+        ``updates`` are priority updates the client held back for this call
+        (``(indices, priorities)`` pairs): applied first, in order, so one actor call
+        carries both."""
         for indices, priorities in updates:
             self.update_priorities(indices, priorities, member)
         if self.kind == "group":
-            batch = self.buf.sample(n, self._member(member), **kwargs)
+            batch = self.buf.sample(request, self._member(member), seed=seed)
         else:
-            batch = getattr(self.buf, method)(n, **kwargs)
+            batch = self.buf.sample(request, seed=seed, **output)
         batch["__figures__"] = self.figures(member)
         return batch
 
