@@ -47,6 +47,8 @@ from ._native import (
     nest,
     set_index_dtype,
 )
+# The draws of a unit by name, written once over `sample(Request)` and attached here.
+from . import _draws  # noqa: F401
 from . import rewards
 from .multi_agent import MultiAgentEpisodeBuffer
 

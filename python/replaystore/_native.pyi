@@ -145,7 +145,42 @@ class Schema:
     def __len__(self) -> int: ...
     def __eq__(self, other: object) -> bool: ...
 
-class ReplayBuffer:
+class _UnitDraws:
+    """The draws of a unit by name, each ``sample(Request.<unit>(...))`` (written once in
+    ``replaystore/_draws.py`` for ``ReplayBuffer`` and ``Reader``)."""
+    def sample_transitions(
+        self, n: int, obs: Union[str, Sequence[str]], *, beta: Optional[float] = None,
+        stack: int = 1, nstep: int = 1, gamma: float = 1.0, seed: Optional[int] = None,
+        out: Optional[_Batch] = None, goal: Optional[str] = None, achieved: Optional[str] = None,
+        strategy: str = "future", n_sampled_goal: int = 4, compute_reward: Optional[Any] = None,
+        info: Optional[str] = None, nested: bool = False,
+    ) -> _Batch:
+        """Transitions: ``obs``/``next_<obs>``, ``returns`` over ``nstep``, stacked frames,
+        ``weights`` with ``beta``; HER with ``goal``/``achieved``."""
+    def sample_sequences(
+        self, n: int, length: int, obs: Union[str, Sequence[str]], *, burn_in: int = 0,
+        beta: Optional[float] = None, seed: Optional[int] = None, out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """``[n, burn_in + length, ...]`` arrays with ``mask``."""
+    def sample_episodes(
+        self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
+        out: Optional[_Batch] = None,
+    ) -> _Batch:
+        """Whole episodes: rows, ``offsets``, ``episodes``."""
+    def sample_fragments(
+        self, n: Optional[int] = None, *, beta: Optional[float] = None, seed: Optional[int] = None,
+        replace: bool = True, remove: bool = False, covering: Optional[int] = None,
+        out: Optional[_Batch] = None, values: str = "list", pad: float = 0.0,
+    ) -> _Batch:
+        """Whole fragments (one ``add_batch`` each): rows and ``offsets``."""
+    def sample_groups(
+        self, n: int, by: Union[str, Sequence[str]], *, unroll: int = 0, replace: bool = True,
+        remove: bool = False, seed: Optional[int] = None, out: Optional[_Batch] = None,
+        values: str = "list", pad: float = 0.0,
+    ) -> _Batch:
+        """Groups of items sharing ``by``'s values: rows and ``offsets``."""
+
+class ReplayBuffer(_UnitDraws):
     """A replay buffer in a folder, opened by the one process that writes it.
 
     It cannot be pickled (a copy would be a second writer): hand workers a ``Reader``.
@@ -299,40 +334,6 @@ class ReplayBuffer:
     def item_states(self, indices: npt.ArrayLike) -> Dict[str, Any]:
         """``removed`` (bool array), ``cause`` (list of str or None) and ``uses`` (int64
         array) of the live items at ``indices``."""
-    def sample_fragments(
-        self,
-        n: Optional[int] = None,
-        *,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        replace: bool = True,
-        remove: bool = False,
-        covering: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        values: str = "list",
-        pad: float = 0.0,
-    ) -> _Batch:
-        """``n`` whole fragments (distinct with ``replace=False``), or with
-        ``covering=k`` distinct ones in random order until their rows reach ``k``
-        (UnstableBaselines' ``EpisodeBuffer.get_batch``); ``remove=True`` removes them.
-        Rows concatenated, ``indices``, ``offsets`` (one more than the fragments) and,
-        with ``beta``, one weight per fragment."""
-    def sample_groups(
-        self,
-        n: int,
-        by: Union[str, Sequence[str]],
-        *,
-        unroll: int = 0,
-        replace: bool = True,
-        remove: bool = False,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        values: str = "list",
-        pad: float = 0.0,
-    ) -> _Batch:
-        """``n`` groups of the items sharing the values of ``by`` (DI-engine's
-        ``groupby``), each whole in add order or, with ``unroll=k``, a random window of
-        ``k`` consecutive items; rows concatenated, ``indices``, ``offsets``."""
     def update_priorities(
         self, indices: npt.ArrayLike, priorities: npt.ArrayLike
     ) -> Dict[str, int]:
@@ -368,52 +369,6 @@ class ReplayBuffer:
         """The step before each index in its episode (an episode's first stays put)."""
     def next(self, indices: Union[int, npt.ArrayLike]) -> Any:
         """The step after each index in its episode (an episode's last stays put)."""
-    def sample_transitions(
-        self,
-        n: int,
-        obs: Union[str, Sequence[str]],
-        *,
-        beta: Optional[float] = None,
-        stack: int = 1,
-        nstep: int = 1,
-        gamma: float = 1.0,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        goal: Optional[str] = None,
-        achieved: Optional[str] = None,
-        strategy: str = "future",
-        n_sampled_goal: int = 4,
-        compute_reward: Optional[Any] = None,
-        info: Optional[str] = None,
-        nested: bool = False,
-    ) -> _Batch:
-        """n-step, frame-stacked transitions: obs fields, next_<obs>, returns, discounts, ...
-
-        With ``goal`` and ``achieved`` (observation fields), hindsight relabeling as
-        SB3's HerReplayBuffer: ``n_sampled_goal / (n_sampled_goal + 1)`` of the batch get
-        the goal reached at a step ``strategy`` picks (``relabeled``, ``goal_indices``),
-        and ``compute_reward(next_achieved, goal, info)`` their rewards."""
-    def sample_sequences(
-        self,
-        n: int,
-        length: int,
-        obs: Union[str, Sequence[str]],
-        *,
-        burn_in: int = 0,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-    ) -> _Batch:
-        """Sequences `[n, burn_in + length, ...]` with `mask`."""
-    def sample_episodes(
-        self,
-        n: int,
-        *,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-    ) -> _Batch:
-        """Whole episodes: rows, `offsets`, `episodes` (ids)."""
     def priorities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """The stored priority (priority + eps) of each live item at `indices`."""
     def priority_summary(self) -> Optional[Dict[str, Any]]:
@@ -504,7 +459,7 @@ class Episode:
     def slice(self, slice: slice, len_lookback_buffer: int = 0) -> "Episode": ...
     def to_numpy(self) -> Dict[str, npt.NDArray[Any]]: ...
 
-class Reader:
+class Reader(_UnitDraws):
     """A read-only view of a buffer another process writes: no lock, nothing written.
 
     A Reader pickles as its path and options: a ``torch.utils.data`` worker or a
@@ -543,75 +498,6 @@ class Reader:
         """``n`` of the items live now (or a ``Request`` of any unit), as
         ``ReplayBuffer.sample`` (``out``, ``values`` and ``by_group`` too); never a
         removed one."""
-    def sample_transitions(
-        self,
-        n: int,
-        obs: Union[str, Sequence[str]],
-        *,
-        beta: Optional[float] = None,
-        stack: int = 1,
-        nstep: int = 1,
-        gamma: float = 1.0,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        goal: Optional[str] = None,
-        achieved: Optional[str] = None,
-        strategy: str = "future",
-        n_sampled_goal: int = 4,
-        compute_reward: Optional[Any] = None,
-        info: Optional[str] = None,
-        nested: bool = False,
-    ) -> _Batch:
-        """As ``ReplayBuffer.sample_transitions`` (relabeling too): the same transitions
-        for the same seed and rows; one the writer overwrites mid-copy is drawn again,
-        never served mixed."""
-    def sample_sequences(
-        self,
-        n: int,
-        length: int,
-        obs: Union[str, Sequence[str]],
-        *,
-        burn_in: int = 0,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-    ) -> _Batch:
-        """As ``ReplayBuffer.sample_sequences``."""
-    def sample_episodes(
-        self,
-        n: int,
-        *,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-    ) -> _Batch:
-        """As ``ReplayBuffer.sample_episodes``."""
-    def sample_fragments(
-        self,
-        n: Optional[int] = None,
-        *,
-        beta: Optional[float] = None,
-        seed: Optional[int] = None,
-        replace: bool = True,
-        covering: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        values: str = "list",
-        pad: float = 0.0,
-    ) -> _Batch:
-        """As ``ReplayBuffer.sample_fragments``, without ``remove``."""
-    def sample_groups(
-        self,
-        n: int,
-        by: Union[str, Sequence[str]],
-        *,
-        unroll: int = 0,
-        replace: bool = True,
-        seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
-        values: str = "list",
-        pad: float = 0.0,
-    ) -> _Batch:
-        """As ``ReplayBuffer.sample_groups``, without ``remove``."""
     def get(self, indices: npt.ArrayLike, *, drawn: bool = False) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get`` (``drawn=True``: counted in
         this reader's ``stats()["sampled"]`` and ``replaystore info``): for a worker fetching rows

@@ -112,8 +112,9 @@ def test_a_reader_draws_the_fragments_and_groups_the_writer_draws(tmp_path):
             assert [list(map(str, w["text"]))] == [list(map(str, r["text"]))]
             w.pop("text"), r.pop("text")
             assert_same(w, r, f"{method} {kwargs}")
-        with pytest.raises(TypeError):
-            reader.sample_fragments(2, remove=True)  # a reader removes nothing
+        # A reader's draws are the writer's, keywords and all; it removes nothing.
+        with pytest.raises(rs.ReadOnlyError, match="remove through the writer"):
+            reader.sample_fragments(2, remove=True)
 
 
 def test_a_reader_of_a_plain_buffer_says_it_keeps_no_episodes(tmp_path):
