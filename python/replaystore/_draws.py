@@ -19,13 +19,19 @@ def _rebuild(kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Reques
     return getattr(Request, kind)(*args, **kwargs)
 
 
-def sample_transitions(self, n: int, obs: _Names, *, beta: Optional[float] = None,
-                       stack: int = 1, nstep: int = 1, gamma: float = 1.0,
-                       seed: Optional[int] = None, out: Optional[Dict[str, Any]] = None,
-                       goal: Optional[str] = None, achieved: Optional[str] = None,
-                       strategy: str = "future", n_sampled_goal: int = 4,
-                       compute_reward: Any = None, info: Optional[str] = None,
-                       nested: bool = False) -> Dict[str, Any]:
+def _draw(handle: Any, request: Request, *args: Any, seed: Optional[int] = None,
+          **output: Any) -> Any:
+    """``handle.sample(request, ...)``, passing only the keywords set: a keyword the
+    extension parses costs a little on every call of a training loop."""
+    output = {k: v for k, v in output.items() if v is not None and v is not False}
+    if seed is not None:
+        output["seed"] = seed
+    return handle.sample(request, *args, **output)
+
+
+def sample_transitions(self, n: int, obs: _Names, *, seed: Optional[int] = None,
+                       out: Optional[Dict[str, Any]] = None, nested: bool = False,
+                       **options: Any) -> Dict[str, Any]:
     """Draws ``n`` transitions of an episodic buffer: uniformly, or by priority with
     ``beta``. ``obs`` names the observation field(s): each comes back before the step
     under its name and after it as ``next_<name>``; every other field is the step's.
@@ -38,12 +44,10 @@ def sample_transitions(self, n: int, obs: _Names, *, beta: Optional[float] = Non
     ``HerReplayBuffer`` does it (``strategy``, ``n_sampled_goal``; ``compute_reward``
     gives the relabeled rows their rewards). A reader draws the same for the same seed;
     a transition whose rows the writer overwrites while they are copied is drawn again.
-    ``Request.transitions`` with ``sample``."""
-    request = Request.transitions(n, obs, beta=beta, stack=stack, nstep=nstep, gamma=gamma,
-                                  goal=goal, achieved=achieved, strategy=strategy,
-                                  n_sampled_goal=n_sampled_goal, compute_reward=compute_reward,
-                                  info=info)
-    return self.sample(request, seed=seed, out=out, nested=nested)
+    ``options`` are ``Request.transitions``'s keywords (``beta``, ``stack``, ``nstep``,
+    ``gamma``, ``goal``, ``achieved``, ``strategy``, ``n_sampled_goal``,
+    ``compute_reward``, ``info``), drawn by ``sample``."""
+    return _draw(self, Request.transitions(n, obs, **options), seed=seed, out=out, nested=nested)
 
 
 def sample_sequences(self, n: int, length: int, obs: _Names, *, burn_in: int = 0,
@@ -55,7 +59,7 @@ def sample_sequences(self, n: int, length: int, obs: _Names, *, burn_in: int = 0
     them, with ``mask`` false on positions past an episode's end.
     ``Request.sequences`` with ``sample``."""
     request = Request.sequences(n, length, obs, burn_in=burn_in, beta=beta)
-    return self.sample(request, seed=seed, out=out)
+    return _draw(self, request, seed=seed, out=out)
 
 
 def sample_episodes(self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
@@ -65,7 +69,7 @@ def sample_episodes(self, n: int, *, beta: Optional[float] = None, seed: Optiona
     another (each field, ``indices``), ``offsets`` (episode ``i`` is rows
     ``offsets[i]:offsets[i+1]``), ``episodes`` (ids) and ``weights`` by priority.
     ``Request.episodes`` with ``sample``."""
-    return self.sample(Request.episodes(n, beta=beta), seed=seed, out=out)
+    return _draw(self, Request.episodes(n, beta=beta), seed=seed, out=out)
 
 
 def sample_fragments(self, n: Optional[int] = None, *, beta: Optional[float] = None,

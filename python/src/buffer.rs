@@ -493,7 +493,7 @@ impl PyBuffer {
         ];
         // The draw checks the size before any allocation: sample(2**45) is a
         // MemoryError, not an abort.
-        let request = n.request(py, &set, |n| {
+        let request = n.request(&set, |n| {
             PyRequest::rows(n, beta, replace, remove, by_group)
         })?;
         let output = Output {

@@ -685,21 +685,37 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Asked<'py> {
 impl<'py> Asked<'py> {
     /// The request given, with none of the method's request keywords beside it
     /// (`TypeError` naming the first set: the request holds the draw's options), or
-    /// the one `build` makes of the count and the keywords.
+    /// the one `build` makes of the count and the keywords (kept in Rust: a draw by
+    /// count allocates no Python object for its request).
     pub(crate) fn request(
         self,
-        py: Python<'py>,
         keywords: &[(&str, bool)],
         build: impl FnOnce(Count) -> PyResult<PyRequest>,
-    ) -> PyResult<Bound<'py, PyRequest>> {
+    ) -> PyResult<Given<'py>> {
         match self {
             Asked::Request(r) => match keywords.iter().find(|(_, set)| *set) {
                 Some((name, _)) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
                     "{name}= goes into the Request (Request.rows(n, {name}=...)), not beside it"
                 ))),
-                None => Ok(r),
+                None => Ok(Given::Python(r)),
             },
-            Asked::Count(n) => Bound::new(py, build(n)?),
+            Asked::Count(n) => Ok(Given::Built(build(n)?)),
+        }
+    }
+}
+
+/// A draw's request: the caller's `Request` object, or one built from a count.
+pub(crate) enum Given<'py> {
+    Python(Bound<'py, PyRequest>),
+    Built(PyRequest),
+}
+
+impl Given<'_> {
+    /// The request.
+    pub(crate) fn get(&self) -> &PyRequest {
+        match self {
+            Given::Python(r) => r.get(),
+            Given::Built(r) => r,
         }
     }
 }

@@ -456,7 +456,7 @@ impl PyGroup {
             ("replace", !replace),
             ("replay_ratio", replay_ratio.is_some()),
         ];
-        let asked = n.request(py, &set, |n| PyRequest::rows(n, beta, replace, false, None))?;
+        let asked = n.request(&set, |n| PyRequest::rows(n, beta, replace, false, None))?;
         let asked = asked.get();
         if replay_ratio.is_none() {
             return asked.with(None, |request| {

@@ -298,7 +298,7 @@ impl PyLanes {
             ("remove", remove),
             ("by_group", by_group.is_some()),
         ];
-        let request = n.request(py, &set, |n| {
+        let request = n.request(&set, |n| {
             PyRequest::rows(n, beta, replace, remove, by_group)
         })?;
         draws::sample(py, self, request.get(), seed, &Output::arrays(out))

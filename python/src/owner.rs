@@ -86,7 +86,7 @@ impl PyOwner {
         out: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let set = [("beta", beta.is_some()), ("replace", !replace)];
-        let request = n.request(py, &set, |n| PyRequest::rows(n, beta, replace, false, None))?;
+        let request = n.request(&set, |n| PyRequest::rows(n, beta, replace, false, None))?;
         draws::sample(py, self, request.get(), seed, &Output::arrays(out))
     }
 

@@ -167,7 +167,7 @@ impl PyReader {
             ("replace", !replace),
             ("by_group", by_group.is_some()),
         ];
-        let request = n.request(py, &set, |n| {
+        let request = n.request(&set, |n| {
             PyRequest::rows(n, beta, replace, false, by_group)
         })?;
         let output = Output {
