@@ -92,7 +92,6 @@ impl PyRequest {
         schema: Option<&Schema>,
         f: impl FnOnce(Request<'_>) -> R,
     ) -> PyResult<R> {
-        let strs = |v: &[String]| -> Vec<String> { v.to_vec() };
         Ok(match &self.spec {
             Spec::Rows {
                 n,
@@ -135,10 +134,9 @@ impl PyRequest {
                 her,
                 at,
             } => {
-                let obs = match schema {
-                    Some(s) => expand_prefixes(s, strs(obs)),
-                    None => strs(obs),
-                };
+                // Copied only to expand prefixes (`"obs"` of `obs/pos`, `obs/vel`).
+                let expanded = schema.map(|s| expand_prefixes(s, obs.clone()));
+                let obs = expanded.as_ref().unwrap_or(obs);
                 let obs: Vec<&str> = obs.iter().map(String::as_str).collect();
                 f(transitions(
                     *n,

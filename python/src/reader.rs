@@ -167,9 +167,7 @@ impl PyReader {
             ("replace", !replace),
             ("by_group", by_group.is_some()),
         ];
-        let request = n.request(&set, |n| {
-            PyRequest::rows(n, beta, replace, false, by_group)
-        })?;
+        let request = n.request(&set, |n| PyRequest::rows(n, beta, replace, false, by_group))?;
         let output = Output {
             out,
             values,

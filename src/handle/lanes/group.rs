@@ -571,6 +571,20 @@ impl<L: Lane> BufferGroup<L> {
     /// How many items member `name` got since this handle's last mixed draw from it,
     /// not evicted since: what a mixed draw's `new` can take
     /// ([`GroupRequest::mixed`]).
+    ///
+    /// ```
+    /// use replaystore::{BufferGroup, Column, Config, DType, GroupRequest, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("x", DType::U32, &[]).build()?;
+    /// let mut group = BufferGroup::create(dir.path().join("g"), Some(Config::new(schema, 100)))?;
+    /// group.add_batch("p", &[Column::new("x", &(0..10u32).collect::<Vec<_>>())])?;
+    /// assert_eq!(group.new_items("p")?, 10);
+    /// // Two new (the oldest not returned yet), then two replayed.
+    /// let mixed = group.sample(GroupRequest::mixed("p", 2, 2))?;
+    /// assert_eq!(&mixed[0].1.get::<u32>("x")?[..2], [0, 1]);
+    /// assert_eq!(group.new_items("p")?, 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new_items(&mut self, name: &str) -> Result<u64> {
         let k = self.position(name)?;
         let from = self.new_from.get(k).copied();
