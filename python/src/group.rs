@@ -458,7 +458,7 @@ impl PyGroup {
         ];
         let asked = n.request(&set, |n| PyRequest::rows(n, beta, replace, false, None))?;
         let asked = asked.get();
-        if replay_ratio.is_none() {
+        let Some(r) = replay_ratio else {
             return asked.with(None, |request| {
                 self.draw_members(
                     py,
@@ -467,11 +467,9 @@ impl PyGroup {
                     |g, name, sink| any_group!(g, g => g.sample_into((name, request), &mut [sink])),
                 )
             })?;
-        }
+        };
         let n = asked.n().unwrap_or(0);
-        if let Some(r) = replay_ratio
-            && !(0.0..=1.0).contains(&r)
-        {
+        if !(0.0..=1.0).contains(&r) {
             return Err(to_py(replaystore::Error::InvalidSample(format!(
                 "replay_ratio={r} is not in 0..=1"
             ))));
@@ -486,7 +484,6 @@ impl PyGroup {
         if let Some(s) = seed {
             *mix() = ChaCha8Rng::seed_from_u64(s);
         }
-        let r = replay_ratio.unwrap_or(0.0);
         self.draw_members(py, member, seed, |g, name, sink| {
             any_group!(g, g => {
                 let pending = g.new_items(name)?;
