@@ -120,6 +120,26 @@ impl SpanCrc {
         self.len == 0
     }
 
+    /// [`SpanCrc::crc_at`] over `bytes`, which must hold the span: the safe form, for
+    /// the benches that hold the routine against the other candidates. `None` when
+    /// `bytes` is shorter than the span.
+    ///
+    /// ```
+    /// use replaystore::internal::storage::SpanCrc;
+    /// let crc = SpanCrc::new(64);
+    /// assert_eq!(crc.crc_of(5, &[7u8; 64]), Some(crc32fast_seeded(5, &[7u8; 64])));
+    /// assert_eq!(crc.crc_of(5, &[7u8; 63]), None);
+    /// # fn crc32fast_seeded(s: u32, b: &[u8]) -> u32 {
+    /// #     let mut h = crc32fast::Hasher::new_with_initial(s);
+    /// #     h.update(b);
+    /// #     h.finalize()
+    /// # }
+    /// ```
+    pub fn crc_of(&self, initial: u32, bytes: &[u8]) -> Option<u32> {
+        // SAFETY: `bytes` holds at least `self.len` readable bytes.
+        (bytes.len() >= self.len).then(|| unsafe { self.crc_at(initial, bytes.as_ptr()) })
+    }
+
     /// CRC-32 of the span at `src` continuing from `initial`, as
     /// `crc32fast::Hasher::new_with_initial(initial)` would give for the same bytes.
     ///
