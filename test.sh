@@ -25,12 +25,15 @@ export PATH="$VENV/bin:$PATH"
 "$VENV/bin/python" -c 'import numpy, pytest, xdist, gymnasium, pyarrow, pandas' 2>/dev/null \
   || "$VENV/bin/python" -m pip install --quiet numpy pytest pytest-xdist gymnasium pyarrow pandas
 command -v maturin >/dev/null || "$VENV/bin/python" -m pip install --quiet maturin
-"$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/python" -m pip install --quiet torch
+# torch pinned with torchrl (PEERS below): TorchRL's C++ sum trees are built against one
+# torch, and with a newer one its PrioritizedSampler does not load (issue 56).
+TORCH=torch==2.15.0
+"$VENV/bin/python" -c 'import torch' 2>/dev/null || "$VENV/bin/python" -m pip install --quiet "$TORCH"
 export REPLAYSTORE_REQUIRE_TORCH=1
 # The libraries the compat adapters replace, pinned (python/tests/peers.py): the
 # differential tests drive them beside the adapters, and must run here, not skip.
 PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0.1 "ray[rllib]==2.60.0"
-       torchrl==0.14.1)
+       "$TORCH" torchrl==0.14.1)
 "$VENV/bin/python" -m pip install --quiet "${PEERS[@]}"
 # UnstableBaselines (unstable-rl) requires vLLM and a GPU stack for its learners; its
 # buffers need only what is named here, so it is installed without its requirements

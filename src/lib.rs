@@ -89,6 +89,7 @@ pub use storage::pread::RowAccess;
 /// what a benchmark's floor (the same work by the plainest code) is held to, so that it
 /// does the work by the same means as the engine it bounds (`replaystore-bench`).
 pub mod kernels {
+    pub use crate::storage::crc::row_check_path;
     pub use crate::storage::map::{copy_field, prefetch_bytes};
     pub use crate::storage::mem_total;
 }

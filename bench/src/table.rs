@@ -397,7 +397,7 @@ pub fn run(
             .collect();
         say!(
             "{:#}",
-            json!({"quick": quick, "profile": replaystore_cli::PROFILE, "results": items})
+            json!({"quick": quick, "profile": replaystore_cli::PROFILE, "build": replaystore_cli::build_line(), "results": items})
         );
         return Ok(Status::SUCCESS);
     }
@@ -439,8 +439,8 @@ pub fn run(
          host, this run (bench --help); vs base: times better than --baseline"
     );
     say!(
-        "built with Cargo profile {} (the quoted figures: dist)",
-        replaystore_cli::PROFILE
+        "{} (the quoted figures: profile dist)",
+        replaystore_cli::build_line()
     );
     Ok(Status::SUCCESS)
 }

@@ -1373,8 +1373,8 @@ def main():
     if "replaystore" in libs:
         import replaystore._native as native
 
-        print(f"replaystore's extension built with Cargo profile {native.BUILD_PROFILE} "
-              "(the quoted figures: dist; `maturin develop --profile dist`)")
+        print(f"replaystore's extension {native.BUILD} "
+              "(the quoted figures: profile dist; `maturin develop --profile dist`)")
     if floor_cols:
         print("floor: the best of --runs runs of the same work by a plain Rust kernel over memory of the same size, this host, "
               "this run (replaystore-bench --floors; W5's: memcpy_floor, a NumPy copy of the same payload bytes); "

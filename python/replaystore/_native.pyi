@@ -12,6 +12,9 @@ FORMAT_VERSION: int
 __version__: str
 #: The Cargo profile that built the extension: "dist" (the wheel), "release" or "dev".
 BUILD_PROFILE: str
+#: How the extension was built (profile, opt-level, LTO, target CPU) and the row check
+#: this CPU runs: the line benchmarks print beside their figures.
+BUILD: str
 #: Whether ``export`` and the command read and write Parquet: the wheel does; built from
 #: source, only with ``MATURIN_PEP517_ARGS="--features parquet" pip install ./python``.
 HAS_PARQUET: bool

@@ -115,6 +115,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Which Cargo profile built this extension (benchmarks print it beside their figures).
     m.add("BUILD_PROFILE", replaystore_cli::PROFILE)?;
+    m.add("BUILD", replaystore_cli::build_line())?;
     // Whether `export` and the command read and write Parquet (the wheel does; a source
     // build only with `--features parquet`).
     m.add("HAS_PARQUET", replaystore_cli::HAS_PARQUET)?;

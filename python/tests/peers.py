@@ -16,7 +16,7 @@ PINS = {"cpprb": "cpprb==11.0.0", "hypothesis": "hypothesis==6.170.15",
         "stable_baselines3": "stable-baselines3==2.9.2", "tianshou": "tianshou==2.0.1",
         "ray.rllib": "ray[rllib]==2.60.0", "ding": "DI-engine==0.5.3",
         "unstable": "--no-deps unstable-rl==0.2.2 trueskill dm-tree rich wandb",
-        "torchrl.data": "torchrl==0.14.1", "tensordict": "torchrl==0.14.1", "torch": "torch",
+        "torchrl.data": "torchrl==0.14.1", "tensordict": "torchrl==0.14.1", "torch": "torch==2.15.0",
         "ray": "ray[rllib]==2.60.0", "wandb": "wandb", "tensorboard": "tensorboard"}
 
 

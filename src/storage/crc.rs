@@ -165,6 +165,23 @@ impl SpanCrc {
     }
 }
 
+/// Which of the routines this CPU runs for spans of 32 bytes or more (chosen at run
+/// time, so a benchmark names it beside its figures).
+///
+/// ```
+/// assert!(replaystore::kernels::row_check_path().starts_with("CRC-32"));
+/// ```
+pub fn row_check_path() -> &'static str {
+    if !has_clmul() {
+        return "CRC-32 by crc32fast over private copies (no carry-less multiply)";
+    }
+    match clmul_width() {
+        Width::Four => "CRC-32 by carry-less multiply, 512 bits (VPCLMULQDQ, AVX-512)",
+        Width::Two => "CRC-32 by carry-less multiply, 256 bits (VPCLMULQDQ, AVX2)",
+        Width::One => "CRC-32 by carry-less multiply, 128 bits (PCLMULQDQ)",
+    }
+}
+
 /// How many blocks this CPU multiplies carry-less per instruction.
 fn clmul_width() -> Width {
     #[cfg(target_arch = "x86_64")]

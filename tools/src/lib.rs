@@ -26,6 +26,29 @@ macro_rules! say {
 /// ```
 pub const PROFILE: &str = env!("REPLAYSTORE_PROFILE");
 
+/// How this build was made: profile, opt-level, LTO, target CPU and the SIMD it may
+/// assume (what runs at run time beside it: `replaystore::kernels::row_check_path`).
+///
+/// ```
+/// use replaystore_cli::{BUILD, PROFILE};
+/// assert!(BUILD.starts_with(&format!("profile {PROFILE}, opt-level ")), "{BUILD}");
+/// assert!(BUILD.contains(", lto ") && BUILD.contains(", target-cpu "), "{BUILD}");
+/// ```
+pub const BUILD: &str = env!("REPLAYSTORE_BUILD");
+
+/// [`BUILD`] and the row check this CPU runs: the line benchmarks print beside their
+/// figures.
+///
+/// ```
+/// assert!(replaystore_cli::build_line().contains("row check"));
+/// ```
+pub fn build_line() -> String {
+    format!(
+        "built with {BUILD}; row check: {}",
+        replaystore::kernels::row_check_path()
+    )
+}
+
 /// Whether this build reads and writes Apache Parquet (the `parquet` feature): the
 /// command built by Cargo and the wheel do; the Python package built from source leaves
 /// it out unless asked (`transfer::PARQUET_LEFT_OUT` says how), to build in minutes.
