@@ -89,8 +89,8 @@ fn target_cpu() -> String {
     let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     let cpu = flags
         .split('\u{1f}')
-        .filter_map(|f| f.trim_start_matches("-C").strip_prefix("target-cpu="))
-        .last()
+        .rev()
+        .find_map(|f| f.trim_start_matches("-C").strip_prefix("target-cpu="))
         .unwrap_or("generic")
         .to_string();
     let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
