@@ -38,7 +38,8 @@ fn profile() -> String {
 /// build script inherits from Cargo), else the workspace manifest's `[profile.<name>]`,
 /// following `inherits`, else Cargo's default (`false`: thin LTO within the crate).
 fn lto(profile: &str) -> String {
-    let manifest = std::fs::read_to_string("../Cargo.toml").unwrap_or_default();
+    // Built from a source package, the crate may have no workspace manifest beside it.
+    let manifest = std::fs::read_to_string("../Cargo.toml").ok();
     let mut name = profile.to_string();
     for _ in 0..8 {
         let var = format!(
@@ -50,7 +51,10 @@ fn lto(profile: &str) -> String {
             return v;
         }
         println!("cargo:rerun-if-env-changed={var}");
-        let table = profile_table(&manifest, &name);
+        let Some(manifest) = &manifest else {
+            return "unknown (no workspace manifest)".into();
+        };
+        let table = profile_table(manifest, &name);
         if let Some(v) = key(&table, "lto") {
             return v;
         }
@@ -75,10 +79,11 @@ fn profile_table(manifest: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The value of `key = value` in a table's lines, without quotes.
+/// The value of `key = value` in a table's lines, without a trailing comment or quotes.
 fn key(table: &[String], key: &str) -> Option<String> {
     table.iter().find_map(|l| {
         let (k, v) = l.split_once('=')?;
+        let v = v.split('#').next().unwrap_or_default();
         (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
     })
 }
