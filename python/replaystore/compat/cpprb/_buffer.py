@@ -190,14 +190,10 @@ class ReplayBuffer(Folder):
         # Every position drawn holds a transition when position 0 holds the head (a
         # ring not yet lapped) or the ring is full: the general path's checks
         # (_encode_sample) cost a third of the adapter's time over the engine's (W1).
-        if len(pos) and head == self._base:
-            logical = np.add(pos, head, dtype=np.int64).astype(np.uint64)
-        elif len(pos) and stored == self._size:
-            start = (head - self._base) % self._size
-            logical = ((pos - start) % self._size + head).astype(np.uint64)
-        else:
-            return self._encode_sample(pos, drawn=True)
-        return self._fields.from_stored(self._buf.get(logical, drawn=True))
+        if len(pos) and (head == self._base or stored == self._size):
+            logical = self._to_logical(pos, head)
+            return self._fields.from_stored(self._buf.get(logical, drawn=True))
+        return self._encode_sample(pos, drawn=True)
 
     def get_all_transitions(self, shuffle: bool = False) -> Dict[str, np.ndarray]:
         """Every stored transition, in position order (shuffled with NumPy's generator).
