@@ -5,6 +5,8 @@
 //! W1 stores `next_obs` as its own field (no episode deduplication yet).
 //! Adds are measured in the steady state of a ring that is already full (the one-time
 //! first touch of fresh file pages is reported by `first_fill`).
+//! `-- reader_ pread_floor` times a reader's draws with rows mapped and with `pread`,
+//! beside the two `pread`s per row that the second costs at least.
 
 #![allow(
     clippy::indexing_slicing,
@@ -16,7 +18,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replaystore::{Batch, Config, ReplayBuffer};
+use replaystore::internal::format::row::RowLayout;
+use replaystore::internal::format::segment::DATA_OFFSET;
+use replaystore::{Batch, Config, Reader, ReplayBuffer, RowAccess};
+use std::os::unix::fs::FileExt;
 
 mod common;
 use common::{W1_CAP, W1Data, W2_CAP, w1_full, w1_schema, w2_add, w2_schema};
@@ -71,6 +76,7 @@ fn w1(c: &mut Criterion) {
         b.iter(|| buf.sample_into(256, &mut batch).expect("sample"))
     });
     buf.set_read_checks(true);
+    readers(&mut g, 256, &mut || dir.path().join("w1"));
     g.finish();
     drop(buf);
     w1_removed(c, &data);
@@ -152,7 +158,74 @@ fn w2(c: &mut Criterion) {
             b.iter(|| buf.sample_into(32, &mut batch).expect("sample"))
         });
     }
+    readers(&mut g, 32, &mut || {
+        full(&mut state);
+        // Sealed, as for `sample32`: the readers check every row.
+        if let Some((buf, _)) = state.as_mut() {
+            buf.flush().expect("flush");
+        }
+        dir.path().join("w2")
+    });
     g.finish();
+}
+
+/// The same draws from a reader (as another process would open it), with rows copied
+/// through the mappings and with `pread`: the second is the path for a reader whose
+/// resident memory must stay flat, and its cost next to the first is what it asks.
+/// The buffer is filled (by `filled`, which returns its folder) only when a reader bench
+/// is selected.
+fn readers(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    filled: &mut dyn FnMut() -> std::path::PathBuf,
+) {
+    for (access, name) in [(RowAccess::Mapped, "mapped"), (RowAccess::Pread, "pread")] {
+        g.bench_function(format!("reader_{name}_sample{n}"), |b| {
+            let mut reader = Reader::open(filled()).expect("open reader");
+            reader.set_row_access(access).expect("row access");
+            let mut batch = Batch::default();
+            b.iter(|| reader.sample_into(n, &mut batch).expect("sample"))
+        });
+    }
+    // The system calls alone: what a pread reader cannot go below. Each of `n` random
+    // rows of the ring read with one `pread` of the row and one of its
+    // stamp (the second, after the copy, is what proves the copy whole) into its place
+    // in a batch-sized buffer; no checksum, no copy into fields.
+    g.bench_function(format!("pread_floor_sample{n}"), |b| {
+        let dir = filled();
+        let reader = Reader::open(&dir).expect("open reader");
+        let layout = RowLayout::of(reader.schema());
+        let stride = layout.stride as u64;
+        // Every segment file, each with its slots: rows drawn over the whole ring, not
+        // over one segment that the last-level cache may hold.
+        let mut files: Vec<(std::fs::File, u64)> = (0..)
+            .map_while(|n| std::fs::File::open(dir.join(format!("lane-0/seg-{n:08}.dat"))).ok())
+            .map(|f| {
+                let len = f.metadata().expect("metadata").len();
+                (f, (len - DATA_OFFSET as u64) / stride)
+            })
+            .collect();
+        files.retain(|&(_, slots)| slots > 0);
+        let per = files.first().map_or(1, |f| f.1);
+        let slots: u64 = files.iter().map(|f| f.1).sum();
+        // One row's place per drawn row, as a batch has: the copies' destinations are
+        // not one buffer kept hot in cache.
+        let mut rows = vec![0u8; n * layout.payload_end];
+        let mut stamp = [0u8; 8];
+        let mut s = 0x9e37_79b9_7f4a_7c15_u64;
+        b.iter(|| {
+            for row in rows.chunks_exact_mut(layout.payload_end) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let slot = s % slots;
+                let (file, _) = &files[(slot / per) as usize];
+                let at = DATA_OFFSET as u64 + slot % per * stride;
+                file.read_exact_at(row, at).expect("pread");
+                file.read_exact_at(&mut stamp, at).expect("pread");
+            }
+        })
+    });
 }
 
 /// W2 rows into a ring small enough (30,000 frames, 850 MB) to stay under the kernel's
