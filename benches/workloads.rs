@@ -102,6 +102,27 @@ fn w1(c: &mut Criterion) {
             total
         })
     });
+    // As `compare.py`'s addB times it: the buffer made inside the timed fill (a library
+    // that allocates its ring in its constructor pays for that there), then 10^6 rows
+    // in batches of 1,000.
+    g.bench_function("addB_with_create", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let d = tempfile::tempdir().expect("tempdir");
+                let t = Instant::now();
+                let mut buf =
+                    ReplayBuffer::create(d.path().join("w1"), Config::new(w1_schema(), W1_CAP))
+                        .expect("create");
+                for i in (0..W1_CAP as usize).step_by(1000) {
+                    black_box(buf.add_batch(&data.chunk(i, 1000)).expect("add"));
+                }
+                total += t.elapsed();
+                drop(buf);
+            }
+            total
+        })
+    });
     g.finish();
 }
 
