@@ -214,3 +214,31 @@ def test_one_priority_is_given_to_every_index_of_the_update(tmp_path):
 def test_a_buffer_without_fields_is_made_as_cpprb_makes_it(tmp_path):
     with cpprb.ReplayBuffer(8, {}, path=str(tmp_path / "b")) as rb:
         assert rb.get_stored_size() == 0 and rb.get_buffer_size() == 8
+
+
+def test_an_add_stores_what_it_was_given_whatever_the_inputs_layout(tmp_path):
+    """Arrays already of the field's dtype and shape are passed to the engine as they
+    are; any other input (strided, another dtype, a scalar, a list, items of another
+    shape) is converted first. Each kind must read back as its values."""
+    env = {"obs": {"shape": (2, 3)}, "act": {"dtype": np.int16}, "rew": {}}
+    grid = np.arange(48, dtype=np.float32).reshape(4, 2, 6)
+    with cpprb.ReplayBuffer(16, env, path=str(tmp_path / "b")) as rb:
+        inputs = [
+            # Prepared: float32 items of (2, 3), contiguous.
+            dict(obs=np.ones((2, 2, 3), np.float32), act=np.array([[1], [2]], np.int16),
+                 rew=np.array([[0.5], [1.5]], np.float32)),
+            # Strided: every other column of a wider array, right dtype and item shape.
+            dict(obs=grid[:, :, ::2], act=np.array([3, 4, 5, 6], np.int16), rew=[1, 2, 3, 4]),
+            # Another dtype (float64, int64), a scalar, a flat list of one item.
+            dict(obs=np.full((1, 2, 3), 7.25), act=np.int64(9), rew=2.5),
+            dict(obs=list(range(6)), act=[10], rew=[3.0]),
+        ]
+        for batch in inputs:
+            rb.add(**batch)
+        got = rb.get_all_transitions()
+    want_obs = np.concatenate([np.ones((2, 2, 3)), grid[:, :, ::2], np.full((1, 2, 3), 7.25),
+                               np.arange(6).reshape(1, 2, 3)]).astype(np.float32)
+    np.testing.assert_array_equal(got["obs"], want_obs)
+    assert got["act"].ravel().tolist() == [1, 2, 3, 4, 5, 6, 9, 10]
+    assert got["rew"].ravel().tolist() == [0.5, 1.5, 1, 2, 3, 4, 2.5, 3.0]
+    assert got["obs"].dtype == np.float32 and got["act"].dtype == np.int16
