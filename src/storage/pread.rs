@@ -7,9 +7,10 @@
 //! in the page cache, not the reader's own memory, but RSS counts it, and so do the
 //! tools that police RSS (a DataLoader worker watchdog, an RSS-based memory monitor, a
 //! person reading `top`). `pread` copies out of the same page cache and maps nothing.
-//! It costs a system call per row: about 0.3–1 µs on this machine, next to the 1.5 µs
-//! an Atari row takes to copy, and the same order as a whole small row, so it is a
-//! choice ([`RowAccess`]), not the default.
+//! It costs two system calls per row (the row, then its stamp again): about 0.8 µs on
+//! this machine, so a draw of small rows takes 10–15× the mapped one while a draw of
+//! Atari rows takes 1.4× (`cargo bench --bench workloads -- 'reader_|pread_floor'`;
+//! docs/decisions/28). It is a choice ([`RowAccess`]), not the default.
 //!
 //! The stamp protocol needs only the stamp load after the copy here: one `pread` copies
 //! the row, a second reads its stamp again. Only indices the writer has published are
