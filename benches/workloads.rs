@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use replaystore::internal::format::row::RowLayout;
 use replaystore::internal::format::segment::DATA_OFFSET;
+use replaystore::internal::storage::segment_path;
+use replaystore::io::{Io, OsIo};
 use replaystore::{Batch, Config, Reader, ReplayBuffer, RowAccess};
 use std::os::unix::fs::FileExt;
 
@@ -209,9 +211,9 @@ fn readers(
         });
     }
     // The system calls alone: what a pread reader cannot go below. Each of `n` random
-    // rows of the ring read with one `pread` of the row and one of its
-    // stamp (the second, after the copy, is what proves the copy whole) into its place
-    // in a batch-sized buffer; no checksum, no copy into fields.
+    // rows of the ring is read with one `pread` of the row and one of its stamp (the
+    // second, after the copy, is what proves the copy whole) into its place in a
+    // batch-sized buffer; no checksum, no copy into fields.
     g.bench_function(format!("pread_floor_sample{n}"), |b| {
         let dir = filled();
         let reader = Reader::open(&dir).expect("open reader");
@@ -219,11 +221,12 @@ fn readers(
         let stride = layout.stride as u64;
         // Every segment file, each with its slots: rows drawn over the whole ring, not
         // over one segment that the last-level cache may hold.
+        // Opened as the engine opens them (no link followed, nothing but a file).
         let mut files: Vec<(std::fs::File, u64)> = (0..)
-            .map_while(|n| std::fs::File::open(dir.join(format!("lane-0/seg-{n:08}.dat"))).ok())
+            .map_while(|n| OsIo.open_ro(&segment_path(&dir, n)).ok())
             .map(|f| {
                 let len = f.metadata().expect("metadata").len();
-                (f, (len - DATA_OFFSET as u64) / stride)
+                (f, len.saturating_sub(DATA_OFFSET as u64) / stride)
             })
             .collect();
         files.retain(|&(_, slots)| slots > 0);
