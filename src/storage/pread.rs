@@ -8,7 +8,7 @@
 //! tools that police RSS (a DataLoader worker watchdog, an RSS-based memory monitor, a
 //! person reading `top`). `pread` copies out of the same page cache and maps nothing.
 //! It costs two system calls per row (the row, then its stamp again): about 0.8 µs on
-//! this machine, so a draw of small rows takes 10–15× the mapped one while a draw of
+//! this machine, so a draw of small rows takes 10–18× the mapped one while a draw of
 //! Atari rows takes 1.4× (`cargo bench --bench workloads -- 'reader_|pread_floor'`;
 //! docs/decisions/28). It is a choice ([`RowAccess`]), not the default.
 //!
