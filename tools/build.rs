@@ -46,11 +46,10 @@ fn lto(profile: &str) -> String {
             "CARGO_PROFILE_{}_LTO",
             name.to_uppercase().replace('-', "_")
         );
+        println!("cargo:rerun-if-env-changed={var}");
         if let Ok(v) = std::env::var(&var) {
-            println!("cargo:rerun-if-env-changed={var}");
             return v;
         }
-        println!("cargo:rerun-if-env-changed={var}");
         let Some(manifest) = &manifest else {
             return "unknown (no workspace manifest)".into();
         };

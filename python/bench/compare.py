@@ -993,11 +993,16 @@ def available(name):
 
 # -- one child: one library, one workload, all its figures -----------------------------
 
+def timed_draws(quick):
+    """How many draws each sample and per figure is timed over (--quick: a sixteenth)."""
+    return 10_000 // (16 if quick else 1)
+
+
 def child(lib_name, workload, quick, runs, scratch):
     fields, capacity, batch_n = SPEC[workload]
     div = 16 if quick else 1
     capacity //= div
-    iters = 10_000 // div
+    iters = timed_draws(quick)
     lib = LIBS[lib_name]
     rows = data(fields, capacity)
     one = [{k: v[i] for k, v in rows.items()} for i in range(min(capacity, 200_000 // div))]
@@ -1373,11 +1378,11 @@ def main():
         print(f"(not installed, left out: {', '.join(skipped)})")
     for (w, lib), why in failed.items():
         print(f"({lib} could not run {w}: {why})")
-    draws = 10_000 // (16 if args.quick else 1)
+    iters = timed_draws(args.quick)
     fewer = [f"{name} {LIBS[name].PER_DRAWS}" for name in libs
-             if name in LIBS and getattr(LIBS[name], "PER_DRAWS", draws) < draws]
+             if name in LIBS and getattr(LIBS[name], "PER_DRAWS", iters) < iters]
     if fewer and any(w in SPEC for w in workloads):
-        print(f"(per timed over fewer draws than the others' {draws}: {', '.join(fewer)};"
+        print(f"(per timed over fewer draws than the others' {iters}: {', '.join(fewer)};"
               " rates, not totals, so they still compare)")
     print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
     if "replaystore" in libs:

@@ -10,8 +10,6 @@ import numpy.typing as npt
 #: 2 with variable-length fields, or 3 with item states; ``replaystore info`` says which).
 FORMAT_VERSION: int
 __version__: str
-#: The Cargo profile that built the extension: "dist" (the wheel), "release" or "dev".
-BUILD_PROFILE: str
 #: How the extension was built (profile, opt-level, LTO, target CPU) and the row check
 #: this CPU runs: the line benchmarks print beside their figures.
 BUILD: str

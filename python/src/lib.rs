@@ -113,8 +113,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FORMAT_VERSION", replaystore::FORMAT_VERSION)?;
     // The package's version, as `pip show replaystore` gives it (the crate's).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // Which Cargo profile built this extension (benchmarks print it beside their figures).
-    m.add("BUILD_PROFILE", replaystore_cli::PROFILE)?;
+    // How this extension was built (benchmarks print it beside their figures).
     m.add("BUILD", replaystore_cli::build_line())?;
     // Whether `export` and the command read and write Parquet (the wheel does; a source
     // build only with `--features parquet`).
