@@ -17,6 +17,10 @@ cargo test --workspace --features replaystore/kill-points --doc
 # (installed only when missing), the extension built in place, then pytest. torch (a few
 # GB, cached in the venv) runs the DataLoader recipe, which must not skip here.
 VENV="$PWD/target/py-venv"
+# No wheel cache: the venvs under target/ are the cache. On a clean machine pip would
+# otherwise keep a second copy of two torch builds and their CUDA wheels (~7 GB), which
+# once filled CI's disk before the DI-engine venv was installed.
+export PIP_NO_CACHE_DIR=1
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 export PATH="$VENV/bin:$PATH"
 # gymnasium: Schema.from_spaces is tested against real spaces, not skipped.
@@ -52,9 +56,11 @@ REPLAYSTORE_PEERS_ELSEWHERE=ding "$VENV/bin/python" -m pytest -q -rs -n 2 --doct
 
 # DI-engine's virtualenv (cached under target/ like the other): DI-engine, its torch and
 # numpy<2, the extension built into it, then the DI-engine adapter's doctests and tests.
+# Its torch is pinned too: DI-engine requires setuptools<=66.1.1, and torch 2.12.1 is the
+# newest torch that allows it (2.15.0, the other venv's, needs setuptools>=77).
 DI_VENV="$PWD/target/di-venv"
 [ -x "$DI_VENV/bin/python" ] || python3 -m venv "$DI_VENV"
-"$DI_VENV/bin/python" -m pip install --quiet DI-engine==0.5.3 pytest hypothesis==6.170.15
+"$DI_VENV/bin/python" -m pip install --quiet DI-engine==0.5.3 torch==2.12.1 pytest hypothesis==6.170.15
 (cd python && VIRTUAL_ENV="$DI_VENV" maturin develop --quiet)
 # The adapters' folder sweep runs its DI-engine case here, where DI-engine is.
 "$DI_VENV/bin/python" -m pytest -q -p no:cacheprovider --doctest-modules \
