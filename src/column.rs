@@ -386,19 +386,26 @@ pub(crate) fn match_some_columns(
 /// dtype, the offsets, its length against the field's maximum (and `max_bytes`, the most
 /// one value may take), UTF-8 for `str`. On success `order[v]` is the position of
 /// variable field `v`'s column, and the result is the number of rows (`rows` if the
-/// fixed fields gave one, which the variable columns must then agree with). Nothing is
-/// written by the caller unless this succeeds.
+/// fixed fields gave one, which the variable columns must then agree with). With
+/// `partial` (an episode's reset row, which carries only observations) a field left
+/// out is `ABSENT` in `order`, and stored as an empty value. Nothing is written by the
+/// caller unless this succeeds.
 pub(crate) fn match_var_columns(
     schema: &Schema,
     columns: &[Column<'_>],
     rows: Option<(usize, &str)>,
     max_bytes: usize,
+    partial: bool,
     order: &mut Vec<usize>,
 ) -> Result<usize> {
     order.clear();
     let mut rows = rows;
     for field in schema.var_fields() {
         let Some(pos) = columns.iter().position(|c| c.name == field.name()) else {
+            if partial {
+                order.push(ABSENT);
+                continue;
+            }
             return Err(Error::MissingField {
                 field: field.name().to_owned(),
             });

@@ -142,6 +142,15 @@ impl VarField {
     pub fn max_bytes(&self) -> Option<usize> {
         self.max_len.map(|n| n * self.kind.dtype().size())
     }
+
+    /// The field as a draw returns it under `prefix` (`next_` for the observation a
+    /// transition led to): the name is the only change.
+    pub(crate) fn prefixed(&self, prefix: &str) -> VarField {
+        VarField {
+            name: format!("{prefix}{}", self.name),
+            ..self.clone()
+        }
+    }
 }
 
 /// One named field of every item.

@@ -350,15 +350,28 @@ impl<'a> Layout<'a> {
 pub(crate) fn obs_mask(schema: &Schema, names: &[&str]) -> Result<Vec<bool>> {
     let mut mask = vec![false; schema.len()];
     for name in names {
-        let f = schema.position(name).ok_or_else(|| Error::UnknownField {
-            field: (*name).to_owned(),
-            known: schema.names(),
-        })?;
+        let Some(f) = schema.position(name) else {
+            if schema.var_field(name).is_some() {
+                continue;
+            }
+            return Err(Error::UnknownField {
+                field: (*name).to_owned(),
+                known: schema.names(),
+            });
+        };
         if let Some(x) = mask.get_mut(f) {
             *x = true;
         }
     }
     Ok(mask)
+}
+
+/// Which variable-length fields of `schema` `names` (a draw's observation fields) name,
+/// one flag per field in schema order (names of fixed fields are `obs_mask`'s).
+pub(crate) fn var_obs_mask(schema: &Schema, names: &[&str]) -> Vec<bool> {
+    (schema.var_fields().iter())
+        .map(|v| names.contains(&v.name()))
+        .collect()
 }
 
 /// Where a draw puts its arrays: storage for each array of a [`Layout`], in its order,

@@ -323,6 +323,13 @@ fn every_file_replaced_by_a_link_a_fifo_or_a_folder_is_refused_naming_it() {
 /// flip and every cut is a typed error naming the file.
 #[test]
 fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
+    // A flat buffer, and an episodic one (its episode flags in the same superblock,
+    // its steps' values in the chunk ring).
+    version_2_sweep(false);
+    version_2_sweep(true);
+}
+
+fn version_2_sweep(episodic: bool) {
     use replaystore::internal::format::manifest::SUPERBLOCK_V2_LEN;
     use replaystore::{Column, DType, Schema, VarKind};
     let tmp = tempfile::tempdir().unwrap();
@@ -332,18 +339,26 @@ fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
         .variable("text", VarKind::Str, None)
         .build()
         .unwrap();
-    let config = Config::new(schema, 16)
+    let mut config = Config::new(schema, 16)
         .segment_slots(8)
         .chunk_bytes(64)
         .heap_bytes(16 * 80)
         .segment_bytes(8 * 80)
         // Flag bit 5 set, so its flips are swept too; the ring evicts for room.
         .evict_for_room();
+    if episodic {
+        config = config.whole_episodes();
+    }
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     for i in 0..20u32 {
         let text = "v".repeat(i as usize * 5);
-        buf.add(&[Column::scalar("x", &i), Column::text("text", &text)])
-            .unwrap();
+        let row = [Column::scalar("x", &i), Column::text("text", &text)];
+        match (episodic, i % 4) {
+            (false, _) => buf.add(&row).map(drop),
+            (true, 0) => buf.add_reset(&row).map(drop),
+            (true, k) => buf.add_step(&row, k == 3, false).map(drop),
+        }
+        .unwrap();
     }
     buf.close().unwrap();
     let manifest = dir.join("MANIFEST");
@@ -402,7 +417,8 @@ fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
     std::fs::write(&seg, &original).unwrap();
     assert!(replaystore::verify(&dir).unwrap().is_sound());
     println!(
-        "version-2 metadata bit flips detected {} of {}; truncations detected {} of {}",
+        "version-2 metadata (episodic {episodic}) bit flips detected {} of {}; truncations \
+         detected {} of {}",
         flips.detected, flips.tried, cuts.detected, cuts.tried
     );
 }

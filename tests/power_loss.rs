@@ -505,7 +505,7 @@ fn episode_obs(i: u64) -> [u64; 2] {
 /// priorities as in the ring workload; every row holds its own bytes; every episode the
 /// table lists is one the writer had (same id and start), with at most the rows it had,
 /// and with an end only where it had that end at that length.
-fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64) {
+fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64, text: bool) {
     let p = image.phase;
     let ctx = format!("episodic call {p}, {}", image.what);
     let dir = scratch.join(format!("ep-{n}"));
@@ -535,6 +535,13 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
         let obs = b.get::<u64>("obs").unwrap();
         for (r, &i) in idx.iter().enumerate() {
             assert_eq!(&obs[2 * r..2 * r + 2], &episode_obs(i), "{ctx}: row {i}");
+            if text {
+                assert_eq!(
+                    b.text("text", r).unwrap(),
+                    var_text(i),
+                    "{ctx}: text of row {i}"
+                );
+            }
         }
         let got = buf.priorities(&idx).unwrap();
         for (&i, g) in idx.iter().zip(got) {
@@ -579,15 +586,28 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
 
 #[test]
 fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mixed() {
+    episodic_crash_images(false);
+}
+
+/// The same workload with a text observation in the chunk ring: no image shows a row
+/// with another row's text.
+#[test]
+fn every_crash_image_of_an_episodic_buffer_with_values_keeps_each_rows_own_value() {
+    episodic_crash_images(true);
+}
+
+fn episodic_crash_images(text: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("e");
     let scratch = tempfile::tempdir().unwrap();
     let io = sim_io(&dir, 0xe915);
-    let schema = replaystore::Schema::builder()
+    let mut schema = replaystore::Schema::builder()
         .field("obs", replaystore::DType::U64, &[2])
-        .field("reward", replaystore::DType::F32, &[])
-        .build()
-        .unwrap();
+        .field("reward", replaystore::DType::F32, &[]);
+    if text {
+        schema = schema.variable("text", replaystore::VarKind::Str, None);
+    }
+    let schema = schema.build().unwrap();
     let config = Config::new(schema, 32)
         .segment_slots(8)
         .whole_episodes()
@@ -615,7 +635,7 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
     };
     history.push(seen(buf.as_ref().unwrap(), true, true));
     for image in io.take_images() {
-        check_episodes(&image, &history, scratch.path(), checked);
+        check_episodes(&image, &history, scratch.path(), checked, text);
         checked += 1;
     }
     for episode in 0..14u64 {
@@ -627,15 +647,19 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
             let i = b.live().end;
             let obs = episode_obs(i);
             let (mut commits, mut syncs_tree) = (false, false);
+            let words = var_text(i);
+            let value = replaystore::Column::text("text", &words);
             if t == 0 {
-                b.add_reset(&[replaystore::Column::new("obs", &obs)])
-                    .unwrap();
+                let mut cols = vec![replaystore::Column::new("obs", &obs)];
+                cols.extend(text.then_some(value));
+                b.add_reset(&cols).unwrap();
             } else {
                 let reward = (i % 5) as f32;
-                let cols = [
+                let mut cols = vec![
                     replaystore::Column::new("obs", &obs),
                     replaystore::Column::scalar("reward", &reward),
                 ];
+                cols.extend(text.then_some(value));
                 // Every third episode is cut off (truncated) rather than terminated.
                 let last = t == steps;
                 b.add_step(&cols, last && episode % 3 != 0, last && episode % 3 == 0)
@@ -662,7 +686,7 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
             }
             history.push(seen(b, commits, syncs_tree));
             for image in io.take_images() {
-                check_episodes(&image, &history, scratch.path(), checked);
+                check_episodes(&image, &history, scratch.path(), checked, text);
                 checked += 1;
             }
         }
@@ -674,10 +698,18 @@ fn every_crash_image_of_an_episodic_buffer_keeps_episodes_whole_or_cut_never_mix
     history.push(last);
     io.capture("after close");
     for image in io.take_images() {
-        check_episodes(&image, &history, scratch.path(), checked);
+        check_episodes(&image, &history, scratch.path(), checked, text);
         checked += 1;
     }
-    report("episodic", &io, checked);
+    report(
+        if text {
+            "episodic with values"
+        } else {
+            "episodic"
+        },
+        &io,
+        checked,
+    );
 }
 
 /// The lanes right after each call of the lanes workload: per lane, live range and

@@ -3,7 +3,9 @@
 //! the same rows and RNG stream, through mappings or `pread`, from a reader that follows
 //! the writer's adds or one opened afresh — and, while a writer laps a small ring under
 //! reader processes, never serves a unit with rows of two episodes or a torn row, nor
-//! reports too few units because the writer evicted what one look read.
+//! reports too few units because the writer evicted what one look read. Each row also
+//! carries a text observation (`say`, a function of the row's `[tag, t]`), so every
+//! unit's values are checked against the rows its fixed fields came from.
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
@@ -16,7 +18,7 @@ use std::path::Path;
 
 use common::{KillOnDrop, reader_result, spawn_child, xorshift};
 use replaystore::{
-    Batch, Column, Config, DType, Error, Reader, ReplayBuffer, Request, RowAccess, Schema,
+    Batch, Column, Config, DType, Error, Reader, ReplayBuffer, Request, RowAccess, Schema, VarKind,
 };
 
 const CHILD_ENV: &str = "REPLAYSTORE_READER_UNITS_CHILD";
@@ -28,8 +30,36 @@ fn schema() -> Schema {
         .field("obs", DType::F32, &[2])
         .field("action", DType::I32, &[])
         .field("reward", DType::F32, &[])
+        .variable("say", VarKind::Str, None)
         .build()
         .unwrap()
+}
+
+/// The observations the units are drawn with: the text is one, so transitions and
+/// sequences return `say` and `next_say` from the rows `obs` and `next_obs` come from.
+const OBS: &[&str] = &["obs", "say"];
+
+/// The text of the row `[tag, t]`: its length and bytes a function of both.
+fn say(tag: f32, t: f32) -> String {
+    let (tag, t) = (tag as u64, t as u64);
+    let n = ((tag * 31 + t * 7) % 90) as usize;
+    format!("{tag}:{t}:{}", "x".repeat(n))
+}
+
+/// Row `p`'s `prefix + "say"` value is the text of the `[tag, t]` in `obs` (padding,
+/// where `mask` says so, is empty); returns the rows that differ.
+fn bad_values(b: &Batch, obs: &str, text: &str, mask: Option<&[bool]>) -> u64 {
+    let (obs, values) = (b.get::<f32>(obs).unwrap(), b.values(text).unwrap());
+    assert_eq!(values.len() * 2, obs.len(), "{text}: one value per row");
+    (0..values.len())
+        .filter(|&p| {
+            let want = match mask.is_none_or(|m| m[p]) {
+                true => say(obs[2 * p], obs[2 * p + 1]),
+                false => String::new(),
+            };
+            values.text(p).unwrap() != want
+        })
+        .count() as u64
 }
 
 /// The reward of step `t` of the episode tagged `tag`.
@@ -41,9 +71,12 @@ fn reward(tag: u64, t: u64) -> f32 {
 /// not at all (the next reset then cuts it), as `how` says.
 fn add_episode(buf: &mut ReplayBuffer, tag: u64, steps: u64, how: u64) {
     let obs = [tag as f32, 0.0];
-    buf.add_reset(&[Column::new("obs", &obs)]).unwrap();
+    let text = say(obs[0], obs[1]);
+    buf.add_reset(&[Column::new("obs", &obs), Column::text("say", &text)])
+        .unwrap();
     for t in 1..=steps {
         let obs = [tag as f32, t as f32];
+        let text = say(obs[0], obs[1]);
         let (a, r) = (t as i32, reward(tag, t));
         let last = t == steps;
         buf.add_step(
@@ -51,6 +84,7 @@ fn add_episode(buf: &mut ReplayBuffer, tag: u64, steps: u64, how: u64) {
                 Column::new("obs", &obs),
                 Column::scalar("action", &a),
                 Column::scalar("reward", &r),
+                Column::text("say", &text),
             ],
             last && how == 0,
             last && how == 1,
@@ -81,10 +115,21 @@ fn assert_same(what: &str, w: &Batch, r: &Batch) {
     for (a, b) in w.fields().iter().zip(r.fields()) {
         assert_eq!(a.bytes(), b.bytes(), "{what}: {}", a.name());
     }
+    for name in ["say", "next_say"] {
+        let (a, b) = (w.values(name), r.values(name));
+        assert_eq!(a.is_some(), b.is_some(), "{what}: {name}");
+        if let (Some(a), Some(b)) = (a, b) {
+            assert_eq!(
+                (a.bytes(), a.offsets()),
+                (b.bytes(), b.offsets()),
+                "{what}: {name}"
+            );
+        }
+    }
+    assert!(w.values("say").is_some(), "{what}: no values drawn");
 }
 
 fn episodic_requests() -> Vec<(&'static str, Request<'static>)> {
-    const OBS: &[&str] = &["obs"];
     vec![
         (
             "rows by priority",
@@ -206,10 +251,16 @@ fn a_reader_draws_the_fragments_and_groups_the_writer_draws() {
             let obs: Vec<f32> = (0..n * 2).map(|k| (round * 100 + k) as f32).collect();
             let action: Vec<i32> = (0..n).map(|k| (k % 3) as i32).collect();
             let r: Vec<f32> = (0..n).map(|k| k as f32).collect();
+            let (mut text, mut offsets) = (Vec::new(), vec![0u64]);
+            for k in 0..n as usize {
+                text.extend_from_slice(say(obs[2 * k], obs[2 * k + 1]).as_bytes());
+                offsets.push(text.len() as u64);
+            }
             buf.add_batch(&[
                 Column::new("obs", &obs).with_shape(&[n as usize, 2]),
                 Column::new("action", &action),
                 Column::new("reward", &r),
+                Column::values("say", DType::U8, &text, &offsets),
             ])
             .unwrap();
         }
@@ -355,7 +406,7 @@ fn bad_transitions(b: &Batch) -> u64 {
         let good = frames_ok && next_ok && ret_ok && end_ok && action[i] == (t + 1.0) as i32;
         bad += u64::from(!good);
     }
-    bad
+    bad + bad_values(b, "obs", "say", None) + bad_values(b, "next_obs", "next_say", None)
 }
 
 /// Checks each sequence (8 steps after a burn-in of 4); returns the bad ones.
@@ -373,7 +424,8 @@ fn bad_sequences(b: &Batch) -> u64 {
             });
         bad += u64::from(!good || rows.is_empty());
     }
-    bad
+    bad + bad_values(b, "obs", "say", Some(mask))
+        + bad_values(b, "next_obs", "next_say", Some(mask))
 }
 
 /// Checks each episode: one tag, steps 0, 1, ... in order; returns the bad ones.
@@ -388,7 +440,7 @@ fn bad_episodes(b: &Batch) -> u64 {
         let good = (e[0]..e[1]).all(|r| tag_t(obs, r as usize) == (tag, (r - e[0]) as f32));
         bad += u64::from(!good);
     }
-    bad
+    bad + bad_values(b, "obs", "say", None)
 }
 
 fn run_reader(dir: &str, units: u64, seed: u64, pread: bool) {
@@ -399,7 +451,6 @@ fn run_reader(dir: &str, units: u64, seed: u64, pread: bool) {
     reader.reseed(seed);
     let first_tail = reader.live().end;
     let (mut drawn, mut bad) = (0u64, 0u64);
-    const OBS: &[&str] = &["obs"];
     while drawn < units {
         let t = reader
             .sample(Request::transitions(64, OBS).nstep(3, 0.5).stack(4))
@@ -424,7 +475,6 @@ fn the_race_checks_catch_a_unit_mixing_two_episodes() {
     let tmp = tempfile::tempdir().unwrap();
     let config = Config::new(schema(), 64).episodic().seed(3);
     let mut buf = ReplayBuffer::create(tmp.path().join("b"), config).unwrap();
-    const OBS: &[&str] = &["obs"];
     let draw = |buf: &mut ReplayBuffer| {
         let t = buf
             .sample(Request::transitions(64, OBS).nstep(3, 0.5).stack(4))
@@ -438,16 +488,22 @@ fn the_race_checks_catch_a_unit_mixing_two_episodes() {
     add_episode(&mut buf, 1, 40, 0);
     assert_eq!(draw(&mut buf), (0, 0, 0));
     // One more episode of 40 steps whose rows from step 20 on carry another tag.
-    buf.add_reset(&[Column::new("obs", &[2.0f32, 0.0])])
-        .unwrap();
+    let text = say(2.0, 0.0);
+    buf.add_reset(&[
+        Column::new("obs", &[2.0f32, 0.0]),
+        Column::text("say", &text),
+    ])
+    .unwrap();
     for t in 1..=40u64 {
         let tag = if t < 20 { 2 } else { 3 };
         let obs = [tag as f32, t as f32];
         let (a, r) = (t as i32, reward(tag, t));
+        let text = say(obs[0], obs[1]);
         let cols = [
             Column::new("obs", &obs),
             Column::scalar("action", &a),
             Column::scalar("reward", &r),
+            Column::text("say", &text),
         ];
         buf.add_step(&cols, t == 40, false).unwrap();
     }

@@ -3,7 +3,9 @@
 //! while flushing) loses nothing it acknowledged and never serves an item whose values
 //! are not the ones added with it. Random kill moments, and (with `--features
 //! kill-points`) the named points between a chunk's bytes and its stamp, between an
-//! item's bytes and its stamp, and around commits and eviction records.
+//! item's bytes and its stamp, and around commits and eviction records. Each harness
+//! runs twice: on a flat buffer (`add`, `add_batch`) and on an episodic one
+//! (`add_reset`, `add_step`, `add_episode`, whose draws check `obs` and `next_obs`).
 //! `REPLAYSTORE_LOOP_KILLS` sets the random kill cycles (default 300).
 #![allow(
     clippy::unwrap_used,
@@ -32,17 +34,42 @@ fn schema() -> Schema {
         .unwrap()
 }
 
-fn create(dir: &Path) {
+/// How the harness adds: items to a flat buffer, or the rows of episodes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Flat,
+    Episodic,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Mode {
+        match s {
+            "episodic" => Mode::Episodic,
+            _ => Mode::Flat,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Flat => "flat",
+            Mode::Episodic => "episodic",
+        }
+    }
+}
+
+fn create(dir: &Path, mode: Mode) {
     // 48 chunks of 240 bytes: about a dozen items' values, so the chunk ring laps (and
     // evicts for room) every few calls, and whole segments of it are passed; its three
     // sparse segments are reserved again by each open's first adds into them.
-    let config = Config::new(schema(), CAPACITY)
+    let mut config = Config::new(schema(), CAPACITY)
         .segment_slots(32)
         .chunk_bytes(240)
         .heap_bytes(48 * 256)
         .segment_bytes(16 * 256)
         .evict_for_room()
         .seed(3);
+    if mode == Mode::Episodic {
+        config = config.episodic();
+    }
     ReplayBuffer::create(dir, config).unwrap().close().unwrap();
 }
 
@@ -58,16 +85,22 @@ fn tokens(i: u64) -> Vec<i32> {
     (0..n).map(|k| k ^ i as i32).collect()
 }
 
-fn add(buf: &mut ReplayBuffer, from: u64, n: u64) {
+/// Adds items `from..from + n`: one `add` or `add_batch` call (flat), or (episodic)
+/// one row, a step of the open episode or a new episode's reset row, or a whole
+/// episode of `n` rows. Every row carries every field, so each row's values are a
+/// function of its index whatever call stored it.
+fn add(buf: &mut ReplayBuffer, from: u64, n: u64, mode: Mode) -> replaystore::Result<()> {
+    if mode == Mode::Episodic {
+        return add_rows_of_episodes(buf, from, n);
+    }
     if n == 1 {
         let (o, t) = (obs(from), tokens(from));
         buf.add(&[
             Column::scalar("index", &from),
             Column::text("obs", &o),
             Column::ragged("tokens", &t),
-        ])
-        .unwrap();
-        return;
+        ])?;
+        return Ok(());
     }
     let index: Vec<u64> = (from..from + n).collect();
     let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
@@ -81,8 +114,71 @@ fn add(buf: &mut ReplayBuffer, from: u64, n: u64) {
         Column::new("index", &index),
         Column::values("obs", DType::U8, &o, &oo),
         Column::values("tokens", DType::I32, &t, &to),
-    ])
-    .unwrap();
+    ])?;
+    Ok(())
+}
+
+fn add_rows_of_episodes(buf: &mut ReplayBuffer, from: u64, n: u64) -> replaystore::Result<()> {
+    if n == 1 {
+        let (o, t) = (obs(from), tokens(from));
+        let row = [
+            Column::scalar("index", &from),
+            Column::text("obs", &o),
+            Column::ragged("tokens", &t),
+        ];
+        // Every seventh index begins an episode, every eleventh ends one.
+        if from.is_multiple_of(7) {
+            buf.add_reset(&row)?;
+            return Ok(());
+        }
+        return match buf.add_step(&row, from.is_multiple_of(11), false) {
+            Err(replaystore::Error::EpisodeOrder(_)) => buf.add_reset(&row).map(|_| ()),
+            other => other.map(|_| ()),
+        };
+    }
+    let index: Vec<u64> = (from..from + n).collect();
+    let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
+    for i in from..from + n {
+        o.extend_from_slice(obs(i).as_bytes());
+        oo.push(o.len() as u64);
+        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+        to.push(t.len() as u64);
+    }
+    let rows = [
+        Column::new("index", &index),
+        Column::values("obs", DType::U8, &o, &oo),
+        Column::values("tokens", DType::I32, &t, &to),
+    ];
+    buf.add_episode(&rows, &[], true, false)?;
+    Ok(())
+}
+
+/// An episodic draw's values against the indices its fixed fields came from.
+fn assert_transitions(buf: &mut ReplayBuffer, ctx: &str) {
+    let t = match buf.sample(Request::transitions(8, &["index", "obs"]).nstep(2, 0.9)) {
+        Ok(t) => t,
+        // Too few steps live (a reset row alone, a cut episode's first row).
+        Err(replaystore::Error::Empty | replaystore::Error::InvalidSample(_)) => return,
+        Err(e) => panic!("{ctx}: transitions: {e}"),
+    };
+    let (index, next) = (
+        t.get::<u64>("index").unwrap(),
+        t.get::<u64>("next_index").unwrap(),
+    );
+    for (r, &j) in t.indices().iter().enumerate() {
+        assert_eq!(
+            t.text("obs", r).unwrap(),
+            obs(index[r]),
+            "{ctx}: obs of {j}"
+        );
+        assert_eq!(
+            t.text("next_obs", r).unwrap(),
+            obs(next[r]),
+            "{ctx}: next_obs of {j}"
+        );
+        let toks = t.values("tokens").unwrap().elements::<i32>(r).unwrap();
+        assert_eq!(toks, tokens(j).as_slice(), "{ctx}: tokens of step {j}");
+    }
 }
 
 /// Every live item holds the values added with its index.
@@ -112,10 +208,11 @@ fn var_kill_child() {
         return;
     };
     let mut parts = arg.split(':');
-    let (dir, seed, ops) = (
+    let (dir, seed, ops, mode) = (
         parts.next().unwrap(),
         parts.next().unwrap().parse::<u64>().unwrap(),
         parts.next().unwrap().parse::<u64>().unwrap(),
+        Mode::parse(parts.next().unwrap()),
     );
     let mut out = std::io::stdout();
     let mut buf = ReplayBuffer::open(dir).unwrap();
@@ -127,12 +224,12 @@ fn var_kill_child() {
         match xorshift(&mut rng) % 12 {
             0..=4 => {
                 say(&mut out, "start add 1");
-                add(&mut buf, tail, 1);
+                add(&mut buf, tail, 1, mode).unwrap();
             }
             5..=7 => {
                 let n = 2 + xorshift(&mut rng) % 5;
                 say(&mut out, &format!("start add {n}"));
-                add(&mut buf, tail, n);
+                add(&mut buf, tail, n, mode).unwrap();
             }
             8 => {
                 say(&mut out, "start flush");
@@ -142,6 +239,9 @@ fn var_kill_child() {
                 say(&mut out, "start sample");
                 if !buf.is_empty() {
                     buf.sample(Request::rows(8)).unwrap();
+                    if mode == Mode::Episodic {
+                        assert_transitions(&mut buf, "child");
+                    }
                 }
             }
             10 => {
@@ -189,12 +289,15 @@ impl Seen {
     }
 }
 
-fn check(dir: &Path, seen: &Seen, ctx: &str) {
+fn check(dir: &Path, seen: &Seen, mode: Mode, ctx: &str) {
     let report = verify(dir).unwrap();
     assert!(report.is_sound(), "{ctx}: verify: {:?}", report.problems);
-    let buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let mut buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
     let got = buf.live();
     assert_intact(&buf, ctx);
+    if mode == Mode::Episodic {
+        assert_transitions(&mut buf, ctx);
+    }
     drop(buf);
     let Some(acked) = seen.live.clone() else {
         return;
@@ -225,41 +328,46 @@ fn check(dir: &Path, seen: &Seen, ctx: &str) {
 #[test]
 fn kill_9_while_adding_values_loses_nothing_acknowledged() {
     let kills = common::env_count("REPLAYSTORE_LOOP_KILLS", 1000) * 3 / 10;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("b");
-    create(&dir);
-    let mut rng = 0xabcd_1234u64;
-    let (mut in_add, mut in_restore, mut evicted) = (0u64, 0u64, 0u64);
-    for cycle in 0..kills {
-        let lines = xorshift(&mut rng) % 80;
-        let seed = xorshift(&mut rng);
-        let mut seen = Seen::default();
-        run_child_and_kill_after(
-            "var_kill_child",
-            CHILD_ENV,
-            &format!("{}:{seed}:{}", dir.display(), u64::MAX),
-            lines,
-            |l| seen.note(l),
-        );
-        match seen
-            .pending
-            .as_ref()
-            .and_then(|p| p.first())
-            .map(String::as_str)
-        {
-            Some("add") => in_add += 1,
-            Some("restore") => in_restore += 1,
-            _ => {}
+    // The episodic mode's calls are the flat mode's with episode bookkeeping: half as
+    // many cycles.
+    for (mode, kills) in [(Mode::Flat, kills), (Mode::Episodic, kills / 2)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        create(&dir, mode);
+        let mut rng = 0xabcd_1234u64;
+        let (mut in_add, mut in_restore, mut evicted) = (0u64, 0u64, 0u64);
+        for cycle in 0..kills {
+            let lines = xorshift(&mut rng) % 80;
+            let seed = xorshift(&mut rng);
+            let mut seen = Seen::default();
+            run_child_and_kill_after(
+                "var_kill_child",
+                CHILD_ENV,
+                &format!("{}:{seed}:{}:{}", dir.display(), u64::MAX, mode.name()),
+                lines,
+                |l| seen.note(l),
+            );
+            match seen
+                .pending
+                .as_ref()
+                .and_then(|p| p.first())
+                .map(String::as_str)
+            {
+                Some("add") => in_add += 1,
+                Some("restore") => in_restore += 1,
+                _ => {}
+            }
+            check(&dir, &seen, mode, &format!("{mode:?} cycle {cycle}"));
+            evicted = ReplayBuffer::open(&dir).unwrap().stats().evicted;
         }
-        check(&dir, &seen, &format!("cycle {cycle}"));
-        evicted = ReplayBuffer::open(&dir).unwrap().stats().evicted;
+        println!(
+            "{mode:?}: kill cycles {kills}; inside an add {in_add}, a restore {in_restore}; \
+             evicted {evicted}"
+        );
+        assert!(in_add > 0, "{mode:?}: no kill landed inside an add");
+        assert!(in_restore > 0, "{mode:?}: no kill landed inside a restore");
+        assert!(evicted > 0, "{mode:?}: the chunk ring never lapped");
     }
-    println!(
-        "kill cycles {kills}; inside an add {in_add}, a restore {in_restore}; evicted {evicted}"
-    );
-    assert!(in_add > 0, "no kill landed inside an add");
-    assert!(in_restore > 0, "no kill landed inside a restore");
-    assert!(evicted > 0, "the chunk ring never lapped");
 }
 
 #[test]
@@ -275,30 +383,32 @@ fn kill_at_each_named_point_of_a_values_add_loses_nothing_acknowledged() {
         "snapshot-mid-links",
         "restore-mid-links",
     ];
-    common::kill_at_each_point(
-        "var_kill_child",
-        CHILD_ENV,
-        &points,
-        &[1, 2, 5, 13, 40],
-        |dir, n| {
-            create(dir);
-            format!("{}:{}:{}", dir.display(), 7 + n, 400)
-        },
-        |dir, lines, ctx| {
-            let mut seen = Seen::default();
-            lines.iter().for_each(|l| seen.note(l));
-            check(dir, &seen, ctx);
-        },
-    );
+    for mode in [Mode::Flat, Mode::Episodic] {
+        common::kill_at_each_point(
+            "var_kill_child",
+            CHILD_ENV,
+            &points,
+            &[1, 2, 5, 13, 40],
+            |dir, n| {
+                create(dir, mode);
+                format!("{}:{}:{}:{}", dir.display(), 7 + n, 400, mode.name())
+            },
+            |dir, lines, ctx| {
+                let mut seen = Seen::default();
+                lines.iter().for_each(|l| seen.note(l));
+                check(dir, &seen, mode, &format!("{mode:?} {ctx}"));
+            },
+        );
+    }
 }
 
 /// The buffer a fault case starts from: 30 items whose values have lapped the chunk
 /// ring, flushed and closed.
-fn fault_base(dir: &Path) {
-    create(dir);
+fn fault_base(dir: &Path, mode: Mode) {
+    create(dir, mode);
     let mut buf = ReplayBuffer::open(dir).unwrap();
     for i in 0..30 {
-        add(&mut buf, i, 1);
+        add(&mut buf, i, 1, mode).unwrap();
     }
     buf.close().unwrap();
 }
@@ -312,31 +422,24 @@ enum Step {
 }
 
 /// Runs `step` on `buf`, pushing the live range after each acknowledged add to `ranges`.
+/// Episodic adds are one row each (an episode added whole would leave its first rows
+/// acknowledged by no call when a later one fails).
 fn run_step(
     step: Step,
     buf: &mut Option<ReplayBuffer>,
     ranges: &mut Vec<Range<u64>>,
+    mode: Mode,
 ) -> replaystore::Result<()> {
     let Some(b) = buf.as_mut() else {
         return Ok(());
     };
     let mut adds = |b: &mut ReplayBuffer, calls: u64| -> replaystore::Result<()> {
         for k in 0..calls {
-            let tail = b.live().end;
-            let n = 1 + k % 3;
-            let index: Vec<u64> = (tail..tail + n).collect();
-            let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
-            for i in tail..tail + n {
-                o.extend_from_slice(obs(i).as_bytes());
-                oo.push(o.len() as u64);
-                t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
-                to.push(t.len() as u64);
-            }
-            b.add_batch(&[
-                Column::new("index", &index),
-                Column::values("obs", DType::U8, &o, &oo),
-                Column::values("tokens", DType::I32, &t, &to),
-            ])?;
+            let n = match mode {
+                Mode::Flat => 1 + k % 3,
+                Mode::Episodic => 1,
+            };
+            add(b, b.live().end, n, mode)?;
             ranges.push(b.live());
         }
         Ok(())
@@ -358,16 +461,18 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
     use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let (mut points, mut failed) = (0u64, 0u64);
-    for step in [Step::Open, Step::Add, Step::Flush, Step::Close] {
+    let steps = [Step::Open, Step::Add, Step::Flush, Step::Close];
+    let modes = [Mode::Flat, Mode::Episodic];
+    for (mode, step) in modes.into_iter().flat_map(|m| steps.map(|s| (m, s))) {
         // The run without a fault: how many operations, and the range after each add.
-        let dir = root.path().join(format!("count-{step:?}"));
-        fault_base(&dir);
+        let dir = root.path().join(format!("count-{mode:?}-{step:?}"));
+        fault_base(&dir, mode);
         let before = ReplayBuffer::open(&dir).unwrap().live();
         let io = Arc::new(FaultyIo::fail_once(u64::MAX));
         let mut buf = Some(ReplayBuffer::open_with(&dir, io.clone()).unwrap());
         let opened = io.ops();
         let mut ranges = vec![before.clone()];
-        run_step(step, &mut buf, &mut ranges).unwrap();
+        run_step(step, &mut buf, &mut ranges, mode).unwrap();
         let after = buf
             .as_ref()
             .map_or_else(|| ranges.last().unwrap().clone(), ReplayBuffer::live);
@@ -381,9 +486,12 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
         for n in 0..ops {
             for sticky in [false, true] {
                 points += 1;
-                let ctx = format!("{step:?}, operation {} failing (sticky {sticky})", from + n);
-                let dir = root.path().join(format!("{step:?}-{n}-{sticky}"));
-                fault_base(&dir);
+                let ctx = format!(
+                    "{mode:?} {step:?}, operation {} failing (sticky {sticky})",
+                    from + n
+                );
+                let dir = root.path().join(format!("{mode:?}-{step:?}-{n}-{sticky}"));
+                fault_base(&dir, mode);
                 let io = Arc::new(match sticky {
                     true => FaultyIo::fail_from(from + n),
                     false => FaultyIo::fail_once(from + n),
@@ -393,7 +501,7 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
                 let result = match ReplayBuffer::open_with(&dir, io) {
                     Ok(b) => {
                         buf = Some(b);
-                        run_step(step, &mut buf, &mut seen)
+                        run_step(step, &mut buf, &mut seen, mode)
                     }
                     Err(e) => Err(e),
                 };
@@ -407,11 +515,7 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
                     ]
                     .contains(op)
                 {
-                    let next = b.add(&[
-                        Column::scalar("index", &0u64),
-                        Column::text("obs", ""),
-                        Column::ragged::<i32>("tokens", &[]),
-                    ]);
+                    let next = add(b, b.live().end, 1, mode);
                     assert!(
                         matches!(next, Err(replaystore::Error::Poisoned { .. })),
                         "{ctx}: after a failed sync an add returned {next:?}"
@@ -432,6 +536,10 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
                     ),
                 }
                 assert_intact(&buf, &ctx);
+                let mut buf = buf;
+                if mode == Mode::Episodic {
+                    assert_transitions(&mut buf, &ctx);
+                }
                 drop(buf);
                 std::fs::remove_dir_all(&dir).unwrap();
             }

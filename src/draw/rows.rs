@@ -423,6 +423,68 @@ impl Rows {
         Ok(())
     }
 
+    /// The values of unit draws (transitions, sequences): for each set, every field
+    /// its `which` flags, named `prefix` + the field's name, one value per row of
+    /// `rows` (a position of the draw, unit after unit; `None`, a padding position,
+    /// is an empty value). Each value is checked as [`Rows::put_values`] checks it,
+    /// and a row a writer in another process passed meanwhile is `Evicted`.
+    pub(crate) fn put_unit_values(
+        &self,
+        sets: &[UnitValues<'_>],
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
+        let Some(heap) = &self.heap else {
+            return Ok(());
+        };
+        let fields: Vec<&VarField> = self.schema.var_fields().iter().collect();
+        let nvar = fields.len();
+        let mut slots = Vec::new();
+        for set in sets.iter().filter(|s| s.which.contains(&true)) {
+            slots.clear();
+            for row in set.rows {
+                match *row {
+                    Some(index) => self.item_slots(heap, index, &fields, &mut slots)?,
+                    None => slots.extend(std::iter::repeat_n(VarSlot::default(), nvar)),
+                }
+            }
+            let flagged = fields.iter().enumerate();
+            for (v, field) in flagged.filter(|&(v, _)| set.which.get(v) == Some(&true)) {
+                let slot_of = |r: &[VarSlot]| r.get(v).copied().unwrap_or_default();
+                let lengths: Vec<u64> = (slots.chunks(nvar))
+                    .map(|r| u64::from(slot_of(r).len))
+                    .collect();
+                let named = field.prefixed(set.prefix);
+                let expected = lengths.iter().sum::<u64>() as usize;
+                let mut out = sink.values(&named, &lengths)?;
+                let mut at = 0usize;
+                for (r, (row, of_row)) in set.rows.iter().zip(slots.chunks(nvar)).enumerate() {
+                    let slot = slot_of(of_row);
+                    let got = out_len(&out);
+                    let dst =
+                        value_dst(&mut out, r, &mut at, slot.len as usize).ok_or_else(|| {
+                            Error::OutputSize {
+                                field: named.name().to_owned(),
+                                expected,
+                                got,
+                            }
+                        })?;
+                    let Some(index) = *row else { continue };
+                    let sealed = self.read_checks && index < self.flushed_tail;
+                    let read = heap
+                        .read_into(slot, dst, sealed)
+                        .map_err(|m| heap.error(&self.dir, index, field.name(), m));
+                    if self.ring.stamp(index % self.superblock.capacity)
+                        != crate::format::row::stamp_of(index)
+                    {
+                        return Err(self.evicted(index));
+                    }
+                    read?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Appends the slots of item `index`'s values (one per field of `fields`), each
     /// decoded and bounded, read between two loads of the item's row stamp so that a
     /// row rewritten meanwhile is `Evicted`, never another item's slot.
@@ -631,9 +693,19 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
     done
 }
 
+/// One set of values a unit draw returns (see [`Rows::put_unit_values`]).
+pub(crate) struct UnitValues<'r> {
+    /// `""`, or `"next_"` for the observations the units led to.
+    pub prefix: &'static str,
+    /// Which variable-length fields, one flag per field in schema order.
+    pub which: &'r [bool],
+    /// The row of each position, unit after unit; `None` for padding.
+    pub rows: &'r [Option<u64>],
+}
+
 /// Draws of items with variable-length values made again when a writer in another
 /// process passes one of the items while its values are read.
-const VALUE_TRIES: u32 = 64;
+pub(crate) const VALUE_TRIES: u32 = 64;
 
 /// Where row `r`'s value of `n` bytes goes in `out`: at `*at` end to end (which then
 /// moves past it), or at `r`'s row; `None` when `out` is too short.

@@ -40,6 +40,11 @@ pub(crate) struct UnitArrays {
     /// Transitions relabeled in hindsight, and the row each one's goal came from.
     pub relabeled: Vec<bool>,
     pub goal_indices: Vec<u64>,
+    /// With variable-length fields, the rows whose values the draw returns: a
+    /// transition's observation frames and the frames it led to; a sequence's rows,
+    /// position by position, in `next_rows` (its observations are the rows before).
+    pub obs_rows: Vec<u64>,
+    pub next_rows: Vec<u64>,
 }
 
 impl UnitArrays {
@@ -55,6 +60,8 @@ impl UnitArrays {
         self.mask.clear();
         self.relabeled.clear();
         self.goal_indices.clear();
+        self.obs_rows.clear();
+        self.next_rows.clear();
     }
 
     /// Forgets the last sequence pushed (its `positions` masks and end flags): the
@@ -66,5 +73,6 @@ impl UnitArrays {
         self.mask.truncate(keep);
         self.terminated.truncate(keep);
         self.truncated.truncate(keep);
+        self.next_rows.truncate(keep.min(self.next_rows.len()));
     }
 }

@@ -7,6 +7,7 @@
 use rand::RngExt;
 
 use super::draws_units::DrawsUnits;
+use super::rows::UnitValues;
 use super::stream::UnitArrays;
 use crate::algo::windows::End;
 use crate::algo::windows::Span;
@@ -15,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::row::EPISODE_OFF;
 use crate::parts::priorities::PrioritySpec;
 use crate::request::{GoalStrategy, Pick, Relabel, Request};
-use crate::sink::{Filled, Own, Sink, obs_mask};
+use crate::sink::{Filled, Own, Sink, obs_mask, var_obs_mask};
 use crate::storage::map::{Found, RowRun};
 
 /// Draws per transition before giving up on finding step rows (rows after a reset row).
@@ -101,8 +102,52 @@ pub(super) fn sample_transitions<H: DrawsUnits + ?Sized>(
         f.put(Own::GoalIndices, bytemuck::cast_slice(&out.goal_indices));
     }
     drop(f);
+    let done = done.and_then(|()| put_transition_values(h.rows(), request, &out, sink));
     *h.unit_scratch() = out;
     done
+}
+
+/// The values of the variable-length fields of the transitions in `out`: each
+/// observation field's at every observation frame (and, unless drawn as windows, at
+/// every frame each transition led to, as `next_<name>`), every other field's at the
+/// step row. Frames are the rows the fixed fields were read from.
+fn put_transition_values(
+    rows: &crate::draw::rows::Rows,
+    request: &Request<'_>,
+    out: &UnitArrays,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    if !rows.schema.has_var() {
+        return Ok(());
+    }
+    let obs = var_obs_mask(&rows.schema, request.obs);
+    let step: Vec<bool> = obs.iter().map(|&o| !o).collect();
+    let some = |v: &[u64]| v.iter().map(|&r| Some(r)).collect::<Vec<_>>();
+    let (obs_rows, next_rows, step_rows) = (
+        some(&out.obs_rows),
+        some(&out.next_rows),
+        some(&out.indices),
+    );
+    let mut sets = vec![
+        UnitValues {
+            prefix: "",
+            which: &obs,
+            rows: &obs_rows,
+        },
+        UnitValues {
+            prefix: "",
+            which: &step,
+            rows: &step_rows,
+        },
+    ];
+    if !request.window {
+        sets.push(UnitValues {
+            prefix: "next_",
+            which: &obs,
+            rows: &next_rows,
+        });
+    }
+    rows.put_unit_values(&sets, sink)
 }
 
 /// Picks and reads `request.n` transitions into `f` and `out`.
@@ -221,6 +266,7 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
             .collect()
     };
     let (obs_fields, step_fields) = (fields(true), fields(false));
+    let values = all.schema.has_var();
     // Relabeling: the achieved goal's bytes in a row, copied to the goal's arrays.
     let relabel = match &spec.relabel {
         Some(r) => {
@@ -302,6 +348,10 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
         let t = span.nstep(j, nstep, spec.gamma).ok_or_else(|| {
             Error::EpisodeOrder(format!("index {j} does not end a step of episode {}", e.id))
         })?;
+        // With variable-length fields, the rows whose values go with this transition
+        // (kept once it is read whole).
+        let (obs_from, next_from) = (out.obs_rows.len(), out.next_rows.len());
+        let (obs_rows, next_rows) = (&mut out.obs_rows, &mut out.next_rows);
         let g = run.checked(|run| {
             if spec.window {
                 // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is
@@ -312,20 +362,31 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
                         .saturating_sub(frames - 1 - f)
                         .clamp(span.start, span.last);
                     run.copy(r, &obs_fields, obs_outs, at(i, frames, f));
+                    if values {
+                        obs_rows.push(r);
+                    }
                 }
             } else if k == 1 {
                 // No stacking: the two rows themselves, without the clamping
                 // arithmetic per frame.
                 run.copy(j - 1, &obs_fields, obs_outs, i);
                 run.copy(t.bootstrap, &obs_fields, next_outs, i);
+                if values {
+                    obs_rows.push(j - 1);
+                    next_rows.push(t.bootstrap);
+                }
             } else {
                 // The k newest frames up to each row, the reset row's repeated
                 // before it.
                 for f in 0..k {
                     let r = (j - 1).saturating_sub(k - 1 - f).max(span.start);
                     run.copy(r, &obs_fields, obs_outs, at(i, k, f));
-                    let r = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
-                    run.copy(r, &obs_fields, next_outs, at(i, k, f));
+                    let n = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
+                    run.copy(n, &obs_fields, next_outs, at(i, k, f));
+                    if values {
+                        obs_rows.push(r);
+                        next_rows.push(n);
+                    }
                 }
             }
             run.copy(j, &step_fields, step_outs, i);
@@ -348,7 +409,11 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
         });
         let g = match g {
             Ok(g) => g,
-            Err(lost) => return Ok(Some(lost)),
+            Err(lost) => {
+                out.obs_rows.truncate(obs_from);
+                out.next_rows.truncate(next_from);
+                return Ok(Some(lost));
+            }
         };
         if let Some((strategy, achieved, relabeled)) = &relabel {
             let (goal_row, relabel_this) = match i < *relabeled {
@@ -368,6 +433,8 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
                     run.copy(goal_row, achieved, next_outs, i);
                 });
                 if let Err(lost) = goal {
+                    out.obs_rows.truncate(obs_from);
+                    out.next_rows.truncate(next_from);
                     return Ok(Some(lost));
                 }
             }

@@ -9,6 +9,7 @@ use std::ops::Range;
 use rand::RngExt;
 
 use super::draws_units::DrawsUnits;
+use super::rows::{UnitValues, VALUE_TRIES};
 use super::stream::UnitArrays;
 use crate::algo::windows::{End, Span};
 use crate::error::{Error, Result};
@@ -16,7 +17,7 @@ use crate::parts::episodes::EpisodeInfo;
 use crate::parts::fragments::Fragment;
 use crate::parts::priorities::PrioritySpec;
 use crate::request::{Request, Unit};
-use crate::sink::{Own, Sink, check_rows, obs_mask};
+use crate::sink::{Own, Sink, check_rows, obs_mask, var_obs_mask};
 use crate::storage::pread::Missed;
 
 /// Draws per unit before giving up.
@@ -39,13 +40,23 @@ pub(crate) fn sample_units<H: DrawsUnits + ?Sized>(
     request: &Request<'_>,
     sink: &mut dyn Sink,
 ) -> Result<()> {
-    match request.unit {
-        Unit::Rows => super::rows::sample_rows(h, request, sink),
-        Unit::Transitions => super::transitions::sample_transitions(h, request, sink),
-        Unit::Sequences => sample_sequences(h, request, sink),
-        Unit::Episodes => sample_episodes(h, request, sink),
-        Unit::Fragments => sample_fragments(h, request, sink),
-        Unit::Groups => sample_groups(h, request, sink),
+    let mut tries = 0;
+    loop {
+        let done = match request.unit {
+            Unit::Rows => return super::rows::sample_rows(h, request, sink),
+            Unit::Transitions => super::transitions::sample_transitions(h, request, sink),
+            Unit::Sequences => sample_sequences(h, request, sink),
+            Unit::Episodes => sample_episodes(h, request, sink),
+            Unit::Fragments => sample_fragments(h, request, sink),
+            Unit::Groups => sample_groups(h, request, sink),
+        };
+        // A unit whose values a writer in another process overwrote while they were
+        // read (its rows were checked whole before): the draw is made again.
+        tries += 1;
+        match done {
+            Err(Error::Evicted { .. }) if request.draws() && tries < VALUE_TRIES => continue,
+            other => return other,
+        }
     }
 }
 
@@ -134,6 +145,9 @@ fn draw_sequences<H: DrawsUnits + ?Sized>(
             continue;
         }
         let s = out.indices.len() - 1;
+        if h.rows().schema.has_var() {
+            out.next_rows.extend_from_slice(&rows);
+        }
         prev.clear();
         prev.extend(rows.iter().map(|r| r - 1));
         let all = h.rows();
@@ -169,7 +183,51 @@ fn draw_sequences<H: DrawsUnits + ?Sized>(
     f.put(Own::Truncated, bytemuck::cast_slice(&out.truncated));
     f.put(Own::Indices, bytemuck::cast_slice(&out.indices));
     f.put(Own::Weights, bytemuck::cast_slice(&out.weights));
-    Ok(())
+    drop(f);
+    put_sequence_values(h.rows(), spec, out, sink)
+}
+
+/// The values of the variable-length fields of the sequences in `out`, position by
+/// position as the fixed fields are: each observation field's from the row before the
+/// step and, as `next_<name>`, from the step row; every other field's from the step
+/// row; padding positions empty.
+fn put_sequence_values(
+    rows: &crate::draw::rows::Rows,
+    spec: &Request<'_>,
+    out: &UnitArrays,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    if !rows.schema.has_var() {
+        return Ok(());
+    }
+    let obs = var_obs_mask(&rows.schema, spec.obs);
+    let step: Vec<bool> = obs.iter().map(|&o| !o).collect();
+    let at = |back: u64| -> Vec<Option<u64>> {
+        (out.next_rows.iter().zip(&out.mask))
+            .map(|(&r, &m)| m.then(|| r - back))
+            .collect()
+    };
+    let (before, row) = (at(1), at(0));
+    rows.put_unit_values(
+        &[
+            UnitValues {
+                prefix: "",
+                which: &obs,
+                rows: &before,
+            },
+            UnitValues {
+                prefix: "",
+                which: &step,
+                rows: &row,
+            },
+            UnitValues {
+                prefix: "next_",
+                which: &obs,
+                rows: &row,
+            },
+        ],
+        sink,
+    )
 }
 
 /// The part of each of `outs` (one per field, `units * per_unit` rows each, or empty

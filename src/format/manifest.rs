@@ -162,12 +162,18 @@ pub const SB_FLAG_LIFECYCLE: u32 = 16;
 /// ring (without it, such an add is refused). Builds that predate it reject the flag;
 /// they evicted for room in every buffer.
 pub const SB_FLAG_EVICT_FOR_ROOM: u32 = 32;
+/// Superblock flag: an episodic buffer with a chunk ring (its step rows hold value
+/// slots), set exactly when both are. Builds that predate it reject the flag: their
+/// `add_step` wrote no slots, so a row would name the values of the item its slot
+/// held a lap before.
+pub const SB_FLAG_EPISODE_VALUES: u32 = 64;
 const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES
     | SB_FLAG_EPISODES
     | SB_FLAG_WHOLE_EPISODES
     | SB_FLAG_FRAGMENTS
     | SB_FLAG_LIFECYCLE
-    | SB_FLAG_EVICT_FOR_ROOM;
+    | SB_FLAG_EVICT_FOR_ROOM
+    | SB_FLAG_EPISODE_VALUES;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -189,7 +195,8 @@ impl Superblock {
                 | flag(self.whole_episodes, SB_FLAG_WHOLE_EPISODES)
                 | flag(self.fragments, SB_FLAG_FRAGMENTS)
                 | flag(self.lifecycle, SB_FLAG_LIFECYCLE)
-                | flag(self.evict_for_room, SB_FLAG_EVICT_FOR_ROOM),
+                | flag(self.evict_for_room, SB_FLAG_EVICT_FOR_ROOM)
+                | flag(self.episodic && self.heap.is_some(), SB_FLAG_EPISODE_VALUES),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -313,6 +320,14 @@ impl Superblock {
             evict_for_room: flags & SB_FLAG_EVICT_FOR_ROOM != 0,
             ..sb
         };
+        if (flags & SB_FLAG_EPISODE_VALUES != 0) != (sb.episodic && sb.heap.is_some()) {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 6 (episode values) set exactly with bit 1 and a chunk ring".into(),
+                flags.into(),
+            );
+        }
         if sb.evict_for_room && sb.heap.is_none() {
             return bad(
                 FLAGS_OFF,
@@ -875,6 +890,43 @@ mod tests {
     }
 
     #[test]
+    fn bit_6_is_set_exactly_for_an_episodic_buffer_with_a_chunk_ring() {
+        let episodic = Superblock {
+            episodic: true,
+            row_stride: heap_sb().row_stride + 16,
+            ..heap_sb()
+        };
+        let page = episodic.encode();
+        let flags = Bytes(&page).u32(FLAGS_OFF).unwrap_or(0);
+        assert_eq!(flags, SB_FLAG_EPISODES | SB_FLAG_EPISODE_VALUES);
+        assert_eq!(Superblock::decode(&page), Ok(episodic));
+        assert_eq!(Bytes(&heap_sb().encode()).u32(FLAGS_OFF), Some(0));
+        // Bit 6 without bit 1, bit 1 with a chunk ring but without bit 6.
+        for (base, flags) in [
+            (heap_sb().encode(), SB_FLAG_EPISODE_VALUES),
+            (page.clone(), SB_FLAG_EPISODES),
+        ] {
+            let bad = resealed_v2(&base, FLAGS_OFF, u64::from(flags));
+            assert!(
+                matches!(
+                    Superblock::decode(&bad),
+                    Err(Problem::Field { name: "flags", .. })
+                ),
+                "flags {flags:#x}"
+            );
+        }
+        // Bit 6 in a version-1 superblock (no chunk ring).
+        let mut v1 = sb().encode();
+        BytesMut(&mut v1).u32(FLAGS_OFF, SB_FLAG_EPISODES | SB_FLAG_EPISODE_VALUES);
+        let crc = crc32(&v1[..SUPERBLOCK_CRC_OFF]);
+        BytesMut(&mut v1).u32(SUPERBLOCK_CRC_OFF, crc);
+        assert!(matches!(
+            Superblock::decode(&v1),
+            Err(Problem::Field { name: "flags", .. })
+        ));
+    }
+
+    #[test]
     fn the_flags_round_trip_and_unknown_flags_are_refused() {
         for (prioritized, episodic, whole_episodes, fragments) in [
             (true, false, false, false),
@@ -898,6 +950,7 @@ mod tests {
         // episodes, fragments with episodes.
         for flags in [
             32,
+            128,
             SB_FLAG_LIFECYCLE,
             SB_FLAG_WHOLE_EPISODES,
             SB_FLAG_FRAGMENTS | SB_FLAG_EPISODES,

@@ -277,10 +277,15 @@ impl Parts {
         self.record_eviction(to, head, sb.capacity, records)
     }
 
-    /// The items `head..to` (from `head_slot`) were evicted for room in the chunk ring:
-    /// their priorities go.
-    pub fn evicted_for_space(&mut self, head_slot: u64, count: u64) {
-        self.tree.on_evicted(head_slot, count);
+    /// The items `head..to` (from `head_slot`) were evicted for
+    /// room in the chunk ring: their priorities go, and so does row `to`'s when it is a
+    /// step of an episode whose first rows went (its observation row is gone, so it
+    /// ends no transition the buffer can return).
+    pub fn evicted_for_space(&mut self, head_slot: u64, head: u64, to: u64) {
+        let cut = (self.episodes.as_ref())
+            .and_then(|e| e.of(to))
+            .is_some_and(|e| e.start < to);
+        self.tree.on_evicted(head_slot, to - head + u64::from(cut));
     }
 
     #[cold]

@@ -6,7 +6,7 @@ use std::ops::Range;
 use crate::algo::windows::End;
 use crate::column::{ABSENT, Column, match_columns, match_some_columns, match_var_columns};
 use crate::error::{Error, Result};
-use crate::format::heap::VarSlot;
+use crate::format::heap::{SLOT_LEN, VarSlot};
 use crate::format::progress::{EPOCH_OFF, HEAD_OFF, PID_OFF, SEALED_OFF, TAIL_OFF};
 use crate::format::row::{FRAGMENT_END, RowTags, fragment_word};
 use crate::format::row::{STEP_HEADER_LEN, StepHeader};
@@ -441,7 +441,7 @@ impl Store {
             .and_then(|n| {
                 let fixed = schema.fields().first().map(|f| (n, f.name()));
                 let max = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
-                match_var_columns(schema, columns, fixed, max, &mut var_order)
+                match_var_columns(schema, columns, fixed, max, false, &mut var_order)
             });
         let rows = match matched {
             Ok(rows) => rows as u64,
@@ -491,8 +491,7 @@ impl Store {
         }
         let nvar = var_order.len();
         let sizes = self.rows.schema.field_sizes();
-        let encoded: Vec<[u8; crate::format::heap::SLOT_LEN]> =
-            slots.iter().map(VarSlot::encode).collect();
+        let encoded: Vec<[u8; SLOT_LEN]> = slots.iter().map(VarSlot::encode).collect();
         let mut fields: Vec<&[u8]> = Vec::with_capacity(order.len() + nvar);
         for (j, r) in (skip..rows).enumerate() {
             let r = r as usize;
@@ -614,6 +613,15 @@ impl Store {
         if to == head {
             return Ok(());
         }
+        // With whole-episode eviction the head lands on an episode's first row: past
+        // the rest of the episode it would cut, unless that one is still being written
+        // (it then loses its first rows, as a ring full of one episode does).
+        if sb.whole_episodes {
+            let cut = self.parts.episodes.as_ref().and_then(|e| e.of(to));
+            if let Some(e) = cut.filter(|e| e.start < to && e.end.is_some()) {
+                to = (e.last() + 1).min(tail);
+            }
+        }
         if !sb.evict_for_room {
             let replaced = (tail - head + rows).saturating_sub(cap);
             let life = self.parts.life.as_ref();
@@ -653,11 +661,63 @@ impl Store {
         for index in head..to {
             self.rows.ring.clear_stamp(index % cap);
         }
-        self.parts.evicted_for_space(self.rows.head_slot, to - head);
+        self.parts.evicted_for_space(self.rows.head_slot, head, to);
         self.rows.head = to;
         self.rows.head_slot = to % cap;
         Ok(())
     }
+    /// Before storing one episodic row (`add_reset` with `partial`, `add_step`): room
+    /// for the row (`ensure_storable_for_push`) and, with variable-length fields, its
+    /// values checked, written into fresh chunks of the chunk ring and stamped complete,
+    /// in the order `add_with_values` keeps (disk for the chunks first, then the row's
+    /// segment and eviction record, then room in the chunk ring, then copy-on-write).
+    /// Returns the slots the row names its values by, in schema order; a reset row's
+    /// variable fields left out are empty values. Nothing is stored when it fails.
+    fn prepare_step(
+        &mut self,
+        columns: &[Column<'_>],
+        partial: bool,
+    ) -> Result<Vec<[u8; SLOT_LEN]>> {
+        let Some(heap) = &self.rows.heap else {
+            self.ensure_storable_for_push()?;
+            return Ok(Vec::new());
+        };
+        let ring_bytes = heap.capacity().saturating_mul(heap.chunk_bytes());
+        let max = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
+        let mut var_order = Vec::new();
+        let one = Some((1, "(one step)"));
+        match_var_columns(
+            &self.rows.schema,
+            columns,
+            one,
+            max,
+            partial,
+            &mut var_order,
+        )?;
+        let values: Vec<&[u8]> = (var_order.iter())
+            .map(|&p| columns.get(p).map_or(&[][..], |c| c.value_of(0)))
+            .collect();
+        let total: u64 = values.iter().map(|v| v.len() as u64).sum();
+        let needed = heap.chunks_for(total);
+        if needed > heap.capacity() {
+            return Err(Error::ValueTooLong {
+                field: "(the variable-length values of one step)".into(),
+                row: 0,
+                len: usize::try_from(total).unwrap_or(usize::MAX),
+                max,
+            });
+        }
+        self.reserve_chunks(needed)?;
+        self.ensure_storable_for_push()?;
+        self.make_room_for_chunks(needed, 1)?;
+        self.ensure_private_chunks(needed)?;
+        let mut slots: Vec<VarSlot> = Vec::with_capacity(values.len());
+        if let Some(heap) = &mut self.rows.heap {
+            heap.write(&values, &mut slots);
+        }
+        Ok(slots.iter().map(VarSlot::encode).collect())
+    }
+
     /// Begins an episode with what `env.reset()` returned: the observation fields (any
     /// field left out is stored as zeros).
     pub(crate) fn add_reset(&mut self, columns: &[Column<'_>]) -> Result<StepInfo> {
@@ -672,8 +732,8 @@ impl Store {
             &mut order,
             &mut self.scratch.names,
         )
-        .and_then(|_| self.ensure_storable_for_push());
-        let result = checked.map(|_| {
+        .and_then(|_| self.prepare_step(columns, true));
+        let result = checked.map(|slots| {
             let index = self.rows.tail;
             let header = match &mut self.parts.episodes {
                 Some(e) => e.begin(index),
@@ -694,6 +754,7 @@ impl Store {
                         None => zeros.get(..size).unwrap_or(&[]),
                     },
                 )
+                .chain(slots.iter().map(|s| &s[..]))
                 .collect();
             self.push_row(&fields, Some(&header.encode()), true, 0);
             drop(fields);
@@ -777,8 +838,8 @@ impl Store {
             &mut order,
             &mut self.scratch.names,
         )
-        .and_then(|_| self.ensure_storable_for_push());
-        let result = checked.and_then(|_| {
+        .and_then(|_| self.prepare_step(columns, false));
+        let result = checked.and_then(|slots| {
             let reward = reward_field.map_or(0.0, |(f, dtype)| {
                 let pos = order.get(f).copied().unwrap_or(ABSENT);
                 dtype.decode_f64(columns.get(pos).map_or(&[][..], Column::bytes))
@@ -802,6 +863,7 @@ impl Store {
             let fields: Vec<&[u8]> = order
                 .iter()
                 .map(|&p| columns.get(p).map_or(&[][..], Column::bytes))
+                .chain(slots.iter().map(|s| &s[..]))
                 .collect();
             self.push_row(&fields, Some(&header.encode()), false, 0);
             Ok(info)

@@ -62,14 +62,6 @@ impl Store {
                  rename the field"
             )));
         }
-        if config.schema.has_var() && config.is_episodic() {
-            return Err(Error::InvalidConfig {
-                field: "episodic",
-                problem: "variable-length fields are stored by add and add_batch; \
-                          episodic buffers with them are not built yet (issue 29)"
-                    .into(),
-            });
-        }
         let heap = config.heap_geometry()?;
         if let Some(life) = config.lifecycle {
             let max_use = life.max_use;
