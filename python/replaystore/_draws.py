@@ -31,6 +31,7 @@ def _draw(handle: Any, request: Request, *args: Any, seed: Optional[int] = None,
 
 def sample_transitions(self, n: int, obs: _Names, *, seed: Optional[int] = None,
                        out: Optional[Dict[str, Any]] = None, nested: bool = False,
+                       values: Optional[str] = None, pad: Optional[float] = None,
                        **options: Any) -> Dict[str, Any]:
     """Draws ``n`` transitions of an episodic buffer: uniformly, or by priority with
     ``beta``. ``obs`` names the observation field(s): each comes back before the step
@@ -46,30 +47,40 @@ def sample_transitions(self, n: int, obs: _Names, *, seed: Optional[int] = None,
     a transition whose rows the writer overwrites while they are copied is drawn again.
     ``options`` are ``Request.transitions``'s keywords (``beta``, ``stack``, ``nstep``,
     ``gamma``, ``goal``, ``achieved``, ``strategy``, ``n_sampled_goal``,
-    ``compute_reward``, ``info``), drawn by ``sample``."""
-    return _draw(self, Request.transitions(n, obs, **options), seed=seed, out=out, nested=nested)
+    ``compute_reward``, ``info``), drawn by ``sample``. Variable-length fields (text,
+    token arrays) come back as ``values`` says (``"list"``, ``"padded"`` with ``pad``,
+    ``"flat"``), an observation's from the same rows as a fixed one's: with ``stack=k``
+    shaped ``[n, k, ...]`` (a list of ``k`` values per transition)."""
+    request = Request.transitions(n, obs, **options)
+    return _draw(self, request, seed=seed, out=out, nested=nested, values=values, pad=pad)
 
 
 def sample_sequences(self, n: int, length: int, obs: _Names, *, burn_in: int = 0,
                      beta: Optional[float] = None, seed: Optional[int] = None,
-                     out: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                     out: Optional[Dict[str, Any]] = None, values: Optional[str] = None,
+                     pad: Optional[float] = None) -> Dict[str, Any]:
     """Draws ``n`` sequences of ``length`` steps (after ``burn_in`` steps to warm up a
     recurrent state) from an episodic buffer: uniformly, or by priority with ``beta``.
     Arrays are ``[n, burn_in + length, ...]``, named as ``sample_transitions`` names
-    them, with ``mask`` false on positions past an episode's end.
-    ``Request.sequences`` with ``sample``."""
+    them, with ``mask`` false on positions past an episode's end. Variable-length
+    fields come back as ``values`` says: ``"padded"`` is ``[n, burn_in + length,
+    longest]`` with ``<name>_lengths`` ``[n, burn_in + length]``, ``"list"`` a list of
+    ``n`` lists; padding positions hold empty values. ``Request.sequences`` with
+    ``sample``."""
     request = Request.sequences(n, length, obs, burn_in=burn_in, beta=beta)
-    return _draw(self, request, seed=seed, out=out)
+    return _draw(self, request, seed=seed, out=out, values=values, pad=pad)
 
 
 def sample_episodes(self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
-                    out: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                    out: Optional[Dict[str, Any]] = None, values: Optional[str] = None,
+                    pad: Optional[float] = None) -> Dict[str, Any]:
     """Draws ``n`` whole episodes (ended ones with every row live): uniformly, or by the
     mean priority of their rows with ``beta``. Returns the rows one episode after
-    another (each field, ``indices``), ``offsets`` (episode ``i`` is rows
-    ``offsets[i]:offsets[i+1]``), ``episodes`` (ids) and ``weights`` by priority.
-    ``Request.episodes`` with ``sample``."""
-    return _draw(self, Request.episodes(n, beta=beta), seed=seed, out=out)
+    another (each field, ``indices``; variable-length fields as ``values`` says),
+    ``offsets`` (episode ``i`` is rows ``offsets[i]:offsets[i+1]``), ``episodes`` (ids)
+    and ``weights`` by priority. ``Request.episodes`` with ``sample``."""
+    return _draw(self, Request.episodes(n, beta=beta), seed=seed, out=out, values=values,
+                 pad=pad)
 
 
 def sample_fragments(self, n: Optional[int] = None, *, beta: Optional[float] = None,

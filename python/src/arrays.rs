@@ -320,6 +320,11 @@ pub struct NumpySink {
     values: Vec<VarValues>,
     /// How they are returned.
     layout: VarLayout,
+    /// The draw's units (rows of `indices` in a transition or sequence draw) and, for
+    /// sequences, positions per unit: values of several positions a unit are shaped
+    /// `[units, positions, ...]` as the fixed arrays are.
+    units: Option<usize>,
+    positions: Option<usize>,
 }
 
 /// One variable-length field's values, in the storage the draw copied them into.
@@ -496,6 +501,9 @@ impl Sink for NumpySink {
             })
             .collect::<replaystore::Result<_>>()?;
         self.values.clear();
+        let own = |name: &str| layout.arrays().iter().find(|a| a.is(name));
+        self.units = own("indices").map(|a| a.rows);
+        self.positions = own("mask").and_then(|a| a.lead);
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
     }
 
@@ -593,7 +601,18 @@ impl NumpySink {
             d.set_item(name, a)?;
         }
         for v in self.values {
-            put_values(py, &d, v, &self.layout)?;
+            // Several values a unit (a sequence's positions, a transition's stacked
+            // frames): one lead dimension, as the fixed fields have.
+            let rows = v.lengths.len();
+            let lead = self.positions.or_else(|| {
+                let units = self.units.filter(|&u| u > 0 && rows > u && rows % u == 0)?;
+                Some(rows / units)
+            });
+            let shape = match (self.units, lead) {
+                (Some(units), Some(lead)) if units * lead == rows => Some((units, lead)),
+                _ => None,
+            };
+            put_values(py, &d, v, &self.layout, shape)?;
         }
         Ok(d)
     }
@@ -607,6 +626,7 @@ fn put_values(
     d: &Bound<'_, PyDict>,
     v: VarValues,
     layout: &VarLayout,
+    units: Option<(usize, usize)>,
 ) -> PyResult<()> {
     use pyo3::types::{PyBytes, PyList, PyString};
     let VarValues {
@@ -630,12 +650,17 @@ fn put_values(
     let elements: Vec<i64> = lengths.iter().map(|&n| (n / size) as i64).collect();
     match (layout, width) {
         (VarLayout::Padded(_), Some(w)) => {
-            let a = owned.into_array(py, IxDyn(&[lengths.len(), w]))?;
-            d.set_item(&name, a)?;
-            d.set_item(
-                format!("{name}_lengths"),
-                numpy::PyArray1::from_vec(py, elements),
-            )?;
+            let lens = numpy::PyArray1::from_vec(py, elements);
+            match units {
+                Some((u, p)) => {
+                    d.set_item(&name, owned.into_array(py, IxDyn(&[u, p, w]))?)?;
+                    d.set_item(format!("{name}_lengths"), lens.reshape([u, p])?)?;
+                }
+                None => {
+                    d.set_item(&name, owned.into_array(py, IxDyn(&[lengths.len(), w]))?)?;
+                    d.set_item(format!("{name}_lengths"), lens)?;
+                }
+            }
         }
         (VarLayout::Flat, _) => {
             let n = elements.iter().sum::<i64>() as usize;
@@ -677,7 +702,17 @@ fn put_values(
                     }
                 }
             }
-            d.set_item(&name, list)?;
+            match units {
+                // A list per unit, of its positions' values.
+                Some((u, p)) => {
+                    let nested = PyList::empty(py);
+                    for k in 0..u {
+                        nested.append(list.get_slice(k * p, (k + 1) * p))?;
+                    }
+                    d.set_item(&name, nested)?;
+                }
+                None => d.set_item(&name, list)?,
+            }
         }
     }
     Ok(())

@@ -299,7 +299,7 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs_cast(&self.schema, fields, true, self.cast_mode())?;
-        let var = var_inputs(&self.schema, fields, false, self.value_room)?;
+        let var = var_inputs(&self.schema, fields, false, false, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -322,7 +322,7 @@ impl PyBuffer {
             .map(|p| contiguous::<f64>(py, p, "<f8"))
             .transpose()?;
         let inputs = inputs_cast(&self.schema, batch, true, self.cast_mode())?;
-        let var = var_inputs(&self.schema, batch, true, self.value_room)?;
+        let var = var_inputs(&self.schema, batch, true, false, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
@@ -612,7 +612,8 @@ impl PyBuffer {
     }
 
     /// Starts an episode with what `env.reset()` returned: `buf.add_reset(obs=o)` (the
-    /// observation fields; others stay zero). An episode still open is cut (truncated).
+    /// observation fields; other fixed fields stay zero, other text and token fields
+    /// empty). An episode still open is cut (truncated).
     /// Returns `{"index", "episode", "t", "ended"}`.
     #[pyo3(signature = (**fields))]
     fn add_reset<'py>(
@@ -623,7 +624,8 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs_cast(&self.schema, fields, false, self.cast_mode())?;
-        let cols = columns(&inputs, &[])?;
+        let var = var_inputs(&self.schema, fields, false, true, self.value_room)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let info = py
@@ -648,7 +650,8 @@ impl PyBuffer {
         let empty = PyDict::new(py);
         let fields = fields.unwrap_or(&empty);
         let inputs = inputs_cast(&self.schema, fields, true, self.cast_mode())?;
-        let cols = columns(&inputs, &[])?;
+        let var = var_inputs(&self.schema, fields, false, false, self.value_room)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let buf = open_buf(&mut held)?;
         let info = py
@@ -728,7 +731,8 @@ impl PyBuffer {
         truncated: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let inputs = inputs_cast(&self.schema, batch, false, self.cast_mode())?;
-        let var = var_inputs(&self.schema, batch, false, self.value_room)?;
+        // One value per row: the observations' T + 1, the steps' T.
+        let var = var_inputs(&self.schema, batch, true, false, self.value_room)?;
         let cols = columns(&inputs, &var)?;
         let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);

@@ -107,10 +107,14 @@ pub(crate) struct VarInput {
 /// values adding up past it, are refused as the engine refuses them (`ValueTooLong`)
 /// before they are copied, and memory that cannot be had is `MemoryError`, never an
 /// abort.
+///
+/// With `partial` (an episode's reset, which carries observations only), a field left
+/// out is no input: the engine stores it as an empty value.
 pub(crate) fn var_inputs(
     schema: &Schema,
     values: &Bound<'_, PyDict>,
     batch: bool,
+    partial: bool,
     room: u64,
 ) -> PyResult<Vec<VarInput>> {
     if schema.var_fields().is_empty() {
@@ -122,6 +126,9 @@ pub(crate) fn var_inputs(
     let mut total = 0usize;
     for f in schema.var_fields() {
         let Some(v) = values.get_item(f.name())? else {
+            if partial {
+                continue;
+            }
             return Err(to_py(Error::MissingField {
                 field: f.name().to_owned(),
             }));

@@ -366,7 +366,7 @@ impl PyGroup {
         let fields = fields.unwrap_or(&empty);
         let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, fields, true)?;
-        let var = var_inputs(&schema, fields, false, room)?;
+        let var = var_inputs(&schema, fields, false, false, room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
@@ -384,7 +384,7 @@ impl PyGroup {
         let batch = &batch.0;
         let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, true)?;
-        let var = var_inputs(&schema, batch, true, room)?;
+        let var = var_inputs(&schema, batch, true, false, room)?;
         let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
@@ -406,7 +406,8 @@ impl PyGroup {
     ) -> PyResult<Bound<'py, PyDict>> {
         let (schema, room) = self.member_schema(py, member)?;
         let inputs = inputs(&schema, batch, false)?;
-        let var = var_inputs(&schema, batch, false, room)?;
+        // One value per row: the observations' T + 1, the steps' T.
+        let var = var_inputs(&schema, batch, true, false, room)?;
         let cols = columns(&inputs, &var)?;
         let (obs, steps) = split_episode(cols);
         let mut held = self.inner.lock(py);
