@@ -116,6 +116,22 @@ impl<'a> Column<'a> {
         }
     }
 
+    /// Where row `r`'s value of a variable-length column starts in its bytes (the
+    /// bytes' length at `r` = rows), once checked (`match_var_columns`).
+    pub(crate) fn value_start(&self, r: usize) -> usize {
+        match self.var {
+            Var::No => 0,
+            Var::One => {
+                if r == 0 {
+                    0
+                } else {
+                    self.bytes.len()
+                }
+            }
+            Var::Many(offsets) => offsets.get(r).map_or(self.bytes.len(), |&o| o as usize),
+        }
+    }
+
     /// Row `r`'s value of a variable-length column, once checked (`match_var_columns`).
     pub(crate) fn value_of(&self, r: usize) -> &'a [u8] {
         match self.var {

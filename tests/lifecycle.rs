@@ -752,8 +752,7 @@ fn lanes_remove_and_pop_across_lanes_and_split_draws_by_what_is_left() {
 fn draws_by_group_over_lanes_give_every_group_of_all_lanes_its_share() {
     use replaystore::Lanes;
     let dir = tempfile::tempdir().unwrap();
-    // Lane sets of several lanes keep fixed-size fields only (issue 29): the key is
-    // an env number.
+    // The key is an env number.
     let schema = Schema::builder()
         .field("x", DType::I64, &[])
         .field("env", DType::U8, &[])

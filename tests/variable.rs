@@ -242,13 +242,127 @@ fn bad_values_are_refused_with_nothing_stored() {
     check_all(&buf);
 }
 
+/// Adds items `ids` to `lanes`, item `ids[r]` to lane `to[r]`, in one call.
+fn add_to_lanes(lanes: &mut replaystore::Lanes, ids: &[u64], to: &[usize]) -> Vec<u64> {
+    let rewards: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
+    let (mut t, mut to_) = (Vec::new(), vec![0u64]);
+    let (mut f, mut fo) = (Vec::new(), vec![0u64]);
+    for &i in ids {
+        o.extend_from_slice(obs(i).as_bytes());
+        oo.push(o.len() as u64);
+        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+        to_.push(t.len() as u64);
+        f.extend_from_slice(&info(i));
+        fo.push(f.len() as u64);
+    }
+    lanes
+        .add_batch(
+            &[
+                Column::new("reward", &rewards),
+                Column::values("obs", DType::U8, &o, &oo),
+                Column::values("tokens", DType::I32, &t, &to_),
+                Column::values("info", DType::U8, &f, &fo),
+            ],
+            to,
+        )
+        .unwrap()
+}
+
+/// Every row of a lanes draw holds the values of the item its reward names.
+fn check_rows(batch: &replaystore::Batch) {
+    for r in 0..batch.len() {
+        check(batch, r, batch.get::<f32>("reward").unwrap()[r] as u64);
+    }
+}
+
 #[test]
-fn what_is_not_built_yet_is_refused_by_name() {
-    // Lanes with variable-length fields are refused at create (episodic buffers keep
-    // them: tests/variable_episodes.rs).
+fn lanes_keep_values_per_lane_draw_them_across_lanes_and_checkpoint_them_as_one() {
+    use replaystore::Lanes;
     let tmp = tempfile::tempdir().unwrap();
-    let lanes = replaystore::Lanes::create(tmp.path().join("l"), Config::new(schema(), 10), 2);
-    assert!(matches!(lanes, Err(Error::Unsupported(m)) if m.contains("issue 29")));
+    let dir = tmp.path().join("l");
+    // Each lane gets a third of the chunk ring's bytes: small enough to lap.
+    let config = Config::new(schema(), 300)
+        .seed(5)
+        .heap_bytes(3 * 96 << 10)
+        .evict_for_room();
+    let mut lanes = Lanes::create(&dir, config, 3).unwrap();
+    assert!(lanes.lane(0).unwrap().value_room() < 96 << 10);
+    let mut next = 1;
+    for round in 0..12u64 {
+        let ids: Vec<u64> = (next..next + 20).collect();
+        let to: Vec<usize> = ids
+            .iter()
+            .map(|&i| ((i * 7 + round) % 3) as usize)
+            .collect();
+        let idx = add_to_lanes(&mut lanes, &ids, &to);
+        for (&i, &k) in idx.iter().zip(&to) {
+            assert_eq!(Lanes::lane_of(i), k as u64);
+        }
+        next += 20;
+        check_rows(&lanes.sample(64).unwrap());
+        check_rows(&lanes.get_many(&idx).unwrap());
+        if round == 5 {
+            lanes.get_state_named("mid").unwrap();
+        }
+    }
+    let evicted: u64 = lanes.stats().iter().map(|s| s.evicted).sum();
+    assert!(evicted > 0, "the chunk rings never lapped");
+    // Every lane's values come back from a checkpoint taken before they lapped.
+    let at_mid = lanes.snapshot_state("mid").unwrap();
+    lanes.set_state(&at_mid).unwrap();
+    let live: Vec<u64> = lanes.lane_edges().into_iter().flatten().collect();
+    check_rows(&lanes.get_many(&live).unwrap());
+    assert!(
+        live.iter()
+            .all(|&i| lanes.get(i).unwrap().get::<f32>("reward").unwrap()[0] <= 120.0)
+    );
+    lanes.close().unwrap();
+    // A reader of every lane, by priority-free draws, and verify of each lane.
+    let mut reader = Lanes::open_reader(&dir).unwrap();
+    check_rows(&reader.sample(200).unwrap());
+    for k in 0..3 {
+        let lane = dir.join(format!("lane-{k}"));
+        assert!(replaystore::verify(&lane).unwrap().is_sound());
+    }
+}
+
+#[test]
+fn a_lanes_add_whose_values_one_lane_cannot_hold_adds_nothing_to_any_lane() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = Config::new(schema(), 30).heap_bytes(2 * 8 << 10);
+    let mut lanes = replaystore::Lanes::create(tmp.path().join("l"), config, 2).unwrap();
+    // Lane 1 gets 40 items of up to 1.5 KB of text each: more than its 8 KB.
+    let ids: Vec<u64> = (1..=42).collect();
+    let to: Vec<usize> = ids.iter().map(|&i| usize::from(i > 2)).collect();
+    let rewards: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+    let texts: Vec<String> = ids.iter().map(|&i| obs(i)).collect();
+    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
+    for t in &texts {
+        o.extend_from_slice(t.as_bytes());
+        oo.push(o.len() as u64);
+    }
+    let empty = vec![0u64; ids.len() + 1];
+    let e = lanes
+        .add_batch(
+            &[
+                Column::new("reward", &rewards),
+                Column::values("obs", DType::U8, &o, &oo),
+                Column::values("tokens", DType::I32, &[], &empty),
+                Column::values("info", DType::U8, &[], &empty),
+            ],
+            &to,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::ValueTooLong { field, .. } if field.contains("lane 1")),
+        "{e}"
+    );
+    assert_eq!(
+        lanes.len(),
+        0,
+        "lane 0's rows were added before lane 1 refused"
+    );
 }
 
 /// Items 0..12 in a new buffer at `dir`, closed (every chunk sealed), verify sound.

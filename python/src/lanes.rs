@@ -13,7 +13,7 @@ use replaystore::{Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, State}
 use crate::buffer::PyBuffer;
 use crate::calls::{
     BatchDict, Count, LifeArgs, columns, config, deprecated, get_indices, index_array, inputs,
-    states_dict, stats_dict, update_from_py,
+    states_dict, stats_dict, update_from_py, var_inputs,
 };
 use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
@@ -110,9 +110,10 @@ impl PyLanes {
     /// Creates `lanes` lanes of `capacity / lanes` items each (rounded up) in `path`;
     /// the options are `ReplayBuffer.create`'s, and apply to each lane: `max_size`
     /// and `reservoir` bound each lane's items, and each lane keeps its own rate
-    /// limiter (a draw over lanes asks each lane for its share).
+    /// limiter (a draw over lanes asks each lane for its share). With text or token
+    /// fields each lane keeps its own chunk ring, of `heap_bytes / lanes` bytes.
     #[staticmethod]
-    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
+    #[pyo3(signature = (path, schema, capacity, lanes, *, alpha=None, eps=1e-6, seed=None, segment_slots=None, episodic=false, heap_bytes=None, chunk_bytes=None, evict_for_room=false, item_states=false, max_use=None, max_size=None, reservoir=None, min_size_to_sample=None, samples_per_insert=None, error_buffer=None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "Python keyword arguments, each a Config option"
@@ -128,6 +129,9 @@ impl PyLanes {
         seed: Option<u64>,
         segment_slots: Option<u64>,
         episodic: bool,
+        heap_bytes: Option<u64>,
+        chunk_bytes: Option<u64>,
+        evict_for_room: bool,
         item_states: bool,
         max_use: Option<u64>,
         max_size: Option<u64>,
@@ -150,6 +154,15 @@ impl PyLanes {
         let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots))?;
         if episodic {
             config = config.episodic();
+        }
+        if let Some(b) = heap_bytes {
+            config = config.heap_bytes(b);
+        }
+        if let Some(b) = chunk_bytes {
+            config = config.chunk_bytes(b);
+        }
+        if evict_for_room {
+            config = config.evict_for_room();
         }
         let made = py
             .detach(|| Lanes::create(path, config, lanes))
@@ -222,9 +235,15 @@ impl PyLanes {
         let fields = fields.unwrap_or(&empty);
         // Converted before the lock is held for the add: no Python runs while other
         // threads wait.
-        let schema = writer(&mut self.inner.lock(py))?.schema().clone();
+        let (schema, room) = {
+            let mut held = self.inner.lock(py);
+            let w = writer(&mut held)?;
+            let room = w.lane(lane).map_or(u64::MAX, |b| b.value_room());
+            (w.schema().clone(), room)
+        };
         let inputs = inputs(&schema, fields, true)?;
-        let cols = columns(&inputs, &[])?;
+        let var = var_inputs(&schema, fields, false, false, room)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         py.detach(|| w.add(lane, &cols)).map_err(to_py)
@@ -249,7 +268,9 @@ impl PyLanes {
         // threads wait.
         let schema = writer(&mut self.inner.lock(py))?.schema().clone();
         let inputs = inputs(&schema, batch, true)?;
-        let cols = columns(&inputs, &[])?;
+        // Each lane's share of the values is held against its room by the engine.
+        let var = var_inputs(&schema, batch, true, false, u64::MAX)?;
+        let cols = columns(&inputs, &var)?;
         let mut held = self.inner.lock(py);
         let w = writer(&mut held)?;
         let idx = py.detach(|| w.add_batch(&cols, &ids)).map_err(to_py)?;
@@ -278,8 +299,9 @@ impl PyLanes {
     /// of arrays plus `indices`. `remove=True` draws distinct items and removes them
     /// (lanes with item states); `by_group=["env"]` draws distinct items, an even share
     /// of every group of all lanes first (UnstableBaselines' stratified strategies).
-    /// `n` may be a `Request` of rows (`Request.rows`, `.at`, `.oldest`).
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, remove=false, by_group=None))]
+    /// `n` may be a `Request` of rows (`Request.rows`, `.at`, `.oldest`). Text and token
+    /// fields come back as `values` says (`"list"`, `"padded"` with `pad`, `"flat"`).
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, remove=false, by_group=None, values="list", pad=0.0))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -291,6 +313,8 @@ impl PyLanes {
         out: Option<&Bound<'py, PyDict>>,
         remove: bool,
         by_group: Option<Vec<String>>,
+        values: &str,
+        pad: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let set = [
             ("beta", beta.is_some()),
@@ -301,7 +325,13 @@ impl PyLanes {
         let request = n.request(&set, |n| {
             PyRequest::rows(n, beta, replace, remove, by_group)
         })?;
-        draws::sample(py, self, request.get(), seed, &Output::arrays(out))
+        draws::sample(
+            py,
+            self,
+            request.get(),
+            seed,
+            &Output::values(out, values, pad),
+        )
     }
 
     /// The items at `indices`, in whichever lanes hold them.
@@ -370,6 +400,8 @@ impl PyLanes {
             out,
             true,
             by_group,
+            "list",
+            0.0,
         )
     }
 

@@ -158,3 +158,45 @@ def test_a_reset_may_leave_out_any_field_and_a_step_may_not(tmp_path):
                terminated=True)
     e = b.sample_episodes(1)
     assert e["obs"] == ["start", "o"] and e["act"] == ["", "a"] and len(b) == 2
+
+
+def test_one_lane_per_game_writer_keeps_its_text_and_the_lanes_are_drawn_as_one(tmp_path):
+    path = str(tmp_path / "v")
+    rs.Lanes.create(path, SCHEMA, capacity=4000, lanes=4, episodic=True, seed=2,
+                    heap_bytes=4 * (8 << 20)).close()
+    for k in range(4):
+        lane = rs.Lanes.open_lane(path, k)
+        fill(lane, 6, first=(k + 1) * 100_000)
+        t = lane.sample_transitions(16, OBS)
+        assert all(t["next_obs"][i] == obs(int(t["next_turn"][i])) for i in range(16))
+        lane.close()
+    reader = rs.Lanes.open(path, reader=True)
+    d = reader.sample(256, values="padded")
+    lanes = d["indices"] >> 56
+    assert set(lanes.tolist()) == {0, 1, 2, 3}
+    for r in range(256):
+        k = int(d["turn"][r])
+        assert k // 100_000 == lanes[r] + 1
+        n = d["obs_lengths"][r]
+        assert bytes(d["obs"][r, :n]).decode() == obs(k)
+    reader.close()
+
+
+def test_lanes_of_text_items_route_each_row_and_its_values_to_its_lane(tmp_path):
+    schema = {"turn": "int64", "obs": "str", "tokens": ("int32", (None,))}
+    lanes = rs.Lanes.create(str(tmp_path / "v"), schema, capacity=300, lanes=3, seed=4)
+    ks = list(range(1, 61))
+    idx = lanes.add_batch({
+        "turn": np.array(ks, np.int64),
+        "obs": [obs(k) for k in ks],
+        "tokens": [tokens(k) for k in ks],
+    }, lanes=[k % 3 for k in ks])
+    assert ((idx >> 56) == np.array([k % 3 for k in ks])).all()
+    lanes.add(1, turn=61, obs=obs(61), tokens=tokens(61))
+    d = lanes.sample(128, values="flat")
+    o, t = d["obs_offsets"], d["tokens_offsets"]
+    for r in range(128):
+        k = int(d["turn"][r])
+        assert bytes(d["obs"][o[r]:o[r + 1]]).decode() == obs(k)
+        np.testing.assert_array_equal(d["tokens"][t[r]:t[r + 1]], tokens(k))
+    lanes.close()

@@ -17,6 +17,6 @@ pub(crate) use draws_units::DrawsUnits;
 pub(crate) use follow::Followed;
 pub use groups::GroupCount;
 pub(crate) use groups::{GroupIndex, pick_from_groups};
-pub(crate) use rows::{DrawsRows, Rows, sample_rows};
+pub(crate) use rows::{DrawsRows, Rows, UnitValues, VALUE_TRIES, put_values_of, sample_rows};
 pub(crate) use stream::{Draws, Picked, UnitArrays};
 pub(crate) use units::sample_units;

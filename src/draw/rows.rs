@@ -426,63 +426,13 @@ impl Rows {
     /// The values of unit draws (transitions, sequences): for each set, every field
     /// its `which` flags, named `prefix` + the field's name, one value per row of
     /// `rows` (a position of the draw, unit after unit; `None`, a padding position,
-    /// is an empty value). Each value is checked as [`Rows::put_values`] checks it,
-    /// and a row a writer in another process passed meanwhile is `Evicted`.
+    /// is an empty value). See [`put_values_of`].
     pub(crate) fn put_unit_values(
         &self,
         sets: &[UnitValues<'_>],
         sink: &mut dyn Sink,
     ) -> Result<()> {
-        let Some(heap) = &self.heap else {
-            return Ok(());
-        };
-        let fields: Vec<&VarField> = self.schema.var_fields().iter().collect();
-        let nvar = fields.len();
-        let mut slots = Vec::new();
-        for set in sets.iter().filter(|s| s.which.contains(&true)) {
-            slots.clear();
-            for row in set.rows {
-                match *row {
-                    Some(index) => self.item_slots(heap, index, &fields, &mut slots)?,
-                    None => slots.extend(std::iter::repeat_n(VarSlot::default(), nvar)),
-                }
-            }
-            let flagged = fields.iter().enumerate();
-            for (v, field) in flagged.filter(|&(v, _)| set.which.get(v) == Some(&true)) {
-                let slot_of = |r: &[VarSlot]| r.get(v).copied().unwrap_or_default();
-                let lengths: Vec<u64> = (slots.chunks(nvar))
-                    .map(|r| u64::from(slot_of(r).len))
-                    .collect();
-                let named = field.prefixed(set.prefix);
-                let expected = lengths.iter().sum::<u64>() as usize;
-                let mut out = sink.values(&named, &lengths)?;
-                let mut at = 0usize;
-                for (r, (row, of_row)) in set.rows.iter().zip(slots.chunks(nvar)).enumerate() {
-                    let slot = slot_of(of_row);
-                    let got = out_len(&out);
-                    let dst =
-                        value_dst(&mut out, r, &mut at, slot.len as usize).ok_or_else(|| {
-                            Error::OutputSize {
-                                field: named.name().to_owned(),
-                                expected,
-                                got,
-                            }
-                        })?;
-                    let Some(index) = *row else { continue };
-                    let sealed = self.read_checks && index < self.flushed_tail;
-                    let read = heap
-                        .read_into(slot, dst, sealed)
-                        .map_err(|m| heap.error(&self.dir, index, field.name(), m));
-                    if self.ring.stamp(index % self.superblock.capacity)
-                        != crate::format::row::stamp_of(index)
-                    {
-                        return Err(self.evicted(index));
-                    }
-                    read?;
-                }
-            }
-        }
-        Ok(())
+        put_values_of(&self.schema, sets, &|_| Ok(self), sink)
     }
 
     /// Appends the slots of item `index`'s values (one per field of `fields`), each
@@ -691,6 +641,80 @@ pub(crate) fn sample_rows<H: DrawsRows + ?Sized>(
     let done = done.and_then(|()| handle.drawn(request, &picked.indices));
     handle.rows_mut().draws.picked = picked;
     done
+}
+
+/// The values `sets` name, each row read from the ring `ring_of` says holds it (a
+/// lane set's lanes, or one buffer's only ring): per set and flagged field, the sink
+/// is asked once for every row's value (named `prefix` + the field's name), and each
+/// value is copied from its ring's chunks and checked as [`Rows::put_values`] checks
+/// it. A row a writer in another process passed meanwhile is `Evicted`.
+pub(crate) fn put_values_of<'r>(
+    schema: &Schema,
+    sets: &[UnitValues<'_>],
+    ring_of: &dyn Fn(u64) -> Result<&'r Rows>,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    let fields: Vec<&VarField> = schema.var_fields().iter().collect();
+    let nvar = fields.len();
+    if nvar == 0 {
+        return Ok(());
+    }
+    let holder = |index: u64| -> Result<(&'r Rows, &'r Heap)> {
+        let rows = ring_of(index)?;
+        let heap = rows
+            .heap
+            .as_ref()
+            .ok_or(Error::Unsupported("no chunk ring"))?;
+        Ok((rows, heap))
+    };
+    let mut slots = Vec::new();
+    for set in sets.iter().filter(|s| s.which.contains(&true)) {
+        slots.clear();
+        for row in set.rows {
+            match *row {
+                Some(index) => {
+                    let (rows, heap) = holder(index)?;
+                    rows.item_slots(heap, index, &fields, &mut slots)?;
+                }
+                None => slots.extend(std::iter::repeat_n(VarSlot::default(), nvar)),
+            }
+        }
+        let flagged = fields.iter().enumerate();
+        for (v, field) in flagged.filter(|&(v, _)| set.which.get(v) == Some(&true)) {
+            let slot_of = |r: &[VarSlot]| r.get(v).copied().unwrap_or_default();
+            let lengths: Vec<u64> = (slots.chunks(nvar))
+                .map(|r| u64::from(slot_of(r).len))
+                .collect();
+            let named = field.prefixed(set.prefix);
+            let expected = lengths.iter().sum::<u64>() as usize;
+            let mut out = sink.values(&named, &lengths)?;
+            let mut at = 0usize;
+            for (r, (row, of_row)) in set.rows.iter().zip(slots.chunks(nvar)).enumerate() {
+                let slot = slot_of(of_row);
+                let got = out_len(&out);
+                let dst = value_dst(&mut out, r, &mut at, slot.len as usize).ok_or_else(|| {
+                    Error::OutputSize {
+                        field: named.name().to_owned(),
+                        expected,
+                        got,
+                    }
+                })?;
+                let Some(index) = *row else { continue };
+                let (rows, heap) = holder(index)?;
+                let sealed = rows.read_checks && index < rows.flushed_tail;
+                let read = heap
+                    .read_into(slot, dst, sealed)
+                    .map_err(|m| heap.error(&rows.dir, index, field.name(), m));
+                if rows.ring.stamp(index % rows.superblock.capacity)
+                    != crate::format::row::stamp_of(index)
+                {
+                    return Err(rows.evicted(index));
+                }
+                read?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One set of values a unit draw returns (see [`Rows::put_unit_values`]).

@@ -28,8 +28,10 @@ use rand_chacha::rand_core::SeedableRng;
 
 use super::{Actor, Config, PriorityOwner, Reader, ReplayBuffer, Role, Stats};
 use crate::batch::Batch;
-use crate::column::{Column, NameCache, match_columns};
-use crate::draw::{DrawsRows, GroupIndex, Picked, Rows, pick_from_groups};
+use crate::column::{Column, NameCache, match_columns, match_var_columns};
+use crate::draw::{
+    DrawsRows, GroupIndex, Picked, Rows, UnitValues, VALUE_TRIES, pick_from_groups, put_values_of,
+};
 use crate::error::foreign::Kind;
 use crate::error::{Error, Result};
 use crate::format::lanes::{LanesFile, MAX_LANES, first_index, lane_of};
@@ -113,11 +115,6 @@ impl Lanes<ReplayBuffer> {
                 field: "lanes",
                 problem: format!("{lanes} is not in 1..={MAX_LANES}"),
             })?;
-        if config.schema().has_var() {
-            return Err(Error::Unsupported(
-                "lanes of items with variable-length fields are not built yet (issue 29)",
-            ));
-        }
         if config.capacity < u64::from(count) {
             return Err(Error::InvalidConfig {
                 field: "capacity",
@@ -135,6 +132,8 @@ impl Lanes<ReplayBuffer> {
         for k in 0..count {
             let mut c = config.clone();
             c.capacity = lane_capacity;
+            // A chunk ring per lane, the declared bytes shared as the items are.
+            c.heap_bytes = config.heap_bytes.map(|b| b.div_ceil(u64::from(count)));
             c.first_index = first_index(k);
             // Distinct streams per lane from one seed (the golden-ratio step of splitmix).
             c.seed = config
@@ -214,13 +213,37 @@ impl Lanes<ReplayBuffer> {
         self.lane_mut(lane)?.add(columns)
     }
 
-    /// Adds row `r` of `columns` (each `[rows, field shape...]`) to lane `lanes[r]`, and
-    /// returns the rows' indices in order. The columns and lane ids are checked before
-    /// anything is added; each run of rows for one lane is one `add_batch` of that lane.
+    /// Adds row `r` of `columns` (each `[rows, field shape...]`; variable-length ones one
+    /// value per row, with offsets) to lane `lanes[r]`, and returns the rows' indices in
+    /// order. The columns, every value, each lane's share of the values against its
+    /// chunk ring's size, and the lane ids are checked before anything is added; each
+    /// run of rows for one lane is one `add_batch` of that lane (so a lane that would
+    /// have to evict items before capacity for room, without `evict_for_room`, refuses
+    /// its run after the runs before it were added).
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, Lanes, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("r", DType::F32, &[]).variable("obs", VarKind::Str, None).build()?;
+    /// let mut lanes = Lanes::create(dir.path().join("v"), Config::new(schema, 100), 2)?;
+    /// let (text, offsets) = (b"e2e4d7d5g1f3", [0u64, 4, 8, 12]);
+    /// let idx = lanes.add_batch(
+    ///     &[Column::new("r", &[1.0f32, 2.0, 3.0]), Column::values("obs", DType::U8, text, &offsets)],
+    ///     &[0, 1, 0],
+    /// )?;
+    /// let got = lanes.get_many(&idx)?;
+    /// assert_eq!([got.text("obs", 0)?, got.text("obs", 1)?, got.text("obs", 2)?], ["e2e4", "d7d5", "g1f3"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn add_batch(&mut self, columns: &[Column<'_>], lanes: &[usize]) -> Result<Vec<u64>> {
         let schema = self.schema();
         let mut order = Vec::new();
         let rows = match_columns(schema, columns, true, &mut order, &mut NameCache::new())?;
+        let mut var_order = Vec::new();
+        let first = schema.fields().first().map(|f| (rows, f.name()));
+        let rows =
+            match_var_columns(schema, columns, first, usize::MAX, false, &mut var_order)?.max(rows);
+        let var: Vec<&Column<'_>> = var_order.iter().filter_map(|&p| columns.get(p)).collect();
         if lanes.len() != rows {
             return Err(Error::CountMismatch {
                 what: "add_batch: lane ids and rows",
@@ -248,6 +271,26 @@ impl Lanes<ReplayBuffer> {
                 b.store.writable()?;
             }
         }
+        // Each lane's values must fit its chunk ring, or no lane adds any.
+        if !var.is_empty() {
+            let mut bytes = vec![0u64; self.lanes.len()];
+            for (r, &k) in lanes.iter().enumerate() {
+                let row: u64 = var.iter().map(|c| c.value_of(r).len() as u64).sum();
+                if let Some(b) = bytes.get_mut(k) {
+                    *b += row;
+                }
+            }
+            for (k, (&need, lane)) in bytes.iter().zip(&self.lanes).enumerate() {
+                if need > lane.value_room() {
+                    return Err(Error::ValueTooLong {
+                        field: format!("(the variable-length values for lane {k})"),
+                        row: 0,
+                        len: usize::try_from(need).unwrap_or(usize::MAX),
+                        max: usize::try_from(lane.value_room()).unwrap_or(usize::MAX),
+                    });
+                }
+            }
+        }
         let mut out = Vec::with_capacity(rows);
         let mut r = 0;
         while let Some(&k) = lanes.get(r) {
@@ -256,7 +299,7 @@ impl Lanes<ReplayBuffer> {
                 .skip(r)
                 .position(|&x| x != k)
                 .map_or(rows, |n| r + n);
-            let run: Vec<Column<'_>> = fields
+            let mut run: Vec<Column<'_>> = fields
                 .iter()
                 .map(|(c, size, shape)| {
                     let mut dims = vec![end - r];
@@ -265,6 +308,23 @@ impl Lanes<ReplayBuffer> {
                     Column::from_bytes(c.name(), c.dtype(), &dims, bytes)
                 })
                 .collect();
+            // The run's values, with offsets from its first row's.
+            let offsets: Vec<Vec<u64>> = (var.iter())
+                .map(|c| {
+                    let mut at = 0u64;
+                    std::iter::once(0)
+                        .chain((r..end).map(|i| {
+                            at += c.value_of(i).len() as u64;
+                            at
+                        }))
+                        .collect()
+                })
+                .collect();
+            for (c, off) in var.iter().zip(&offsets) {
+                let (from, to) = (c.value_start(r), c.value_start(end));
+                let bytes = c.bytes().get(from..to).unwrap_or(&[]);
+                run.push(Column::values(c.name(), c.dtype(), bytes, off));
+            }
             let lane = self.lane_mut(k)?;
             out.extend(lane.add_batch(&run)?);
             r = end;
@@ -535,7 +595,19 @@ impl<L: Lane> Lanes<L> {
         )?;
         self.refresh()?;
         let mut picked = std::mem::take(&mut self.picked);
-        let done = self.sample_picked(&request, &mut picked, sink);
+        let mut tries = 0;
+        let done = loop {
+            let done = self.sample_picked(&request, &mut picked, sink);
+            // An item a lane's writer in another process passed while its values were
+            // read: a draw picks again (a given index is the caller's to retry).
+            tries += 1;
+            match done {
+                Err(Error::Evicted { .. }) if request.draws() && tries < VALUE_TRIES => {
+                    self.refresh()?;
+                }
+                other => break other,
+            }
+        };
         self.picked = picked;
         // Each lane's readers' draws go to that lane's progress page.
         self.lanes.iter_mut().for_each(Lane::tally_lane_draws);
@@ -622,18 +694,23 @@ impl<L: Lane> Lanes<L> {
         f.put(Own::Indices, bytemuck::cast_slice(&picked.indices));
         f.put(Own::Weights, bytemuck::cast_slice(&picked.weights));
         drop(f);
-        // Variable-length values: a buffer of one ring opened as a lane set (lane sets
-        // of several lanes with such fields are refused at create).
+        // Variable-length values: one storage per field for the rows of every lane,
+        // each value copied from the chunk ring of the lane that holds its row.
         if self.schema.has_var() {
-            match self.lanes.as_slice() {
-                [one] => one.rows().put_values(&picked.indices, sink)?,
-                _ => {
-                    return Err(Error::Unsupported(
-                        "lanes of items with variable-length fields are not built yet \
-                         (issue 29)",
-                    ));
-                }
-            }
+            let which = vec![true; self.schema.var_fields().len()];
+            let rows: Vec<Option<u64>> = picked.indices.iter().map(|&i| Some(i)).collect();
+            let set = UnitValues {
+                prefix: "",
+                which: &which,
+                rows: &rows,
+            };
+            let (dir, lanes) = (&self.dir, &self.lanes);
+            let ring_of = |i: u64| {
+                let k = usize::try_from(lane_of(i)).unwrap_or(usize::MAX);
+                (lanes.get(k).map(|l| l.rows()))
+                    .ok_or_else(|| no_such_lane(dir.clone(), k as u64, Some(i), lanes.len()))
+            };
+            put_values_of(&self.schema, &[set], &ring_of, sink)?;
         }
         Ok(())
     }
