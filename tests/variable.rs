@@ -284,7 +284,7 @@ fn lanes_keep_values_per_lane_draw_them_across_lanes_and_checkpoint_them_as_one(
     // Each lane gets a third of the chunk ring's bytes: small enough to lap.
     let config = Config::new(schema(), 300)
         .seed(5)
-        .heap_bytes(3 * 96 << 10)
+        .heap_bytes((3 * 96) << 10)
         .evict_for_room();
     let mut lanes = Lanes::create(&dir, config, 3).unwrap();
     assert!(lanes.lane(0).unwrap().value_room() < 96 << 10);
@@ -330,7 +330,7 @@ fn lanes_keep_values_per_lane_draw_them_across_lanes_and_checkpoint_them_as_one(
 #[test]
 fn a_lanes_add_whose_values_one_lane_cannot_hold_adds_nothing_to_any_lane() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = Config::new(schema(), 30).heap_bytes(2 * 8 << 10);
+    let config = Config::new(schema(), 30).heap_bytes((2 * 8) << 10);
     let mut lanes = replaystore::Lanes::create(tmp.path().join("l"), config, 2).unwrap();
     // Lane 1 gets 40 items of up to 1.5 KB of text each: more than its 8 KB.
     let ids: Vec<u64> = (1..=42).collect();
