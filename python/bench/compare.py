@@ -13,6 +13,7 @@ pad_sequence).
     python python/bench/compare.py --workloads W5 [--only replaystore,torchrl]   # the list always runs
     python python/bench/compare.py --workloads W6 --only replaystore,rllib            # multi-agent (w6.py)
     python python/bench/compare.py --workloads W7 --only replaystore,sb3,cpprb,tianshou  # HER (w7.py)
+    python python/bench/compare.py --workloads W8 --only replaystore,list,torchrl   # text games (w8.py)
 
 W5 figures: addB (batches of 64 into a new buffer) and addB_lap (into a full one) in
 steps/s and GB/s of payload, add1 (one step per call), sample_padded (256 steps, every
@@ -63,6 +64,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import w6  # noqa: E402  (W6, multi-agent: its own libraries)
 import w7  # noqa: E402  (W7, HER: its own libraries)
+import w8  # noqa: E402  (W8, multi-turn text games: its own libraries)
 
 W1 = {"obs": ("<f4", (17,)), "next_obs": ("<f4", (17,)), "action": ("<f4", (6,)),
       "reward": ("<f4", ()), "done": ("|b1", ())}
@@ -985,7 +987,7 @@ def available(name):
         return os.path.exists(python) and subprocess.run(
             [python, "-c", f"import {module}"], capture_output=True).returncode == 0
     try:
-        __import__({**w6.AVAILABLE, **w7.AVAILABLE, **ADAPTERS}.get(name, name))
+        __import__({**w6.AVAILABLE, **w7.AVAILABLE, **w8.AVAILABLE, **ADAPTERS}.get(name, name))
         return True
     except ImportError:
         return False
@@ -1181,7 +1183,8 @@ UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
          "sample_flat": "batches/s", "memcpy_floor": "batches/s", "pop": "batches/s",
          "sample": "batches/s", "sample_out": "batches/s", "fill": "steps/s",
-         "lockstep": "batches/s",
+         "lockstep": "batches/s", "sample_episodes": "batches/s",
+         "sample_transitions": "batches/s",
          "sample_kept": "batches/s", "sample_stack4": "batches/s", "stack4_ring_mib": "MiB",
          "per": "it/s",
          "save": "s", "load": "s", "peak_rss_mib": "MiB",
@@ -1279,14 +1282,14 @@ def main():
     if args.child:
         if args.child[1] == "W5":
             child_w5(args.child[0], args.quick, args.runs, args.scratch)
-        elif args.child[1] in ("W6", "W7"):
+        elif args.child[1] in ("W6", "W7", "W8"):
             results = {}
 
             def put(key, vals):
                 results[key] = vals
                 print(json.dumps(results), flush=True)
 
-            own = {"W6": w6, "W7": w7}[args.child[1]]
+            own = {"W6": w6, "W7": w7, "W8": w8}[args.child[1]]
             own.child(args.child[0], args.quick, args.runs, args.scratch, put)
         else:
             child(args.child[0], args.child[1], args.quick, args.runs, args.scratch)
@@ -1295,7 +1298,8 @@ def main():
     known = set(LIBS) | (set(W5_LIBS) if "W5" in workloads else set())
     known |= set(w6.LIBS) if "W6" in workloads else set()
     known |= set(w7.LIBS) if "W7" in workloads else set()
-    only = args.only.split(",") + (["list"] if "W5" in workloads and "list" not in args.only else [])
+    known |= set(w8.LIBS) if "W8" in workloads else set()
+    only = args.only.split(",") + (["list"] if {"W5", "W8"} & set(workloads) and "list" not in args.only else [])
     libs = [n for n in only if n in known and available(n)]
     skipped = [n for n in only if n not in libs]
     scratch = tempfile.mkdtemp(prefix="replaystore-compare-")
@@ -1305,14 +1309,14 @@ def main():
     disk = {}
     try:
         for w in workloads:
-            if w not in ("W5", "W6", "W7"):
+            if w not in ("W5", "W6", "W7", "W8"):
                 # Measured in the same run as the libraries, before them.
                 floor[w] = floors(w, args.quick, args.runs)
                 fields, capacity, _ = SPEC[w]
                 ring = item_bytes(fields) * (capacity // (16 if args.quick else 1))
                 disk[w] = disk_rate(scratch, ring, args.runs) / item_bytes(fields)
             for lib in libs:
-                if lib not in {"W5": W5_LIBS, "W6": w6.LIBS, "W7": w7.LIBS}.get(w, LIBS):
+                if lib not in {"W5": W5_LIBS, "W6": w6.LIBS, "W7": w7.LIBS, "W8": w8.LIBS}.get(w, LIBS):
                     continue
                 cmd = [python_of(lib), __file__, "--child", lib, w, "--runs", str(args.runs), "--scratch", scratch]
                 if args.quick:
@@ -1325,6 +1329,9 @@ def main():
                     # replaystore's child, in the same run).
                     mem = table[(w, lib)]["memcpy_floor"]
                     floor[w] = {"sample_padded": mem, "sample_flat": mem}
+                if w == "W8" and lib == "replaystore" and table[(w, lib)].get("memcpy_floor"):
+                    # An episode draw's floor: a memcpy of 32 games' payload bytes.
+                    floor[w] = {"sample_episodes": table[(w, lib)]["memcpy_floor"]}
                 if out.returncode != 0:
                     # A library that cannot run a workload here is a result too (cpprb's
                     # save of W2 runs out of memory on a 24 GB machine); the figures it
