@@ -324,3 +324,219 @@ fn when_the_chunk_ring_laps_the_oldest_steps_go_and_no_value_is_served_mixed() {
         assert!(replaystore::verify(&dir).unwrap().is_sound());
     }
 }
+
+#[test]
+fn a_group_keeps_each_players_text_episodes_and_checkpoints_them_as_one() {
+    use replaystore::{BufferGroup, GroupRequest};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let template = Config::new(schema(), 1000)
+        .episodic()
+        .seed(2)
+        .heap_bytes(16 << 20);
+    let mut group = BufferGroup::create(&dir, Some(template)).unwrap();
+    // Two players; player p's rows are numbered from (p + 1) * 100_000.
+    for (p, name) in ["player_0", "player_1"].into_iter().enumerate() {
+        let member = group.member_or_create(name).unwrap();
+        let mut next = (p as u64 + 1) * 100_000;
+        for e in 0..8 {
+            next = add_episode(member, e, 3 + e % 4, next).end + 1;
+        }
+    }
+    let state = group.get_state_named("after-8").unwrap();
+    for (p, name) in ["player_0", "player_1"].into_iter().enumerate() {
+        let drawn = group
+            .sample((name, Request::transitions(32, &["id", "obs"])))
+            .unwrap();
+        let t = &drawn[0].1;
+        check_transitions(t, 32, 1, true);
+        assert!(
+            t.get::<u64>("id")
+                .unwrap()
+                .iter()
+                .all(|&i| i / 100_000 == p as u64 + 1)
+        );
+    }
+    let each = group.sample(GroupRequest::each(16)).unwrap();
+    assert_eq!(each.len(), 2);
+    for (_, b) in &each {
+        let id = b.get::<u64>("id").unwrap();
+        for r in 0..b.len() {
+            assert_eq!(text(b, "obs", r), obs(id[r]));
+        }
+    }
+    // More turns for player 1, then the checkpoint brings back both players' games.
+    {
+        let member = group.member_mut("player_1").unwrap();
+        add_episode(member, 9, 5, 900_000);
+    }
+    group.set_state(&state).unwrap();
+    let e = group.sample(("player_1", Request::episodes(8))).unwrap();
+    let id = e[0].1.get::<u64>("id").unwrap();
+    assert!(
+        id.iter().all(|&i| i < 900_000),
+        "restored past the checkpoint"
+    );
+    for (r, &i) in id.iter().enumerate() {
+        assert_eq!(text(&e[0].1, "obs", r), obs(i));
+    }
+    group.close().unwrap();
+}
+
+#[test]
+fn hindsight_relabeling_replaces_the_fixed_goal_and_keeps_each_rows_text() {
+    use replaystore::{GoalStrategy, Relabel};
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .field("achieved", DType::F32, &[])
+        .field("desired", DType::F32, &[])
+        .variable("obs", VarKind::Str, None)
+        .build()
+        .unwrap();
+    let config = Config::new(schema, 500).episodic().seed(9);
+    let mut buf = ReplayBuffer::create(tmp.path().join("b"), config).unwrap();
+    for e in 0..10u64 {
+        for t in 0..=8u64 {
+            let (reached, goal) = ((e * 100 + t) as f32, -1.0f32);
+            let text = obs(e * 100 + t);
+            let row = [
+                Column::scalar("achieved", &reached),
+                Column::scalar("desired", &goal),
+                Column::text("obs", &text),
+            ];
+            if t == 0 {
+                buf.add_reset(&row).unwrap();
+            } else {
+                buf.add_step(&row, t == 8, false).unwrap();
+            }
+        }
+    }
+    let her = Relabel {
+        goal: "desired",
+        achieved: "achieved",
+        strategy: GoalStrategy::Future,
+        fraction: 0.5,
+    };
+    let b = buf
+        .sample(Request::transitions(64, &["achieved", "desired", "obs"]).relabel(her))
+        .unwrap();
+    let (achieved, next) = (
+        b.get::<f32>("achieved").unwrap(),
+        b.get::<f32>("next_achieved").unwrap(),
+    );
+    let (desired, relabeled) = (
+        b.get::<f32>("desired").unwrap(),
+        b.get::<bool>("relabeled").unwrap(),
+    );
+    assert!(relabeled.iter().any(|&r| r) && relabeled.iter().any(|&r| !r));
+    for i in 0..64 {
+        assert_eq!(text(&b, "obs", i), obs(achieved[i] as u64));
+        assert_eq!(text(&b, "next_obs", i), obs(next[i] as u64));
+        assert_eq!(desired[i] >= 0.0, relabeled[i]);
+    }
+}
+
+#[test]
+fn episode_getters_read_text_entries_with_lookback_slices_and_fill() {
+    use replaystore::{GetOptions, Indices};
+    let tmp = tempfile::tempdir().unwrap();
+    let config = Config::new(schema(), 500).episodic().seed(4);
+    let mut buf = ReplayBuffer::create(tmp.path().join("b"), config).unwrap();
+    // One episode of 8 steps: rows (and ids) 1000..=1008.
+    add_episode(&mut buf, 1, 8, 1000);
+    let id = buf.episodes().unwrap()[0].id;
+    let whole = buf.episode_chunk(id).unwrap();
+    let all = buf
+        .get_observation_values(&whole, "obs", &Indices::All, GetOptions::default())
+        .unwrap();
+    assert_eq!(all.len(), 9);
+    for k in 0..9 {
+        assert_eq!(all.text(k).unwrap(), obs(1000 + k as u64));
+    }
+    let acts = buf
+        .get_step_values(
+            &whole,
+            "act",
+            &Indices::List(vec![0, -1]),
+            GetOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        (acts.text(0).unwrap(), acts.text(1).unwrap()),
+        (act(1001).as_str(), act(1008).as_str())
+    );
+    // Steps 3..6 with a lookback of 2: index -1 with neg_index_as_lookback is the
+    // entry before ts = 0, and entries past the lookback are `fill` (empty values).
+    let part = buf.slice(&whole, 3, Some(6), 2).unwrap();
+    let opts = GetOptions {
+        neg_index_as_lookback: true,
+        fill: Some(0.0),
+    };
+    let back = buf
+        .get_observation_values(&part, "obs", &Indices::List(vec![-1, 0, -5]), opts)
+        .unwrap();
+    assert_eq!(back.text(0).unwrap(), obs(1002));
+    assert_eq!(back.text(1).unwrap(), obs(1003));
+    assert_eq!(back.text(2).unwrap(), "");
+    let toks = buf
+        .get_step_values(&part, "tokens", &Indices::At(0), GetOptions::default())
+        .unwrap();
+    assert_eq!(toks.elements::<i32>(0).unwrap(), tokens(1004).as_slice());
+    // A fixed field through the values getter, and a text field through the fixed one,
+    // are refused by name.
+    let e = buf.get_observation_values(&whole, "id", &Indices::All, GetOptions::default());
+    assert!(
+        matches!(e, Err(replaystore::Error::UnknownField { .. })),
+        "{e:?}"
+    );
+    let e = buf.get_observations(&whole, "obs", &Indices::All, GetOptions::default());
+    assert!(
+        matches!(&e, Err(replaystore::Error::InvalidSample(m)) if m.contains("get_observation_values")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn verify_checks_every_value_of_every_episode_and_draws_refuse_a_damaged_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let config = Config::new(schema(), 100).episodic().seed(1);
+    let mut buf = ReplayBuffer::create(&dir, config).unwrap();
+    add_episode(&mut buf, 1, 5, 1000);
+    add_episode(&mut buf, 2, 5, 2000);
+    buf.close().unwrap();
+    assert!(replaystore::verify(&dir).unwrap().is_sound());
+    // The first byte of the first episode's reset observation: chunk 0 of the ring
+    // (chunk stride 1024, payload 16 bytes into the row, after the 4 KiB header).
+    let heap = dir.join("lane-0").join("heap-00000000.dat");
+    let mut bytes = std::fs::read(&heap).unwrap();
+    bytes[4096 + 16] ^= 0x20;
+    std::fs::write(&heap, &bytes).unwrap();
+    let report = replaystore::verify(&dir).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.what.contains("item 0") && p.what.contains("obs")),
+        "{:?}",
+        report.problems
+    );
+    let mut buf = ReplayBuffer::open(&dir).unwrap();
+    // Every draw that reads row 0's value refuses, naming it; the other episode reads.
+    let e = buf.sample(Request::at(&[0])).unwrap_err();
+    assert!(
+        matches!(&e, replaystore::Error::BadItem { index: 0, .. }),
+        "{e}"
+    );
+    let e = buf
+        .sample(Request::transitions_at(&[1], &["id", "obs"]))
+        .unwrap_err();
+    assert!(
+        matches!(&e, replaystore::Error::BadItem { index: 0, .. }),
+        "{e}"
+    );
+    let t = buf
+        .sample(Request::transitions_at(&[7, 8], &["id", "obs"]))
+        .unwrap();
+    check_transitions(&t, 2, 1, true);
+}

@@ -260,6 +260,9 @@ def child(lib_name, quick, runs, scratch, put):
     for r in range(runs):
         path = os.path.join(scratch, f"{lib_name}-W8-{r}")
         b = LIBS[lib_name](steps, path)
+        # The previous run's writeback done first (as W5's figures): a library writing
+        # files would otherwise pay for the last one's gigabytes.
+        os.sync()
         add1.append(b.add_steps(gs))
         os.sync()
         t = time.perf_counter()

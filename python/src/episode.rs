@@ -7,7 +7,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySlice};
-use replaystore::{EpisodeChunk, EpisodeInfo, FieldArray, GetOptions, Indices};
+use replaystore::{EpisodeChunk, EpisodeInfo, FieldArray, GetOptions, Indices, VarKind};
 
 use crate::arrays::numpy_of;
 use crate::errors::to_py;
@@ -78,6 +78,52 @@ impl PyEpisode {
         .map_err(to_py)
     }
 
+    /// Whether `field` is a text, bytes or token field of the buffer.
+    fn is_variable(&self, py: Python<'_>, field: &str) -> PyResult<bool> {
+        let mut held = self.held.lock(py);
+        Ok(open_buf(&mut held)?.schema().var_field(field).is_some())
+    }
+
+    /// Entries of variable-length `field` as a list: `str`, `bytes` or a 1-D array
+    /// each (an entry `fill` stands in for is empty).
+    fn read_values<'py>(
+        &self,
+        py: Python<'py>,
+        steps: bool,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let values = {
+            let mut held = self.held.lock(py);
+            let buf = open_buf(&mut held)?;
+            let chunk = &self.chunk;
+            py.detach(|| match steps {
+                true => either!(buf, b => b.get_step_values(chunk, field, indices, options)),
+                false => {
+                    either!(buf, b => b.get_observation_values(chunk, field, indices, options))
+                }
+            })
+            .map_err(to_py)?
+        };
+        let list = PyList::empty(py);
+        for r in 0..values.len() {
+            let bytes = values.value(r).unwrap_or(&[]);
+            match values.kind() {
+                VarKind::Str => list.append(values.text(r).map_err(to_py)?)?,
+                VarKind::Bytes => list.append(pyo3::types::PyBytes::new(py, bytes))?,
+                VarKind::Ragged(dtype) => {
+                    let a = numpy::PyArray1::from_slice(py, bytes).call_method1(
+                        "view",
+                        (numpy::PyArrayDescr::new(py, dtype.numpy_str())?,),
+                    )?;
+                    list.append(a)?;
+                }
+            }
+        }
+        Ok(list)
+    }
+
     /// Each fixed field's name, and whether it is an observation (named like the
     /// view's observations, or a key of a dict observation `obs.<key>`).
     fn field_kinds(&self, py: Python<'_>) -> PyResult<Vec<(String, bool)>> {
@@ -110,6 +156,13 @@ impl PyEpisode {
             fill,
         };
         let lone = matches!(indices, Indices::At(_));
+        if self.is_variable(py, field)? {
+            let list = self.read_values(py, steps, field, &indices, options)?;
+            return match lone {
+                true => list.get_item(0),
+                false => Ok(list.into_any()),
+            };
+        }
         let a: FieldArray = self.read(py, steps, field, &indices, options)?;
         let arr = numpy_of(py, a)?;
         match lone {

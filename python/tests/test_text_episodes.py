@@ -200,3 +200,17 @@ def test_lanes_of_text_items_route_each_row_and_its_values_to_its_lane(tmp_path)
         assert bytes(d["obs"][o[r]:o[r + 1]]).decode() == obs(k)
         np.testing.assert_array_equal(d["tokens"][t[r]:t[r + 1]], tokens(k))
     lanes.close()
+
+
+def test_an_episode_view_reads_text_and_token_entries_as_rllib_getters_do(tmp_path):
+    b = rs.ReplayBuffer.create(str(tmp_path / "b"), SCHEMA, capacity=200, episodic=True)
+    fill(b, 1)  # one game of 4 turns, rows 1000..1004
+    (e,) = b.episodes()
+    view = b.get_episode(e["id"], obs="obs", action="act", reward="reward", info="tokens")
+    assert view.get_observations(-1) == obs(1004)
+    assert view.get_observations([0, 1]) == [obs(1000), obs(1001)]
+    assert view.get_actions(slice(1, 3)) == [act(1002), act(1003)]
+    np.testing.assert_array_equal(view.get_infos(0), tokens(1001))
+    assert view.get_observations([5, -6], fill=0) == ["", ""]
+    assert view.get_rewards(-1) == np.float32(1004)
+    b.close()

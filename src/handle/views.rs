@@ -10,7 +10,8 @@
 
 use super::{ReplayBuffer, Role};
 use crate::algo::lookback::{Indices, Pos, Window};
-use crate::batch::FieldArray;
+use crate::batch::{Batch, FieldArray, VarArray};
+use crate::draw::{UnitValues, put_values_of};
 use crate::error::{Error, Result};
 use crate::parts::episodes::EpisodeInfo;
 
@@ -171,27 +172,93 @@ impl<R: Role> ReplayBuffer<R> {
             })
     }
 
-    fn get_entries(
+    /// The text, bytes or token entries of variable-length field `field` (observations:
+    /// row `start + k`, as [`ReplayBuffer::get_observations`] reads a fixed field), one
+    /// value per entry asked for; an entry `fill` stands in for is an empty value.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, GetOptions, Indices, ReplayBuffer, Schema, VarKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("t", DType::I64, &[]).variable("board", VarKind::Str, None).build()?;
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 100).episodic())?;
+    /// let id = buf.add_reset(&[Column::text("board", "...")])?.episode;
+    /// buf.add_step(&[Column::scalar("t", &1i64), Column::text("board", "X..")], false, false)?;
+    /// buf.add_step(&[Column::scalar("t", &2i64), Column::text("board", "XO.")], false, false)?;
+    /// let chunk = buf.episode_chunk(id)?;
+    /// let last_two = buf.get_observation_values(&chunk, "board", &Indices::range(Some(-2), None), GetOptions::default())?;
+    /// assert_eq!((last_two.text(0)?, last_two.text(1)?), ("X..", "XO."));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get_observation_values(
+        &self,
+        chunk: &EpisodeChunk,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<VarArray> {
+        self.get_values(chunk, Entries::Observations, field, indices, options)
+    }
+
+    /// The step entries of variable-length field `field` (the action text taken at
+    /// observation `k`, its tokens, ...), as [`ReplayBuffer::get_observation_values`].
+    pub fn get_step_values(
+        &self,
+        chunk: &EpisodeChunk,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<VarArray> {
+        self.get_values(chunk, Entries::Steps, field, indices, options)
+    }
+
+    fn get_values(
         &self,
         chunk: &EpisodeChunk,
         entries: Entries,
         field: &str,
         indices: &Indices,
         options: GetOptions,
-    ) -> Result<FieldArray> {
-        let e = self.episode_by_id(chunk.id)?;
-        let (f, spec) = self
-            .store
-            .rows
-            .schema
-            .fields()
-            .iter()
-            .enumerate()
-            .find(|(_, x)| x.name() == field)
-            .ok_or_else(|| Error::UnknownField {
+    ) -> Result<VarArray> {
+        let schema = &self.store.rows.schema;
+        if schema.var_field(field).is_none() {
+            return Err(Error::UnknownField {
                 field: field.to_owned(),
-                known: self.store.rows.schema.names(),
-            })?;
+                known: schema.names(),
+            });
+        }
+        let (first_row, positions) = self.entry_positions(chunk, entries, indices, options)?;
+        let rows: Vec<Option<u64>> = (positions.iter())
+            .map(|p| match *p {
+                Pos::At(p) => Some(first_row + p),
+                Pos::Fill => None,
+            })
+            .collect();
+        let which: Vec<bool> = (schema.var_fields().iter())
+            .map(|v| v.name() == field)
+            .collect();
+        let set = UnitValues {
+            prefix: "",
+            which: &which,
+            rows: &rows,
+        };
+        let mut batch = Batch::default();
+        put_values_of(schema, &[set], &|_| Ok(&self.store.rows), &mut batch)?;
+        batch.values(field).cloned().ok_or(Error::UnknownField {
+            field: field.to_owned(),
+            known: schema.names(),
+        })
+    }
+
+    /// The entries `indices` asks for of the chunk, as positions from the row of its
+    /// first readable entry (its lookback's first, or ts = 0), which is returned too.
+    fn entry_positions(
+        &self,
+        chunk: &EpisodeChunk,
+        entries: Entries,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<(u64, Vec<Pos>)> {
+        let e = self.episode_by_id(chunk.id)?;
         // Entry k lives at row start + k + shift; the chunk's entries run from t0 to
         // the episode's newest.
         let (shift, count) = match entries {
@@ -223,11 +290,41 @@ impl<R: Role> ReplayBuffer<R> {
             options.fill.is_some(),
             &mut positions,
         )?;
+        let first_entry = chunk.t0 - window.lookback;
+        Ok((e.start + first_entry + shift, positions))
+    }
+
+    fn get_entries(
+        &self,
+        chunk: &EpisodeChunk,
+        entries: Entries,
+        field: &str,
+        indices: &Indices,
+        options: GetOptions,
+    ) -> Result<FieldArray> {
+        if self.store.rows.schema.var_field(field).is_some() {
+            return Err(Error::InvalidSample(format!(
+                "field {field:?} is variable-length: read its entries with \
+                 get_observation_values or get_step_values"
+            )));
+        }
+        let (f, spec) = self
+            .store
+            .rows
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .find(|(_, x)| x.name() == field)
+            .ok_or_else(|| Error::UnknownField {
+                field: field.to_owned(),
+                known: self.store.rows.schema.names(),
+            })?;
+        let (first_row, positions) = self.entry_positions(chunk, entries, indices, options)?;
         let mut out = FieldArray::zeroed(spec, positions.len());
         let size = spec.bytes();
         let fill = options.fill.map(|v| spec.dtype().encode_f64(v));
         let elem = spec.dtype().size();
-        let first_entry = chunk.t0 - window.lookback;
         let rows = self.store.rows.ring.reader(self.store.rows.live_rows());
         let read = [(
             self.store
@@ -252,7 +349,7 @@ impl<R: Role> ReplayBuffer<R> {
                         .zip(p..)
                         .take_while(|(q, want)| **q == Pos::At(*want))
                         .count();
-                    let row = e.start + first_entry + p + shift;
+                    let row = first_row + p;
                     let mut outs = [&mut bytes[..]];
                     rows.run(row, len as u64)
                         .checked(|run| {
