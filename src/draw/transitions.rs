@@ -34,6 +34,22 @@ fn reward_of(run: &RowRun<'_>, r: u64, off: usize, len: usize, dtype: DType) -> 
     dtype.decode_f64(&b)
 }
 
+/// Frame `f` of the `k` stacked up to row `r`: the `k` newest rows up to it, the
+/// episode's reset row repeated before its start.
+#[inline(always)]
+fn stacked_frame(r: u64, k: u64, f: u64, span: &Span) -> u64 {
+    r.saturating_sub(k - 1 - f).max(span.start)
+}
+
+/// Frame `f` of a window of `frames` rows ending `nstep` steps after step row `j`,
+/// clamped into the episode.
+#[inline(always)]
+fn window_frame(j: u64, nstep: u64, frames: u64, f: u64, span: &Span) -> u64 {
+    (j - 1 + nstep)
+        .saturating_sub(frames - 1 - f)
+        .clamp(span.start, span.last)
+}
+
 /// Position of frame `f` of item `i` among items of `frames` frames each.
 #[inline(always)]
 fn at(i: usize, frames: u64, f: u64) -> usize {
@@ -348,45 +364,28 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
         let t = span.nstep(j, nstep, spec.gamma).ok_or_else(|| {
             Error::EpisodeOrder(format!("index {j} does not end a step of episode {}", e.id))
         })?;
-        // With variable-length fields, the rows whose values go with this transition
-        // (kept once it is read whole).
-        let (obs_from, next_from) = (out.obs_rows.len(), out.next_rows.len());
-        let (obs_rows, next_rows) = (&mut out.obs_rows, &mut out.next_rows);
         let g = run.checked(|run| {
             if spec.window {
                 // Rows j - k ..= j - 1 + nstep, clamped into the episode: obs is
                 // the first k, next_obs the k from the steps taken.
                 let frames = k + nstep;
                 for f in 0..frames {
-                    let r = (j - 1 + nstep)
-                        .saturating_sub(frames - 1 - f)
-                        .clamp(span.start, span.last);
+                    let r = window_frame(j, nstep, frames, f, &span);
                     run.copy(r, &obs_fields, obs_outs, at(i, frames, f));
-                    if values {
-                        obs_rows.push(r);
-                    }
                 }
             } else if k == 1 {
                 // No stacking: the two rows themselves, without the clamping
                 // arithmetic per frame.
                 run.copy(j - 1, &obs_fields, obs_outs, i);
                 run.copy(t.bootstrap, &obs_fields, next_outs, i);
-                if values {
-                    obs_rows.push(j - 1);
-                    next_rows.push(t.bootstrap);
-                }
             } else {
                 // The k newest frames up to each row, the reset row's repeated
                 // before it.
                 for f in 0..k {
-                    let r = (j - 1).saturating_sub(k - 1 - f).max(span.start);
+                    let r = stacked_frame(j - 1, k, f, &span);
                     run.copy(r, &obs_fields, obs_outs, at(i, k, f));
-                    let n = t.bootstrap.saturating_sub(k - 1 - f).max(span.start);
-                    run.copy(n, &obs_fields, next_outs, at(i, k, f));
-                    if values {
-                        obs_rows.push(r);
-                        next_rows.push(n);
-                    }
+                    let r = stacked_frame(t.bootstrap, k, f, &span);
+                    run.copy(r, &obs_fields, next_outs, at(i, k, f));
                 }
             }
             run.copy(j, &step_fields, step_outs, i);
@@ -409,11 +408,7 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
         });
         let g = match g {
             Ok(g) => g,
-            Err(lost) => {
-                out.obs_rows.truncate(obs_from);
-                out.next_rows.truncate(next_from);
-                return Ok(Some(lost));
-            }
+            Err(lost) => return Ok(Some(lost)),
         };
         if let Some((strategy, achieved, relabeled)) = &relabel {
             let (goal_row, relabel_this) = match i < *relabeled {
@@ -433,13 +428,24 @@ fn read_transitions<H: DrawsUnits + ?Sized>(
                     run.copy(goal_row, achieved, next_outs, i);
                 });
                 if let Err(lost) = goal {
-                    out.obs_rows.truncate(obs_from);
-                    out.next_rows.truncate(next_from);
                     return Ok(Some(lost));
                 }
             }
             out.relabeled.push(relabel_this);
             out.goal_indices.push(goal_row);
+        }
+        // With variable-length fields, the rows the frames came from: their values are
+        // copied after every transition is read (`put_transition_values`).
+        if values {
+            if spec.window {
+                let frames = k + nstep;
+                (out.obs_rows)
+                    .extend((0..frames).map(|f| window_frame(j, nstep, frames, f, &span)));
+            } else {
+                out.obs_rows
+                    .extend((0..k).map(|f| stacked_frame(j - 1, k, f, &span)));
+                (out.next_rows).extend((0..k).map(|f| stacked_frame(t.bootstrap, k, f, &span)));
+            }
         }
         out.indices.push(j);
         if let Some(&w) = drawn_weights.get(c) {
