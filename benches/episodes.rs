@@ -20,6 +20,12 @@
 //! - `w2_frames/nstep3_stack4_32` and `reader_nstep3_stack4_32`: 3-step returns with
 //!   4 stacked frames, by the writer and by a `Reader`.
 //!
+//! - `w8_text/add_step`: one W8 step (docs/WORKLOADS.md: text observation, action and
+//!   token ids, player and reward) added to an episodic buffer from Rust;
+//! - `w8_text/sample_episodes32`: 32 whole games of W8 steps into a `Batch` (values end
+//!   to end), beside `w8_text/memcpy_floor`: the same bytes copied piece by piece from
+//!   random places of a source far larger than the caches (issue 57: within 3x).
+//!
 //! Before the criterion output, the bytes per stored item of each layout.
 //! `cargo bench --bench episodes`.
 
@@ -193,5 +199,126 @@ fn frames(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, episodes, frames);
+/// W8's steps, deterministic: (observation, action, tokens) of step `i`, lengths spread
+/// as the workload's (0.5-8 KiB, 20-400 bytes, 64-2,048 ids).
+fn w8_step(i: u64) -> (String, String, Vec<i32>) {
+    let mix = |x: u64| x.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    let obs_len = 512 + (mix(i) % 7680) as usize;
+    let act_len = 20 + (mix(i ^ 1) % 381) as usize;
+    let tok_len = 64 + (mix(i ^ 2) % 1985) as i32;
+    let obs = "o".repeat(obs_len);
+    (obs, "a".repeat(act_len), (0..tok_len).collect())
+}
+
+fn w8(c: &mut Criterion) {
+    use replaystore::{Column, DType, Schema, VarKind};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let schema = Schema::builder()
+        .field("pid", DType::I8, &[])
+        .field("reward", DType::F32, &[])
+        .variable("obs", VarKind::Str, None)
+        .variable("act", VarKind::Str, None)
+        .variable("tokens", VarKind::Ragged(DType::I32), None)
+        .build()
+        .expect("schema");
+    const STEPS: u64 = 20_000;
+    let config = Config::new(schema, STEPS)
+        .episodic()
+        .seed(8)
+        .heap_bytes(STEPS * (12 << 10))
+        .evict_for_room();
+    let mut buf = ReplayBuffer::create(tmp.path().join("w8"), config).expect("create");
+    let mut i = 0u64;
+    let mut add_game = |buf: &mut ReplayBuffer| {
+        let turns = 4 + i % 9;
+        let (o, _, _) = w8_step(i);
+        buf.add_reset(&[Column::text("obs", &o)]).expect("reset");
+        for t in 0..turns {
+            i += 1;
+            let (o, a, k) = w8_step(i);
+            let (pid, r) = ((t % 2) as i8, if t + 1 == turns { 1.0f32 } else { 0.0 });
+            let step = [
+                Column::scalar("pid", &pid),
+                Column::scalar("reward", &r),
+                Column::text("obs", &o),
+                Column::text("act", &a),
+                Column::ragged("tokens", &k),
+            ];
+            buf.add_step(&step, t + 1 == turns, false).expect("step");
+        }
+    };
+    while buf.len() < STEPS - 16 {
+        add_game(&mut buf);
+    }
+    buf.flush().expect("flush");
+    let mut g = c.benchmark_group("w8_text");
+    g.measurement_time(Duration::from_secs(5));
+    let mut batch = Batch::default();
+    let request = Request::episodes(32);
+    buf.sample_into(request, &mut batch).expect("sample");
+    let bytes: u64 = ["obs", "act", "tokens"]
+        .iter()
+        .filter_map(|n| batch.values(n))
+        .map(|v| v.bytes().len() as u64)
+        .sum();
+    g.throughput(Throughput::Bytes(bytes));
+    g.bench_function("sample_episodes32", |b| {
+        b.iter(|| buf.sample_into(request, &mut batch).expect("sample"))
+    });
+    // The floor: as many pieces of the same sizes, each from a random place of 1 GiB.
+    let pieces: Vec<usize> = (0..batch.len())
+        .flat_map(|r| {
+            ["obs", "act", "tokens"].map(|n| {
+                batch
+                    .values(n)
+                    .and_then(|v| v.value(r))
+                    .map_or(0, <[u8]>::len)
+            })
+        })
+        .collect();
+    let source = vec![1u8; 1 << 30];
+    let mut dst = vec![0u8; bytes as usize];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    g.bench_function("memcpy_floor", |b| {
+        b.iter(|| {
+            let mut at = 0;
+            for &n in &pieces {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let from = (seed % ((1u64 << 30) - 8192)) as usize;
+                if let (Some(d), Some(s)) = (dst.get_mut(at..at + n), source.get(from..from + n)) {
+                    d.copy_from_slice(s);
+                }
+                at += n;
+            }
+            std::hint::black_box(&dst);
+        })
+    });
+    // Steps of one long open episode, into a ring that has lapped (values and rows).
+    g.throughput(Throughput::Elements(1));
+    let (o, _, _) = w8_step(0);
+    buf.add_reset(&[Column::text("obs", &o)]).expect("reset");
+    // Made beforehand: the bench times the add, not the making of its values.
+    let pool: Vec<(String, String, Vec<i32>)> = (0..64).map(w8_step).collect();
+    let mut k = 0usize;
+    g.bench_function("add_step", |b| {
+        b.iter(|| {
+            k += 1;
+            let (o, a, t) = pool.get(k % pool.len()).expect("a step of the pool");
+            let (pid, r) = ((k % 2) as i8, 0.0f32);
+            let step = [
+                Column::scalar("pid", &pid),
+                Column::scalar("reward", &r),
+                Column::text("obs", o),
+                Column::text("act", a),
+                Column::ragged("tokens", t),
+            ];
+            buf.add_step(&step, false, false).expect("step")
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, episodes, frames, w8);
 criterion_main!(benches);
