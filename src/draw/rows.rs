@@ -22,7 +22,7 @@ use crate::parts::lifecycle::Lifecycle;
 use crate::parts::priorities::{LiveRange, Priorities, PrioritySpec};
 use crate::request::{Pick, Request};
 use crate::schema::{Schema, VarField};
-use crate::sink::{Filled, Layout, Own, Sink, ValuesOut, check_rows};
+use crate::sink::{Filled, Layout, Own, Sink, ValuesOut, check_rows, var_obs_mask};
 use crate::storage;
 use crate::storage::io::IoRef;
 use crate::storage::map::Found;
@@ -399,40 +399,64 @@ impl Rows {
             }
             return Ok(());
         }
+        let rows: Vec<Option<u64>> = indices.iter().map(|&i| Some(i)).collect();
+        let held = |_: u64| Ok((self, heap));
         for (v, field) in fields.iter().enumerate() {
             let l = lengths.get(v).map_or(&[][..], Vec::as_slice);
             let mut out = sink.values(field, l)?;
-            let mut at = 0usize;
-            for (r, (&index, row)) in indices.iter().zip(slots.chunks(nvar)).enumerate() {
-                let Some(&slot) = row.get(v) else { continue };
-                let got = out_len(&out);
-                let dst = value_dst(&mut out, r, &mut at, slot.len as usize)
-                    .ok_or_else(|| short(v, got))?;
-                let sealed = self.read_checks && index < self.flushed_tail;
-                let read = heap
-                    .read_into(slot, dst, sealed)
-                    .map_err(|m| heap.error(&self.dir, index, field.name(), m));
-                if self.ring.stamp(index % self.superblock.capacity)
-                    != crate::format::row::stamp_of(index)
-                {
-                    return Err(self.evicted(index));
-                }
-                read?;
-            }
+            copy_field(&mut out, (field, field.name()), v, &rows, &slots, &held)?;
         }
         Ok(())
     }
 
-    /// The values of unit draws (transitions, sequences): for each set, every field
-    /// its `which` flags, named `prefix` + the field's name, one value per row of
-    /// `rows` (a position of the draw, unit after unit; `None`, a padding position,
-    /// is an empty value). See [`put_values_of`].
-    pub(crate) fn put_unit_values(
+    /// Copies the value `slot` names of live item `index` (field `field`) into `dst`
+    /// and checks it: each chunk's stamp after the copy, and its crc once a flush
+    /// sealed the item. The item's row stamp is loaded again after the copy: a writer
+    /// in another process that passed the item meanwhile makes this `Evicted`, never a
+    /// value served mixed.
+    fn read_value(
         &self,
-        sets: &[UnitValues<'_>],
+        heap: &Heap,
+        index: u64,
+        field: &str,
+        slot: VarSlot,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let sealed = self.read_checks && index < self.flushed_tail;
+        let read = heap
+            .read_into(slot, dst, sealed)
+            .map_err(|m| heap.error(&self.dir, index, field, m));
+        if self.ring.stamp(index % self.superblock.capacity) != crate::format::row::stamp_of(index)
+        {
+            return Err(self.evicted(index));
+        }
+        read
+    }
+
+    /// The values of a transition or sequence draw, one per position (unit after
+    /// unit; `None`, a padding position, is an empty value): each observation field
+    /// (`obs` names them) from the `obs` rows and, as `next_<name>`, from the `next`
+    /// rows (windows have none); every other field from the `step` rows. See
+    /// [`put_values_of`].
+    pub(crate) fn put_step_values(
+        &self,
+        obs_names: &[&str],
+        (obs, step, next): (&[Option<u64>], &[Option<u64>], Option<&[Option<u64>]>),
         sink: &mut dyn Sink,
     ) -> Result<()> {
-        put_values_of(&self.schema, sets, &|_| Ok(self), sink)
+        if !self.schema.has_var() {
+            return Ok(());
+        }
+        let is_obs = var_obs_mask(&self.schema, obs_names);
+        let not_obs: Vec<bool> = is_obs.iter().map(|&o| !o).collect();
+        let set = |prefix, which, rows| UnitValues {
+            prefix,
+            which,
+            rows,
+        };
+        let mut sets = vec![set("", &is_obs, obs), set("", &not_obs, step)];
+        sets.extend(next.map(|next| set("next_", &is_obs, next)));
+        put_values_of(&self.schema, &sets, &|_| Ok(self), sink)
     }
 
     /// Appends the slots of item `index`'s values (one per field of `fields`), each
@@ -681,38 +705,56 @@ pub(crate) fn put_values_of<'r>(
         }
         let flagged = fields.iter().enumerate();
         for (v, field) in flagged.filter(|&(v, _)| set.which.get(v) == Some(&true)) {
-            let slot_of = |r: &[VarSlot]| r.get(v).copied().unwrap_or_default();
             let lengths: Vec<u64> = (slots.chunks(nvar))
-                .map(|r| u64::from(slot_of(r).len))
+                .map(|r| r.get(v).map_or(0, |s| u64::from(s.len)))
                 .collect();
             let named = field.prefixed(set.prefix);
-            let expected = lengths.iter().sum::<u64>() as usize;
             let mut out = sink.values(&named, &lengths)?;
-            let mut at = 0usize;
-            for (r, (row, of_row)) in set.rows.iter().zip(slots.chunks(nvar)).enumerate() {
-                let slot = slot_of(of_row);
-                let got = out_len(&out);
-                let dst = value_dst(&mut out, r, &mut at, slot.len as usize).ok_or_else(|| {
-                    Error::OutputSize {
-                        field: named.name().to_owned(),
-                        expected,
-                        got,
-                    }
-                })?;
-                let Some(index) = *row else { continue };
-                let (rows, heap) = holder(index)?;
-                let sealed = rows.read_checks && index < rows.flushed_tail;
-                let read = heap
-                    .read_into(slot, dst, sealed)
-                    .map_err(|m| heap.error(&rows.dir, index, field.name(), m));
-                if rows.ring.stamp(index % rows.superblock.capacity)
-                    != crate::format::row::stamp_of(index)
-                {
-                    return Err(rows.evicted(index));
-                }
-                read?;
-            }
+            copy_field(
+                &mut out,
+                (&named, field.name()),
+                v,
+                set.rows,
+                &slots,
+                &holder,
+            )?;
         }
+    }
+    Ok(())
+}
+
+/// Field `v`'s value of each of `rows` (`slots` holds every field's slot of each row,
+/// row after row) into `out`, laid out as the sink gave it, each read from the ring
+/// `held` names and checked (`Rows::read_value`); `None` rows (padding) take no bytes.
+/// `names` are the array's name (for a storage too short) and the field's.
+fn copy_field<'r>(
+    out: &mut ValuesOut<'_>,
+    (named, field): (&VarField, &str),
+    v: usize,
+    rows: &[Option<u64>],
+    slots: &[VarSlot],
+    held: &dyn Fn(u64) -> Result<(&'r Rows, &'r Heap)>,
+) -> Result<()> {
+    let nvar = slots.len() / rows.len().max(1);
+    let slot_of = |r: &[VarSlot]| r.get(v).copied().unwrap_or_default();
+    let mut at = 0usize;
+    for (r, (row, of_row)) in rows.iter().zip(slots.chunks(nvar.max(1))).enumerate() {
+        let slot = slot_of(of_row);
+        let got = out_len(out);
+        let Some(dst) = value_dst(out, r, &mut at, slot.len as usize) else {
+            let expected = slots
+                .chunks(nvar.max(1))
+                .map(|r| slot_of(r).len as usize)
+                .sum();
+            return Err(Error::OutputSize {
+                field: named.name().to_owned(),
+                expected,
+                got,
+            });
+        };
+        let Some(index) = *row else { continue };
+        let (ring, heap) = held(index)?;
+        ring.read_value(heap, index, field, slot, dst)?;
     }
     Ok(())
 }

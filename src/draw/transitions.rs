@@ -7,7 +7,6 @@
 use rand::RngExt;
 
 use super::draws_units::DrawsUnits;
-use super::rows::UnitValues;
 use super::stream::UnitArrays;
 use crate::algo::windows::End;
 use crate::algo::windows::Span;
@@ -16,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::row::EPISODE_OFF;
 use crate::parts::priorities::PrioritySpec;
 use crate::request::{GoalStrategy, Pick, Relabel, Request};
-use crate::sink::{Filled, Own, Sink, obs_mask, var_obs_mask};
+use crate::sink::{Filled, Own, Sink, obs_mask};
 use crate::storage::map::{Found, RowRun};
 
 /// Draws per transition before giving up on finding step rows (rows after a reset row).
@@ -125,8 +124,8 @@ pub(super) fn sample_transitions<H: DrawsUnits + ?Sized>(
 
 /// The values of the variable-length fields of the transitions in `out`: each
 /// observation field's at every observation frame (and, unless drawn as windows, at
-/// every frame each transition led to, as `next_<name>`), every other field's at the
-/// step row. Frames are the rows the fixed fields were read from.
+/// every frame each transition led to), every other field's at the step row. Frames
+/// are the rows the fixed fields were read from.
 fn put_transition_values(
     rows: &crate::draw::rows::Rows,
     request: &Request<'_>,
@@ -136,34 +135,14 @@ fn put_transition_values(
     if !rows.schema.has_var() {
         return Ok(());
     }
-    let obs = var_obs_mask(&rows.schema, request.obs);
-    let step: Vec<bool> = obs.iter().map(|&o| !o).collect();
     let some = |v: &[u64]| v.iter().map(|&r| Some(r)).collect::<Vec<_>>();
-    let (obs_rows, next_rows, step_rows) = (
+    let (obs, next, step) = (
         some(&out.obs_rows),
         some(&out.next_rows),
         some(&out.indices),
     );
-    let mut sets = vec![
-        UnitValues {
-            prefix: "",
-            which: &obs,
-            rows: &obs_rows,
-        },
-        UnitValues {
-            prefix: "",
-            which: &step,
-            rows: &step_rows,
-        },
-    ];
-    if !request.window {
-        sets.push(UnitValues {
-            prefix: "next_",
-            which: &obs,
-            rows: &next_rows,
-        });
-    }
-    rows.put_unit_values(&sets, sink)
+    let next = (!request.window).then_some(&next[..]);
+    rows.put_step_values(request.obs, (&obs, &step, next), sink)
 }
 
 /// Picks and reads `request.n` transitions into `f` and `out`.

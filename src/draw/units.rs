@@ -9,7 +9,7 @@ use std::ops::Range;
 use rand::RngExt;
 
 use super::draws_units::DrawsUnits;
-use super::rows::{UnitValues, VALUE_TRIES};
+use super::rows::VALUE_TRIES;
 use super::stream::UnitArrays;
 use crate::algo::windows::{End, Span};
 use crate::error::{Error, Result};
@@ -17,7 +17,7 @@ use crate::parts::episodes::EpisodeInfo;
 use crate::parts::fragments::Fragment;
 use crate::parts::priorities::PrioritySpec;
 use crate::request::{Request, Unit};
-use crate::sink::{Own, Sink, check_rows, obs_mask, var_obs_mask};
+use crate::sink::{Own, Sink, check_rows, obs_mask};
 use crate::storage::pread::Missed;
 
 /// Draws per unit before giving up.
@@ -200,34 +200,13 @@ fn put_sequence_values(
     if !rows.schema.has_var() {
         return Ok(());
     }
-    let obs = var_obs_mask(&rows.schema, spec.obs);
-    let step: Vec<bool> = obs.iter().map(|&o| !o).collect();
     let at = |back: u64| -> Vec<Option<u64>> {
         (out.next_rows.iter().zip(&out.mask))
             .map(|(&r, &m)| m.then(|| r - back))
             .collect()
     };
     let (before, row) = (at(1), at(0));
-    rows.put_unit_values(
-        &[
-            UnitValues {
-                prefix: "",
-                which: &obs,
-                rows: &before,
-            },
-            UnitValues {
-                prefix: "",
-                which: &step,
-                rows: &row,
-            },
-            UnitValues {
-                prefix: "next_",
-                which: &obs,
-                rows: &row,
-            },
-        ],
-        sink,
-    )
+    rows.put_step_values(spec.obs, (&before, &row, Some(&row)), sink)
 }
 
 /// The part of each of `outs` (one per field, `units * per_unit` rows each, or empty

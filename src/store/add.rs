@@ -429,18 +429,13 @@ impl Store {
     /// eviction record first if a commit covers them); then the values are written
     /// into fresh chunks, each stamped complete, and only then the rows that name them.
     fn add_with_values(&mut self, columns: &[Column<'_>], batch: bool) -> Result<Range<u64>> {
-        let Some(heap) = &self.rows.heap else {
-            return Err(Error::Unsupported("no chunk ring"));
-        };
-        let ring_bytes = heap.capacity().saturating_mul(heap.chunk_bytes());
-        let chunks_cap = heap.capacity();
+        let max = usize::try_from(self.value_room()).unwrap_or(usize::MAX);
         let mut order = std::mem::take(&mut self.scratch.order);
         let mut var_order = Vec::new();
         let schema = &self.rows.schema;
         let matched = match_columns(schema, columns, batch, &mut order, &mut self.scratch.names)
             .and_then(|n| {
                 let fixed = schema.fields().first().map(|f| (n, f.name()));
-                let max = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
                 match_var_columns(schema, columns, fixed, max, false, &mut var_order)
             });
         let rows = match matched {
@@ -461,37 +456,19 @@ impl Store {
                     .map(move |&p| column(p).map_or(&[][..], |c| c.value_of(r as usize)))
             })
             .collect();
-        let total: u64 = values.iter().map(|v| v.len() as u64).sum();
-        let needed = self.rows.heap.as_ref().map_or(0, |h| h.chunks_for(total));
-        let checked = if needed > chunks_cap {
-            Err(Error::ValueTooLong {
-                field: "(the variable-length values of one call)".into(),
-                row: 0,
-                len: usize::try_from(total).unwrap_or(usize::MAX),
-                max: usize::try_from(ring_bytes).unwrap_or(usize::MAX),
-            })
-        } else {
-            // Disk for the chunks first: a full disk then fails the add before the
-            // room step evicts anything.
-            self.reserve_chunks(needed)
-                .and_then(|()| self.ensure_storable(self.rows.tail_slot, rows))
-                .and_then(|()| self.guard_evictions(rows))
-                .and_then(|()| self.make_room_for_chunks(needed, rows - skip))
-                .and_then(|()| self.ensure_private_chunks(needed))
-        };
+        let checked = self.room_for_values(&values, rows - skip, |s| {
+            s.ensure_storable(s.rows.tail_slot, rows)?;
+            s.guard_evictions(rows)
+        });
         if let Err(e) = checked {
             self.scratch.order = order;
             return Err(e);
         }
         let first = self.rows.tail;
         self.skip_overwritten(rows);
-        let mut slots: Vec<VarSlot> = Vec::with_capacity(values.len());
-        if let Some(heap) = &mut self.rows.heap {
-            heap.write(&values, &mut slots);
-        }
+        let encoded = self.write_values(&values);
         let nvar = var_order.len();
         let sizes = self.rows.schema.field_sizes();
-        let encoded: Vec<[u8; SLOT_LEN]> = slots.iter().map(VarSlot::encode).collect();
         let mut fields: Vec<&[u8]> = Vec::with_capacity(order.len() + nvar);
         for (j, r) in (skip..rows).enumerate() {
             let r = r as usize;
@@ -678,12 +655,11 @@ impl Store {
         columns: &[Column<'_>],
         partial: bool,
     ) -> Result<Vec<[u8; SLOT_LEN]>> {
-        let Some(heap) = &self.rows.heap else {
+        if self.rows.heap.is_none() {
             self.ensure_storable_for_push()?;
             return Ok(Vec::new());
-        };
-        let ring_bytes = heap.capacity().saturating_mul(heap.chunk_bytes());
-        let max = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
+        }
+        let max = usize::try_from(self.value_room()).unwrap_or(usize::MAX);
         let mut var_order = Vec::new();
         let one = Some((1, "(one step)"));
         match_var_columns(
@@ -697,25 +673,46 @@ impl Store {
         let values: Vec<&[u8]> = (var_order.iter())
             .map(|&p| columns.get(p).map_or(&[][..], |c| c.value_of(0)))
             .collect();
+        self.room_for_values(&values, 1, Self::ensure_storable_for_push)?;
+        Ok(self.write_values(&values))
+    }
+
+    /// Room in the chunk ring for `values`, which the next `rows` rows will name:
+    /// refused when they alone need more chunks than the ring holds; else disk for the
+    /// chunks first (a full disk then fails the add before anything is evicted), then
+    /// `row_room` (the rows' own segments and eviction record), then the oldest items
+    /// whose chunks they reuse evicted, then copy-on-write of linked chunk segments.
+    fn room_for_values(
+        &mut self,
+        values: &[&[u8]],
+        rows: u64,
+        row_room: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
         let total: u64 = values.iter().map(|v| v.len() as u64).sum();
-        let needed = heap.chunks_for(total);
-        if needed > heap.capacity() {
+        let needed = self.rows.heap.as_ref().map_or(0, |h| h.chunks_for(total));
+        let chunks = self.rows.heap.as_ref().map_or(0, |h| h.capacity());
+        if needed > chunks {
             return Err(Error::ValueTooLong {
-                field: "(the variable-length values of one step)".into(),
+                field: "(the variable-length values of one call)".into(),
                 row: 0,
                 len: usize::try_from(total).unwrap_or(usize::MAX),
-                max,
+                max: usize::try_from(self.value_room()).unwrap_or(usize::MAX),
             });
         }
         self.reserve_chunks(needed)?;
-        self.ensure_storable_for_push()?;
-        self.make_room_for_chunks(needed, 1)?;
-        self.ensure_private_chunks(needed)?;
+        row_room(self)?;
+        self.make_room_for_chunks(needed, rows)?;
+        self.ensure_private_chunks(needed)
+    }
+
+    /// Writes `values` into fresh chunks, each stamped complete (after
+    /// `room_for_values`), and returns the encoded slots that name them, in order.
+    fn write_values(&mut self, values: &[&[u8]]) -> Vec<[u8; SLOT_LEN]> {
         let mut slots: Vec<VarSlot> = Vec::with_capacity(values.len());
         if let Some(heap) = &mut self.rows.heap {
-            heap.write(&values, &mut slots);
+            heap.write(values, &mut slots);
         }
-        Ok(slots.iter().map(VarSlot::encode).collect())
+        slots.iter().map(VarSlot::encode).collect()
     }
 
     /// Begins an episode with what `env.reset()` returned: the observation fields (any
