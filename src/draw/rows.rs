@@ -441,7 +441,7 @@ impl Rows {
     pub(crate) fn put_step_values(
         &self,
         obs_names: &[&str],
-        (obs, step, next): (&[Option<u64>], &[Option<u64>], Option<&[Option<u64>]>),
+        (obs, step, next): (Positions<'_>, Positions<'_>, Option<Positions<'_>>),
         sink: &mut dyn Sink,
     ) -> Result<()> {
         if !self.schema.has_var() {
@@ -759,14 +759,17 @@ fn copy_field<'r>(
     Ok(())
 }
 
-/// One set of values a unit draw returns (see [`Rows::put_unit_values`]).
+/// The row of each position of a draw, unit after unit; `None` for padding.
+pub(crate) type Positions<'r> = &'r [Option<u64>];
+
+/// One set of values a unit draw returns (see [`put_values_of`]).
 pub(crate) struct UnitValues<'r> {
     /// `""`, or `"next_"` for the observations the units led to.
     pub prefix: &'static str,
     /// Which variable-length fields, one flag per field in schema order.
     pub which: &'r [bool],
-    /// The row of each position, unit after unit; `None` for padding.
-    pub rows: &'r [Option<u64>],
+    /// The row of each position.
+    pub rows: Positions<'r>,
 }
 
 /// Draws of items with variable-length values made again when a writer in another
