@@ -55,26 +55,47 @@ fn add_one(buf: &mut ReplayBuffer, i: u64) -> u64 {
     .unwrap()
 }
 
-fn add_batch(buf: &mut ReplayBuffer, from: u64, n: u64) -> std::ops::Range<u64> {
-    let rewards: Vec<f32> = (from..from + n).map(|i| i as f32).collect();
-    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
-    let (mut t, mut to) = (Vec::new(), vec![0u64]);
-    let (mut f, mut fo) = (Vec::new(), vec![0u64]);
-    for i in from..from + n {
-        o.extend_from_slice(obs(i).as_bytes());
-        oo.push(o.len() as u64);
-        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
-        to.push(t.len() as u64);
-        f.extend_from_slice(&info(i));
-        fo.push(f.len() as u64);
+/// The items `ids` as batch columns: each one's reward (its id) and values.
+struct Items {
+    rewards: Vec<f32>,
+    values: [(Vec<u8>, Vec<u64>); 3],
+}
+
+impl Items {
+    fn new(ids: impl Iterator<Item = u64>) -> Items {
+        let mut values: [(Vec<u8>, Vec<u64>); 3] = Default::default();
+        values.iter_mut().for_each(|v| v.1.push(0));
+        let mut rewards = Vec::new();
+        for i in ids {
+            rewards.push(i as f32);
+            let t = tokens(i);
+            let parts = [
+                obs(i).into_bytes(),
+                bytemuck::cast_slice(&t).to_vec(),
+                info(i),
+            ];
+            for ((bytes, offsets), part) in values.iter_mut().zip(parts) {
+                bytes.extend_from_slice(&part);
+                offsets.push(bytes.len() as u64);
+            }
+        }
+        Items { rewards, values }
     }
-    buf.add_batch(&[
-        Column::new("reward", &rewards),
-        Column::values("obs", DType::U8, &o, &oo),
-        Column::values("tokens", DType::I32, &t, &to),
-        Column::values("info", DType::U8, &f, &fo),
-    ])
-    .unwrap()
+
+    fn columns(&self) -> [Column<'_>; 4] {
+        let [o, t, f] = &self.values;
+        [
+            Column::new("reward", &self.rewards),
+            Column::values("obs", DType::U8, &o.0, &o.1),
+            Column::values("tokens", DType::I32, &t.0, &t.1),
+            Column::values("info", DType::U8, &f.0, &f.1),
+        ]
+    }
+}
+
+fn add_batch(buf: &mut ReplayBuffer, from: u64, n: u64) -> std::ops::Range<u64> {
+    buf.add_batch(&Items::new(from..from + n).columns())
+        .unwrap()
 }
 
 /// Checks that item `index` of `batch` row `r` is the item added as `index`.
@@ -244,29 +265,8 @@ fn bad_values_are_refused_with_nothing_stored() {
 
 /// Adds items `ids` to `lanes`, item `ids[r]` to lane `to[r]`, in one call.
 fn add_to_lanes(lanes: &mut replaystore::Lanes, ids: &[u64], to: &[usize]) -> Vec<u64> {
-    let rewards: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
-    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
-    let (mut t, mut to_) = (Vec::new(), vec![0u64]);
-    let (mut f, mut fo) = (Vec::new(), vec![0u64]);
-    for &i in ids {
-        o.extend_from_slice(obs(i).as_bytes());
-        oo.push(o.len() as u64);
-        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
-        to_.push(t.len() as u64);
-        f.extend_from_slice(&info(i));
-        fo.push(f.len() as u64);
-    }
-    lanes
-        .add_batch(
-            &[
-                Column::new("reward", &rewards),
-                Column::values("obs", DType::U8, &o, &oo),
-                Column::values("tokens", DType::I32, &t, &to_),
-                Column::values("info", DType::U8, &f, &fo),
-            ],
-            to,
-        )
-        .unwrap()
+    let items = Items::new(ids.iter().copied());
+    lanes.add_batch(&items.columns(), to).unwrap()
 }
 
 /// Every row of a lanes draw holds the values of the item its reward names.
@@ -335,25 +335,8 @@ fn a_lanes_add_whose_values_one_lane_cannot_hold_adds_nothing_to_any_lane() {
     // Lane 1 gets 40 items of up to 1.5 KB of text each: more than its 8 KB.
     let ids: Vec<u64> = (1..=42).collect();
     let to: Vec<usize> = ids.iter().map(|&i| usize::from(i > 2)).collect();
-    let rewards: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
-    let texts: Vec<String> = ids.iter().map(|&i| obs(i)).collect();
-    let (mut o, mut oo) = (Vec::new(), vec![0u64]);
-    for t in &texts {
-        o.extend_from_slice(t.as_bytes());
-        oo.push(o.len() as u64);
-    }
-    let empty = vec![0u64; ids.len() + 1];
-    let e = lanes
-        .add_batch(
-            &[
-                Column::new("reward", &rewards),
-                Column::values("obs", DType::U8, &o, &oo),
-                Column::values("tokens", DType::I32, &[], &empty),
-                Column::values("info", DType::U8, &[], &empty),
-            ],
-            &to,
-        )
-        .unwrap_err();
+    let items = Items::new(ids.iter().copied());
+    let e = lanes.add_batch(&items.columns(), &to).unwrap_err();
     assert!(
         matches!(&e, Error::ValueTooLong { field, .. } if field.contains("lane 1")),
         "{e}"

@@ -85,72 +85,57 @@ fn tokens(i: u64) -> Vec<i32> {
     (0..n).map(|k| k ^ i as i32).collect()
 }
 
+/// Items `from..from + n` as batch columns: their indices, and each one's values.
+struct Items {
+    index: Vec<u64>,
+    obs: (Vec<u8>, Vec<u64>),
+    tokens: (Vec<u8>, Vec<u64>),
+}
+
+impl Items {
+    fn new(from: u64, n: u64) -> Items {
+        let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
+        for i in from..from + n {
+            o.extend_from_slice(obs(i).as_bytes());
+            oo.push(o.len() as u64);
+            t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
+            to.push(t.len() as u64);
+        }
+        Items {
+            index: (from..from + n).collect(),
+            obs: (o, oo),
+            tokens: (t, to),
+        }
+    }
+
+    fn columns(&self) -> [Column<'_>; 3] {
+        [
+            Column::new("index", &self.index),
+            Column::values("obs", DType::U8, &self.obs.0, &self.obs.1),
+            Column::values("tokens", DType::I32, &self.tokens.0, &self.tokens.1),
+        ]
+    }
+}
+
 /// Adds items `from..from + n`: one `add` or `add_batch` call (flat), or (episodic)
 /// one row, a step of the open episode or a new episode's reset row, or a whole
 /// episode of `n` rows. Every row carries every field, so each row's values are a
 /// function of its index whatever call stored it.
 fn add(buf: &mut ReplayBuffer, from: u64, n: u64, mode: Mode) -> replaystore::Result<()> {
-    if mode == Mode::Episodic {
-        return add_rows_of_episodes(buf, from, n);
-    }
-    if n == 1 {
-        let (o, t) = (obs(from), tokens(from));
-        buf.add(&[
-            Column::scalar("index", &from),
-            Column::text("obs", &o),
-            Column::ragged("tokens", &t),
-        ])?;
-        return Ok(());
-    }
-    let index: Vec<u64> = (from..from + n).collect();
-    let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
-    for i in from..from + n {
-        o.extend_from_slice(obs(i).as_bytes());
-        oo.push(o.len() as u64);
-        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
-        to.push(t.len() as u64);
-    }
-    buf.add_batch(&[
-        Column::new("index", &index),
-        Column::values("obs", DType::U8, &o, &oo),
-        Column::values("tokens", DType::I32, &t, &to),
-    ])?;
-    Ok(())
-}
-
-fn add_rows_of_episodes(buf: &mut ReplayBuffer, from: u64, n: u64) -> replaystore::Result<()> {
-    if n == 1 {
-        let (o, t) = (obs(from), tokens(from));
-        let row = [
-            Column::scalar("index", &from),
-            Column::text("obs", &o),
-            Column::ragged("tokens", &t),
-        ];
+    let items = Items::new(from, n);
+    let batch = items.columns();
+    let one: Vec<Column<'_>> = batch.iter().filter_map(|c| c.row(0)).collect();
+    match (mode, n) {
+        (Mode::Flat, 1) => buf.add(&one).map(drop),
+        (Mode::Flat, _) => buf.add_batch(&batch).map(drop),
         // Every seventh index begins an episode, every eleventh ends one.
-        if from.is_multiple_of(7) {
-            buf.add_reset(&row)?;
-            return Ok(());
-        }
-        return match buf.add_step(&row, from.is_multiple_of(11), false) {
-            Err(replaystore::Error::EpisodeOrder(_)) => buf.add_reset(&row).map(|_| ()),
-            other => other.map(|_| ()),
-        };
+        (Mode::Episodic, 1) if from.is_multiple_of(7) => buf.add_reset(&one).map(drop),
+        (Mode::Episodic, 1) => match buf.add_step(&one, from.is_multiple_of(11), false) {
+            Err(replaystore::Error::EpisodeOrder(_)) => buf.add_reset(&one).map(drop),
+            other => other.map(drop),
+        },
+        (Mode::Episodic, _) => buf.add_episode(&batch, &[], true, false).map(drop),
     }
-    let index: Vec<u64> = (from..from + n).collect();
-    let (mut o, mut oo, mut t, mut to) = (Vec::new(), vec![0u64], Vec::new(), vec![0u64]);
-    for i in from..from + n {
-        o.extend_from_slice(obs(i).as_bytes());
-        oo.push(o.len() as u64);
-        t.extend_from_slice(bytemuck::cast_slice(&tokens(i)));
-        to.push(t.len() as u64);
-    }
-    let rows = [
-        Column::new("index", &index),
-        Column::values("obs", DType::U8, &o, &oo),
-        Column::values("tokens", DType::I32, &t, &to),
-    ];
-    buf.add_episode(&rows, &[], true, false)?;
-    Ok(())
 }
 
 /// An episodic draw's values against the indices its fixed fields came from.

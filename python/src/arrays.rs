@@ -3,7 +3,7 @@
 //! else raises, so no silent copy or cast), and a draw's outputs are allocated once, with
 //! each array's dtype and shape, filled by the engine and handed to NumPy as they are.
 
-use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::ndarray::{ArrayD, Dimension, IxDyn};
 use numpy::{
     PyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods,
@@ -320,11 +320,6 @@ pub struct NumpySink {
     values: Vec<VarValues>,
     /// How they are returned.
     layout: VarLayout,
-    /// The draw's units (rows of `indices` in a transition or sequence draw) and, for
-    /// sequences, positions per unit: values of several positions a unit are shaped
-    /// `[units, positions, ...]` as the fixed arrays are.
-    units: Option<usize>,
-    positions: Option<usize>,
 }
 
 /// One variable-length field's values, in the storage the draw copied them into.
@@ -501,9 +496,6 @@ impl Sink for NumpySink {
             })
             .collect::<replaystore::Result<_>>()?;
         self.values.clear();
-        let own = |name: &str| layout.arrays().iter().find(|a| a.is(name));
-        self.units = own("indices").map(|a| a.rows);
-        self.positions = own("mask").and_then(|a| a.lead);
         Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
     }
 
@@ -582,6 +574,18 @@ impl NumpySink {
     pub fn into_dict(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let d = PyDict::new(py);
         let signed = INT64_INDICES.load(std::sync::atomic::Ordering::Relaxed);
+        // Values of several positions a unit are shaped `[units, positions, ...]` as the
+        // fixed arrays are: the units are the rows of `indices` (a transition or
+        // sequence draw), a sequence's positions the second dimension of `mask`.
+        let dim = |name: &str, k: usize| {
+            (self.arrays.iter())
+                .find(|a| a.0 == name)
+                .and_then(|a| a.2.slice().get(k).copied())
+        };
+        let (units, positions) = match self.values.is_empty() {
+            true => (None, None),
+            false => (dim("indices", 0), dim("mask", 1)),
+        };
         for (name, dtype, shape, owned) in self.arrays {
             let owned = match owned {
                 // Indices stay below 2^63 (lane 127's base is 127 << 56), so the
@@ -604,11 +608,11 @@ impl NumpySink {
             // Several values a unit (a sequence's positions, a transition's stacked
             // frames): one lead dimension, as the fixed fields have.
             let rows = v.lengths.len();
-            let lead = self.positions.or_else(|| {
-                let units = self.units.filter(|&u| u > 0 && rows > u && rows % u == 0)?;
+            let lead = positions.or_else(|| {
+                let units = units.filter(|&u| u > 0 && rows > u && rows % u == 0)?;
                 Some(rows / units)
             });
-            let shape = match (self.units, lead) {
+            let shape = match (units, lead) {
                 (Some(units), Some(lead)) if units * lead == rows => Some((units, lead)),
                 _ => None,
             };

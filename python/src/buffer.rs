@@ -213,16 +213,8 @@ impl PyBuffer {
             samples_per_insert,
             error_buffer,
         };
-        let mut config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots))?;
-        if let Some(b) = heap_bytes {
-            config = config.heap_bytes(b);
-        }
-        if let Some(b) = chunk_bytes {
-            config = config.chunk_bytes(b);
-        }
-        if evict_for_room {
-            config = config.evict_for_room();
-        }
+        let config = life.apply(config(schema, capacity, alpha, eps, seed, segment_slots))?;
+        let mut config = value_ring(config, heap_bytes, chunk_bytes, evict_for_room);
         if whole_episodes {
             config = config.whole_episodes();
         } else if episodic {

@@ -303,6 +303,26 @@ pub(crate) fn config(
     config
 }
 
+/// `config` with the chunk ring's keywords (`heap_bytes`, `chunk_bytes`,
+/// `evict_for_room`), as `ReplayBuffer.create` and `Lanes.create` take them.
+pub(crate) fn value_ring(
+    mut config: Config,
+    heap_bytes: Option<u64>,
+    chunk_bytes: Option<u64>,
+    evict_for_room: bool,
+) -> Config {
+    if let Some(b) = heap_bytes {
+        config = config.heap_bytes(b);
+    }
+    if let Some(b) = chunk_bytes {
+        config = config.chunk_bytes(b);
+    }
+    if evict_for_room {
+        config = config.evict_for_room();
+    }
+    config
+}
+
 /// A priority update from Python (every handle that sets priorities): `indices` and
 /// `priorities` read in place, `apply` run on them (it takes its handle's lock and
 /// releases the GIL), and what it did as `{"applied", "stale"}`.

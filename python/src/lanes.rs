@@ -13,7 +13,7 @@ use replaystore::{Lanes, LanesState, PriorityOwner, Reader, ReplayBuffer, State}
 use crate::buffer::PyBuffer;
 use crate::calls::{
     BatchDict, Count, LifeArgs, columns, config, deprecated, get_indices, index_array, inputs,
-    states_dict, stats_dict, update_from_py, var_inputs,
+    states_dict, stats_dict, update_from_py, value_ring, var_inputs,
 };
 use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
 use crate::errors::{ClosedError, ReadOnlyError, StateError, to_py};
@@ -155,15 +155,7 @@ impl PyLanes {
         if episodic {
             config = config.episodic();
         }
-        if let Some(b) = heap_bytes {
-            config = config.heap_bytes(b);
-        }
-        if let Some(b) = chunk_bytes {
-            config = config.chunk_bytes(b);
-        }
-        if evict_for_room {
-            config = config.evict_for_room();
-        }
+        let config = value_ring(config, heap_bytes, chunk_bytes, evict_for_room);
         let made = py
             .detach(|| Lanes::create(path, config, lanes))
             .map_err(to_py)?;
