@@ -18,7 +18,8 @@
 //! restore linked, copied durably, the copy not yet renamed over its name),
 //! `create-before-manifest` (a new buffer's files all made, MANIFEST not yet published),
 //! `chunk-before-stamp` (a chunk of variable-length values written, its final stamp
-//! not; the items naming it not yet written).
+//! not; the items naming it not yet written), `episode-removal` (a row of an episode
+//! being removed marked removed, the episode's later rows not yet).
 
 /// Kills the process here if the environment names this point and count.
 #[cfg(feature = "kill-points")]

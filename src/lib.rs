@@ -81,7 +81,7 @@ pub use parts::priorities::{Priority, PriorityConfig, PrioritySummary, PriorityU
 pub use parts::snapshot::{SnapshotInfo, snapshots};
 pub use request::{GoalStrategy, GroupRequest, Pick, Relabel, Request, Unit};
 pub use schema::{Field, Schema, SchemaBuilder, ValueFault, VarField, VarKind};
-pub use sink::{Array, Layout, Sink, ValuesOut};
+pub use sink::{Array, GrowValues, Layout, Sink, ValuesOut};
 pub use storage::io;
 pub use storage::pread::RowAccess;
 

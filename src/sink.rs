@@ -482,6 +482,55 @@ pub enum ValuesOut<'a> {
         /// Bytes from one row's start to the next's: at least the longest value.
         row_bytes: usize,
     },
+    /// Grown by the sink as the draw copies each value, row after row (see
+    /// [`GrowValues`]): storage made as it is filled, so a padded array is not zeroed
+    /// whole first and then written over.
+    Grown(&'a mut dyn GrowValues),
+}
+
+/// Storage a sink grows one value at a time ([`ValuesOut::Grown`]): the draw asks for
+/// each row's value in row order, a padding position as a value of no bytes, and
+/// fills what it is given. The sink lays the values out as it likes (padding each row,
+/// or end to end).
+///
+/// ```
+/// use replaystore::{Column, Config, GrowValues, Layout, ReplayBuffer, Schema, Sink, ValuesOut, VarField, VarKind};
+/// // Each value in a row of 8 bytes, padded with b'.'.
+/// #[derive(Debug, Default)]
+/// struct Padded(Vec<u8>);
+/// impl GrowValues for Padded {
+///     fn next_value(&mut self, len: usize) -> &mut [u8] {
+///         let start = self.0.len().next_multiple_of(8);
+///         self.0.resize(start, b'.');
+///         self.0.resize(start + len, 0);
+///         &mut self.0[start..]
+///     }
+/// }
+/// #[derive(Default)]
+/// struct Texts(Vec<Vec<u8>>, Padded);
+/// impl Sink for Texts {
+///     fn arrays(&mut self, layout: &Layout<'_>) -> replaystore::Result<Vec<&mut [u8]>> {
+///         self.0 = layout.arrays().iter().map(|a| vec![0; a.bytes()]).collect();
+///         Ok(self.0.iter_mut().map(|v| &mut v[..]).collect())
+///     }
+///     fn values(&mut self, _: &VarField, _: &[u64]) -> replaystore::Result<ValuesOut<'_>> {
+///         Ok(ValuesOut::Grown(&mut self.1))
+///     }
+/// }
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::builder().variable("obs", VarKind::Str, None).build()?;
+/// let mut buf = ReplayBuffer::create(dir.path().join("b"), Config::new(schema, 10))?;
+/// buf.add(&[Column::text("obs", "board")])?;
+/// buf.add(&[Column::text("obs", "e4")])?;
+/// let mut sink = Texts::default();
+/// buf.sample_into(replaystore::Request::at(&[0, 1]), &mut sink)?;
+/// assert_eq!(sink.1.0, b"board...e4");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait GrowValues: std::fmt::Debug {
+    /// Storage for the next row's value of `len` bytes (whole elements of the field),
+    /// exactly `len` long, which the draw then fills.
+    fn next_value(&mut self, len: usize) -> &mut [u8];
 }
 
 /// The storage a sink handed a draw, split by what each array holds: per schema field

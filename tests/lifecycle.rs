@@ -641,7 +641,7 @@ fn calls_on_item_states_are_refused_by_name_where_they_cannot_work() {
     assert_eq!(buf.len(), 4);
     for bad in [
         Config::new(schema(), 8).max_use(65_536),
-        Config::new(schema(), 8).item_states().episodic(),
+        Config::new(schema(), 8).max_use(2).episodic(),
         Config::new(schema(), 8).reservoir(4).fragments(),
         Config::new(schema(), 8)
             .rate_limit(replaystore::RateLimit::min_size(1))

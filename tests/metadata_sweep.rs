@@ -325,11 +325,18 @@ fn every_file_replaced_by_a_link_a_fifo_or_a_folder_is_refused_naming_it() {
 fn every_bit_flip_and_cut_of_a_version_2_buffers_metadata_is_detected() {
     // A flat buffer, and an episodic one (its episode flags in the same superblock,
     // its steps' values in the chunk ring).
-    version_2_sweep(false);
-    version_2_sweep(true);
+    version_2_sweep(false, false);
+    version_2_sweep(true, false);
 }
 
-fn version_2_sweep(episodic: bool) {
+/// An episodic buffer with values and item states (superblock flag bit 7, version 3):
+/// the same sweep, and every bit of its state words, an episode removed among them.
+#[test]
+fn every_bit_flip_and_cut_of_an_episodic_buffer_with_states_is_detected() {
+    version_2_sweep(true, true);
+}
+
+fn version_2_sweep(episodic: bool, states: bool) {
     use replaystore::internal::format::manifest::SUPERBLOCK_V2_LEN;
     use replaystore::{Column, DType, Schema, VarKind};
     let tmp = tempfile::tempdir().unwrap();
@@ -349,6 +356,9 @@ fn version_2_sweep(episodic: bool) {
     if episodic {
         config = config.whole_episodes();
     }
+    if states {
+        config = config.item_states();
+    }
     let mut buf = ReplayBuffer::create(&dir, config).unwrap();
     for i in 0..20u32 {
         let text = "v".repeat(i as usize * 5);
@@ -360,10 +370,25 @@ fn version_2_sweep(episodic: bool) {
         }
         .unwrap();
     }
+    if states {
+        let first = buf.episodes().unwrap()[0].start;
+        assert!(buf.remove(&[first]).unwrap() > 0);
+    }
     buf.close().unwrap();
     let manifest = dir.join("MANIFEST");
     let mut flips = Tally::default();
     let mut cuts = Tally::default();
+    if states {
+        use replaystore::internal::format::lifecycle::BODY_OFFSET;
+        // Every bit of every state word: each flip is a finding at its word.
+        let items = dir.join("items.state");
+        each_flip(&items, BODY_OFFSET..BODY_OFFSET + 16 * 8, |byte, bit| {
+            let at = (byte - (byte - BODY_OFFSET) % 8) as u64;
+            let report = replaystore::verify(&dir).unwrap();
+            let found = (report.problems.iter()).any(|p| p.file == items && p.offset == at);
+            flips.count(found, || format!("items.state word byte {byte} bit {bit}"));
+        });
+    }
     each_flip(&manifest, 0..SUPERBLOCK_V2_LEN, |byte, bit| {
         let e = Manifest::load(&OsIo, &dir).err();
         let named = e
@@ -417,8 +442,8 @@ fn version_2_sweep(episodic: bool) {
     std::fs::write(&seg, &original).unwrap();
     assert!(replaystore::verify(&dir).unwrap().is_sound());
     println!(
-        "version-2 metadata (episodic {episodic}) bit flips detected {} of {}; truncations \
-         detected {} of {}",
+        "version-2/3 metadata (episodic {episodic}, item states {states}) bit flips detected \
+         {} of {}; truncations detected {} of {}",
         flips.detected, flips.tried, cuts.detected, cuts.tried
     );
 }

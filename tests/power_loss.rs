@@ -516,7 +516,7 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
     }
     let report = verify(&dir).unwrap_or_else(|e| panic!("{ctx}: verify: {e}"));
     assert!(report.is_sound(), "{ctx}: {:?}", report.problems);
-    let buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
+    let mut buf = ReplayBuffer::open(&dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
     let live = buf.live();
     let acked = (0..p).rev().find(|&j| history[j].commits).unwrap_or(0);
     let tree = (0..p).rev().find(|&j| history[j].syncs_tree).unwrap_or(0);
@@ -531,7 +531,9 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
     );
     let idx: Vec<u64> = live.clone().collect();
     if !idx.is_empty() {
-        let b = buf.get_many(&idx).unwrap();
+        let b = buf
+            .sample(replaystore::Request::at(&idx).including_removed())
+            .unwrap();
         let obs = b.get::<u64>("obs").unwrap();
         for (r, &i) in idx.iter().enumerate() {
             assert_eq!(&obs[2 * r..2 * r + 2], &episode_obs(i), "{ctx}: row {i}");
@@ -562,6 +564,18 @@ fn check_episodes(image: &Image, history: &[EpisodeSeen], scratch: &Path, n: u64
                 buf.episodes().unwrap()
             );
         }
+    }
+    if let Ok(states) = buf.item_states(&idx) {
+        // Kept episodes hold every row kept; every other row is removed.
+        let kept: u64 = (buf.episodes().unwrap().iter())
+            .map(|e| e.last() + 1 - e.start.max(live.start))
+            .sum();
+        let removed = states.iter().filter(|s| s.removed.is_some()).count() as u64;
+        assert_eq!(
+            kept + removed,
+            idx.len() as u64,
+            "{ctx}: an episode part removed"
+        );
     }
     for e in buf.episodes().unwrap() {
         let had: Vec<&replaystore::EpisodeInfo> = history[..=p]
@@ -597,6 +611,18 @@ fn every_crash_image_of_an_episodic_buffer_with_values_keeps_each_rows_own_value
 }
 
 fn episodic_crash_images(text: bool) {
+    episodic_images(text, false);
+}
+
+/// The text workload with item states: every fourth episode's end is followed by a
+/// draw that removes a whole episode. No image shows an episode part removed once
+/// opened, nor a removed row's bytes changed.
+#[test]
+fn every_crash_image_of_an_episodic_buffer_with_states_keeps_each_episode_whole() {
+    episodic_images(true, true);
+}
+
+fn episodic_images(text: bool, states: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("e");
     let scratch = tempfile::tempdir().unwrap();
@@ -608,12 +634,15 @@ fn episodic_crash_images(text: bool) {
         schema = schema.variable("text", replaystore::VarKind::Str, None);
     }
     let schema = schema.build().unwrap();
-    let config = Config::new(schema, 32)
+    let mut config = Config::new(schema, 32)
         .segment_slots(8)
         .whole_episodes()
         .prioritized(0.6, 1e-6)
         .seed(4)
         .io(io.clone());
+    if states {
+        config = config.item_states();
+    }
     let mut history: Vec<EpisodeSeen> = Vec::new();
     let mut checked = 0;
     let mut rng = 31u64;
@@ -681,6 +710,10 @@ fn episodic_crash_images(text: bool) {
                         b.get_state_named(&format!("e{episode}")).unwrap();
                         commits = true;
                     }
+                    _ if states => {
+                        b.sample(replaystore::Request::episodes_covering(1).remove())
+                            .unwrap();
+                    }
                     _ => {}
                 }
             }
@@ -702,10 +735,10 @@ fn episodic_crash_images(text: bool) {
         checked += 1;
     }
     report(
-        if text {
-            "episodic with values"
-        } else {
-            "episodic"
+        match (text, states) {
+            (_, true) => "episodic with values and item states",
+            (true, false) => "episodic with values",
+            (false, false) => "episodic",
         },
         &io,
         checked,

@@ -68,7 +68,8 @@ fn create(dir: &Path, mode: Mode) {
         .evict_for_room()
         .seed(3);
     if mode == Mode::Episodic {
-        config = config.episodic();
+        // With item states: draws remove whole episodes beside the adds.
+        config = config.episodic().item_states();
     }
     ReplayBuffer::create(dir, config).unwrap().close().unwrap();
 }
@@ -166,12 +167,33 @@ fn assert_transitions(buf: &mut ReplayBuffer, ctx: &str) {
     }
 }
 
-/// Every live item holds the values added with its index.
-fn assert_intact(buf: &ReplayBuffer, ctx: &str) {
+/// Every live item (removed ones too) holds the values added with its index; in an
+/// episodic buffer each episode is removed whole or kept whole.
+fn assert_intact(buf: &mut ReplayBuffer, ctx: &str) {
     let live: Vec<u64> = buf.live().collect();
-    let batch = buf
-        .get_many(&live)
-        .unwrap_or_else(|e| panic!("{ctx}: get: {e}"));
+    if let Ok(episodes) = buf.episodes() {
+        let states = buf.item_states(&live).unwrap();
+        let removed = states.iter().filter(|s| s.removed.is_some()).count() as u64;
+        let head = buf.live().start;
+        let mut kept = 0;
+        for e in &episodes {
+            let rows: Vec<u64> = (e.start.max(head)..=e.last()).collect();
+            let s = buf.item_states(&rows).unwrap();
+            assert!(
+                s.iter().all(|s| s.removed.is_none()),
+                "{ctx}: episode {} part removed",
+                e.id
+            );
+            kept += rows.len() as u64;
+        }
+        assert_eq!(
+            kept + removed,
+            live.len() as u64,
+            "{ctx}: rows neither kept nor removed"
+        );
+    }
+    let at = Request::at(&live).including_removed();
+    let batch = buf.sample(at).unwrap_or_else(|e| panic!("{ctx}: get: {e}"));
     for (r, &i) in live.iter().enumerate() {
         assert_eq!(batch.get::<u64>("index").unwrap()[r], i, "{ctx}");
         assert_eq!(batch.text("obs", r).unwrap(), obs(i), "{ctx}: obs of {i}");
@@ -226,6 +248,7 @@ fn var_kill_child() {
                     buf.sample(Request::rows(8)).unwrap();
                     if mode == Mode::Episodic {
                         assert_transitions(&mut buf, "child");
+                        remove_episodes(&mut buf);
                     }
                 }
             }
@@ -279,7 +302,7 @@ fn check(dir: &Path, seen: &Seen, mode: Mode, ctx: &str) {
     assert!(report.is_sound(), "{ctx}: verify: {:?}", report.problems);
     let mut buf = ReplayBuffer::open(dir).unwrap_or_else(|e| panic!("{ctx}: open: {e}"));
     let got = buf.live();
-    assert_intact(&buf, ctx);
+    assert_intact(&mut buf, ctx);
     if mode == Mode::Episodic {
         assert_transitions(&mut buf, ctx);
     }
@@ -404,6 +427,16 @@ enum Step {
     Add,
     Flush,
     Close,
+    /// Episodic: adds, then a draw that removes whole episodes, then a flush.
+    Remove,
+}
+
+/// A draw that removes whole episodes covering 3 steps (none when too few are whole).
+fn remove_episodes(buf: &mut ReplayBuffer) {
+    match buf.sample(Request::episodes_covering(3).remove()) {
+        Ok(_) | Err(replaystore::Error::Empty | replaystore::Error::InvalidSample(_)) => {}
+        Err(e) => panic!("remove: {e}"),
+    }
 }
 
 /// Runs `step` on `buf`, pushing the live range after each acknowledged add to `ranges`.
@@ -437,6 +470,15 @@ fn run_step(
             b.flush()
         }
         Step::Close => buf.take().unwrap().close(),
+        Step::Remove if mode == Mode::Episodic => {
+            adds(b, 4)?;
+            match b.sample(Request::episodes_covering(3).remove()) {
+                Ok(_) | Err(replaystore::Error::Empty | replaystore::Error::InvalidSample(_)) => {}
+                Err(e) => return Err(e),
+            }
+            b.flush()
+        }
+        Step::Remove => Ok(()), // a flat buffer here keeps no item states
     }
 }
 
@@ -446,9 +488,16 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
     use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let (mut points, mut failed) = (0u64, 0u64);
-    let steps = [Step::Open, Step::Add, Step::Flush, Step::Close];
+    let steps = [
+        Step::Open,
+        Step::Add,
+        Step::Flush,
+        Step::Close,
+        Step::Remove,
+    ];
     let modes = [Mode::Flat, Mode::Episodic];
-    for (mode, step) in modes.into_iter().flat_map(|m| steps.map(|s| (m, s))) {
+    let runs = modes.into_iter().flat_map(|m| steps.map(|s| (m, s)));
+    for (mode, step) in runs.filter(|&(m, s)| s != Step::Remove || m == Mode::Episodic) {
         // The run without a fault: how many operations, and the range after each add.
         let dir = root.path().join(format!("count-{mode:?}-{step:?}"));
         fault_base(&dir, mode);
@@ -520,8 +569,8 @@ fn a_failure_at_any_file_operation_of_a_values_add_flush_or_close_loses_nothing(
                         seen.last()
                     ),
                 }
-                assert_intact(&buf, &ctx);
                 let mut buf = buf;
+                assert_intact(&mut buf, &ctx);
                 if mode == Mode::Episodic {
                     assert_transitions(&mut buf, &ctx);
                 }

@@ -1,11 +1,13 @@
 //! The open path of an episodic buffer with values end to end: a valid small buffer of
-//! text episodes (whole-episode eviction, a chunk ring that has lapped) whose MANIFEST,
+//! text episodes (whole-episode eviction, a chunk ring that has lapped, item states with
+//! an episode removed) whose MANIFEST,
 //! one row segment and one chunk segment are damaged by fuzzer bytes (two 2-byte
 //! little-endian lengths, that many bytes written over MANIFEST from its start, that
 //! many over the row segment at an offset the next byte places, the rest over the
 //! chunk segment the same way); inspect, verify, open, the episode table, every
-//! episodic draw with values, an episode getter and a step must return a value or a
-//! typed error, never panic, hang or allocate what a damaged slot claims.
+//! episodic draw with values (one that removes too), an episode getter and a step must
+//! return a value or a typed error, never panic, hang or allocate what a damaged slot
+//! claims.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -44,7 +46,8 @@ fuzz_target!(|data: &[u8]| {
             .segment_bytes(8 * 80)
             .whole_episodes()
             .evict_for_room()
-            .prioritized(0.6, 0.0);
+            .prioritized(0.6, 0.0)
+            .item_states();
         let mut buf = ReplayBuffer::create(&path, config).expect("create");
         for e in 0..6u32 {
             let text = "o".repeat(e as usize * 9);
@@ -63,6 +66,8 @@ fuzz_target!(|data: &[u8]| {
                 .expect("step");
             }
         }
+        let second = buf.episodes().expect("episodes").get(1).map(|e| e.start);
+        buf.remove(&second.into_iter().collect::<Vec<_>>()).expect("remove");
         buf.close().expect("close");
     }
     let Some((len, rest)) = data.split_first_chunk::<2>() else { return };
@@ -89,5 +94,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = buf.add_step(&[Column::scalar("t", &9u32), Column::text("obs", "x"), Column::ragged::<i32>("tokens", &[])], true, false);
         let _ = buf.sample(Request::episodes(2));
+        let _ = buf.sample(Request::episodes_covering(3).remove());
+        let _ = buf.sample(Request::transitions(8, &["t", "obs"]));
     }
 });

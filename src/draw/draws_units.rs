@@ -2,6 +2,8 @@
 //! episodes, fragments, groups): the draws in `units` and `transitions` are written
 //! once against it, for the writer and a reader alike.
 
+use rand::RngExt;
+
 use super::rows::DrawsRows;
 use super::stream::UnitArrays;
 use crate::error::Result;
@@ -35,6 +37,28 @@ pub(crate) trait DrawsUnits: DrawsRows {
     fn run_masses(&mut self, runs: &[(u64, u64)], masses: &mut Vec<f64>) -> Result<()>;
     /// The arrays a draw fills unit by unit, kept between draws.
     fn unit_scratch(&mut self) -> &mut UnitArrays;
+    /// Whether live row `index` was removed (item states): in an episodic buffer, its
+    /// episode was (a removal takes an episode's rows first to last, so an episode is
+    /// removed when its first live row is).
+    fn removed(&self, index: u64) -> bool;
+    /// A step row drawn uniformly from the live rows past the head that were not
+    /// removed, or `None` when every row is removed or 64 laps' worth of draws found
+    /// none. Without removals, one draw: the stream of a buffer without item states is
+    /// unchanged.
+    fn draw_kept_step(&mut self) -> Option<u64> {
+        if self.drawable() == 0 {
+            return None;
+        }
+        let span = self.rows().tail - self.rows().head;
+        for _ in 0..64 * span.max(1) {
+            let rows = self.rows_mut();
+            let j = rows.draws.rng.random_range(rows.head + 1..rows.tail);
+            if !self.removed(j) {
+                return Some(j);
+            }
+        }
+        None
+    }
     /// Row `index` of a unit just drawn held `found` instead of the item: the writer's
     /// own rows never change under a draw, so to the writer that is damage (`BadItem`).
     /// A reader looks at the writer's head again: when it has passed `index` the race

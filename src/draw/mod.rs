@@ -17,6 +17,8 @@ pub(crate) use draws_units::DrawsUnits;
 pub(crate) use follow::Followed;
 pub use groups::GroupCount;
 pub(crate) use groups::{GroupIndex, pick_from_groups};
-pub(crate) use rows::{DrawsRows, Rows, UnitValues, VALUE_TRIES, put_values_of, sample_rows};
+pub(crate) use rows::{
+    DrawsRows, Rows, UnitValues, VALUE_TRIES, check_not_removed, put_values_of, sample_rows,
+};
 pub(crate) use stream::{Draws, Picked, UnitArrays};
 pub(crate) use units::sample_units;

@@ -787,6 +787,7 @@ fn value_dst<'o>(
     let dst = match out {
         ValuesOut::EndToEnd(bytes) => bytes.get_mut(*at..*at + n),
         ValuesOut::Rows { bytes, row_bytes } => bytes.get_mut(r * *row_bytes..r * *row_bytes + n),
+        ValuesOut::Grown(grow) => Some(grow.next_value(n)).filter(|d| d.len() == n),
     };
     *at += n;
     dst
@@ -796,6 +797,8 @@ fn value_dst<'o>(
 fn out_len(out: &ValuesOut<'_>) -> usize {
     match out {
         ValuesOut::EndToEnd(b) | ValuesOut::Rows { bytes: b, .. } => b.len(),
+        // Grown as asked: a storage of another length is the sink's bug, said as 0.
+        ValuesOut::Grown(_) => 0,
     }
 }
 

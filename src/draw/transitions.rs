@@ -173,6 +173,12 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
         if let Pick::Given(given) = request.pick {
             let rest = given.get(out.indices.len()..).unwrap_or(&[]);
             h.rows().check_live(rest)?;
+            if let Some(&index) = rest.iter().find(|&&i| h.removed(i)) {
+                return Err(Error::Removed {
+                    index,
+                    cause: "its episode was removed",
+                });
+            }
             candidates.extend_from_slice(rest);
         } else if let Some(beta) = request.beta() {
             candidates.resize(need, 0);
@@ -181,9 +187,8 @@ fn draw_transitions<H: DrawsUnits + ?Sized>(
             let p = PrioritySpec::new(need, beta);
             h.draw_by_priority(&p, &mut candidates, &mut drawn_weights)?;
         } else {
-            let rows = h.rows_mut();
-            let live = rows.head + 1..rows.tail;
-            candidates.extend((0..need).map(|_| rows.draws.rng.random_range(live.clone())));
+            // Rows of removed episodes are drawn again without counting as tries.
+            candidates.extend((0..need).map_while(|_| h.draw_kept_step()));
         }
         // One number per candidate places its new goal (drawn only when asked, so
         // draws without relabeling keep their stream).

@@ -241,10 +241,10 @@ fn pick_sequence<H: DrawsUnits + ?Sized>(
             h.draw_by_priority(&PrioritySpec::new(1, beta), &mut j, &mut w)?;
             (j[0], Some(w[0]))
         }
-        None => {
-            let rows = h.rows_mut();
-            (rows.draws.rng.random_range(rows.head + 1..rows.tail), None)
-        }
+        None => match h.draw_kept_step() {
+            Some(j) => (j, None),
+            None => return Ok(false),
+        },
     };
     let table = h.episode_table()?;
     let e = table.of(j).ok_or_else(|| {
@@ -309,6 +309,8 @@ fn sample_episodes<H: DrawsUnits + ?Sized>(
     spec: &Request<'_>,
     sink: &mut dyn Sink,
 ) -> Result<()> {
+    // A draw that removes needs a handle that may.
+    h.ready_to_draw(spec, 0)?;
     let table = h.episode_table()?;
     if table.len() == 0 {
         return Err(Error::Empty);
@@ -316,21 +318,26 @@ fn sample_episodes<H: DrawsUnits + ?Sized>(
     let head = h.rows().head;
     let whole: Vec<EpisodeInfo> = table
         .iter()
-        .filter(|e| e.end.is_some() && e.start >= head)
+        .filter(|e| e.end.is_some() && e.start >= head && !h.removed(e.start))
         .copied()
         .collect();
     if whole.is_empty() {
         return Err(Error::InvalidSample(format!(
-            "no complete episode to draw (of {} episodes, each still open or partly \
-                 evicted)",
+            "no complete episode to draw (of {} episodes, each still open, partly \
+                 evicted or removed)",
             table.len()
         )));
     }
     // An episode's priority lives in its step rows.
     let runs: Vec<(u64, u64)> = whole.iter().map(|e| (e.start + 1, e.steps())).collect();
-    check_rows(spec.n, 0)?;
+    if spec.covering.is_none() {
+        check_rows(spec.n, 0)?;
+    }
     let (mut picks, mut weights) = (Vec::with_capacity(spec.n), Vec::new());
-    draw_units(h, &runs, spec, &mut picks, &mut weights)?;
+    match spec.covering {
+        Some(steps) => cover_units(h, &runs, steps, "episodes", &mut picks)?,
+        None => draw_units(h, &runs, spec, &mut picks, &mut weights)?,
+    }
     let episodes: Vec<EpisodeInfo> = (picks.iter())
         .filter_map(|&i| whole.get(i).copied())
         .collect();
@@ -408,7 +415,7 @@ fn draw_fragments<H: DrawsUnits + ?Sized>(
     let runs: Vec<(u64, u64)> = whole.iter().map(|r| (r.start, r.end - r.start)).collect();
     let mut picks = Vec::with_capacity(spec.n);
     match spec.covering {
-        Some(rows) => cover_units(h, &runs, rows, &mut picks)?,
+        Some(rows) => cover_units(h, &runs, rows, "fragments", &mut picks)?,
         None => {
             check_rows(spec.n, 0)?;
             draw_units(h, &runs, spec, &mut picks, weights)?;
@@ -420,17 +427,18 @@ fn draw_fragments<H: DrawsUnits + ?Sized>(
 
 /// Distinct units of `runs` (first index, rows) in uniformly random order until
 /// their rows reach `rows`, as positions in `runs`: a partial shuffle, stopped as
-/// soon as the rows suffice.
+/// soon as the rows suffice (at least one unit is taken).
 fn cover_units<H: DrawsUnits + ?Sized>(
     h: &mut H,
     runs: &[(u64, u64)],
     rows: u64,
+    what: &str,
     picks: &mut Vec<usize>,
 ) -> Result<()> {
     let total: u64 = runs.iter().map(|r| r.1).sum();
     if total < rows {
         return Err(Error::InvalidSample(format!(
-            "units covering {rows} rows, but the {} whole fragments hold {total}",
+            "units covering {rows} rows, but the {} whole {what} hold {total}",
             runs.len()
         )));
     }

@@ -167,13 +167,19 @@ pub const SB_FLAG_EVICT_FOR_ROOM: u32 = 32;
 /// `add_step` wrote no slots, so a row would name the values of the item its slot
 /// held a lap before.
 pub const SB_FLAG_EPISODE_VALUES: u32 = 64;
+/// Superblock flag: an episodic buffer with item states (whole episodes removed), set
+/// exactly when both are. Builds that predate it reject the flag: they refused item
+/// states in episodic buffers, and their transition and sequence draws would return
+/// the rows of removed episodes.
+pub const SB_FLAG_EPISODE_STATES: u32 = 128;
 const SB_KNOWN_FLAGS: u32 = SB_FLAG_PRIORITIES
     | SB_FLAG_EPISODES
     | SB_FLAG_WHOLE_EPISODES
     | SB_FLAG_FRAGMENTS
     | SB_FLAG_LIFECYCLE
     | SB_FLAG_EVICT_FOR_ROOM
-    | SB_FLAG_EPISODE_VALUES;
+    | SB_FLAG_EPISODE_VALUES
+    | SB_FLAG_EPISODE_STATES;
 
 impl Superblock {
     /// Segments needed for `capacity` slots of `segment_slots` each.
@@ -196,7 +202,8 @@ impl Superblock {
                 | flag(self.fragments, SB_FLAG_FRAGMENTS)
                 | flag(self.lifecycle, SB_FLAG_LIFECYCLE)
                 | flag(self.evict_for_room, SB_FLAG_EVICT_FOR_ROOM)
-                | flag(self.episodic && self.heap.is_some(), SB_FLAG_EPISODE_VALUES),
+                | flag(self.episodic && self.heap.is_some(), SB_FLAG_EPISODE_VALUES)
+                | flag(self.episodic && self.lifecycle, SB_FLAG_EPISODE_STATES),
         );
         w.put(UUID_OFF, &self.uuid);
         w.u64(CAPACITY_OFF, self.capacity);
@@ -325,6 +332,14 @@ impl Superblock {
                 FLAGS_OFF,
                 "flags",
                 "bit 6 (episode values) set exactly with bit 1 and a chunk ring".into(),
+                flags.into(),
+            );
+        }
+        if (flags & SB_FLAG_EPISODE_STATES != 0) != (sb.episodic && sb.lifecycle) {
+            return bad(
+                FLAGS_OFF,
+                "flags",
+                "bit 7 (episode states) set exactly with bits 1 and 4".into(),
                 flags.into(),
             );
         }
@@ -947,10 +962,11 @@ mod tests {
             assert_eq!(Superblock::decode(&with.encode()), Ok(with));
         }
         // An unknown bit, item states outside version 3, whole episodes without
-        // episodes, fragments with episodes.
+        // episodes, fragments with episodes, episode states without item states.
         for flags in [
             32,
-            128,
+            256,
+            SB_FLAG_EPISODE_STATES | SB_FLAG_EPISODES,
             SB_FLAG_LIFECYCLE,
             SB_FLAG_WHOLE_EPISODES,
             SB_FLAG_FRAGMENTS | SB_FLAG_EPISODES,

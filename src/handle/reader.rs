@@ -1026,6 +1026,10 @@ impl DrawsUnits for Reader {
         &mut self.units
     }
 
+    fn removed(&self, index: u64) -> bool {
+        self.is_removed(index)
+    }
+
     /// A stamp that moved under a row the writer's head has since passed is a lost
     /// race: this reader catches up with the writer (the tables read the rows added
     /// since and forget those the head passed, so the live window stays as wide as the

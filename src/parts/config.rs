@@ -196,7 +196,10 @@ impl Config {
     /// they return with [`crate::request::Rows::remove`]) and every draw's uses are counted
     /// ([`crate::ReplayBuffer::item_states`]). Removed items are never drawn or read
     /// again, and `len` counts only the items not removed. Persisted, crash-safe and
-    /// part of every snapshot like the rows. Not yet with episodes or fragments.
+    /// part of every snapshot like the rows. In an episodic buffer an item is an
+    /// episode: every removal takes the whole episodes of the rows it names, `len`
+    /// counts the rows of the episodes kept, and neither [`Config::max_use`], a
+    /// reservoir nor a rate limiter may be set (each counts or moves single rows).
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};
@@ -248,6 +251,10 @@ impl Config {
     /// `capacity` more items were added. In steady state an item survives each add with
     /// probability about `1 - 1/max_size`, so the ring ends early about
     /// `e^(-capacity/max_size)` of them: with a capacity of 8 x `max_size`, 0.03%.
+    /// A fragments buffer removes whole fragments; an episodic buffer counts steps
+    /// (rows less reset rows) against `max_size` and, after each add that ends an
+    /// episode, removes uniformly random ended episodes (that one among them) until at
+    /// most `max_size` steps are left: UnstableBaselines' `EpisodeBuffer`.
     ///
     /// ```
     /// use replaystore::{Column, Config, DType, ReplayBuffer, Schema};

@@ -565,6 +565,11 @@ impl Part for Lifecycle {
             false => None,
         };
         let (mut bad, mut removed, mut kept) = (0u64, 0u64, 0u64);
+        // Episodic buffers: which live items are removed, to hold each episode whole.
+        let mut gone = match at.sb.episodic {
+            true => vec![false; usize::try_from(tail - head).unwrap_or(0)],
+            false => Vec::new(),
+        };
         for slot in 0..cap {
             let w = Word(map.load(slot));
             let item = item_in(slot, cap, head, tail);
@@ -589,6 +594,12 @@ impl Part for Lifecycle {
                 continue;
             };
             removed += 1;
+            if let Some(g) = usize::try_from(index - head)
+                .ok()
+                .and_then(|k| gone.get_mut(k))
+            {
+                *g = true;
+            }
             if let Some(t) = &tree
                 && t.leaf(slot) != 0.0
             {
@@ -611,6 +622,9 @@ impl Part for Lifecycle {
                 offset: BODY_OFFSET as u64,
                 what: format!("{} more damaged item state words", bad - LIFE_FINDINGS),
             });
+        }
+        if at.sb.episodic {
+            check_whole_episodes(at, &gone, &path, found);
         }
         let counted = map.counter(REMOVED_LIVE_OFF);
         if counted != removed {
@@ -686,5 +700,49 @@ impl Part for Lifecycle {
     /// it, as by every other commit (msync writes only the pages changed since).
     fn before_checkpoint(&mut self, io: &dyn Io, _capacity: u64, tail: u64) -> Result<()> {
         self.before_commit(io, tail)
+    }
+}
+
+/// Each episode of an episodic buffer's live rows `at.head..` is removed whole or kept
+/// whole (`gone[k]`: row `head + k` is removed). A removal takes an episode first row
+/// first, so after an unclean shutdown a removed prefix is a note (the next open removes
+/// the rest); any other mix, or that one after a clean close, is a problem.
+fn check_whole_episodes(at: &Checking<'_>, gone: &[bool], path: &Path, found: &mut Found<'_>) {
+    let (cap, head, tail) = (at.sb.capacity, at.head, at.tail);
+    let Ok(table) =
+        super::episodes::Episodes::from_rows(at.schema, at.ring, cap, head, tail, at.dir)
+    else {
+        return; // the episodes' own check names what is wrong with the headers
+    };
+    let removed = |i: u64| {
+        let k = usize::try_from(i - head).unwrap_or(usize::MAX);
+        gone.get(k).copied().unwrap_or(false)
+    };
+    for e in table.iter() {
+        let first = e.start.max(head);
+        let rows = first..e.last() + 1;
+        let (Some(kept), Some(cut)) = (
+            rows.clone().find(|&i| !removed(i)),
+            rows.clone().find(|&i| removed(i)),
+        ) else {
+            continue; // removed whole, or kept whole
+        };
+        let prefix = cut < kept && (kept..e.last() + 1).all(|i| !removed(i));
+        let what = format!(
+            "episode {} (rows {first}..={}) is part removed: row {cut} removed, row {kept} kept",
+            e.id,
+            e.last()
+        );
+        if prefix && !at.commit.is_clean() {
+            found.notes.push(format!(
+                "{what}: a removal a kill cut short; the next open removes the rest"
+            ));
+        } else {
+            found.problems.push(Finding {
+                file: path.to_path_buf(),
+                offset: (BODY_OFFSET as u64) + (kept % cap) * 8,
+                what,
+            });
+        }
     }
 }

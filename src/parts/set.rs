@@ -151,7 +151,8 @@ impl Parts {
     /// already there), or whose removal kept its zeroed leaf but lost its word, is live
     /// with a zero leaf: no draw by priority would reach it. Such a leaf (of a live item
     /// not removed, in a buffer with item states and `eps > 0`, where no live item's
-    /// leaf is zero otherwise) gets the largest priority, as an item the tree has not
+    /// leaf is zero otherwise but an episode's reset row and a step whose observation
+    /// row is evicted) gets the largest priority, as an item the tree has not
     /// seen does; made durable when the holder writes. With `eps` 0 a zero leaf may be
     /// a priority of 0, and is left. Only after recovery: a clean open reads no word.
     fn revive_lost_leaves(&mut self, at: &Opening<'_>, live: LiveRange) -> Result<()> {
@@ -162,8 +163,13 @@ impl Parts {
             return Ok(());
         }
         let cap = at.sb.capacity;
+        // An episode's reset row keeps a zero leaf (its priority lives in its steps),
+        // as does the step at the head whose observation row is evicted.
+        let keeps_zero =
+            |i: u64| at.sb.episodic && (at.ring.step_header(i % cap).t == 0 || i == live.head);
         let lost: Vec<u64> = (live.head..live.tail)
             .filter(|&i| !life.is_removed(i) && tree.leaf_of_slot(i % cap) == 0.0)
+            .filter(|&i| !keeps_zero(i))
             .map(|i| i % cap)
             .collect();
         if !lost.is_empty() {

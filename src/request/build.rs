@@ -77,6 +77,11 @@ builder!(
     Episodes
 );
 builder!(
+    /// Whole episodes drawn uniformly, distinct or removed
+    /// ([`Episodes::without_replacement`], [`Episodes::remove`]).
+    UniformEpisodes
+);
+builder!(
     /// Whole fragments, no option chosen yet ([`Request::fragments`]).
     Fragments
 );
@@ -86,8 +91,8 @@ builder!(
     UniformFragments
 );
 builder!(
-    /// Distinct whole fragments until their rows reach a count
-    /// ([`Request::fragments_covering`]).
+    /// Distinct whole fragments or episodes until their rows (steps) reach a count
+    /// ([`Request::fragments_covering`], [`Request::episodes_covering`]).
     Covering
 );
 builder!(
@@ -195,6 +200,39 @@ impl<'a> Request<'a> {
             covering: Some(rows),
             replace: false,
             ..Request::of(Unit::Fragments, 0)
+        })
+    }
+
+    /// Distinct whole episodes, uniformly in random order, until their steps (rows
+    /// less the reset row) add up to at least `steps`: UnstableBaselines'
+    /// `EpisodeBuffer.get_batch(batch_size)` over an episodic buffer. At least one is
+    /// taken, even for 0 steps. With [`Covering::remove`] each is removed as it is
+    /// returned (a buffer with item states). `InvalidSample` when all the whole
+    /// episodes together have fewer steps.
+    ///
+    /// ```
+    /// use replaystore::{Column, Config, DType, ReplayBuffer, Request, Schema};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::builder().field("obs", DType::F32, &[]).build()?;
+    /// let config = Config::new(schema, 100).episodic().item_states();
+    /// let mut buf = ReplayBuffer::create(dir.path().join("b"), config)?;
+    /// for steps in [3, 4, 5] {
+    ///     buf.add_reset(&[Column::scalar("obs", &0.0f32)])?;
+    ///     for t in 1..=steps {
+    ///         buf.add_step(&[Column::scalar("obs", &(t as f32))], t == steps, false)?;
+    ///     }
+    /// }
+    /// let got = buf.sample(Request::episodes_covering(6).remove())?;
+    /// let episodes = got.get::<u64>("episodes")?;
+    /// assert_eq!(episodes.len(), 2); // no one episode has 6 steps, any two do
+    /// assert_eq!(buf.len(), 15 - got.len() as u64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn episodes_covering(steps: u64) -> Covering<'a> {
+        Covering(Request {
+            covering: Some(steps),
+            replace: false,
+            ..Request::of(Unit::Episodes, 0)
         })
     }
 
@@ -569,6 +607,32 @@ impl<'a> Episodes<'a> {
         self.0.pick = Pick::Priority { beta };
         self.0
     }
+
+    /// Distinct episodes (`n` must not exceed the whole episodes stored).
+    pub fn without_replacement(self) -> UniformEpisodes<'a> {
+        UniformEpisodes(self.0).without_replacement()
+    }
+
+    /// Removes every episode returned, whole, in the same call. Needs a buffer with
+    /// item states ([`crate::Config::item_states`]).
+    pub fn remove(self) -> UniformEpisodes<'a> {
+        UniformEpisodes(self.0).remove()
+    }
+}
+
+impl<'a> UniformEpisodes<'a> {
+    /// See [`Episodes::without_replacement`].
+    pub fn without_replacement(mut self) -> UniformEpisodes<'a> {
+        self.0.replace = false;
+        self
+    }
+
+    /// See [`Episodes::remove`].
+    pub fn remove(mut self) -> UniformEpisodes<'a> {
+        self.0.remove = true;
+        self.0.replace = false;
+        self
+    }
 }
 
 impl<'a> Fragments<'a> {
@@ -606,7 +670,8 @@ impl<'a> UniformFragments<'a> {
 }
 
 impl<'a> Covering<'a> {
-    /// Removes each fragment as it is returned (see [`Fragments::remove`]).
+    /// Removes each unit as it is returned (see [`Fragments::remove`],
+    /// [`Episodes::remove`]).
     pub fn remove(mut self) -> Request<'a> {
         self.0.remove = true;
         self.0

@@ -19,7 +19,7 @@
 //!
 //! ```compile_fail,E0599
 //! # use replaystore::Request;
-//! let _ = Request::episodes(2).without_replacement(); // episodes are drawn with replacement
+//! let _ = Request::episodes(2).prioritized(0.4).remove(); // episodes by priority are not removed
 //! ```
 //!
 //! ```compile_fail,E0599
@@ -93,7 +93,7 @@ mod group;
 
 pub use build::{
     At, ByGroup, Covering, Episodes, Fragments, Groups, Oldest, PriorityRows, Relabeled, Rows,
-    Sequences, Shaped, Transitions, TransitionsAt, Uniform, UniformFragments,
+    Sequences, Shaped, Transitions, TransitionsAt, Uniform, UniformEpisodes, UniformFragments,
 };
 pub(crate) use group::GroupDraw;
 pub use group::{GroupRequest, Mixed};
@@ -238,8 +238,8 @@ pub struct Request<'a> {
     /// Rows, uniformly, oldest first or given: each item returned is removed in the same
     /// call (sample-and-remove; with [`Pick::Oldest`], a queue's consume), so no later
     /// draw returns it. Needs a buffer with item states ([`crate::Config::item_states`]);
-    /// drawn rows are then distinct. Whole fragments drawn uniformly are removed
-    /// whole (UnstableBaselines' `EpisodeBuffer.get_batch`).
+    /// drawn rows are then distinct. Whole fragments and episodes drawn uniformly are
+    /// removed whole (UnstableBaselines' `EpisodeBuffer.get_batch`).
     pub(crate) remove: bool,
     /// Given rows: removed items are read too (an export or an inspection that keeps
     /// them with their state; see [`At::including_removed`]).
@@ -247,8 +247,9 @@ pub struct Request<'a> {
     /// Given rows: they are a draw the caller made with its own RNG, counted in
     /// `Stats::sampled` as the engine's draws are (see [`At::drawn`]).
     pub(crate) drawn: bool,
-    /// Fragments, uniformly: instead of `n`, distinct fragments in random order until
-    /// their rows add up to at least this many (see [`Request::fragments_covering`]).
+    /// Fragments or episodes, uniformly: instead of `n`, distinct units in random order
+    /// until their rows (an episode's steps) add up to at least this many (see
+    /// [`Request::fragments_covering`], [`Request::episodes_covering`]).
     pub(crate) covering: Option<u64>,
     /// Transitions: hindsight relabeling of their goals (see [`Transitions::relabel`]).
     pub(crate) relabel: Option<Relabel<'a>>,

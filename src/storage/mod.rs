@@ -560,8 +560,8 @@ pub(crate) fn regular_file_meta(path: &Path) -> Option<std::fs::Metadata> {
         .filter(std::fs::Metadata::is_file)
 }
 
-/// Bytes the files of a buffer occupy on disk (allocated blocks): MANIFEST, the tree,
-/// the item states, and the segments of every ring (rows, and the chunk ring if there
+/// Bytes the files of a buffer occupy on disk (allocated blocks): MANIFEST, the
+/// progress page, the tree, the item states, and the segments of every ring (rows, and the chunk ring if there
 /// is one). Segments take disk as they are first written, so this grows as data arrives.
 pub(crate) fn bytes_on_disk(dir: &Path, sb: &Superblock) -> u64 {
     buffer_files(dir, sb).map(|p| file_bytes_on_disk(&p)).sum()
@@ -588,9 +588,14 @@ fn buffer_files(dir: &Path, sb: &Superblock) -> impl Iterator<Item = PathBuf> {
         .into_iter()
         .flat_map(move |set| (0..set.segment_count).map(move |n| (set, n)));
     let dir2 = dir.to_path_buf();
-    [dir.join(MANIFEST), tree_path(dir), life_path(dir)]
-        .into_iter()
-        .chain(segments.map(move |(set, n)| set.path(&dir2, n)))
+    [
+        dir.join(MANIFEST),
+        progress_path(dir),
+        tree_path(dir),
+        life_path(dir),
+    ]
+    .into_iter()
+    .chain(segments.map(move |(set, n)| set.path(&dir2, n)))
 }
 
 /// Allocated bytes of the regular file at `path` (0 if there is none).

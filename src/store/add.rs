@@ -808,7 +808,7 @@ impl Store {
             let last = r == rows - 1;
             self.add_step(&cols, last && terminated, last && truncated)?;
         }
-        self.episode(first.index)
+        self.episode_record(first.index)
     }
 
     /// Adds what `env.step()` returned to the open episode: every field of the schema (the
@@ -827,6 +827,7 @@ impl Store {
                 "no episode is open: begin one with add_reset".into(),
             ));
         }
+        let continues_removed = self.continues_removed_episode()?;
         let mut order = std::mem::take(&mut self.scratch.order);
         let checked = match_columns(
             &self.rows.schema,
@@ -866,7 +867,9 @@ impl Store {
             Ok(info)
         });
         self.scratch.order = order;
-        result
+        let info = result?;
+        self.after_episode_row(info.index, continues_removed, info.ended.is_some())?;
+        Ok(info)
     }
 }
 

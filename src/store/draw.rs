@@ -129,8 +129,16 @@ impl Store {
     pub(crate) fn reseed(&mut self, seed: u64) {
         self.rows.reseed(seed);
     }
-    /// The episode holding live index `index`.
+    /// The episode holding live index `index` (`Removed` once removed).
     pub(crate) fn episode(&self, index: u64) -> Result<EpisodeInfo> {
+        let found = self.episode_record(index)?;
+        crate::draw::check_not_removed(self.parts.life.as_ref(), &[index])?;
+        Ok(found)
+    }
+
+    /// The episode holding live index `index`, removed or not: what `add_episode`
+    /// returns of the episode it added, which the downsampling it ended may remove.
+    pub(crate) fn episode_record(&self, index: u64) -> Result<EpisodeInfo> {
         let e = self.episodes_ref()?;
         if index < self.rows.head || index >= self.rows.tail {
             return Err(Error::Evicted {
@@ -173,10 +181,14 @@ impl Store {
         let e = self.episode(index)?;
         Ok(if index < e.last() { index + 1 } else { index })
     }
-    /// The episodes with a live row, oldest first.
+    /// The episodes with a live row, oldest first (with item states, not the removed).
     pub(crate) fn episodes(&self) -> Result<Vec<EpisodeInfo>> {
         let table = self.episodes_ref()?;
-        Ok(table.iter().map(|e| self.with_return(e)).collect())
+        let head = self.rows.head;
+        Ok((table.iter())
+            .filter(|e| !self.removed(e.start.max(head)))
+            .map(|e| self.with_return(e))
+            .collect())
     }
     /// The episode still being written, if any (at most one: episodes are contiguous).
     pub(crate) fn unfinished_episodes(&self) -> Result<Vec<EpisodeInfo>> {
@@ -239,6 +251,10 @@ impl DrawsUnits for Store {
 
     fn unit_scratch(&mut self) -> &mut UnitArrays {
         &mut self.scratch.units
+    }
+
+    fn removed(&self, index: u64) -> bool {
+        (self.parts.life.as_ref()).is_some_and(|l| l.is_removed(index))
     }
 
     fn unit_lost(&mut self, index: u64, found: Found) -> Result<()> {

@@ -156,8 +156,12 @@ impl Store {
     }
 
     /// Removes `indices` (live, checked) for `cause`, zeroing the leaves of those
-    /// removed now; returns how many that is.
+    /// removed now; returns how many that is. In an episodic buffer the removal takes
+    /// every live row of each episode holding one of `indices`.
     pub(crate) fn remove_for(&mut self, indices: &[u64], cause: Cause) -> u64 {
+        let whole = self.whole_episodes_of(indices);
+        let episodic = whole.is_some();
+        let indices = whole.as_deref().unwrap_or(indices);
         let Some(life) = self.parts.life.as_mut() else {
             return 0;
         };
@@ -166,12 +170,107 @@ impl Store {
         let gone: Vec<u64> = indices
             .iter()
             .filter(|&&i| life.remove(i, cause))
-            .inspect(|&&i| note(i))
+            .inspect(|&&i| {
+                note(i);
+                if episodic {
+                    crate::killpoint::hit("episode-removal");
+                }
+            })
             .map(|&i| i % cap)
             .collect();
         drop(note);
         self.zero_leaves(&gone);
         gone.len() as u64
+    }
+
+    /// In an episodic buffer, the live rows of every episode holding one of `indices`,
+    /// each episode once, in index order (a removal takes whole episodes, first row
+    /// first, so a kill inside one leaves a removed prefix); `None` in any other buffer.
+    fn whole_episodes_of(&self, indices: &[u64]) -> Option<Vec<u64>> {
+        let table = self.parts.episodes.as_ref()?;
+        let head = self.rows.head;
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for &i in indices {
+            // A draw's indices come an episode at a time: one lookup per episode.
+            if spans.last().is_some_and(|&(a, b)| (a..=b).contains(&i)) {
+                continue;
+            }
+            if let Some(e) = table.of(i) {
+                spans.push((e.start.max(head), e.last()));
+            }
+        }
+        spans.sort_unstable();
+        spans.dedup();
+        Some(spans.into_iter().flat_map(|(a, b)| a..=b).collect())
+    }
+
+    /// Before an episodic step row is stored: whether it continues an episode whose
+    /// rows were removed (`remove` of the open episode), which then takes the new row
+    /// too. Such an add is refused before anything is stored when this handle may not
+    /// remove, so an episode is never part removed.
+    pub(crate) fn continues_removed_episode(&mut self) -> Result<bool> {
+        let (Some(life), Some(table)) = (&self.parts.life, &self.parts.episodes) else {
+            return Ok(false);
+        };
+        let removed = table
+            .open()
+            .is_some_and(|e| life.is_removed(e.start.max(self.rows.head)));
+        if removed {
+            self.ready_to_remove()?;
+        }
+        Ok(removed)
+    }
+
+    /// After episodic row `index` was stored with item states: removed with its
+    /// episode when `continues_removed` (see `continues_removed_episode`); an add that
+    /// ended an episode downsamples.
+    pub(crate) fn after_episode_row(
+        &mut self,
+        index: u64,
+        continues_removed: bool,
+        ended: bool,
+    ) -> Result<()> {
+        if self.parts.life.is_none() {
+            return Ok(());
+        }
+        if continues_removed {
+            self.remove_for(&[index], Cause::Explicit);
+        }
+        // No `added()`: it wakes draws a rate limiter holds, which episodic buffers
+        // refuse.
+        if ended {
+            self.downsample()?;
+        }
+        Ok(())
+    }
+
+    /// In an episodic buffer with item states: removes the rest of each episode a kill
+    /// left part removed (its first live row removed, its last not), so an episode is
+    /// removed whole or kept whole from the open on.
+    pub(crate) fn finish_episode_removals(&mut self) -> Result<()> {
+        let (Some(life), Some(table)) = (&self.parts.life, &self.parts.episodes) else {
+            return Ok(());
+        };
+        let head = self.rows.head;
+        // Each cut episode's last row, with the cause its first row was removed for.
+        let cut: Vec<(u64, Cause)> = (table.iter())
+            .filter(|e| life.is_removed(e.start.max(head)) && !life.is_removed(e.last()))
+            .map(|e| {
+                let cause = life.state(e.start.max(head)).removed;
+                (e.last(), cause.unwrap_or(Cause::Explicit))
+            })
+            .collect();
+        // An actor of a prioritized buffer may not remove (the owner holds the leaves):
+        // its draws pass over the cut episode, and the writer's next open finishes it.
+        let actor = self.rows.superblock.prioritized && self.parts.tree.is_actor();
+        if cut.is_empty() || actor {
+            return Ok(());
+        }
+        self.ready_to_remove()?;
+        for (last, cause) in cut {
+            self.remove_for(&[last], cause);
+        }
+        Ok(())
     }
 
     /// Zeroes the priority leaves of `slots`, whose items were just removed. A kill

@@ -75,16 +75,25 @@ impl Store {
                 });
             }
             if config.is_episodic() {
-                // Removal would have to cut transitions, sequences and episodes drawn
-                // across a removed row; none of the libraries replaced removes from an
-                // episodic buffer (UnstableBaselines' episodes are fragments).
-                return Err(Error::InvalidConfig {
-                    field: "item_states",
-                    problem: "item states (removal, max_use) are kept for buffers drawn \
-                              by rows or whole fragments, not episodic ones: store each \
-                              episode with one add_batch in a Config::fragments buffer"
-                        .into(),
-                });
+                // A removal takes whole episodes; what counts or moves single rows
+                // would cut one.
+                let reservoir = life.policy == Some(crate::format::lifecycle::Policy::Reservoir);
+                let refused = match () {
+                    () if max_use > 0 => Some("max_use"),
+                    () if reservoir => Some("reservoir"),
+                    () if life.rate_limit.is_some() => Some("rate_limit"),
+                    () => None,
+                };
+                if let Some(field) = refused {
+                    return Err(Error::InvalidConfig {
+                        field,
+                        problem: "an episodic buffer removes whole episodes (remove, draws \
+                                  that remove, downsampling by episode); max_use, a \
+                                  reservoir and a rate limiter count or move single rows, \
+                                  which would cut an episode"
+                            .into(),
+                    });
+                }
             }
             let reservoir = life.policy == Some(crate::format::lifecycle::Policy::Reservoir);
             if config.fragments && (reservoir || life.rate_limit.is_some()) {
@@ -288,6 +297,9 @@ impl Store {
             // Mark the buffer as open for writing: a crash from here on is detected on
             // the next open and recovered.
             buf.commit(0, true)?;
+        }
+        if buf.commits.lock.is_some() {
+            buf.finish_episode_removals()?;
         }
         buf.publish_open();
         Ok(buf)

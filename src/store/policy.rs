@@ -35,6 +35,9 @@ impl Store {
         if self.rows.superblock.fragments {
             return self.downsample_fragments(max_size);
         }
+        if self.rows.superblock.episodic {
+            return self.downsample_episodes(max_size);
+        }
         let Some(life) = &self.parts.life else {
             return Ok(());
         };
@@ -91,6 +94,39 @@ impl Store {
         Ok(())
     }
 
+    /// Random downsampling of an episodic buffer (UnstableBaselines' `EpisodeBuffer`
+    /// over episodes): past `max_size` live steps (rows less reset rows), removes
+    /// uniformly random ended episodes still kept (the one just ended among them) until
+    /// at most `max_size` steps are left. Seeded as the other downsamplings; the
+    /// episodes are taken in index order, so a reopened buffer removes the same ones.
+    fn downsample_episodes(&mut self, max_size: u64) -> Result<()> {
+        let (Some(life), Some(table)) = (&self.parts.life, &self.parts.episodes) else {
+            return Ok(());
+        };
+        let (head, tail) = (self.rows.head, self.rows.tail);
+        let mut steps = 0;
+        let mut candidates: Vec<(u64, u64)> = Vec::new();
+        for e in table.iter() {
+            let first = e.start.max(head);
+            if life.is_removed(first) {
+                continue;
+            }
+            let held = e.last() + 1 - first - u64::from(e.start >= head);
+            steps += held;
+            if e.end.is_some() {
+                candidates.push((first, held));
+            }
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(life.policy_seed() ^ tail.wrapping_mul(MIX));
+        while steps > max_size && !candidates.is_empty() {
+            let k = uniform_below(rng.next_u64(), candidates.len() as u64) as usize;
+            let (first, held) = candidates.swap_remove(k);
+            self.remove_for(&[first], Cause::Downsampled);
+            steps -= held;
+        }
+        Ok(())
+    }
+
     /// Before an add of `rows` with a policy that ends items itself (a reservoir, or
     /// random downsampling below the capacity): frees `rows` slots without ending a
     /// kept item. While the ring is too full, its head is dropped when it was removed
@@ -103,7 +139,8 @@ impl Store {
     /// chunks the chunk ring is about to reuse): it is copied, values and all, so one
     /// slot is kept free after every add for the next copy. Downsampling falls back to
     /// the ring's FIFO (as a plain ring ends its oldest item) where relocation cannot
-    /// keep every kept item: a fragments buffer (a moved row would split its fragment)
+    /// keep every kept item: a fragments or episodic buffer (a moved row would split its
+    /// fragment or episode)
     /// or an add that with the kept items would overfill the ring; a reservoir refuses
     /// such an add instead. For either policy, a kept item whose values cannot move (a
     /// chunk ring too small to take them again beside every kept item's, or a damaged
@@ -127,7 +164,8 @@ impl Store {
             Policy::Reservoir => {}
             Policy::Downsample => {
                 let fits = self.len() + rows + spare <= cap;
-                if self.rows.superblock.fragments || max_size >= cap || !fits {
+                let units = self.rows.superblock.fragments || self.rows.superblock.episodic;
+                if units || max_size >= cap || !fits {
                     return Ok(());
                 }
             }
