@@ -71,16 +71,32 @@ def sample_sequences(self, n: int, length: int, obs: _Names, *, burn_in: int = 0
     return _draw(self, request, seed=seed, out=out, values=values, pad=pad)
 
 
-def sample_episodes(self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
-                    out: Optional[Dict[str, Any]] = None, values: Optional[str] = None,
-                    pad: Optional[float] = None) -> Dict[str, Any]:
-    """Draws ``n`` whole episodes (ended ones with every row live): uniformly, or by the
-    mean priority of their rows with ``beta``. Returns the rows one episode after
-    another (each field, ``indices``; variable-length fields as ``values`` says),
-    ``offsets`` (episode ``i`` is rows ``offsets[i]:offsets[i+1]``), ``episodes`` (ids)
-    and ``weights`` by priority. ``Request.episodes`` with ``sample``."""
-    return _draw(self, Request.episodes(n, beta=beta), seed=seed, out=out, values=values,
-                 pad=pad)
+def sample_episodes(self, n: Optional[int] = None, *, beta: Optional[float] = None,
+                    seed: Optional[int] = None, replace: bool = True, remove: bool = False,
+                    covering: Optional[int] = None, out: Optional[Dict[str, Any]] = None,
+                    values: Optional[str] = None, pad: Optional[float] = None) -> Dict[str, Any]:
+    """Draws ``n`` whole episodes (ended ones with every row live, none removed):
+    uniformly (distinct ones with ``replace=False``), or by the mean priority of their
+    rows with ``beta``. ``covering=k`` instead draws distinct episodes in random order
+    until their steps reach ``k``, at least one (UnstableBaselines'
+    ``EpisodeBuffer.get_batch(k)``; pass ``n=None``). ``remove=True`` removes every
+    episode returned (the writer of a buffer with item states). Returns the rows one
+    episode after another (each field, ``indices``; variable-length fields as
+    ``values`` says), ``offsets`` (episode ``i`` is rows ``offsets[i]:offsets[i+1]``,
+    its reset row first), ``episodes`` (ids) and ``weights`` by priority.
+    ``Request.episodes`` with ``sample``.
+
+    >>> import tempfile, numpy as np, replaystore as rs
+    >>> buf = rs.ReplayBuffer.create(tempfile.mkdtemp() + "/b", {"obs": "int64"}, 64,
+    ...                              episodic=True, item_states=True)
+    >>> for steps in (2, 3, 4):
+    ...     _ = buf.add_episode({"obs": np.arange(steps + 1)})
+    >>> got = buf.sample_episodes(covering=5, remove=True)
+    >>> len(got["offsets"]) - 1, len(buf) + len(got["obs"])   # two reach 5 steps, removed
+    (2, 12)
+    """
+    request = Request.episodes(n, covering=covering, beta=beta, replace=replace, remove=remove)
+    return _draw(self, request, seed=seed, out=out, values=values, pad=pad)
 
 
 def sample_fragments(self, n: Optional[int] = None, *, beta: Optional[float] = None,

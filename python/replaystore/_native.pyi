@@ -112,7 +112,9 @@ class Request:
     def sequences(n: int, length: int, obs: Union[str, Sequence[str]], *, burn_in: int = 0,
                   beta: Optional[float] = None) -> Request: ...
     @staticmethod
-    def episodes(n: int, *, beta: Optional[float] = None) -> Request: ...
+    def episodes(n: Optional[int] = None, *, covering: Optional[int] = None,
+                 beta: Optional[float] = None, replace: bool = True,
+                 remove: bool = False) -> Request: ...
     @staticmethod
     def fragments(n: Optional[int] = None, *, covering: Optional[int] = None,
                   beta: Optional[float] = None, replace: bool = True,

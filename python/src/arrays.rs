@@ -10,7 +10,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
-use replaystore::{Array, DType, Field, Layout, Sink, ValuesOut, VarField, VarKind};
+use replaystore::{Array, DType, Field, GrowValues, Layout, Sink, ValuesOut, VarField, VarKind};
 
 use crate::errors::SchemaError;
 
@@ -326,10 +326,16 @@ pub struct NumpySink {
 struct VarValues {
     name: String,
     kind: VarKind,
+    /// Grown value by value as the draw copies them ([`GrowValues`]), to every row's
+    /// full width by [`VarValues::finish`].
     owned: Owned,
     lengths: Vec<u64>,
     /// Elements a row (padded), or `None` (end to end).
     width: Option<usize>,
+    /// One padding element's bytes (empty when the padding is zeros).
+    pad: Vec<u8>,
+    /// Values the draw has asked storage for.
+    rows: usize,
 }
 
 /// How a draw returns the values of variable-length fields.
@@ -389,8 +395,35 @@ macro_rules! owned {
 }
 
 impl Owned {
-    /// `n` zeroed elements of `dtype` (calloc'd: pages are touched only when the engine
-    /// fills them).
+    /// Room for `n` elements of `dtype`, none yet, or `OutOfMemory` as for `zeroed`.
+    fn with_capacity(dtype: DType, n: usize) -> replaystore::Result<Owned> {
+        let mut owned = Owned::zeroed(dtype, 0)?;
+        let bytes = n.saturating_mul(dtype.size());
+        let reserved = owned!(&mut owned, v => v.try_reserve_exact(n));
+        if reserved.is_err() {
+            return Err(replaystore::Error::OutOfMemory {
+                what: format!("an array of {n} {} elements", dtype.name()),
+                bytes: bytes as u64,
+            });
+        }
+        Ok(owned)
+    }
+
+    /// Elements held.
+    fn len(&self) -> usize {
+        owned!(self, v => v.len())
+    }
+
+    /// Grows (or cuts) to `n` elements, new ones zero.
+    fn resize(&mut self, n: usize) {
+        owned!(self, v => v.resize(n, Default::default()));
+    }
+
+    /// The bytes of the elements from `start` on.
+    fn bytes_from(&mut self, start: usize) -> &mut [u8] {
+        owned!(self, v => bytemuck::cast_slice_mut(v.get_mut(start..).unwrap_or(&mut [])))
+    }
+
     /// `n` zeroed elements (calloc'd: pages are touched only as they are filled), or
     /// `OutOfMemory` where the process cannot have them (a memory cap): checked first
     /// for a large array, since a failed allocation would abort the interpreter.
@@ -518,18 +551,63 @@ impl Sink for NumpySink {
 }
 
 impl VarValues {
-    /// Where a draw copies these values: end to end, or one padded row each.
+    /// Where a draw copies these values: grown as it goes, end to end or one padded
+    /// row each, so no byte is written twice.
     fn out(&mut self) -> ValuesOut<'_> {
-        let size = self.kind.dtype().size();
-        let width = self.width;
-        let bytes = self.owned.bytes();
-        match width {
-            Some(w) => ValuesOut::Rows {
-                bytes,
-                row_bytes: w * size,
-            },
-            None => ValuesOut::EndToEnd(bytes),
+        ValuesOut::Grown(self)
+    }
+
+    /// Ends the padding of every row the draw left short (the last one's, and rows of
+    /// a draw that asked for fewer values than it said).
+    fn finish(&mut self) {
+        if let Some(w) = self.width {
+            self.pad_to(self.lengths.len() * w);
         }
+    }
+
+    /// Grows to `n` elements, the new ones padding.
+    fn pad_to(&mut self, n: usize) {
+        let start = self.owned.len();
+        if n <= start {
+            return;
+        }
+        self.owned.resize(n);
+        if !self.pad.is_empty() {
+            let pattern = &self.pad;
+            for (i, b) in self.owned.bytes_from(start).iter_mut().enumerate() {
+                *b = pattern.get(i % pattern.len()).copied().unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// Names and counts, not the megabytes of values.
+impl std::fmt::Debug for VarValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VarValues")
+            .field("name", &self.name)
+            .field("rows", &self.rows)
+            .field("width", &self.width)
+            .field("elements", &self.owned.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrowValues for VarValues {
+    fn next_value(&mut self, len: usize) -> &mut [u8] {
+        let size = self.kind.dtype().size().max(1);
+        let start = match self.width {
+            Some(w) => {
+                // The row before ends in padding, then this row's value begins.
+                let start = self.rows * w;
+                self.pad_to(start);
+                start
+            }
+            None => self.owned.len(),
+        };
+        self.rows += 1;
+        self.owned.resize(start + len / size);
+        self.owned.bytes_from(start)
     }
 }
 
@@ -540,23 +618,21 @@ impl NumpySink {
     fn push_values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<()> {
         let dtype = field.kind().dtype();
         let size = dtype.size() as u64;
-        let (owned, width) = match self.layout {
+        let (owned, width, pad) = match self.layout {
             VarLayout::Padded(pad) => {
                 let width = lengths.iter().map(|&n| n / size).max().unwrap_or(0) as usize;
-                let mut owned = Owned::zeroed(dtype, lengths.len() * width)?;
-                if pad != 0.0 {
-                    let word = dtype.encode_f64(pad);
-                    let pattern = word.get(..size as usize).unwrap_or(&[]);
-                    for (i, b) in owned.bytes().iter_mut().enumerate() {
-                        *b = pattern.get(i % size as usize).copied().unwrap_or(0);
-                    }
-                }
-                (owned, Some(width))
+                let owned = Owned::with_capacity(dtype, lengths.len() * width)?;
+                let word = dtype.encode_f64(pad);
+                let pattern = match pad != 0.0 {
+                    true => word.get(..size as usize).unwrap_or(&[]).to_vec(),
+                    false => Vec::new(),
+                };
+                (owned, Some(width), pattern)
             }
-            _ => (
-                Owned::zeroed(dtype, (lengths.iter().sum::<u64>() / size) as usize)?,
-                None,
-            ),
+            _ => {
+                let n = (lengths.iter().sum::<u64>() / size) as usize;
+                (Owned::with_capacity(dtype, n)?, None, Vec::new())
+            }
         };
         self.values.push(VarValues {
             name: field.name().to_owned(),
@@ -564,6 +640,8 @@ impl NumpySink {
             owned,
             lengths: lengths.to_vec(),
             width,
+            pad,
+            rows: 0,
         });
         Ok(())
     }
@@ -604,7 +682,8 @@ impl NumpySink {
             };
             d.set_item(name, a)?;
         }
-        for v in self.values {
+        for mut v in self.values {
+            v.finish();
             // Several values a unit (a sequence's positions, a transition's stacked
             // frames): one lead dimension, as the fixed fields have.
             let rows = v.lengths.len();
@@ -639,6 +718,7 @@ fn put_values(
         mut owned,
         lengths,
         width,
+        ..
     } = v;
     let dtype = kind.dtype();
     let size = dtype.size() as u64;

@@ -780,51 +780,74 @@ pub(crate) fn split_episode(
     cols.into_iter().partition(|c| c.batch_rows() == most)
 }
 
-/// The episodes a Python `sample_episodes(n, beta=)` asks for.
-pub(crate) fn episodes(n: usize, beta: Option<f64>) -> Request<'static> {
-    match beta {
-        Some(b) => Request::episodes(n).prioritized(b),
-        None => Request::episodes(n).into(),
+/// Which unit of whole rows a Python draw asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Whole {
+    /// `sample_episodes`: ended episodes; `covering=` counts steps.
+    Episodes,
+    /// `sample_fragments`: the rows of one `add_batch` call; `covering=` counts rows.
+    Fragments,
+}
+
+impl Whole {
+    /// The unit's name: `Request.episodes` / `Request.fragments`, `sample_<name>`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Whole::Episodes => "episodes",
+            Whole::Fragments => "fragments",
+        }
     }
 }
 
-/// The fragments a Python `sample_fragments(n | covering=, beta=, replace=, remove=)`
-/// asks for.
-pub(crate) fn fragments(
+/// The episodes or fragments a Python `sample_episodes` / `sample_fragments(n |
+/// covering=, beta=, replace=, remove=)` asks for.
+pub(crate) fn whole_units(
+    unit: Whole,
     n: Option<usize>,
     covering: Option<u64>,
     beta: Option<f64>,
     (replace, remove): (bool, bool),
 ) -> PyResult<Request<'static>> {
-    match (n, covering) {
-        (Some(n), None) => {
-            let fragments = Request::fragments(n);
-            match (beta, replace, remove) {
-                (Some(_), _, true) => refused(
-                    "remove=True draws fragments uniformly, not by priority (beta=): draw \
-                     them, then remove(indices)",
-                ),
-                (Some(_), false, _) => refused(
-                    "replace=False draws fragments uniformly; beta= draws them by priority, \
-                     with replacement",
-                ),
-                (Some(b), true, false) => Ok(fragments.prioritized(b)),
-                (None, _, true) => Ok(fragments.remove().into()),
-                (None, false, false) => Ok(fragments.without_replacement().into()),
-                (None, true, false) => Ok(fragments.into()),
-            }
-        }
-        // Distinct whatever `replace` says: fragments until their rows reach a count.
-        (None, Some(rows)) => match (beta, remove) {
-            (Some(_), _) => {
-                refused("covering= draws whole fragments uniformly, not by priority (beta=)")
-            }
-            (None, true) => Ok(Request::fragments_covering(rows).remove()),
-            (None, false) => Ok(Request::fragments_covering(rows).into()),
-        },
-        _ => Err(pyo3::exceptions::PyValueError::new_err(
-            "sample_fragments takes n or covering=, not both nor neither",
+    let name = unit.name();
+    match (n, covering, beta) {
+        (Some(_), None, Some(_)) if remove => refused(&format!(
+            "remove=True draws {name} uniformly, not by priority (beta=): draw them, then \
+             remove(indices)"
         )),
+        (Some(_), None, Some(_)) if !replace => refused(&format!(
+            "replace=False draws {name} uniformly; beta= draws them by priority, with \
+             replacement"
+        )),
+        (Some(n), None, Some(b)) => Ok(match unit {
+            Whole::Episodes => Request::episodes(n).prioritized(b),
+            Whole::Fragments => Request::fragments(n).prioritized(b),
+        }),
+        (Some(n), None, None) => Ok(match (unit, replace, remove) {
+            (Whole::Episodes, _, true) => Request::episodes(n).remove().into(),
+            (Whole::Episodes, false, false) => Request::episodes(n).without_replacement().into(),
+            (Whole::Episodes, true, false) => Request::episodes(n).into(),
+            (Whole::Fragments, _, true) => Request::fragments(n).remove().into(),
+            (Whole::Fragments, false, false) => Request::fragments(n).without_replacement().into(),
+            (Whole::Fragments, true, false) => Request::fragments(n).into(),
+        }),
+        // Distinct whatever `replace` says: units until their rows (steps) reach a count.
+        (None, Some(_), Some(_)) => refused(&format!(
+            "covering= draws whole {name} uniformly, not by priority (beta=)"
+        )),
+        (None, Some(rows), None) => {
+            let covering = match unit {
+                Whole::Episodes => Request::episodes_covering(rows),
+                Whole::Fragments => Request::fragments_covering(rows),
+            };
+            Ok(if remove {
+                covering.remove()
+            } else {
+                covering.into()
+            })
+        }
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "sample_{name} takes n or covering=, not both nor neither"
+        ))),
     }
 }
 

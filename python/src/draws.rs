@@ -9,8 +9,8 @@ use pyo3::types::{PyDict, PyTuple};
 use replaystore::{Request, Schema, Sink};
 
 use crate::calls::{
-    Count, Her, draw_values, expand_prefixes, fragments, groups, names, nest, rows, sequences,
-    transitions,
+    Count, Her, Whole, draw_values, expand_prefixes, groups, names, nest, rows, sequences,
+    transitions, whole_units,
 };
 
 /// A draw: which units, how they are picked, how many, with the options of their unit.
@@ -57,11 +57,9 @@ enum Spec {
         burn_in: u64,
         beta: Option<f64>,
     },
-    Episodes {
-        n: usize,
-        beta: Option<f64>,
-    },
-    Fragments {
+    /// Whole episodes or fragments: `n` of them, or distinct ones `covering` a count.
+    Whole {
+        unit: Whole,
         n: Option<usize>,
         covering: Option<u64>,
         beta: Option<f64>,
@@ -83,6 +81,24 @@ impl PyRequest {
         let request = PyRequest { spec };
         request.with(None, |_| ())?;
         Ok(request)
+    }
+
+    /// Whole episodes or fragments, checked (`Request.episodes`, `Request.fragments`).
+    fn whole(
+        unit: Whole,
+        n: Option<Count>,
+        covering: Option<u64>,
+        beta: Option<f64>,
+        (replace, remove): (bool, bool),
+    ) -> PyResult<PyRequest> {
+        PyRequest::checked(Spec::Whole {
+            unit,
+            n: n.map(Count::get),
+            covering,
+            beta,
+            replace,
+            remove,
+        })
     }
 
     /// Calls `f` with the engine's request, borrowing this one's indices and names; an
@@ -157,14 +173,20 @@ impl PyRequest {
                 let obs: Vec<&str> = obs.iter().map(String::as_str).collect();
                 f(sequences(*n, (*length, *burn_in), &obs, *beta))
             }
-            Spec::Episodes { n, beta } => f(crate::calls::episodes(*n, *beta)),
-            Spec::Fragments {
+            Spec::Whole {
+                unit,
                 n,
                 covering,
                 beta,
                 replace,
                 remove,
-            } => f(fragments(*n, *covering, *beta, (*replace, *remove))?),
+            } => f(whole_units(
+                *unit,
+                *n,
+                *covering,
+                *beta,
+                (*replace, *remove),
+            )?),
             Spec::Groups {
                 n,
                 by,
@@ -326,11 +348,18 @@ impl PyRequest {
         })
     }
 
-    /// `n` whole episodes, uniformly or by their rows' mean priority with `beta`.
+    /// `n` whole episodes, or distinct ones until their steps reach `covering` (see
+    /// `ReplayBuffer.sample_episodes`).
     #[staticmethod]
-    #[pyo3(signature = (n, *, beta=None))]
-    pub(crate) fn episodes(n: Count, beta: Option<f64>) -> PyResult<PyRequest> {
-        PyRequest::checked(Spec::Episodes { n: n.get(), beta })
+    #[pyo3(signature = (n=None, *, covering=None, beta=None, replace=true, remove=false))]
+    pub(crate) fn episodes(
+        n: Option<Count>,
+        covering: Option<u64>,
+        beta: Option<f64>,
+        replace: bool,
+        remove: bool,
+    ) -> PyResult<PyRequest> {
+        PyRequest::whole(Whole::Episodes, n, covering, beta, (replace, remove))
     }
 
     /// `n` whole fragments, or distinct ones until their rows reach `covering` (see
@@ -344,13 +373,7 @@ impl PyRequest {
         replace: bool,
         remove: bool,
     ) -> PyResult<PyRequest> {
-        PyRequest::checked(Spec::Fragments {
-            n: n.map(Count::get),
-            covering,
-            beta,
-            replace,
-            remove,
-        })
+        PyRequest::whole(Whole::Fragments, n, covering, beta, (replace, remove))
     }
 
     /// `n` groups of the items sharing the values of `by` (see
@@ -382,10 +405,9 @@ impl PyRequest {
             | Spec::Oldest { n, .. }
             | Spec::Transitions { n, .. }
             | Spec::Sequences { n, .. }
-            | Spec::Episodes { n, .. }
             | Spec::Groups { n, .. } => Some(*n),
             Spec::At { indices, .. } => Some(indices.len()),
-            Spec::Fragments { n, .. } => *n,
+            Spec::Whole { n, .. } => *n,
         }
     }
 
@@ -396,7 +418,7 @@ impl PyRequest {
         let (kind, args, kw) = self.parts(py)?;
         let counted = match &self.spec {
             Spec::At { .. } | Spec::Transitions { at: Some(_), .. } => false,
-            Spec::Fragments { n, .. } => n.is_some(),
+            Spec::Whole { n, .. } => n.is_some(),
             _ => true,
         };
         if !counted {
@@ -544,11 +566,8 @@ impl PyRequest {
                     )?,
                 )
             }
-            Spec::Episodes { n, beta } => {
-                kw.set_item("beta", beta)?;
-                ("episodes", PyTuple::new(py, [n])?)
-            }
-            Spec::Fragments {
+            Spec::Whole {
+                unit,
                 n,
                 covering,
                 beta,
@@ -559,7 +578,7 @@ impl PyRequest {
                 kw.set_item("beta", beta)?;
                 kw.set_item("replace", replace)?;
                 kw.set_item("remove", remove)?;
-                ("fragments", PyTuple::new(py, [n])?)
+                (unit.name(), PyTuple::new(py, [n])?)
             }
             Spec::Groups {
                 n,

@@ -12,9 +12,9 @@ steps live in a replaystore folder, not in a Python list: text ``obs`` / ``act``
 
 - a buffer actor killed with ``kill -9`` is restarted by Ray, reopens its folder and
   has every trajectory an ``add_player_trajectory`` call acknowledged. A trajectory is
-  one ``add_batch``; the one in flight at the kill (not acknowledged) may be kept in
-  part: some of its first steps in a ``StepBuffer``, and in an ``EpisodeBuffer`` rows
-  that ``size()`` counts but ``get_batch`` never serves as an episode;
+  one call; the one in flight at the kill (not acknowledged) may be kept in part in a
+  ``StepBuffer`` (some of its first steps), and is removed by the restarted
+  ``EpisodeBuffer`` (an episode never ended);
 - a generation worker killed mid-trajectory loses that trajectory only: it had not
   been sent.
 
@@ -62,9 +62,11 @@ Differences, each deliberate:
 - An empty trajectory: ``StepBuffer`` keeps nothing of it, as the library; an
   ``EpisodeBuffer`` keeps it as the library does, an episode of no steps that
   ``get_batch`` returns as ``[]`` where the shuffle puts it (``get_batch(0)`` of a buffer
-  holding only that returns ``[[]]``) and downsampling may drop. While empty episodes are
-  held, the first draw after a downsampling or a restart reads every step once to count
-  the episodes (O(steps)).
+  holding only that returns ``[[]]``) and downsampling may drop. ``size()`` after a
+  downsampling or a restart lists the episodes once to count them (O(episodes)).
+- An ``EpisodeBuffer`` folder holds an episodic buffer (a reset row per episode, with
+  the player id, before its steps); a folder an earlier version made of fragments is
+  refused by name (``SchemaError``).
 - ``stop()`` is a flag in the actor's memory, as in the library: a restarted actor
   collects again.
 
@@ -199,9 +201,10 @@ class _Buffer:
         # Row segments of 65,536 steps (6.5 MiB): disk is reserved a segment at a time
         # as steps arrive, so a buffer made for a million steps holding a hundred takes
         # one row segment and one 32 MiB text segment, not its 16 GB.
+        episodic = self.KIND == "episode"
         self.buf = rs.ReplayBuffer.open_or_create(
             path, SCHEMA, capacity, item_states=True, max_size=int(max_buffer_size),
-            fragments=self.KIND == "episode", heap_bytes=self.heap_bytes,
+            episodic=episodic, whole_episodes=episodic, heap_bytes=self.heap_bytes,
             segment_slots=min(1 << 16, 1 << max(capacity - 1, 1).bit_length()),
         )
         self.path = path
@@ -271,17 +274,21 @@ class _Buffer:
 
     def _add(self, rows, n):
         """Stores a trajectory's ``n`` steps as one ``add_batch``."""
-        before = len(self.buf)
+        before = self.size()
         try:
-            self.buf.add_batch(rows)  # acknowledged: kept through a kill -9 from here
+            self._store(rows)  # acknowledged: kept through a kill -9 from here
         except rs.ValueSpaceFullError as e:
             # The library keeps every step until it downsamples: refused, said why.
             raise rs.ValueSpaceFullError(
                 f"{self.path}: the text of this trajectory ({n} steps) does not fit beside "
-                f"the {len(self.buf)} steps held, and nothing was added: give heap_bytes= "
+                f"the {self.size()} steps held, and nothing was added: give heap_bytes= "
                 f"(text bytes, now {self.heap_bytes}) room for {self.max_buffer_size} steps "
                 f"and a trajectory. {e}") from None
         self._check_kept(before, n)
+
+    def _store(self, rows):
+        """A trajectory's steps as one call: one ``add_batch`` of steps."""
+        self.buf.add_batch(rows)
 
     def _add_empty(self):
         """A trajectory without steps: the library's ``StepBuffer`` keeps nothing of it."""
@@ -296,7 +303,7 @@ class _Buffer:
             want = before + n
         else:
             return  # whole episodes were dropped: any count up to max_buffer_size
-        have = len(self.buf)
+        have = self.size()
         if have < want:
             message = (
                 f"{self.path}: {want - have} stored steps were pushed out by the ring, "
@@ -384,18 +391,33 @@ EMPTIES = "unstable-empty-episodes.json"
 class LocalEpisodeBuffer(_Buffer):
     """``EpisodeBuffer`` in this process (no Ray): the class the actor runs.
 
-    An empty trajectory is an episode of no steps, as the library keeps it: counted in
-    a file beside the steps (rows cannot hold it) and shuffled in with the others by
-    ``get_batch`` (which returns it as ``[]``) and by downsampling."""
+    Each trajectory is one episode of an episodic buffer with item states, added whole
+    (``add_episode``: a reset row holding the player id, then one row per step), so
+    ``get_batch`` is the engine's draw of distinct whole episodes until they cover the
+    batch, removed as drawn, and downsampling its removal of random ended episodes past
+    ``max_buffer_size`` steps. An empty trajectory is an episode of no steps, as the
+    library keeps it: counted in a file beside the steps (an episode needs a step row
+    to end it) and shuffled in with the others by ``get_batch`` (which returns it as
+    ``[]``) and by downsampling."""
 
     KIND = "episode"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        try:
+            cut = self.buf.unfinished_episodes()
+        except rs.Error:
+            self.buf.close()
+            raise rs.SchemaError(
+                f"{self.path}: not an episodic buffer (a folder an earlier version made "
+                f"of fragments): give another path") from None
+        # The trajectory in flight at a kill: never acknowledged, so not kept.
+        for e in cut:
+            self.buf.remove([e["start"]])
         saved = read_sidecar(self.path, EMPTIES)
         self.empties = int(saved["empty"]) if saved else 0
         #: Episodes with steps held, when known (None: counted when next needed).
-        self.stored = None if len(self.buf) else 0
+        self.stored = None
         self._rng = np.random.default_rng()
 
     def _set_empties(self, k):
@@ -404,32 +426,27 @@ class LocalEpisodeBuffer(_Buffer):
             self.empties = k
 
     def _episodes(self):
-        """Episodes with steps held (a trajectory a kill cut short is not one). Counted
-        by a read of every step when not known: only with empty episodes beside them."""
+        """Episodes with steps held (each has its reset row live: eviction is whole)."""
         if self.stored is None:
-            self.stored = self._whole(len(self.buf))
+            self.stored = len(self.buf.episodes())
         return self.stored
 
-    def _whole(self, steps):
-        """How many whole episodes hold ``steps`` steps or fewer: all of them when the
-        rows are all whole episodes; else (a kill cut a trajectory short) the most steps
-        they cover is found by halving first."""
-        def covering(k):
-            try:
-                return len(self.buf.sample_fragments(covering=k, seed=0)["offsets"]) - 1
-            except rs.Error:
-                return None
+    def size(self) -> int:
+        """Steps held: rows less each episode's reset row."""
+        return len(self.buf) - self._episodes()
 
-        if not steps:
-            return 0
-        every = covering(steps)
-        if every is not None:
-            return every
-        good, bad = 0, steps  # covering(good) works (0: none needed), covering(bad) does not
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            good, bad = (mid, bad) if covering(mid) is not None else (good, mid)
-        return covering(good) or 0 if good else 0
+    def _store(self, rows):
+        """The trajectory as one episode, ended: its rows are the steps, after a reset
+        row that holds the player id. An add the chunk ring refused part way leaves
+        its open episode, which is removed: nothing of the trajectory is kept."""
+        rows = dict(rows)
+        rows["pid"] = np.full(len(rows["obs"]) + 1, rows["pid"][0], np.int64)
+        try:
+            self.buf.add_episode(rows, terminated=True)
+        except rs.Error:
+            for e in self.buf.unfinished_episodes():
+                self.buf.remove([e["start"]])
+            raise
 
     def _mixed(self, stored, empties, taken):
         """Where a shuffle of ``stored`` episodes with steps and ``empties`` empty ones
@@ -449,7 +466,7 @@ class LocalEpisodeBuffer(_Buffer):
         self._set_empties(self.empties + 1)
 
     def _add(self, rows, n):
-        downsamples = len(self.buf) + n > self.max_buffer_size
+        downsamples = self.size() + n > self.max_buffer_size
         before = self._episodes() if downsamples and self.empties else None
         super()._add(rows, n)
         if not downsamples:
@@ -464,14 +481,15 @@ class LocalEpisodeBuffer(_Buffer):
 
     def _draw(self, steps):
         """Episodes with steps in random order until they hold ``steps``, removed."""
-        rows = self.buf.sample_fragments(covering=steps, remove=True)
+        rows = self.buf.sample_episodes(covering=steps, remove=True, values="list")
         off = rows["offsets"]
         if self.stored is not None:
             self.stored -= len(off) - 1
-        return [self._steps(rows, int(off[k]), int(off[k + 1])) for k in range(len(off) - 1)]
+        # Each episode's first row is its reset row, no step.
+        return [self._steps(rows, int(off[k]) + 1, int(off[k + 1])) for k in range(len(off) - 1)]
 
     def get_batch(self, batch_size: int):
-        size = len(self.buf)
+        size = self.size()
         if size < batch_size:
             raise AssertionError(f"get_batch({batch_size}): the buffer holds {size} steps")
         if not self.empties:
