@@ -1179,7 +1179,7 @@ def frame_stacks(capacity, iters, runs, scratch):
     return out
 
 
-UNITS = {"add1": "items/s", "addB": "items/s", "addB_lap": "items/s",
+UNITS = {"add1": "items/s", "add1_first": "items/s", "addB": "items/s", "addB_lap": "items/s",
          "addB_GBps": "GB/s", "addB_lap_GBps": "GB/s", "sample_padded": "batches/s",
          "sample_flat": "batches/s", "memcpy_floor": "batches/s", "pop": "batches/s",
          "sample": "batches/s", "sample_out": "batches/s", "fill": "steps/s",

@@ -6,7 +6,9 @@ int32 token ids, the player (int8) and a reward that is 0 but at the game's end.
 
 - replaystore: `add1` is `add_reset` / `add_step` one step per call, the 8 games
   interleaved over 8 lane writers of one lane set (`Lanes.open_lane`), as 8 env workers
-  add; `fill` is `add_episode` of each finished game into one episodic buffer (how
+  add, once the lanes' rings have lapped (`add1_first`: the first pass, into fresh
+  sparse files, whose pages the kernel allocates and zeroes as they are first
+  written); `fill` is `add_episode` of each finished game into one episodic buffer (how
   UnstableBaselines hands over a trajectory), and the draws come from it:
   `sample_episodes(32, values="padded")` and `sample_transitions(256, ["obs"],
   values="padded")` (text `next_obs` from the next step's row).
@@ -17,7 +19,7 @@ int32 token ids, the player (int8) and a reward that is 0 but at the game's end.
   padded with `pad_sequence`; its transitions buffer keeps `next_obs` in each step, as
   TorchRL's `("next", ...)` keys do.
 
-Figures: `add1` and `fill` (steps/s), `sample_episodes` (batches of 32 games/s),
+Figures: `add1_first`, `add1` and `fill` (steps/s), `sample_episodes` (batches of 32 games/s),
 `sample_transitions` (batches of 256/s), and `memcpy_floor` (an episode batch's payload
 bytes at this host's memcpy rate, the floor the issue sets "within 3x" of).
 """
@@ -72,30 +74,37 @@ class Replaystore:
                                           episodic=True, heap_bytes=(steps + 1024) * 12 << 10)
 
     def add_steps(self, gs):
-        """Every game step by step, the 8 games at a time interleaved over 8 lanes."""
+        """Every game step by step, the 8 games at a time interleaved over 8 lanes, twice:
+        the first pass into fresh (sparse) files, the second once the rings have lapped
+        (each lane holds half its games' steps and text), as a long run adds. Returns
+        the steps/s of both."""
         rs = self.rs
         lanes_path = self.path + "-lanes"
         steps = sum(len(g["act"]) for g in gs)
-        rs.Lanes.create(lanes_path, SCHEMA, steps + 8 * 1024, LANES, episodic=True,
-                        heap_bytes=(steps + 8 * 1024) * 12 << 10).close()
+        lane = steps // LANES // 2 + 64
+        rs.Lanes.create(lanes_path, SCHEMA, lane, LANES, episodic=True,
+                        heap_bytes=LANES * lane * 10 << 10, evict_for_room=True).close()
         writers = [rs.Lanes.open_lane(lanes_path, k) for k in range(LANES)]
-        t = time.perf_counter()
-        for first in range(0, len(gs), LANES):
-            table = list(enumerate(gs[first:first + LANES]))
-            for k, g in table:
-                writers[k].add_reset(obs=g["obs"][0])
-            for turn in range(max(len(g["act"]) for _, g in table)):
+        rates = []
+        for _ in range(2):
+            t = time.perf_counter()
+            for first in range(0, len(gs), LANES):
+                table = list(enumerate(gs[first:first + LANES]))
                 for k, g in table:
-                    if turn < len(g["act"]):
-                        writers[k].add_step(
-                            obs=g["obs"][turn + 1], act=g["act"][turn], tokens=g["tokens"][turn],
-                            pid=int(g["pid"][turn]), reward=float(g["reward"][turn]),
-                            terminated=turn == len(g["act"]) - 1)
-        took = time.perf_counter() - t
+                    writers[k].add_reset(obs=g["obs"][0])
+                for turn in range(max(len(g["act"]) for _, g in table)):
+                    for k, g in table:
+                        if turn < len(g["act"]):
+                            writers[k].add_step(
+                                obs=g["obs"][turn + 1], act=g["act"][turn],
+                                tokens=g["tokens"][turn], pid=int(g["pid"][turn]),
+                                reward=float(g["reward"][turn]),
+                                terminated=turn == len(g["act"]) - 1)
+            rates.append(steps / (time.perf_counter() - t))
         for w in writers:
             w.close()
         shutil.rmtree(lanes_path, ignore_errors=True)
-        return steps / took
+        return rates
 
     def add_game(self, g):
         self.buf.add_episode(
@@ -163,7 +172,8 @@ class List:
                             self.games.append(self.open.pop(k))
         took = time.perf_counter() - t
         self.games.clear()
-        return sum(len(g["act"]) for g in gs) / took
+        rate = sum(len(g["act"]) for g in gs) / took
+        return [rate, rate]  # no files: the first pass is the steady state
 
     def add_game(self, g):
         boards = list(g["obs"])
@@ -216,7 +226,8 @@ class TorchRL:
                             "obs": g["obs"][turn], "next_obs": g["obs"][turn + 1],
                             "act": g["act"][turn], "tokens": th.from_numpy(g["tokens"][turn]),
                             "pid": int(g["pid"][turn]), "reward": float(g["reward"][turn])})
-        return sum(len(g["act"]) for g in gs) / (time.perf_counter() - t)
+        rate = sum(len(g["act"]) for g in gs) / (time.perf_counter() - t)
+        return [rate, rate]  # in memory: the first pass is the steady state
 
     def add_game(self, g):
         th = self.torch
@@ -256,14 +267,16 @@ def child(lib_name, quick, runs, scratch, put):
     n_steps = 100_000 // (16 if quick else 1)
     draws = 200 // (4 if quick else 1)
     gs, steps, payload = games(n_steps)
-    add1, fill, episodes, transitions = [], [], [], []
+    add1_first, add1, fill, episodes, transitions = [], [], [], [], []
     for r in range(runs):
         path = os.path.join(scratch, f"{lib_name}-W8-{r}")
         b = LIBS[lib_name](steps, path)
         # The previous run's writeback done first (as W5's figures): a library writing
         # files would otherwise pay for the last one's gigabytes.
         os.sync()
-        add1.append(b.add_steps(gs))
+        first, steady = b.add_steps(gs)
+        add1_first.append(first)
+        add1.append(steady)
         os.sync()
         t = time.perf_counter()
         for g in gs:
@@ -281,6 +294,7 @@ def child(lib_name, quick, runs, scratch, put):
         transitions.append(draws / (time.perf_counter() - t))
         b.close()
         del b
+    put("add1_first", add1_first)
     put("add1", add1)
     put("fill", fill)
     put("sample_episodes", episodes)
