@@ -490,8 +490,9 @@ pub enum ValuesOut<'a> {
 
 /// Storage a sink grows one value at a time ([`ValuesOut::Grown`]): the draw asks for
 /// each row's value in row order, a padding position as a value of no bytes, and
-/// fills what it is given. The sink lays the values out as it likes (padding each row,
-/// or end to end).
+/// appends exactly that many bytes to the vector it is given, so each byte is written
+/// once, straight from the buffer's files. The sink lays the values out as it likes
+/// (padding each row before its value, or end to end).
 ///
 /// ```
 /// use replaystore::{Column, Config, GrowValues, Layout, ReplayBuffer, Schema, Sink, ValuesOut, VarField, VarKind};
@@ -499,11 +500,10 @@ pub enum ValuesOut<'a> {
 /// #[derive(Debug, Default)]
 /// struct Padded(Vec<u8>);
 /// impl GrowValues for Padded {
-///     fn next_value(&mut self, len: usize) -> &mut [u8] {
+///     fn next_value(&mut self, _len: usize) -> &mut Vec<u8> {
 ///         let start = self.0.len().next_multiple_of(8);
 ///         self.0.resize(start, b'.');
-///         self.0.resize(start + len, 0);
-///         &mut self.0[start..]
+///         &mut self.0
 ///     }
 /// }
 /// #[derive(Default)]
@@ -528,9 +528,9 @@ pub enum ValuesOut<'a> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait GrowValues: std::fmt::Debug {
-    /// Storage for the next row's value of `len` bytes (whole elements of the field),
-    /// exactly `len` long, which the draw then fills.
-    fn next_value(&mut self, len: usize) -> &mut [u8];
+    /// The storage the next row's value of `len` bytes (whole elements of the field)
+    /// is appended to: the draw appends exactly `len` bytes at its end.
+    fn next_value(&mut self, len: usize) -> &mut Vec<u8>;
 }
 
 /// The storage a sink handed a draw, split by what each array holds: per schema field

@@ -326,9 +326,10 @@ pub struct NumpySink {
 struct VarValues {
     name: String,
     kind: VarKind,
-    /// Grown value by value as the draw copies them ([`GrowValues`]), to every row's
-    /// full width by [`VarValues::finish`].
-    owned: Owned,
+    /// The values' bytes, appended value by value as the draw copies them
+    /// ([`GrowValues`]), each row padded to its full width by the next value or by
+    /// [`VarValues::finish`].
+    bytes: Vec<u8>,
     lengths: Vec<u64>,
     /// Elements a row (padded), or `None` (end to end).
     width: Option<usize>,
@@ -395,35 +396,6 @@ macro_rules! owned {
 }
 
 impl Owned {
-    /// Room for `n` elements of `dtype`, none yet, or `OutOfMemory` as for `zeroed`.
-    fn with_capacity(dtype: DType, n: usize) -> replaystore::Result<Owned> {
-        let mut owned = Owned::zeroed(dtype, 0)?;
-        let bytes = n.saturating_mul(dtype.size());
-        let reserved = owned!(&mut owned, v => v.try_reserve_exact(n));
-        if reserved.is_err() {
-            return Err(replaystore::Error::OutOfMemory {
-                what: format!("an array of {n} {} elements", dtype.name()),
-                bytes: bytes as u64,
-            });
-        }
-        Ok(owned)
-    }
-
-    /// Elements held.
-    fn len(&self) -> usize {
-        owned!(self, v => v.len())
-    }
-
-    /// Grows (or cuts) to `n` elements, new ones zero.
-    fn resize(&mut self, n: usize) {
-        owned!(self, v => v.resize(n, Default::default()));
-    }
-
-    /// The bytes of the elements from `start` on.
-    fn bytes_from(&mut self, start: usize) -> &mut [u8] {
-        owned!(self, v => bytemuck::cast_slice_mut(v.get_mut(start..).unwrap_or(&mut [])))
-    }
-
     /// `n` zeroed elements (calloc'd: pages are touched only as they are filled), or
     /// `OutOfMemory` where the process cannot have them (a memory cap): checked first
     /// for a large array, since a failed allocation would abort the interpreter.
@@ -551,33 +523,67 @@ impl Sink for NumpySink {
 }
 
 impl VarValues {
-    /// Where a draw copies these values: grown as it goes, end to end or one padded
+    /// Where a draw copies these values: appended as it goes, end to end or one padded
     /// row each, so no byte is written twice.
     fn out(&mut self) -> ValuesOut<'_> {
         ValuesOut::Grown(self)
     }
 
+    /// Bytes from one padded row's start to the next's.
+    fn row_bytes(&self) -> Option<usize> {
+        let size = self.kind.dtype().size().max(1);
+        self.width.map(|w| w * size)
+    }
+
     /// Ends the padding of every row the draw left short (the last one's, and rows of
     /// a draw that asked for fewer values than it said).
     fn finish(&mut self) {
-        if let Some(w) = self.width {
-            self.pad_to(self.lengths.len() * w);
+        if let Some(row) = self.row_bytes() {
+            self.pad_to(self.lengths.len() * row);
         }
     }
 
-    /// Grows to `n` elements, the new ones padding.
+    /// Grows to `n` bytes, the new ones padding.
     fn pad_to(&mut self, n: usize) {
-        let start = self.owned.len();
+        let start = self.bytes.len();
         if n <= start {
             return;
         }
-        self.owned.resize(n);
-        if !self.pad.is_empty() {
-            let pattern = &self.pad;
-            for (i, b) in self.owned.bytes_from(start).iter_mut().enumerate() {
-                *b = pattern.get(i % pattern.len()).copied().unwrap_or(0);
-            }
+        if self.pad.is_empty() {
+            self.bytes.resize(n, 0);
+            return;
         }
+        // Padding elements are whole (rows and values are whole elements), so the
+        // pattern starts over at each element.
+        let pattern = &self.pad;
+        self.bytes
+            .extend((start..n).map(|i| pattern.get(i % pattern.len()).copied().unwrap_or(0)));
+    }
+
+    /// The values as a NumPy array of their dtype and `shape`: the bytes handed over
+    /// and viewed as the dtype, or copied into a typed array where the allocator gave
+    /// storage not aligned to the element (NumPy would then copy on every use).
+    fn into_array<'py>(
+        bytes: Vec<u8>,
+        dtype: DType,
+        py: Python<'py>,
+        shape: IxDyn,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let size = dtype.size().max(1);
+        if size == 1 {
+            return Owned::U8(bytes).into_array(py, shape);
+        }
+        if (bytes.as_ptr() as usize) % size != 0 {
+            let mut owned = Owned::zeroed_unchecked(dtype, bytes.len() / size);
+            owned
+                .bytes()
+                .copy_from_slice(bytes.get(..bytes.len() / size * size).unwrap_or(&[]));
+            return owned.into_array(py, shape);
+        }
+        let flat = numpy::PyArray1::from_vec(py, bytes);
+        let typed =
+            flat.call_method1("view", (numpy::PyArrayDescr::new(py, dtype.numpy_str())?,))?;
+        typed.call_method1("reshape", (pyo3::types::PyTuple::new(py, shape.slice())?,))
     }
 }
 
@@ -588,56 +594,60 @@ impl std::fmt::Debug for VarValues {
             .field("name", &self.name)
             .field("rows", &self.rows)
             .field("width", &self.width)
-            .field("elements", &self.owned.len())
+            .field("bytes", &self.bytes.len())
             .finish_non_exhaustive()
     }
 }
 
 impl GrowValues for VarValues {
-    fn next_value(&mut self, len: usize) -> &mut [u8] {
-        let size = self.kind.dtype().size().max(1);
-        let start = match self.width {
-            Some(w) => {
-                // The row before ends in padding, then this row's value begins.
-                let start = self.rows * w;
-                self.pad_to(start);
-                start
-            }
-            None => self.owned.len(),
-        };
+    fn next_value(&mut self, _len: usize) -> &mut Vec<u8> {
+        // The row before ends in padding, then this row's value begins.
+        if let Some(row) = self.row_bytes() {
+            self.pad_to(self.rows * row);
+        }
         self.rows += 1;
-        self.owned.resize(start + len / size);
-        self.owned.bytes_from(start)
+        &mut self.bytes
     }
 }
 
+/// Room for `bytes` bytes of `field`'s values, none yet, or `OutOfMemory` where the
+/// process cannot have them (a failed allocation would abort the interpreter).
+fn reserved(field: &VarField, bytes: usize) -> replaystore::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes)
+        .map_err(|_| replaystore::Error::OutOfMemory {
+            what: format!("the values of field {:?}", field.name()),
+            bytes: bytes as u64,
+        })?;
+    Ok(v)
+}
+
 impl NumpySink {
-    /// Storage for one field's values of `lengths` bytes each, in this sink's layout:
-    /// zeroed (calloc'd, so pages are touched only as the draw fills them), padding
-    /// set to the pad value when it is not zero.
+    /// Storage for one field's values of `lengths` bytes each, in this sink's layout
+    /// (reserved whole; each byte is then written once, by the draw or as padding).
     fn push_values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<()> {
         let dtype = field.kind().dtype();
         let size = dtype.size() as u64;
-        let (owned, width, pad) = match self.layout {
+        let (bytes, width, pad) = match self.layout {
             VarLayout::Padded(pad) => {
                 let width = lengths.iter().map(|&n| n / size).max().unwrap_or(0) as usize;
-                let owned = Owned::with_capacity(dtype, lengths.len() * width)?;
+                let bytes = reserved(field, lengths.len() * width * size as usize)?;
                 let word = dtype.encode_f64(pad);
                 let pattern = match pad != 0.0 {
                     true => word.get(..size as usize).unwrap_or(&[]).to_vec(),
                     false => Vec::new(),
                 };
-                (owned, Some(width), pattern)
+                (bytes, Some(width), pattern)
             }
             _ => {
-                let n = (lengths.iter().sum::<u64>() / size) as usize;
-                (Owned::with_capacity(dtype, n)?, None, Vec::new())
+                let n = lengths.iter().sum::<u64>() as usize;
+                (reserved(field, n)?, None, Vec::new())
             }
         };
         self.values.push(VarValues {
             name: field.name().to_owned(),
             kind: field.kind(),
-            owned,
+            bytes,
             lengths: lengths.to_vec(),
             width,
             pad,
@@ -715,7 +725,7 @@ fn put_values(
     let VarValues {
         name,
         kind,
-        mut owned,
+        bytes,
         lengths,
         width,
         ..
@@ -737,11 +747,13 @@ fn put_values(
             let lens = numpy::PyArray1::from_vec(py, elements);
             match units {
                 Some((u, p)) => {
-                    d.set_item(&name, owned.into_array(py, IxDyn(&[u, p, w]))?)?;
+                    let a = VarValues::into_array(bytes, dtype, py, IxDyn(&[u, p, w]))?;
+                    d.set_item(&name, a)?;
                     d.set_item(format!("{name}_lengths"), lens.reshape([u, p])?)?;
                 }
                 None => {
-                    d.set_item(&name, owned.into_array(py, IxDyn(&[lengths.len(), w]))?)?;
+                    let a = VarValues::into_array(bytes, dtype, py, IxDyn(&[lengths.len(), w]))?;
+                    d.set_item(&name, a)?;
                     d.set_item(format!("{name}_lengths"), lens)?;
                 }
             }
@@ -755,14 +767,13 @@ fn put_values(
                 at += e;
                 offsets.push(at);
             }
-            d.set_item(&name, owned.into_array(py, IxDyn(&[n]))?)?;
+            d.set_item(&name, VarValues::into_array(bytes, dtype, py, IxDyn(&[n]))?)?;
             d.set_item(
                 format!("{name}_offsets"),
                 numpy::PyArray1::from_vec(py, offsets),
             )?;
         }
         _ => {
-            let bytes = owned.bytes();
             let list = PyList::empty(py);
             let mut at = 0usize;
             for &n in &lengths {

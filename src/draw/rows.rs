@@ -381,7 +381,7 @@ impl Rows {
                     let got = out_len(out);
                     let dst =
                         value_dst(out, r, at, slot.len as usize).ok_or_else(|| short(v, got))?;
-                    heap.copy(*slot, dst);
+                    dst.copy(heap, *slot);
                 }
                 let sealed = self.read_checks && index < self.flushed_tail;
                 let checked = heap.check_values(row, sealed).map_err(|(v, miss)| {
@@ -420,12 +420,13 @@ impl Rows {
         index: u64,
         field: &str,
         slot: VarSlot,
-        dst: &mut [u8],
+        dst: ValueDst<'_>,
     ) -> Result<()> {
         let sealed = self.read_checks && index < self.flushed_tail;
+        dst.copy(heap, slot);
         let read = heap
-            .read_into(slot, dst, sealed)
-            .map_err(|m| heap.error(&self.dir, index, field, m));
+            .check_values(&[slot], sealed)
+            .map_err(|(_, m)| heap.error(&self.dir, index, field, m));
         if self.ring.stamp(index % self.superblock.capacity) != crate::format::row::stamp_of(index)
         {
             return Err(self.evicted(index));
@@ -776,18 +777,38 @@ pub(crate) struct UnitValues<'r> {
 /// process passes one of the items while its values are read.
 pub(crate) const VALUE_TRIES: u32 = 64;
 
+/// Where one value goes: into room the sink made for it, or appended to the storage
+/// the sink grows ([`ValuesOut::Grown`]).
+enum ValueDst<'o> {
+    Into(&'o mut [u8]),
+    Append(&'o mut Vec<u8>),
+}
+
+impl ValueDst<'_> {
+    /// Copies `slot`'s value from `heap`, unchecked ([`Heap::check_values`] must follow).
+    fn copy(self, heap: &Heap, slot: VarSlot) {
+        match self {
+            ValueDst::Into(dst) => heap.copy(slot, dst),
+            ValueDst::Append(out) => heap.append(slot, out),
+        }
+    }
+}
+
 /// Where row `r`'s value of `n` bytes goes in `out`: at `*at` end to end (which then
-/// moves past it), or at `r`'s row; `None` when `out` is too short.
+/// moves past it), at `r`'s row, or appended to what the sink grows; `None` when `out`
+/// is too short.
 fn value_dst<'o>(
     out: &'o mut ValuesOut<'_>,
     r: usize,
     at: &mut usize,
     n: usize,
-) -> Option<&'o mut [u8]> {
+) -> Option<ValueDst<'o>> {
     let dst = match out {
-        ValuesOut::EndToEnd(bytes) => bytes.get_mut(*at..*at + n),
-        ValuesOut::Rows { bytes, row_bytes } => bytes.get_mut(r * *row_bytes..r * *row_bytes + n),
-        ValuesOut::Grown(grow) => Some(grow.next_value(n)).filter(|d| d.len() == n),
+        ValuesOut::EndToEnd(bytes) => bytes.get_mut(*at..*at + n).map(ValueDst::Into),
+        ValuesOut::Rows { bytes, row_bytes } => {
+            (bytes.get_mut(r * *row_bytes..r * *row_bytes + n)).map(ValueDst::Into)
+        }
+        ValuesOut::Grown(grow) => Some(ValueDst::Append(grow.next_value(n))),
     };
     *at += n;
     dst

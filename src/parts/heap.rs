@@ -250,10 +250,8 @@ impl Heap {
         out: &mut Vec<u8>,
         crc: bool,
     ) -> std::result::Result<(), HeapMiss> {
-        let start = out.len();
-        out.resize(start + slot.len as usize, 0);
-        let dst = out.get_mut(start..).unwrap_or_default();
-        self.read_into(slot, dst, crc)
+        self.append(slot, out);
+        self.check_values(&[slot], crc).map_err(|(_, miss)| miss)
     }
 
     /// Copies `slot`'s value into `out` (its length), then checks each chunk it lies
@@ -267,6 +265,20 @@ impl Heap {
     ) -> std::result::Result<(), HeapMiss> {
         self.copy(slot, out);
         self.check_values(&[slot], crc).map_err(|(_, miss)| miss)
+    }
+
+    /// Appends `slot`'s value to `out`, unchecked as [`Heap::copy`]: exactly
+    /// `slot.len` bytes, each written once, straight from the chunks.
+    pub(crate) fn append(&self, slot: VarSlot, out: &mut Vec<u8>) {
+        let cap = self.ring.capacity();
+        let end = out.len() + slot.len as usize;
+        for (index, off, n) in slot.pieces(self.chunk) {
+            self.ring.append_field_at(index % cap, 0, off, n, out);
+        }
+        // A piece past its chunk's field appends nothing (pieces fit their chunk, so
+        // only a bug would): the value keeps its length, and the checks that must
+        // follow say what is wrong.
+        out.resize(end, 0);
     }
 
     /// Copies `slot`'s value into `out` (its length), unchecked: [`Heap::check_values`]

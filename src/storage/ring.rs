@@ -336,6 +336,23 @@ impl Ring {
         }
     }
 
+    /// Appends `n` bytes of field `f` of a slot, from `at` bytes into the field, to
+    /// `out` (nothing when they would pass the field's end).
+    pub(crate) fn append_field_at(
+        &self,
+        slot: u64,
+        f: usize,
+        at: usize,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) {
+        if let (Some((seg, k)), Some(&(off, len))) = (self.locate(slot), self.layout.fields.get(f))
+            && at.saturating_add(n) <= len
+        {
+            seg.append_row_bytes(k, off + at, n, out);
+        }
+    }
+
     /// Writes the checksums of `count` items from `first_index`, whose slots follow
     /// `first_slot` (wrapping at the capacity).
     pub(crate) fn seal(&mut self, first_slot: u64, first_index: u64, count: u64) {

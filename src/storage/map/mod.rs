@@ -295,6 +295,21 @@ impl SegmentMap {
         unsafe { std::ptr::copy_nonoverlapping(self.row(k).add(off), out.as_mut_ptr(), n) };
     }
 
+    /// Appends `n` bytes of row `k` from offset `off` (clamped to the row) to `out`,
+    /// written once: `read_row_bytes` into zeroed space would write each byte twice.
+    pub(crate) fn append_row_bytes(&self, k: usize, off: usize, n: usize, out: &mut Vec<u8>) {
+        let n = n.min(self.stride.saturating_sub(off));
+        out.reserve(n);
+        let len = out.len();
+        // SAFETY: off + n <= stride keeps the source inside row k; `reserve` made room
+        // for n more bytes after `len` in `out`'s own allocation, which the copy then
+        // initializes in full before `set_len` counts them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.row(k).add(off), out.as_mut_ptr().add(len), n);
+            out.set_len(len + n);
+        }
+    }
+
     /// Computes and stores the checksum of item `index` in slot `k`, whose bytes are
     /// complete (the writer's own earlier `write_row`).
     pub(crate) fn seal_row(&mut self, k: usize, index: u64, layout: &RowLayout) {
