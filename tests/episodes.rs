@@ -737,3 +737,67 @@ fn transitions_read_at_given_steps_equal_the_drawn_ones() {
         "{bad:?}"
     );
 }
+
+/// Uniform episode draws take only episodes with every row stored and ended: never the
+/// oldest once the ring has cut it, never the one still open. Each whole one is drawn
+/// about as often as the others, and a reader with the same seed draws the same.
+#[test]
+fn uniform_episode_draws_skip_the_cut_oldest_and_the_open_newest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let mut buf = create(&dir);
+    // Episodes of 5 rows (a reset and 4 steps) end to end; 16 of them lap the ring of
+    // 64 rows: the head is at row 16, inside episode 3 (rows 15..20).
+    for _ in 0..16 {
+        buf.add_reset(&[Column::new("obs", &obs(0))]).unwrap();
+        for t in 1..=4u64 {
+            let o = obs(t);
+            let row = [
+                Column::new("obs", &o),
+                Column::scalar("action", &0i32),
+                Column::scalar("reward", &0f32),
+            ];
+            buf.add_step(&row, t == 4, false).unwrap();
+        }
+    }
+    // One open: a reset and a step of episode 16.
+    buf.add_reset(&[Column::new("obs", &obs(0))]).unwrap();
+    let o = obs(1);
+    let row = [
+        Column::new("obs", &o),
+        Column::scalar("action", &0i32),
+        Column::scalar("reward", &0f32),
+    ];
+    buf.add_step(&row, false, false).unwrap();
+    buf.flush().unwrap();
+    let head = buf.live().start;
+    assert!(head % 5 != 0, "the head cuts an episode (head {head})");
+    let mut reader = replaystore::Reader::open(&dir).unwrap();
+    buf.reseed(5);
+    reader.reseed(5);
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..100 {
+        let eps = buf.sample(Request::episodes(8)).unwrap();
+        let theirs = reader.sample(Request::episodes(8)).unwrap();
+        assert_eq!(
+            eps.indices(),
+            theirs.indices(),
+            "the reader drew other episodes"
+        );
+        let offsets = eps.get::<u64>("offsets").unwrap();
+        for w in offsets.windows(2) {
+            let rows = &eps.indices()[w[0] as usize..w[1] as usize];
+            assert_eq!(rows.len(), 5, "episode at {rows:?} is not whole");
+            assert!(rows[0] >= head && rows[0] % 5 == 0, "episode at {rows:?}");
+            *counts.entry(rows[0]).or_insert(0u32) += 1;
+        }
+    }
+    // The whole episodes: from the first start past the head to the last ended one.
+    let whole: Vec<u64> = (head.div_ceil(5) * 5..80).step_by(5).collect();
+    assert_eq!(counts.keys().copied().collect::<Vec<_>>(), whole);
+    // 800 draws over 12 episodes: about 67 each; 30..110 is far outside chance.
+    assert!(
+        counts.values().all(|&c| (30..110).contains(&c)),
+        "{counts:?}"
+    );
+}

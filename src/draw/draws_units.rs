@@ -41,6 +41,8 @@ pub(crate) trait DrawsUnits: DrawsRows {
     /// episode was (a removal takes an episode's rows first to last, so an episode is
     /// removed when its first live row is).
     fn removed(&self, index: u64) -> bool;
+    /// Whether the buffer keeps item states (without them, nothing is ever removed).
+    fn keeps_states(&self) -> bool;
     /// A step row drawn uniformly from the live rows past the head that were not
     /// removed, or `None` when every row is removed or 64 laps' worth of draws found
     /// none. Without removals, one draw: the stream of a buffer without item states is

@@ -315,35 +315,56 @@ fn sample_episodes<H: DrawsUnits + ?Sized>(
     if table.len() == 0 {
         return Err(Error::Empty);
     }
-    let head = h.rows().head;
-    let whole: Vec<EpisodeInfo> = table
-        .iter()
-        .filter(|e| e.end.is_some() && e.start >= head && !h.removed(e.start))
-        .copied()
-        .collect();
-    if whole.is_empty() {
-        return Err(Error::InvalidSample(format!(
-            "no complete episode to draw (of {} episodes, each still open, partly \
-                 evicted or removed)",
-            table.len()
-        )));
-    }
-    // An episode's priority lives in its step rows.
-    let runs: Vec<(u64, u64)> = whole.iter().map(|e| (e.start + 1, e.steps())).collect();
-    if spec.covering.is_none() {
-        check_rows(spec.n, 0)?;
-    }
+    let range = table.whole_range(h.rows().head);
     let (mut picks, mut weights) = (Vec::with_capacity(spec.n), Vec::new());
-    match spec.covering {
-        Some(steps) => cover_units(h, &runs, steps, "episodes", &mut picks)?,
-        None => draw_units(h, &runs, spec, &mut picks, &mut weights)?,
+    if spec.covering.is_none() && spec.beta().is_none() && spec.replace && !h.keeps_states() {
+        // Uniform with replacement, nothing ever removed: the whole episodes are the
+        // range itself, drawn from as the list below would be (the same stream) without
+        // building it, so a draw costs the same at 1,000 episodes or 100,000.
+        if range.is_empty() {
+            return Err(no_whole_episode(table.len()));
+        }
+        check_rows(spec.n, 0)?;
+        let rng = &mut h.rows_mut().draws.rng;
+        picks.extend((0..spec.n).map(|_| rng.random_range(range.clone())));
+    } else {
+        // Positions in the table of the episodes not removed.
+        let whole: Vec<usize> = (range.clone())
+            .filter(|&i| table.get(i).is_some_and(|e| !h.removed(e.start)))
+            .collect();
+        if whole.is_empty() {
+            return Err(no_whole_episode(table.len()));
+        }
+        // An episode's priority lives in its step rows.
+        let runs: Vec<(u64, u64)> = (whole.iter())
+            .filter_map(|&i| table.get(i))
+            .map(|e| (e.start + 1, e.steps()))
+            .collect();
+        if spec.covering.is_none() {
+            check_rows(spec.n, 0)?;
+        }
+        let mut of_whole = Vec::with_capacity(spec.n);
+        match spec.covering {
+            Some(steps) => cover_units(h, &runs, steps, "episodes", &mut of_whole)?,
+            None => draw_units(h, &runs, spec, &mut of_whole, &mut weights)?,
+        }
+        picks.extend(of_whole.iter().filter_map(|&k| whole.get(k)));
     }
+    let table = h.episode_table()?;
     let episodes: Vec<EpisodeInfo> = (picks.iter())
-        .filter_map(|&i| whole.get(i).copied())
+        .filter_map(|&i| table.get(i).copied())
         .collect();
     let ids: Vec<u64> = episodes.iter().map(|e| e.id).collect();
     let runs = episodes.iter().map(|e| e.start..e.last() + 1);
     gather_runs(h, spec, runs, &weights, &ids, sink)
+}
+
+/// No episode of the table's `episodes` can be drawn whole.
+fn no_whole_episode(episodes: usize) -> Error {
+    Error::InvalidSample(format!(
+        "no complete episode to draw (of {episodes} episodes, each still open, partly \
+             evicted or removed)"
+    ))
 }
 
 /// Draws `request.n` whole fragments (RLlib's `StorageUnit.FRAGMENTS`): the rows

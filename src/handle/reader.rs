@@ -1030,6 +1030,10 @@ impl DrawsUnits for Reader {
         self.is_removed(index)
     }
 
+    fn keeps_states(&self) -> bool {
+        self.life.is_some()
+    }
+
     /// A stamp that moved under a row the writer's head has since passed is a lost
     /// race: this reader catches up with the writer (the tables read the rows added
     /// since and forget those the head passed, so the live window stays as wide as the

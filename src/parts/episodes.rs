@@ -254,6 +254,22 @@ impl Episodes {
         self.list.get(i).filter(|e| e.id == id)
     }
 
+    /// Positions in the table of the episodes a draw may take whole: ended, and every
+    /// row live (from `head` on). Episodes lie in index order, rows end to end, so
+    /// only the oldest can have rows below `head`, and only the newest can be open
+    /// (`begin`, `walk_back` and `append` end any other as truncated): the rest are
+    /// one range, found without a scan.
+    pub(crate) fn whole_range(&self, head: u64) -> std::ops::Range<usize> {
+        let first = self.list.partition_point(|e| e.start < head);
+        let end = self.list.len() - usize::from(self.open().is_some());
+        first..end.max(first)
+    }
+
+    /// The episode at position `i` of the table (oldest first).
+    pub(crate) fn get(&self, i: usize) -> Option<&EpisodeInfo> {
+        self.list.get(i)
+    }
+
     /// Episodes in the table.
     pub(crate) fn len(&self) -> usize {
         self.list.len()

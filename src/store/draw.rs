@@ -257,6 +257,10 @@ impl DrawsUnits for Store {
         (self.parts.life.as_ref()).is_some_and(|l| l.is_removed(index))
     }
 
+    fn keeps_states(&self) -> bool {
+        self.parts.life.is_some()
+    }
+
     fn unit_lost(&mut self, index: u64, found: Found) -> Result<()> {
         Err(self.rows.row_error(index, found))
     }
