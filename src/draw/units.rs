@@ -316,7 +316,8 @@ fn sample_episodes<H: DrawsUnits + ?Sized>(
         return Err(Error::Empty);
     }
     let range = table.whole_range(h.rows().head);
-    let (mut picks, mut weights) = (Vec::with_capacity(spec.n), Vec::new());
+    // Allocated as drawn: `spec.n` is checked first (`check_rows`).
+    let (mut picks, mut weights) = (Vec::new(), Vec::new());
     if spec.covering.is_none() && spec.beta().is_none() && spec.replace && !h.keeps_states() {
         // Uniform with replacement, nothing ever removed: the whole episodes are the
         // range itself, drawn from as the list below would be (the same stream) without
