@@ -3,7 +3,7 @@
 //! else raises, so no silent copy or cast), and a draw's outputs are allocated once, with
 //! each array's dtype and shape, filled by the engine and handed to NumPy as they are.
 
-use numpy::ndarray::{ArrayD, Dimension, IxDyn};
+use numpy::ndarray::{self, Dimension, IxDyn};
 use numpy::{
     PyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods,
@@ -314,12 +314,60 @@ fn is_index_array(name: &str) -> bool {
 /// must never be handed bytes it did not check.
 #[derive(Default)]
 pub struct NumpySink {
-    arrays: Vec<(String, DType, IxDyn, Owned)>,
+    arrays: Vec<DrawArray>,
     /// Each variable-length field's values as the draw copied them: name, kind, the
     /// storage (end to end, or `width` elements a row when padded), byte lengths.
     values: Vec<VarValues>,
     /// How they are returned.
     layout: VarLayout,
+}
+
+/// One array of a draw, its data starting [`ALIGN`] bytes aligned `lead` elements
+/// into its storage.
+struct DrawArray {
+    name: String,
+    dtype: DType,
+    shape: IxDyn,
+    owned: Owned,
+    lead: usize,
+    /// Elements of the array.
+    len: usize,
+}
+
+/// Where a draw's arrays begin, in bytes: JAX takes CPU arrays so aligned without a
+/// copy (`jax.dlpack.from_dlpack`; 16-byte aligned ones it copies), and whole cache
+/// lines suit the copies into them.
+const ALIGN: usize = 64;
+
+impl DrawArray {
+    /// `n` zeroed elements of `dtype` starting [`ALIGN`] bytes aligned: the storage has
+    /// up to `ALIGN` bytes more in front, which the array leaves out.
+    fn zeroed(name: String, dtype: DType, shape: IxDyn, n: usize) -> replaystore::Result<Self> {
+        let size = dtype.size().max(1);
+        let spare = ALIGN / size;
+        let mut owned = Owned::zeroed(dtype, n + spare)?;
+        // Elements are `size`-aligned and ALIGN is a multiple of every size, so a
+        // whole number of elements reaches the next ALIGN boundary.
+        let at = owned.bytes().as_ptr() as usize;
+        let lead = ((ALIGN - at % ALIGN) % ALIGN) / size;
+        Ok(DrawArray {
+            name,
+            dtype,
+            shape,
+            owned,
+            lead,
+            len: n,
+        })
+    }
+
+    /// The bytes the draw fills.
+    fn bytes(&mut self) -> &mut [u8] {
+        let size = self.dtype.size().max(1);
+        let from = self.lead * size;
+        (self.owned.bytes())
+            .get_mut(from..from + self.len * size)
+            .unwrap_or_default()
+    }
 }
 
 /// One variable-length field's values, in the storage the draw copied them into.
@@ -429,11 +477,32 @@ impl Owned {
         owned!(self, v => bytemuck::cast_slice_mut(v.as_mut_slice()))
     }
 
+    /// Elements held.
+    fn len(&self) -> usize {
+        owned!(self, v => v.len())
+    }
+
     /// The vector as a NumPy array of `shape`, without a copy.
     fn into_array<'py>(self, py: Python<'py>, shape: IxDyn) -> PyResult<Bound<'py, PyAny>> {
+        let len = self.len();
+        self.into_array_from(py, 0, len, shape)
+    }
+
+    /// Elements `lead..lead + len` of the vector as a NumPy array of `shape`, without
+    /// a copy (NumPy keeps the whole vector as the array's base).
+    fn into_array_from<'py>(
+        self,
+        py: Python<'py>,
+        lead: usize,
+        len: usize,
+        shape: IxDyn,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let bad = |e: ndarray::ShapeError| SchemaError::new_err(format!("a draw's array: {e}"));
         owned!(self, v => {
-            let a = ArrayD::from_shape_vec(shape, v)
-                .map_err(|e| SchemaError::new_err(format!("a draw's array: {e}")))?;
+            let n = v.len();
+            let part = ndarray::s![lead.min(n)..(lead + len).min(n)];
+            let flat = ndarray::Array1::from_vec(v).slice_move(part);
+            let a = flat.into_shape_with_order(shape).map_err(bad)?;
             Ok(PyArray::from_owned_array(py, a).into_any())
         })
     }
@@ -497,11 +566,11 @@ impl Sink for NumpySink {
                 let mut name = String::with_capacity(a.prefix.len() + a.name.len());
                 name.push_str(a.prefix);
                 name.push_str(a.name);
-                Ok((name, a.dtype, shape_of(a), Owned::zeroed(a.dtype, n)?))
+                DrawArray::zeroed(name, a.dtype, shape_of(a), n)
             })
             .collect::<replaystore::Result<_>>()?;
         self.values.clear();
-        Ok(self.arrays.iter_mut().map(|a| a.3.bytes()).collect())
+        Ok(self.arrays.iter_mut().map(DrawArray::bytes).collect())
     }
 
     fn values(&mut self, field: &VarField, lengths: &[u64]) -> replaystore::Result<ValuesOut<'_>> {
@@ -667,25 +736,33 @@ impl NumpySink {
         // sequence draw), a sequence's positions the second dimension of `mask`.
         let dim = |name: &str, k: usize| {
             (self.arrays.iter())
-                .find(|a| a.0 == name)
-                .and_then(|a| a.2.slice().get(k).copied())
+                .find(|a| a.name == name)
+                .and_then(|a| a.shape.slice().get(k).copied())
         };
         let (units, positions) = match self.values.is_empty() {
             true => (None, None),
             false => (dim("indices", 0), dim("mask", 1)),
         };
-        for (name, dtype, shape, owned) in self.arrays {
-            let owned = match owned {
+        for a in self.arrays {
+            let DrawArray {
+                name,
+                dtype,
+                shape,
+                owned,
+                lead,
+                len,
+            } = a;
+            let (owned, lead) = match owned {
                 // Indices stay below 2^63 (lane 127's base is 127 << 56), so the
                 // conversion is exact; 256 of them cost nothing next to the draw.
-                Owned::U64(v) if signed && is_index_array(&name) => Owned::I64(
-                    v.into_iter()
-                        .map(|i| i64::try_from(i).unwrap_or(i64::MAX))
-                        .collect(),
-                ),
-                other => other,
+                Owned::U64(v) if signed && is_index_array(&name) => {
+                    let v = v.get(lead..lead + len).unwrap_or_default().iter();
+                    let v = v.map(|&i| i64::try_from(i).unwrap_or(i64::MAX));
+                    (Owned::I64(v.collect()), 0)
+                }
+                other => (other, lead),
             };
-            let a = owned.into_array(py, shape)?;
+            let a = owned.into_array_from(py, lead, len, shape)?;
             let a = match dtype {
                 DType::Bool => a.call_method1("view", (numpy::dtype::<bool>(py),))?,
                 _ => a,
