@@ -43,6 +43,9 @@ PEERS=(cpprb==11.0.0 hypothesis==6.170.15 stable-baselines3==2.9.2 tianshou==2.0
 # buffers need only what is named here, so it is installed without its requirements
 # (python/tests/peers.py imports its buffer module past its package's __init__).
 "$VENV/bin/python" -m pip install --quiet --no-deps unstable-rl==0.2.2
+# JAX and flashbax: replaystore.jax's arrays and flashbax-shaped buffers are tested beside
+# flashbax's own (CPU jaxlib; flax is what flashbax's prioritised buffers import).
+"$VENV/bin/python" -m pip install --quiet jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 flashbax==0.1.3
 # wandb and tensorboard: replaystore.integrations is tested against both.
 "$VENV/bin/python" -m pip install --quiet trueskill dm-tree rich wandb tensorboard
 export REPLAYSTORE_REQUIRE_PEERS=1

@@ -17,7 +17,8 @@ PINS = {"cpprb": "cpprb==11.0.0", "hypothesis": "hypothesis==6.170.15",
         "ray.rllib": "ray[rllib]==2.60.0", "ding": "DI-engine==0.5.3",
         "unstable": "--no-deps unstable-rl==0.2.2 trueskill dm-tree rich wandb",
         "torchrl.data": "torchrl==0.14.1", "tensordict": "torchrl==0.14.1", "torch": "torch==2.15.0",
-        "ray": "ray[rllib]==2.60.0", "wandb": "wandb", "tensorboard": "tensorboard"}
+        "ray": "ray[rllib]==2.60.0", "wandb": "wandb", "tensorboard": "tensorboard",
+        "jax": "jax==0.10.2 jaxlib==0.10.2", "flashbax": "flashbax==0.1.3 flax==0.12.8"}
 
 
 def peer(module: str):
