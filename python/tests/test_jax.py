@@ -184,6 +184,10 @@ def test_an_item_buffer_keeps_its_experience_across_a_kill(tmp_path):
     ids = np.asarray(got["id"])
     assert set(ids.tolist()) <= set(range(20)) and len(set(ids.tolist())) > 10
     np.testing.assert_array_equal(np.asarray(got["x"])[:, 0], ids // 4)
+    # A Reader, as another process opens one, sees the same experience while it is open.
+    reader = rs.Reader.open(path)
+    assert len(reader) == 20 and sorted(reader.get(np.arange(20))["['id']"][:, 0]) == list(range(20))
+    reader.close()
     # Another item shape in the same folder is refused, naming the difference.
     s.close()
     with pytest.raises(rs.SchemaError):
