@@ -771,7 +771,10 @@ fn uniform_episode_draws_skip_the_cut_oldest_and_the_open_newest() {
     buf.add_step(&row, false, false).unwrap();
     buf.flush().unwrap();
     let head = buf.live().start;
-    assert!(head % 5 != 0, "the head cuts an episode (head {head})");
+    assert!(
+        !head.is_multiple_of(5),
+        "the head cuts an episode (head {head})"
+    );
     let mut reader = replaystore::Reader::open(&dir).unwrap();
     buf.reseed(5);
     reader.reseed(5);
@@ -788,7 +791,10 @@ fn uniform_episode_draws_skip_the_cut_oldest_and_the_open_newest() {
         for w in offsets.windows(2) {
             let rows = &eps.indices()[w[0] as usize..w[1] as usize];
             assert_eq!(rows.len(), 5, "episode at {rows:?} is not whole");
-            assert!(rows[0] >= head && rows[0] % 5 == 0, "episode at {rows:?}");
+            assert!(
+                rows[0] >= head && rows[0].is_multiple_of(5),
+                "episode at {rows:?}"
+            );
             *counts.entry(rows[0]).or_insert(0u32) += 1;
         }
     }

@@ -642,7 +642,7 @@ impl VarValues {
         if size == 1 {
             return Owned::U8(bytes).into_array(py, shape);
         }
-        if (bytes.as_ptr() as usize) % size != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(size) {
             let mut owned = Owned::zeroed_unchecked(dtype, bytes.len() / size);
             owned
                 .bytes()
