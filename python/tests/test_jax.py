@@ -36,6 +36,17 @@ def steps(rows, time, first=0):
                                 (ids * 0.5).astype(np.float32))}}
 
 
+def shaped(batch, sequences, batches):
+    """``batch`` ``[rows, time, ...]`` as an add takes it: without the time axis (its first
+    step) unless adding sequences, without the rows axis (the first row) unless adding
+    batches."""
+    if not sequences:
+        batch = jax.tree_util.tree_map(lambda x: x[:, 0], batch)
+    if not batches:
+        batch = jax.tree_util.tree_map(lambda x: x[0], batch)
+    return batch
+
+
 def described(tree):
     """Structure, shapes and dtypes: what must agree with flashbax's."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -91,11 +102,7 @@ def test_item_buffer_matches_flashbax(tmp_path, add_batches, add_sequences):
     ts, os_ = theirs.init(example()), ours.init(example())
     added = set()
     for k in range(4):
-        batch = steps(3, 5, first=10 * k)
-        if not add_sequences:
-            batch = jax.tree_util.tree_map(lambda x: x[:, 0], batch)
-        if not add_batches:
-            batch = jax.tree_util.tree_map(lambda x: x[0], batch)
+        batch = shaped(steps(3, 5, first=10 * k), add_sequences, add_batches)
         added.update(np.asarray(batch["id"]).ravel().tolist())
         ts, os_ = theirs.add(ts, batch), ours.add(os_, batch)
     assert ours.can_sample(os_) == bool(theirs.can_sample(ts))
@@ -115,11 +122,8 @@ def test_flat_buffer_matches_flashbax(tmp_path, add_batch_size, add_sequences):
     ts, os_ = theirs.init(example()), ours.init(example())
     rows = add_batch_size or 1
     for k in range(12):
-        batch = steps(rows, 3, first=3 * k)
-        if not add_sequences:
-            batch = jax.tree_util.tree_map(lambda x: x[:, 0], steps(rows, 1, first=k))
-        if add_batch_size is None:
-            batch = jax.tree_util.tree_map(lambda x: x[0], batch)
+        batch = steps(rows, 3, first=3 * k) if add_sequences else steps(rows, 1, first=k)
+        batch = shaped(batch, add_sequences, add_batch_size is not None)
         ts, os_ = theirs.add(ts, batch), ours.add(os_, batch)
         assert ours.can_sample(os_) == bool(theirs.can_sample(ts)), k
     key = jax.random.PRNGKey(5)
