@@ -54,8 +54,13 @@ export SB3_LOGDIR="$PWD/target/sb3-logs"
 (cd python && VIRTUAL_ENV="$VENV" maturin develop --quiet)
 # DI-engine pins numpy<2, which Ray's pyarrow cannot run with: its tests run in a
 # virtualenv of their own (below), and skip here saying so.
+# JAX starts threads when imported, and a process that forks after that may deadlock:
+# replaystore.jax and its tests run in a pytest of their own, after the suite's forks.
 REPLAYSTORE_PEERS_ELSEWHERE=ding "$VENV/bin/python" -m pytest -q -rs -n 2 --doctest-modules \
-  --ignore=python/replaystore/compat/ding python/replaystore python/tests
+  --ignore=python/replaystore/compat/ding --ignore=python/replaystore/jax.py \
+  --ignore=python/tests/test_jax.py python/replaystore python/tests
+"$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider --doctest-modules \
+  python/replaystore/jax.py python/tests/test_jax.py
 
 # DI-engine's virtualenv (cached under target/ like the other): DI-engine, its torch and
 # numpy<2, the extension built into it, then the DI-engine adapter's doctests and tests.
