@@ -524,3 +524,17 @@ def test_downsampling_drops_empty_episodes_as_the_library_does(tmp_path):
     peers.chi_square_two([cells["ours"].get(k, 0) for k in keys],
                          [cells["theirs"].get(k, 0) for k in keys])
     mine.close()
+
+
+def test_size_stays_the_steps_held_when_a_small_ring_pushes_episodes_out(tmp_path):
+    """A ring too small for ``max_buffer_size`` drops whole episodes (and warns): the
+    step count ``size()`` reports is still what the folder holds, add after add."""
+    # 16 steps kept, in 16 rows: with a reset row an episode, the ring fills first.
+    mine = ours.LocalEpisodeBuffer(16, None, None, None, None, path=str(tmp_path / "ours"),
+                                   capacity=16, heap_bytes=1 << 16)
+    with pytest.warns(RuntimeWarning, match="pushed out by the ring"):
+        for k in range(12):
+            mine.add_player_trajectory(_traj(3, tag=str(k)), "A")
+            held = len(mine.buf) - len(mine.buf.episodes())
+            assert mine.size() == held, k
+    assert sum(map(len, mine.get_batch(held))) == held and mine.size() == 0

@@ -440,13 +440,19 @@ class LocalEpisodeBuffer(_Buffer):
         row that holds the player id. An add the chunk ring refused part way leaves
         its open episode, which is removed: nothing of the trajectory is kept."""
         rows = dict(rows)
-        rows["pid"] = np.full(len(rows["obs"]) + 1, rows["pid"][0], np.int64)
+        n = len(rows["obs"])
+        rows["pid"] = np.full(n + 1, rows["pid"][0], np.int64)
+        before = len(self.buf)
         try:
             self.buf.add_episode(rows, terminated=True)
         except rs.Error:
             for e in self.buf.unfinished_episodes():
                 self.buf.remove([e["start"]])
             raise
+        # The count of episodes goes on with the add, unless episodes left with it
+        # (downsampling, or a ring too small pushing them out): then counted again.
+        grew = len(self.buf) == before + n + 1
+        self.stored = self.stored + 1 if grew and self.stored is not None else None
 
     def _mixed(self, stored, empties, taken):
         """Where a shuffle of ``stored`` episodes with steps and ``empties`` empty ones
@@ -469,10 +475,6 @@ class LocalEpisodeBuffer(_Buffer):
         downsamples = self.size() + n > self.max_buffer_size
         before = self._episodes() if downsamples and self.empties else None
         super()._add(rows, n)
-        if not downsamples:
-            self.stored = None if self.stored is None else self.stored + 1
-            return
-        self.stored = None
         if before is not None:
             # The library removes random episodes until the steps fit, empty ones among
             # them: the engine removed `gone` with steps; the empty ones drawn before.
