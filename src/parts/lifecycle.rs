@@ -379,6 +379,12 @@ impl Lifecycle {
         self.word(index).removed()
     }
 
+    /// Whether episode `e` was removed: a removal takes an episode's rows first to
+    /// last, so it is once its first live row (from `head`) is.
+    pub(crate) fn episode_removed(&self, e: &super::episodes::EpisodeInfo, head: u64) -> bool {
+        self.is_removed(e.start.max(head))
+    }
+
     /// What live index `index`'s word says.
     pub fn state(&self, index: u64) -> ItemState {
         let w = self.word(index);

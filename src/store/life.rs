@@ -214,7 +214,7 @@ impl Store {
         };
         let removed = table
             .open()
-            .is_some_and(|e| life.is_removed(e.start.max(self.rows.head)));
+            .is_some_and(|e| life.episode_removed(e, self.rows.head));
         if removed {
             self.ready_to_remove()?;
         }
@@ -254,7 +254,7 @@ impl Store {
         let head = self.rows.head;
         // Each cut episode's last row, with the cause its first row was removed for.
         let cut: Vec<(u64, Cause)> = (table.iter())
-            .filter(|e| life.is_removed(e.start.max(head)) && !life.is_removed(e.last()))
+            .filter(|e| life.episode_removed(e, head) && !life.is_removed(e.last()))
             .map(|e| {
                 let cause = life.state(e.start.max(head)).removed;
                 (e.last(), cause.unwrap_or(Cause::Explicit))

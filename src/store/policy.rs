@@ -107,10 +107,10 @@ impl Store {
         let mut steps = 0;
         let mut candidates: Vec<(u64, u64)> = Vec::new();
         for e in table.iter() {
-            let first = e.start.max(head);
-            if life.is_removed(first) {
+            if life.episode_removed(e, head) {
                 continue;
             }
+            let first = e.start.max(head);
             let held = e.last() + 1 - first - u64::from(e.start >= head);
             steps += held;
             if e.end.is_some() {
