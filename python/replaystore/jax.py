@@ -109,9 +109,9 @@ class TransitionSample(NamedTuple):
     experience: ExperiencePair
 
 
-def _names(treedef_paths: List[Any]) -> List[str]:
+def _names(paths: List[Any]) -> List[str]:
     """A field name per leaf: its path in the pytree (``['obs']``, ``.first``, ...)."""
-    return [jax.tree_util.keystr(path) or "leaf" for path in treedef_paths]
+    return [jax.tree_util.keystr(path) or "leaf" for path in paths]
 
 
 class BufferState:
