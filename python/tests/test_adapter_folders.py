@@ -1,5 +1,5 @@
 """Promise: nothing an adapter does escapes its folder. Every file a drop-in (cpprb, SB3,
-Tianshou, RLlib, DI-engine, UnstableBaselines) keeps beside its buffer -- its settings
+Tianshou, RLlib, DI-engine, UnstableBaselines, TorchRL) keeps beside its buffer -- its settings
 file, that file's temporary name, its generation and sub-buffer folders, Tianshou's extra
 columns -- is read, written, renamed and removed without following a link, without
 blocking on a FIFO, and without touching a folder of the user's beside it.
@@ -168,10 +168,29 @@ def unstable_steps(path: str) -> None:
     buf.close()
 
 
+def torchrl_storage(path: str) -> None:
+    torch = peer("torch")
+    from tensordict import TensorDict
+    from torchrl.data import TensorDictReplayBuffer
+
+    from replaystore.compat.torchrl import ReplayStorePrioritizedSampler, ReplayStoreStorage
+    storage = ReplayStoreStorage(8, path)
+    rb = TensorDictReplayBuffer(storage=storage, batch_size=2,
+                                sampler=ReplayStorePrioritizedSampler(8, 0.6, 0.4))
+    try:
+        rb.extend(TensorDict({"obs": torch.arange(10.0)[:, None]}, batch_size=[10]))
+        _, info = rb.sample(return_info=True)
+        rb.update_priority(info["index"], torch.ones(2))
+        rb.load_state_dict(rb.state_dict())
+        rb.empty()
+    finally:
+        storage.close()
+
+
 SCENARIOS: Dict[str, Callable[[str], None]] = {
     f.__name__: f for f in (cpprb_plain, cpprb_mp, cpprb_selective, cpprb_her, sb3_plain, tianshou_rings,
                            tianshou_plain, rllib_fragments, rllib_rows, chunk_generations, ding_deque,
-                           unstable_steps)
+                           unstable_steps, torchrl_storage)
 }
 
 
