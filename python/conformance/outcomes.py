@@ -8,6 +8,7 @@ suite)."""
 import json
 import os
 import signal
+import sys
 
 import pytest
 
@@ -25,6 +26,9 @@ def _alarm(signum, frame):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     seconds = int(os.environ.get("REPLAYSTORE_UPSTREAM_CASE_SECONDS", "0"))
+    watched = _watched()
+    if watched is not None:
+        watched.exercised = False
     if seconds:
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(seconds)
@@ -34,8 +38,18 @@ def pytest_runtest_protocol(item, nextitem):
         if seconds:
             signal.alarm(0)
     outcome = _results.pop(item.nodeid, "failed")
+    record = {"case": item.nodeid, "outcome": outcome}
+    if watched is not None:
+        record["exercised"] = watched.exercised
     with open(os.environ["REPLAYSTORE_UPSTREAM_OUT"], "a") as out:
-        out.write(json.dumps({"case": item.nodeid, "outcome": outcome}) + "\n")
+        out.write(json.dumps(record) + "\n")
+
+
+def _watched():
+    """The module that records whether a watched class was made, when classes are watched."""
+    if not os.environ.get("REPLAYSTORE_UPSTREAM_WATCH"):
+        return None
+    return sys.modules.get("sitecustomize")
 
 
 def pytest_runtest_logreport(report):

@@ -6,7 +6,11 @@ taken from ``replaystore.compat.<lib>`` (``swap/sitecustomize.py``).
 The tests are third-party files: ``sources.toml`` lists, per library, the repository,
 the release tag of the pinned version, its commit and the paths; ``fetch`` puts them in
 ``target/upstream/<lib>/`` (ignored by git). A suite that is absent (CI has no network)
-is named and skipped. ``by_design.toml`` lists cases that cannot pass by design, with
+is named and skipped. An entry with ``watch`` (class names) counts only the cases
+that make one of those classes on the library (``exercised``): a suite that tests
+much else besides the swapped classes is measured on what it asks of them. An entry
+without ``tag`` names a commit only (the release's tag out of reach here, said in
+``sources.toml``). ``by_design.toml`` lists cases that cannot pass by design, with
 the reason: they still count as failing.
 
     python python/conformance/run.py fetch [--git LIB=GITDIR ...] [LIB ...]
@@ -54,17 +58,21 @@ def _git(*args, cwd=None):
 def fetch(lib, entry, git_dir=None):
     """Puts the entry's paths at its commit (or tag) into target/upstream/<lib>/."""
     dest = UPSTREAM / lib
+    tag = entry.get("tag")
     with tempfile.TemporaryDirectory() as tmp:
         if git_dir is None:
             git_dir = Path(tmp) / "clone"
             _git("init", "-q", str(git_dir))
             _git("remote", "add", "origin", entry["repo"], cwd=git_dir)
-            _git("fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", "tag", entry["tag"],
+            what = ["tag", tag] if tag else [entry["commit"]]
+            _git("fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", *what,
                  "--no-tags", cwd=git_dir)
-            _git("update-ref", f"refs/tags/{entry['tag']}", "FETCH_HEAD", cwd=git_dir)
-        commit = _git("rev-parse", f"{entry['tag']}^{{commit}}", cwd=git_dir).decode().strip()
+            if tag:
+                _git("update-ref", f"refs/tags/{tag}", "FETCH_HEAD", cwd=git_dir)
+        ref = tag or entry["commit"]
+        commit = _git("rev-parse", f"{ref}^{{commit}}", cwd=git_dir).decode().strip()
         if entry["commit"] and commit != entry["commit"]:
-            raise SystemExit(f"{lib}: tag {entry['tag']} names {commit}, sources.toml says "
+            raise SystemExit(f"{lib}: {ref} names {commit}, sources.toml says "
                              f"{entry['commit']}: refusing files from another commit")
         archive = Path(tmp) / "files.tar"
         with open(archive, "wb") as out:
@@ -75,7 +83,7 @@ def fetch(lib, entry, git_dir=None):
         dest.mkdir(parents=True)
         subprocess.run(["tar", "-xf", str(archive), "-C", str(dest)], check=True)
         (dest / ".commit").write_text(commit + "\n")
-    print(f"{lib}: {len(entry['paths'])} paths of {entry['repo']} at {entry['tag']} ({commit}) "
+    print(f"{lib}: {len(entry['paths'])} paths of {entry['repo']} at {tag or 'commit'} ({commit}) "
           f"in {dest}")
 
 
@@ -88,10 +96,13 @@ def _run_suite(lib, entry, python, swap):
     env["REPLAYSTORE_UPSTREAM_OUT"] = str(out)
     env["REPLAYSTORE_UPSTREAM_CASE_SECONDS"] = str(CASE_SECONDS)
     paths = [str(HERE)]
-    if swap:
+    watch = entry.get("watch", [])
+    if swap or watch:
         paths.insert(0, str(HERE / "swap"))
-        adapter = entry.get("adapter", f"replaystore.compat.{lib}")
+        adapter = entry.get("adapter", f"replaystore.compat.{lib}") if swap else ""
         env["REPLAYSTORE_UPSTREAM_SWAP"] = f"{adapter}:{','.join(entry['swap'])}"
+    if watch:
+        env["REPLAYSTORE_UPSTREAM_WATCH"] = ",".join(watch)
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     # -P: the suite's folder is not put first on sys.path by Python (a fetched
     # ``ding/`` would hide the installed package); pytest adds what the tests import.
@@ -111,7 +122,7 @@ def _run_suite(lib, entry, python, swap):
     if out.exists():
         for line in out.read_text().splitlines():
             r = json.loads(line)
-            results[r["case"]] = r["outcome"]
+            results[r["case"]] = (r["outcome"], r.get("exercised", True))
     return results
 
 
@@ -119,12 +130,16 @@ def run(lib, entry, python, reasons):
     """Runs the suite twice; prints and returns (N, M)."""
     real = _run_suite(lib, entry, python, swap=False)
     ours = _run_suite(lib, entry, python, swap=True)
-    passing = sorted(c for c, o in real.items() if o == "passed")
-    failing = [c for c in passing if ours.get(c) != "passed"]
+    counted = {c: o for c, (o, exercised) in real.items() if exercised}
+    passing = sorted(c for c, o in counted.items() if o == "passed")
+    failing = [c for c in passing if ours.get(c, ("failed",))[0] != "passed"]
     n, m = len(passing) - len(failing), len(passing)
     share = 100.0 * n / m if m else 0.0
+    watched = (f" (the {len(counted)} of {len(real)} that make "
+               f"{' or '.join(entry['watch'])})") if entry.get("watch") else ""
     print(f"{lib}: {n} of {m} upstream cases pass on the adapter ({share:.1f}%); "
-          f"{len(real) - m} of the library's {len(real)} do not pass on the library itself")
+          f"{len(counted) - m} of the library's {len(counted)}{watched} do not pass on the "
+          f"library itself")
     for case in failing:
         why = reasons.get(case)
         print(f"  fails: {case}" + (f"  (by design: {why})" if why else ""))

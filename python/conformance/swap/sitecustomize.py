@@ -9,7 +9,13 @@ name in the adapter's ``__all__`` that the module also has. A module is changed 
 once no module of the list is still executing, so the library's own modules, which
 import and subclass each other while a package loads, keep the library's classes; only
 code importing from the listed modules afterwards (the tests) gets the adapter's.
-Child processes inherit the environment, so worker processes swap the same way."""
+Child processes inherit the environment, so worker processes swap the same way.
+
+``REPLAYSTORE_UPSTREAM_WATCH=<name>,<name>...`` (with or without a swap) wraps the
+``__init__`` of the classes those names hold in the listed modules once they are loaded
+(the adapter's after a swap, the library's without): ``exercised`` turns true when one
+is made, and ``outcomes.py`` records it per case, so a suite whose cases mostly test
+other classes is counted over the cases that make the watched ones."""
 
 import importlib
 import importlib.abc
@@ -17,10 +23,31 @@ import os
 import sys
 
 
+#: Whether a watched class was made since ``outcomes.py`` last reset it.
+exercised = False
+
+
+def _watch(cls):
+    """Wraps ``cls.__init__`` (once) to set ``exercised``."""
+    if not isinstance(cls, type) or cls.__dict__.get("_upstream_watched"):
+        return
+    inner = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        global exercised
+        exercised = True
+        inner(self, *args, **kwargs)
+
+    __init__.__wrapped__ = inner
+    cls.__init__ = __init__
+    cls._upstream_watched = True
+
+
 class _Swap(importlib.abc.MetaPathFinder):
-    def __init__(self, adapter, modules):
+    def __init__(self, adapter, modules, watch=()):
         self.adapter = adapter
         self.modules = modules
+        self.watch = set(watch)
         self.executing = set()
         self.swapped = set()
         self.busy = False
@@ -44,7 +71,7 @@ class _Swap(importlib.abc.MetaPathFinder):
             return
         self.busy = True
         try:
-            adapter = importlib.import_module(self.adapter)
+            adapter = importlib.import_module(self.adapter) if self.adapter else None
             for name in self.modules - self.swapped:
                 module = sys.modules.get(name)
                 if module is None:
@@ -52,6 +79,9 @@ class _Swap(importlib.abc.MetaPathFinder):
                 for attr in getattr(adapter, "__all__", ()):
                     if hasattr(module, attr):
                         setattr(module, attr, getattr(adapter, attr))
+                for attr in self.watch:
+                    if hasattr(module, attr):
+                        _watch(getattr(module, attr))
                 self.swapped.add(name)
         finally:
             self.busy = False
@@ -90,8 +120,9 @@ def _chain():
 def _install():
     spec = os.environ.get("REPLAYSTORE_UPSTREAM_SWAP", "")
     adapter, _, modules = spec.partition(":")
-    if adapter and modules:
-        sys.meta_path.insert(0, _Swap(adapter, set(modules.split(","))))
+    watch = [w for w in os.environ.get("REPLAYSTORE_UPSTREAM_WATCH", "").split(",") if w]
+    if modules and (adapter or watch):
+        sys.meta_path.insert(0, _Swap(adapter, set(modules.split(",")), watch))
 
 
 _chain()
