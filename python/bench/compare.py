@@ -7,6 +7,7 @@ pad_sequence).
 
     python python/bench/compare.py [--quick] [--runs 3] [--only replaystore,cpprb,torchrl,tianshou]
     python python/bench/compare.py --only cpprb,cpprb-compat      # cpprb's calls on both
+    python python/bench/compare.py --only torchrl,torchrl-compat  # TorchRL's buffer, either storage
     python python/bench/compare.py --workloads W1 --only rllib,rllib-compat   # RLlib's old stack
     python python/bench/compare.py --workloads W1 --only rllib-episodes,rllib-episodes-compat  # new stack
     python python/bench/compare.py --workloads W1 --only ding,ding-compat     # DI-engine (its venv)
@@ -340,6 +341,41 @@ class TorchRL:
 
     def reopen(self):
         pass
+
+
+class TorchRLCompat(TorchRL):
+    """The same TorchRL TensorDictReplayBuffer over replaystore.compat.torchrl's storage
+    and prioritized sampler (TorchRL's own writer and RandomSampler for uniform draws);
+    dumps/loads name a snapshot of the folder."""
+
+    name = "torchrl-compat"
+
+    def __init__(self, fields, capacity, path, prioritized):
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import TensorDictReplayBuffer
+
+        from replaystore.compat.torchrl import ReplayStorePrioritizedSampler, ReplayStoreStorage
+        self.torch, self.TensorDict = torch, TensorDict
+        self.capacity, self.path, self.prioritized = capacity, path, prioritized
+        self._make = lambda: TensorDictReplayBuffer(
+            storage=ReplayStoreStorage(capacity, path),
+            **({"sampler": ReplayStorePrioritizedSampler(capacity, alpha=0.6, beta=0.4),
+                "priority_key": "td_error"} if prioritized else {}))
+        self.rb = self._make()
+
+    IMPORTS = ("import torch\nfrom torchrl.data import TensorDictReplayBuffer\n"
+               "from replaystore.compat.torchrl import ReplayStorePrioritizedSampler, "
+               "ReplayStoreStorage\n")
+    LOAD = ("rb = TensorDictReplayBuffer(storage=ReplayStoreStorage(CAP, PATH), "
+            "sampler=ReplayStorePrioritizedSampler(CAP, alpha=0.6, beta=0.4), priority_key='td_error')\n"
+            "rb.loads(STATE); rb.sample(1); rb.storage.close()\n")
+
+    def close(self):
+        self.rb.storage.close()
+
+    def reopen(self):
+        self.rb = self._make()
 
 
 # Tianshou's reserved keys for the workloads' fields.
@@ -686,13 +722,14 @@ def python_of(lib_name):
     return sys.executable
 
 
-LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL, "tianshou": Tianshou,
+LIBS = {"replaystore": Replaystore, "cpprb": Cpprb, "torchrl": TorchRL,
+        "torchrl-compat": TorchRLCompat, "tianshou": Tianshou,
         "cpprb-compat": CpprbCompat, "sb3": SB3, "sb3-compat": SB3Compat,
         "tianshou-compat": TianshouCompat, "rllib": RLlib, "rllib-compat": RLlibCompat,
         "ding": Ding, "ding-compat": DingCompat, "rllib-episodes": RLlibEpisodes,
         "rllib-episodes-compat": RLlibEpisodesCompat}
 #: Adapters and peers, importable under these modules' names.
-ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "sb3": "stable_baselines3",
+ADAPTERS = {"cpprb-compat": "replaystore.compat.cpprb", "torchrl-compat": "replaystore.compat.torchrl", "sb3": "stable_baselines3",
             "sb3-compat": "replaystore.compat.sb3", "tianshou-compat": "replaystore.compat.tianshou",
             "rllib": "ray.rllib", "rllib-compat": "replaystore.compat.rllib",
             "ding": "ding", "ding-compat": "replaystore.compat.ding",
@@ -1347,8 +1384,14 @@ def main():
         out.update({f"{w}/disk_items_per_s": d for w, d in disk.items()})
         print(json.dumps(out))
         return
-    others = [lib for lib in libs if lib != "replaystore"]
-    ratio_cols = [f"vs {lib}" for lib in others] if "replaystore" in libs else []
+    # The ratios: replaystore's against each library; without it, an adapter's against
+    # its library (torchrl-compat against torchrl: TorchRL's calls on either storage).
+    base = "replaystore" if "replaystore" in libs else next(
+        (lib for lib in libs if lib.endswith("-compat") and lib[:-7] in libs), None)
+    others = [lib for lib in libs if lib != base]
+    if base is not None and base != "replaystore":
+        others = [base[:-7]]
+    ratio_cols = [f"vs {lib}" for lib in others] if base is not None else []
     floor_cols = ["floor", "ours/floor"] if "replaystore" in libs and any(floor.values()) else []
     print(f"{'figure':<20} {'unit':<10}" + "".join(f"{lib:>31}" for lib in libs)
           + "".join(f"{c:>13}" for c in ratio_cols + floor_cols))
@@ -1359,7 +1402,7 @@ def main():
                 continue
             shown = [fmt(c) if c else ("failed" if (w, lib) in failed else "-") for c, lib in zip(cells, libs)]
             line = f"{w + '-' + key:<20} {unit:<10}" + "".join(f"{c:>31}" for c in shown)
-            ours = table[(w, "replaystore")].get(key) if "replaystore" in libs else None
+            ours = table.get((w, base), {}).get(key) if base is not None else None
             for lib in others if ratio_cols else []:
                 theirs = table.get((w, lib), {}).get(key)
                 if ours and theirs:
@@ -1391,7 +1434,8 @@ def main():
     if fewer and any(w in SPEC for w in workloads):
         print(f"(per timed over fewer draws than the others' {iters}: {', '.join(fewer)};"
               " rates, not totals, so they still compare)")
-    print("ratio: how many times better replaystore is (speed: ours/theirs; time and memory: theirs/ours)")
+    print(f"ratio: how many times better {base or 'replaystore'} is (speed: ours/theirs; time and "
+          "memory: theirs/ours)")
     if "replaystore" in libs:
         import replaystore._native as native
 

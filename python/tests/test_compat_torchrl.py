@@ -229,3 +229,21 @@ def test_a_folder_of_another_size_is_refused(tmp_path):
     with pytest.raises(ValueError, match="max_size 10, not 20"):
         ReplayStoreStorage(20, tmp_path / "rb")
     assert not os.path.exists(tmp_path / "rb" / "torchrl.json.tmp")
+
+
+def test_the_readme_torchrl_block_runs_and_resumes(tmp_path):
+    import re
+
+    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    block = re.search(r"<!-- torchrl -->\s*```python\n(.*?)```\s*<!-- /torchrl -->",
+                      open(readme).read(), re.S)
+    assert block, "README.md has no TorchRL block"
+    check = ("\nassert td['next', 'obs'].shape == (256, 4) and 'priority_weight' in td.keys()\n"
+             "print(len(rb), int(rb.extend(td[:1])[0]))\n")
+    said = []
+    for _ in range(2):  # the second run reopens the folder the first left
+        run = subprocess.run([sys.executable, "-c", block.group(1) + check], cwd=tmp_path,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        said.append(run.stdout.split())
+    assert said == [["512", "512"], ["1025", "1025"]]

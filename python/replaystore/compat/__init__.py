@@ -23,6 +23,10 @@ switch with one import and keep the buffer on disk, crash-safe and shareable.
 - ``replaystore.compat.unstable``: UnstableBaselines' ``StepBuffer`` and
   ``EpisodeBuffer``, Ray actors as in the library (restarted after a kill, their text
   steps in a folder); checked against ``unstable-rl`` itself.
+- ``replaystore.compat.torchrl``: a storage and a prioritized sampler for TorchRL's own
+  ``ReplayBuffer`` in place of ``LazyMemmapStorage`` and ``PrioritizedSampler`` (also
+  under those names): items, cursor and priorities in a folder; checked against
+  TorchRL's own tests and beside TorchRL.
 
 Each module's docstring lists where it follows the library and where it cannot.
 """

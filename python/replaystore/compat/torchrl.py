@@ -25,7 +25,7 @@ torch.Size([32, 4])
 ``ReplayStoreStorage(max_size, path)`` is a TorchRL ``TensorStorage`` (``isinstance``
 checks and TorchRL's writers, samplers, transforms and ``TensorDictReplayBuffer`` see
 one): it holds a ``TensorDict``'s leaves (nested keys, any shape, the numeric dtypes and
-``bool``), a tensorclass's, or one tensor, one replaystore item per index along the first
+``bool``), a tensorclass's, a pytree's (dicts, tuples, lists of tensors) or one tensor, one replaystore item per index along the first
 dimension. A folder that holds one reopens with its items; the ``ReplayBuffer`` it is
 given to gets its ``RoundRobinWriter`` set to the cursor the folder had, so adds go on
 where they stopped. ``state_dict()`` and ``dumps`` name an O(1) snapshot of the folder
@@ -49,8 +49,8 @@ Where it differs from ``LazyMemmapStorage``, and why:
   at 0). A write elsewhere (``TensorDictMaxValueWriter``, ``storage[3] = x``,
   ``write_at``) raises ``NotImplementedError`` naming the slots it expected: a stored
   row is sealed with its checksum, and a torn rewrite would be a damaged row.
-- ``ndim`` is 1; pytrees other than one tensor, ``TensorDict`` or tensorclass, and
-  non-tensor leaves (strings), are refused with ``TypeError`` at the first write.
+- ``ndim`` is 1, and non-tensor leaves (strings) are refused with ``TypeError`` at the
+  first write; a ``bfloat16`` or complex leaf too.
 - ``len`` counts the items held; after out-of-order writes TorchRL's counts writes.
 - ``storage._storage`` is a copy of what is held (reading it costs a full read).
 """
@@ -65,10 +65,13 @@ import numpy as np
 
 try:
     import torch
+    from torch.utils._pytree import (tree_flatten, tree_map, tree_unflatten, treespec_dumps,
+                                     treespec_loads)
     from tensordict import TensorDict, is_tensor_collection
     from tensordict.utils import is_tensorclass
-    from torchrl.data.replay_buffers.samplers import Sampler
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler
     from torchrl.data.replay_buffers.storages import Storage, TensorStorage
+    from torchrl.data.replay_buffers.storages.tensor import _flip_list
     from torchrl.data.replay_buffers.writers import RoundRobinWriter, Writer
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("replaystore.compat.torchrl needs TorchRL: pip install torchrl") from e
@@ -108,6 +111,7 @@ class _Layout:
 
     def __init__(self, kind: str, fields: Dict[str, Tuple[str, List[int]]],
                  batch: List[int], cls: Optional[str] = None) -> None:
+        # cls: a tensorclass's import path, or a pytree's structure (treespec_dumps).
         self.kind, self.fields, self.batch, self.cls = kind, fields, batch, cls
 
     @classmethod
@@ -130,8 +134,12 @@ class _Layout:
             if not fields:
                 raise TypeError("ReplayStoreStorage: the first item has no tensor leaves")
             return cls("tensordict", fields, list(item.batch_size))
-        raise TypeError(f"ReplayStoreStorage keeps a tensor, a TensorDict or a tensorclass; "
-                        f"got {type(item).__name__} (LazyMemmapStorage's pytrees are not supported)")
+        leaves, spec = tree_flatten(item)
+        if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
+            raise TypeError(f"ReplayStoreStorage keeps tensors, TensorDicts, tensorclasses and "
+                            f"pytrees of tensors; got {type(item).__name__}")
+        fields = {str(i): (_dtype_name(str(i), x), list(x.shape)) for i, x in enumerate(leaves)}
+        return cls("pytree", fields, [], treespec_dumps(spec))
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "fields": self.fields, "batch": self.batch, "cls": self.cls}
@@ -148,6 +156,12 @@ class _Layout:
         """The fields of ``n`` items (batch dimension first), checked against the layout."""
         if self.kind == "tensor":
             leaves = {"data": data}
+        elif self.kind == "pytree":
+            flat, spec = tree_flatten(data)
+            if treespec_dumps(spec) != self.cls:
+                raise ValueError(f"ReplayStoreStorage: the data's structure {spec} is not the "
+                                 "stored items' structure")
+            leaves = {str(i): x for i, x in enumerate(flat)}
         else:
             td = data._tensordict if is_tensorclass(data) else data
             if not is_tensor_collection(td):
@@ -182,6 +196,9 @@ class _Layout:
 
         if self.kind == "tensor":
             return tensor("data")
+        if self.kind == "pytree":
+            return tree_unflatten([tensor(str(i)) for i in range(len(self.fields))],
+                                  treespec_loads(self.cls))
         size = self.batch if n is None else [n, *self.batch]
         td = TensorDict({_key(name): tensor(name) for name in self.fields}, batch_size=size)
         if self.kind == "tensorclass":
@@ -253,6 +270,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         os.makedirs(self._path, exist_ok=True)
         self._items_dir = Confined(self._path).subdir(ITEMS, create=True)
         self._rs: Any = None
+        self._tail_value: Optional[int] = None
         self._layout: Optional[_Layout] = None
         self._origin = 0
         self._alpha: Optional[Tuple[float, float]] = None
@@ -323,7 +341,13 @@ class ReplayStoreStorage(Folder, TensorStorage):
     # --- positions ---------------------------------------------------------------------
 
     def _tail(self) -> int:
-        return self._buffer.stats()["tail"] if self._rs is not None else self._origin
+        """The index the next item gets: kept here for the writer (each add returns it),
+        asked of the folder by a reader (another process adds)."""
+        if self._rs is None:
+            return self._origin
+        if self._tail_value is None or isinstance(self._rs, _Reader):
+            self._tail_value = self._rs.stats()["tail"]
+        return self._tail_value
 
     def _cursor(self) -> int:
         """The slot the next append goes to."""
@@ -375,6 +399,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if hasattr(buffer, "_init_writer"):
             self._rb_ref = weakref.ref(buffer)
             self._hand_cursor(buffer)
+            self._keep_priorities(buffer)
 
     def _hand_cursor(self, rb: Any) -> None:
         """A reopened folder's cursor, handed to the writer the buffer is about to make
@@ -396,6 +421,19 @@ class ReplayStoreStorage(Folder, TensorStorage):
         elif callable(made):
             rb._init_writer = lambda: preset(made())
 
+    @staticmethod
+    def _keep_priorities(rb: Any) -> None:
+        """TorchRL's buffer sets every item of a storage that already holds some to the
+        default priority as it starts: the folder's priorities are kept instead when the
+        sampler draws from them."""
+        reset = rb._initialize_prioritized_sampler
+
+        def initialize() -> None:
+            if not isinstance(getattr(rb, "_sampler", None), ReplayStorePrioritizedSampler):
+                reset()
+
+        rb._initialize_prioritized_sampler = initialize
+
     def _resync_writer(self) -> None:
         """After a refused write: a ``RoundRobinWriter`` moves its cursor before it
         writes, so it is put back where the items end."""
@@ -405,17 +443,17 @@ class ReplayStoreStorage(Folder, TensorStorage):
             writer._cursor = self._cursor()
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
-        if isinstance(data, list):
-            data = torch.stack(data) if data and isinstance(data[0], torch.Tensor) else \
-                TensorDict.lazy_stack(data) if data and is_tensor_collection(data[0]) else data
+        if isinstance(data, list):      # items one by one: TorchRL stacks them
+            data = _flip_list(data)
         slots, one = _slots_of(cursor, self.max_size)
         if one:
-            data = data.unsqueeze(0)
+            data = data.unsqueeze(0) if hasattr(data, "unsqueeze") else \
+                tree_map(lambda x: x.unsqueeze(0), data)
         if isinstance(self._rs, _Reader):
             raise ReadOnlyError(f"this copy of the storage reads {self._path} (it was pickled "
                                 "to another process); the process that made it writes")
         if self._rs is None:
-            self._create(data[0])
+            self._create(data[0] if hasattr(data, "unsqueeze") else tree_map(lambda x: x[0], data))
         if set_cursor:
             self._set_last_cursor(cursor)
         start = self._cursor()
@@ -428,7 +466,8 @@ class ReplayStoreStorage(Folder, TensorStorage):
                     "in place)")
             if len(slots) == 0:
                 return
-            self._buffer.add_batch(self._layout.rows(data, len(slots)))
+            added = self._buffer.add_batch(self._layout.rows(data, len(slots)))
+            self._tail_value = int(added[-1]) + 1
         except Exception:
             self._resync_writer()
             raise
@@ -454,7 +493,8 @@ class ReplayStoreStorage(Folder, TensorStorage):
     def _empty(self) -> None:
         if self._rs is not None:
             self._buffer.clear()
-            self._origin = self._buffer.stats()["tail"]
+            self._tail_value = None
+            self._origin = self._tail()
             self._write_config()
         self._stash = None
         self._bump_mutation_revision()
@@ -474,7 +514,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         pass
 
     def __repr__(self) -> str:
-        return (f"ReplayStoreStorage(path={self._path!r}, len={len(self)}, "
+        return (f"{type(self).__name__}(path={self._path!r}, len={len(self)}, "
                 f"max_size={self.max_size})")
 
     # --- checkpoints -------------------------------------------------------------------
@@ -490,6 +530,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
             self._empty()
             return
         self._buffer.set_state(state_dict["state"])
+        self._tail_value = None
         self._origin = state_dict["origin"]
         self._write_config()
         self._stash = None
@@ -516,14 +557,14 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if self._rs is not None:
             self._rs.flush()
         state = Storage.__getstate__(self)
-        for k in ("_rs", "_rb_ref", "_remove_dir", "_stash", "_len_value"):
+        for k in ("_rs", "_rb_ref", "_remove_dir", "_stash", "_len_value", "_tail_value"):
             state.pop(k, None)
         state["_own_dir"], state["_attached_entities_list"] = False, []
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         Storage.__setstate__(self, state)
-        self._rb_ref, self._stash, self._remove_dir = None, None, None
+        self._rb_ref, self._stash, self._remove_dir, self._tail_value = None, None, None, None
         self._rs = _Reader.open(self._items_dir) if holds_buffer(self._items_dir) else None
 
 
@@ -532,56 +573,54 @@ def _show(slots: np.ndarray) -> str:
     return str(s) if len(s) <= 6 else f"[{s[0]}, {s[1]}, ..., {s[-1]}] ({len(s)} slots)"
 
 
-class ReplayStorePrioritizedSampler(Sampler):
+class ReplayStorePrioritizedSampler(_TorchRLPrioritizedSampler):
     """TorchRL's ``PrioritizedSampler`` on the engine's sum tree in a
-    :class:`ReplayStoreStorage`'s folder; see the module. ``max_capacity`` must be the
-    storage's ``max_size``; ``dtype``, ``reduction`` and ``max_priority_within_buffer``
-    are TorchRL's arguments, accepted for its signature (the engine keeps the largest
-    priority ever given, as TorchRL does by default)."""
+    :class:`ReplayStoreStorage`'s folder; see the module. It takes TorchRL's arguments;
+    ``max_capacity`` must be the storage's ``max_size``.
+
+    Over any other storage (``ListStorage``, ``LazyTensorStorage``) it is TorchRL's own
+    sampler, its trees in this process's memory (made only then), so code that changes
+    one import keeps working wherever it draws by priority."""
 
     def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8,
                  dtype: Any = torch.float, reduction: str = "max",
-                 max_priority_within_buffer: bool = False) -> None:
-        if alpha < 0:
-            raise ValueError(f"alpha must be non-negative, got {alpha}")
-        if beta < 0:
-            raise ValueError(f"beta must be non-negative, got {beta}")
-        super().__init__()
-        self._max_capacity = int(max_capacity)
-        self._alpha, self._beta, self._eps = float(alpha), float(beta), float(eps)
+                 max_priority_within_buffer: bool = False, device: Any = None) -> None:
+        #: Whether it draws from a ReplayStoreStorage (None until it meets a storage).
+        self._ours: Optional[bool] = None
+        super().__init__(max_capacity, alpha, beta, eps=eps, dtype=dtype, reduction=reduction,
+                         max_priority_within_buffer=max_priority_within_buffer, device=device)
 
-    @property
-    def alpha(self) -> float:
-        return self._alpha
+    # TorchRL's trees, made when first used: over a ReplayStoreStorage they never are.
+    def _init(self) -> None:
+        self.__dict__.pop("_sum_tree", None)
+        self.__dict__.pop("_min_tree", None)
+        self._max_priority = None
 
-    @property
-    def beta(self) -> float:
-        return self._beta
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_sum_tree", "_min_tree"):
+            _TorchRLPrioritizedSampler._init(self)
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._beta = float(value)
-
-    @property
-    def max_size(self) -> int:
-        return self._max_capacity
-
-    def _storage_of(self, storage: Any) -> ReplayStoreStorage:
+    def _meets(self, storage: Any) -> Optional[ReplayStoreStorage]:
+        """The storage when it is a ReplayStoreStorage (checked, and told to keep
+        priorities), else None."""
+        if storage is None:
+            return None
         if not isinstance(storage, ReplayStoreStorage):
-            raise TypeError("ReplayStorePrioritizedSampler draws from a ReplayStoreStorage's "
-                            f"sum tree; got {type(storage).__name__}")
+            self._ours = False
+            return None
         if storage.max_size != self._max_capacity:
             raise ValueError(f"max_capacity {self._max_capacity} is not the storage's "
                              f"max_size {storage.max_size}")
         storage._want_priorities(self._alpha, self._eps)
+        self._ours = True
         return storage
 
-    @property
-    def default_priority(self) -> float:
-        return 1.0
-
-    def sample(self, storage: Any, batch_size: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
-        st = self._storage_of(storage)
+    def sample(self, storage: Any, batch_size: int) -> Tuple[Any, Dict[str, Any]]:
+        st = self._meets(storage)
+        if st is None:
+            return super().sample(storage, batch_size)
         if len(st) == 0:
             raise RuntimeError("Cannot sample from an empty storage.")
         seed = int(torch.randint(0, 2**62, (), generator=self._rng))
@@ -593,7 +632,9 @@ class ReplayStorePrioritizedSampler(Sampler):
 
     @torch.no_grad()
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
-        st = self._storage_of(storage if storage is not None else self._attached_storage())
+        st = self._meets(storage)
+        if st is None:
+            return super().update_priority(index, priority, storage=storage)
         slots, _ = _slots_of(index, st.max_size)
         p = torch.as_tensor(priority).detach().cpu().double().numpy().reshape(-1)
         if p.size == 1:
@@ -605,42 +646,59 @@ class ReplayStorePrioritizedSampler(Sampler):
         if keep.any():
             st._buffer.update_priorities(st._items(slots[keep]), p[keep])
 
-    def _attached_storage(self) -> Any:
-        raise RuntimeError("ReplayStorePrioritizedSampler.update_priority needs storage= "
-                           "outside a ReplayBuffer")
-
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
-        # New items already have the largest priority given so far: the engine sets it.
-        pass
+        if self._meets(storage) is None:
+            super().mark_update(index, storage=storage)
+        # Over a ReplayStoreStorage new items already have the largest priority given so
+        # far: the engine sets it as it adds them.
 
-    def _empty(self) -> None:
-        pass
+    def add(self, index: Any) -> None:
+        if not self._ours:
+            super().add(index)
+
+    def extend(self, index: Any) -> None:
+        if not self._ours:
+            super().extend(index)
 
     def state_dict(self) -> Dict[str, Any]:
-        """The draw's settings; the priorities are in the storage's snapshot."""
-        return {"_alpha": self._alpha, "_beta": self._beta, "_eps": self._eps}
+        """Over a ReplayStoreStorage, the draw's settings: the priorities are in the
+        storage's snapshot."""
+        if not self._ours:
+            return super().state_dict()
+        return {"_alpha": self._alpha, "_beta": self._beta, "_eps": self._eps,
+                "replaystore": True}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        if not state_dict.get("replaystore"):
+            return super().load_state_dict(state_dict)
+        self._ours = True
         self._alpha, self._beta, self._eps = (state_dict["_alpha"], state_dict["_beta"],
                                               state_dict["_eps"])
 
     def dumps(self, path: Any) -> None:
+        if not self._ours:
+            return super().dumps(path)
         import json
 
         os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "sampler_metadata.json"), "w") as f:
+        with open(os.path.join(path, "replaystore_sampler.json"), "w") as f:
             json.dump(self.state_dict(), f)
 
     def loads(self, path: Any) -> None:
         import json
 
-        with open(os.path.join(path, "sampler_metadata.json")) as f:
+        ours = os.path.join(path, "replaystore_sampler.json")
+        if not os.path.exists(ours):
+            return super().loads(path)
+        with open(ours) as f:
             self.load_state_dict(json.load(f))
 
-    def __repr__(self) -> str:
-        return f"ReplayStorePrioritizedSampler(alpha={self._alpha}, beta={self._beta}, eps={self._eps})"
+
+class LazyMemmapStorage(ReplayStoreStorage):
+    """:class:`ReplayStoreStorage` under TorchRL's name, for code that changes one import
+    (``scratch_dir`` is the folder)."""
 
 
-#: TorchRL's names, for code that changes one import.
-LazyMemmapStorage = ReplayStoreStorage
-PrioritizedSampler = ReplayStorePrioritizedSampler
+class PrioritizedSampler(ReplayStorePrioritizedSampler):
+    """:class:`ReplayStorePrioritizedSampler` under TorchRL's name, for code that changes
+    one import."""
