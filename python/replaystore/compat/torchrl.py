@@ -421,15 +421,17 @@ class ReplayStoreStorage(Folder, TensorStorage):
         elif callable(made):
             rb._init_writer = lambda: preset(made())
 
-    @staticmethod
-    def _keep_priorities(rb: Any) -> None:
+    def _keep_priorities(self, rb: Any) -> None:
         """TorchRL's buffer sets every item of a storage that already holds some to the
         default priority as it starts: the folder's priorities are kept instead when the
-        sampler draws from them."""
+        sampler draws from them (and the sampler learns so now, before a checkpoint)."""
         reset = rb._initialize_prioritized_sampler
 
         def initialize() -> None:
-            if not isinstance(getattr(rb, "_sampler", None), ReplayStorePrioritizedSampler):
+            sampler = getattr(rb, "_sampler", None)
+            if isinstance(sampler, ReplayStorePrioritizedSampler):
+                sampler._meets(self)
+            else:
                 reset()
 
         rb._initialize_prioritized_sampler = initialize
