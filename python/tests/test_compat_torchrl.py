@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from peers import chi_square, chi_square_two, peer
+from readme_blocks import block, run_twice
 
 torch = peer("torch")
 peer("torchrl.data")
@@ -232,18 +233,7 @@ def test_a_folder_of_another_size_is_refused(tmp_path):
 
 
 def test_the_readme_torchrl_block_runs_and_resumes(tmp_path):
-    import re
-
-    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-    block = re.search(r"<!-- torchrl -->\s*```python\n(.*?)```\s*<!-- /torchrl -->",
-                      open(readme).read(), re.S)
-    assert block, "README.md has no TorchRL block"
     check = ("\nassert td['next', 'obs'].shape == (256, 4) and 'priority_weight' in td.keys()\n"
              "print(len(rb), int(rb.extend(td[:1])[0]))\n")
-    said = []
-    for _ in range(2):  # the second run reopens the folder the first left
-        run = subprocess.run([sys.executable, "-c", block.group(1) + check], cwd=tmp_path,
-                             capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        said.append(run.stdout.split())
-    assert said == [["512", "512"], ["1025", "1025"]]
+    # The second run reopens the folder the first left.
+    assert run_twice(block("torchrl") + check, tmp_path) == [["512", "512"], ["1025", "1025"]]

@@ -2,7 +2,6 @@
 the same pytrees out, the same shapes and dtypes, the same distribution of sequence
 starts; draws over the same memory on the CPU; the experience kept across a kill."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from peers import chi_square_two, peer
+from readme_blocks import block, run_twice
 
 jax = peer("jax")
 fbx = peer("flashbax")
@@ -213,21 +213,10 @@ def test_bad_batches_are_refused_naming_the_leaf(tmp_path):
 
 
 def test_the_readme_jax_block_runs_and_runs_again(tmp_path):
-    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-    import re
-
-    block = re.search(r"<!-- jax -->\s*```python\n(.*?)```\s*<!-- /jax -->",
-                      open(readme).read(), re.S)
-    assert block, "README.md has no JAX block"
     check = ("\nassert x['obs'].shape == (256, 4) and isinstance(x['obs'], jax.Array)\n"
              "assert pair.first['obs'].shape == (32, 4) and pair.second['r'].shape == (32,)\n"
              # The step after t is t + 1 (15 is followed by the next run's 0).
              "assert bool(((pair.second['obs'] - pair.first['obs']) % 16 == 1).all())\n"
              "print(len(buf), len(state.buffer))\n")
-    said = []
-    for _ in range(2):  # the second run opens both folders with what the first left
-        run = subprocess.run([sys.executable, "-c", block.group(1) + check], cwd=tmp_path,
-                             capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        said.append(run.stdout.split())
-    assert said == [["512", "16"], ["1024", "32"]]
+    # The second run opens both folders with what the first left.
+    assert run_twice(block("jax") + check, tmp_path) == [["512", "16"], ["1024", "32"]]

@@ -1,20 +1,14 @@
 """Promise (issue 33.1): the README's quick start runs as written, and a second run
 resumes from the checkpoint the first one left (the buffer's items and RNG of then)."""
 
-import os
-import re
 import subprocess
 import sys
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+from readme_blocks import block
 
 
 def quickstart():
-    text = open(README).read()
-    block = re.search(r"<!-- quickstart -->\s*```python\n(.*?)```\s*<!-- /quickstart -->",
-                      text, re.S)
-    assert block, "README.md has no quick start block"
-    return block.group(1)
+    return block("quickstart")
 
 
 def test_the_readme_quick_start_runs_and_resumes(tmp_path):
