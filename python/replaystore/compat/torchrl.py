@@ -399,7 +399,6 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if hasattr(buffer, "_init_writer"):
             self._rb_ref = weakref.ref(buffer)
             self._hand_cursor(buffer)
-            self._keep_priorities(buffer)
 
     def _hand_cursor(self, rb: Any) -> None:
         """A reopened folder's cursor, handed to the writer the buffer is about to make
@@ -420,21 +419,6 @@ class ReplayStoreStorage(Folder, TensorStorage):
             preset(made)
         elif callable(made):
             rb._init_writer = lambda: preset(made())
-
-    def _keep_priorities(self, rb: Any) -> None:
-        """TorchRL's buffer sets every item of a storage that already holds some to the
-        default priority as it starts: the folder's priorities are kept instead when the
-        sampler draws from them (and the sampler learns so now, before a checkpoint)."""
-        reset = rb._initialize_prioritized_sampler
-
-        def initialize() -> None:
-            sampler = getattr(rb, "_sampler", None)
-            if isinstance(sampler, ReplayStorePrioritizedSampler):
-                sampler._meets(self)
-            else:
-                reset()
-
-        rb._initialize_prioritized_sampler = initialize
 
     def _resync_writer(self) -> None:
         """After a refused write: a ``RoundRobinWriter`` moves its cursor before it
@@ -634,11 +618,16 @@ class ReplayStorePrioritizedSampler(_TorchRLPrioritizedSampler):
 
     @torch.no_grad()
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        first = self._ours is None
         st = self._meets(storage)
         if st is None:
             return super().update_priority(index, priority, storage=storage)
         slots, _ = _slots_of(index, st.max_size)
         p = torch.as_tensor(priority).detach().cpu().double().numpy().reshape(-1)
+        if first and np.array_equal(slots, np.arange(len(st))) and (p == 1.0).all():
+            # TorchRL's buffer, as it starts over a storage that holds items, sets them
+            # all to the default priority: the folder's own priorities are kept.
+            return
         if p.size == 1:
             p = np.full(len(slots), float(p[0]))
         if p.size != len(slots):
