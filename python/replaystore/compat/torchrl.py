@@ -489,15 +489,9 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if data is not None and self._rs is None:
             self._create(data)
 
-    def flatten(self) -> "ReplayStoreStorage":
-        return self
-
     def close(self) -> None:
         Folder.close(self)
         self._rs = None
-
-    def __del__(self) -> None:
-        pass
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(path={self._path!r}, len={len(self)}, "
@@ -528,6 +522,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
 
         os.makedirs(path, exist_ok=True)
         state = self.state_dict()
+        # confined: the checkpoint folder the caller names, outside the buffer's folder.
         with open(os.path.join(path, "replaystore_state.pkl"), "wb") as f:
             pickle.dump(state, f)
 
@@ -672,6 +667,7 @@ class ReplayStorePrioritizedSampler(_TorchRLPrioritizedSampler):
         import json
 
         os.makedirs(path, exist_ok=True)
+        # confined: the checkpoint folder the caller names, outside the buffer's folder.
         with open(os.path.join(path, "replaystore_sampler.json"), "w") as f:
             json.dump(self.state_dict(), f)
 
