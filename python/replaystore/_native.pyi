@@ -150,36 +150,39 @@ class Schema:
 
 class _UnitDraws:
     """The draws of a unit by name, each ``sample(Request.<unit>(...))`` (written once in
-    ``replaystore/_draws.py`` for ``ReplayBuffer`` and ``Reader``)."""
+    ``replaystore/_draws.py`` for ``ReplayBuffer`` and ``Reader``); ``out_type`` as
+    ``sample`` takes it."""
     def sample_transitions(
         self, n: int, obs: Union[str, Sequence[str]], *, beta: Optional[float] = None,
         stack: int = 1, nstep: int = 1, gamma: float = 1.0, seed: Optional[int] = None,
         out: Optional[_Batch] = None, goal: Optional[str] = None, achieved: Optional[str] = None,
         strategy: str = "future", n_sampled_goal: int = 4, compute_reward: Optional[Any] = None,
-        info: Optional[str] = None, nested: bool = False,
+        info: Optional[str] = None, nested: bool = False, out_type: str = "numpy",
     ) -> _Batch:
         """Transitions: ``obs``/``next_<obs>``, ``returns`` over ``nstep``, stacked frames,
         ``weights`` with ``beta``; HER with ``goal``/``achieved``."""
     def sample_sequences(
         self, n: int, length: int, obs: Union[str, Sequence[str]], *, burn_in: int = 0,
         beta: Optional[float] = None, seed: Optional[int] = None, out: Optional[_Batch] = None,
+        out_type: str = "numpy",
     ) -> _Batch:
         """``[n, burn_in + length, ...]`` arrays with ``mask``."""
     def sample_episodes(
         self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
-        out: Optional[_Batch] = None,
+        out: Optional[_Batch] = None, out_type: str = "numpy",
     ) -> _Batch:
         """Whole episodes: rows, ``offsets``, ``episodes``."""
     def sample_fragments(
         self, n: Optional[int] = None, *, beta: Optional[float] = None, seed: Optional[int] = None,
         replace: bool = True, remove: bool = False, covering: Optional[int] = None,
         out: Optional[_Batch] = None, values: str = "list", pad: float = 0.0,
+        out_type: str = "numpy",
     ) -> _Batch:
         """Whole fragments (one ``add_batch`` each): rows and ``offsets``."""
     def sample_groups(
         self, n: int, by: Union[str, Sequence[str]], *, unroll: int = 0, replace: bool = True,
         remove: bool = False, seed: Optional[int] = None, out: Optional[_Batch] = None,
-        values: str = "list", pad: float = 0.0,
+        values: str = "list", pad: float = 0.0, out_type: str = "numpy",
     ) -> _Batch:
         """Groups of items sharing ``by``'s values: rows and ``offsets``."""
 
@@ -298,6 +301,7 @@ class ReplayBuffer(_UnitDraws):
         remove: bool = False,
         by_group: Optional[Sequence[str]] = None,
         nested: bool = False,
+        out_type: str = "numpy",
     ) -> _Batch:
         """``n`` items as one array per field plus ``indices`` (and ``weights`` with ``beta``).
         Variable-length fields as ``values`` says (see ``get``). ``remove=True`` draws
@@ -306,10 +310,13 @@ class ReplayBuffer(_UnitDraws):
 
         With ``out`` (a dict kept from an earlier draw of the same shape), the draw fills
         those arrays in place and returns them: a training loop then allocates nothing.
+        ``out_type="torch"`` returns tensors (``replaystore.torch.as_tensors``),
+        ``"jax"`` ``jax.Array``s (``replaystore.jax.as_jax``; not with ``out``): the
+        same memory on the CPU.
 
         ``n`` may instead be a ``Request`` of any unit (``Request.transitions(32, "obs",
         nstep=3)``): it then holds the draw's options, and only ``seed``, ``out``,
-        ``values``, ``pad`` and ``nested`` go beside it."""
+        ``values``, ``pad``, ``nested`` and ``out_type`` go beside it."""
     def pop_batch(
         self,
         n: int,
@@ -497,9 +504,10 @@ class Reader(_UnitDraws):
         pad: float = 0.0,
         by_group: Optional[Sequence[str]] = None,
         nested: bool = False,
+        out_type: str = "numpy",
     ) -> _Batch:
         """``n`` of the items live now (or a ``Request`` of any unit), as
-        ``ReplayBuffer.sample`` (``out``, ``values`` and ``by_group`` too); never a
+        ``ReplayBuffer.sample`` (``out``, ``values``, ``by_group`` and ``out_type`` too); never a
         removed one."""
     def get(self, indices: npt.ArrayLike, *, drawn: bool = False) -> _Batch:
         """The items at ``indices``, as ``ReplayBuffer.get`` (``drawn=True``: counted in

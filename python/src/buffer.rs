@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use replaystore::{ReplayBuffer, Schema, State};
 
 use crate::calls::*;
-use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
+use crate::draws::{self, Asked, Drawer, Drawing, OutType, Output, PyRequest};
 use crate::errors::{StateError, to_py};
 use crate::held::{Handle, Held, either, held, open_buf};
 use crate::schema::PySchema;
@@ -457,11 +457,13 @@ impl PyBuffer {
     /// `remove=True` draws distinct items and removes them, and
     /// `by_group=["env_id"]` draws distinct items, an even share of every group of that
     /// key first (UnstableBaselines' stratified strategies).
+    /// `out_type="torch"` returns the arrays as tensors (`replaystore.torch.as_tensors`),
+    /// `"jax"` as `jax.Array`s (`replaystore.jax.as_jax`): the same memory on the CPU.
     ///
     /// `n` may instead be a `Request` (`Request.transitions(32, "obs", nstep=3)`, any
-    /// unit): then it holds the draw's options, and only `seed`, `out`, `values`, `pad`
-    /// and `nested` go beside it.
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None, nested=false))]
+    /// unit): then it holds the draw's options, and only `seed`, `out`, `values`, `pad`,
+    /// `nested` and `out_type` go beside it.
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, remove=false, by_group=None, nested=false, out_type="numpy"))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -476,6 +478,7 @@ impl PyBuffer {
         remove: bool,
         by_group: Option<Vec<String>>,
         nested: bool,
+        out_type: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let set = [
             ("beta", beta.is_some()),
@@ -493,6 +496,7 @@ impl PyBuffer {
             values,
             pad,
             nested,
+            out_type: OutType::parse(out_type, out)?,
         };
         draws::sample(py, self, request.get(), seed, &output)
     }
@@ -525,6 +529,7 @@ impl PyBuffer {
             true,
             by_group,
             false,
+            "numpy",
         )
     }
 

@@ -629,12 +629,61 @@ pub(crate) trait Drawer {
 }
 
 /// How a draw's arrays come back: filled into `out`, variable-length values as
-/// `values` says (padded with `pad`), nested by `/` with `nested`.
+/// `values` says (padded with `pad`), nested by `/` with `nested`, as `out_type`'s
+/// arrays.
 pub(crate) struct Output<'a, 'py> {
     pub(crate) out: Option<&'a Bound<'py, PyDict>>,
     pub(crate) values: &'a str,
     pub(crate) pad: f64,
     pub(crate) nested: bool,
+    pub(crate) out_type: OutType,
+}
+
+/// The arrays a draw returns (`out_type=`): NumPy's, or the same memory as tensors or
+/// `jax.Array`s through the package's one conversion for each (`replaystore.torch`'s
+/// `as_tensors`, `replaystore.jax`'s `as_jax`), so a keyword and a call give the same.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutType {
+    Numpy,
+    Torch,
+    Jax,
+}
+
+impl OutType {
+    /// `out_type` as given, checked against `out` (`out_type="jax"` with `out` is a
+    /// `TypeError`: `out`'s arrays are filled again by the next draw, and JAX takes a
+    /// `jax.Array` never to change).
+    pub(crate) fn parse(out_type: &str, out: Option<&Bound<'_, PyDict>>) -> PyResult<OutType> {
+        let t = match out_type {
+            "numpy" => OutType::Numpy,
+            "torch" => OutType::Torch,
+            "jax" => OutType::Jax,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "out_type must be \"numpy\", \"torch\" or \"jax\", got '{other}'"
+                )));
+            }
+        };
+        if t == OutType::Jax && out.is_some() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "out= refills its NumPy arrays on the next draw, and a jax.Array must not \
+                 change: draw with out_type=\"jax\" and no out=",
+            ));
+        }
+        Ok(t)
+    }
+
+    /// `draw`'s arrays as this type says (the module is imported on the first call).
+    fn convert<'py>(self, draw: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+        let (module, function) = match self {
+            OutType::Numpy => return Ok(draw),
+            OutType::Torch => ("replaystore.torch", "as_tensors"),
+            OutType::Jax => ("replaystore.jax", "as_jax"),
+        };
+        let py = draw.py();
+        let converted = py.import(module)?.getattr(function)?.call1((draw,))?;
+        Ok(converted.cast_into::<PyDict>()?)
+    }
 }
 
 impl<'a, 'py> Output<'a, 'py> {
@@ -654,6 +703,7 @@ impl<'a, 'py> Output<'a, 'py> {
             values,
             pad,
             nested: false,
+            out_type: OutType::Numpy,
         }
     }
 }
@@ -678,7 +728,8 @@ pub(crate) fn sample<'py>(
     if let (Some(h), Some(n)) = (request.her(), request.n()) {
         h.rewards(py, &d, n)?;
     }
-    if output.nested { nest(&d) } else { Ok(d) }
+    let d = if output.nested { nest(&d)? } else { d };
+    output.out_type.convert(d)
 }
 
 /// A draw method's first argument: a `Request`, or a count the method's keywords

@@ -12,7 +12,7 @@ use crate::schema::PySchema;
 use crate::shared::Shared;
 
 use crate::calls::*;
-use crate::draws::{self, Asked, Drawer, Drawing, Output, PyRequest};
+use crate::draws::{self, Asked, Drawer, Drawing, OutType, Output, PyRequest};
 
 /// A read-only view of a buffer that another process writes: any number of readers
 /// sample the same files (one copy in the page cache); a reader takes no lock and
@@ -144,10 +144,10 @@ impl PyReader {
 
     /// Draws `n` of the items live now, as `ReplayBuffer.sample` does (never a removed
     /// one); `by_group=["env_id"]` draws distinct items, an even share of every group
-    /// first.
+    /// first; `out_type` as `ReplayBuffer.sample` takes it.
     /// `n` may be a `Request` of any unit, as `ReplayBuffer.sample` takes (a reader
     /// removes nothing: remove through the writer).
-    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, by_group=None, nested=false))]
+    #[pyo3(signature = (n, *, beta=None, seed=None, replace=true, out=None, values="list", pad=0.0, by_group=None, nested=false, out_type="numpy"))]
     #[allow(clippy::too_many_arguments, reason = "the Python signature's keywords")]
     fn sample<'py>(
         &self,
@@ -161,6 +161,7 @@ impl PyReader {
         pad: f64,
         by_group: Option<Vec<String>>,
         nested: bool,
+        out_type: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let set = [
             ("beta", beta.is_some()),
@@ -173,6 +174,7 @@ impl PyReader {
             values,
             pad,
             nested,
+            out_type: OutType::parse(out_type, out)?,
         };
         draws::sample(py, self, request.get(), seed, &output)
     }

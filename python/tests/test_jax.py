@@ -93,6 +93,43 @@ def test_as_jax_keeps_nested_dicts_and_text(tmp_path):
     assert isinstance(x["o"]["pos"], jax.Array) and x["o"]["note"] == ["a", "a", "a"]
 
 
+def test_out_type_jax_is_as_jax_of_the_same_draw_on_every_handle(tmp_path):
+    """``out_type="jax"`` on ``sample``, a reader's and a unit draw's: the arrays
+    ``as_jax`` makes of the same draw (same seed), over the draw's own memory."""
+    b = rs.ReplayBuffer.create(tmp_path / "b", {"obs": ("float32", (4,)), "a": "int32"}, 100)
+    b.add_batch({"obs": np.arange(40, dtype=np.float32).reshape(10, 4),
+                 "a": np.arange(10, dtype=np.int32)})
+    reader = rs.Reader.open(tmp_path / "b")
+    for handle in (b, reader):
+        x = handle.sample(16, seed=5, out_type="jax")
+        want = handle.sample(16, seed=5)
+        assert isinstance(x["obs"], jax.Array) and isinstance(x["indices"], np.ndarray)
+        np.testing.assert_array_equal(np.asarray(x["obs"]), want["obs"])
+        np.testing.assert_array_equal(x["indices"], want["indices"])
+    schema = {"obs.pos": ("float32", (3,)), "action": "int64", "reward": "float32"}
+    e = rs.ReplayBuffer.create(tmp_path / "e", schema, 64, episodic=True)
+    t = np.arange(6, dtype=np.float32)
+    e.add_episode({"obs": {"pos": np.repeat(t[:, None], 3, 1)}, "action": np.arange(5),
+                   "reward": np.ones(5, np.float32)}, terminated=True)
+    tr = e.sample_transitions(8, "obs", nstep=2, seed=1, nested=True, out_type="jax")
+    assert isinstance(tr["next_obs"]["pos"], jax.Array)
+    np.testing.assert_array_equal(np.asarray(tr["next_obs"]["pos"][:, 0]),
+                                  np.minimum(np.asarray(tr["obs"]["pos"][:, 0]) + 2, 5))
+    assert isinstance(e.sample_episodes(1, out_type="jax")["obs.pos"], jax.Array)
+
+
+def test_out_type_refuses_unknown_types_and_jax_into_out(tmp_path):
+    b = rs.ReplayBuffer.create(tmp_path / "b", {"obs": ("float32", (4,))}, 10)
+    b.add(obs=np.ones(4, np.float32))
+    with pytest.raises(ValueError, match='out_type must be "numpy", "torch" or "jax", got \'tf\''):
+        b.sample(2, out_type="tf")
+    kept = b.sample(2)
+    # out= is filled again by the next draw; a jax.Array must never change.
+    with pytest.raises(TypeError, match="out="):
+        b.sample(2, out=kept, out_type="jax")
+    assert b.sample(2, out=kept, out_type="numpy")["obs"] is kept["obs"]
+
+
 @pytest.mark.parametrize("add_batches", [False, True])
 @pytest.mark.parametrize("add_sequences", [False, True])
 def test_item_buffer_matches_flashbax(tmp_path, add_batches, add_sequences):
@@ -214,6 +251,7 @@ def test_bad_batches_are_refused_naming_the_leaf(tmp_path):
 
 def test_the_readme_jax_block_runs_and_runs_again(tmp_path):
     check = ("\nassert x['obs'].shape == (256, 4) and isinstance(x['obs'], jax.Array)\n"
+             "assert y['obs'].devices() == {jax.devices('cpu')[0]}\n"
              "assert pair.first['obs'].shape == (32, 4) and pair.second['r'].shape == (32,)\n"
              # The step after t is t + 1 (15 is followed by the next run's 0).
              "assert bool(((pair.second['obs'] - pair.first['obs']) % 16 == 1).all())\n"

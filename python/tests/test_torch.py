@@ -47,6 +47,20 @@ def test_draws_become_tensors_over_the_same_memory(path):
         assert nested["obs"]["x"].shape == (64, 3)
 
 
+def test_out_type_torch_is_as_tensors_of_the_same_draw(path):
+    with rs.ReplayBuffer.open(path) as buf, rs.Reader.open(path) as reader:
+        for handle in (buf, reader):
+            t = handle.sample(32, beta=0.4, seed=9, out_type="torch")
+            want = as_tensors(handle.sample(32, beta=0.4, seed=9))
+            assert set(t) == set(want)
+            for name in want:
+                assert t[name].dtype == want[name].dtype and t[name].equal(want[name]), name
+        # With out=, the tensors are over out's arrays: the next draw refills both.
+        kept = buf.sample(16)
+        t = buf.sample(16, out=kept, out_type="torch")
+        assert t["obs"].data_ptr() == kept["obs"].ctypes.data
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs a GPU")
 def test_pinned_and_moved_to_the_gpu(path):
     with rs.ReplayBuffer.open(path) as buf:
