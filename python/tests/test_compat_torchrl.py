@@ -202,6 +202,37 @@ def test_a_checkpoint_is_a_snapshot_and_going_back_restores_it(tmp_path):
     rb.loads(tmp_path / "ckpt")
     assert len(rb) == 31
     s.close()
+    # A fresh storage in another folder resumes from the checkpoint (TorchRL's
+    # test_sampler_without_rep_dumps_loads does this): items, priorities, cursor.
+    fresh = TensorDictReplayBuffer(storage=ReplayStoreStorage(50, tmp_path / "other"),
+                                   sampler=ReplayStorePrioritizedSampler(50, 0.6, 0.4))
+    fresh.loads(tmp_path / "ckpt")
+    assert len(fresh) == 31
+    assert fresh.storage.get(torch.arange(31))["action"].tolist() == [k % 4 for k in range(31)]
+    np.testing.assert_allclose(fresh.storage._buffer.priorities(np.arange(30, dtype=np.uint64)),
+                               np.arange(30) + 1 + 1e-8, rtol=1e-5)
+    assert fresh.extend(steps(31, 1)).tolist() == [31]
+    fresh.storage.close()
+    with pytest.raises(ValueError, match="max_size 50, this one has 40"):
+        ReplayStoreStorage(40, tmp_path / "third").loads(tmp_path / "ckpt" / "storage")
+
+
+def test_dumps_refuses_save_hooks_and_checkpointers_it_cannot_apply(tmp_path):
+    from torchrl.data.replay_buffers.checkpointers import FlatStorageCheckpointer
+    from torchrl.data.replay_buffers.utils import TED2Flat
+    rb = TensorDictReplayBuffer(storage=ReplayStoreStorage(20, tmp_path / "rb"))
+    rb.extend(steps(0, 5))
+    rb.register_save_hook(TED2Flat())
+    with pytest.raises(NotImplementedError, match="TED2Flat reshape a full copy"):
+        rb.storage.dumps(tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt").exists()
+    rb.storage.checkpointer = FlatStorageCheckpointer()
+    with pytest.raises(NotImplementedError, match="FlatStorageCheckpointer"):
+        rb.storage.dumps(tmp_path / "ckpt")
+    rb.storage.checkpointer = None  # TorchRL's default again: the snapshot
+    rb.storage.dumps(tmp_path / "ckpt")
+    assert len(rb) == 5
+    rb.storage.close()
 
 
 def test_a_pickled_storage_reads_the_folder_in_another_process(tmp_path):
@@ -221,6 +252,64 @@ def test_a_pickled_storage_reads_the_folder_in_another_process(tmp_path):
     assert run.returncode == 0, run.stderr.decode()
     assert run.stdout.decode().split("\n")[:2] == ["12 [3, 0]", "ReadOnlyError"], run.stdout
     s.close()
+
+
+def test_cleanup_removes_only_what_the_storage_wrote(tmp_path):
+    assert ReplayStoreStorage(10)._auto_cleanup is True
+    assert ReplayStoreStorage(10, tmp_path / "kept")._auto_cleanup is False
+    folder = tmp_path / "rb"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's")
+    s = ReplayStoreStorage(10, folder, auto_cleanup=True)
+    ReplayBuffer(storage=s).extend(steps(0, 3))
+    assert s.cleanup() is True and s.cleanup() is False
+    assert sorted(os.listdir(folder)) == ["notes.txt"], "TorchRL's would remove the folder"
+    with pytest.raises(RuntimeError, match="cleaned up"):
+        ReplayBuffer(storage=s).extend(steps(0, 3))
+    (folder / "notes.txt").unlink()
+    s = ReplayStoreStorage(10, folder, auto_cleanup=True)
+    ReplayBuffer(storage=s).extend(steps(0, 3))
+    assert s.cleanup() is True and not folder.exists()
+    # Never written: nothing of its own to remove, and its temporary folder goes.
+    s = ReplayStoreStorage(10)
+    assert s.cleanup() is False and not os.path.exists(s.path)
+
+
+@pytest.mark.parametrize("end", ["exit", "sigint", "reader-exits", "kept"])
+def test_auto_cleanup_at_exit_and_on_sigint_never_in_a_reader(tmp_path, end):
+    folder = tmp_path / "rb"
+    args = ("auto_cleanup=False" if end == "kept"   # a temporary folder, kept
+            else f"scratch_dir={str(folder)!r}, auto_cleanup=True")
+    code = textwrap.dedent(f"""
+        import os, pickle, signal, subprocess, sys, torch
+        from tensordict import TensorDict
+        from torchrl.data import ReplayBuffer
+        from replaystore.compat.torchrl import LazyMemmapStorage
+        s = LazyMemmapStorage(10, {args})
+        ReplayBuffer(storage=s).extend(TensorDict(a=torch.zeros(3), batch_size=[3]))
+        print(s.path, flush=True)
+        if {end!r} == "reader-exits":
+            run = subprocess.run([sys.executable, "-c", "import pickle, sys; "
+                                  "print(len(pickle.load(sys.stdin.buffer)))"],
+                                 input=pickle.dumps(s), capture_output=True)
+            print(run.stdout.decode().strip(), os.path.isdir(os.path.join(s.path, "items")))
+        if {end!r} == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    out = run.stdout.decode().split()
+    path = out[0]
+    if end == "sigint":  # TorchRL's handler cleans, then interrupts as Python would
+        assert b"KeyboardInterrupt" in run.stderr and run.returncode != 0, run.stderr.decode()
+    else:
+        assert run.returncode == 0, run.stderr.decode()
+    if end == "reader-exits":
+        assert out[1:] == ["3", "True"], "a copy in another process removed nothing"
+    assert os.path.exists(path) == (end == "kept")
+    if end == "kept":  # a temporary folder the caller chose to keep: it reopens
+        s = ReplayStoreStorage(10, path)
+        assert len(s) == 3
+        assert s.cleanup() is True and not os.path.exists(path)
 
 
 def test_a_folder_of_another_size_is_refused(tmp_path):

@@ -27,7 +27,7 @@ class Folder:
         self._path = path or tempfile.mkdtemp(prefix=prefix)
         # Holds the path, not the adapter: it runs once, at close, collection or exit.
         self._remove_dir = (
-            weakref.finalize(self, _remove_folder, self._path) if self._own_dir else None
+            weakref.finalize(self, remove_own_folder, self._path) if self._own_dir else None
         )
         return self._path
 
@@ -97,7 +97,7 @@ def holds_buffer(folder: str) -> bool:
         return False
 
 
-def _remove_folder(path: str) -> None:
+def remove_own_folder(path: str) -> None:
     """Removes a temporary folder the adapter made, following no link inside it."""
     try:
         Confined(path).remove_self()

@@ -71,7 +71,8 @@ try:
     from tensordict.utils import is_tensorclass
     from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler
     from torchrl.data.replay_buffers.storages import Storage, TensorStorage
-    from torchrl.data.replay_buffers.storages.tensor import _flip_list
+    from torchrl.data.replay_buffers.storages.tensor import (_MEMMAP_STORAGE_REGISTRY,
+                                                             _ensure_cleanup_handlers, _flip_list)
     from torchrl.data.replay_buffers.writers import RoundRobinWriter, Writer
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("replaystore.compat.torchrl needs TorchRL: pip install torchrl") from e
@@ -80,7 +81,7 @@ from .._native import ReadOnlyError
 from .._native import Reader as _Reader
 from .._native import ReplayBuffer as _Buffer
 from .._confined import Confined
-from ._folder import Folder, holds_buffer, read_sidecar, write_sidecar
+from ._folder import Folder, holds_buffer, read_sidecar, remove_own_folder, write_sidecar
 
 __all__ = ["ReplayStoreStorage", "ReplayStorePrioritizedSampler", "LazyMemmapStorage",
            "PrioritizedSampler"]
@@ -252,11 +253,27 @@ class ReplayStoreStorage(Folder, TensorStorage):
     """A TorchRL ``TensorStorage`` in the folder ``path``; see the module.
 
     ``scratch_dir`` is ``LazyMemmapStorage``'s name for ``path``; without either the
-    storage lives in a temporary folder removed at ``close``."""
+    storage lives in a temporary folder. ``auto_cleanup`` is ``LazyMemmapStorage``'s: when
+    true (the default for a temporary folder) the storage's files are removed at
+    ``close``, when it is collected, at exit and on SIGINT or SIGTERM (through TorchRL's
+    own handlers); ``cleanup()`` removes them at once. In a folder the caller named, only
+    what the storage wrote goes (``items/``, ``torchrl.json``), and the folder itself if
+    that leaves it empty: TorchRL removes the whole folder, the caller's files in it too.
+
+    >>> import os, tempfile, torch
+    >>> from tensordict import TensorDict
+    >>> from torchrl.data import ReplayBuffer
+    >>> folder = os.path.join(tempfile.mkdtemp(), "scratch")
+    >>> s = ReplayStoreStorage(10, scratch_dir=folder, auto_cleanup=True)
+    >>> _ = ReplayBuffer(storage=s).extend(TensorDict(a=torch.zeros(3), batch_size=[3]))
+    >>> s.cleanup(), os.path.exists(folder), s.cleanup()
+    (True, False, False)
+    """
 
     def __init__(self, max_size: int, path: Optional[str] = None, *, scratch_dir: Any = None,
                  device: Any = "cpu", ndim: int = 1, existsok: bool = False,
-                 compilable: bool = False, shared_init: bool = False) -> None:
+                 compilable: bool = False, shared_init: bool = False,
+                 auto_cleanup: Optional[bool] = None) -> None:
         if ndim != 1:
             raise NotImplementedError(f"ReplayStoreStorage has ndim=1 (got ndim={ndim})")
         if path is not None and scratch_dir is not None and str(path) != str(scratch_dir):
@@ -267,6 +284,19 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self.existsok = existsok
         target = path if path is not None else scratch_dir
         self._take_folder(None if target is None else os.fspath(target), "replaystore-torchrl-")
+        self._scratch_dir_is_temp = self._own_dir
+        self._auto_cleanup = self._own_dir if auto_cleanup is None else bool(auto_cleanup)
+        self._cleaned_up = False
+        if self._remove_dir is not None and not self._auto_cleanup:
+            self._remove_dir.detach()  # the caller keeps the temporary folder
+            self._remove_dir = None
+        elif self._auto_cleanup and not self._own_dir:
+            # Holds the path, not the storage: runs once, at close, collection or exit.
+            self._remove_dir = weakref.finalize(self, _remove_files, self._path)
+        if self._auto_cleanup:
+            # TorchRL's registry: its SIGINT/SIGTERM handlers clean what it holds.
+            _ensure_cleanup_handlers()
+            _MEMMAP_STORAGE_REGISTRY.add(self)
         os.makedirs(self._path, exist_ok=True)
         self._items_dir = Confined(self._path).subdir(ITEMS, create=True)
         self._rs: Any = None
@@ -300,8 +330,11 @@ class ReplayStoreStorage(Folder, TensorStorage):
         write_sidecar(self._path, SIDECAR, {"max_size": self.max_size, "origin": self._origin,
                                             "layout": self._layout.to_json()})
 
-    def _create(self, item: Any) -> None:
-        self._layout = _Layout.of(item)
+    def _create(self, layout: "_Layout") -> None:
+        if self._cleaned_up:
+            raise RuntimeError(f"{self._path}: this storage was cleaned up (cleanup()); "
+                               "make a new one")
+        self._layout = layout
         # The sidecar first: a kill before the buffer exists leaves a layout and no
         # buffer, and the next write creates it.
         self._write_config()
@@ -439,7 +472,8 @@ class ReplayStoreStorage(Folder, TensorStorage):
             raise ReadOnlyError(f"this copy of the storage reads {self._path} (it was pickled "
                                 "to another process); the process that made it writes")
         if self._rs is None:
-            self._create(data[0] if hasattr(data, "unsqueeze") else tree_map(lambda x: x[0], data))
+            first = data[0] if hasattr(data, "unsqueeze") else tree_map(lambda x: x[0], data)
+            self._create(_Layout.of(first))
         if set_cursor:
             self._set_last_cursor(cursor)
         start = self._cursor()
@@ -487,11 +521,30 @@ class ReplayStoreStorage(Folder, TensorStorage):
 
     def _init(self, data: Any = None) -> None:
         if data is not None and self._rs is None:
-            self._create(data)
+            self._create(_Layout.of(data))
 
     def close(self) -> None:
         Folder.close(self)
         self._rs = None
+
+    def cleanup(self) -> bool:
+        """Closes the storage and removes its files (``LazyMemmapStorage.cleanup``; see
+        the class); whether it removed any. Once only: later calls return ``False``, and
+        the storage takes no more writes."""
+        if self._cleaned_up:
+            return False
+        self._cleaned_up = True
+        wrote = self._rs is not None
+        for buf in self._open_buffers():
+            buf.close()
+        self._rs, self.initialized = None, False
+        if self._remove_dir is not None:
+            self._remove_dir.detach()
+            self._remove_dir = None
+        if self._own_dir:
+            remove_own_folder(self._path)
+            return wrote
+        return _remove_files(self._path) and wrote
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(path={self._path!r}, len={len(self)}, "
@@ -500,15 +553,30 @@ class ReplayStoreStorage(Folder, TensorStorage):
     # --- checkpoints -------------------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """An O(1) snapshot of the folder (its name and the state to go back to)."""
+        """An O(1) snapshot of the folder: its name, the state to go back to, and what a
+        fresh storage needs to take it (the layout, the priorities' alpha and eps)."""
         if self._rs is None:
             return {"path": self._path, "state": None, "origin": self._origin}
-        return {"path": self._path, "state": self._buffer.get_state(), "origin": self._origin}
+        summary = self._buffer.priority_summary()
+        return {"path": self._path, "state": self._buffer.get_state(), "origin": self._origin,
+                "max_size": self.max_size, "layout": self._layout.to_json(),
+                "priorities": None if summary is None else [summary["alpha"], summary["eps"]]}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Goes back to a snapshot ``state_dict()`` took: of this folder, or of another
+        storage's of the same ``max_size`` (a fresh storage resuming from a checkpoint:
+        the engine brings the snapshot into this folder, linked where it can be)."""
         if state_dict.get("state") is None:
             self._empty()
             return
+        if self._rs is None:
+            # Nothing written here yet: made as the snapshot's storage was, then filled.
+            if state_dict.get("max_size", self.max_size) != self.max_size:
+                raise ValueError(f"the snapshot is of a storage of max_size "
+                                 f"{state_dict['max_size']}, this one has {self.max_size}")
+            if state_dict.get("priorities") is not None:
+                self._alpha = tuple(state_dict["priorities"])
+            self._create(_Layout.from_json(state_dict["layout"]))
         self._buffer.set_state(state_dict["state"])
         self._tail_value = None
         self._origin = state_dict["origin"]
@@ -517,9 +585,22 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._bump_mutation_revision()
 
     def dumps(self, path: Any) -> None:
-        """Writes the snapshot's name to ``path`` (a folder), not the items."""
+        """Writes the snapshot's name to ``path`` (a folder), not the items. TorchRL's
+        save hooks (``TED2Flat``) and other checkpointers (``H5StorageCheckpointer``)
+        reshape a full copy of the items, which this does not write: with one set it
+        raises ``NotImplementedError`` rather than leave it unused."""
         import pickle
 
+        checkpointer = self._checkpointer
+        used = [type(h).__name__ for h in checkpointer._save_hooks]
+        if type(checkpointer) is not self._default_checkpointer:
+            used.insert(0, type(checkpointer).__name__)
+        if used:
+            raise NotImplementedError(
+                f"ReplayStoreStorage.dumps writes an O(1) snapshot of its folder, and "
+                f"{', '.join(used)} reshape a full copy of the items: copy them out with "
+                "storage.get(range(len(storage))) (or `replaystore export`), or use a "
+                "LazyMemmapStorage for this checkpoint")
         os.makedirs(path, exist_ok=True)
         state = self.state_dict()
         # confined: the checkpoint folder the caller names, outside the buffer's folder.
@@ -540,13 +621,29 @@ class ReplayStoreStorage(Folder, TensorStorage):
         state = Storage.__getstate__(self)
         for k in ("_rs", "_rb_ref", "_remove_dir", "_stash", "_len_value", "_tail_value"):
             state.pop(k, None)
-        state["_own_dir"], state["_attached_entities_list"] = False, []
+        # A copy in another process reads the writer's folder and never removes it.
+        state["_own_dir"], state["_auto_cleanup"], state["_attached_entities_list"] = False, False, []
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         Storage.__setstate__(self, state)
         self._rb_ref, self._stash, self._remove_dir, self._tail_value = None, None, None, None
         self._rs = _Reader.open(self._items_dir) if holds_buffer(self._items_dir) else None
+
+
+def _remove_files(folder: str) -> bool:
+    """Removes what a storage wrote in a folder the caller named, then the folder if
+    that left it empty; whether the folder was there."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return False
+    d = Confined(folder)
+    d.remove_tree(ITEMS)
+    d.remove_tree(SIDECAR)
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass  # the caller's own files are in it: they stay, and so does the folder
+    return True
 
 
 def _show(slots: np.ndarray) -> str:
@@ -579,7 +676,11 @@ class ReplayStorePrioritizedSampler(_TorchRLPrioritizedSampler):
 
     def __getattr__(self, name: str) -> Any:
         if name in ("_sum_tree", "_min_tree"):
+            # New trees, not emptied ones: a largest priority set before them (loads
+            # sets it, then fills the trees) stays, as with TorchRL's eager trees.
+            kept = self.__dict__.get("_max_priority")
             _TorchRLPrioritizedSampler._init(self)
+            self.__dict__["_max_priority"] = kept
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
