@@ -235,6 +235,21 @@ def test_dumps_refuses_save_hooks_and_checkpointers_it_cannot_apply(tmp_path):
     rb.storage.close()
 
 
+def test_over_another_storage_the_sampler_is_torchrls_through_dumps_and_loads(tmp_path):
+    from torchrl.data import LazyTensorStorage
+    made = {}
+    for name, cls in (("theirs", PrioritizedSampler), ("ours", ReplayStorePrioritizedSampler)):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10),
+                          sampler=cls(10, alpha=0.6, beta=1.0, max_priority_within_buffer=True))
+        rb.update_priority(rb.extend(torch.arange(6)), torch.arange(1.0, 7.0))
+        rb.sampler.dumps(tmp_path / name)
+        fresh = cls(10, alpha=0.6, beta=1.0, max_priority_within_buffer=True)
+        fresh.loads(tmp_path / name)   # its trees are made while it loads
+        made[name] = (tuple(float(x) for x in fresh._max_priority),
+                      [fresh._sum_tree[i] for i in range(10)])
+    assert made["ours"] == made["theirs"] and made["ours"][0][1] == 5
+
+
 def test_a_pickled_storage_reads_the_folder_in_another_process(tmp_path):
     s = ReplayStoreStorage(20, tmp_path / "rb")
     ReplayBuffer(storage=s).extend(steps(0, 12))
