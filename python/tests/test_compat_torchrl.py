@@ -23,6 +23,7 @@ from torchrl.data import (LazyMemmapStorage, PrioritizedSampler, RandomSampler, 
                           ReplayBuffer, SamplerWithoutReplacement, SliceSampler,
                           TensorDictReplayBuffer)
 
+import replaystore as rs  # noqa: E402
 from replaystore.compat.torchrl import (ReplayStorePrioritizedSampler,  # noqa: E402
                                         ReplayStoreStorage)
 
@@ -325,6 +326,18 @@ def test_auto_cleanup_at_exit_and_on_sigint_never_in_a_reader(tmp_path, end):
         s = ReplayStoreStorage(10, path)
         assert len(s) == 3
         assert s.cleanup() is True and not os.path.exists(path)
+
+
+def test_a_copy_pickled_before_the_first_write_reads_and_never_writes(tmp_path):
+    s = ReplayStoreStorage(20, tmp_path / "rb")
+    copy = pickle.loads(pickle.dumps(s))     # as a worker gets it, before anything is added
+    assert len(copy) == 0
+    with pytest.raises(rs.ReadOnlyError, match="pickled"):
+        ReplayBuffer(storage=copy).extend(steps(0, 2))
+    assert not (tmp_path / "rb" / "items" / "MANIFEST").exists(), "the copy made no buffer"
+    ReplayBuffer(storage=s).extend(steps(0, 7))
+    assert len(copy) == 7 and copy.get([6])["action"].tolist() == [2]
+    s.close()
 
 
 def test_a_folder_of_another_size_is_refused(tmp_path):

@@ -306,6 +306,8 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._alpha: Optional[Tuple[float, float]] = None
         self._stash: Optional[Tuple[torch.Tensor, Dict[str, np.ndarray]]] = None
         self._rb_ref: Optional[weakref.ref] = None
+        #: A copy pickled to another process: it reads, never writes (``ReadOnlyError``).
+        self._reader_copy = False
         self._reopen()
 
     # --- the folder ------------------------------------------------------------------
@@ -320,7 +322,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._layout = _Layout.from_json(config["layout"])
         self._origin = config["origin"]
         if holds_buffer(self._items_dir):
-            self._rs = _Buffer.open(self._items_dir)
+            self._rs = (_Reader if self._reader_copy else _Buffer).open(self._items_dir)
             if len(self._rs) == 0:
                 # A kill after ``clear`` and before the sidecar named the new origin.
                 self._origin = self._rs.stats()["tail"]
@@ -362,8 +364,15 @@ class ReplayStoreStorage(Folder, TensorStorage):
             raise ValueError(f"{self._path} holds a buffer without priorities: a "
                              "ReplayStorePrioritizedSampler needs a folder created with it")
 
+    def _follow(self) -> None:
+        """A reader copy made before the writer's first write opens the buffer once the
+        writer has made it."""
+        if self._rs is None and self._reader_copy:
+            self._reopen()
+
     @property
     def _buffer(self) -> Any:
+        self._follow()
         if self._rs is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         return self._rs
@@ -376,9 +385,10 @@ class ReplayStoreStorage(Folder, TensorStorage):
     def _tail(self) -> int:
         """The index the next item gets: kept here for the writer (each add returns it),
         asked of the folder by a reader (another process adds)."""
+        self._follow()
         if self._rs is None:
             return self._origin
-        if self._tail_value is None or isinstance(self._rs, _Reader):
+        if self._tail_value is None or self._reader_copy:
             self._tail_value = self._rs.stats()["tail"]
         return self._tail_value
 
@@ -403,6 +413,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
 
     @property
     def _len(self) -> int:
+        self._follow()
         return len(self._rs) if self._rs is not None else 0
 
     @_len.setter
@@ -468,7 +479,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if one:
             data = data.unsqueeze(0) if hasattr(data, "unsqueeze") else \
                 tree_map(lambda x: x.unsqueeze(0), data)
-        if isinstance(self._rs, _Reader):
+        if self._reader_copy:
             raise ReadOnlyError(f"this copy of the storage reads {self._path} (it was pickled "
                                 "to another process); the process that made it writes")
         if self._rs is None:
@@ -621,14 +632,17 @@ class ReplayStoreStorage(Folder, TensorStorage):
         state = Storage.__getstate__(self)
         for k in ("_rs", "_rb_ref", "_remove_dir", "_stash", "_len_value", "_tail_value"):
             state.pop(k, None)
-        # A copy in another process reads the writer's folder and never removes it.
-        state["_own_dir"], state["_auto_cleanup"], state["_attached_entities_list"] = False, False, []
+        # A copy in another process reads the writer's folder, even one pickled before
+        # the first write made the buffer, and never writes or removes it.
+        state.update(_own_dir=False, _auto_cleanup=False, _reader_copy=True,
+                     _attached_entities_list=[])
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         Storage.__setstate__(self, state)
         self._rb_ref, self._stash, self._remove_dir, self._tail_value = None, None, None, None
-        self._rs = _Reader.open(self._items_dir) if holds_buffer(self._items_dir) else None
+        self._rs = None
+        self._follow()
 
 
 def _remove_files(folder: str) -> bool:
