@@ -98,6 +98,21 @@ def test_items_come_back_as_stored_tensordict_tensorclass_and_tensor(tmp_path):
     s.close()
 
 
+def test_a_tensorclass_defined_in_a_function_comes_back_where_it_was_stored(tmp_path):
+    @tensorclass
+    class Local:
+        obs: torch.Tensor
+
+    s = ReplayStoreStorage(10, tmp_path / "rb")
+    rb = ReplayBuffer(storage=s)
+    rb.extend(Local(obs=torch.arange(4.0)[:, None], batch_size=[4]))
+    assert type(rb[2]) is Local and rb[2].obs.tolist() == [2.0]
+    copy = pickle.loads(pickle.dumps(s))   # it has only the class's name to go by
+    with pytest.raises(TypeError, match="Local .*defined inside a function"):
+        copy.get([0])
+    s.close()
+
+
 def test_prioritized_draws_follow_torchrls_distribution_and_weights(tmp_path):
     n, draws = 32, 20_000
     prio = torch.linspace(0.1, 3.0, n)

@@ -114,6 +114,16 @@ class _Layout:
                  batch: List[int], cls: Optional[str] = None) -> None:
         # cls: a tensorclass's import path, or a pytree's structure (treespec_dumps).
         self.kind, self.fields, self.batch, self.cls = kind, fields, batch, cls
+        #: The tensorclass itself, in the process that stored it or once imported: a
+        #: class defined inside a function has no import path, and is read back here.
+        self.type: Optional[type] = None
+
+    def __getstate__(self) -> dict:
+        # A pickled copy imports the class by its path (a local class cannot travel).
+        return {k: v for k, v in self.__dict__.items() if k != "type"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, type=None)
 
     @classmethod
     def of(cls, item: Any) -> "_Layout":
@@ -123,7 +133,9 @@ class _Layout:
         if is_tensorclass(item):
             name = f"{type(item).__module__}:{type(item).__qualname__}"
             inner = cls.of(item._tensordict)
-            return cls("tensorclass", inner.fields, inner.batch, name)
+            layout = cls("tensorclass", inner.fields, inner.batch, name)
+            layout.type = type(item)
+            return layout
         if is_tensor_collection(item):
             fields = {}
             for key, leaf in item.items(include_nested=True, leaves_only=True):
@@ -203,7 +215,9 @@ class _Layout:
         size = self.batch if n is None else [n, *self.batch]
         td = TensorDict({_key(name): tensor(name) for name in self.fields}, batch_size=size)
         if self.kind == "tensorclass":
-            return _load_class(self.cls)._from_tensordict(td)
+            if self.type is None:
+                self.type = _load_class(self.cls)
+            return self.type._from_tensordict(td)
         return td
 
 
@@ -223,6 +237,10 @@ def _load_class(path: str) -> Any:
     import importlib
 
     module, _, qual = path.partition(":")
+    if "<locals>" in qual:
+        raise TypeError(f"the items are tensorclass {qual} of {module}, defined inside a "
+                        "function: only the storage that stored them can rebuild them. "
+                        "Define it at module level to read them elsewhere or after a restart")
     obj: Any = importlib.import_module(module)
     for part in qual.split("."):
         obj = getattr(obj, part)
