@@ -197,6 +197,19 @@ def test_a_write_elsewhere_than_the_next_slots_is_refused_and_loses_nothing(tmp_
     s.close()
 
 
+def test_an_update_in_place_is_refused_and_loses_nothing(tmp_path):
+    from torchrl.data import TensorDictRoundRobinWriter
+    rb = TensorDictReplayBuffer(storage=ReplayStoreStorage(10, tmp_path / "rb"),
+                                writer=TensorDictRoundRobinWriter(track_generations=True))
+    index = rb.extend(steps(0, 4))
+    with pytest.raises(RuntimeError, match="Conditional updates are not supported by "
+                                           "ReplayStoreStorage"):
+        rb.update_if_present(index=index, generation=rb._writer.generations_of(index),
+                             patch={"action": torch.zeros(4, dtype=torch.int64)})
+    assert rb[:]["action"].tolist() == [0, 1, 2, 3]
+    rb.storage.close()
+
+
 def test_a_checkpoint_is_a_snapshot_and_going_back_restores_it(tmp_path):
     s = ReplayStoreStorage(50, tmp_path / "rb")
     rb = TensorDictReplayBuffer(storage=s, sampler=ReplayStorePrioritizedSampler(50, 0.6, 0.4))

@@ -288,6 +288,11 @@ class ReplayStoreStorage(Folder, TensorStorage):
     (True, False, False)
     """
 
+    #: ``ReplayBuffer.update_if_present`` patches stored items in place, which this
+    #: storage does not do (see the module): TorchRL then raises its RuntimeError,
+    #: where TensorStorage's patch would go to a copy and be lost.
+    supports_conditional_update = False
+
     def __init__(self, max_size: int, path: Optional[str] = None, *, scratch_dir: Any = None,
                  device: Any = "cpu", ndim: int = 1, existsok: bool = False,
                  compilable: bool = False, shared_init: bool = False,
