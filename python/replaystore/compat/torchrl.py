@@ -52,7 +52,20 @@ Where it differs from ``LazyMemmapStorage``, and why:
 - ``ndim`` is 1, and non-tensor leaves (strings) are refused with ``TypeError`` at the
   first write; a ``bfloat16`` or complex leaf too.
 - ``len`` counts the items held; after out-of-order writes TorchRL's counts writes.
-- ``storage._storage`` is a copy of what is held (reading it costs a full read).
+- ``storage._storage`` is a copy of what is held (reading it costs a full read), not a
+  preallocated ``max_size`` memmap; ``update_if_present`` (a patch in place) raises
+  TorchRL's ``RuntimeError`` for a storage without conditional updates.
+- One process writes a folder: a copy pickled to a worker or a ``.share(True)`` child
+  reads it, and its writes raise ``ReadOnlyError`` (TorchRL's shared storages take
+  writes from every process).
+- ``cleanup()`` / ``auto_cleanup`` remove only what the storage wrote in a folder the
+  caller named (TorchRL removes the whole folder); ``dumps`` with a save hook or
+  another checkpointer raises ``NotImplementedError`` (there is no full copy to
+  reshape); ``loads`` into a storage never written works (TorchRL refuses a tensor or
+  pytree one).
+
+``python/conformance/by_design.toml`` lists each of TorchRL's own test cases that these
+make fail, with the reason.
 """
 
 from __future__ import annotations
