@@ -113,6 +113,22 @@ def test_a_tensorclass_defined_in_a_function_comes_back_where_it_was_stored(tmp_
     s.close()
 
 
+def test_text_values_are_refused_not_dropped(tmp_path):
+    @tensorclass
+    class Said:
+        obs: torch.Tensor
+        text: str
+
+    rb = ReplayBuffer(storage=ReplayStoreStorage(10, tmp_path / "rb"))
+    with pytest.raises(TypeError, match="'text' is NonTensorData"):
+        rb.extend(Said(obs=torch.zeros(2, 3), text="hi", batch_size=[2]))
+    rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, batch_size=[2]))
+    with pytest.raises(TypeError, match="'note' is NonTensorData"):
+        rb.extend(TensorDict({"obs": torch.ones(2, 3), "note": "lost?"}, batch_size=[2]))
+    assert len(rb) == 2 and rb[:]["obs"].sum() == 0
+    rb.storage.close()
+
+
 def test_prioritized_draws_follow_torchrls_distribution_and_weights(tmp_path):
     n, draws = 32, 20_000
     prio = torch.linspace(0.1, 3.0, n)

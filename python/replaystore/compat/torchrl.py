@@ -80,7 +80,7 @@ try:
     import torch
     from torch.utils._pytree import (tree_flatten, tree_map, tree_unflatten, treespec_dumps,
                                      treespec_loads)
-    from tensordict import TensorDict, is_tensor_collection
+    from tensordict import TensorDict, is_non_tensor, is_tensor_collection
     from tensordict.utils import is_tensorclass
     from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler
     from torchrl.data.replay_buffers.storages import Storage, TensorStorage
@@ -150,13 +150,8 @@ class _Layout:
             layout.type = type(item)
             return layout
         if is_tensor_collection(item):
-            fields = {}
-            for key, leaf in item.items(include_nested=True, leaves_only=True):
-                name = _field(key)
-                if not isinstance(leaf, torch.Tensor) or is_tensor_collection(leaf):
-                    raise TypeError(f"ReplayStoreStorage keeps tensors: leaf {key!r} is a "
-                                    f"{type(leaf).__name__}")
-                fields[name] = (_dtype_name(key, leaf), list(leaf.shape))
+            fields = {name: (_dtype_name(name, leaf), list(leaf.shape))
+                      for name, leaf in _tensor_leaves(item).items()}
             if not fields:
                 raise TypeError("ReplayStoreStorage: the first item has no tensor leaves")
             return cls("tensordict", fields, list(item.batch_size))
@@ -193,7 +188,7 @@ class _Layout:
             if not is_tensor_collection(td):
                 raise TypeError(f"ReplayStoreStorage holds {self.kind} items; got "
                                 f"{type(data).__name__}")
-            leaves = {_field(k): v for k, v in td.items(include_nested=True, leaves_only=True)}
+            leaves = _tensor_leaves(td)
             missing = sorted(set(self.fields) - set(leaves))
             if missing:
                 raise KeyError(f"ReplayStoreStorage: the data lacks key(s) {missing} the "
@@ -232,6 +227,20 @@ class _Layout:
                 self.type = _load_class(self.cls)
             return self.type._from_tensordict(td)
         return td
+
+
+def _tensor_leaves(td: Any) -> Dict[str, torch.Tensor]:
+    """A TensorDict's leaves by field name; ``TypeError`` for a non-tensor one (a string,
+    ``NonTensorData``), which ``leaves_only`` would pass over and a write then lose."""
+    leaves = {}
+    for key, value in td.items(include_nested=True):
+        if is_non_tensor(value) or not (isinstance(value, torch.Tensor)
+                                        or is_tensor_collection(value)):
+            raise TypeError(f"ReplayStoreStorage keeps tensors: {key!r} is "
+                            f"{type(value).__name__}, and non-tensor values are not stored")
+        if not is_tensor_collection(value):
+            leaves[_field(key)] = value
+    return leaves
 
 
 def _dtype_name(key: Any, leaf: torch.Tensor) -> str:
@@ -518,14 +527,12 @@ class ReplayStoreStorage(Folder, TensorStorage):
         if self._reader_copy:
             raise ReadOnlyError(f"this copy of the storage reads {self._path} (it was pickled "
                                 "to another process); the process that made it writes")
-        if self._rs is None:
-            first = data[0] if hasattr(data, "unsqueeze") else tree_map(lambda x: x[0], data)
-            self._create(_Layout.of(first))
-        if set_cursor:
-            self._set_last_cursor(cursor)
-        start = self._cursor()
-        expected = (start + np.arange(len(slots))) % self.max_size
         try:
+            if self._rs is None:
+                first = data[0] if hasattr(data, "unsqueeze") else \
+                    tree_map(lambda x: x[0], data)
+                self._create(_Layout.of(first))
+            expected = (self._cursor() + np.arange(len(slots))) % self.max_size
             if not np.array_equal(slots, expected):
                 raise NotImplementedError(
                     f"ReplayStoreStorage appends: this write should go to slots "
@@ -538,6 +545,8 @@ class ReplayStoreStorage(Folder, TensorStorage):
         except Exception:
             self._resync_writer()
             raise
+        if set_cursor:
+            self._set_last_cursor(cursor)
         self._stash = None
         self._bump_mutation_revision()
 
