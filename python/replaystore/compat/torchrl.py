@@ -551,6 +551,7 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._bump_mutation_revision()
 
     def get(self, index: Any) -> Any:
+        self._follow()
         if self._rs is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         stash, self._stash = self._stash, None
