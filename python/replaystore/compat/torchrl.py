@@ -234,12 +234,11 @@ def _tensor_leaves(td: Any) -> Dict[str, torch.Tensor]:
     ``NonTensorData``), which ``leaves_only`` would pass over and a write then lose."""
     leaves = {}
     for key, value in td.items(include_nested=True):
-        if is_non_tensor(value) or not (isinstance(value, torch.Tensor)
-                                        or is_tensor_collection(value)):
+        if isinstance(value, torch.Tensor):     # the common case first: one C check
+            leaves[_field(key)] = value
+        elif is_non_tensor(value) or not is_tensor_collection(value):
             raise TypeError(f"ReplayStoreStorage keeps tensors: {key!r} is "
                             f"{type(value).__name__}, and non-tensor values are not stored")
-        if not is_tensor_collection(value):
-            leaves[_field(key)] = value
     return leaves
 
 
