@@ -333,6 +333,11 @@ def test_cleanup_removes_only_what_the_storage_wrote(tmp_path):
     # Never written: nothing of its own to remove, and its temporary folder goes.
     s = ReplayStoreStorage(10)
     assert s.cleanup() is False and not os.path.exists(s.path)
+    # Kept (auto_cleanup=False) but never written: no empty folder is left behind.
+    s = ReplayStoreStorage(10, auto_cleanup=False)
+    path = s.path
+    s.close()
+    assert not os.path.exists(path)
 
 
 @pytest.mark.parametrize("end", ["exit", "sigint", "reader-exits", "kept"])

@@ -332,8 +332,10 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._auto_cleanup = self._own_dir if auto_cleanup is None else bool(auto_cleanup)
         self._cleaned_up = False
         if self._remove_dir is not None and not self._auto_cleanup:
-            self._remove_dir.detach()  # the caller keeps the temporary folder
-            self._remove_dir = None
+            # The caller keeps the temporary folder, once it holds items: one never
+            # written (TorchRL makes no files until then) is still removed.
+            self._remove_dir.detach()
+            self._remove_dir = weakref.finalize(self, _remove_if_unused, self._path)
         elif self._auto_cleanup and not self._own_dir:
             # Holds the path, not the storage: runs once, at close, collection or exit.
             self._remove_dir = weakref.finalize(self, _remove_files, self._path)
@@ -688,6 +690,12 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._rb_ref, self._stash, self._remove_dir, self._tail_value = None, None, None, None
         self._rs = None
         self._follow()
+
+
+def _remove_if_unused(folder: str) -> None:
+    """Removes a temporary folder the storage made if no buffer was made in it."""
+    if not holds_buffer(os.path.join(folder, ITEMS)):
+        remove_own_folder(folder)
 
 
 def _remove_files(folder: str) -> bool:
