@@ -4,7 +4,7 @@ and calls the handle's one ``sample``, which every class implements once in the
 extension. Written once here and attached to the classes that draw them
 (``ReplayBuffer`` and ``Reader``; ``BufferGroup``'s take a member), so that a keyword
 means the same on every handle (``out_type="torch"`` or ``"jax"`` among them, as
-``sample`` takes it). Also how a pickled ``Request`` is built again."""
+``sample`` takes it; ``None``, NumPy, is not passed on). Also how a pickled ``Request`` is built again."""
 
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -33,7 +33,7 @@ def _draw(handle: Any, request: Request, *args: Any, seed: Optional[int] = None,
 def sample_transitions(self, n: int, obs: _Names, *, seed: Optional[int] = None,
                        out: Optional[Dict[str, Any]] = None, nested: bool = False,
                        values: Optional[str] = None, pad: Optional[float] = None,
-                       out_type: str = "numpy", **options: Any) -> Dict[str, Any]:
+                       out_type: Optional[str] = None, **options: Any) -> Dict[str, Any]:
     """Draws ``n`` transitions of an episodic buffer: uniformly, or by priority with
     ``beta``. ``obs`` names the observation field(s): each comes back before the step
     under its name and after it as ``next_<name>``; every other field is the step's.
@@ -60,7 +60,7 @@ def sample_transitions(self, n: int, obs: _Names, *, seed: Optional[int] = None,
 def sample_sequences(self, n: int, length: int, obs: _Names, *, burn_in: int = 0,
                      beta: Optional[float] = None, seed: Optional[int] = None,
                      out: Optional[Dict[str, Any]] = None, values: Optional[str] = None,
-                     pad: Optional[float] = None, out_type: str = "numpy") -> Dict[str, Any]:
+                     pad: Optional[float] = None, out_type: Optional[str] = None) -> Dict[str, Any]:
     """Draws ``n`` sequences of ``length`` steps (after ``burn_in`` steps to warm up a
     recurrent state) from an episodic buffer: uniformly, or by priority with ``beta``.
     Arrays are ``[n, burn_in + length, ...]``, named as ``sample_transitions`` names
@@ -77,7 +77,7 @@ def sample_episodes(self, n: Optional[int] = None, *, beta: Optional[float] = No
                     seed: Optional[int] = None, replace: bool = True, remove: bool = False,
                     covering: Optional[int] = None, out: Optional[Dict[str, Any]] = None,
                     values: Optional[str] = None, pad: Optional[float] = None,
-                    out_type: str = "numpy") -> Dict[str, Any]:
+                    out_type: Optional[str] = None) -> Dict[str, Any]:
     """Draws ``n`` whole episodes (ended ones with every row live, none removed):
     uniformly (distinct ones with ``replace=False``), or by the mean priority of their
     rows with ``beta``. ``covering=k`` instead draws distinct episodes in random order
@@ -106,7 +106,7 @@ def sample_fragments(self, n: Optional[int] = None, *, beta: Optional[float] = N
                      seed: Optional[int] = None, replace: bool = True, remove: bool = False,
                      covering: Optional[int] = None, out: Optional[Dict[str, Any]] = None,
                      values: str = "list", pad: float = 0.0,
-                     out_type: str = "numpy") -> Dict[str, Any]:
+                     out_type: Optional[str] = None) -> Dict[str, Any]:
     """Draws ``n`` whole fragments (the rows of one ``add_batch`` call each; never one
     that eviction has cut, nor, with item states, one that lost a row to a removal):
     uniformly (distinct ones with ``replace=False``), or by the mean priority of their
@@ -118,13 +118,13 @@ def sample_fragments(self, n: Optional[int] = None, *, beta: Optional[float] = N
     ``offsets[i]:offsets[i+1]``) and, with ``beta``, one weight per fragment in
     ``weights``. ``Request.fragments`` with ``sample``."""
     request = Request.fragments(n, covering=covering, beta=beta, replace=replace, remove=remove)
-    return self.sample(request, seed=seed, out=out, values=values, pad=pad, out_type=out_type)
+    return _draw(self, request, seed=seed, out=out, values=values, pad=pad, out_type=out_type)
 
 
 def sample_groups(self, n: int, by: _Names, *, unroll: int = 0, replace: bool = True,
                   remove: bool = False, seed: Optional[int] = None,
                   out: Optional[Dict[str, Any]] = None, values: str = "list",
-                  pad: float = 0.0, out_type: str = "numpy") -> Dict[str, Any]:
+                  pad: float = 0.0, out_type: Optional[str] = None) -> Dict[str, Any]:
     """Draws ``n`` groups of the items sharing the values of ``by`` (a field name or a
     list of them; DI-engine's ``sample(n, groupby=...)``): uniformly over the groups
     (distinct ones with ``replace=False``), each group's items (not removed) in the
@@ -134,7 +134,7 @@ def sample_groups(self, n: int, by: _Names, *, unroll: int = 0, replace: bool = 
     rows concatenated (one array per field, plus ``indices``) and ``offsets`` (group
     ``i`` is rows ``offsets[i]:offsets[i+1]``). ``Request.groups`` with ``sample``."""
     request = Request.groups(n, by, unroll=unroll, replace=replace, remove=remove)
-    return self.sample(request, seed=seed, out=out, values=values, pad=pad, out_type=out_type)
+    return _draw(self, request, seed=seed, out=out, values=values, pad=pad, out_type=out_type)
 
 
 def _group_sample_transitions(self, n: int, member: str, obs: _Names, *, nstep: int = 1,

@@ -157,32 +157,32 @@ class _UnitDraws:
         stack: int = 1, nstep: int = 1, gamma: float = 1.0, seed: Optional[int] = None,
         out: Optional[_Batch] = None, goal: Optional[str] = None, achieved: Optional[str] = None,
         strategy: str = "future", n_sampled_goal: int = 4, compute_reward: Optional[Any] = None,
-        info: Optional[str] = None, nested: bool = False, out_type: str = "numpy",
+        info: Optional[str] = None, nested: bool = False, out_type: Optional[str] = None,
     ) -> _Batch:
         """Transitions: ``obs``/``next_<obs>``, ``returns`` over ``nstep``, stacked frames,
         ``weights`` with ``beta``; HER with ``goal``/``achieved``."""
     def sample_sequences(
         self, n: int, length: int, obs: Union[str, Sequence[str]], *, burn_in: int = 0,
         beta: Optional[float] = None, seed: Optional[int] = None, out: Optional[_Batch] = None,
-        out_type: str = "numpy",
+        out_type: Optional[str] = None,
     ) -> _Batch:
         """``[n, burn_in + length, ...]`` arrays with ``mask``."""
     def sample_episodes(
         self, n: int, *, beta: Optional[float] = None, seed: Optional[int] = None,
-        out: Optional[_Batch] = None, out_type: str = "numpy",
+        out: Optional[_Batch] = None, out_type: Optional[str] = None,
     ) -> _Batch:
         """Whole episodes: rows, ``offsets``, ``episodes``."""
     def sample_fragments(
         self, n: Optional[int] = None, *, beta: Optional[float] = None, seed: Optional[int] = None,
         replace: bool = True, remove: bool = False, covering: Optional[int] = None,
         out: Optional[_Batch] = None, values: str = "list", pad: float = 0.0,
-        out_type: str = "numpy",
+        out_type: Optional[str] = None,
     ) -> _Batch:
         """Whole fragments (one ``add_batch`` each): rows and ``offsets``."""
     def sample_groups(
         self, n: int, by: Union[str, Sequence[str]], *, unroll: int = 0, replace: bool = True,
         remove: bool = False, seed: Optional[int] = None, out: Optional[_Batch] = None,
-        values: str = "list", pad: float = 0.0, out_type: str = "numpy",
+        values: str = "list", pad: float = 0.0, out_type: Optional[str] = None,
     ) -> _Batch:
         """Groups of items sharing ``by``'s values: rows and ``offsets``."""
 

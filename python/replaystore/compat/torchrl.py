@@ -328,7 +328,6 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self.existsok = existsok
         target = path if path is not None else scratch_dir
         self._take_folder(None if target is None else os.fspath(target), "replaystore-torchrl-")
-        self._scratch_dir_is_temp = self._own_dir
         self._auto_cleanup = self._own_dir if auto_cleanup is None else bool(auto_cleanup)
         self._cleaned_up = False
         if self._remove_dir is not None and not self._auto_cleanup:
@@ -409,6 +408,11 @@ class ReplayStoreStorage(Folder, TensorStorage):
         elif self._rs.max_priority is None:
             raise ValueError(f"{self._path} holds a buffer without priorities: a "
                              "ReplayStorePrioritizedSampler needs a folder created with it")
+
+    @property
+    def _scratch_dir_is_temp(self) -> bool:
+        """``LazyMemmapStorage``'s name for a storage in a folder it made itself."""
+        return self._own_dir
 
     def _follow(self) -> None:
         """A reader copy made before the writer's first write opens the buffer once the
@@ -552,14 +556,12 @@ class ReplayStoreStorage(Folder, TensorStorage):
         self._bump_mutation_revision()
 
     def get(self, index: Any) -> Any:
-        self._follow()
-        if self._rs is None:
-            raise RuntimeError("Cannot get elements out of a non-initialized storage.")
+        buffer = self._buffer      # raises for a storage nothing was written to
         stash, self._stash = self._stash, None
         if stash is not None and stash[0] is index:
             return self._layout.build(stash[1], len(index), self._out_device())
         slots, one = _slots_of(index, len(self))
-        batch = self._buffer.get(self._items(slots))
+        batch = buffer.get(self._items(slots))
         return self._layout.build(batch, None if one else len(slots), self._out_device())
 
     def _out_device(self) -> Any:
@@ -593,12 +595,11 @@ class ReplayStoreStorage(Folder, TensorStorage):
             return False
         self._cleaned_up = True
         wrote = self._rs is not None
-        for buf in self._open_buffers():
-            buf.close()
-        self._rs, self.initialized = None, False
-        if self._remove_dir is not None:
+        if self._remove_dir is not None:   # removed here, whatever auto_cleanup said
             self._remove_dir.detach()
             self._remove_dir = None
+        self.close()
+        self.initialized = False
         if self._own_dir:
             remove_own_folder(self._path)
             return wrote
@@ -629,7 +630,11 @@ class ReplayStoreStorage(Folder, TensorStorage):
             return
         if self._rs is None:
             # Nothing written here yet: made as the snapshot's storage was, then filled.
-            if state_dict.get("max_size", self.max_size) != self.max_size:
+            if "layout" not in state_dict:
+                raise ValueError("this snapshot (from an older replaystore) does not say "
+                                 "what its items are: load it into the storage it was "
+                                 f"taken of, in {state_dict.get('path')}")
+            if state_dict["max_size"] != self.max_size:
                 raise ValueError(f"the snapshot is of a storage of max_size "
                                  f"{state_dict['max_size']}, this one has {self.max_size}")
             if state_dict.get("priorities") is not None:
